@@ -1,0 +1,35 @@
+"""fxloom: capture PyTorch programs into a small graph IR, transform them in Python, emit code.
+
+The public API follows the documented torch.fx API, so code written for it runs
+with ``import fxloom as fx``::
+
+    import operator, torch, fxloom as fx
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(torch.relu, (g.call_function(operator.add, (x, 1)),)))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    gm(torch.randn(3))
+"""
+
+from fxloom.codegen import CodegenError, PythonCode
+from fxloom.graph import Graph
+from fxloom.graph_module import GraphModule
+from fxloom.lint import GraphLintError
+from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Argument",
+    "CodegenError",
+    "Graph",
+    "GraphLintError",
+    "GraphModule",
+    "Node",
+    "PythonCode",
+    "Target",
+    "has_side_effect",
+    "map_aggregate",
+    "map_arg",
+]

@@ -1,0 +1,129 @@
+"""The text form of graphs and nodes (``print(graph)``, ``Node.format_node``, ``print_tabular``).
+
+Text form of one node::
+
+    %name : [num_users=N] = op[target=T](args = (...), kwargs = {...})
+
+with ``: <type>`` after the name when the node has a type annotation, and
+``return <value>`` for the output node.
+"""
+
+from __future__ import annotations
+
+import builtins
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from fxloom.graph import Graph
+    from fxloom.node import Node
+
+__all__ = ["qualified_name", "format_arg", "format_node", "graph_to_str", "print_tabular"]
+
+# Modules whose functions are exposed under a friendlier public path.
+_PUBLIC_MODULE = {
+    "_operator": "operator",
+    "torch._C._VariableFunctions": "torch",
+    "torch._C._nn": "torch._C._nn",
+    "torch.functional": "torch",
+}
+
+
+def qualified_name(obj: Any) -> str:
+    """A readable dotted name for a callable (``operator.add``, ``torch.relu``, ``getattr``)."""
+    name = getattr(obj, "__name__", None)
+    if name is None:
+        return repr(obj)
+    if getattr(builtins, name, None) is obj:
+        return name
+    if getattr(torch, name, None) is obj:
+        return f"torch.{name}"
+    module = getattr(obj, "__module__", None)
+    if module is None and isinstance(obj, types.BuiltinMethodType):
+        owner = getattr(obj, "__self__", None)
+        module = getattr(owner, "__name__", None)
+    module = _PUBLIC_MODULE.get(module, module)
+    qualname = getattr(obj, "__qualname__", name)
+    return f"{module}.{qualname}" if module else qualname
+
+
+def format_arg(arg: Any, max_list_len: float = float("inf"), *, percent: bool = True) -> str:
+    """One argument in the text form: nodes as ``%name`` (``name`` without ``percent``)."""
+    from fxloom.node import Node
+
+    if isinstance(arg, Node):
+        return f"%{arg.name}" if percent else arg.name
+    if isinstance(arg, tuple) and not hasattr(arg, "_fields") and not isinstance(arg, torch.Size):
+        items = ", ".join(format_arg(a, max_list_len, percent=percent) for a in arg)
+        return f"({items},)" if len(arg) == 1 else f"({items})"
+    if isinstance(arg, list):
+        shown = arg if len(arg) <= max_list_len else arg[: int(max_list_len)]
+        items = ", ".join(format_arg(a, max_list_len, percent=percent) for a in shown)
+        more = "" if len(shown) == len(arg) else f", ...[total_len={len(arg)}]"
+        return f"[{items}{more}]"
+    if isinstance(arg, dict):
+        items = ", ".join(f"{k}: {format_arg(v, max_list_len, percent=percent)}" for k, v in arg.items())
+        return f"{{{items}}}"
+    if isinstance(arg, slice):
+        parts = (format_arg(arg.start), format_arg(arg.stop), format_arg(arg.step))
+        return f"slice({', '.join(parts)})"
+    if callable(arg) and hasattr(arg, "__name__") and not isinstance(arg, type):
+        return qualified_name(arg)
+    return repr(arg)
+
+
+def _format_target(node: Node) -> str:
+    if node.op == "call_function":
+        return qualified_name(node.target)
+    return str(node.target)
+
+
+def _type_str(t: Any) -> str:
+    if isinstance(t, type):
+        return qualified_name(t) if t.__module__ != "builtins" else t.__name__
+    return repr(t)
+
+
+def format_node(
+    node: Node,
+    placeholder_names: list[str] | None = None,
+    maybe_return_typename: list[str] | None = None,
+) -> str | None:
+    op = node.op
+    if op == "placeholder" and placeholder_names is not None:
+        placeholder_names.append(str(node.target))
+        return None
+    if op == "output":
+        if node.type is not None and maybe_return_typename is not None:
+            maybe_return_typename[0] = f" -> {_type_str(node.type)}"
+        return f"return {format_arg(node.args[0], percent=False) if node.args else None}"
+    typed = f" : {_type_str(node.type)}" if node.type is not None else " :"
+    head = f"%{node.name}{typed} [num_users={len(node.users)}] = {op}[target={_format_target(node)}]"
+    if op == "placeholder":
+        return head + (f"(default={format_arg(node.args[0])})" if node.args else "")
+    if op == "get_attr":
+        return head
+    return f"{head}(args = {format_arg(node.args)}, kwargs = {format_arg(node.kwargs)})"
+
+
+def graph_to_str(graph: Graph) -> str:
+    lines = ["graph():"]
+    lines.extend(f"    {format_node(node)}" for node in graph.nodes)
+    return "\n".join(lines)
+
+
+def print_tabular(graph: Graph, file: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text  # plain cells: "[%a, %b]" is not rich markup
+
+    table = Table(title=f"graph ({len(graph.nodes)} nodes)", show_lines=False)
+    for column in ("opcode", "name", "target", "args", "kwargs"):
+        table.add_column(column, overflow="fold")
+    for node in graph.nodes:
+        cells = (node.op, node.name, _format_target(node), format_arg(node.args), format_arg(node.kwargs))
+        table.add_row(*(Text(cell) for cell in cells))
+    console = Console(file=file, soft_wrap=False) if file is not None else Console()
+    console.print(table)

@@ -1,0 +1,66 @@
+"""Pickling a ``Graph`` as a flat list of node records.
+
+The default pickler would follow ``prev``/``next`` pointers recursively, one
+stack frame per node, and overflow on large graphs. Records refer to earlier
+nodes by position instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fxloom.graph import Graph
+from fxloom.node import Node, map_arg
+
+__all__ = ["graph_to_records", "graph_from_records"]
+
+
+class _NodeRef:
+    """Stands for the node at ``index`` in the record list."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> tuple:
+        return (_NodeRef, (self.index,))
+
+
+def graph_to_records(graph: Graph) -> dict[str, Any]:
+    position: dict[Node, int] = {}
+    records = []
+    for i, node in enumerate(graph.nodes):
+        position[node] = i
+        refer = lambda n: _NodeRef(position[n])  # noqa: E731
+        records.append(
+            (
+                node.name,
+                node.op,
+                node.target,
+                map_arg(node.args, refer),
+                map_arg(node.kwargs, refer),
+                node.type,
+                node.meta,
+            )
+        )
+    return {"records": records, "tracer_cls": graph._tracer_cls}
+
+
+def graph_from_records(state: dict[str, Any]) -> Graph:
+    graph = Graph(tracer_cls=state.get("tracer_cls"))
+    nodes: list[Node] = []
+    resolve = lambda ref: nodes[ref.index]  # noqa: E731
+    for name, op, target, args, kwargs, type_expr, meta in state["records"]:
+        args = _resolve(args, resolve)
+        kwargs = _resolve(kwargs, resolve)
+        node = graph.create_node(op, target, args, kwargs, name=name, type_expr=type_expr)
+        node.meta = meta
+        nodes.append(node)
+    return graph
+
+
+def _resolve(value: Any, resolve: Any) -> Any:
+    from fxloom.node import map_aggregate
+
+    return map_aggregate(value, lambda a: resolve(a) if isinstance(a, _NodeRef) else a)

@@ -1,0 +1,96 @@
+"""The naming authority: unique, readable Python identifiers in amortised O(1).
+
+Every node name and every global of generated code is handed out by a
+``Namespace``. Its invariants:
+
+* a returned name is a valid identifier, never a Python keyword, never a
+  builtin's name and never one of the namespace's reserved words;
+* a returned name is never returned again by the same namespace;
+* the candidate is kept when it is free (``"add"``), otherwise a numeric suffix
+  is added (``"add_1"``, ``"add_2"``, ...). A candidate that already carries a
+  suffix (``"add_7"``) shares the counter of its base (``"add"``).
+
+Cost: one counter per base name, moving only forward, so the suffix probing
+over a namespace's lifetime is bounded by the number of names handed out — no
+rescans of the graph, however long it grows.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+
+__all__ = ["Namespace", "sanitize", "RESERVED_NAMES"]
+
+_INVALID_CHARS = re.compile(r"[^0-9a-zA-Z_]+")
+_SUFFIXED = re.compile(r"^(.*)_(\d+)$")
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+# Names generated code may read as globals; a value named like one of them
+# would shadow it.
+RESERVED_NAMES = frozenset(
+    set(keyword.kwlist)
+    | set(getattr(keyword, "softkwlist", ()))
+    | set(dir(builtins))
+    | {"self", "torch", "operator", "math", "typing", "fxloom", "inf", "nan"}
+)
+
+
+def sanitize(candidate: str) -> str:
+    """Turn any string into a snake_case identifier stem (``"layer1.Conv"`` -> ``"layer1_conv"``)."""
+    stem = _CAMEL_BOUNDARY.sub("_", candidate)
+    stem = _INVALID_CHARS.sub("_", stem).strip("_").lower()
+    if not stem:
+        return "_unnamed"
+    if stem[0].isdigit():
+        stem = "_" + stem
+    return stem
+
+
+class Namespace:
+    """Hands out unique identifiers; see the module docstring for the invariants."""
+
+    __slots__ = ("_used", "_next_suffix", "_reserved", "_split_cache")
+
+    def __init__(self, reserved: frozenset[str] = RESERVED_NAMES) -> None:
+        self._used: set[str] = set()
+        self._next_suffix: dict[str, int] = {}
+        self._reserved = reserved
+        # candidate -> (base, requested suffix or 0); the same few candidates
+        # ("add", "relu", ...) come back for every node, so sanitising once pays.
+        self._split_cache: dict[str, tuple[str, int]] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._used
+
+    def _split(self, candidate: str) -> tuple[str, int]:
+        split = self._split_cache.get(candidate)
+        if split is None:
+            stem = candidate if candidate.isidentifier() else sanitize(candidate)
+            match = _SUFFIXED.match(stem)
+            if match and match.group(1) and not match.group(2).startswith("0"):
+                split = (match.group(1), int(match.group(2)))
+            else:
+                split = (stem, 0)
+            self._split_cache[candidate] = split
+        return split
+
+    def create_name(self, candidate: str) -> str:
+        """Return ``candidate`` made unique (and valid), and mark it used."""
+        base, suffix = self._split(candidate)
+        name = f"{base}_{suffix}" if suffix else base
+        used = self._used
+        if name in used or name in self._reserved:
+            counter = self._next_suffix.get(base, 1)
+            name = f"{base}_{counter}"
+            while name in used or name in self._reserved:
+                counter += 1
+                name = f"{base}_{counter}"
+            self._next_suffix[base] = counter + 1
+        used.add(name)
+        return name
+
+    def reserve(self, name: str) -> None:
+        """Mark ``name`` as taken (for names chosen elsewhere, e.g. a graph's node names)."""
+        self._used.add(name)

@@ -1,0 +1,511 @@
+"""Python code generation: a ``Graph`` becomes the source of a ``forward`` function.
+
+``generate(graph)`` returns a ``PythonCode``: the source text and the globals
+it must run with. Everything the code refers to — ``torch``, ``operator``,
+user functions, classes used in annotations — is bound in those globals by
+object, never re-imported by name, so code generated for a function defined in
+``__main__`` or inside another function runs just as well.
+
+What the source looks like::
+
+    def forward(self, x: torch.Tensor):
+        param = self.param
+        add = x + param;  x = param = None
+        linear = self.linear(add);  add = None
+        clamp = linear.clamp(min=0.0, max=1.0);  linear = None
+        return clamp
+
+* operator calls print as operators, ``getattr`` as attribute access,
+  ``getitem``/``setitem`` as subscripts with slice syntax;
+* a value is released (``x = None``) right after its last use, so memory is
+  freed as early as in a hand-written forward;
+* node names never collide with globals: globals get names the graph does not use.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import keyword
+import math
+import operator
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fxloom._namespace import Namespace, sanitize
+
+if TYPE_CHECKING:
+    from fxloom.graph import Graph
+    from fxloom.node import Node
+
+__all__ = ["PythonCode", "CodegenError", "generate"]
+
+
+class CodegenError(ValueError):
+    """The graph cannot be turned into a Python function; the message names the node."""
+
+
+@dataclass
+class PythonCode:
+    """Source of a generated function plus the globals it runs with."""
+
+    src: str
+    globals: dict[str, Any]
+    # 1-based line number in ``src`` -> name of the node emitted on that line.
+    line_to_node: dict[int, str] = field(default_factory=dict)
+
+
+# -------------------------------------------------------------------- tables
+# operator function -> infix token (``a + b``).
+BINARY_OPERATORS: dict[Any, str] = {
+    operator.add: "+",
+    operator.sub: "-",
+    operator.mul: "*",
+    operator.truediv: "/",
+    operator.floordiv: "//",
+    operator.mod: "%",
+    operator.pow: "**",
+    operator.matmul: "@",
+    operator.lshift: "<<",
+    operator.rshift: ">>",
+    operator.and_: "&",
+    operator.or_: "|",
+    operator.xor: "^",
+    operator.eq: "==",
+    operator.ne: "!=",
+    operator.lt: "<",
+    operator.le: "<=",
+    operator.gt: ">",
+    operator.ge: ">=",
+    operator.is_: "is",
+    operator.is_not: "is not",
+}
+
+# In-place operator -> augmented assignment. ``r = iadd(a, b)`` is emitted as
+# ``r = a;  r += b``: a tensor is mutated in place exactly as ``a += b`` would,
+# while an immutable ``a`` is left untouched, as operator.iadd leaves it.
+INPLACE_OPERATORS: dict[Any, str] = {
+    operator.iadd: "+=",
+    operator.isub: "-=",
+    operator.imul: "*=",
+    operator.itruediv: "/=",
+    operator.ifloordiv: "//=",
+    operator.imod: "%=",
+    operator.ipow: "**=",
+    operator.imatmul: "@=",
+    operator.ilshift: "<<=",
+    operator.irshift: ">>=",
+    operator.iand: "&=",
+    operator.ior: "|=",
+    operator.ixor: "^=",
+}
+
+UNARY_OPERATORS: dict[Any, str] = {
+    operator.neg: "-",
+    operator.pos: "+",
+    operator.invert: "~",
+    operator.not_: "not ",
+}
+
+# Modules whose functions print with their dotted path (``torch.relu``);
+# functions from anywhere else are bound by their own name (``my_helper``).
+DOTTED_ROOTS: dict[str, types.ModuleType] = {
+    "torch": torch,
+    "math": math,
+    "operator": operator,
+    "typing": typing,
+}
+
+_TORCH_VALUE_TYPES = (torch.dtype, torch.memory_format, torch.layout)
+
+
+def generate(graph: Graph, root_module: str = "self", *, verbose: bool = False) -> PythonCode:
+    """Generate ``forward`` for ``graph``; see the module docstring."""
+    return _Emitter(graph, root_module, verbose).emit()
+
+
+class _Emitter:
+    """One code generation: walks the nodes once and writes one line per node."""
+
+    def __init__(self, graph: Graph, root_module: str, verbose: bool) -> None:
+        self.graph = graph
+        self.root_module = root_module
+        self.verbose = verbose
+        self.globals: dict[str, Any] = {}
+        # Globals are named in a namespace that already holds every node and
+        # parameter name, so a global can never shadow a value (and vice versa).
+        self.global_names = Namespace(reserved=frozenset(keyword.kwlist) | set(dir(builtins)))
+        self.bound: dict[int, str] = {}  # id(object) -> global name
+        self.param_names: set[str] = set()
+
+    # ------------------------------------------------------------ top level
+    def emit(self) -> PythonCode:
+        nodes = list(self.graph.nodes)
+        output = self._find_output(nodes)
+        for node in nodes:
+            self.global_names.reserve(node.name)
+        params, rebinds = self._signature(nodes)
+        last_uses = _last_uses(nodes)
+        body: list[str] = list(rebinds)
+        line_to_node: dict[int, str] = {}
+        first_body_line = 2  # line 1 is the ``def``
+        for node in nodes:
+            op = node.op
+            if op == "placeholder":
+                continue
+            if self.verbose and node.stack_trace:
+                body.append(_stack_comment(node.stack_trace))
+            if op == "output":
+                line_to_node[first_body_line + len(body)] = node.name
+                body.append(f"return {self._expr(node.args[0]) if node.args else 'None'}")
+                continue
+            statement = self._statement(node)
+            dead = last_uses.get(node)
+            if dead:
+                statement = f"{statement};  {' = '.join(dead)} = None"
+            line_to_node[first_body_line + len(body)] = node.name
+            body.append(statement)
+        returns = f" -> {self._annotation(output.type)}" if output.type is not None else ""
+        header = f"def forward({', '.join([self.root_module, *params])}){returns}:"
+        src = header + "\n    " + "\n    ".join(body) + "\n"
+        return PythonCode(src, self.globals, line_to_node)
+
+    def _find_output(self, nodes: list[Node]) -> Node:
+        outputs = [n for n in nodes if n.op == "output"]
+        if not outputs:
+            raise CodegenError(
+                "the graph has no output node, so there is nothing to return; "
+                "add one with graph.output(value) (graph.output(None) returns None)"
+            )
+        if len(outputs) > 1:
+            names = ", ".join(f"%{n.name}" for n in outputs)
+            raise CodegenError(f"the graph has {len(outputs)} output nodes ({names}); keep one")
+        if outputs[0] is not nodes[-1]:
+            raise CodegenError(
+                f"%{nodes[-1].name} comes after the output %{outputs[0].name}; "
+                "the output must be the last node (graph.lint() explains more)"
+            )
+        if self.root_module in {n.name for n in nodes}:
+            raise CodegenError(f"a node is named {self.root_module!r}, the root module's name")
+        return outputs[0]
+
+    # ------------------------------------------------------------ signature
+    def _signature(self, nodes: list[Node]) -> tuple[list[str], list[str]]:
+        params: list[str] = []
+        rebinds: list[str] = []
+        seen_default: Node | None = None
+        seen_star = False
+        for node in nodes:
+            if node.op != "placeholder":
+                continue
+            target = str(node.target)
+            stars = "**" if target.startswith("**") else "*" if target.startswith("*") else ""
+            wanted = target[len(stars) :]
+            usable = (
+                wanted.isidentifier()
+                and not keyword.iskeyword(wanted)
+                and wanted not in self.param_names
+                and (wanted == node.name or wanted not in self.global_names)
+                and wanted != self.root_module
+            )
+            param = wanted if usable else node.name
+            self.param_names.add(param)
+            self.global_names.reserve(param)
+            if param != node.name:
+                rebinds.append(f"{node.name} = {param}")
+            text = stars + param
+            if node.type is not None and not stars:
+                text += f": {self._annotation(node.type)}"
+            if node.args and not stars:
+                text += f" = {self._expr(node.args[0])}"
+                seen_default = node
+            elif seen_default is not None and not stars and not seen_star:
+                raise CodegenError(
+                    f"placeholder %{node.name} has no default but follows %{seen_default.name}, "
+                    "which has one; give it a default or move it before the defaulted inputs"
+                )
+            seen_star = seen_star or bool(stars)
+            params.append(text)
+        return params, rebinds
+
+    # ------------------------------------------------------------ statements
+    def _statement(self, node: Node) -> str:
+        op, target, args, kwargs = node.op, node.target, node.args, node.kwargs
+        name = node.name
+        if node.type is not None:
+            name = f"{name}: {self._annotation(node.type)}"
+        if op == "get_attr":
+            return f"{name} = {self._attr_path(target)}"
+        if op == "call_module":
+            return f"{name} = {self._attr_path(target)}({self._call_args(args, kwargs)})"
+        if op == "call_method":
+            if not args:
+                raise CodegenError(f"call_method %{node.name} ({target}) has no self argument")
+            receiver = self._receiver(args[0])
+            if target.isidentifier() and not keyword.iskeyword(target):
+                method = f"{receiver}.{target}"
+            else:
+                method = f"{self._builtin('getattr')}({receiver}, {target!r})"
+            return f"{name} = {method}({self._call_args(args[1:], kwargs)})"
+        return self._call_function(node, name)
+
+    def _call_function(self, node: Node, name: str) -> str:
+        fn, args, kwargs = node.target, node.args, node.kwargs
+        if not kwargs:
+            try:
+                binary = BINARY_OPERATORS.get(fn)
+                inplace = INPLACE_OPERATORS.get(fn)
+                unary = UNARY_OPERATORS.get(fn)
+            except TypeError:  # unhashable callable
+                binary = inplace = unary = None
+            if binary is not None and len(args) == 2:
+                return f"{name} = {self._operand(args[0])} {binary} {self._operand(args[1])}"
+            if inplace is not None and len(args) == 2:
+                return f"{name} = {self._expr(args[0])};  {node.name} {inplace} {self._operand(args[1])}"
+            if unary is not None and len(args) == 1:
+                return f"{name} = {unary}{self._operand(args[0])}"
+            if fn is operator.getitem and len(args) == 2:
+                return f"{name} = {self._receiver(args[0])}[{self._index(args[1])}]"
+            if fn is operator.setitem and len(args) == 3:
+                store = f"{self._receiver(args[0])}[{self._index(args[1])}] = {self._expr(args[2])}"
+                return f"{store};  {node.name} = None"
+            if fn is operator.contains and len(args) == 2:
+                return f"{name} = {self._operand(args[1])} in {self._operand(args[0])}"
+            if fn is builtins.getattr and len(args) == 2 and _is_attr_name(args[1]):
+                return f"{name} = {self._receiver(args[0])}.{args[1]}"
+        return f"{name} = {self._global(fn)}({self._call_args(args, kwargs)})"
+
+    def _attr_path(self, qualified_name: str) -> str:
+        return _attr_path(self.root_module, qualified_name, self._builtin("getattr"))
+
+    def _call_args(self, args: tuple, kwargs: dict) -> str:
+        parts = [self._expr(a) for a in args]
+        odd: dict[str, Any] = {}
+        for key, value in kwargs.items():
+            if isinstance(key, str) and key.isidentifier() and not keyword.iskeyword(key):
+                parts.append(f"{key}={self._expr(value)}")
+            else:
+                odd[key] = value
+        if odd:
+            parts.append(f"**{self._expr(odd)}")
+        return ", ".join(parts)
+
+    # ----------------------------------------------------------- expressions
+    def _expr(self, a: Any) -> str:
+        """A Python expression evaluating to the argument value ``a``."""
+        from fxloom.node import Node
+
+        t = type(a)
+        if t is Node:
+            return a.name
+        if t is int or t is bool or t is str or a is None or t is bytes:
+            return repr(a)
+        if t is float:
+            return repr(a) if math.isfinite(a) else f"{self._builtin('float')}({str(a)!r})"
+        if isinstance(a, torch.Size):
+            return f"{self._global(torch.Size)}({[int(d) for d in a]!r})"
+        if isinstance(a, tuple):
+            items = [self._expr(x) for x in a]
+            if hasattr(a, "_fields"):
+                return f"{self._global(type(a))}({', '.join(items)})"
+            return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+        if isinstance(a, list):
+            return f"[{', '.join(self._expr(x) for x in a)}]"
+        if isinstance(a, dict):
+            return "{" + ", ".join(f"{self._expr(k)}: {self._expr(v)}" for k, v in a.items()) + "}"
+        if t is slice:
+            parts = (self._expr(a.start), self._expr(a.stop), self._expr(a.step))
+            return f"{self._builtin('slice')}({', '.join(parts)})"
+        if a is Ellipsis:
+            return "..."
+        if t is complex:
+            return f"{self._builtin('complex')}({self._expr(a.real)}, {self._expr(a.imag)})"
+        if isinstance(a, _TORCH_VALUE_TYPES):
+            return self._torch_attribute(a)
+        if isinstance(a, torch.device):
+            return f"{self._global(torch.device)}({str(a)!r})"
+        if isinstance(a, enum.Enum):
+            return f"{self._global(type(a))}.{a.name}"
+        for plain in (bool, int, float, str):  # subclasses of the plain types
+            if isinstance(a, plain):
+                return self._expr(plain(a))
+        if t is range:
+            return f"{self._builtin('range')}({a.start}, {a.stop}, {a.step})"
+        return self._global(a)
+
+    def _operand(self, a: Any) -> str:
+        """``_expr`` made safe as the operand of an infix or unary operator."""
+        from fxloom.node import Node
+
+        if type(a) is Node:
+            return a.name
+        text = self._expr(a)
+        if text.startswith("-") or " " in text and not _is_bracketed(text):
+            return f"({text})"
+        return text
+
+    def _receiver(self, a: Any) -> str:
+        """``_expr`` made safe before ``.attr`` or ``[index]`` (``(1).real``, not ``1.real``)."""
+        from fxloom.node import Node
+
+        if type(a) is Node:
+            return a.name
+        return f"({self._expr(a)})"
+
+    def _index(self, index: Any) -> str:
+        """The inside of ``x[...]``: slices as ``a:b:c``, tuples without parentheses."""
+        if isinstance(index, tuple) and not hasattr(index, "_fields"):
+            if not index:
+                return "()"
+            parts = [self._index_item(i) for i in index]
+            return parts[0] + "," if len(parts) == 1 else ", ".join(parts)
+        return self._index_item(index)
+
+    def _index_item(self, item: Any) -> str:
+        if type(item) is slice:
+            start = "" if item.start is None else self._expr(item.start)
+            stop = "" if item.stop is None else self._expr(item.stop)
+            text = f"{start}:{stop}"
+            return text if item.step is None else f"{text}:{self._expr(item.step)}"
+        return self._expr(item)
+
+    def _torch_attribute(self, value: Any) -> str:
+        text = str(value)  # e.g. "torch.float32", "torch.contiguous_format"
+        attr = text.split(".", 1)[1] if text.startswith("torch.") else None
+        if attr is not None and getattr(torch, attr, None) is value:
+            return f"{self._module_global('torch', torch)}.{attr}"
+        return self._global(value)
+
+    # --------------------------------------------------------------- globals
+    def _builtin(self, name: str) -> str:
+        """The name to reach builtin ``name`` by; rebinding it if a parameter shadows it."""
+        if name not in self.param_names:
+            return name
+        return self._global(getattr(builtins, name))
+
+    def _module_global(self, preferred: str, module: types.ModuleType) -> str:
+        key = id(module)
+        bound = self.bound.get(key)
+        if bound is None:
+            bound = self.global_names.create_name(preferred)
+            self.bound[key] = bound
+            self.globals[bound] = module
+        return bound
+
+    def _global(self, obj: Any) -> str:
+        """An expression reaching ``obj`` through the generated globals."""
+        bound = self.bound.get(id(obj))
+        if bound is not None:
+            return bound
+        expr = self._dotted(obj)
+        if expr is None:
+            name = getattr(obj, "__name__", None)
+            candidate = name if isinstance(name, str) else type(obj).__name__
+            expr = self.global_names.create_name(sanitize(candidate) if candidate else "value")
+            self.globals[expr] = obj
+        self.bound[id(obj)] = expr
+        return expr
+
+    def _dotted(self, obj: Any) -> str | None:
+        name = getattr(obj, "__name__", None)
+        if not isinstance(name, str):
+            return None
+        if getattr(builtins, name, None) is obj and name not in self.param_names:
+            return name
+        qualname = getattr(obj, "__qualname__", name)
+        module = getattr(obj, "__module__", None) or ""
+        for root_name, root in DOTTED_ROOTS.items():
+            for path in _candidate_paths(root_name, module, qualname, name):
+                if _resolve(root, path) is obj:
+                    root_expr = self._module_global(root_name, root)
+                    return f"{root_expr}.{path}" if path else root_expr
+        return None
+
+    def _annotation(self, t: Any) -> str:
+        """A Python expression for the type annotation ``t``."""
+        if t is None or t is type(None):
+            return "None"
+        if isinstance(t, str):
+            return repr(t)
+        if isinstance(t, types.UnionType):
+            return " | ".join(self._annotation(a) for a in t.__args__)
+        origin = typing.get_origin(t)
+        if origin is not None:
+            args = ", ".join(self._annotation(a) for a in typing.get_args(t))
+            if isinstance(t, types.GenericAlias):
+                head = self._global(origin)
+            else:
+                special = getattr(t, "_name", None) or getattr(origin, "_name", None)
+                if special and getattr(typing, special, None) is not None:
+                    head = f"{self._module_global('typing', typing)}.{special}"
+                else:
+                    return self._global(t)
+            return f"{head}[{args}]" if args else head
+        return self._global(t)
+
+
+# --------------------------------------------------------------------- helpers
+def _candidate_paths(root_name: str, module: str, qualname: str, name: str) -> list[str]:
+    """Dotted paths under ``root_name`` at which an object may live, most specific first."""
+    if module == "_operator":  # the C implementation behind ``operator``
+        module = "operator"
+    paths = []
+    if module == root_name:
+        paths.append(qualname)
+    elif module.startswith(root_name + "."):
+        paths.append(f"{module[len(root_name) + 1 :]}.{qualname}")
+    if root_name == "torch":  # torch.sum & co. report odd modules
+        paths.append(name)
+    return paths
+
+
+def _resolve(root: Any, path: str) -> Any:
+    value = root
+    for part in path.split(".") if path else ():
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def _attr_path(base: str, qualified_name: str, getattr_name: str = "getattr") -> str:
+    """``self.layers.0.weight`` is not Python: numeric or odd parts go through getattr."""
+    expr = base
+    for part in qualified_name.split("."):
+        if part.isidentifier() and not keyword.iskeyword(part):
+            expr = f"{expr}.{part}"
+        else:
+            expr = f"{getattr_name}({expr}, {part!r})"
+    return expr
+
+
+def _is_bracketed(text: str) -> bool:
+    return text[:1] in "([{" and text[-1:] in ")]}"
+
+
+def _is_attr_name(value: Any) -> bool:
+    return isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)
+
+
+def _last_uses(nodes: list[Node]) -> dict[Node, list[str]]:
+    """For each node, the values whose last use it is (freed right after it)."""
+    seen: set[Node] = set()
+    dies_at: dict[Node, list[str]] = {}
+    for node in reversed(nodes):
+        if node.op == "output":
+            seen.update(node.all_input_nodes)
+            continue
+        for value in node._input_nodes:
+            if value not in seen:
+                seen.add(value)
+                dies_at.setdefault(node, []).append(value.name)
+    return dies_at
+
+
+def _stack_comment(stack_trace: str) -> str:
+    lines = [line.strip() for line in stack_trace.strip().splitlines() if line.strip()]
+    return "# " + " | ".join(lines[-2:])

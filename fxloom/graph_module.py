@@ -1,0 +1,402 @@
+"""``GraphModule``: an ``nn.Module`` whose ``forward`` is code generated from a ``Graph``.
+
+    >>> import operator, torch, fxloom
+    >>> root = torch.nn.Module()
+    >>> root.linear = torch.nn.Linear(4, 5)
+    >>> g = fxloom.Graph()
+    >>> x = g.placeholder("x")
+    >>> y = g.call_module("linear", (x,))
+    >>> _ = g.output(g.call_method("relu", (y,)))
+    >>> gm = fxloom.GraphModule(root, g)
+    >>> print(gm.code.strip())
+    def forward(self, x):
+        linear = self.linear(x);  x = None
+        relu = linear.relu();  linear = None
+        return relu
+
+Code generation is lazy: constructing a GraphModule, assigning ``gm.graph`` or
+editing the graph in place costs nothing until the module is called (or
+``gm.code`` is read); then the code is generated once. Calling ``gm(...)``
+always runs the current graph; ``recompile()`` regenerates eagerly (and is what
+refreshes a bound ``gm.forward`` after in-place edits, as in torch.fx).
+
+Each instance has a class of its own, so generated forwards of different
+instances never collide. Pickling and ``copy.deepcopy`` carry the graph and
+regenerate the code; no code objects are pickled.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import linecache
+import textwrap
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fxloom.codegen import PythonCode
+from fxloom.graph import Graph
+from fxloom.lint import resolve_target
+
+__all__ = ["GraphModule"]
+
+# Instance state derived from the graph; dropped when pickling or copying.
+_CODEGEN_STATE = ("_code", "_compiled_graph", "_compiled_version", "_source_file")
+
+_file_counter = itertools.count()
+
+
+class _SourceLoader:
+    """Serves generated source to ``linecache`` (tracebacks, pdb) on demand."""
+
+    def __init__(self, src: str) -> None:
+        self._src = src
+
+    def get_source(self, module_name: str) -> str:
+        return self._src
+
+
+def _compile_forward(code: PythonCode, class_name: str) -> tuple[Any, str]:
+    """Execute generated source; return the ``forward`` function and its file name."""
+    filename = f"<fxloom-generated>/{class_name}_{next(_file_counter)}.py"
+    namespace = dict(code.globals)
+    namespace["__name__"] = filename
+    namespace["__loader__"] = _SourceLoader(code.src)
+    exec(compile(code.src, filename, "exec"), namespace)
+    forward = namespace["forward"]
+    # Registered eagerly so tracebacks and inspect see the source at once;
+    # removed with the function so big generated sources do not pile up.
+    lines = code.src.splitlines(keepends=True)
+    linecache.cache[filename] = (len(code.src), None, lines, filename)
+    weakref.finalize(forward, linecache.cache.pop, filename, None)
+    return forward, filename
+
+
+def _forward_before_codegen(self: GraphModule, *args: Any, **kwargs: Any) -> Any:
+    """Stands in for ``forward`` until code is generated; generates it, then runs it."""
+    self.recompile()
+    return type(self).forward(self, *args, **kwargs)
+
+
+class GraphModule(torch.nn.Module):
+    """An ``nn.Module`` running code generated from ``graph``; see the module docstring.
+
+    Args:
+        root: where ``get_attr``/``call_module`` targets come from: an
+            ``nn.Module`` (each referenced submodule, parameter, buffer or
+            attribute is copied to the same qualified path here, with empty
+            intermediate modules created as needed) or a dict from qualified
+            name to object.
+        graph: the graph to run.
+        class_name: the name of this module's class (shown in printing and errors).
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> GraphModule:
+        # A fresh subclass per instance: ``forward`` is installed on the class.
+        base = cls._user_class()
+        instance_class = type(base.__name__, (base,), {"_fxloom_instance_class": True})
+        return super().__new__(instance_class)
+
+    @classmethod
+    def _user_class(cls) -> type:
+        return cls.__bases__[0] if cls.__dict__.get("_fxloom_instance_class") else cls
+
+    def __init__(
+        self,
+        root: torch.nn.Module | dict[str, Any],
+        graph: Graph,
+        class_name: str = "GraphModule",
+    ) -> None:
+        super().__init__()
+        if not isinstance(graph, Graph):
+            raise TypeError(f"GraphModule needs an fxloom.Graph, got {type(graph).__name__}")
+        self._set_class_name(class_name)
+        if isinstance(root, torch.nn.Module):
+            self.training = root.training
+            for op in ("get_attr", "call_module"):
+                for node in graph.find_nodes(op=op):
+                    _copy_attr_from_module(root, self, node)
+        elif isinstance(root, dict):
+            for op in ("get_attr", "call_module"):
+                for node in graph.find_nodes(op=op):
+                    _copy_attr_from_dict(root, self, node)
+        else:
+            raise TypeError(
+                f"GraphModule's root must be an nn.Module or a dict of qualified names, "
+                f"got {type(root).__name__}"
+            )
+        self.meta: dict[str, Any] = {}
+        self.graph = graph
+
+    def _set_class_name(self, class_name: str) -> None:
+        cls = type(self)
+        cls.__name__ = class_name
+        cls.__qualname__ = class_name
+
+    # ------------------------------------------------------------------ graph
+    @property
+    def graph(self) -> Graph:
+        """The graph this module runs; assigning a new one regenerates code on next use."""
+        return self._graph
+
+    @graph.setter
+    def graph(self, graph: Graph) -> None:
+        if not isinstance(graph, Graph):
+            raise TypeError(f"GraphModule.graph must be an fxloom.Graph, got {type(graph).__name__}")
+        self._graph = graph
+        graph.owning_module = self
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        self._code: PythonCode | None = None
+        self._compiled_graph: Graph | None = None
+        self._compiled_version = -1
+        self._source_file: str | None = None
+        type(self).forward = _forward_before_codegen  # type: ignore[method-assign]
+
+    def _is_stale(self) -> bool:
+        return self._compiled_graph is not self._graph or self._compiled_version != self._graph._version
+
+    def recompile(self) -> PythonCode:
+        """Regenerate and compile ``forward`` from the graph now; return the ``PythonCode``."""
+        graph = self._graph
+        code = graph.python_code(root_module="self")
+        forward, filename = _compile_forward(code, type(self).__name__)
+        type(self).forward = forward  # type: ignore[method-assign]
+        self._code = code
+        self._compiled_graph = graph
+        self._compiled_version = graph._version
+        self._source_file = filename
+        return code
+
+    @property
+    def code(self) -> str:
+        """The Python source of ``forward`` for the current graph."""
+        if self._is_stale():
+            self.recompile()
+        assert self._code is not None
+        return self._code.src
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_stale():
+            self.recompile()
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as err:
+            _note_failing_node(err, self)
+            raise
+
+    # -------------------------------------------------------------- printing
+    def print_readable(self, print_output: bool = True) -> str:
+        """This module (and nested GraphModules) as readable class definitions."""
+        text = self._readable(type(self).__name__)
+        if print_output:
+            print(text)
+        return text
+
+    def _readable(self, class_name: str) -> str:
+        parts = [f"class {class_name}(torch.nn.Module):"]
+        for name, child in self.named_children():
+            if isinstance(child, GraphModule):
+                parts.append(textwrap.indent(child._readable(name), "    "))
+        parts.append(textwrap.indent(self.code, "    "))
+        return "\n".join(parts)
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n\n{self.code}"
+
+    # ------------------------------------------------------------ submodules
+    def add_submodule(self, target: str, m: torch.nn.Module) -> bool:
+        """Install ``m`` at qualified path ``target``, creating empty parents as needed.
+
+        Returns False (and changes nothing) if a non-module attribute is in the way.
+        """
+        *path, field = target.split(".")
+        existing: Any = self
+        for item in path:
+            existing = getattr(existing, item, None)
+            if existing is None:
+                break
+            if not isinstance(existing, torch.nn.Module):
+                return False
+        owner: torch.nn.Module = self
+        for item in path:
+            child = getattr(owner, item, None)
+            if child is None:
+                child = torch.nn.Module()
+                owner.add_module(item, child)
+            owner = child
+        owner.add_module(field, m)
+        return True
+
+    def delete_submodule(self, target: str) -> bool:
+        """Remove the submodule at ``target``; False if there is no such submodule."""
+        *path, field = target.split(".")
+        owner: Any = self
+        for item in path:
+            owner = getattr(owner, item, None)
+            if not isinstance(owner, torch.nn.Module):
+                return False
+        if field not in owner._modules:
+            return False
+        delattr(owner, field)
+        return True
+
+    def delete_all_unused_submodules(self) -> None:
+        """Delete submodules no ``call_module``/``get_attr`` node needs (a called module keeps its children)."""
+        used: set[str] = set()
+        called: set[str] = set()
+        for op in ("call_module", "get_attr"):
+            for node in self._graph.find_nodes(op=op, sort=False):
+                parts = node.target.split(".")
+                used.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                if op == "call_module":
+                    called.add(node.target)
+        unused = []
+        for name, _ in self.named_modules():
+            if not name or name in used:
+                continue
+            parts = name.split(".")
+            if any(".".join(parts[:i]) in called for i in range(1, len(parts))):
+                continue
+            unused.append(name)
+        for name in unused:
+            self.delete_submodule(name)
+
+    # ------------------------------------------------------- copy and pickle
+    def __reduce__(self) -> tuple:
+        state = {k: v for k, v in self.__dict__.items() if k not in _CODEGEN_STATE and k != "_graph"}
+        return (_rebuild, (type(self)._user_class(), state, self._graph, type(self).__name__))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GraphModule:
+        base = type(self)._user_class()
+        new = base.__new__(base)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            if key not in _CODEGEN_STATE and key != "_graph":
+                new.__dict__[key] = copy.deepcopy(value, memo)
+        new._set_class_name(type(self).__name__)
+        new.graph = copy.deepcopy(self._graph, memo)
+        return new
+
+    def __copy__(self) -> GraphModule:
+        base = type(self)._user_class()
+        new = base.__new__(base)
+        new.__dict__.update(self.__dict__)
+        for key in ("_modules", "_parameters", "_buffers"):
+            new.__dict__[key] = dict(self.__dict__[key])
+        new._set_class_name(type(self).__name__)
+        new.graph = self._graph
+        return new
+
+    def to_folder(self, folder: str | Path, module_name: str = "FxModule") -> None:
+        """Write an importable package: ``from <folder> import <module_name>`` then ``<module_name>()``.
+
+        Parameters and buffers go to ``state_dict.pt`` (loaded with
+        ``weights_only=True``); standard ``torch.nn`` leaves are rebuilt from
+        their constructor; other submodules are pickled (loading those runs
+        their classes' code, so load only folders you trust).
+        """
+        from fxloom._to_folder import write_folder
+
+        write_folder(self, Path(folder), module_name)
+
+
+def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -> GraphModule:
+    gm = base.__new__(base)
+    gm.__dict__.update(state)
+    gm._set_class_name(class_name)
+    gm.graph = graph
+    return gm
+
+
+# -------------------------------------------------------- copying attributes
+def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) -> None:
+    target: str = node.target
+    try:
+        value = resolve_target(root, target)
+    except AttributeError as err:
+        raise AttributeError(
+            f"GraphModule: %{node.name} ({node.op}) refers to {target!r}, which the root "
+            f"module {type(root).__name__} does not have ({err}); add it to the root or fix "
+            "the node's target"
+        ) from None
+    if node.op == "call_module" and not isinstance(value, torch.nn.Module):
+        raise TypeError(
+            f"GraphModule: %{node.name} calls {target!r} as a module, but in "
+            f"{type(root).__name__} it is a {type(value).__name__}"
+        )
+    *path, field = target.split(".")
+    source: Any = root
+    owner: torch.nn.Module = gm
+    for item in path:
+        source = getattr(source, item)
+        child = owner._modules.get(item)
+        if child is None:
+            child = torch.nn.Module()
+            child.training = getattr(source, "training", True)
+            owner.add_module(item, child)
+        owner = child
+    if isinstance(source, torch.nn.Module) and field in source._buffers:
+        persistent = field not in source._non_persistent_buffers_set
+        owner.register_buffer(field, value, persistent=persistent)
+    else:
+        setattr(owner, field, value)
+
+
+def _copy_attr_from_dict(root: dict[str, Any], gm: GraphModule, node: Any) -> None:
+    if node.target not in root:
+        raise KeyError(
+            f"GraphModule: %{node.name} ({node.op}) refers to {node.target!r}, which is not a "
+            f"key of the root dict (keys: {', '.join(sorted(root)) or 'none'})"
+        )
+    value = root[node.target]
+    if node.op == "call_module" and not isinstance(value, torch.nn.Module):
+        raise TypeError(
+            f"GraphModule: %{node.name} calls {node.target!r} as a module, but the root dict "
+            f"maps it to a {type(value).__name__}"
+        )
+    *path, field = node.target.split(".")
+    owner: torch.nn.Module = gm
+    for item in path:
+        child = owner._modules.get(item)
+        if child is None:
+            child = torch.nn.Module()
+            owner.add_module(item, child)
+        owner = child
+    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+        owner.register_buffer(field, value)
+    else:
+        setattr(owner, field, value)
+
+
+# ------------------------------------------------------------------ errors
+def _note_failing_node(err: BaseException, gm: GraphModule) -> None:
+    """Add a note naming the node whose generated line raised ``err`` (Python 3.11+)."""
+    if not hasattr(err, "add_note") or gm._code is None:
+        return
+    tb = err.__traceback__
+    lineno = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == gm._source_file:
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    name = gm._code.line_to_node.get(lineno) if lineno is not None else None
+    if name is None:
+        return
+    source_line = gm._code.src.splitlines()[lineno - 1].strip()
+    note = (
+        f"fxloom: raised by %{name}, line {lineno} of the generated forward of "
+        f"{type(gm).__name__}:\n    {source_line}"
+    )
+    node = next((n for n in gm._graph.nodes if n.name == name), None)
+    if node is not None:
+        note += f"\n  node: {node.format_node()}"
+        if node.stack_trace:
+            note += f"\n  captured from:\n{textwrap.indent(node.stack_trace.rstrip(), '    ')}"
+    if note not in getattr(err, "__notes__", ()):
+        err.add_note(note)
+

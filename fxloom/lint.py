@@ -1,0 +1,154 @@
+"""``Graph.lint``: the IR's invariants as an executable checker.
+
+Each violation raises ``GraphLintError`` whose message says what is wrong, how
+to fix it, and shows the offending node among its neighbours.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from fxloom.graph import Graph
+    from fxloom.node import Node
+
+__all__ = ["GraphLintError", "lint_graph", "resolve_target"]
+
+
+class GraphLintError(RuntimeError):
+    """A graph breaks one of the IR's invariants; the message names the node and the fix."""
+
+
+def _context(node: Node, radius: int = 2) -> str:
+    from fxloom._format import format_node
+
+    root = node.graph._root
+    start = node
+    for _ in range(radius):
+        if start._prev is root:
+            break
+        start = start._prev
+    lines, current = [], start
+    for _ in range(2 * radius + 1):
+        if current is root:
+            break
+        marker = "-->" if current is node else "   "
+        lines.append(f"  {marker} {format_node(current)}")
+        current = current._next
+    return "\n".join(lines)
+
+
+def _fail(node: Node, problem: str) -> GraphLintError:
+    return GraphLintError(f"{problem}\n\nin the graph:\n{_context(node)}")
+
+
+def lint_graph(graph: Graph, root: torch.nn.Module | None) -> None:
+    sentinel = graph._root
+    defined: set[Node] = set()
+    names: set[str] = set()
+    output: Node | None = None
+    count = 0
+    previous, node = sentinel, sentinel._next
+    while node is not sentinel:
+        if node._prev is not previous:
+            raise _fail(node, f"the node list is broken at %{node.name} (prev pointer mismatch)")
+        if node.graph is not graph:
+            raise _fail(node, f"%{node.name} is linked into this graph but owned by another")
+        if node._erased:
+            raise _fail(node, f"%{node.name} was erased but is still linked into the graph")
+        if node.name in names:
+            raise _fail(node, f"two nodes are named {node.name!r}; names must be unique")
+        names.add(node.name)
+        if output is not None:
+            raise _fail(
+                node,
+                f"%{node.name} comes after the output %{output.name}; the output must be the "
+                f"last node (move it: %{node.name}.append(%{output.name}), or erase the stray node)",
+            )
+        _check_inputs(node, defined)
+        for user in node.users:
+            if node not in user._input_nodes:
+                raise _fail(node, f"%{node.name}.users lists %{user.name}, which does not use it")
+        if node.op == "output":
+            output = node
+        defined.add(node)
+        count += 1
+        previous, node = node, node._next
+    if count != len(graph.nodes):
+        raise GraphLintError(
+            f"the graph counts {len(graph.nodes)} nodes but {count} are linked; "
+            "nodes were linked or unlinked behind the Graph API's back"
+        )
+    if output is None:
+        raise GraphLintError(
+            "the graph has no output node; add one with graph.output(value) "
+            "(return None with graph.output(None))"
+        )
+    if root is not None:
+        _check_targets(graph, root)
+
+
+def _check_inputs(node: Node, defined: set[Node]) -> None:
+    for arg in node._input_nodes:
+        if arg in defined:
+            if node not in arg.users:
+                raise _fail(node, f"%{node.name} uses %{arg.name} but is missing from its users")
+            continue
+        if arg.graph is not node.graph:
+            raise _fail(
+                node,
+                f"%{node.name} uses %{arg.name}, which belongs to another graph; "
+                "copy nodes across graphs with Graph.node_copy or Graph.graph_copy",
+            )
+        if arg._erased:
+            raise _fail(node, f"%{node.name} uses %{arg.name}, which was erased")
+        raise _fail(
+            node,
+            f"%{node.name} uses %{arg.name} before it is defined (graph is not in topological "
+            f"order); move the node with %{arg.name}.append(...) / prepend, or create it "
+            "under graph.inserting_after(...)",
+        )
+
+
+def resolve_target(root: torch.nn.Module, qualified_name: str) -> object:
+    """Follow ``"a.b.c"`` from ``root``; raise ``AttributeError`` naming the missing piece."""
+    value: object = root
+    walked: list[str] = []
+    for part in qualified_name.split("."):
+        if not hasattr(value, part):
+            owner = ".".join(walked) or type(root).__name__
+            candidates = _attribute_names(value)
+            close = difflib.get_close_matches(part, candidates, n=3)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise AttributeError(f"{owner!s} has no attribute {part!r}{hint}")
+        value = getattr(value, part)
+        walked.append(part)
+    return value
+
+
+def _attribute_names(value: object) -> list[str]:
+    if isinstance(value, torch.nn.Module):
+        return [*value._modules, *value._parameters, *value._buffers, *vars(value)]
+    return [name for name in dir(value) if not name.startswith("__")]
+
+
+def _check_targets(graph: Graph, root: torch.nn.Module) -> None:
+    for op in ("get_attr", "call_module"):
+        for node in graph.find_nodes(op=op):
+            try:
+                value = resolve_target(root, node.target)
+            except AttributeError as err:
+                raise _fail(
+                    node,
+                    f"%{node.name} ({op}) targets {node.target!r}, which "
+                    f"{type(root).__name__} does not have: {err}",
+                ) from None
+            if op == "call_module" and not isinstance(value, torch.nn.Module):
+                raise _fail(
+                    node,
+                    f"%{node.name} calls {node.target!r} as a module, but it is a "
+                    f"{type(value).__name__}; use call_function or call_method for it",
+                )

@@ -1,0 +1,605 @@
+"""``Node``: one operation of a ``Graph``, and the helpers that walk node arguments.
+
+A node is one of six opcodes. For each, ``name``, ``target``, ``args`` and
+``kwargs`` mean:
+
+============== ======================= =========================== ===========================
+op             target                  args                        kwargs
+============== ======================= =========================== ===========================
+placeholder    the parameter's name    ``()`` or ``(default,)``    unused
+get_attr       qualified attribute     unused                      unused
+               name (``"lin.weight"``)
+call_function  a callable              positional arguments        keyword arguments
+call_method    a method name           ``(self, *positional)``     keyword arguments
+call_module    qualified submodule     positional arguments        keyword arguments
+               name (``"layer1.0"``)   (without the module)
+output         ``"output"``            ``(returned_value,)``       unused
+============== ======================= =========================== ===========================
+
+``name`` is the variable the value is bound to in generated code. A tiny graph::
+
+    >>> import operator, fxloom
+    >>> g = fxloom.Graph()
+    >>> x = g.placeholder("x")
+    >>> y = g.call_function(operator.mul, (x, 2))
+    >>> out = g.output(y)
+    >>> print(y.format_node())
+    %mul : [num_users=1] = call_function[target=operator.mul](args = (%x, 2), kwargs = {})
+
+Arguments are immutable values (see ``fxloom.immutable_collections``): nodes,
+Python scalars and strings, ``None``, slices, ``...``, torch dtypes, devices,
+layouts, memory formats and ``torch.Size``, and tuples/lists/dicts of these.
+Assigning ``node.args``/``node.kwargs`` keeps ``users`` of every node involved
+up to date; nothing ever rescans the graph to recompute them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import inspect
+import operator
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+import torch
+
+from fxloom.immutable_collections import immutable_dict, immutable_list
+
+if TYPE_CHECKING:
+    from fxloom.graph import Graph
+
+__all__ = [
+    "Node",
+    "Argument",
+    "Target",
+    "BaseArgumentTypes",
+    "map_arg",
+    "map_aggregate",
+    "has_side_effect",
+    "OPCODES",
+]
+
+OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
+_OPCODE_SET = frozenset(OPCODES)
+
+Target = Union[Callable[..., Any], str]
+
+BaseArgumentTypes = Union[
+    str,
+    int,
+    float,
+    bool,
+    complex,
+    torch.dtype,
+    torch.Tensor,
+    torch.device,
+    torch.memory_format,
+    torch.layout,
+    torch.SymInt,
+    torch.SymFloat,
+    torch.SymBool,
+]
+
+Argument = Optional[
+    Union[
+        tuple[Any, ...],
+        list[Any],
+        dict[str, Any],
+        slice,
+        range,
+        "Node",
+        BaseArgumentTypes,
+    ]
+]
+
+# Values stored as they are (immutable, printable as literals or simple
+# expressions). The fast paths below test ``type(x) in _LEAF_TYPES``.
+_LEAF_TYPES = frozenset(
+    {
+        int,
+        float,
+        bool,
+        complex,
+        str,
+        bytes,
+        type(None),
+        type(Ellipsis),
+        range,
+        torch.dtype,
+        torch.device,
+        torch.memory_format,
+        torch.layout,
+        torch.Size,
+        torch.SymInt,
+        torch.SymFloat,
+        torch.SymBool,
+    }
+)
+
+# Values that generated code can only reach through a global binding; allowed
+# as arguments (e.g. a function passed to another), printed by name.
+_OPAQUE_CONSTANT_TYPES = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.ModuleType,
+    type,
+    enum.Enum,
+)
+
+
+def _side_effect_table() -> set[Any]:
+    functions: set[Any] = {
+        operator.setitem,
+        operator.delitem,
+        operator.iadd,
+        operator.isub,
+        operator.imul,
+        operator.imatmul,
+        operator.itruediv,
+        operator.ifloordiv,
+        operator.imod,
+        operator.ipow,
+        operator.ilshift,
+        operator.irshift,
+        operator.iand,
+        operator.ior,
+        operator.ixor,
+        builtins.print,
+        builtins.setattr,
+        builtins.delattr,
+        torch.manual_seed,
+        torch._assert,
+    }
+    return functions
+
+
+# Calls the dead-code eliminator must keep even when their result is unused.
+# Extend with ``has_side_effect``.
+_SIDE_EFFECT_FUNCTIONS: set[Any] = _side_effect_table()
+
+
+def has_side_effect(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as impure, so ``eliminate_dead_code`` keeps calls to it.
+
+    Usable as a decorator::
+
+        @fxloom.has_side_effect
+        def log_activation(x): ...
+    """
+    _SIDE_EFFECT_FUNCTIONS.add(fn)
+    return fn
+
+
+class Node:
+    """One operation in a ``Graph``; see the module docstring for the opcodes.
+
+    Fields: ``name``, ``op``, ``target``, ``args``, ``kwargs``, ``type`` (an
+    optional annotation of the value), ``meta`` (a plain dict for analyses),
+    ``users`` (the nodes that use this one, in insertion order), ``prev`` and
+    ``next`` (neighbours in the graph's list).
+    """
+
+    __slots__ = (
+        "graph",
+        "_name",
+        "_op",
+        "_target",
+        "_args",
+        "_kwargs",
+        "_input_nodes",
+        "users",
+        "type",
+        "meta",
+        "_prev",
+        "_next",
+        "_sort_key",
+        "_erased",
+        "_repr_fn",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        graph: Graph,
+        name: str,
+        op: str,
+        target: Target,
+        args: tuple[Argument, ...],
+        kwargs: dict[str, Argument],
+        return_type: Any | None = None,
+    ) -> None:
+        if op not in _OPCODE_SET and op != "root":
+            raise ValueError(
+                f"unknown opcode {op!r} for node {name!r}; "
+                f"a node's op is one of: {', '.join(OPCODES)}"
+            )
+        if op in ("call_method", "call_module", "get_attr") and not isinstance(target, str):
+            raise TypeError(
+                f"node {name!r}: the target of a {op} node is a string "
+                f"(a method or qualified attribute name), got {target!r}"
+            )
+        if op == "call_function" and not callable(target):
+            raise TypeError(
+                f"node {name!r}: the target of a call_function node must be callable, "
+                f"got {target!r} of type {type(target).__name__}"
+            )
+        self.graph = graph
+        self._name = name
+        self._op = op
+        self._target = target
+        self._input_nodes: dict[Node, None] = {}
+        self.users: dict[Node, None] = {}
+        self.type = return_type
+        self.meta: dict[str, Any] = {}
+        self._prev = self
+        self._next = self
+        self._sort_key: tuple[int, ...] = (0,)
+        self._erased = False
+        self._repr_fn: Callable[[Node], str] | None = None
+        self._args: tuple[Argument, ...] = ()
+        self._kwargs: dict[str, Argument] = immutable_dict()
+        self._set_args_kwargs(args, kwargs)
+
+    # ----------------------------------------------------------------- fields
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, candidate: str) -> None:
+        """Rename; the graph's namespace keeps names unique (a taken name gets a suffix)."""
+        if candidate == self._name:
+            return
+        self._name = self.graph._namespace.create_name(candidate)
+        self.graph._changed()
+
+    @property
+    def op(self) -> str:
+        return self._op
+
+    @op.setter
+    def op(self, op: str) -> None:
+        if op not in _OPCODE_SET:
+            raise ValueError(f"unknown opcode {op!r}; a node's op is one of: {', '.join(OPCODES)}")
+        self.graph._index_remove(self)
+        self._op = op
+        self.graph._index_add(self)
+        self.graph._changed()
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    @target.setter
+    def target(self, target: Target) -> None:
+        self.graph._index_remove(self)
+        self._target = target
+        self.graph._index_add(self)
+        self.graph._changed()
+
+    @property
+    def args(self) -> tuple[Argument, ...]:
+        """Positional arguments (a tuple). Assigning updates ``users`` of all nodes involved."""
+        return self._args
+
+    @args.setter
+    def args(self, args: tuple[Argument, ...]) -> None:
+        self._set_args_kwargs(args, self._kwargs)
+
+    @property
+    def kwargs(self) -> dict[str, Argument]:
+        """Keyword arguments (a read-only dict). Assigning updates ``users`` bookkeeping."""
+        return self._kwargs
+
+    @kwargs.setter
+    def kwargs(self, kwargs: dict[str, Argument]) -> None:
+        self._set_args_kwargs(self._args, kwargs)
+
+    @property
+    def all_input_nodes(self) -> list[Node]:
+        """The distinct nodes in ``args`` then ``kwargs``, in order of first appearance."""
+        return list(self._input_nodes)
+
+    @property
+    def next(self) -> Node:
+        """The following node (the graph's sentinel, op ``"root"``, after the last one)."""
+        return self._next
+
+    @property
+    def prev(self) -> Node:
+        """The preceding node (the graph's sentinel, op ``"root"``, before the first one)."""
+        return self._prev
+
+    @property
+    def stack_trace(self) -> str | None:
+        """Where in user code this node came from; stored in ``meta["stack_trace"]``."""
+        return self.meta.get("stack_trace")
+
+    @stack_trace.setter
+    def stack_trace(self, trace: str | None) -> None:
+        self.meta["stack_trace"] = trace
+
+    # ------------------------------------------------------- args bookkeeping
+    def _set_args_kwargs(self, args: Any, kwargs: Any) -> None:
+        if self._erased:
+            raise RuntimeError(f"%{self._name} was erased from its graph; its arguments are final")
+        if type(args) is not tuple:
+            if isinstance(args, (list, tuple)):
+                args = tuple(args)
+            else:
+                raise TypeError(
+                    f"args of %{self._name} must be a tuple, got {type(args).__name__}: {args!r}"
+                )
+        if not isinstance(kwargs, dict):
+            raise TypeError(
+                f"kwargs of %{self._name} must be a dict, got {type(kwargs).__name__}: {kwargs!r}"
+            )
+        inputs: dict[Node, None] = {}
+        args = _freeze_tuple(args, inputs, self)
+        kwargs = _freeze(kwargs, inputs, self) if kwargs else immutable_dict()
+        graph = self.graph
+        for node in inputs:
+            if node.graph is not graph:
+                raise ValueError(
+                    f"%{self._name} uses %{node._name}, which belongs to another graph; "
+                    "copy nodes between graphs with Graph.node_copy or Graph.graph_copy"
+                )
+            if node._erased:
+                raise ValueError(
+                    f"%{self._name} uses %{node._name}, which was erased from the graph"
+                )
+        old_inputs = self._input_nodes
+        for node in old_inputs:
+            if node not in inputs:
+                del node.users[self]
+        for node in inputs:
+            if node not in old_inputs:
+                node.users[self] = None
+        self._args = args
+        self._kwargs = kwargs
+        self._input_nodes = inputs
+        if graph is not None:
+            graph._changed()
+
+    def update_arg(self, idx: int, arg: Argument) -> None:
+        """Replace positional argument ``idx`` with ``arg``."""
+        args = list(self._args)
+        args[idx] = arg
+        self.args = tuple(args)
+
+    def update_kwarg(self, key: str, arg: Argument) -> None:
+        """Set keyword argument ``key`` to ``arg``."""
+        kwargs = dict(self._kwargs)
+        kwargs[key] = arg
+        self.kwargs = kwargs
+
+    def replace_input_with(self, old_input: Node, new_input: Node) -> None:
+        """Use ``new_input`` wherever this node used ``old_input``."""
+
+        def swap(n: Node) -> Node:
+            return new_input if n is old_input else n
+
+        self._set_args_kwargs(map_arg(self._args, swap), map_arg(self._kwargs, swap))
+
+    def replace_all_uses_with(
+        self,
+        replace_with: Node,
+        delete_user_cb: Callable[[Node], bool] = lambda user: True,
+        *,
+        propagate_meta: bool = False,
+    ) -> list[Node]:
+        """Make users of this node use ``replace_with`` instead; return the users changed.
+
+        ``delete_user_cb(user)`` selects which users to change (all by default).
+        With ``propagate_meta``, ``meta`` entries of this node missing from
+        ``replace_with`` are copied over.
+        """
+        if propagate_meta:
+            for key, value in self.meta.items():
+                replace_with.meta.setdefault(key, value)
+        changed = [user for user in self.users if delete_user_cb(user)]
+        for user in changed:
+            user.replace_input_with(self, replace_with)
+        return changed
+
+    # ------------------------------------------------------------ list moves
+    def prepend(self, x: Node) -> None:
+        """Move (or insert) ``x`` so that it sits immediately before this node."""
+        if x is self:
+            return
+        if x.graph is not self.graph:
+            raise ValueError(f"cannot move %{x._name} next to %{self._name}: different graphs")
+        self.graph._link_before(self, x)
+
+    def append(self, x: Node) -> None:
+        """Move (or insert) ``x`` so that it sits immediately after this node."""
+        if x is self:
+            return
+        self._next.prepend(x)
+
+    def __lt__(self, other: Node) -> bool:
+        return self._sort_key < other._sort_key
+
+    def __gt__(self, other: Node) -> bool:
+        return self._sort_key > other._sort_key
+
+    # ----------------------------------------------------------------- purity
+    def is_impure(self) -> bool:
+        """Whether dead-code elimination must keep this node even when unused.
+
+        Impure: placeholders and outputs; calls to functions registered with
+        ``has_side_effect`` (in-place operators, ``setitem``, ``print``, ...);
+        in-place methods (``add_``) and functions (``torch.relu_``); calls
+        writing into ``out=`` or passing ``inplace=True``; modules with a true
+        ``_is_impure`` attribute; and any node with ``meta["is_impure"]`` set.
+        """
+        op = self._op
+        if op in ("placeholder", "output") or self.meta.get("is_impure"):
+            return True
+        if "out" in self._kwargs or self._kwargs.get("inplace") is True:
+            return True
+        if op == "call_function":
+            target = self._target
+            try:
+                if target in _SIDE_EFFECT_FUNCTIONS:
+                    return True
+            except TypeError:  # unhashable callable
+                pass
+            name = getattr(target, "__name__", "")
+            return _is_inplace_name(name)
+        if op == "call_method":
+            return _is_inplace_name(self._target)
+        if op == "call_module":
+            root = self.graph.owning_module
+            if root is None:
+                return False
+            try:
+                module = root.get_submodule(self._target)
+            except AttributeError:
+                return False
+            return bool(getattr(module, "_is_impure", False))
+        return False
+
+    # --------------------------------------------------------------- printing
+    def __repr__(self) -> str:
+        if self._repr_fn is not None:
+            return self._repr_fn(self)
+        return self._name
+
+    def format_node(
+        self,
+        placeholder_names: list[str] | None = None,
+        maybe_return_typename: list[str] | None = None,
+    ) -> str | None:
+        """The node in the graph's text form::
+
+            %name : [num_users=N] = op[target=T](args = (...), kwargs = {...})
+
+        An output node prints as ``return <value>``. If ``placeholder_names``
+        is given, placeholders are appended to it and ``None`` is returned (used
+        to print ``graph(x, y):`` headers); ``maybe_return_typename`` receives
+        the output's type annotation.
+        """
+        from fxloom._format import format_node
+
+        return format_node(self, placeholder_names, maybe_return_typename)
+
+
+def _is_inplace_name(name: str) -> bool:
+    # ``add_`` mutates; ``__add__`` and ``_private`` helpers are not in-place.
+    return name.endswith("_") and not name.endswith("__") and not name.startswith("_")
+
+
+# ---------------------------------------------------------------- arguments
+def _freeze_tuple(args: tuple, inputs: dict[Node, None], owner: Node | None) -> tuple:
+    """Record the nodes in ``args``; return ``args`` with lists/dicts frozen.
+
+    The common case — a flat tuple of nodes and scalars — returns the tuple
+    itself without rebuilding it.
+    """
+    simple = True
+    for a in args:
+        t = type(a)
+        if t is Node:
+            inputs[a] = None
+        elif t not in _LEAF_TYPES:
+            simple = False
+            break
+    if simple:
+        return args
+    return tuple(_freeze(a, inputs, owner) for a in args)
+
+
+def _freeze(a: Any, inputs: dict[Node, None], owner: Node | None) -> Any:
+    t = type(a)
+    if t is Node:
+        inputs[a] = None
+        return a
+    if t in _LEAF_TYPES:
+        return a
+    if isinstance(a, tuple):
+        items = [_freeze(x, inputs, owner) for x in a]
+        return t(*items) if hasattr(a, "_fields") else tuple(items)
+    if isinstance(a, list):
+        return immutable_list(_freeze(x, inputs, owner) for x in a)
+    if isinstance(a, dict):
+        return immutable_dict((k, _freeze(v, inputs, owner)) for k, v in a.items())
+    if t is slice:
+        return slice(
+            _freeze(a.start, inputs, owner),
+            _freeze(a.stop, inputs, owner),
+            _freeze(a.step, inputs, owner),
+        )
+    if isinstance(a, (int, float, str)):  # subclasses such as IntEnum
+        return a
+    _check_argument_value(a, owner)
+    return a
+
+
+def _check_argument_value(a: Any, owner: Node | None) -> None:
+    where = f"%{owner._name} ({owner._op})" if owner is not None else "a node"
+    if isinstance(a, torch.Tensor):
+        raise TypeError(
+            f"{where} was given a tensor of shape {tuple(a.shape)} as an argument; tensors are "
+            "not graph arguments. Register it on the root module (as a parameter, buffer or "
+            "attribute) and read it with graph.get_attr('<name>')"
+        )
+    if isinstance(a, torch.nn.Module):
+        raise TypeError(
+            f"{where} was given the module {type(a).__name__} as an argument; modules are called "
+            "with graph.call_module('<qualified name>') or read with graph.get_attr"
+        )
+    if isinstance(a, _OPAQUE_CONSTANT_TYPES) or callable(a):
+        return
+    raise TypeError(
+        f"{where} was given {a!r} of type {type(a).__name__} as an argument; arguments are "
+        "nodes, Python scalars, strings, None, slices, Ellipsis, torch dtypes/devices/layouts/"
+        "memory formats, torch.Size and tuples/lists/dicts of these. Store other objects as "
+        "attributes of the root module and read them with graph.get_attr"
+    )
+
+
+def map_aggregate(a: Argument, fn: Callable[[Argument], Argument]) -> Argument:
+    """Apply ``fn`` to every leaf of ``a`` (a nested tuple/list/dict/slice), keeping its shape.
+
+    Lists and dicts come back as ``immutable_list``/``immutable_dict``;
+    named tuples keep their type.
+    """
+    t = type(a)
+    if t is tuple:
+        return tuple(map_aggregate(x, fn) for x in a)
+    if isinstance(a, tuple):
+        items = [map_aggregate(x, fn) for x in a]
+        return t(*items) if hasattr(a, "_fields") else t(items)
+    if isinstance(a, list):
+        return immutable_list(map_aggregate(x, fn) for x in a)
+    if isinstance(a, dict):
+        return immutable_dict((k, map_aggregate(v, fn)) for k, v in a.items())
+    if t is slice:
+        return slice(map_aggregate(a.start, fn), map_aggregate(a.stop, fn), map_aggregate(a.step, fn))
+    return fn(a)
+
+
+def map_arg(a: Argument, fn: Callable[[Node], Argument]) -> Argument:
+    """Apply ``fn`` to every ``Node`` inside ``a``, keeping the structure around them.
+
+    >>> map_arg((1, [2, 3]), lambda n: n)  # no nodes: same values back
+    (1, [2, 3])
+    """
+    if not callable(fn):
+        raise TypeError("map_arg(a, fn): fn must be callable")
+    if type(a) is tuple:
+        # Fast path for the usual flat tuple of nodes and scalars.
+        for x in a:
+            if type(x) not in _LEAF_TYPES and type(x) is not Node:
+                break
+        else:
+            return tuple(fn(x) if type(x) is Node else x for x in a)
+    return map_aggregate(a, lambda x: fn(x) if isinstance(x, Node) else x)
+
+
+def _signature_empty() -> Any:
+    return inspect.Signature.empty
