@@ -28,22 +28,20 @@ class _NodeRef:
 
 
 def graph_to_records(graph: Graph) -> dict[str, Any]:
-    position: dict[Node, int] = {}
-    records = []
-    for i, node in enumerate(graph.nodes):
-        position[node] = i
-        refer = lambda n: _NodeRef(position[n])  # noqa: E731
-        records.append(
-            (
-                node.name,
-                node.op,
-                node.target,
-                map_arg(node.args, refer),
-                map_arg(node.kwargs, refer),
-                node.type,
-                node.meta,
-            )
+    position: dict[Node, int] = {node: i for i, node in enumerate(graph.nodes)}
+    refer = lambda n: _NodeRef(position[n])  # noqa: E731
+    records = [
+        (
+            node.name,
+            node.op,
+            node.target,
+            map_arg(node.args, refer),
+            map_arg(node.kwargs, refer),
+            node.type,
+            _refer_in_meta(node.meta, position),
         )
+        for node in position
+    ]
     return {"records": records, "tracer_cls": graph._tracer_cls}
 
 
@@ -55,9 +53,35 @@ def graph_from_records(state: dict[str, Any]) -> Graph:
         args = _resolve(args, resolve)
         kwargs = _resolve(kwargs, resolve)
         node = graph.create_node(op, target, args, kwargs, name=name, type_expr=type_expr)
-        node.meta = meta
         nodes.append(node)
+    for node, (*_, meta) in zip(nodes, state["records"]):
+        node.meta = _resolve_in_meta(meta, resolve)
     return graph
+
+
+def _refer_in_meta(value: Any, position: dict[Node, int]) -> Any:
+    """Nodes inside (nested) dicts/lists/tuples of ``meta`` become references."""
+    if isinstance(value, Node):
+        if value not in position:
+            raise TypeError(
+                f"cannot pickle: meta mentions %{value.name}, a node of another graph"
+            )
+        return _NodeRef(position[value])
+    if type(value) is dict:
+        return {k: _refer_in_meta(v, position) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_refer_in_meta(v, position) for v in value)
+    return value
+
+
+def _resolve_in_meta(value: Any, resolve: Any) -> Any:
+    if isinstance(value, _NodeRef):
+        return resolve(value)
+    if type(value) is dict:
+        return {k: _resolve_in_meta(v, resolve) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_resolve_in_meta(v, resolve) for v in value)
+    return value
 
 
 def _resolve(value: Any, resolve: Any) -> Any:

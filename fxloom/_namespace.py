@@ -51,10 +51,17 @@ def sanitize(candidate: str) -> str:
 class Namespace:
     """Hands out unique identifiers; see the module docstring for the invariants."""
 
-    __slots__ = ("_used", "_next_suffix", "_reserved", "_split_cache")
+    __slots__ = ("_used", "_next_suffix", "_reserved", "_split_cache", "_taken_elsewhere")
 
-    def __init__(self, reserved: frozenset[str] = RESERVED_NAMES) -> None:
+    def __init__(
+        self,
+        reserved: frozenset[str] = RESERVED_NAMES,
+        taken_elsewhere: Namespace | None = None,
+    ) -> None:
         self._used: set[str] = set()
+        # Another namespace whose names this one must also avoid (generated
+        # globals avoid node names) — consulted, not copied.
+        self._taken_elsewhere = taken_elsewhere._used if taken_elsewhere is not None else frozenset()
         self._next_suffix: dict[str, int] = {}
         self._reserved = reserved
         # candidate -> (base, requested suffix or 0); the same few candidates
@@ -62,7 +69,7 @@ class Namespace:
         self._split_cache: dict[str, tuple[str, int]] = {}
 
     def __contains__(self, name: str) -> bool:
-        return name in self._used
+        return name in self._used or name in self._taken_elsewhere
 
     def _split(self, candidate: str) -> tuple[str, int]:
         split = self._split_cache.get(candidate)
@@ -80,11 +87,11 @@ class Namespace:
         """Return ``candidate`` made unique (and valid), and mark it used."""
         base, suffix = self._split(candidate)
         name = f"{base}_{suffix}" if suffix else base
-        used = self._used
-        if name in used or name in self._reserved:
+        used, reserved, elsewhere = self._used, self._reserved, self._taken_elsewhere
+        if name in used or name in reserved or name in elsewhere:
             counter = self._next_suffix.get(base, 1)
             name = f"{base}_{counter}"
-            while name in used or name in self._reserved:
+            while name in used or name in reserved or name in elsewhere:
                 counter += 1
                 name = f"{base}_{counter}"
             self._next_suffix[base] = counter + 1

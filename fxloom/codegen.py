@@ -38,9 +38,10 @@ import torch
 
 from fxloom._namespace import Namespace, sanitize
 
+from fxloom.node import Node
+
 if TYPE_CHECKING:
     from fxloom.graph import Graph
-    from fxloom.node import Node
 
 __all__ = ["PythonCode", "CodegenError", "generate"]
 
@@ -55,8 +56,14 @@ class PythonCode:
 
     src: str
     globals: dict[str, Any]
-    # 1-based line number in ``src`` -> name of the node emitted on that line.
-    line_to_node: dict[int, str] = field(default_factory=dict)
+    # node_of_line[i]: name of the node emitted on line i + 1 of ``src`` (or None).
+    node_of_line: list[str | None] = field(default_factory=list)
+
+    def node_at_line(self, lineno: int) -> str | None:
+        """The name of the node whose statement is on 1-based line ``lineno``."""
+        if 1 <= lineno <= len(self.node_of_line):
+            return self.node_of_line[lineno - 1]
+        return None
 
 
 # -------------------------------------------------------------------- tables
@@ -111,6 +118,17 @@ UNARY_OPERATORS: dict[Any, str] = {
     operator.not_: "not ",
 }
 
+# One lookup per call_function node: target -> (arity, kind, token).
+OPERATOR_FORMS: dict[Any, tuple[int, str, str]] = {
+    **{fn: (2, "infix", token) for fn, token in BINARY_OPERATORS.items()},
+    **{fn: (2, "augmented", token) for fn, token in INPLACE_OPERATORS.items()},
+    **{fn: (1, "prefix", token) for fn, token in UNARY_OPERATORS.items()},
+    operator.getitem: (2, "getitem", ""),  # a[b], slices as a:b:c
+    operator.setitem: (3, "setitem", ""),  # a[b] = c
+    operator.contains: (2, "contains", ""),  # b in a
+    builtins.getattr: (2, "getattr", ""),  # a.name
+}
+
 # Modules whose functions print with their dotted path (``torch.relu``);
 # functions from anywhere else are bound by their own name (``my_helper``).
 DOTTED_ROOTS: dict[str, types.ModuleType] = {
@@ -121,6 +139,8 @@ DOTTED_ROOTS: dict[str, types.ModuleType] = {
 }
 
 _TORCH_VALUE_TYPES = (torch.dtype, torch.memory_format, torch.layout)
+# "forward" is the function being defined: a global of that name would be rebound by it.
+_GLOBAL_RESERVED = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {"forward"}
 
 
 def generate(graph: Graph, root_module: str = "self", *, verbose: bool = False) -> PythonCode:
@@ -138,44 +158,51 @@ class _Emitter:
         self.globals: dict[str, Any] = {}
         # Globals are named in a namespace that already holds every node and
         # parameter name, so a global can never shadow a value (and vice versa).
-        self.global_names = Namespace(reserved=frozenset(keyword.kwlist) | set(dir(builtins)))
+        self.global_names = Namespace(
+            reserved=_GLOBAL_RESERVED, taken_elsewhere=graph._namespace
+        )
         self.bound: dict[int, str] = {}  # id(object) -> global name
         self.param_names: set[str] = set()
 
     # ------------------------------------------------------------ top level
     def emit(self) -> PythonCode:
-        nodes = list(self.graph.nodes)
-        output = self._find_output(nodes)
-        for node in nodes:
-            self.global_names.reserve(node.name)
-        params, rebinds = self._signature(nodes)
-        last_uses = _last_uses(nodes)
+        graph = self.graph
+        output = self._find_output()
+        params, rebinds = self._signature(graph.find_nodes(op="placeholder"))
+        last_uses = _last_uses(graph)
         body: list[str] = list(rebinds)
-        line_to_node: dict[int, str] = {}
-        first_body_line = 2  # line 1 is the ``def``
-        for node in nodes:
-            op = node.op
+        # node_of_line[i] names the node emitted on line i + 1 (line 1 is the def).
+        node_of_line: list[str | None] = [None] * (len(body) + 1)
+        statement_of = self._statement
+        verbose = self.verbose
+        root = graph._root
+        node = root._next
+        while node is not root:
+            op = node._op
             if op == "placeholder":
+                node = node._next
                 continue
-            if self.verbose and node.stack_trace:
+            if verbose and node.stack_trace:
                 body.append(_stack_comment(node.stack_trace))
+                node_of_line.append(None)
             if op == "output":
-                line_to_node[first_body_line + len(body)] = node.name
-                body.append(f"return {self._expr(node.args[0]) if node.args else 'None'}")
-                continue
-            statement = self._statement(node)
-            dead = last_uses.get(node)
-            if dead:
-                statement = f"{statement};  {' = '.join(dead)} = None"
-            line_to_node[first_body_line + len(body)] = node.name
-            body.append(statement)
+                body.append(f"return {self._expr(node._args[0]) if node._args else 'None'}")
+            else:
+                statement = statement_of(node)
+                dead = last_uses.get(node)
+                if dead:
+                    statement = f"{statement};  {' = '.join(dead)} = None"
+                body.append(statement)
+            node_of_line.append(node._name)
+            node = node._next
         returns = f" -> {self._annotation(output.type)}" if output.type is not None else ""
         header = f"def forward({', '.join([self.root_module, *params])}){returns}:"
         src = header + "\n    " + "\n    ".join(body) + "\n"
-        return PythonCode(src, self.globals, line_to_node)
+        return PythonCode(src, self.globals, node_of_line)
 
-    def _find_output(self, nodes: list[Node]) -> Node:
-        outputs = [n for n in nodes if n.op == "output"]
+    def _find_output(self) -> Node:
+        graph = self.graph
+        outputs = graph.find_nodes(op="output")
         if not outputs:
             raise CodegenError(
                 "the graph has no output node, so there is nothing to return; "
@@ -184,24 +211,23 @@ class _Emitter:
         if len(outputs) > 1:
             names = ", ".join(f"%{n.name}" for n in outputs)
             raise CodegenError(f"the graph has {len(outputs)} output nodes ({names}); keep one")
-        if outputs[0] is not nodes[-1]:
+        last = graph._root._prev
+        if outputs[0] is not last:
             raise CodegenError(
-                f"%{nodes[-1].name} comes after the output %{outputs[0].name}; "
+                f"%{last.name} comes after the output %{outputs[0].name}; "
                 "the output must be the last node (graph.lint() explains more)"
             )
-        if self.root_module in {n.name for n in nodes}:
+        if self.root_module in graph._namespace:
             raise CodegenError(f"a node is named {self.root_module!r}, the root module's name")
         return outputs[0]
 
     # ------------------------------------------------------------ signature
-    def _signature(self, nodes: list[Node]) -> tuple[list[str], list[str]]:
+    def _signature(self, placeholders: list[Node]) -> tuple[list[str], list[str]]:
         params: list[str] = []
         rebinds: list[str] = []
         seen_default: Node | None = None
         seen_star = False
-        for node in nodes:
-            if node.op != "placeholder":
-                continue
+        for node in placeholders:
             target = str(node.target)
             stars = "**" if target.startswith("**") else "*" if target.startswith("*") else ""
             wanted = target[len(stars) :]
@@ -234,14 +260,11 @@ class _Emitter:
 
     # ------------------------------------------------------------ statements
     def _statement(self, node: Node) -> str:
-        op, target, args, kwargs = node.op, node.target, node.args, node.kwargs
-        name = node.name
-        if node.type is not None:
-            name = f"{name}: {self._annotation(node.type)}"
-        if op == "get_attr":
-            return f"{name} = {self._attr_path(target)}"
-        if op == "call_module":
-            return f"{name} = {self._attr_path(target)}({self._call_args(args, kwargs)})"
+        op = node._op
+        name = node._name if node.type is None else f"{node._name}: {self._annotation(node.type)}"
+        if op == "call_function":
+            return self._call_function(node, name)
+        target, args, kwargs = node._target, node._args, node._kwargs
         if op == "call_method":
             if not args:
                 raise CodegenError(f"call_method %{node.name} ({target}) has no self argument")
@@ -251,32 +274,35 @@ class _Emitter:
             else:
                 method = f"{self._builtin('getattr')}({receiver}, {target!r})"
             return f"{name} = {method}({self._call_args(args[1:], kwargs)})"
-        return self._call_function(node, name)
+        if op == "call_module":
+            return f"{name} = {self._attr_path(target)}({self._call_args(args, kwargs)})"
+        return f"{name} = {self._attr_path(target)}"  # get_attr
 
     def _call_function(self, node: Node, name: str) -> str:
-        fn, args, kwargs = node.target, node.args, node.kwargs
+        fn, args, kwargs = node._target, node._args, node._kwargs
         if not kwargs:
             try:
-                binary = BINARY_OPERATORS.get(fn)
-                inplace = INPLACE_OPERATORS.get(fn)
-                unary = UNARY_OPERATORS.get(fn)
+                form = OPERATOR_FORMS.get(fn)
             except TypeError:  # unhashable callable
-                binary = inplace = unary = None
-            if binary is not None and len(args) == 2:
-                return f"{name} = {self._operand(args[0])} {binary} {self._operand(args[1])}"
-            if inplace is not None and len(args) == 2:
-                return f"{name} = {self._expr(args[0])};  {node.name} {inplace} {self._operand(args[1])}"
-            if unary is not None and len(args) == 1:
-                return f"{name} = {unary}{self._operand(args[0])}"
-            if fn is operator.getitem and len(args) == 2:
-                return f"{name} = {self._receiver(args[0])}[{self._index(args[1])}]"
-            if fn is operator.setitem and len(args) == 3:
-                store = f"{self._receiver(args[0])}[{self._index(args[1])}] = {self._expr(args[2])}"
-                return f"{store};  {node.name} = None"
-            if fn is operator.contains and len(args) == 2:
-                return f"{name} = {self._operand(args[1])} in {self._operand(args[0])}"
-            if fn is builtins.getattr and len(args) == 2 and _is_attr_name(args[1]):
-                return f"{name} = {self._receiver(args[0])}.{args[1]}"
+                form = None
+            if form is not None and len(args) == form[0]:
+                kind, token = form[1], form[2]
+                if kind == "infix":
+                    return f"{name} = {self._operand(args[0])} {token} {self._operand(args[1])}"
+                if kind == "prefix":
+                    return f"{name} = {token}{self._operand(args[0])}"
+                if kind == "augmented":
+                    target = node._name
+                    return f"{name} = {self._expr(args[0])};  {target} {token} {self._operand(args[1])}"
+                if kind == "getitem":
+                    return f"{name} = {self._receiver(args[0])}[{self._index(args[1])}]"
+                if kind == "setitem":
+                    store = f"{self._receiver(args[0])}[{self._index(args[1])}] = {self._expr(args[2])}"
+                    return f"{store};  {node._name} = None"
+                if kind == "contains":
+                    return f"{name} = {self._operand(args[1])} in {self._operand(args[0])}"
+                if kind == "getattr" and _is_attr_name(args[1]):
+                    return f"{name} = {self._receiver(args[0])}.{args[1]}"
         return f"{name} = {self._global(fn)}({self._call_args(args, kwargs)})"
 
     def _attr_path(self, qualified_name: str) -> str:
@@ -297,11 +323,9 @@ class _Emitter:
     # ----------------------------------------------------------- expressions
     def _expr(self, a: Any) -> str:
         """A Python expression evaluating to the argument value ``a``."""
-        from fxloom.node import Node
-
         t = type(a)
         if t is Node:
-            return a.name
+            return a._name
         if t is int or t is bool or t is str or a is None or t is bytes:
             return repr(a)
         if t is float:
@@ -339,10 +363,8 @@ class _Emitter:
 
     def _operand(self, a: Any) -> str:
         """``_expr`` made safe as the operand of an infix or unary operator."""
-        from fxloom.node import Node
-
         if type(a) is Node:
-            return a.name
+            return a._name
         text = self._expr(a)
         if text.startswith("-") or " " in text and not _is_bracketed(text):
             return f"({text})"
@@ -350,10 +372,8 @@ class _Emitter:
 
     def _receiver(self, a: Any) -> str:
         """``_expr`` made safe before ``.attr`` or ``[index]`` (``(1).real``, not ``1.real``)."""
-        from fxloom.node import Node
-
         if type(a) is Node:
-            return a.name
+            return a._name
         return f"({self._expr(a)})"
 
     def _index(self, index: Any) -> str:
@@ -491,18 +511,25 @@ def _is_attr_name(value: Any) -> bool:
     return isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)
 
 
-def _last_uses(nodes: list[Node]) -> dict[Node, list[str]]:
+def _last_uses(graph: Graph) -> dict[Node, list[str]]:
     """For each node, the values whose last use it is (freed right after it)."""
     seen: set[Node] = set()
     dies_at: dict[Node, list[str]] = {}
-    for node in reversed(nodes):
-        if node.op == "output":
-            seen.update(node.all_input_nodes)
-            continue
+    root = graph._root
+    node = root._prev
+    if node is not root and node._op == "output":  # returned values are never freed
+        seen.update(node._input_nodes)
+        node = node._prev
+    while node is not root:
         for value in node._input_nodes:
             if value not in seen:
                 seen.add(value)
-                dies_at.setdefault(node, []).append(value.name)
+                dead = dies_at.get(node)
+                if dead is None:
+                    dies_at[node] = [value._name]
+                else:
+                    dead.append(value._name)
+        node = node._prev
     return dies_at
 
 

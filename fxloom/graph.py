@@ -47,6 +47,11 @@ __all__ = ["Graph"]
 _by_sort_key = operator.attrgetter("_sort_key")
 
 
+def _to_none(node: Node) -> None:
+    # An erased node forgets its inputs, so nothing keeps them alive through it.
+    return None
+
+
 class _NodeList:
     """A live view of a graph's nodes; safe to iterate while nodes are erased or inserted.
 
@@ -353,8 +358,11 @@ class Graph:
             for node in to_erase._input_nodes:
                 del node.users[to_erase]
             to_erase._input_nodes = {}
-            to_erase._args = map_arg(to_erase._args, lambda n: None)
-            to_erase._kwargs = map_arg(to_erase._kwargs, lambda n: None)
+            if to_erase._flat:
+                to_erase._args = tuple([None if type(a) is Node else a for a in to_erase._args])
+            else:
+                to_erase._args = map_arg(to_erase._args, _to_none)
+                to_erase._kwargs = map_arg(to_erase._kwargs, _to_none)
         prev, nxt = to_erase._prev, to_erase._next
         prev._next = nxt
         nxt._prev = prev
@@ -449,9 +457,10 @@ class Graph:
         memo[id(self)] = new
         val_map: dict[Node, Node] = {}
         for node in self.nodes:
-            copied = new.node_copy(node, val_map.__getitem__)
-            copied.meta = copy.deepcopy(node.meta, memo)
-            val_map[node] = copied
+            val_map[node] = memo[id(node)] = new.node_copy(node, val_map.__getitem__)
+        # Metadata last: nodes it mentions are already in memo and map to the copies.
+        for old, copied in val_map.items():
+            copied.meta = copy.deepcopy(old.meta, memo)
         return new
 
     def __reduce__(self) -> tuple:

@@ -67,6 +67,10 @@ def _compile_forward(code: PythonCode, class_name: str) -> tuple[Any, str]:
     namespace["__loader__"] = _SourceLoader(code.src)
     exec(compile(code.src, filename, "exec"), namespace)
     forward = namespace["forward"]
+    if "forward" in code.globals:
+        # The ``def`` rebound a global the body calls (a user function named
+        # ``forward``); give the body its global back.
+        namespace["forward"] = code.globals["forward"]
     # Registered eagerly so tracebacks and inspect see the source at once;
     # removed with the function so big generated sources do not pile up.
     lines = code.src.splitlines(keepends=True)
@@ -384,7 +388,7 @@ def _note_failing_node(err: BaseException, gm: GraphModule) -> None:
         if tb.tb_frame.f_code.co_filename == gm._source_file:
             lineno = tb.tb_lineno
         tb = tb.tb_next
-    name = gm._code.line_to_node.get(lineno) if lineno is not None else None
+    name = gm._code.node_at_line(lineno) if lineno is not None else None
     if name is None:
         return
     source_line = gm._code.src.splitlines()[lineno - 1].strip()

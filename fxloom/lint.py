@@ -51,32 +51,38 @@ def lint_graph(graph: Graph, root: torch.nn.Module | None) -> None:
     names: set[str] = set()
     output: Node | None = None
     count = 0
+    # Every (node -> input) edge is checked to be in input.users below; if the
+    # totals match too, users holds nothing else.
+    edges = user_entries = 0
     previous, node = sentinel, sentinel._next
     while node is not sentinel:
         if node._prev is not previous:
-            raise _fail(node, f"the node list is broken at %{node.name} (prev pointer mismatch)")
-        if node.graph is not graph:
-            raise _fail(node, f"%{node.name} is linked into this graph but owned by another")
-        if node._erased:
-            raise _fail(node, f"%{node.name} was erased but is still linked into the graph")
-        if node.name in names:
-            raise _fail(node, f"two nodes are named {node.name!r}; names must be unique")
-        names.add(node.name)
+            raise _fail(node, f"the node list is broken at %{node._name} (prev pointer mismatch)")
+        if node.graph is not graph or node._erased:
+            raise _fail(node, f"%{node._name} is linked into this graph but is erased or foreign")
+        if node._name in names:
+            raise _fail(node, f"two nodes are named {node._name!r}; names must be unique")
+        names.add(node._name)
         if output is not None:
             raise _fail(
                 node,
-                f"%{node.name} comes after the output %{output.name}; the output must be the "
-                f"last node (move it: %{node.name}.append(%{output.name}), or erase the stray node)",
+                f"%{node._name} comes after the output %{output._name}; the output must be the "
+                f"last node (move it: %{node._name}.append(%{output._name}), or erase the stray "
+                "node)",
             )
-        _check_inputs(node, defined)
-        for user in node.users:
-            if node not in user._input_nodes:
-                raise _fail(node, f"%{node.name}.users lists %{user.name}, which does not use it")
-        if node.op == "output":
+        inputs = node._input_nodes
+        for arg in inputs:
+            if arg not in defined or node not in arg.users:
+                _explain_bad_input(node, arg, defined)
+        edges += len(inputs)
+        user_entries += len(node.users)
+        if node._op == "output":
             output = node
         defined.add(node)
         count += 1
         previous, node = node, node._next
+    if edges != user_entries:
+        _explain_extra_users(graph)
     if count != len(graph.nodes):
         raise GraphLintError(
             f"the graph counts {len(graph.nodes)} nodes but {count} are linked; "
@@ -91,26 +97,32 @@ def lint_graph(graph: Graph, root: torch.nn.Module | None) -> None:
         _check_targets(graph, root)
 
 
-def _check_inputs(node: Node, defined: set[Node]) -> None:
-    for arg in node._input_nodes:
-        if arg in defined:
-            if node not in arg.users:
-                raise _fail(node, f"%{node.name} uses %{arg.name} but is missing from its users")
-            continue
-        if arg.graph is not node.graph:
-            raise _fail(
-                node,
-                f"%{node.name} uses %{arg.name}, which belongs to another graph; "
-                "copy nodes across graphs with Graph.node_copy or Graph.graph_copy",
-            )
-        if arg._erased:
-            raise _fail(node, f"%{node.name} uses %{arg.name}, which was erased")
+def _explain_extra_users(graph: Graph) -> None:
+    for node in graph.nodes:
+        for user in node.users:
+            if node not in user._input_nodes or user._erased:
+                raise _fail(node, f"%{node.name}.users lists %{user.name}, which does not use it")
+    raise GraphLintError("users entries and argument edges disagree in number")
+
+
+def _explain_bad_input(node: Node, arg: Node, defined: set[Node]) -> None:
+    """Raise the error describing why ``arg`` is not a valid input of ``node``."""
+    if arg.graph is not node.graph:
+        raise _fail(
+            node,
+            f"%{node.name} uses %{arg.name}, which belongs to another graph; "
+            "copy nodes across graphs with Graph.node_copy or Graph.graph_copy",
+        )
+    if arg._erased:
+        raise _fail(node, f"%{node.name} uses %{arg.name}, which was erased")
+    if arg not in defined:
         raise _fail(
             node,
             f"%{node.name} uses %{arg.name} before it is defined (graph is not in topological "
             f"order); move the node with %{arg.name}.append(...) / prepend, or create it "
             "under graph.inserting_after(...)",
         )
+    raise _fail(node, f"%{node.name} uses %{arg.name} but is missing from its users")
 
 
 def resolve_target(root: torch.nn.Module, qualified_name: str) -> object:

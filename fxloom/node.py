@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import builtins
 import enum
-import inspect
 import operator
 import types
 from collections.abc import Callable
@@ -173,6 +172,13 @@ def has_side_effect(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+_NO_KWARGS = immutable_dict()
+
+
+def _every_user(user: Node) -> bool:
+    return True
+
+
 class Node:
     """One operation in a ``Graph``; see the module docstring for the opcodes.
 
@@ -197,6 +203,7 @@ class Node:
         "_next",
         "_sort_key",
         "_erased",
+        "_flat",
         "_repr_fn",
         "__weakref__",
     )
@@ -238,9 +245,10 @@ class Node:
         self._next = self
         self._sort_key: tuple[int, ...] = (0,)
         self._erased = False
+        self._flat = True  # args is a flat tuple of nodes/scalars and kwargs is empty
         self._repr_fn: Callable[[Node], str] | None = None
         self._args: tuple[Argument, ...] = ()
-        self._kwargs: dict[str, Argument] = immutable_dict()
+        self._kwargs: dict[str, Argument] = _NO_KWARGS
         self._set_args_kwargs(args, kwargs)
 
     # ----------------------------------------------------------------- fields
@@ -338,19 +346,13 @@ class Node:
                 f"kwargs of %{self._name} must be a dict, got {type(kwargs).__name__}: {kwargs!r}"
             )
         inputs: dict[Node, None] = {}
-        args = _freeze_tuple(args, inputs, self)
-        kwargs = _freeze(kwargs, inputs, self) if kwargs else immutable_dict()
+        frozen = _freeze_tuple(args, inputs, self)
+        self._flat = frozen is args and not kwargs
+        kwargs = _freeze(kwargs, inputs, self) if kwargs else _NO_KWARGS
         graph = self.graph
-        for node in inputs:
-            if node.graph is not graph:
-                raise ValueError(
-                    f"%{self._name} uses %{node._name}, which belongs to another graph; "
-                    "copy nodes between graphs with Graph.node_copy or Graph.graph_copy"
-                )
-            if node._erased:
-                raise ValueError(
-                    f"%{self._name} uses %{node._name}, which was erased from the graph"
-                )
+        for node in inputs:  # validate everything before touching any users
+            if node.graph is not graph or node._erased:
+                self._refuse_input(node)
         old_inputs = self._input_nodes
         for node in old_inputs:
             if node not in inputs:
@@ -358,11 +360,18 @@ class Node:
         for node in inputs:
             if node not in old_inputs:
                 node.users[self] = None
-        self._args = args
+        self._args = frozen
         self._kwargs = kwargs
         self._input_nodes = inputs
-        if graph is not None:
-            graph._changed()
+        graph._version += 1  # the code depends on arguments: regenerate on next use
+
+    def _refuse_input(self, node: Node) -> None:
+        if node._erased:
+            raise ValueError(f"%{self._name} uses %{node._name}, which was erased from the graph")
+        raise ValueError(
+            f"%{self._name} uses %{node._name}, which belongs to another graph; "
+            "copy nodes between graphs with Graph.node_copy or Graph.graph_copy"
+        )
 
     def update_arg(self, idx: int, arg: Argument) -> None:
         """Replace positional argument ``idx`` with ``arg``."""
@@ -378,6 +387,12 @@ class Node:
 
     def replace_input_with(self, old_input: Node, new_input: Node) -> None:
         """Use ``new_input`` wherever this node used ``old_input``."""
+        if old_input not in self._input_nodes:
+            return
+        if self._flat:  # no containers: swap at the top level only
+            args = tuple([new_input if a is old_input else a for a in self._args])
+            self._set_args_kwargs(args, _NO_KWARGS)
+            return
 
         def swap(n: Node) -> Node:
             return new_input if n is old_input else n
@@ -387,7 +402,7 @@ class Node:
     def replace_all_uses_with(
         self,
         replace_with: Node,
-        delete_user_cb: Callable[[Node], bool] = lambda user: True,
+        delete_user_cb: Callable[[Node], bool] = _every_user,
         *,
         propagate_meta: bool = False,
     ) -> list[Node]:
@@ -400,7 +415,10 @@ class Node:
         if propagate_meta:
             for key, value in self.meta.items():
                 replace_with.meta.setdefault(key, value)
-        changed = [user for user in self.users if delete_user_cb(user)]
+        if delete_user_cb is _every_user:
+            changed = list(self.users)
+        else:
+            changed = [user for user in self.users if delete_user_cb(user)]
         for user in changed:
             user.replace_input_with(self, replace_with)
         return changed
@@ -419,6 +437,19 @@ class Node:
         if x is self:
             return
         self._next.prepend(x)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Node:
+        # Reached only for a node outside a graph copy (e.g. one held in an
+        # unrelated structure): copying it alone would drag the whole list along.
+        raise TypeError(
+            f"cannot deep-copy node %{self._name} on its own; deep-copy its Graph "
+            "(copy.deepcopy(graph)) or the GraphModule that owns it"
+        )
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"cannot pickle node %{self._name} on its own; pickle its Graph or GraphModule"
+        )
 
     def __lt__(self, other: Node) -> bool:
         return self._sort_key < other._sort_key
@@ -591,15 +622,20 @@ def map_arg(a: Argument, fn: Callable[[Node], Argument]) -> Argument:
     """
     if not callable(fn):
         raise TypeError("map_arg(a, fn): fn must be callable")
-    if type(a) is tuple:
-        # Fast path for the usual flat tuple of nodes and scalars.
+    t = type(a)
+    if t is tuple:  # fast path: the usual flat tuple of nodes and scalars
+        mapped = []
         for x in a:
-            if type(x) not in _LEAF_TYPES and type(x) is not Node:
+            tx = type(x)
+            if tx is Node:
+                mapped.append(fn(x))
+            elif tx in _LEAF_TYPES:
+                mapped.append(x)
+            else:
                 break
         else:
-            return tuple(fn(x) if type(x) is Node else x for x in a)
+            return tuple(mapped)
+    elif t is immutable_dict and not a:
+        return a
     return map_aggregate(a, lambda x: fn(x) if isinstance(x, Node) else x)
 
-
-def _signature_empty() -> Any:
-    return inspect.Signature.empty
