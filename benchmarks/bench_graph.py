@@ -122,7 +122,10 @@ def run(sizes: list[int], shapes: list[str]) -> list[tuple[str, int, str, float,
             theirs: dict[str, float] = {}
             repeats = repeats_for(n)
             for rep in range(repeats):  # alternate who goes first: memory state matters
-                sides = [(fxloom, fxloom.GraphModule, ours), (torch.fx, torch.fx.GraphModule, theirs)]
+                sides = [
+                    (fxloom, fxloom.GraphModule, ours),
+                    (torch.fx, torch.fx.GraphModule, theirs),
+                ]
                 for lib, gm_cls, into in sides if rep % 2 == 0 else sides[::-1]:
                     best_of(lib, gm_cls, shape, n, into)
             for op in OPERATIONS:

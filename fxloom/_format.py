@@ -33,6 +33,8 @@ _PUBLIC_MODULE = {
 
 def qualified_name(obj: Any) -> str:
     """A readable dotted name for a callable (``operator.add``, ``torch.relu``, ``getattr``)."""
+    if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"torch.ops.{obj}"  # str() is "aten.add.Tensor" / "aten.add"
     name = getattr(obj, "__name__", None)
     if name is None:
         return repr(obj)
@@ -64,7 +66,9 @@ def format_arg(arg: Any, max_list_len: float = float("inf"), *, percent: bool = 
         more = "" if len(shown) == len(arg) else f", ...[total_len={len(arg)}]"
         return f"[{items}{more}]"
     if isinstance(arg, dict):
-        items = ", ".join(f"{k}: {format_arg(v, max_list_len, percent=percent)}" for k, v in arg.items())
+        items = ", ".join(
+            f"{k}: {format_arg(v, max_list_len, percent=percent)}" for k, v in arg.items()
+        )
         return f"{{{items}}}"
     if isinstance(arg, slice):
         parts = (format_arg(arg.start), format_arg(arg.stop), format_arg(arg.step))
@@ -100,7 +104,9 @@ def format_node(
             maybe_return_typename[0] = f" -> {_type_str(node.type)}"
         return f"return {format_arg(node.args[0], percent=False) if node.args else None}"
     typed = f" : {_type_str(node.type)}" if node.type is not None else " :"
-    head = f"%{node.name}{typed} [num_users={len(node.users)}] = {op}[target={_format_target(node)}]"
+    head = (
+        f"%{node.name}{typed} [num_users={len(node.users)}] = {op}[target={_format_target(node)}]"
+    )
     if op == "placeholder":
         return head + (f"(default={format_arg(node.args[0])})" if node.args else "")
     if op == "get_attr":
@@ -123,7 +129,13 @@ def print_tabular(graph: Graph, file: Any = None) -> None:
     for column in ("opcode", "name", "target", "args", "kwargs"):
         table.add_column(column, overflow="fold")
     for node in graph.nodes:
-        cells = (node.op, node.name, _format_target(node), format_arg(node.args), format_arg(node.kwargs))
+        cells = (
+            node.op,
+            node.name,
+            _format_target(node),
+            format_arg(node.args),
+            format_arg(node.kwargs),
+        )
         table.add_row(*(Text(cell) for cell in cells))
     console = Console(file=file, soft_wrap=False) if file is not None else Console()
     console.print(table)

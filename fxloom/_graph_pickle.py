@@ -49,7 +49,7 @@ def graph_from_records(state: dict[str, Any]) -> Graph:
     graph = Graph(tracer_cls=state.get("tracer_cls"))
     nodes: list[Node] = []
     resolve = lambda ref: nodes[ref.index]  # noqa: E731
-    for name, op, target, args, kwargs, type_expr, meta in state["records"]:
+    for name, op, target, args, kwargs, type_expr, _meta in state["records"]:
         args = _resolve(args, resolve)
         kwargs = _resolve(kwargs, resolve)
         node = graph.create_node(op, target, args, kwargs, name=name, type_expr=type_expr)
@@ -63,9 +63,7 @@ def _refer_in_meta(value: Any, position: dict[Node, int]) -> Any:
     """Nodes inside (nested) dicts/lists/tuples of ``meta`` become references."""
     if isinstance(value, Node):
         if value not in position:
-            raise TypeError(
-                f"cannot pickle: meta mentions %{value.name}, a node of another graph"
-            )
+            raise TypeError(f"cannot pickle: meta mentions %{value.name}, a node of another graph")
         return _NodeRef(position[value])
     if type(value) is dict:
         return {k: _refer_in_meta(v, position) for k, v in value.items()}

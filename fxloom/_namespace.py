@@ -40,7 +40,9 @@ RESERVED_NAMES = frozenset(
 def sanitize(candidate: str) -> str:
     """Turn any string into a snake_case identifier stem (``"layer1.Conv"`` -> ``"layer1_conv"``)."""
     stem = _CAMEL_BOUNDARY.sub("_", candidate)
-    stem = _INVALID_CHARS.sub("_", stem).strip("_").lower()
+    stem = _INVALID_CHARS.sub("_", stem).lower()
+    # "__add__" -> "add"; a trailing "_" that marks an in-place op ("add_") stays.
+    stem = stem.strip("_") if stem.startswith("__") and stem.endswith("__") else stem.lstrip("_")
     if not stem:
         return "_unnamed"
     if stem[0].isdigit():
@@ -61,7 +63,9 @@ class Namespace:
         self._used: set[str] = set()
         # Another namespace whose names this one must also avoid (generated
         # globals avoid node names) — consulted, not copied.
-        self._taken_elsewhere = taken_elsewhere._used if taken_elsewhere is not None else frozenset()
+        self._taken_elsewhere = (
+            taken_elsewhere._used if taken_elsewhere is not None else frozenset()
+        )
         self._next_suffix: dict[str, int] = {}
         self._reserved = reserved
         # candidate -> (base, requested suffix or 0); the same few candidates

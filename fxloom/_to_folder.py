@@ -14,6 +14,7 @@ where import paths are needed, because a fresh interpreter has only names.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import keyword
 import textwrap
@@ -35,7 +36,8 @@ def write_folder(gm: GraphModule, folder: Path, module_name: str) -> None:
     code = gm.graph.python_code(root_module="self")
     imports = [_import_line(name, value) for name, value in code.globals.items()]
     folder.mkdir(parents=True, exist_ok=True)
-    builder = _ModuleBuilder(folder)
+    attr_readers = {n.target: n.name for n in gm.graph.find_nodes(op="get_attr")}
+    builder = _ModuleBuilder(folder, attr_readers)
     init_lines = builder.build(gm, "self")
     torch.save(gm.state_dict(), folder / "state_dict.pt")
     torch.save(builder.constants, folder / "constants.pt")
@@ -71,8 +73,11 @@ def write_folder(gm: GraphModule, folder: Path, module_name: str) -> None:
 class _ModuleBuilder:
     """Emits ``__init__`` lines that recreate a module tree's structure and tensors."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, attr_readers: dict[str, str]) -> None:
         self.folder = folder
+        # get_attr target -> name of a node reading it; such non-tensor
+        # attributes (ints, strings, tuples, ...) are written as literals.
+        self.attr_readers = attr_readers
         self.constants: dict[str, torch.Tensor] = {}
 
     def build(self, module: torch.nn.Module, expr: str, prefix: str = "") -> list[str]:
@@ -119,17 +124,41 @@ class _ModuleBuilder:
                 empty = f"torch.empty({tuple(buffer.shape)!r}, dtype={buffer.dtype})"
                 lines.append(f"{expr}.register_buffer({name!r}, {empty})")
         for name, value in vars(module).items():
-            if isinstance(value, torch.Tensor) and not name.startswith("_"):
-                key = f"{prefix}{name}"
+            key = f"{prefix}{name}"
+            referenced = key in self.attr_readers
+            if isinstance(value, torch.Tensor) and (referenced or not name.startswith("_")):
                 self.constants[key] = value
                 lines.append(f"setattr({expr}, {name!r}, constants[{key!r}])")
+            elif referenced:
+                literal = _literal(value, key, self.attr_readers[key])
+                lines.append(f"setattr({expr}, {name!r}, {literal})")
         return lines
+
+
+def _literal(value: Any, target: str, reader: str) -> str:
+    """``repr(value)`` when it reads back as an equal value of the same type."""
+    text = repr(value)
+    try:
+        rebuilt = ast.literal_eval(text)
+        same = type(rebuilt) is type(value) and rebuilt == value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        same = False
+    if not same:
+        raise ValueError(
+            f"to_folder: %{reader} reads attribute {target!r}, a {type(value).__name__} that "
+            "cannot be written as a Python literal; store it as a tensor buffer or make it a "
+            "constant argument of the nodes that use it"
+        )
+    return text
 
 
 def _constructor(module: torch.nn.Module) -> str | None:
     """``torch.nn.Linear(in_features=4, ...)`` when a torch.nn leaf can be rebuilt from its repr."""
     cls = type(module)
-    if not cls.__module__.startswith("torch.nn.") or getattr(torch.nn, cls.__name__, None) is not cls:
+    if (
+        not cls.__module__.startswith("torch.nn.")
+        or getattr(torch.nn, cls.__name__, None) is not cls
+    ):
         return None
     if module._modules:
         return None
@@ -142,7 +171,8 @@ def _constructor(module: torch.nn.Module) -> str | None:
         return None
     original, copy_ = module.state_dict(), rebuilt.state_dict()
     same = original.keys() == copy_.keys() and all(
-        original[k].shape == copy_[k].shape and original[k].dtype == copy_[k].dtype for k in original
+        original[k].shape == copy_[k].shape and original[k].dtype == copy_[k].dtype
+        for k in original
     )
     return f"torch.nn.{text}" if same else None
 

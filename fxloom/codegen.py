@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom._namespace import Namespace, sanitize
-
 from fxloom.node import Node
 
 if TYPE_CHECKING:
@@ -159,7 +158,7 @@ class _Emitter:
         # Globals are named in a namespace that already holds every node and
         # parameter name, so a global can never shadow a value (and vice versa).
         self.global_names = Namespace(
-            reserved=_GLOBAL_RESERVED, taken_elsewhere=graph._namespace
+            reserved=_GLOBAL_RESERVED | {root_module}, taken_elsewhere=graph._namespace
         )
         self.bound: dict[int, str] = {}  # id(object) -> global name
         self.param_names: set[str] = set()
@@ -223,40 +222,60 @@ class _Emitter:
 
     # ------------------------------------------------------------ signature
     def _signature(self, placeholders: list[Node]) -> tuple[list[str], list[str]]:
+        # Names first, for all parameters: an annotation printed earlier must not
+        # take a name (``torch``) that a later parameter needs.
+        names = [self._parameter_name(node) for node in placeholders]
         params: list[str] = []
-        rebinds: list[str] = []
+        rebinds = [
+            f"{node.name} = {param}"
+            for node, param in zip(placeholders, names)
+            if param != node.name
+        ]
         seen_default: Node | None = None
-        seen_star = False
-        for node in placeholders:
-            target = str(node.target)
-            stars = "**" if target.startswith("**") else "*" if target.startswith("*") else ""
-            wanted = target[len(stars) :]
-            usable = (
-                wanted.isidentifier()
-                and not keyword.iskeyword(wanted)
-                and wanted not in self.param_names
-                and (wanted == node.name or wanted not in self.global_names)
-                and wanted != self.root_module
-            )
-            param = wanted if usable else node.name
-            self.param_names.add(param)
-            self.global_names.reserve(param)
-            if param != node.name:
-                rebinds.append(f"{node.name} = {param}")
+        seen_star = seen_double_star = None
+        for node, param in zip(placeholders, names):
+            stars = _stars(node)
+            if seen_double_star is not None:
+                raise CodegenError(
+                    f"placeholder %{node.name} comes after **{seen_double_star.name}, and nothing "
+                    "may follow **kwargs; move it before that placeholder"
+                )
+            if stars == "*" and seen_star is not None:
+                raise CodegenError(
+                    f"placeholders %{seen_star.name} and %{node.name} are both *args"
+                )
             text = stars + param
             if node.type is not None and not stars:
                 text += f": {self._annotation(node.type)}"
             if node.args and not stars:
                 text += f" = {self._expr(node.args[0])}"
                 seen_default = node
-            elif seen_default is not None and not stars and not seen_star:
+            elif seen_default is not None and not stars and seen_star is None:
                 raise CodegenError(
                     f"placeholder %{node.name} has no default but follows %{seen_default.name}, "
                     "which has one; give it a default or move it before the defaulted inputs"
                 )
-            seen_star = seen_star or bool(stars)
+            if stars == "*":
+                seen_star = node
+            elif stars == "**":
+                seen_double_star = node
             params.append(text)
         return params, rebinds
+
+    def _parameter_name(self, node: Node) -> str:
+        """The target when it can be a parameter name (so callers may pass it by keyword)."""
+        wanted = str(node.target).lstrip("*")
+        usable = (
+            wanted.isidentifier()
+            and not keyword.iskeyword(wanted)
+            and wanted not in self.param_names
+            and (wanted == node.name or wanted not in self.global_names)
+            and wanted != self.root_module
+        )
+        param = wanted if usable else node.name
+        self.param_names.add(param)
+        self.global_names.reserve(param)
+        return param
 
     # ------------------------------------------------------------ statements
     def _statement(self, node: Node) -> str:
@@ -297,7 +316,9 @@ class _Emitter:
                 if kind == "getitem":
                     return f"{name} = {self._receiver(args[0])}[{self._index(args[1])}]"
                 if kind == "setitem":
-                    store = f"{self._receiver(args[0])}[{self._index(args[1])}] = {self._expr(args[2])}"
+                    store = (
+                        f"{self._receiver(args[0])}[{self._index(args[1])}] = {self._expr(args[2])}"
+                    )
                     return f"{store};  {node._name} = None"
                 if kind == "contains":
                     return f"{name} = {self._operand(args[1])} in {self._operand(args[0])}"
@@ -425,12 +446,18 @@ class _Emitter:
         if expr is None:
             name = getattr(obj, "__name__", None)
             candidate = name if isinstance(name, str) else type(obj).__name__
-            expr = self.global_names.create_name(sanitize(candidate) if candidate else "value")
+            if not candidate.isidentifier():
+                candidate = sanitize(candidate)
+            expr = self.global_names.create_name(candidate)
             self.globals[expr] = obj
         self.bound[id(obj)] = expr
         return expr
 
     def _dotted(self, obj: Any) -> str | None:
+        if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            path = f"ops.{obj}"  # str() is "aten.add.Tensor" or "aten.add"
+            if _resolve(torch, path) is obj:
+                return f"{self._module_global('torch', torch)}.{path}"
         name = getattr(obj, "__name__", None)
         if not isinstance(name, str):
             return None
@@ -449,26 +476,36 @@ class _Emitter:
         """A Python expression for the type annotation ``t``."""
         if t is None or t is type(None):
             return "None"
+        if t is Ellipsis:
+            return "..."
         if isinstance(t, str):
             return repr(t)
         if isinstance(t, types.UnionType):
             return " | ".join(self._annotation(a) for a in t.__args__)
         origin = typing.get_origin(t)
-        if origin is not None:
-            args = ", ".join(self._annotation(a) for a in typing.get_args(t))
-            if isinstance(t, types.GenericAlias):
-                head = self._global(origin)
-            else:
-                special = getattr(t, "_name", None) or getattr(origin, "_name", None)
-                if special and getattr(typing, special, None) is not None:
-                    head = f"{self._module_global('typing', typing)}.{special}"
-                else:
-                    return self._global(t)
-            return f"{head}[{args}]" if args else head
-        return self._global(t)
+        if origin is None:
+            return self._global(t)
+        args = [self._annotation(a) for a in typing.get_args(t)]
+        if origin is typing.Union:  # Optional[T] is Union[T, None]
+            head = f"{self._module_global('typing', typing)}.Union"
+        elif isinstance(t, types.GenericAlias):
+            head = self._global(origin)
+        else:
+            special = getattr(t, "_name", None) or getattr(origin, "_name", None)
+            if not special or getattr(typing, special, None) is None:
+                return self._global(t)
+            head = f"{self._module_global('typing', typing)}.{special}"
+        if not args:
+            return f"{head}[()]" if origin is tuple and t.__args__ == () else head
+        return f"{head}[{', '.join(args)}]"
 
 
 # --------------------------------------------------------------------- helpers
+def _stars(placeholder: Node) -> str:
+    target = str(placeholder.target)
+    return "**" if target.startswith("**") else "*" if target.startswith("*") else ""
+
+
 def _candidate_paths(root_name: str, module: str, qualname: str, name: str) -> list[str]:
     """Dotted paths under ``root_name`` at which an object may live, most specific first."""
     if module == "_operator":  # the C implementation behind ``operator``

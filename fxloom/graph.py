@@ -192,15 +192,11 @@ class Graph:
         insert point.
         """
         candidate = name if name else self._candidate_name(op, target)
-        node = Node(
-            self,
-            self._namespace.create_name(candidate),
-            op,
-            target,
-            () if args is None else args,
-            {} if kwargs is None else kwargs,
-            type_expr,
-        )
+        args = () if args is None else args
+        kwargs = {} if kwargs is None else kwargs
+        node = Node(self, candidate, op, target, args, kwargs, type_expr)
+        # Named only once it is valid: a rejected node must not use up its name.
+        node._name = self._namespace.create_name(candidate)
         anchor = self._insert_anchor
         if self._insert_after:
             while anchor._erased:
@@ -323,9 +319,10 @@ class Graph:
         """Place ``x`` immediately before ``anchor`` (the sentinel means: at the end)."""
         if x._erased:
             raise ValueError(f"%{x.name} was erased from the graph and cannot be re-inserted")
-        if x._prev is not x:  # already linked somewhere: unlink first
+        if x._prev is not x:  # a move: unlink first; index order no longer = graph order
             x._prev._next = x._next
             x._next._prev = x._prev
+            self._in_append_order = False
         prev = anchor._prev
         root = self._root
         if anchor is not root:
@@ -372,6 +369,14 @@ class Graph:
         self._version += 1
 
     # ------------------------------------------------------------------ index
+    def _reindex(self, node: Node, op: str, target: Target) -> None:
+        """Change ``node``'s op/target, keeping the find_nodes index right."""
+        self._index_remove(node)
+        node._op, node._target = op, target
+        self._index_add(node)
+        self._in_append_order = False  # the node now sits at its bucket's end
+        self._version += 1
+
     def _index_add(self, node: Node) -> None:
         buckets = self._index[node._op]
         try:
@@ -418,7 +423,9 @@ class Graph:
         return found
 
     # ------------------------------------------------------------------ copies
-    def node_copy(self, node: Node, arg_transform: Callable[[Node], Argument] = lambda x: x) -> Node:
+    def node_copy(
+        self, node: Node, arg_transform: Callable[[Node], Argument] = lambda x: x
+    ) -> Node:
         """Copy ``node`` (possibly of another graph) into this graph at the insert point.
 
         ``arg_transform`` maps each node argument to its counterpart here,
@@ -466,7 +473,7 @@ class Graph:
     def __reduce__(self) -> tuple:
         # Pickled as a flat list of records: a linked list of nodes would make
         # pickle recurse once per node and overflow the stack on big graphs.
-        from fxloom._graph_pickle import graph_to_records, graph_from_records
+        from fxloom._graph_pickle import graph_from_records, graph_to_records
 
         return (graph_from_records, (graph_to_records(self),))
 

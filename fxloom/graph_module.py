@@ -15,10 +15,11 @@
         return relu
 
 Code generation is lazy: constructing a GraphModule, assigning ``gm.graph`` or
-editing the graph in place costs nothing until the module is called (or
-``gm.code`` is read); then the code is generated once. Calling ``gm(...)``
-always runs the current graph; ``recompile()`` regenerates eagerly (and is what
-refreshes a bound ``gm.forward`` after in-place edits, as in torch.fx).
+editing the graph in place costs nothing until ``forward`` is next looked up
+(by a call, ``gm.forward``, ``gm.code``); then the code is generated once, so a
+pipeline of many edits pays for one regeneration. ``gm.forward`` and ``gm(...)``
+always reflect the current graph; ``recompile()`` regenerates eagerly, as in
+torch.fx.
 
 Each instance has a class of its own, so generated forwards of different
 instances never collide. Pickling and ``copy.deepcopy`` carry the graph and
@@ -65,12 +66,10 @@ def _compile_forward(code: PythonCode, class_name: str) -> tuple[Any, str]:
     namespace = dict(code.globals)
     namespace["__name__"] = filename
     namespace["__loader__"] = _SourceLoader(code.src)
-    exec(compile(code.src, filename, "exec"), namespace)
+    # dont_inherit: this file's ``from __future__ import annotations`` must not
+    # turn the generated annotations into strings.
+    exec(compile(code.src, filename, "exec", dont_inherit=True), namespace)
     forward = namespace["forward"]
-    if "forward" in code.globals:
-        # The ``def`` rebound a global the body calls (a user function named
-        # ``forward``); give the body its global back.
-        namespace["forward"] = code.globals["forward"]
     # Registered eagerly so tracebacks and inspect see the source at once;
     # removed with the function so big generated sources do not pile up.
     lines = code.src.splitlines(keepends=True)
@@ -79,10 +78,25 @@ def _compile_forward(code: PythonCode, class_name: str) -> tuple[Any, str]:
     return forward, filename
 
 
-def _forward_before_codegen(self: GraphModule, *args: Any, **kwargs: Any) -> Any:
-    """Stands in for ``forward`` until code is generated; generates it, then runs it."""
-    self.recompile()
-    return type(self).forward(self, *args, **kwargs)
+class _GeneratedForward:
+    """``GraphModule.forward``: the generated function, regenerated first if the graph changed.
+
+    A descriptor, so every way of reaching ``forward`` (``gm(x)``,
+    ``gm.forward``, ``type(gm).forward``, ``inspect.signature``) sees code for
+    the current graph. Assigning ``gm.forward = f`` on an instance still
+    overrides it, as for any method.
+    """
+
+    def __get__(self, instance: GraphModule | None, owner: type) -> Any:
+        if instance is None:
+            ref = owner.__dict__.get("_instance_ref")
+            instance = ref() if ref is not None else None
+            if instance is None:
+                return self
+            instance._ensure_current()
+            return owner._generated_forward
+        instance._ensure_current()
+        return type(instance)._generated_forward.__get__(instance, owner)
 
 
 class GraphModule(torch.nn.Module):
@@ -99,10 +113,12 @@ class GraphModule(torch.nn.Module):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GraphModule:
-        # A fresh subclass per instance: ``forward`` is installed on the class.
+        # A fresh subclass per instance: the generated function lives on it.
         base = cls._user_class()
         instance_class = type(base.__name__, (base,), {"_fxloom_instance_class": True})
-        return super().__new__(instance_class)
+        instance = super().__new__(instance_class)
+        instance_class._instance_ref = weakref.ref(instance)
+        return instance
 
     @classmethod
     def _user_class(cls) -> type:
@@ -149,7 +165,9 @@ class GraphModule(torch.nn.Module):
     @graph.setter
     def graph(self, graph: Graph) -> None:
         if not isinstance(graph, Graph):
-            raise TypeError(f"GraphModule.graph must be an fxloom.Graph, got {type(graph).__name__}")
+            raise TypeError(
+                f"GraphModule.graph must be an fxloom.Graph, got {type(graph).__name__}"
+            )
         self._graph = graph
         graph.owning_module = self
         self._invalidate()
@@ -159,17 +177,20 @@ class GraphModule(torch.nn.Module):
         self._compiled_graph: Graph | None = None
         self._compiled_version = -1
         self._source_file: str | None = None
-        type(self).forward = _forward_before_codegen  # type: ignore[method-assign]
 
-    def _is_stale(self) -> bool:
-        return self._compiled_graph is not self._graph or self._compiled_version != self._graph._version
+    def _ensure_current(self) -> None:
+        graph = self._graph
+        if self._compiled_graph is not graph or self._compiled_version != graph._version:
+            self.recompile()
+
+    forward = _GeneratedForward()
 
     def recompile(self) -> PythonCode:
         """Regenerate and compile ``forward`` from the graph now; return the ``PythonCode``."""
         graph = self._graph
         code = graph.python_code(root_module="self")
         forward, filename = _compile_forward(code, type(self).__name__)
-        type(self).forward = forward  # type: ignore[method-assign]
+        type(self)._generated_forward = forward
         self._code = code
         self._compiled_graph = graph
         self._compiled_version = graph._version
@@ -179,14 +200,11 @@ class GraphModule(torch.nn.Module):
     @property
     def code(self) -> str:
         """The Python source of ``forward`` for the current graph."""
-        if self._is_stale():
-            self.recompile()
+        self._ensure_current()
         assert self._code is not None
         return self._code.src
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._is_stale():
-            self.recompile()
         try:
             return super().__call__(*args, **kwargs)
         except Exception as err:
@@ -272,7 +290,9 @@ class GraphModule(torch.nn.Module):
 
     # ------------------------------------------------------- copy and pickle
     def __reduce__(self) -> tuple:
-        state = {k: v for k, v in self.__dict__.items() if k not in _CODEGEN_STATE and k != "_graph"}
+        state = {
+            k: v for k, v in self.__dict__.items() if k not in _CODEGEN_STATE and k != "_graph"
+        }
         return (_rebuild, (type(self)._user_class(), state, self._graph, type(self).__name__))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GraphModule:
@@ -403,4 +423,3 @@ def _note_failing_node(err: BaseException, gm: GraphModule) -> None:
             note += f"\n  captured from:\n{textwrap.indent(node.stack_trace.rstrip(), '    ')}"
     if note not in getattr(err, "__notes__", ()):
         err.add_note(note)
-

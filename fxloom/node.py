@@ -63,9 +63,9 @@ __all__ = [
 OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
 _OPCODE_SET = frozenset(OPCODES)
 
-Target = Union[Callable[..., Any], str]
+Target = Union[Callable[..., Any], str]  # noqa: UP007 - a runtime alias, as documented
 
-BaseArgumentTypes = Union[
+BaseArgumentTypes = Union[  # noqa: UP007
     str,
     int,
     float,
@@ -81,7 +81,7 @@ BaseArgumentTypes = Union[
     torch.SymBool,
 ]
 
-Argument = Optional[
+Argument = Optional[  # noqa: UP045 - "Node" is a forward reference
     Union[
         tuple[Any, ...],
         list[Any],
@@ -272,10 +272,7 @@ class Node:
     def op(self, op: str) -> None:
         if op not in _OPCODE_SET:
             raise ValueError(f"unknown opcode {op!r}; a node's op is one of: {', '.join(OPCODES)}")
-        self.graph._index_remove(self)
-        self._op = op
-        self.graph._index_add(self)
-        self.graph._changed()
+        self.graph._reindex(self, op, self._target)
 
     @property
     def target(self) -> Target:
@@ -283,10 +280,7 @@ class Node:
 
     @target.setter
     def target(self, target: Target) -> None:
-        self.graph._index_remove(self)
-        self._target = target
-        self.graph._index_add(self)
-        self.graph._changed()
+        self.graph._reindex(self, self._op, target)
 
     @property
     def args(self) -> tuple[Argument, ...]:
@@ -479,6 +473,9 @@ class Node:
                     return True
             except TypeError:  # unhashable callable
                 pass
+            schema = getattr(target, "_schema", None)  # torch.ops overloads know if they mutate
+            if schema is not None and getattr(schema, "is_mutable", False):
+                return True
             name = getattr(target, "__name__", "")
             return _is_inplace_name(name)
         if op == "call_method":
@@ -610,7 +607,9 @@ def map_aggregate(a: Argument, fn: Callable[[Argument], Argument]) -> Argument:
     if isinstance(a, dict):
         return immutable_dict((k, map_aggregate(v, fn)) for k, v in a.items())
     if t is slice:
-        return slice(map_aggregate(a.start, fn), map_aggregate(a.stop, fn), map_aggregate(a.step, fn))
+        return slice(
+            map_aggregate(a.start, fn), map_aggregate(a.stop, fn), map_aggregate(a.step, fn)
+        )
     return fn(a)
 
 
@@ -638,4 +637,3 @@ def map_arg(a: Argument, fn: Callable[[Node], Argument]) -> Argument:
     elif t is immutable_dict and not a:
         return a
     return map_aggregate(a, lambda x: fn(x) if isinstance(x, Node) else x)
-
