@@ -188,6 +188,8 @@ class _Emitter:
                 body.append(f"return {self._expr(node._args[0]) if node._args else 'None'}")
             else:
                 statement = statement_of(node)
+                if not node.users and op != "get_attr":
+                    statement = _drop_unused_binding(statement, node._name)
                 dead = last_uses.get(node)
                 if dead:
                     statement = f"{statement};  {' = '.join(dead)} = None"
@@ -501,6 +503,18 @@ class _Emitter:
 
 
 # --------------------------------------------------------------------- helpers
+def _drop_unused_binding(statement: str, name: str) -> str:
+    """``print_1 = print(x)`` -> ``print(x)`` when nothing reads ``print_1``.
+
+    Only simple ``name = expr`` statements; augmented and subscript stores
+    (which contain ``;`` or start elsewhere) keep their form.
+    """
+    prefix = f"{name} = "
+    if statement.startswith(prefix) and ";" not in statement:
+        return statement[len(prefix) :]
+    return statement
+
+
 def _stars(placeholder: Node) -> str:
     target = str(placeholder.target)
     return "**" if target.startswith("**") else "*" if target.startswith("*") else ""

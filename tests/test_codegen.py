@@ -762,3 +762,14 @@ def test_verbose_mode_adds_the_stack_trace_as_a_comment():
     src = g.python_code("self", verbose=True).src
     assert '# File "model.py", line 12, in forward | return torch.relu(x)' in src
     compile(src, "<generated>", "exec")
+
+
+def test_an_unused_call_result_is_not_bound():
+    # An impure call kept for its effect (print) becomes a bare expression
+    # statement, so its result is dropped at once instead of living to the return.
+    g = fx.Graph()
+    x = g.placeholder("x")
+    g.call_function(print, (x,))
+    g.output(x)
+    body = g.python_code("self").src.splitlines()[1:]
+    assert body == ["    print(x)", "    return x"]

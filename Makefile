@@ -1,0 +1,62 @@
+# fxloom developer tasks. Run `make` (or `make help`) for the list.
+#
+# Every target that runs code first sets up .venv. Set-up is idempotent: it reruns only when
+# pyproject.toml or constraints.txt change (tracked by a stamp file inside .venv).
+# torch is installed first and explicitly, at the version pinned in constraints.txt, so pip
+# never resolves a different torch (which would pull gigabytes of CUDA packages).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+SETUP_STAMP := $(VENV)/.fxloom-setup.stamp
+LINT_STAMP := $(VENV)/.fxloom-lint.stamp
+TORCH_PIN := $(shell grep -E '^torch==' constraints.txt)
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test bench lint format clean distclean
+
+help: ## list the targets
+	@awk -F ':.*## ' '/^[a-z]+:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+setup: $(SETUP_STAMP) ## create .venv and install fxloom (editable) with its test extras
+
+$(SETUP_STAMP): pyproject.toml constraints.txt
+	@test -n "$(TORCH_PIN)" || { echo "constraints.txt has no 'torch==' pin" >&2; exit 1; }
+	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing $(TORCH_PIN)"
+	$(PIP) install -q "$(TORCH_PIN)"
+	@echo "installing fxloom[test] with constraints.txt"
+	$(PIP) install -q -e '.[test]' -c constraints.txt
+	@touch $@
+
+demo: $(SETUP_STAMP) ## set up, then run the demo (`fxloom demo`)
+	$(VENV)/bin/fxloom demo
+
+test: $(SETUP_STAMP) ## set up, then run the tests (extra pytest flags: PYTEST_ARGS=...)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(SETUP_STAMP) ## set up, then run the graph benchmarks (options: BENCH_ARGS=...)
+	@test -f benchmarks/bench_graph.py || { echo "benchmarks/bench_graph.py does not exist yet" >&2; exit 1; }
+	$(PY) benchmarks/bench_graph.py $(BENCH_ARGS)
+
+$(LINT_STAMP): $(SETUP_STAMP)
+	$(PIP) install -q ruff -c constraints.txt
+	@touch $@
+
+lint: $(LINT_STAMP) ## ruff check + ruff format --check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(LINT_STAMP) ## rewrite files with ruff format and apply ruff's safe fixes
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean: ## remove build outputs and caches (keeps .venv)
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis .ruff_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean ## clean, and remove .venv too
+	rm -rf $(VENV)

@@ -1,0 +1,166 @@
+"""The `fxloom` command line.
+
+Usage: ``fxloom COMMAND [options]`` (or ``python -m fxloom COMMAND``). Run ``fxloom --help``.
+
+Subcommands are rows of one table, ``SUBCOMMANDS``. To add one, write a ``_run_<name>(args)``
+function returning an exit code (and, if the command takes options, an
+``_add_<name>_arguments(parser)`` function), then add a ``Subcommand`` row. A command imports
+its modules inside its run function, so one command's dependencies never slow down the others.
+
+Exit codes: 0 success; 1 the command ran and failed (an error, or the demo's results did not
+match eager PyTorch); 2 usage error (unknown command, bad option). Errors are reported as one
+line on stderr; ``--traceback`` shows the full Python traceback instead.
+
+Depends on: the standard library; each subcommand on the fxloom modules it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One row of the subcommand table."""
+
+    name: str
+    summary: str  # one line, listed by `fxloom --help`
+    description: str  # the body of `fxloom NAME --help`
+    run: Callable[[argparse.Namespace], int]
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from fxloom import demo
+
+    return demo.run()
+
+
+def _run_version(args: argparse.Namespace) -> int:
+    print(version_string())
+    return EXIT_OK
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand(
+        name="demo",
+        summary="build a graph by hand, generate its code, run it and compare with eager PyTorch",
+        description=(
+            "Walk through fxloom's core IR step by step: build a small Graph by hand\n"
+            "(placeholder, get_attr, call_function, call_module, call_method, output),\n"
+            "wrap it in a GraphModule, print the graph, its table and the generated\n"
+            "Python code, then run it on a random input and check the result matches\n"
+            "the same computation in eager PyTorch.\n\n"
+            "Exits 0 when the results match, 1 when they do not."
+        ),
+        run=_run_demo,
+    ),
+    Subcommand(
+        name="version",
+        summary="print the versions of fxloom, torch and Python",
+        description="Print the installed versions of fxloom, torch and Python on one line.",
+        run=_run_version,
+    ),
+)
+
+
+def version_string() -> str:
+    """One line naming the versions that matter when reporting a bug."""
+    fxloom_version = _installed_version("fxloom")
+    torch_version = _installed_version("torch")
+    return f"fxloom {fxloom_version} (torch {torch_version}, Python {platform.python_version()})"
+
+
+def _installed_version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for `fxloom`, with one sub-parser per row of SUBCOMMANDS."""
+    parser = argparse.ArgumentParser(
+        prog="fxloom",
+        description=(
+            "fxloom captures PyTorch programs into a small graph IR, lets you transform\n"
+            "the graph in plain Python, and generates Python code from it."
+        ),
+        epilog=(
+            "examples:\n"
+            "  fxloom demo       walk through building and running a graph\n"
+            "  fxloom version    show versions for a bug report\n\n"
+            "Run 'fxloom COMMAND --help' for the details of a command."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=version_string())
+    parser.add_argument("--traceback", action="store_true", help=_TRACEBACK_HELP)
+
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for subcommand in SUBCOMMANDS:
+        sub_parser = commands.add_parser(
+            subcommand.name,
+            help=subcommand.summary,
+            description=subcommand.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        # Also accepted after the command name; SUPPRESS keeps the top-level value otherwise.
+        sub_parser.add_argument(
+            "--traceback", action="store_true", default=argparse.SUPPRESS, help=_TRACEBACK_HELP
+        )
+        if subcommand.add_arguments is not None:
+            subcommand.add_arguments(sub_parser)
+        sub_parser.set_defaults(run=subcommand.run)
+    return parser
+
+
+_TRACEBACK_HELP = "on error, show the full Python traceback instead of a one-line message"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `fxloom` with `argv` (default: sys.argv[1:]) and return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # a usage error exits here with status 2
+    if args.command is None:
+        parser.print_usage(sys.stderr)
+        print("fxloom: error: choose a COMMAND (see 'fxloom --help')", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(f"fxloom {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`fxloom demo | head`); stop quietly, without a second error
+        # when Python flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
+    except Exception as error:
+        if args.traceback:
+            traceback.print_exc()
+        else:
+            print(
+                f"fxloom {args.command}: error: {_one_line(error)} (--traceback shows where)",
+                file=sys.stderr,
+            )
+        return EXIT_FAILURE
+
+
+def _one_line(error: BaseException) -> str:
+    """`Type: first line of the message`: fxloom's messages lead with what went wrong."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    message = lines[0] if lines else "(no message)"
+    return f"{type(error).__name__}: {message}"

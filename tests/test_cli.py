@@ -1,0 +1,119 @@
+"""The `fxloom` command line: its help, the demo, the version line, and how it reports mistakes.
+
+Most tests run the CLI the way a user does, in a fresh interpreter (`python -m fxloom ...`).
+The error-reporting tests call `cli.main()` in-process so they can make a command fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fxloom import cli
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def run_fxloom(*args: str, program: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI in a subprocess, as a pipe (not a terminal), and return what it printed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    env["NO_COLOR"] = "1"
+    command = (program or [sys.executable, "-m", "fxloom"]) + list(args)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    result.stdout = ANSI_ESCAPE.sub("", result.stdout)
+    result.stderr = ANSI_ESCAPE.sub("", result.stderr)
+    return result
+
+
+def test_help_lists_every_subcommand() -> None:
+    result = run_fxloom("--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: fxloom" in result.stdout
+    help_text = " ".join(result.stdout.split())  # argparse wraps long lines
+    for subcommand in cli.SUBCOMMANDS:
+        assert f"{subcommand.name} {subcommand.summary}" in help_text
+
+
+@pytest.mark.parametrize("name", [subcommand.name for subcommand in cli.SUBCOMMANDS])
+def test_each_subcommand_explains_itself(name: str) -> None:
+    result = run_fxloom(name, "--help")
+    assert result.returncode == 0, result.stderr
+    assert f"usage: fxloom {name}" in result.stdout
+
+
+def test_demo_shows_the_generated_code_and_reports_that_results_match() -> None:
+    result = run_fxloom("demo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "def forward" in result.stdout  # the generated code is printed
+    assert "match" in result.stdout
+    assert "MISMATCH" not in result.stdout
+
+
+def test_version_names_fxloom_torch_and_python() -> None:
+    result = run_fxloom("version")
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(r"fxloom \S+ \(torch \S+, Python \S+\)\n", result.stdout)
+
+
+def test_the_installed_console_script_runs() -> None:
+    script = Path(sys.executable).with_name("fxloom")
+    if not script.exists():
+        pytest.skip("fxloom is not installed as a console script here (pip install -e .)")
+    result = run_fxloom("version", program=[str(script)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("fxloom ")
+
+
+def test_an_unknown_subcommand_exits_2_and_names_the_valid_ones() -> None:
+    result = run_fxloom("frobnicate")
+    assert result.returncode == 2
+    assert "invalid choice: 'frobnicate'" in result.stderr
+    for subcommand in cli.SUBCOMMANDS:
+        assert subcommand.name in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_no_subcommand_exits_2_and_points_to_help() -> None:
+    result = run_fxloom()
+    assert result.returncode == 2
+    assert "usage: fxloom" in result.stderr
+    assert "fxloom --help" in result.stderr
+
+
+def test_a_failing_command_prints_one_line_not_a_traceback(monkeypatch, capsys) -> None:
+    import fxloom.demo
+
+    def broken_demo(console=None) -> int:
+        raise RuntimeError("node %add has no users\n(the graph follows)")
+
+    monkeypatch.setattr(fxloom.demo, "run", broken_demo)
+    assert cli.main(["demo"]) == cli.EXIT_FAILURE
+    error_output = capsys.readouterr().err
+    assert error_output.count("\n") == 1
+    assert "fxloom demo: error: RuntimeError: node %add has no users" in error_output
+    assert "Traceback" not in error_output
+
+
+def test_traceback_flag_shows_where_a_command_failed(monkeypatch, capsys) -> None:
+    import fxloom.demo
+
+    def broken_demo(console=None) -> int:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(fxloom.demo, "run", broken_demo)
+    assert cli.main(["demo", "--traceback"]) == cli.EXIT_FAILURE
+    error_output = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in error_output
+    assert "broken_demo" in error_output
+
+
+def test_a_demo_mismatch_is_exit_code_1(monkeypatch) -> None:
+    import fxloom.demo
+
+    monkeypatch.setattr(fxloom.demo, "run", lambda console=None: 1)
+    assert cli.main(["demo"]) == 1
