@@ -383,15 +383,36 @@ class Node:
         """Use ``new_input`` wherever this node used ``old_input``."""
         if old_input not in self._input_nodes:
             return
-        if self._flat:  # no containers: swap at the top level only
-            args = tuple([new_input if a is old_input else a for a in self._args])
-            self._set_args_kwargs(args, _NO_KWARGS)
+        if self._flat and type(new_input) is Node:
+            if new_input.graph is not self.graph or new_input._erased:
+                self._refuse_input(new_input)
+            self._swap_flat_input(old_input, new_input)
             return
 
         def swap(n: Node) -> Node:
             return new_input if n is old_input else n
 
         self._set_args_kwargs(map_arg(self._args, swap), map_arg(self._kwargs, swap))
+
+    def _swap_flat_input(self, old_input: Node, new_input: Node) -> None:
+        """``replace_input_with`` for flat args whose new input is a valid node of this graph.
+
+        The inner loop of most rewrites: only the two nodes' bookkeeping
+        changes, the other arguments are not re-validated, and plain loops
+        avoid the per-call frames of comprehensions.
+        """
+        args = list(self._args)
+        inputs: dict[Node, None] = {}
+        for i, a in enumerate(args):
+            if a is old_input:
+                args[i] = a = new_input
+            if type(a) is Node:
+                inputs[a] = None
+        del old_input.users[self]
+        new_input.users[self] = None
+        self._input_nodes = inputs
+        self._args = tuple(args)
+        self.graph._version += 1
 
     def replace_all_uses_with(
         self,
@@ -413,8 +434,14 @@ class Node:
             changed = list(self.users)
         else:
             changed = [user for user in self.users if delete_user_cb(user)]
+        fast = type(replace_with) is Node
+        if fast and changed and (replace_with.graph is not self.graph or replace_with._erased):
+            changed[0]._refuse_input(replace_with)  # raises, naming both nodes
         for user in changed:
-            user.replace_input_with(self, replace_with)
+            if fast and user._flat:
+                user._swap_flat_input(self, replace_with)
+            else:
+                user.replace_input_with(self, replace_with)
         return changed
 
     # ------------------------------------------------------------ list moves
