@@ -122,12 +122,31 @@ def run_and_compare(state: DemoState) -> None:
     state.console.print(table)
 
 
+def transform_graph(state: DemoState) -> None:
+    """Edit the graph in place: clamp(v, 0, 1) becomes sigmoid(v); the code follows."""
+    graph = state.module.graph
+    (clamp,) = [n for n in graph.nodes if n.op == "call_method" and n.target == "clamp"]
+    with graph.inserting_after(clamp):
+        sigmoid = graph.call_function(torch.sigmoid, (clamp.args[0],))
+    clamp.replace_all_uses_with(sigmoid)
+    graph.erase_node(clamp)
+    graph.lint()
+    _say(state, "Edit the graph in place (clamp -> torch.sigmoid); the code is regenerated on use:")
+    _show_python(state, state.module.code.strip())
+    x = torch.rand(3, 4)
+    expected = torch.sigmoid(state.root.linear(x + state.root.param))
+    matches = torch.allclose(state.module(x), expected)
+    state.results_match = bool(state.results_match) and matches
+    _say(state, f"the edited module matches torch.sigmoid(linear(x + param)): {matches}")
+
+
 STEPS: tuple[Step, ...] = (
     Step("Make the root module", make_root),
     Step("Build a graph by hand", make_graph),
     Step("Tabulate the graph", tabulate_graph),
     Step("Generate Python code", generate_code),
     Step("Run it and compare with eager PyTorch", run_and_compare),
+    Step("Transform the graph and run it again", transform_graph),
 )
 
 

@@ -32,17 +32,15 @@ import inspect
 import operator
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from fxloom._namespace import Namespace, sanitize
+from fxloom.codegen import PythonCode
 from fxloom.node import OPCODES, Argument, Node, Target, map_arg
 
-if TYPE_CHECKING:
-    from fxloom.codegen import PythonCode
-
-__all__ = ["Graph"]
+__all__ = ["Graph", "PythonCode"]
 
 _by_sort_key = operator.attrgetter("_sort_key")
 

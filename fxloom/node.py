@@ -129,35 +129,31 @@ _OPAQUE_CONSTANT_TYPES = (
 )
 
 
-def _side_effect_table() -> set[Any]:
-    functions: set[Any] = {
-        operator.setitem,
-        operator.delitem,
-        operator.iadd,
-        operator.isub,
-        operator.imul,
-        operator.imatmul,
-        operator.itruediv,
-        operator.ifloordiv,
-        operator.imod,
-        operator.ipow,
-        operator.ilshift,
-        operator.irshift,
-        operator.iand,
-        operator.ior,
-        operator.ixor,
-        builtins.print,
-        builtins.setattr,
-        builtins.delattr,
-        torch.manual_seed,
-        torch._assert,
-    }
-    return functions
-
-
 # Calls the dead-code eliminator must keep even when their result is unused.
-# Extend with ``has_side_effect``.
-_SIDE_EFFECT_FUNCTIONS: set[Any] = _side_effect_table()
+# Extend with ``has_side_effect``. (Mutating torch.ops overloads are recognised
+# by their schema, in-place methods and functions by their trailing "_".)
+_SIDE_EFFECT_FUNCTIONS: set[Any] = {
+    operator.setitem,
+    operator.delitem,
+    operator.iadd,
+    operator.isub,
+    operator.imul,
+    operator.imatmul,
+    operator.itruediv,
+    operator.ifloordiv,
+    operator.imod,
+    operator.ipow,
+    operator.ilshift,
+    operator.irshift,
+    operator.iand,
+    operator.ior,
+    operator.ixor,
+    builtins.print,
+    builtins.setattr,
+    builtins.delattr,
+    torch.manual_seed,
+    torch._assert,
+}
 
 
 def has_side_effect(fn: Callable[..., Any]) -> Callable[..., Any]:
