@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fxloom.graph import Graph
-from fxloom.node import Node, map_arg
+from fxloom.node import Node, map_aggregate, map_arg
 
 __all__ = ["graph_to_records", "graph_from_records"]
 
@@ -59,30 +59,31 @@ def graph_from_records(state: dict[str, Any]) -> Graph:
     return graph
 
 
-def _refer_in_meta(value: Any, position: dict[Node, int]) -> Any:
-    """Nodes inside (nested) dicts/lists/tuples of ``meta`` become references."""
-    if isinstance(value, Node):
+def _map_meta(value: Any, leaf: Any) -> Any:
+    """Apply ``leaf`` to every value inside (nested) plain dicts/lists/tuples of ``meta``."""
+    if type(value) is dict:
+        return {k: _map_meta(v, leaf) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_map_meta(v, leaf) for v in value)
+    return leaf(value)
+
+
+def _refer_in_meta(meta: dict[str, Any], position: dict[Node, int]) -> dict[str, Any]:
+    """Nodes mentioned in ``meta`` become references to their record."""
+
+    def refer(value: Any) -> Any:
+        if not isinstance(value, Node):
+            return value
         if value not in position:
             raise TypeError(f"cannot pickle: meta mentions %{value.name}, a node of another graph")
         return _NodeRef(position[value])
-    if type(value) is dict:
-        return {k: _refer_in_meta(v, position) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(_refer_in_meta(v, position) for v in value)
-    return value
+
+    return _map_meta(meta, refer)
 
 
-def _resolve_in_meta(value: Any, resolve: Any) -> Any:
-    if isinstance(value, _NodeRef):
-        return resolve(value)
-    if type(value) is dict:
-        return {k: _resolve_in_meta(v, resolve) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(_resolve_in_meta(v, resolve) for v in value)
-    return value
+def _resolve_in_meta(meta: dict[str, Any], resolve: Any) -> dict[str, Any]:
+    return _map_meta(meta, lambda v: resolve(v) if isinstance(v, _NodeRef) else v)
 
 
 def _resolve(value: Any, resolve: Any) -> Any:
-    from fxloom.node import map_aggregate
-
     return map_aggregate(value, lambda a: resolve(a) if isinstance(a, _NodeRef) else a)
