@@ -17,11 +17,20 @@ from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.lint import GraphLintError
 from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
+from fxloom.proxy import Attribute, Proxy, TraceError
+from fxloom.tracer import PH, Tracer, symbolic_trace, wrap
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PH",
     "Argument",
+    "Attribute",
+    "Proxy",
+    "TraceError",
+    "Tracer",
+    "symbolic_trace",
+    "wrap",
     "CodegenError",
     "Graph",
     "GraphLintError",

@@ -321,7 +321,7 @@ class _Emitter:
                     store = (
                         f"{self._receiver(args[0])}[{self._index(args[1])}] = {self._expr(args[2])}"
                     )
-                    return f"{store};  {node._name} = None"
+                    return f"{store};  {node._name} = None" if node.users else store
                 if kind == "contains":
                     return f"{name} = {self._operand(args[1])} in {self._operand(args[0])}"
                 if kind == "getattr" and _is_attr_name(args[1]):

@@ -150,7 +150,9 @@ class Graph:
         self.owning_module = owning_module
         self._tracer_cls = tracer_cls
         self._tracer_extras = tracer_extras
-        self._codegen_hooks: dict[str, Any] = {}
+        # Tensors a tracer captured as constants (get_attr "_tensor_constant0", ...);
+        # a GraphModule built from this graph adopts them.
+        self._tensor_constants: dict[str, Any] = {}
 
     # ------------------------------------------------------------- properties
     @property
@@ -466,6 +468,7 @@ class Graph:
         # Metadata last: nodes it mentions are already in memo and map to the copies.
         for old, copied in val_map.items():
             copied.meta = copy.deepcopy(old.meta, memo)
+        new._tensor_constants = copy.deepcopy(self._tensor_constants, memo)
         return new
 
     def __reduce__(self) -> tuple:

@@ -292,7 +292,7 @@ def test_setitem_prints_as_an_assignment_and_mutates():
     x = g.placeholder("x")
     g.call_function(operator.setitem, (x, (slice(None), 0), 5.0))
     g.output(x)
-    assert "x[:, 0] = 5.0;  setitem = None" in body(g)
+    assert "x[:, 0] = 5.0" in body(g)  # nothing reads the result: no binding
     t = torch.zeros(2, 2)
     out = compile_graph(g)(t)
     assert out is t

@@ -1,0 +1,334 @@
+"""``Proxy``: the stand-in value that records operations during symbolic tracing.
+
+A ``Proxy`` wraps a ``Node`` of the graph being built. Every operation applied
+to it — a torch function (through ``__torch_function__``), a Tensor method, a
+Python operator, attribute access, indexing — creates a new node through its
+tracer and returns a new ``Proxy`` for the result::
+
+    x + 1        -> call_function operator.add (x, 1)
+    x.relu()     -> call_method relu (x,)
+    x.shape      -> call_function getattr (x, "shape")
+    x[:, 0] = v  -> call_function operator.setitem (x, (slice(None), 0), v)
+    x += y       -> call_function operator.iadd (x, y)   # in place, as written
+
+What cannot be recorded — turning a proxy into a Python ``bool``, ``int`` or
+``len``, or iterating over it an unknown number of times — raises
+``TraceError`` naming the user's source line and what to do instead.
+Unpacking with a length visible at the call site (``a, b = x.chunk(2)``) works.
+"""
+
+from __future__ import annotations
+
+import dis
+import linecache
+import operator
+import os
+import sys
+import types
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.overrides
+
+from fxloom.node import Node
+
+if TYPE_CHECKING:
+    from fxloom.graph import Graph
+    from fxloom.tracer import Tracer
+
+__all__ = ["Proxy", "Attribute", "TraceError", "user_frame"]
+
+
+class TraceError(RuntimeError):
+    """Symbolic tracing could not record the program.
+
+    Attributes:
+        partial_graph: the graph captured up to the failure (or ``None``).
+        location: ``"file:line"`` of the user code that failed (or ``None``).
+        module_path: qualified name of the module being traced (``""`` is the root).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        partial_graph: Graph | None = None,
+        location: str | None = None,
+        module_path: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.partial_graph = partial_graph
+        self.location = location
+        self.module_path = module_path
+
+
+# ------------------------------------------------------------- user frames
+_FXLOOM_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+# torch files that only forward calls (module call machinery, overrides); a
+# frame there is never "where the user's program did it".
+_PLUMBING = tuple(
+    os.path.join(_TORCH_DIR, *part.split("/"))
+    for part in (
+        "nn/modules/module.py",
+        "overrides.py",
+        "_tensor.py",
+        "utils/_contextlib.py",
+        "functional.py",
+        "_jit_internal.py",
+    )
+)
+
+
+def _is_plumbing(filename: str) -> bool:
+    return filename.startswith(_FXLOOM_DIR) or filename.startswith(_PLUMBING)
+
+
+def user_frame(skip: int = 1) -> types.FrameType | None:
+    """The innermost frame of the program being traced (not fxloom's, not torch's plumbing)."""
+    frame = sys._getframe(skip)
+    while frame is not None and _is_plumbing(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def describe_frame(frame: types.FrameType | None) -> tuple[str | None, str]:
+    """``("file:line", "    <source line>")`` for an error message."""
+    if frame is None:
+        return None, ""
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    source = linecache.getline(filename, lineno, frame.f_globals).strip()
+    return f"{filename}:{lineno}", f"\n    {source}" if source else ""
+
+
+# ----------------------------------------------------------------- Proxy
+class Proxy:
+    """A value under symbolic tracing; see the module docstring.
+
+    ``Proxy(node, tracer)`` can also be built by hand around a node of a graph
+    being edited, to write new nodes with ordinary operators.
+    """
+
+    __slots__ = ("node", "tracer")
+
+    def __init__(self, node: Node, tracer: Tracer | None = None) -> None:
+        if tracer is None:
+            from fxloom.tracer import GraphAppendingTracer
+
+            tracer = GraphAppendingTracer(node.graph)
+        self.node = node
+        self.tracer = tracer
+
+    def __repr__(self) -> str:
+        return f"Proxy({self.node.name})"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __getattr__(self, name: str) -> Attribute:
+        if name.startswith("__") and name.endswith("__"):
+            # copy, pickle and friends probe for dunders; recording them would lie.
+            raise AttributeError(name)
+        tracer = self.tracer
+        if (
+            tracer.param_shapes_constant
+            and name in _SHAPE_ATTRIBUTES
+            and self.node.op == "get_attr"
+        ):
+            # Parameter shapes are fixed: read them instead of recording them.
+            return getattr(tracer.attribute_value(self.node.target), name)
+        return Attribute(self, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Proxy:
+        return self.tracer.create_proxy("call_method", "__call__", (self, *args), kwargs)
+
+    # -------------------------------------------------- torch functions
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        tracer = _find_tracer(args, kwargs)
+        if tracer is None:  # pragma: no cover - torch only calls us when a proxy is present
+            return func(*args, **kwargs)
+        if torch.overrides.is_tensor_method_or_property(func):
+            return tracer.create_proxy("call_method", func.__name__, args, kwargs)
+        return tracer.create_proxy("call_function", func, args, kwargs)
+
+    # --------------------------------------------- unrecordable conversions
+    def __bool__(self) -> bool:
+        return self.tracer.to_bool(self)
+
+    def __iter__(self) -> Iterator[Proxy]:
+        return self.tracer.iter(self)
+
+    def __len__(self) -> int:
+        raise self.tracer.trace_error(
+            "'len' is not supported in symbolic tracing by default. If you want this call to "
+            "be recorded, please call fxloom.wrap('len') at module scope",
+            hint="or use x.size(dim) / x.shape[dim], which are recorded",
+        )
+
+    def __int__(self) -> int:
+        raise self._conversion_error("int")
+
+    def __index__(self) -> int:
+        raise self._conversion_error("an index (int)")
+
+    def __float__(self) -> float:
+        raise self._conversion_error("float")
+
+    def __contains__(self, item: Any) -> bool:
+        raise self.tracer.trace_error(
+            "'in' on a traced value needs a Python bool, which symbolic tracing cannot produce"
+        )
+
+    def _conversion_error(self, kind: str) -> TraceError:
+        return self.tracer.trace_error(
+            f"a traced value (%{self.node.name}) cannot be converted to {kind} during symbolic "
+            "tracing: its value is only known when the traced code runs"
+        )
+
+    # ---------------------------------------------------------- indexing
+    def __getitem__(self, key: Any) -> Proxy:
+        return self.tracer.create_proxy("call_function", operator.getitem, (self, key), {})
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
+
+_SHAPE_ATTRIBUTES = frozenset({"shape", "size", "dim", "ndim", "numel", "dtype"})
+
+
+class Attribute(Proxy):
+    """``proxy.name``: becomes a ``getattr`` node when used as a value, or a method call when called."""
+
+    __slots__ = ("root", "attr", "_lazy_node")
+
+    def __init__(self, root: Proxy, attr: str) -> None:
+        self.root = root
+        self.attr = attr
+        self.tracer = root.tracer
+        self._lazy_node: Node | None = None
+
+    @property
+    def node(self) -> Node:  # type: ignore[override]
+        if self._lazy_node is None:
+            proxy = self.tracer.create_proxy("call_function", getattr, (self.root, self.attr), {})
+            self._lazy_node = proxy.node
+        return self._lazy_node
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Proxy:
+        return self.tracer.create_proxy("call_method", self.attr, (self.root, *args), kwargs)
+
+
+def _find_tracer(args: tuple, kwargs: dict) -> Tracer | None:
+    for value in args:
+        if isinstance(value, Proxy):
+            return value.tracer
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (tuple, list)):
+            found = _find_tracer(tuple(value), {})
+            if found is not None:
+                return found
+        elif isinstance(value, dict):
+            found = _find_tracer((), value)
+            if found is not None:
+                return found
+        elif isinstance(value, Proxy):
+            return value.tracer
+    return None
+
+
+# ------------------------------------------------------------- operators
+# Python's operator protocol -> the recorded function. Reflected forms
+# (``1 + x`` calls ``x.__radd__(1)``) record the same function, arguments swapped.
+_BINARY = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "matmul": operator.matmul,
+    "lshift": operator.lshift,
+    "rshift": operator.rshift,
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+}
+_COMPARISONS = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+}
+_UNARY = {
+    "neg": operator.neg,
+    "pos": operator.pos,
+    "invert": operator.invert,
+    "abs": operator.abs,
+}
+# ``x += y`` -> ``operator.iadd``: the tensor is mutated where the user mutated it.
+_INPLACE = {
+    "iadd": operator.iadd,
+    "isub": operator.isub,
+    "imul": operator.imul,
+    "itruediv": operator.itruediv,
+    "ifloordiv": operator.ifloordiv,
+    "imod": operator.imod,
+    "ipow": operator.ipow,
+    "imatmul": operator.imatmul,
+    "ilshift": operator.ilshift,
+    "irshift": operator.irshift,
+    "iand": operator.iand,
+    "ior": operator.ior,
+    "ixor": operator.ixor,
+}
+
+
+def _forward_method(fn: Any) -> Any:
+    def method(self: Proxy, *operands: Any) -> Proxy:
+        return self.tracer.create_proxy("call_function", fn, (self, *operands), {})
+
+    return method
+
+
+def _reflected_method(fn: Any) -> Any:
+    def method(self: Proxy, other: Any) -> Proxy:
+        return self.tracer.create_proxy("call_function", fn, (other, self), {})
+
+    return method
+
+
+def _install_operators() -> None:
+    for name, fn in {**_BINARY, **_COMPARISONS, **_UNARY, **_INPLACE}.items():
+        setattr(Proxy, f"__{name}__", _forward_method(fn))
+    for name, fn in _BINARY.items():
+        setattr(Proxy, f"__r{name}__", _reflected_method(fn))
+
+
+_install_operators()
+
+
+# ------------------------------------------------------------- unpacking
+_instructions_by_code: dict[types.CodeType, dict[int, dis.Instruction]] = {}
+
+
+def unpack_length(frame: types.FrameType | None) -> int | None:
+    """If ``frame`` is executing ``a, b, ... = <value>``, the number of targets."""
+    if frame is None:
+        return None
+    code = frame.f_code
+    instructions = _instructions_by_code.get(code)
+    if instructions is None:
+        instructions = {inst.offset: inst for inst in dis.get_instructions(code)}
+        _instructions_by_code[code] = instructions
+    inst = instructions.get(frame.f_lasti)
+    if inst is not None and inst.opname == "UNPACK_SEQUENCE":
+        return inst.argval
+    return None

@@ -1,0 +1,752 @@
+"""Symbolic tracing: ``Tracer``, ``symbolic_trace`` and ``wrap``.
+
+``Tracer().trace(root)`` runs ``root`` (an ``nn.Module``'s forward, or a
+function) on ``Proxy`` inputs and returns the ``Graph`` of what it did.
+While it runs, a few things are patched — and always restored, also when
+tracing fails:
+
+* ``nn.Module.__call__``: a call of a *leaf* module (by default the built-in
+  ``torch.nn`` layers) is recorded as one ``call_module`` node; other modules
+  are traced through;
+* ``nn.Module.__getattr__``: reading a parameter or buffer of a module
+  (``self.weight``) becomes a ``get_attr`` node;
+* functions registered with ``wrap`` and those of ``autowrap_modules``
+  (``math``) and ``autowrap_functions``: called with a proxy, they are
+  recorded as ``call_function`` instead of run;
+* torch's tensor factories (``torch.zeros(x.shape[0], 4)``, ``torch.arange(n)``):
+  called with a proxy among their sizes, they are recorded, never evaluated
+  into constants.
+
+Hooks to override, with their documented meaning: ``is_leaf_module``,
+``call_module``, ``create_proxy``, ``create_node``, ``create_arg``,
+``create_args_for_root``, ``path_of_module``, ``getattr``, ``to_bool``,
+``iter``. Example — keep a custom block as one call::
+
+    >>> import torch, fxloom
+    >>> class Block(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         return x.relu() if x.sum() > 0 else x   # data-dependent
+    >>> class Net(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.block = Block()
+    ...     def forward(self, x):
+    ...         return self.block(x) * 2
+    >>> class LeafBlocks(fxloom.Tracer):
+    ...     def is_leaf_module(self, m, qualified_name):
+    ...         return isinstance(m, Block) or super().is_leaf_module(m, qualified_name)
+    >>> graph = LeafBlocks().trace(Net())
+    >>> [n.op for n in graph.nodes]
+    ['placeholder', 'call_module', 'call_function', 'output']
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import inspect
+import math
+import sys
+import traceback
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from fxloom.graph import Graph
+from fxloom.graph_module import GraphModule
+from fxloom.node import Argument, Node, Target, has_side_effect
+from fxloom.proxy import Proxy, TraceError, describe_frame, unpack_length, user_frame
+
+__all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "GraphAppendingTracer", "TraceError"]
+
+
+class _PlaceholderMarker:
+    """``concrete_args={"x": PH}`` keeps ``x`` an input while other arguments are fixed."""
+
+    def __repr__(self) -> str:
+        return "PH"
+
+
+PH = _PlaceholderMarker()
+
+# (globals dict, name) of every function registered with ``wrap``.
+_wrapped_names: dict[tuple[int, str], tuple[dict[str, Any], str]] = {}
+# Tensor factories whose size/shape arguments may hold traced values.
+_TENSOR_FACTORIES = (
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "arange",
+    "linspace",
+    "eye",
+    "tensor",
+    "as_tensor",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+)
+
+
+def wrap(fn_or_name: str | Callable[..., Any]) -> Any:
+    """Make a global function a leaf of symbolic tracing: calls become ``call_function`` nodes.
+
+    Call at module scope, with the function's name or the function itself, or
+    use as a decorator::
+
+        fxloom.wrap("len")            # len(proxy) is recorded, not refused
+
+        @fxloom.wrap
+        def my_kernel(x, k): ...      # traced code calls it; the graph shows the call
+    """
+    frame = sys._getframe(1)
+    if frame.f_code.co_name != "<module>":
+        raise RuntimeError(
+            "fxloom.wrap must be called at the top level of a module, where the "
+            f"function's global name is visible (called from {frame.f_code.co_name!r})"
+        )
+    name = fn_or_name if isinstance(fn_or_name, str) else getattr(fn_or_name, "__name__", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TypeError(f"fxloom.wrap needs a named global function, got {fn_or_name!r}")
+    globals_dict = frame.f_globals
+    _wrapped_names[(id(globals_dict), name)] = (globals_dict, name)
+    return fn_or_name
+
+
+class _Patcher:
+    """Records every attribute/global it replaces and puts them all back on exit."""
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[Any, str, Any, bool]] = []
+        self._patched: set[tuple[int, str]] = set()
+
+    def patch_attr(self, owner: Any, name: str, replacement: Any) -> None:
+        key = (id(owner), name)
+        if key in self._patched:
+            return
+        self._patched.add(key)
+        self._undo.append((owner, name, owner.__dict__.get(name, _MISSING), False))
+        setattr(owner, name, replacement)
+
+    def patch_global(self, globals_dict: dict[str, Any], name: str, replacement: Any) -> None:
+        key = (id(globals_dict), name)
+        if key in self._patched:
+            return
+        self._patched.add(key)
+        self._undo.append((globals_dict, name, globals_dict.get(name, _MISSING), True))
+        globals_dict[name] = replacement
+
+    def restore(self) -> None:
+        while self._undo:
+            owner, name, original, is_dict = self._undo.pop()
+            if is_dict:
+                if original is _MISSING:
+                    owner.pop(name, None)
+                else:
+                    owner[name] = original
+            elif original is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        self._patched.clear()
+
+
+_MISSING = object()
+_original_module_call = torch.nn.Module.__call__
+_original_module_getattr = torch.nn.Module.__getattr__
+
+
+class Tracer:
+    """Symbolic tracer; see the module docstring for what it patches and which hooks to override.
+
+    Args:
+        autowrap_modules: modules whose functions are recorded as calls when
+            given a proxy (default: ``math``).
+        autowrap_functions: more such functions.
+        param_shapes_constant: evaluate ``.shape``/``.size()`` of parameters
+            to constants instead of recording them.
+        record_stack_traces: store the user's file/line/code of each node in
+            ``node.meta["stack_trace"]``.
+    """
+
+    def __init__(
+        self,
+        autowrap_modules: tuple[types.ModuleType, ...] = (math,),
+        autowrap_functions: tuple[Callable[..., Any], ...] = (),
+        param_shapes_constant: bool = False,
+        *,
+        record_stack_traces: bool = False,
+    ) -> None:
+        self.autowrap_modules = tuple(autowrap_modules)
+        self.autowrap_functions = tuple(autowrap_functions)
+        self.param_shapes_constant = param_shapes_constant
+        self.record_stack_traces = record_stack_traces
+        self.root: torch.nn.Module = torch.nn.Module()
+        self.graph: Graph = Graph(tracer_cls=type(self))
+        self.tensor_attrs: dict[int, str] = {}
+        self.submodule_paths: dict[torch.nn.Module, str] = {}
+        self._param_paths: dict[int, str] = {}
+        self._module_path_stack: list[str] = [""]
+        self._module_stack: dict[str, tuple[str, type]] = {}
+        self._autowrap_ids = {
+            id(value)
+            for module in self.autowrap_modules
+            for value in vars(module).values()
+            if callable(value) and not isinstance(value, type)
+        } | {id(fn) for fn in self.autowrap_functions}
+
+    # ================================================================ entry
+    def trace(
+        self,
+        root: torch.nn.Module | Callable[..., Any],
+        concrete_args: dict[str, Any] | None = None,
+    ) -> Graph:
+        """Trace ``root`` and return its ``Graph``; see ``symbolic_trace`` for ``concrete_args``.
+
+        On failure raises ``TraceError`` (with ``partial_graph``) and leaves
+        ``root`` and every patched global exactly as they were.
+        """
+        if isinstance(root, torch.nn.Module):
+            self.root = root
+            fn = type(root).forward
+            is_module = True
+        elif callable(root):
+            self.root = torch.nn.Module()
+            fn = root
+            is_module = False
+        else:
+            raise TypeError(
+                f"symbolic tracing needs an nn.Module or a function, got {type(root).__name__}"
+            )
+        self.graph = Graph(tracer_cls=type(self))
+        self.graph._tensor_constants = {}
+        self.tensor_attrs = {}
+        self.submodule_paths = {}
+        for name, module in self.root.named_modules(remove_duplicate=False):
+            self.submodule_paths.setdefault(module, name)
+        self._param_paths = {}
+        for name, value in (
+            *self.root.named_parameters(remove_duplicate=False),
+            *self.root.named_buffers(remove_duplicate=False),
+        ):
+            self._param_paths.setdefault(id(value), name)
+        self._parameter_proxy_cache: dict[str, Proxy] = {}
+        self._module_path_stack = [""]
+        self._module_stack = {}
+        self._patcher = _Patcher()
+        try:
+            fn_globals = getattr(fn, "__globals__", {})
+            callable_fn, args = self.create_args_for_root(fn, is_module, concrete_args)
+            self._install_patches(fn_globals)
+            result = callable_fn(*args)
+            self.create_node(
+                "output",
+                "output",
+                (self.create_arg(result),),
+                {},
+                type_expr=getattr(fn, "__annotations__", {}).get("return"),
+            )
+        except TraceError as err:
+            if err.partial_graph is None:
+                err.partial_graph = self.graph
+            raise
+        except Exception as err:
+            raise self._wrap_failure(err) from err
+        finally:
+            self._patcher.restore()
+        return self.graph
+
+    def _wrap_failure(self, err: Exception) -> TraceError:
+        frame = _innermost_user_frame(err.__traceback__)
+        location, source = describe_frame(frame)
+        path = self._module_path_stack[-1]
+        where = f" at {location}{source}" if location else ""
+        module = f" while tracing {'the root module' if not path else repr(path)}"
+        return TraceError(
+            f"{type(err).__name__}: {err}\n{module}{where}\n"
+            "hint: if this code cannot run on traced values, make its module a leaf "
+            "(Tracer.is_leaf_module), wrap the function (fxloom.wrap), fix the offending "
+            "arguments with concrete_args, or trace with autoleaf=True",
+            partial_graph=self.graph,
+            location=location,
+            module_path=path,
+        )
+
+    # ============================================================ patches
+    def _install_patches(self, fn_globals: dict[str, Any]) -> None:
+        tracer = self
+        patcher = self._patcher
+
+        @functools.wraps(_original_module_call)
+        def module_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            forward = module.forward
+            tracer._autowrap_globals(getattr(forward, "__globals__", None))
+            return tracer.call_module(module, forward, args, kwargs)
+
+        @functools.wraps(_original_module_getattr)
+        def module_getattr(module: torch.nn.Module, name: str) -> Any:
+            value = _original_module_getattr(module, name)
+            return tracer.getattr(name, value, tracer._parameter_proxy_cache)
+
+        patcher.patch_attr(torch.nn.Module, "__call__", module_call)
+        patcher.patch_attr(torch.nn.Module, "__getattr__", module_getattr)
+        for globals_dict, name in list(_wrapped_names.values()):
+            original = globals_dict.get(name, getattr(builtins, name, None))
+            if original is not None:
+                patcher.patch_global(globals_dict, name, self._recording(original))
+        for module in self.autowrap_modules:
+            for name, value in list(vars(module).items()):
+                if id(value) in self._autowrap_ids and not name.startswith("_"):
+                    patcher.patch_attr(module, name, self._recording(value))
+        for name in _TENSOR_FACTORIES:
+            original = getattr(torch, name)
+            patcher.patch_attr(torch, name, self._recording(original))
+        self._autowrap_globals(fn_globals)
+
+    def _autowrap_globals(self, globals_dict: dict[str, Any] | None) -> None:
+        """Patch globals naming autowrapped functions (``from math import sqrt``)."""
+        if not globals_dict:
+            return
+        for name, value in list(globals_dict.items()):
+            if id(value) in self._autowrap_ids and callable(value):
+                self._patcher.patch_global(globals_dict, name, self._recording(value))
+
+    def _recording(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``original``, but recorded as ``call_function`` when any argument is a proxy."""
+        tracer = self
+
+        @functools.wraps(original)
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            if _holds_proxy(args) or _holds_proxy(kwargs.values()):
+                return tracer.create_proxy("call_function", original, args, kwargs)
+            return original(*args, **kwargs)
+
+        recording.__fxloom_original__ = original  # type: ignore[attr-defined]
+        return recording
+
+    # ============================================================ root args
+    def create_args_for_root(
+        self,
+        root_fn: Callable[..., Any],
+        is_module: bool,
+        concrete_args: dict[str, Any] | None = None,
+    ) -> tuple[Callable[..., Any], list[Any]]:
+        """Create one placeholder per parameter of ``root_fn`` and return ``(fn, args)`` to call.
+
+        Defaults become placeholder defaults; ``*args``/``**kwargs`` become
+        variadic placeholders; a parameter named in ``concrete_args`` is fixed
+        to that value (``PH`` keeps it an input). A fixed argument stays in the
+        generated signature with its value as default, and passing anything
+        else raises instead of being silently ignored.
+        """
+        concrete_args = dict(concrete_args or {})
+        signature = inspect.signature(root_fn)
+        parameters = list(signature.parameters.values())
+        if is_module:
+            parameters = parameters[1:]
+        unknown = set(concrete_args) - {p.name for p in parameters}
+        if unknown:
+            raise TraceError(
+                f"concrete_args names {sorted(unknown)}, which are not parameters of "
+                f"{getattr(root_fn, '__qualname__', root_fn)}; its parameters are "
+                f"{[p.name for p in parameters]}"
+            )
+        hints = _annotations(root_fn)
+        positional: list[Any] = [self.root] if is_module else []
+        keyword: dict[str, Any] = {}
+        for param in parameters:
+            type_expr = hints.get(param.name)
+            spec = concrete_args.get(param.name, PH)
+            if param.kind is param.VAR_POSITIONAL:
+                positional.extend(self._variadic_positional(param, spec, type_expr))
+            elif param.kind is param.VAR_KEYWORD:
+                keyword.update(self._variadic_keyword(param, spec, type_expr))
+            else:
+                if spec is not PH:
+                    value = self._fixed_argument(param, spec, type_expr)
+                else:
+                    default = () if param.default is param.empty else (param.default,)
+                    value = self.create_proxy(
+                        "placeholder", param.name, default, {}, type_expr=type_expr
+                    )
+                if param.kind is param.KEYWORD_ONLY:
+                    keyword[param.name] = value
+                else:
+                    positional.append(value)
+        return functools.partial(root_fn, *positional, **keyword), []
+
+    def _variadic_positional(
+        self, param: inspect.Parameter, spec: Any, type_expr: Any
+    ) -> list[Any]:
+        """``*args``: traced with as many elements as ``concrete_args`` lists (none by default)."""
+        elements = () if spec is PH else spec
+        if not isinstance(elements, (tuple, list)):
+            raise TraceError(
+                f"concrete_args[{param.name!r}] must be a tuple with one entry per extra "
+                f"positional argument (PH for an input), got {spec!r}"
+            )
+        star = self.create_proxy("placeholder", f"*{param.name}", (), {}, type_expr=type_expr)
+        self.create_proxy(
+            "call_function", check_variadic_length, (star, len(elements), param.name), {}
+        )
+        return [star[i] if value is PH else value for i, value in enumerate(elements)]
+
+    def _variadic_keyword(
+        self, param: inspect.Parameter, spec: Any, type_expr: Any
+    ) -> dict[str, Any]:
+        """``**kwargs``: traced with the keys ``concrete_args`` gives (none by default)."""
+        entries = {} if spec is PH else spec
+        if not isinstance(entries, dict):
+            raise TraceError(
+                f"concrete_args[{param.name!r}] must be a dict of the keyword arguments to "
+                f"trace with (PH for an input), got {spec!r}"
+            )
+        stars = self.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
+        self.create_proxy(
+            "call_function", check_variadic_keys, (stars, tuple(entries), param.name), {}
+        )
+        return {key: stars[key] if value is PH else value for key, value in entries.items()}
+
+    def _fixed_argument(self, param: inspect.Parameter, value: Any, type_expr: Any) -> Any:
+        """A placeholder defaulting to ``value``, checked at run time; tracing sees ``value``."""
+        literal = _is_literal(value)
+        default = (value,) if literal else (None,)
+        placeholder = self.create_proxy("placeholder", param.name, default, {}, type_expr=type_expr)
+        if literal:
+            self.create_proxy(
+                "call_function", check_fixed_argument, (placeholder, value, param.name), {}
+            )
+        return value
+
+    # ============================================================= modules
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        """Whether ``m`` is recorded as one ``call_module`` (True) or traced through.
+
+        Default: modules defined in ``torch.nn`` (and ``torch.ao.nn``) are
+        leaves, except ``Sequential``, which is traced through.
+        """
+        module = type(m).__module__ or ""
+        is_torch_nn = module.startswith(("torch.nn", "torch.ao.nn"))
+        return is_torch_nn and not isinstance(m, torch.nn.Sequential)
+
+    def path_of_module(self, mod: torch.nn.Module) -> str:
+        """The qualified name of ``mod`` in the root (a dictionary lookup)."""
+        path = self.submodule_paths.get(mod)
+        if path is None:
+            raise TraceError(
+                f"a {type(mod).__name__} module called during tracing is not a submodule of the "
+                f"root {type(self.root).__name__}; register it as an attribute (self.name = module) "
+                "so the graph can refer to it",
+                partial_graph=self.graph,
+                module_path=self._module_path_stack[-1],
+            )
+        return path
+
+    def call_module(
+        self,
+        m: torch.nn.Module,
+        forward: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Record a leaf module as ``call_module``; trace through any other module."""
+        path = self.path_of_module(m)
+        saved_stack = self._module_stack
+        self._module_stack = {**saved_stack, path: (path, type(m))}
+        self._module_path_stack.append(path)
+        try:
+            if self.is_leaf_module(m, path):
+                return self.create_proxy("call_module", path, args, kwargs)
+            return _original_module_call(m, *args, **kwargs)
+        finally:
+            self._module_path_stack.pop()
+            self._module_stack = saved_stack
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Proxy]) -> Any:
+        """What reading module attribute ``attr`` (value ``attr_val``) yields during tracing.
+
+        Parameters and buffers of the root become (cached) ``get_attr`` proxies.
+        """
+        if isinstance(attr_val, torch.Tensor):
+            path = self._param_paths.get(id(attr_val))
+            if path is not None:
+                proxy = parameter_proxy_cache.get(path)
+                if proxy is None:
+                    proxy = self.create_proxy("get_attr", path, (), {})
+                    parameter_proxy_cache[path] = proxy
+                return proxy
+        return attr_val
+
+    # ========================================================= recording
+    def create_proxy(
+        self,
+        kind: str,
+        target: Target,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        name: str | None = None,
+        type_expr: Any | None = None,
+        proxy_factory_fn: Callable[[Node], Proxy] | None = None,
+    ) -> Proxy:
+        """Turn ``args``/``kwargs`` into graph arguments, create the node, return its proxy."""
+        node = self.create_node(
+            kind, target, self.create_arg(args), self.create_arg(kwargs), name, type_expr
+        )
+        return proxy_factory_fn(node) if proxy_factory_fn is not None else self.proxy(node)
+
+    def proxy(self, node: Node) -> Proxy:
+        return Proxy(node, self)
+
+    def create_node(
+        self,
+        kind: str,
+        target: Target,
+        args: tuple[Argument, ...],
+        kwargs: dict[str, Argument],
+        name: str | None = None,
+        type_expr: Any | None = None,
+    ) -> Node:
+        """Create the node and attach metadata (``nn_module_stack``, ``source_fn_stack``, ``stack_trace``)."""
+        node = self.graph.create_node(kind, target, args, kwargs, name, type_expr)
+        meta = node.meta
+        if self._module_stack:
+            meta["nn_module_stack"] = dict(self._module_stack)
+        if kind in ("call_function", "call_method", "call_module"):
+            source = self._module_stack[target][1] if kind == "call_module" else target
+            meta["source_fn_stack"] = [(node.name, source)]
+        if self.record_stack_traces:
+            meta["stack_trace"] = _format_user_stack()
+        return node
+
+    def create_arg(self, a: Any) -> Argument:
+        """Convert a value seen during tracing into a graph argument.
+
+        Proxies become their nodes; containers are converted element-wise;
+        parameters and buffers of the root become ``get_attr`` nodes; other
+        tensors become constants (``_tensor_constant0``, ...) kept with the graph.
+        """
+        t = type(a)
+        if t is Proxy:
+            return a.node
+        if t is tuple:
+            return tuple([self.create_arg(x) for x in a])
+        if isinstance(a, Proxy):
+            return a.node
+        if t in _SCALARS:
+            return a
+        if isinstance(a, tuple):
+            items = [self.create_arg(x) for x in a]
+            return t(*items) if hasattr(a, "_fields") else t(items)
+        if isinstance(a, list):
+            return [self.create_arg(x) for x in a]
+        if isinstance(a, dict):
+            return {k: self.create_arg(v) for k, v in a.items()}
+        if t is slice:
+            return slice(self.create_arg(a.start), self.create_arg(a.stop), self.create_arg(a.step))
+        if isinstance(a, torch.Tensor):
+            return self._tensor_arg(a)
+        if isinstance(a, torch.nn.Module):
+            return self.create_proxy("get_attr", self.path_of_module(a), (), {}).node
+        return a
+
+    def _tensor_arg(self, tensor: torch.Tensor) -> Node:
+        path = self._param_paths.get(id(tensor))
+        if path is not None:
+            return self._get_attr_node(path)
+        name = self.tensor_attrs.get(id(tensor))
+        if name is None:
+            name = f"_tensor_constant{len(self.graph._tensor_constants)}"
+            self.graph._tensor_constants[name] = tensor
+            self.tensor_attrs[id(tensor)] = name
+        return self.create_node("get_attr", name, (), {})
+
+    def _get_attr_node(self, path: str) -> Node:
+        proxy = self._parameter_proxy_cache.get(path)
+        if proxy is None:
+            proxy = self.create_proxy("get_attr", path, (), {})
+            self._parameter_proxy_cache[path] = proxy
+        return proxy.node
+
+    def attribute_value(self, qualified_name: str) -> Any:
+        """The real value behind a ``get_attr`` target (a root attribute or a captured constant)."""
+        constants = self.graph._tensor_constants
+        if qualified_name in constants:
+            return constants[qualified_name]
+        value: Any = self.root
+        for part in qualified_name.split("."):
+            value = (
+                _original_module_getattr(value, part)
+                if isinstance(value, torch.nn.Module) and part not in value.__dict__
+                else getattr(value, part)
+            )
+        return value
+
+    # ======================================================== conversions
+    def trace_error(self, message: str, hint: str | None = None) -> TraceError:
+        """A ``TraceError`` naming the user's source line, the module being traced and a fix."""
+        frame = user_frame(2)
+        location, source = describe_frame(frame)
+        path = self._module_path_stack[-1]
+        module = "the root module" if not path else f"module {path!r}"
+        hint = hint or (
+            "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
+            "(fxloom.wrap), or fix the value it depends on with concrete_args"
+        )
+        where = f"\n  at {location}{source}" if location else ""
+        return TraceError(
+            f"{message}{where}\n  while tracing {module}\n  hint: {hint}",
+            partial_graph=self.graph,
+            location=location,
+            module_path=path,
+        )
+
+    def to_bool(self, obj: Proxy) -> bool:
+        """Called for ``bool(proxy)`` (``if x.sum() > 0:``); refuses by default."""
+        raise self.trace_error(
+            "symbolically traced variables cannot be used as inputs to control flow",
+            hint=(
+                "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
+                "(fxloom.wrap), fix its input with concrete_args, or trace with autoleaf=True"
+            ),
+        )
+
+    def iter(self, obj: Proxy) -> Iterator[Proxy]:
+        """Called for ``iter(proxy)``: unpacking of a known length works, loops do not."""
+        count = unpack_length(user_frame(2))
+        if count is not None:
+            return iter([obj[i] for i in range(count)])
+        raise self.trace_error(
+            "Proxy object cannot be iterated: the number of elements of a traced value is "
+            "unknown while tracing",
+            hint="unpack into a fixed number of names (a, b = x.chunk(2)) or index explicitly",
+        )
+
+    def keys(self, obj: Proxy) -> Any:
+        raise self.trace_error("** unpacking of a traced value is not supported")
+
+
+class GraphAppendingTracer(Tracer):
+    """The tracer of a ``Proxy`` built by hand around a node: appends nodes to that node's graph."""
+
+    def __init__(self, graph: Graph) -> None:
+        super().__init__()
+        self.graph = graph
+
+
+# =================================================================== helpers
+_SCALARS = frozenset(
+    {
+        int,
+        float,
+        bool,
+        complex,
+        str,
+        type(None),
+        type(Ellipsis),
+        torch.dtype,
+        torch.device,
+        torch.memory_format,
+        torch.layout,
+        torch.Size,
+    }
+)
+
+
+def _holds_proxy(values: Any) -> bool:
+    for value in values:
+        if isinstance(value, Proxy):
+            return True
+        if isinstance(value, (tuple, list)) and _holds_proxy(value):
+            return True
+        if isinstance(value, dict) and _holds_proxy(value.values()):
+            return True
+    return False
+
+
+def _is_literal(value: Any) -> bool:
+    if type(value) in (int, float, bool, str, type(None), complex):
+        return True
+    if type(value) in (tuple, list):
+        return all(_is_literal(v) for v in value)
+    return False
+
+
+@has_side_effect
+def check_variadic_length(args: tuple[Any, ...], expected: int, name: str) -> None:
+    """Raise if ``*name`` gets another number of arguments than it was traced with."""
+    if len(args) != expected:
+        raise TypeError(
+            f"this module was traced with {expected} extra positional argument(s) in *{name}, "
+            f"but {len(args)} were passed; retrace with concrete_args={{{name!r}: (PH, ...)}} "
+            "listing one entry per argument"
+        )
+
+
+@has_side_effect
+def check_variadic_keys(kwargs: dict[str, Any], expected: tuple[str, ...], name: str) -> None:
+    """Raise if ``**name`` gets other keys than it was traced with."""
+    if set(kwargs) != set(expected):
+        raise TypeError(
+            f"this module was traced with keyword arguments {sorted(expected)} in **{name}, but "
+            f"got {sorted(kwargs)}; retrace with concrete_args={{{name!r}: {{key: PH, ...}}}}"
+        )
+
+
+@has_side_effect
+def check_fixed_argument(value: Any, expected: Any, name: str) -> None:
+    """Raise if an argument fixed by ``concrete_args`` at trace time gets another value."""
+    if value is not expected and value != expected:
+        raise ValueError(
+            f"argument {name!r} was fixed to {expected!r} when this module was traced "
+            f"(concrete_args), but {value!r} was passed; retrace to use another value"
+        )
+
+
+def _annotations(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return dict(inspect.get_annotations(fn, eval_str=True))
+    except Exception:  # unresolvable string annotations: keep none rather than fail tracing
+        return {}
+
+
+def _innermost_user_frame(tb: types.TracebackType | None) -> types.FrameType | None:
+    from fxloom.proxy import _is_plumbing
+
+    found = None
+    while tb is not None:
+        if not _is_plumbing(tb.tb_frame.f_code.co_filename):
+            found = tb.tb_frame
+        tb = tb.tb_next
+    return found
+
+
+def _format_user_stack() -> str:
+    from fxloom.proxy import _is_plumbing
+
+    frames = [
+        summary
+        for summary in traceback.extract_stack(sys._getframe(2))
+        if not _is_plumbing(summary.filename)
+    ]
+    return "".join(traceback.format_list(frames[-3:]))
+
+
+def symbolic_trace(
+    root: torch.nn.Module | Callable[..., Any],
+    concrete_args: dict[str, Any] | None = None,
+) -> GraphModule:
+    """Trace ``root`` into a ``GraphModule`` named after the root's class (or function).
+
+    ``concrete_args`` fixes parameters to values (``{"use_cache": False}``) so
+    code branching on them traces; ``PH`` keeps a parameter an input.
+    """
+    tracer = Tracer()
+    graph = tracer.trace(root, concrete_args)
+    name = type(root).__name__ if isinstance(root, torch.nn.Module) else root.__name__
+    return GraphModule(tracer.root, graph, name)
