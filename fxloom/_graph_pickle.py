@@ -42,7 +42,11 @@ def graph_to_records(graph: Graph) -> dict[str, Any]:
         )
         for node in position
     ]
-    return {"records": records, "tracer_cls": graph._tracer_cls, "constants": graph._tensor_constants}
+    return {
+        "records": records,
+        "tracer_cls": graph._tracer_cls,
+        "constants": graph._tensor_constants,
+    }
 
 
 def graph_from_records(state: dict[str, Any]) -> Graph:

@@ -3,20 +3,25 @@
 The tour builds a graph by hand with the torch.fx-compatible API (``Graph.placeholder``,
 ``get_attr``, ``call_function``, ``call_module``, ``call_method``, ``output``), wraps it in a
 ``GraphModule``, shows the graph three ways (text, table, generated code), runs it and checks
-the result against the same computation written directly in eager PyTorch.
+the result against the same computation written directly in eager PyTorch. Then it captures
+graphs automatically: ``fxloom.symbolic_trace`` traces two embedded models from
+``fxloom.zoo`` (``mlp_tiny``, ``resnet_tiny``), shows their graphs and code, and checks the
+traced modules against the models run eagerly. The final verdict covers every check.
 
 Each step is a function of the shared ``DemoState``; ``STEPS`` lists them in order. To extend
-the tour (tracing, passes, ...), write a step function and add a row to ``STEPS``.
+the tour (passes, export, ...), write a step function and add a row to ``STEPS``.
 
-Depends on: fxloom's core IR (Graph, GraphModule), torch, rich.
+Depends on: fxloom's core IR (Graph, GraphModule), fxloom.symbolic_trace, fxloom.zoo, torch,
+rich.
 """
 
 from __future__ import annotations
 
 import inspect
 import operator
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from rich.console import Console
@@ -27,8 +32,12 @@ from rich.text import Text
 from torch import nn
 
 import fxloom
+from fxloom import zoo
 
 SEED = 0
+SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
+BIG_MODEL = "resnet_tiny"  # shown trimmed: node counts and the first CODE_PREVIEW_LINES
+CODE_PREVIEW_LINES = 25
 
 
 class DemoRoot(nn.Module):
@@ -57,6 +66,15 @@ def eager_reference(root: DemoRoot, x: torch.Tensor) -> torch.Tensor:
     return root.linear(x + root.param).clamp(min=0.0, max=1.0)
 
 
+@dataclass(frozen=True)
+class TracedModel:
+    """A zoo model, its example inputs and what ``fxloom.symbolic_trace`` made of it."""
+
+    model: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    traced: fxloom.GraphModule
+
+
 @dataclass
 class DemoState:
     """What the steps share: each step reads what earlier steps left and adds its own."""
@@ -66,6 +84,8 @@ class DemoState:
     graph: fxloom.Graph | None = None
     module: fxloom.GraphModule | None = None
     results_match: bool | None = None
+    traced: dict[str, TracedModel] = field(default_factory=dict)  # by zoo model name
+    traced_match: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +160,59 @@ def transform_graph(state: DemoState) -> None:
     _say(state, f"the edited module matches torch.sigmoid(linear(x + param)): {matches}")
 
 
+def trace_small_model(state: DemoState) -> None:
+    traced = _trace_zoo_model(state, SMALL_MODEL)
+    _say(
+        state, f"fxloom.symbolic_trace runs {SMALL_MODEL}'s forward on proxies and records a graph:"
+    )
+    traced.graph.print_tabular(file=state.console.file)
+    _say(state, "Its generated code:")
+    _show_python(state, traced.code.strip())
+
+
+def trace_big_model(state: DemoState) -> None:
+    traced = _trace_zoo_model(state, BIG_MODEL)
+    counts = Counter(node.op for node in traced.graph.nodes)
+    summary = ", ".join(f"{count} {op}" for op, count in counts.items())
+    _say(state, f"{len(traced.graph.nodes)} nodes: {summary}.")
+    _say(state, "Blocks are traced through; layers are call_module, residual + call_function:")
+    lines = traced.code.strip().splitlines()
+    _show_python(state, "\n".join(lines[:CODE_PREVIEW_LINES]))
+    if len(lines) > CODE_PREVIEW_LINES:
+        _say(state, f"... {len(lines) - CODE_PREVIEW_LINES} more lines")
+
+
+def compare_traced_models(state: DemoState) -> None:
+    _say(state, "Run each traced module and its eager model on the model's example inputs:")
+    table = Table(show_header=True, header_style="bold")
+    for column in ("model", "output shape", "max |traced - eager|", "torch.allclose"):
+        table.add_column(column)
+    all_match = bool(state.traced)
+    for name, entry in state.traced.items():
+        with torch.no_grad():
+            actual = entry.traced(*entry.inputs)
+            expected = entry.model(*entry.inputs)
+        same_shape = actual.shape == expected.shape
+        matches = same_shape and torch.allclose(actual, expected)
+        difference = (actual - expected).abs().max().item() if same_shape else float("nan")
+        table.add_row(name, str(tuple(actual.shape)), f"{difference:.3g}", str(matches))
+        all_match = all_match and matches
+    state.console.print(table)
+    state.traced_match = all_match
+    verdict = "match" if all_match else "MISMATCH"
+    _say(state, f"traced models vs eager: {verdict}")
+
+
+def _trace_zoo_model(state: DemoState, name: str) -> fxloom.GraphModule:
+    model, inputs = zoo.build(name)
+    traced = fxloom.symbolic_trace(model)
+    state.traced[name] = TracedModel(model, inputs, traced)
+    shapes = ", ".join(str(tuple(value.shape)) for value in inputs)
+    _say(state, f"zoo.build({name!r}): {zoo.MODELS[name].description}")
+    _say(state, f"example input{'s' if len(inputs) > 1 else ''}: {shapes}")
+    return traced
+
+
 STEPS: tuple[Step, ...] = (
     Step("Make the root module", make_root),
     Step("Build a graph by hand", make_graph),
@@ -147,11 +220,14 @@ STEPS: tuple[Step, ...] = (
     Step("Generate Python code", generate_code),
     Step("Run it and compare with eager PyTorch", run_and_compare),
     Step("Transform the graph and run it again", transform_graph),
+    Step(f"Trace an embedded model: {SMALL_MODEL}", trace_small_model),
+    Step(f"Trace a bigger embedded model: {BIG_MODEL}", trace_big_model),
+    Step("Compare the traced models with eager PyTorch", compare_traced_models),
 )
 
 
 def run(console: Console | None = None) -> int:
-    """Run every step of the tour; return 0 if the results match eager PyTorch, else 1."""
+    """Run every step of the tour; return 0 if every result matches eager PyTorch, else 1."""
     console = console if console is not None else Console()
     state = DemoState(console=console)
     with torch.random.fork_rng():  # reproducible, without disturbing the caller's RNG
@@ -165,11 +241,22 @@ def run(console: Console | None = None) -> int:
 
 
 def _summarise(state: DemoState) -> int:
-    if state.results_match:
-        message = "The generated code ran, and its results match eager PyTorch."
+    if state.results_match and state.traced_match:
+        message = (
+            "The generated code ran: the hand-built graph and the traced "
+            f"{' and '.join(state.traced)} match eager PyTorch."
+        )
         state.console.print(Panel(message, title="OK", border_style="green", expand=False))
         return 0
-    message = "MISMATCH: the GraphModule's results differ from eager PyTorch."
+    failed = [
+        what
+        for what, ok in (
+            ("the hand-built GraphModule", state.results_match),
+            ("the traced zoo models", state.traced_match),
+        )
+        if not ok
+    ]
+    message = f"MISMATCH: {' and '.join(failed)} differ from eager PyTorch."
     state.console.print(Panel(message, title="FAILED", border_style="red", expand=False))
     return 1
 

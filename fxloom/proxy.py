@@ -37,7 +37,39 @@ if TYPE_CHECKING:
     from fxloom.graph import Graph
     from fxloom.tracer import Tracer
 
-__all__ = ["Proxy", "Attribute", "TraceError", "user_frame"]
+__all__ = ["Proxy", "Attribute", "TraceError", "NO_VALUE", "user_frame"]
+
+
+class _NoValue:
+    """A proxy's ``value`` when tracing runs without example inputs."""
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+
+NO_VALUE: Any = _NoValue()
+
+# Tensor properties treated as fixed by the example inputs (an input guard
+# checks dtype and rank at run time): read from the example value, not recorded.
+STATIC_TENSOR_ATTRIBUTES = frozenset(
+    {
+        "dtype",
+        "device",
+        "ndim",
+        "layout",
+        "is_cuda",
+        "is_cpu",
+        "is_meta",
+        "is_sparse",
+        "is_quantized",
+        "dim",
+        "ndimension",
+        "is_floating_point",
+        "is_complex",
+        "element_size",
+        "get_device",
+    }
+)
 
 
 class TraceError(RuntimeError):
@@ -81,8 +113,14 @@ _PLUMBING = tuple(
 )
 
 
+# Model code shipped in the package is user code as far as tracing is concerned.
+_FXLOOM_USER_CODE = (os.path.join(_FXLOOM_DIR, "zoo") + os.sep,)
+
+
 def _is_plumbing(filename: str) -> bool:
-    return filename.startswith(_FXLOOM_DIR) or filename.startswith(_PLUMBING)
+    if filename.startswith(_FXLOOM_DIR):
+        return not filename.startswith(_FXLOOM_USER_CODE)
+    return filename.startswith(_PLUMBING)
 
 
 def user_frame(skip: int = 1) -> types.FrameType | None:
@@ -108,9 +146,14 @@ class Proxy:
 
     ``Proxy(node, tracer)`` can also be built by hand around a node of a graph
     being edited, to write new nodes with ordinary operators.
+
+    When tracing with example inputs, ``value`` holds the value this proxy
+    takes for them (``NO_VALUE`` otherwise); the tracer uses it to answer
+    questions a program asks about its tensors (``x.dim()``, ``x.dtype``) and
+    to specialise control flow under a run-time guard.
     """
 
-    __slots__ = ("node", "tracer")
+    __slots__ = ("node", "tracer", "value")
 
     def __init__(self, node: Node, tracer: Tracer | None = None) -> None:
         if tracer is None:
@@ -119,9 +162,20 @@ class Proxy:
             tracer = GraphAppendingTracer(node.graph)
         self.node = node
         self.tracer = tracer
+        self.value = NO_VALUE
 
     def __repr__(self) -> str:
         return f"Proxy({self.node.name})"
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        # With an example value that is a tensor, ``isinstance(x, torch.Tensor)``
+        # answers True, as the program expects: model code often branches on it
+        # ("is this a tensor or a tuple?"). ``type(x)`` still says Proxy.
+        value = self.value
+        if isinstance(value, torch.Tensor):
+            return type(value)
+        return type(self)
 
     def __hash__(self) -> int:
         return id(self)
@@ -131,6 +185,9 @@ class Proxy:
             # copy, pickle and friends probe for dunders; recording them would lie.
             raise AttributeError(name)
         tracer = self.tracer
+        value = self.value
+        if name in STATIC_TENSOR_ATTRIBUTES and isinstance(value, torch.Tensor):
+            return getattr(value, name)  # fixed by the example inputs (guarded at run time)
         if (
             tracer.param_shapes_constant
             and name in _SHAPE_ATTRIBUTES
@@ -164,30 +221,20 @@ class Proxy:
         return self.tracer.iter(self)
 
     def __len__(self) -> int:
-        raise self.tracer.trace_error(
-            "'len' is not supported in symbolic tracing by default. If you want this call to "
-            "be recorded, please call fxloom.wrap('len') at module scope",
-            hint="or use x.size(dim) / x.shape[dim], which are recorded",
-        )
+        return self.tracer.length(self)
 
     def __int__(self) -> int:
-        raise self._conversion_error("int")
+        return self.tracer.to_python(self, int)
 
     def __index__(self) -> int:
-        raise self._conversion_error("an index (int)")
+        return self.tracer.to_python(self, operator.index)
 
     def __float__(self) -> float:
-        raise self._conversion_error("float")
+        return self.tracer.to_python(self, float)
 
     def __contains__(self, item: Any) -> bool:
-        raise self.tracer.trace_error(
-            "'in' on a traced value needs a Python bool, which symbolic tracing cannot produce"
-        )
-
-    def _conversion_error(self, kind: str) -> TraceError:
-        return self.tracer.trace_error(
-            f"a traced value (%{self.node.name}) cannot be converted to {kind} during symbolic "
-            "tracing: its value is only known when the traced code runs"
+        return self.tracer.to_bool(
+            self.tracer.create_proxy("call_function", operator.contains, (self, item), {})
         )
 
     # ---------------------------------------------------------- indexing
@@ -211,6 +258,12 @@ class Attribute(Proxy):
         self.attr = attr
         self.tracer = root.tracer
         self._lazy_node: Node | None = None
+        self.value = NO_VALUE
+        if root.value is not NO_VALUE:
+            try:
+                self.value = getattr(root.value, attr)
+            except Exception:  # the recorded program will fail the same way when run
+                pass
 
     @property
     def node(self) -> Node:  # type: ignore[override]

@@ -56,8 +56,9 @@ import torch
 
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
+from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Argument, Node, Target, has_side_effect
-from fxloom.proxy import Proxy, TraceError, describe_frame, unpack_length, user_frame
+from fxloom.proxy import NO_VALUE, Proxy, TraceError, describe_frame, unpack_length, user_frame
 
 __all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "GraphAppendingTracer", "TraceError"]
 
@@ -194,6 +195,8 @@ class Tracer:
         self._param_paths: dict[int, str] = {}
         self._module_path_stack: list[str] = [""]
         self._module_stack: dict[str, tuple[str, type]] = {}
+        self._examples: dict[str, Any] | None = None
+        self._computing_value = False
         self._autowrap_ids = {
             id(value)
             for module in self.autowrap_modules
@@ -206,8 +209,10 @@ class Tracer:
         self,
         root: torch.nn.Module | Callable[..., Any],
         concrete_args: dict[str, Any] | None = None,
+        *,
+        example_inputs: tuple[Any, ...] | dict[str, Any] | None = None,
     ) -> Graph:
-        """Trace ``root`` and return its ``Graph``; see ``symbolic_trace`` for ``concrete_args``.
+        """Trace ``root`` and return its ``Graph``; see ``symbolic_trace`` for the arguments.
 
         On failure raises ``TraceError`` (with ``partial_graph``) and leaves
         ``root`` and every patched global exactly as they were.
@@ -240,6 +245,9 @@ class Tracer:
         self._module_path_stack = [""]
         self._module_stack = {}
         self._patcher = _Patcher()
+        self._examples = _bind_examples(fn, is_module, concrete_args, example_inputs)
+        self._computing_value = False
+        saved_state = _ModuleState(self.root) if self._examples is not None else None
         try:
             fn_globals = getattr(fn, "__globals__", {})
             callable_fn, args = self.create_args_for_root(fn, is_module, concrete_args)
@@ -260,6 +268,8 @@ class Tracer:
             raise self._wrap_failure(err) from err
         finally:
             self._patcher.restore()
+            if saved_state is not None:
+                saved_state.restore()
         return self.graph
 
     def _wrap_failure(self, err: Exception) -> TraceError:
@@ -285,6 +295,8 @@ class Tracer:
 
         @functools.wraps(_original_module_call)
         def module_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if tracer._computing_value:
+                return _original_module_call(module, *args, **kwargs)
             forward = module.forward
             tracer._autowrap_globals(getattr(forward, "__globals__", None))
             return tracer.call_module(module, forward, args, kwargs)
@@ -292,6 +304,8 @@ class Tracer:
         @functools.wraps(_original_module_getattr)
         def module_getattr(module: torch.nn.Module, name: str) -> Any:
             value = _original_module_getattr(module, name)
+            if tracer._computing_value:
+                return value
             return tracer.getattr(name, value, tracer._parameter_proxy_cache)
 
         patcher.patch_attr(torch.nn.Module, "__call__", module_call)
@@ -304,6 +318,13 @@ class Tracer:
             for name, value in list(vars(module).items()):
                 if id(value) in self._autowrap_ids and not name.startswith("_"):
                     patcher.patch_attr(module, name, self._recording(value))
+        # Libraries pick graph-capture-friendly code (no data-dependent shortcuts)
+        # when they believe they are being compiled; we are capturing a graph.
+        patcher.patch_attr(torch.compiler, "is_compiling", _capturing)
+        # Function transforms cannot batch a Proxy (torch would treat it as a tensor in
+        # C++); refuse clearly instead.
+        for owner in (torch, torch.func):
+            patcher.patch_attr(owner, "vmap", self._refusing_transform(owner.vmap, "torch.vmap"))
         for name in _TENSOR_FACTORIES:
             original = getattr(torch, name)
             patcher.patch_attr(torch, name, self._recording(original))
@@ -317,12 +338,38 @@ class Tracer:
             if id(value) in self._autowrap_ids and callable(value):
                 self._patcher.patch_global(globals_dict, name, self._recording(value))
 
+    def _refusing_transform(self, transform: Callable[..., Any], name: str) -> Callable[..., Any]:
+        tracer = self
+
+        @functools.wraps(transform)
+        def patched(fn: Callable[..., Any], *t_args: Any, **t_kwargs: Any) -> Callable[..., Any]:
+            transformed = transform(fn, *t_args, **t_kwargs)
+
+            @functools.wraps(transformed)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if not tracer._computing_value and (
+                    _holds_proxy(args) or _holds_proxy(kwargs.values())
+                ):
+                    raise tracer.trace_error(
+                        f"{name} cannot batch traced values: symbolic tracing records "
+                        "operations one by one and cannot run a function transform over them",
+                        hint="make the module calling it a leaf (Tracer.is_leaf_module), wrap "
+                        "the function that calls it (fxloom.wrap), or trace with autoleaf=True",
+                    )
+                return transformed(*args, **kwargs)
+
+            return call
+
+        return patched
+
     def _recording(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``original``, but recorded as ``call_function`` when any argument is a proxy."""
         tracer = self
 
         @functools.wraps(original)
         def recording(*args: Any, **kwargs: Any) -> Any:
+            if tracer._computing_value:
+                return original(*args, **kwargs)
             if _holds_proxy(args) or _holds_proxy(kwargs.values()):
                 return tracer.create_proxy("call_function", original, args, kwargs)
             return original(*args, **kwargs)
@@ -375,11 +422,33 @@ class Tracer:
                     value = self.create_proxy(
                         "placeholder", param.name, default, {}, type_expr=type_expr
                     )
-                if param.kind is param.KEYWORD_ONLY:
-                    keyword[param.name] = value
-                else:
+                    self._attach_example(value, param)
+                # By keyword where possible: decorators wrapping forward (*args, **kwargs)
+                # often inspect keywords, and mixing would pass a value twice.
+                if param.kind is param.POSITIONAL_ONLY or _has_variadic_positional(parameters):
                     positional.append(value)
+                else:
+                    keyword[param.name] = value
         return functools.partial(root_fn, *positional, **keyword), []
+
+    def _attach_example(self, placeholder: Proxy, param: inspect.Parameter) -> None:
+        """Give an input's proxy its example value; tensors get a dtype/rank guard."""
+        if self._examples is None:
+            return
+        if param.name in self._examples:
+            example = _clone_tensors(self._examples[param.name])
+        elif param.default is not param.empty:
+            example = param.default
+        else:
+            return
+        placeholder.value = example
+        if isinstance(example, torch.Tensor):
+            self.create_proxy(
+                "call_function",
+                check_tensor_input,
+                (placeholder, example.dtype, example.dim(), param.name),
+                {},
+            )
 
     def _variadic_positional(
         self, param: inspect.Parameter, spec: Any, type_expr: Any
@@ -498,7 +567,40 @@ class Tracer:
         node = self.create_node(
             kind, target, self.create_arg(args), self.create_arg(kwargs), name, type_expr
         )
-        return proxy_factory_fn(node) if proxy_factory_fn is not None else self.proxy(node)
+        proxy = proxy_factory_fn(node) if proxy_factory_fn is not None else self.proxy(node)
+        if self._examples is not None and kind != "placeholder":
+            proxy.value = self._run_for_value(kind, target, args, kwargs)
+        return proxy
+
+    def _run_for_value(self, kind: str, target: Target, args: tuple, kwargs: dict) -> Any:
+        """Run the recorded operation on the example values (``NO_VALUE`` if some are unknown)."""
+        try:
+            arg_values = _values_of(args)
+            kwarg_values = _values_of(kwargs)
+        except _Unknown:
+            return NO_VALUE
+        self._computing_value = True
+        try:
+            with torch.no_grad():
+                if kind == "call_function":
+                    return target(*arg_values, **kwarg_values)
+                if kind == "call_method":
+                    return getattr(arg_values[0], target)(*arg_values[1:], **kwarg_values)
+                if kind == "call_module":
+                    module = self.root.get_submodule(target)
+                    return _original_module_call(module, *arg_values, **kwarg_values)
+                if kind == "get_attr":
+                    return self.attribute_value(target)
+                return NO_VALUE
+        except TraceError:
+            raise
+        except Exception as err:
+            raise self.trace_error(
+                f"running {target!r} on the example inputs failed: {type(err).__name__}: {err}",
+                hint="the example inputs must be valid inputs of the model",
+            ) from err
+        finally:
+            self._computing_value = False
 
     def proxy(self, node: Node) -> Proxy:
         return Proxy(node, self)
@@ -546,7 +648,12 @@ class Tracer:
         if isinstance(a, list):
             return [self.create_arg(x) for x in a]
         if isinstance(a, dict):
-            return {k: self.create_arg(v) for k, v in a.items()}
+            entries = {k: self.create_arg(v) for k, v in a.items()}
+            if t is dict or t is immutable_dict or not _keyword_keys(entries):
+                return entries
+            # A dict subclass (e.g. a model-output class) is rebuilt by its constructor,
+            # so callers of the traced module get the same type back.
+            return self.create_node("call_function", t, (), entries)
         if t is slice:
             return slice(self.create_arg(a.start), self.create_arg(a.stop), self.create_arg(a.step))
         if isinstance(a, torch.Tensor):
@@ -607,24 +714,68 @@ class Tracer:
         )
 
     def to_bool(self, obj: Proxy) -> bool:
-        """Called for ``bool(proxy)`` (``if x.sum() > 0:``); refuses by default."""
-        raise self.trace_error(
-            "symbolically traced variables cannot be used as inputs to control flow",
-            hint=(
-                "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
-                "(fxloom.wrap), fix its input with concrete_args, or trace with autoleaf=True"
-            ),
-        )
+        """Called for ``bool(proxy)`` (``if x.sum() > 0:``).
+
+        Without example inputs this refuses, as documented. With them, the
+        branch the example takes is followed and a guard is recorded that
+        raises at run time if the condition ever comes out differently.
+        """
+        if obj.value is NO_VALUE:
+            raise self.trace_error(
+                "symbolically traced variables cannot be used as inputs to control flow",
+                hint=(
+                    "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
+                    "(fxloom.wrap), fix its input with concrete_args, trace with autoleaf=True, "
+                    "or pass example_inputs so the branch is specialised under a run-time guard"
+                ),
+            )
+        return self._specialize(obj, bool)
+
+    def length(self, obj: Proxy) -> int:
+        """Called for ``len(proxy)``: refused without example inputs, as documented."""
+        value = obj.value
+        if value is NO_VALUE:
+            raise self.trace_error(
+                "'len' is not supported in symbolic tracing by default. If you want this call "
+                "to be recorded, please call fxloom.wrap('len') at module scope",
+                hint="use x.size(dim) / x.shape[dim], which are recorded, or pass example_inputs",
+            )
+        if isinstance(value, (torch.Size, tuple, list)):  # a rank or a tuple's arity: fixed
+            return len(value)
+        return self._specialize(obj, len)
+
+    def to_python(self, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
+        """Called for ``int(proxy)``, ``float(proxy)`` and index use (``range(n)``)."""
+        if obj.value is NO_VALUE:
+            kind = {int: "int", float: "float"}.get(convert, "an index (int)")
+            raise self.trace_error(
+                f"a traced value (%{obj.node.name}) cannot be converted to {kind} during "
+                "symbolic tracing: its value is only known when the traced code runs",
+                hint="keep it a tensor/size expression, fix it with concrete_args, or pass "
+                "example_inputs to specialise on it under a run-time guard",
+            )
+        return self._specialize(obj, convert)
+
+    def _specialize(self, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
+        """``convert(example value)``, plus a graph guard that it stays so at run time."""
+        expected = convert(obj.value)
+        location, source = describe_frame(user_frame(3))
+        where = f"{location}: {source.strip()}" if location else "traced code"
+        self.create_proxy("call_function", check_guard, (obj, convert, expected, where), {})
+        return expected
 
     def iter(self, obj: Proxy) -> Iterator[Proxy]:
         """Called for ``iter(proxy)``: unpacking of a known length works, loops do not."""
+        if obj.value is not NO_VALUE:
+            return iter([obj[i] for i in range(self.length(obj))])
         count = unpack_length(user_frame(2))
         if count is not None:
             return iter([obj[i] for i in range(count)])
         raise self.trace_error(
             "Proxy object cannot be iterated: the number of elements of a traced value is "
             "unknown while tracing",
-            hint="unpack into a fixed number of names (a, b = x.chunk(2)) or index explicitly",
+            hint="unpack into a fixed number of names (a, b = x.chunk(2)), index explicitly, "
+            "or pass example_inputs",
         )
 
     def keys(self, obj: Proxy) -> Any:
@@ -658,6 +809,98 @@ _SCALARS = frozenset(
 )
 
 
+def _capturing() -> bool:
+    return True
+
+
+def _keyword_keys(entries: dict[Any, Any]) -> bool:
+    return all(isinstance(k, str) and k.isidentifier() for k in entries)
+
+
+def _has_variadic_positional(parameters: list[inspect.Parameter]) -> bool:
+    # With a *args after them, earlier parameters can only be filled positionally.
+    return any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+class _Unknown(Exception):
+    """Some proxy among the arguments has no example value."""
+
+
+def _values_of(a: Any) -> Any:
+    """``a`` with every proxy replaced by its example value."""
+    if isinstance(a, Proxy):
+        if a.value is NO_VALUE:
+            raise _Unknown
+        return a.value
+    t = type(a)
+    if t is tuple or t is list:
+        return t(_values_of(x) for x in a)
+    if isinstance(a, dict):
+        return {k: _values_of(v) for k, v in a.items()}
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return t(*(_values_of(x) for x in a))
+    if t is slice:
+        return slice(_values_of(a.start), _values_of(a.stop), _values_of(a.step))
+    return a
+
+
+def _clone_tensors(value: Any) -> Any:
+    """Example inputs are cloned: recorded in-place ops must not change the caller's tensors."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if type(value) in (tuple, list):
+        return type(value)(_clone_tensors(v) for v in value)
+    if type(value) is dict:
+        return {k: _clone_tensors(v) for k, v in value.items()}
+    return value
+
+
+def _bind_examples(
+    fn: Callable[..., Any],
+    is_module: bool,
+    concrete_args: dict[str, Any] | None,
+    example_inputs: tuple[Any, ...] | dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """Example inputs by parameter name (positional ones fill the non-fixed parameters in order)."""
+    if example_inputs is None:
+        return None
+    if isinstance(example_inputs, dict):
+        return dict(example_inputs)
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    fixed = {k for k, v in (concrete_args or {}).items() if v is not PH}
+    parameters = list(inspect.signature(fn).parameters.values())[1 if is_module else 0 :]
+    names = [
+        p.name
+        for p in parameters
+        if p.name not in fixed and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(example_inputs) > len(names):
+        raise TraceError(
+            f"{len(example_inputs)} example inputs given, but only {len(names)} parameters "
+            f"({names}) can take them"
+        )
+    return dict(zip(names, example_inputs))
+
+
+class _ModuleState:
+    """Buffers and RNG state, saved before tracing with example inputs and put back after.
+
+    Running the examples through modules in training mode (batch norm
+    statistics, dropout) must not change the user's model.
+    """
+
+    def __init__(self, root: torch.nn.Module) -> None:
+        self.buffers = [(b, b.detach().clone()) for b in root.buffers() if b is not None]
+        self.rng = torch.get_rng_state()
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for buffer, saved in self.buffers:
+                buffer.copy_(saved)
+        torch.set_rng_state(self.rng)
+
+
 def _holds_proxy(values: Any) -> bool:
     for value in values:
         if isinstance(value, Proxy):
@@ -675,6 +918,33 @@ def _is_literal(value: Any) -> bool:
     if type(value) in (tuple, list):
         return all(_is_literal(v) for v in value)
     return False
+
+
+@has_side_effect
+def check_guard(value: Any, convert: Callable[[Any], Any], expected: Any, where: str) -> None:
+    """Raise if a value the trace was specialised on comes out differently at run time."""
+    actual = convert(value)
+    if actual != expected:
+        raise RuntimeError(
+            f"this module was traced with example inputs for which {convert.__name__}(...) at "
+            f"{where} was {expected!r}; now it is {actual!r}, so the traced code does not apply. "
+            "Retrace with inputs like these, or make that code a leaf module / wrapped function"
+        )
+
+
+@has_side_effect
+def check_tensor_input(value: Any, dtype: torch.dtype, ndim: int, name: str) -> None:
+    """Raise if an input's dtype or rank differs from the example the module was traced with."""
+    if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.dim() != ndim:
+        got = (
+            f"a {value.dim()}-d {value.dtype} tensor"
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
+        raise TypeError(
+            f"input {name!r}: this module was traced with a {ndim}-d {dtype} tensor, got {got}; "
+            "retrace with an example of this kind"
+        )
 
 
 @has_side_effect
@@ -740,13 +1010,23 @@ def _format_user_stack() -> str:
 def symbolic_trace(
     root: torch.nn.Module | Callable[..., Any],
     concrete_args: dict[str, Any] | None = None,
+    *,
+    example_inputs: tuple[Any, ...] | dict[str, Any] | None = None,
 ) -> GraphModule:
     """Trace ``root`` into a ``GraphModule`` named after the root's class (or function).
 
     ``concrete_args`` fixes parameters to values (``{"use_cache": False}``) so
     code branching on them traces; ``PH`` keeps a parameter an input.
+
+    ``example_inputs`` (beyond torch.fx; a tuple for the non-fixed parameters
+    in order, or a dict by name) lets the tracer run the program alongside the
+    recording. Questions about tensors that do not change between calls —
+    ``x.dim()``, ``x.dtype``, ``x.device`` — are then answered from the
+    examples, and control flow on traced values follows the examples' branch
+    with a run-time guard in the graph that raises if another input would take
+    another branch. Sizes stay symbolic unless control flow depends on them.
     """
     tracer = Tracer()
-    graph = tracer.trace(root, concrete_args)
+    graph = tracer.trace(root, concrete_args, example_inputs=example_inputs)
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else root.__name__
     return GraphModule(tracer.root, graph, name)

@@ -6,6 +6,7 @@ The error-reporting tests call `cli.main()` in-process so they can make a comman
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import subprocess
@@ -46,12 +47,60 @@ def test_each_subcommand_explains_itself(name: str) -> None:
     assert f"usage: fxloom {name}" in result.stdout
 
 
-def test_demo_shows_the_generated_code_and_reports_that_results_match() -> None:
-    result = run_fxloom("demo")
+@pytest.fixture(scope="module")
+def demo_run() -> subprocess.CompletedProcess:
+    """One `fxloom demo` run, shared by the tests that read its output."""
+    return run_fxloom("demo")
+
+
+def test_demo_shows_the_generated_code_and_reports_that_results_match(demo_run) -> None:
+    result = demo_run
     assert result.returncode == 0, result.stdout + result.stderr
     assert "def forward" in result.stdout  # the generated code is printed
     assert "match" in result.stdout
     assert "MISMATCH" not in result.stdout
+    assert "OK" in result.stdout
+
+
+def test_demo_traces_the_embedded_models_and_checks_them_against_eager(demo_run) -> None:
+    from fxloom import demo
+
+    result = demo_run
+    assert result.returncode == 0, result.stdout + result.stderr
+    hand_built = result.stdout.index("Build a graph by hand")
+    for name in (demo.SMALL_MODEL, demo.BIG_MODEL):
+        assert result.stdout.index(f"zoo.build('{name}')") > hand_built  # hand-built steps first
+    assert "torch.flatten" in result.stdout  # the small model's table
+    assert re.search(r"\.\.\. \d+ more lines", result.stdout)  # the big model's code, trimmed
+    assert re.search(r"mlp_tiny\s.*True", result.stdout)
+    assert re.search(r"resnet_tiny\s.*True", result.stdout)
+    assert "traced models vs eager: match" in result.stdout
+
+
+def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    import fxloom
+    from fxloom import demo
+
+    def tracing_off_by_one(model):
+        traced = real_symbolic_trace(model)
+        (output,) = traced.graph.find_nodes(op="output")
+        with traced.graph.inserting_before(output):
+            shifted = traced.graph.call_function(operator.add, (output.args[0], 1.0))
+        output.args = (shifted,)
+        traced.recompile()
+        return traced
+
+    real_symbolic_trace = fxloom.symbolic_trace
+    monkeypatch.setattr(fxloom, "symbolic_trace", tracing_off_by_one)
+    console = Console(file=io.StringIO(), width=100, no_color=True)
+    assert demo.run(console) == 1
+    printed = console.file.getvalue()
+    assert "traced models vs eager: MISMATCH" in printed
+    assert "MISMATCH: the traced zoo models differ from eager PyTorch." in printed
 
 
 def test_version_names_fxloom_torch_and_python() -> None:
