@@ -15,6 +15,7 @@ with ``import fxloom as fx``::
 from fxloom.codegen import CodegenError, PythonCode
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
+from fxloom.interpreter import Interpreter, Transformer
 from fxloom.lint import GraphLintError
 from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
 from fxloom.proxy import Attribute, Proxy, TraceError
@@ -35,6 +36,8 @@ __all__ = [
     "Graph",
     "GraphLintError",
     "GraphModule",
+    "Interpreter",
+    "Transformer",
     "Node",
     "PythonCode",
     "Target",

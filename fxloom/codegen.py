@@ -498,7 +498,7 @@ class _Emitter:
                 return self._global(t)
             head = f"{self._module_global('typing', typing)}.{special}"
         if not args:
-            return f"{head}[()]" if origin is tuple and t.__args__ == () else head
+            return f"{head}[()]" if origin is tuple and getattr(t, "__args__", None) == () else head
         return f"{head}[{', '.join(args)}]"
 
 

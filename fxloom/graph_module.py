@@ -88,6 +88,14 @@ class _GeneratedForward:
     """
 
     def __get__(self, instance: GraphModule | None, owner: type) -> Any:
+        try:
+            return self._get(instance, owner)
+        except AttributeError as err:
+            # An AttributeError escaping a descriptor would make nn.Module report
+            # "no attribute 'forward'", hiding the real failure.
+            raise RuntimeError(f"generating forward failed: {type(err).__name__}: {err}") from err
+
+    def _get(self, instance: GraphModule | None, owner: type) -> Any:
         if instance is None:
             ref = owner.__dict__.get("_instance_ref")
             instance = ref() if ref is not None else None

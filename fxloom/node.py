@@ -496,6 +496,8 @@ class Node:
                     return True
             except TypeError:  # unhashable callable
                 pass
+            if getattr(target, "_is_impure", False):  # e.g. fxloom.guards.FixedArgument
+                return True
             schema = getattr(target, "_schema", None)  # torch.ops overloads know if they mutate
             if schema is not None and getattr(schema, "is_mutable", False):
                 return True

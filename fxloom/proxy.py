@@ -20,6 +20,7 @@ Unpacking with a length visible at the call site (``a, b = x.chunk(2)``) works.
 from __future__ import annotations
 
 import dis
+import inspect
 import linecache
 import operator
 import os
@@ -167,16 +168,6 @@ class Proxy:
     def __repr__(self) -> str:
         return f"Proxy({self.node.name})"
 
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        # With an example value that is a tensor, ``isinstance(x, torch.Tensor)``
-        # answers True, as the program expects: model code often branches on it
-        # ("is this a tensor or a tuple?"). ``type(x)`` still says Proxy.
-        value = self.value
-        if isinstance(value, torch.Tensor):
-            return type(value)
-        return type(self)
-
     def __hash__(self) -> int:
         return id(self)
 
@@ -195,6 +186,9 @@ class Proxy:
         ):
             # Parameter shapes are fixed: read them instead of recording them.
             return getattr(tracer.attribute_value(self.node.target), name)
+        if name in TENSOR_DATA_ATTRIBUTES:
+            # Read now, not at first use: an in-place op in between must not change it.
+            return tracer.create_proxy("call_function", getattr, (self, name), {})
         return Attribute(self, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Proxy:
@@ -244,6 +238,21 @@ class Proxy:
     def __setitem__(self, key: Any, value: Any) -> None:
         self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
 
+
+# Tensor attributes that are data, not methods (shape, T, grad, ...): getattr
+# nodes for them are created where they are read.
+TENSOR_DATA_ATTRIBUTES = (
+    frozenset(
+        name
+        for name in dir(torch.Tensor)
+        if not name.startswith("_")
+        and isinstance(
+            inspect.getattr_static(torch.Tensor, name, None),
+            (property, types.GetSetDescriptorType, types.MemberDescriptorType),
+        )
+    )
+    - STATIC_TENSOR_ATTRIBUTES
+)
 
 _SHAPE_ATTRIBUTES = frozenset({"shape", "size", "dim", "ndim", "numel", "dtype"})
 

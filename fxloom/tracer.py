@@ -46,6 +46,7 @@ import builtins
 import functools
 import inspect
 import math
+import os
 import sys
 import traceback
 import types
@@ -56,8 +57,16 @@ import torch
 
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
+from fxloom.guards import (
+    FixedArgument,
+    check_guard,
+    check_length,
+    check_tensor_input,
+    check_variadic_keys,
+    check_variadic_length,
+)
 from fxloom.immutable_collections import immutable_dict
-from fxloom.node import Argument, Node, Target, has_side_effect
+from fxloom.node import Argument, Node, Target
 from fxloom.proxy import NO_VALUE, Proxy, TraceError, describe_frame, unpack_length, user_frame
 
 __all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "GraphAppendingTracer", "TraceError"]
@@ -135,6 +144,22 @@ class _Patcher:
         self._undo.append((owner, name, owner.__dict__.get(name, _MISSING), False))
         setattr(owner, name, replacement)
 
+    def remember_attr(self, module: torch.nn.Module, name: str) -> None:
+        """Note a module attribute about to be assigned, to put it back on restore."""
+        key = (id(module), name)
+        if key in self._patched:
+            return
+        self._patched.add(key)
+        try:
+            previous = (
+                _original_module_getattr(module, name)
+                if name not in module.__dict__
+                else module.__dict__[name]
+            )
+        except AttributeError:
+            previous = _MISSING
+        self._undo.append((module, name, previous, False))
+
     def patch_global(self, globals_dict: dict[str, Any], name: str, replacement: Any) -> None:
         key = (id(globals_dict), name)
         if key in self._patched:
@@ -161,6 +186,7 @@ class _Patcher:
 _MISSING = object()
 _original_module_call = torch.nn.Module.__call__
 _original_module_getattr = torch.nn.Module.__getattr__
+_original_module_setattr = torch.nn.Module.__setattr__
 
 
 class Tracer:
@@ -203,6 +229,7 @@ class Tracer:
             for value in vars(module).values()
             if callable(value) and not isinstance(value, type)
         } | {id(fn) for fn in self.autowrap_functions}
+        self._autowrap_ids |= {id(getattr(torch, name)) for name in _TENSOR_FACTORIES}
 
     # ================================================================ entry
     def trace(
@@ -275,14 +302,14 @@ class Tracer:
     def _wrap_failure(self, err: Exception) -> TraceError:
         frame = _innermost_user_frame(err.__traceback__)
         location, source = describe_frame(frame)
-        path = self._module_path_stack[-1]
+        path = getattr(err, "_fxloom_module_path", self._module_path_stack[-1])
         where = f" at {location}{source}" if location else ""
         module = f" while tracing {'the root module' if not path else repr(path)}"
         return TraceError(
             f"{type(err).__name__}: {err}\n{module}{where}\n"
             "hint: if this code cannot run on traced values, make its module a leaf "
             "(Tracer.is_leaf_module), wrap the function (fxloom.wrap), fix the offending "
-            "arguments with concrete_args, or trace with autoleaf=True",
+            "arguments with concrete_args",
             partial_graph=self.graph,
             location=location,
             module_path=path,
@@ -308,10 +335,19 @@ class Tracer:
                 return value
             return tracer.getattr(name, value, tracer._parameter_proxy_cache)
 
+        @functools.wraps(_original_module_setattr)
+        def module_setattr(module: torch.nn.Module, name: str, value: Any) -> None:
+            if not tracer._computing_value and _holds_proxy((value,)):
+                # Caching a traced value on a module (self.last = x) must not outlive
+                # the trace: the module gets its old attribute back afterwards.
+                patcher.remember_attr(module, name)
+            _original_module_setattr(module, name, value)
+
         patcher.patch_attr(torch.nn.Module, "__call__", module_call)
+        patcher.patch_attr(torch.nn.Module, "__setattr__", module_setattr)
         patcher.patch_attr(torch.nn.Module, "__getattr__", module_getattr)
         for globals_dict, name in list(_wrapped_names.values()):
-            original = globals_dict.get(name, getattr(builtins, name, None))
+            original = _unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
             if original is not None:
                 patcher.patch_global(globals_dict, name, self._recording(original))
         for module in self.autowrap_modules:
@@ -324,10 +360,11 @@ class Tracer:
         # Function transforms cannot batch a Proxy (torch would treat it as a tensor in
         # C++); refuse clearly instead.
         for owner in (torch, torch.func):
-            patcher.patch_attr(owner, "vmap", self._refusing_transform(owner.vmap, "torch.vmap"))
+            transform = _unwrapped(owner.vmap)
+            patcher.patch_attr(owner, "vmap", self._refusing_transform(transform, "torch.vmap"))
         for name in _TENSOR_FACTORIES:
-            original = getattr(torch, name)
-            patcher.patch_attr(torch, name, self._recording(original))
+            original = _unwrapped(getattr(torch, name))
+            patcher.patch_attr(torch, name, self._recording(original, always=True))
         self._autowrap_globals(fn_globals)
 
     def _autowrap_globals(self, globals_dict: dict[str, Any] | None) -> None:
@@ -346,7 +383,7 @@ class Tracer:
             transformed = transform(fn, *t_args, **t_kwargs)
 
             @functools.wraps(transformed)
-            def call(*args: Any, **kwargs: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
                 if not tracer._computing_value and (
                     _holds_proxy(args) or _holds_proxy(kwargs.values())
                 ):
@@ -354,23 +391,29 @@ class Tracer:
                         f"{name} cannot batch traced values: symbolic tracing records "
                         "operations one by one and cannot run a function transform over them",
                         hint="make the module calling it a leaf (Tracer.is_leaf_module), wrap "
-                        "the function that calls it (fxloom.wrap), or trace with autoleaf=True",
+                        "the function that calls it (fxloom.wrap)",
                     )
                 return transformed(*args, **kwargs)
 
             return call
 
+        patched.__fxloom_original__ = transform  # type: ignore[attr-defined]
         return patched
 
-    def _recording(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``original``, but recorded as ``call_function`` when any argument is a proxy."""
+    def _recording(self, original: Callable[..., Any], always: bool = False) -> Callable[..., Any]:
+        """``original``, but recorded as ``call_function`` when any argument is a proxy.
+
+        With ``always`` (tensor factories) every call is recorded: a tensor made
+        during tracing must be made afresh on every run, not frozen into a
+        constant that in-place ops would then change from one call to the next.
+        """
         tracer = self
 
         @functools.wraps(original)
         def recording(*args: Any, **kwargs: Any) -> Any:
             if tracer._computing_value:
                 return original(*args, **kwargs)
-            if _holds_proxy(args) or _holds_proxy(kwargs.values()):
+            if always or _holds_proxy(args) or _holds_proxy(kwargs.values()):
                 return tracer.create_proxy("call_function", original, args, kwargs)
             return original(*args, **kwargs)
 
@@ -407,6 +450,7 @@ class Tracer:
         hints = _annotations(root_fn)
         positional: list[Any] = [self.root] if is_module else []
         keyword: dict[str, Any] = {}
+        defaultable = _defaultable_parameters(parameters, concrete_args)
         for param in parameters:
             type_expr = hints.get(param.name)
             spec = concrete_args.get(param.name, PH)
@@ -416,7 +460,7 @@ class Tracer:
                 keyword.update(self._variadic_keyword(param, spec, type_expr))
             else:
                 if spec is not PH:
-                    value = self._fixed_argument(param, spec, type_expr)
+                    value = self._fixed_argument(param, spec, type_expr, param.name in defaultable)
                 else:
                     default = () if param.default is param.empty else (param.default,)
                     value = self.create_proxy(
@@ -454,7 +498,7 @@ class Tracer:
         self, param: inspect.Parameter, spec: Any, type_expr: Any
     ) -> list[Any]:
         """``*args``: traced with as many elements as ``concrete_args`` lists (none by default)."""
-        elements = () if spec is PH else spec
+        elements = () if spec is PH or spec is None else spec
         if not isinstance(elements, (tuple, list)):
             raise TraceError(
                 f"concrete_args[{param.name!r}] must be a tuple with one entry per extra "
@@ -470,7 +514,7 @@ class Tracer:
         self, param: inspect.Parameter, spec: Any, type_expr: Any
     ) -> dict[str, Any]:
         """``**kwargs``: traced with the keys ``concrete_args`` gives (none by default)."""
-        entries = {} if spec is PH else spec
+        entries = {} if spec is PH or spec is None else spec
         if not isinstance(entries, dict):
             raise TraceError(
                 f"concrete_args[{param.name!r}] must be a dict of the keyword arguments to "
@@ -482,15 +526,17 @@ class Tracer:
         )
         return {key: stars[key] if value is PH else value for key, value in entries.items()}
 
-    def _fixed_argument(self, param: inspect.Parameter, value: Any, type_expr: Any) -> Any:
-        """A placeholder defaulting to ``value``, checked at run time; tracing sees ``value``."""
-        literal = _is_literal(value)
-        default = (value,) if literal else (None,)
+    def _fixed_argument(
+        self, param: inspect.Parameter, value: Any, type_expr: Any, may_default: bool
+    ) -> Any:
+        """An input fixed to ``value``: tracing sees ``value``; the code checks it at run time.
+
+        It stays in the signature, defaulting to ``value`` when that is a
+        literal and no parameter without a default follows it.
+        """
+        default = (value,) if may_default and _is_literal(value) else ()
         placeholder = self.create_proxy("placeholder", param.name, default, {}, type_expr=type_expr)
-        if literal:
-            self.create_proxy(
-                "call_function", check_fixed_argument, (placeholder, value, param.name), {}
-            )
+        self.create_proxy("call_function", FixedArgument(param.name, value), (placeholder,), {})
         return value
 
     # ============================================================= modules
@@ -533,6 +579,10 @@ class Tracer:
             if self.is_leaf_module(m, path):
                 return self.create_proxy("call_module", path, args, kwargs)
             return _original_module_call(m, *args, **kwargs)
+        except Exception as err:
+            if not hasattr(err, "_fxloom_module_path"):
+                err._fxloom_module_path = path  # type: ignore[attr-defined]  # innermost wins
+            raise
         finally:
             self._module_path_stack.pop()
             self._module_stack = saved_stack
@@ -620,11 +670,20 @@ class Tracer:
         if self._module_stack:
             meta["nn_module_stack"] = dict(self._module_stack)
         if kind in ("call_function", "call_method", "call_module"):
-            source = self._module_stack[target][1] if kind == "call_module" else target
+            source = self._module_class(target) if kind == "call_module" else target
             meta["source_fn_stack"] = [(node.name, source)]
         if self.record_stack_traces:
             meta["stack_trace"] = _format_user_stack()
         return node
+
+    def _module_class(self, path: str) -> type:
+        entry = self._module_stack.get(path)
+        if entry is not None:
+            return entry[1]
+        try:  # recorded by an overriding call_module that skipped super()
+            return type(self.root.get_submodule(path))
+        except AttributeError:
+            return torch.nn.Module
 
     def create_arg(self, a: Any) -> Argument:
         """Convert a value seen during tracing into a graph argument.
@@ -668,10 +727,20 @@ class Tracer:
             return self._get_attr_node(path)
         name = self.tensor_attrs.get(id(tensor))
         if name is None:
-            name = f"_tensor_constant{len(self.graph._tensor_constants)}"
+            name = self._free_constant_name()
             self.graph._tensor_constants[name] = tensor
             self.tensor_attrs[id(tensor)] = name
         return self.create_node("get_attr", name, (), {})
+
+    def _free_constant_name(self) -> str:
+        """``_tensor_constantN`` for the first N that names nothing on the root yet."""
+        constants = self.graph._tensor_constants
+        index = len(constants)
+        while True:
+            name = f"_tensor_constant{index}"
+            if name not in constants and not hasattr(self.root, name):
+                return name
+            index += 1
 
     def _get_attr_node(self, path: str) -> Node:
         proxy = self._parameter_proxy_cache.get(path)
@@ -725,7 +794,7 @@ class Tracer:
                 "symbolically traced variables cannot be used as inputs to control flow",
                 hint=(
                     "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
-                    "(fxloom.wrap), fix its input with concrete_args, trace with autoleaf=True, "
+                    "(fxloom.wrap), fix its input with concrete_args, "
                     "or pass example_inputs so the branch is specialised under a run-time guard"
                 ),
             )
@@ -759,17 +828,23 @@ class Tracer:
     def _specialize(self, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
         """``convert(example value)``, plus a graph guard that it stays so at run time."""
         expected = convert(obj.value)
-        location, source = describe_frame(user_frame(3))
-        where = f"{location}: {source.strip()}" if location else "traced code"
+        where = _short_location(user_frame(3))
         self.create_proxy("call_function", check_guard, (obj, convert, expected, where), {})
         return expected
 
     def iter(self, obj: Proxy) -> Iterator[Proxy]:
         """Called for ``iter(proxy)``: unpacking of a known length works, loops do not."""
-        if obj.value is not NO_VALUE:
-            return iter([obj[i] for i in range(self.length(obj))])
+        value = obj.value
+        if value is not NO_VALUE:
+            if isinstance(value, (tuple, list)):  # e.g. x.unbind(0): arity follows a size
+                self._check_unpack(obj, len(value))
+                return iter([obj[i] for i in range(len(value))])
+            if isinstance(value, torch.Size):  # the rank, fixed by the input guards
+                return iter([obj[i] for i in range(len(value))])
+            return self._iterate_rows(obj, len(value))
         count = unpack_length(user_frame(2))
         if count is not None:
+            self._check_unpack(obj, count)
             return iter([obj[i] for i in range(count)])
         raise self.trace_error(
             "Proxy object cannot be iterated: the number of elements of a traced value is "
@@ -777,6 +852,17 @@ class Tracer:
             hint="unpack into a fixed number of names (a, b = x.chunk(2)), index explicitly, "
             "or pass example_inputs",
         )
+
+    def _check_unpack(self, obj: Proxy, count: int) -> None:
+        where = _short_location(user_frame(3))
+        self.create_proxy("call_function", check_length, (obj, count, where), {})
+
+    def _iterate_rows(self, obj: Proxy, count: int) -> Iterator[Proxy]:
+        """Rows of a tensor, lazily: only a loop that runs to the end depends on the length,
+        so only then is a guard on it recorded (code that peeks at the first row does not)."""
+        for i in range(count):
+            yield obj[i]
+        self._specialize(obj, len)
 
     def keys(self, obj: Proxy) -> Any:
         raise self.trace_error("** unpacking of a traced value is not supported")
@@ -811,6 +897,39 @@ _SCALARS = frozenset(
 
 def _capturing() -> bool:
     return True
+
+
+def _unwrapped(fn: Any) -> Any:
+    """The function behind one of our tracing wrappers (a trace started inside a trace)."""
+    while hasattr(fn, "__fxloom_original__"):
+        fn = fn.__fxloom_original__
+    return fn
+
+
+def _defaultable_parameters(
+    parameters: list[inspect.Parameter], concrete_args: dict[str, Any]
+) -> set[str]:
+    """Positional parameters that may get a default: only ones followed by defaulted ones."""
+    allowed: set[str] = set()
+    for param in reversed(parameters):
+        if param.kind is param.VAR_POSITIONAL:
+            allowed.clear()
+            break
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            continue
+        spec = concrete_args.get(param.name, PH)
+        fixed_literal = spec is not PH and _is_literal(spec)
+        if not (fixed_literal or (spec is PH and param.default is not param.empty)):
+            break
+        allowed.add(param.name)
+    return allowed
+
+
+def _short_location(frame: types.FrameType | None) -> str:
+    """``file.py:12`` (no directories: it is printed into generated code)."""
+    if frame is None:
+        return "traced code"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 def _keyword_keys(entries: dict[Any, Any]) -> bool:
@@ -920,64 +1039,6 @@ def _is_literal(value: Any) -> bool:
     return False
 
 
-@has_side_effect
-def check_guard(value: Any, convert: Callable[[Any], Any], expected: Any, where: str) -> None:
-    """Raise if a value the trace was specialised on comes out differently at run time."""
-    actual = convert(value)
-    if actual != expected:
-        raise RuntimeError(
-            f"this module was traced with example inputs for which {convert.__name__}(...) at "
-            f"{where} was {expected!r}; now it is {actual!r}, so the traced code does not apply. "
-            "Retrace with inputs like these, or make that code a leaf module / wrapped function"
-        )
-
-
-@has_side_effect
-def check_tensor_input(value: Any, dtype: torch.dtype, ndim: int, name: str) -> None:
-    """Raise if an input's dtype or rank differs from the example the module was traced with."""
-    if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.dim() != ndim:
-        got = (
-            f"a {value.dim()}-d {value.dtype} tensor"
-            if isinstance(value, torch.Tensor)
-            else type(value).__name__
-        )
-        raise TypeError(
-            f"input {name!r}: this module was traced with a {ndim}-d {dtype} tensor, got {got}; "
-            "retrace with an example of this kind"
-        )
-
-
-@has_side_effect
-def check_variadic_length(args: tuple[Any, ...], expected: int, name: str) -> None:
-    """Raise if ``*name`` gets another number of arguments than it was traced with."""
-    if len(args) != expected:
-        raise TypeError(
-            f"this module was traced with {expected} extra positional argument(s) in *{name}, "
-            f"but {len(args)} were passed; retrace with concrete_args={{{name!r}: (PH, ...)}} "
-            "listing one entry per argument"
-        )
-
-
-@has_side_effect
-def check_variadic_keys(kwargs: dict[str, Any], expected: tuple[str, ...], name: str) -> None:
-    """Raise if ``**name`` gets other keys than it was traced with."""
-    if set(kwargs) != set(expected):
-        raise TypeError(
-            f"this module was traced with keyword arguments {sorted(expected)} in **{name}, but "
-            f"got {sorted(kwargs)}; retrace with concrete_args={{{name!r}: {{key: PH, ...}}}}"
-        )
-
-
-@has_side_effect
-def check_fixed_argument(value: Any, expected: Any, name: str) -> None:
-    """Raise if an argument fixed by ``concrete_args`` at trace time gets another value."""
-    if value is not expected and value != expected:
-        raise ValueError(
-            f"argument {name!r} was fixed to {expected!r} when this module was traced "
-            f"(concrete_args), but {value!r} was passed; retrace to use another value"
-        )
-
-
 def _annotations(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         return dict(inspect.get_annotations(fn, eval_str=True))
@@ -1028,5 +1089,9 @@ def symbolic_trace(
     """
     tracer = Tracer()
     graph = tracer.trace(root, concrete_args, example_inputs=example_inputs)
-    name = type(root).__name__ if isinstance(root, torch.nn.Module) else root.__name__
+    name = (
+        type(root).__name__
+        if isinstance(root, torch.nn.Module)
+        else getattr(root, "__name__", type(root).__name__)
+    )
     return GraphModule(tracer.root, graph, name)
