@@ -223,6 +223,8 @@ class Tracer:
         self._module_stack: dict[str, tuple[str, type]] = {}
         self._examples: dict[str, Any] | None = None
         self._computing_value = False
+        # Qualified names recorded as call_module whatever is_leaf_module says (autoleaf).
+        self.forced_leaves: set[str] = set()
         self._autowrap_ids = {
             id(value)
             for module in self.autowrap_modules
@@ -576,7 +578,7 @@ class Tracer:
         self._module_stack = {**saved_stack, path: (path, type(m))}
         self._module_path_stack.append(path)
         try:
-            if self.is_leaf_module(m, path):
+            if path in self.forced_leaves or self.is_leaf_module(m, path):
                 return self.create_proxy("call_module", path, args, kwargs)
             return _original_module_call(m, *args, **kwargs)
         except Exception as err:
@@ -794,7 +796,7 @@ class Tracer:
                 "symbolically traced variables cannot be used as inputs to control flow",
                 hint=(
                     "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
-                    "(fxloom.wrap), fix its input with concrete_args, "
+                    "(fxloom.wrap), fix its input with concrete_args, trace with autoleaf=True, "
                     "or pass example_inputs so the branch is specialised under a run-time guard"
                 ),
             )
@@ -1073,6 +1075,7 @@ def symbolic_trace(
     concrete_args: dict[str, Any] | None = None,
     *,
     example_inputs: tuple[Any, ...] | dict[str, Any] | None = None,
+    autoleaf: bool = False,
 ) -> GraphModule:
     """Trace ``root`` into a ``GraphModule`` named after the root's class (or function).
 
@@ -1086,12 +1089,30 @@ def symbolic_trace(
     examples, and control flow on traced values follows the examples' branch
     with a run-time guard in the graph that raises if another input would take
     another branch. Sizes stay symbolic unless control flow depends on them.
+
+    ``autoleaf`` (beyond torch.fx): when a submodule cannot be traced, keep the
+    innermost user-defined module around the failure as a ``call_module`` and
+    trace again; ``gm.meta["autoleaf"]`` lists those modules and why
+    (``fxloom.autoleaf.LeafDecision``).
     """
-    tracer = Tracer()
-    graph = tracer.trace(root, concrete_args, example_inputs=example_inputs)
+
+    def attempt(tracer: Tracer) -> Graph:
+        return tracer.trace(root, concrete_args, example_inputs=example_inputs)
+
+    decisions = []
+    if autoleaf and isinstance(root, torch.nn.Module):
+        from fxloom.autoleaf import trace_with_autoleaf
+
+        tracer, graph, decisions = trace_with_autoleaf(Tracer, root, attempt)
+    else:
+        tracer = Tracer()
+        graph = attempt(tracer)
     name = (
         type(root).__name__
         if isinstance(root, torch.nn.Module)
         else getattr(root, "__name__", type(root).__name__)
     )
-    return GraphModule(tracer.root, graph, name)
+    gm = GraphModule(tracer.root, graph, name)
+    if autoleaf:
+        gm.meta["autoleaf"] = decisions
+    return gm

@@ -1,0 +1,101 @@
+"""Automatic leaves: trace what can be traced, keep the rest as module calls.
+
+``symbolic_trace(model, autoleaf=True)`` traces; when tracing fails inside a
+submodule (data-dependent control flow, a Python construct on traced values,
+...), the innermost user-defined module around the failure becomes a leaf — a
+single ``call_module`` node that runs that module eagerly — and tracing starts
+again. The result is the largest graph tracing can give, and a report saying
+which modules were kept as calls and why::
+
+    gm = fxloom.symbolic_trace(model, autoleaf=True)
+    for decision in gm.meta["autoleaf"]:
+        print(decision)        # block.gate (Gate): symbolically traced variables ... at net.py:41
+
+Modules from ``torch.nn`` are not chosen (they are leaves already, or
+containers whose children are the real culprits); a failure in the root
+module's own ``forward`` cannot be fixed this way and is raised as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fxloom.graph import Graph
+from fxloom.proxy import TraceError
+
+__all__ = ["LeafDecision", "trace_with_autoleaf"]
+
+
+@dataclass(frozen=True)
+class LeafDecision:
+    """One module kept as a ``call_module`` by autoleaf, and the failure that made it so."""
+
+    path: str
+    module_class: str
+    reason: str
+    location: str | None
+
+    def __str__(self) -> str:
+        where = f" at {self.location}" if self.location else ""
+        return f"{self.path} ({self.module_class}): {self.reason}{where}"
+
+
+def trace_with_autoleaf(
+    make_tracer: Callable[[], Any],
+    root: torch.nn.Module,
+    trace: Callable[[Any], Graph],
+    max_rounds: int = 64,
+) -> tuple[Any, Graph, list[LeafDecision]]:
+    """Trace ``root`` with fresh tracers, adding a forced leaf after each failure.
+
+    ``trace(tracer)`` runs one attempt. Returns the successful tracer, its
+    graph and the decisions taken (in order).
+    """
+    decisions: list[LeafDecision] = []
+    forced: set[str] = set()
+    for _ in range(max_rounds):
+        tracer = make_tracer()
+        tracer.forced_leaves = set(forced)
+        try:
+            return tracer, trace(tracer), decisions
+        except TraceError as err:
+            path = _innermost_user_module(root, err.module_path or "")
+            if path is None or path in forced:
+                _explain(err, path)
+                raise
+            forced.add(path)
+            decisions.append(
+                LeafDecision(
+                    path=path,
+                    module_class=type(root.get_submodule(path)).__qualname__,
+                    reason=str(err).splitlines()[0],
+                    location=err.location,
+                )
+            )
+    raise TraceError(f"autoleaf gave up after {max_rounds} rounds of retracing")
+
+
+def _innermost_user_module(root: torch.nn.Module, path: str) -> str | None:
+    """``path`` or its nearest enclosing module whose class is not from torch."""
+    parts = path.split(".") if path else []
+    while parts:
+        candidate = ".".join(parts)
+        module = root.get_submodule(candidate)
+        if not (type(module).__module__ or "").startswith("torch."):
+            return candidate
+        parts.pop()
+    return None
+
+
+def _explain(err: TraceError, path: str | None) -> None:
+    note = (
+        "autoleaf: the failure is in the root module's own forward, which cannot become a leaf"
+        if path is None
+        else f"autoleaf: {path!r} is already a leaf and tracing still fails"
+    )
+    if hasattr(err, "add_note"):
+        err.add_note(note)
