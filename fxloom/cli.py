@@ -56,14 +56,15 @@ def _run_version(args: argparse.Namespace) -> int:
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         name="demo",
-        summary="build a graph by hand, generate its code, run it and compare with eager PyTorch",
+        summary="build a graph by hand and trace embedded models, run them, compare with eager",
         description=(
-            "Walk through fxloom's core IR step by step: build a small Graph by hand\n"
+            "Walk through fxloom step by step: build a small Graph by hand\n"
             "(placeholder, get_attr, call_function, call_module, call_method, output),\n"
             "wrap it in a GraphModule, print the graph, its table and the generated\n"
-            "Python code, then run it on a random input and check the result matches\n"
-            "the same computation in eager PyTorch.\n\n"
-            "Exits 0 when the results match, 1 when they do not."
+            "Python code, run it and check the result matches eager PyTorch, edit the\n"
+            "graph and run it again; then symbolically trace embedded reference models\n"
+            "(fxloom.zoo), show their graphs and code, and check them against eager.\n\n"
+            "Exits 0 when all results match, 1 when any does not."
         ),
         run=_run_demo,
     ),
