@@ -55,6 +55,17 @@ from typing import Any
 
 import torch
 
+from fxloom._examples import PH, ModuleState, Unknown, bind_examples, clone_tensors, values_of
+from fxloom._patching import (
+    Patcher,
+    capturing,
+    original_module_call,
+    original_module_getattr,
+    original_module_setattr,
+    unwrapped,
+    wrap,
+    wrapped_names,
+)
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.guards import (
@@ -72,17 +83,6 @@ from fxloom.proxy import NO_VALUE, Proxy, TraceError, describe_frame, unpack_len
 __all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "GraphAppendingTracer", "TraceError"]
 
 
-class _PlaceholderMarker:
-    """``concrete_args={"x": PH}`` keeps ``x`` an input while other arguments are fixed."""
-
-    def __repr__(self) -> str:
-        return "PH"
-
-
-PH = _PlaceholderMarker()
-
-# (globals dict, name) of every function registered with ``wrap``.
-_wrapped_names: dict[tuple[int, str], tuple[dict[str, Any], str]] = {}
 # Tensor factories whose size/shape arguments may hold traced values.
 _TENSOR_FACTORIES = (
     "zeros",
@@ -102,91 +102,6 @@ _TENSOR_FACTORIES = (
     "full_like",
     "empty_like",
 )
-
-
-def wrap(fn_or_name: str | Callable[..., Any]) -> Any:
-    """Make a global function a leaf of symbolic tracing: calls become ``call_function`` nodes.
-
-    Call at module scope, with the function's name or the function itself, or
-    use as a decorator::
-
-        fxloom.wrap("len")            # len(proxy) is recorded, not refused
-
-        @fxloom.wrap
-        def my_kernel(x, k): ...      # traced code calls it; the graph shows the call
-    """
-    frame = sys._getframe(1)
-    if frame.f_code.co_name != "<module>":
-        raise RuntimeError(
-            "fxloom.wrap must be called at the top level of a module, where the "
-            f"function's global name is visible (called from {frame.f_code.co_name!r})"
-        )
-    name = fn_or_name if isinstance(fn_or_name, str) else getattr(fn_or_name, "__name__", None)
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TypeError(f"fxloom.wrap needs a named global function, got {fn_or_name!r}")
-    globals_dict = frame.f_globals
-    _wrapped_names[(id(globals_dict), name)] = (globals_dict, name)
-    return fn_or_name
-
-
-class _Patcher:
-    """Records every attribute/global it replaces and puts them all back on exit."""
-
-    def __init__(self) -> None:
-        self._undo: list[tuple[Any, str, Any, bool]] = []
-        self._patched: set[tuple[int, str]] = set()
-
-    def patch_attr(self, owner: Any, name: str, replacement: Any) -> None:
-        key = (id(owner), name)
-        if key in self._patched:
-            return
-        self._patched.add(key)
-        self._undo.append((owner, name, owner.__dict__.get(name, _MISSING), False))
-        setattr(owner, name, replacement)
-
-    def remember_attr(self, module: torch.nn.Module, name: str) -> None:
-        """Note a module attribute about to be assigned, to put it back on restore."""
-        key = (id(module), name)
-        if key in self._patched:
-            return
-        self._patched.add(key)
-        try:
-            previous = (
-                _original_module_getattr(module, name)
-                if name not in module.__dict__
-                else module.__dict__[name]
-            )
-        except AttributeError:
-            previous = _MISSING
-        self._undo.append((module, name, previous, False))
-
-    def patch_global(self, globals_dict: dict[str, Any], name: str, replacement: Any) -> None:
-        key = (id(globals_dict), name)
-        if key in self._patched:
-            return
-        self._patched.add(key)
-        self._undo.append((globals_dict, name, globals_dict.get(name, _MISSING), True))
-        globals_dict[name] = replacement
-
-    def restore(self) -> None:
-        while self._undo:
-            owner, name, original, is_dict = self._undo.pop()
-            if is_dict:
-                if original is _MISSING:
-                    owner.pop(name, None)
-                else:
-                    owner[name] = original
-            elif original is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-        self._patched.clear()
-
-
-_MISSING = object()
-_original_module_call = torch.nn.Module.__call__
-_original_module_getattr = torch.nn.Module.__getattr__
-_original_module_setattr = torch.nn.Module.__setattr__
 
 
 class Tracer:
@@ -273,10 +188,10 @@ class Tracer:
         self._parameter_proxy_cache: dict[str, Proxy] = {}
         self._module_path_stack = [""]
         self._module_stack = {}
-        self._patcher = _Patcher()
-        self._examples = _bind_examples(fn, is_module, concrete_args, example_inputs)
+        self._patcher = Patcher()
+        self._examples = bind_examples(fn, is_module, concrete_args, example_inputs)
         self._computing_value = False
-        saved_state = _ModuleState(self.root) if self._examples is not None else None
+        saved_state = ModuleState(self.root) if self._examples is not None else None
         try:
             fn_globals = getattr(fn, "__globals__", {})
             callable_fn, args = self.create_args_for_root(fn, is_module, concrete_args)
@@ -322,34 +237,34 @@ class Tracer:
         tracer = self
         patcher = self._patcher
 
-        @functools.wraps(_original_module_call)
+        @functools.wraps(original_module_call)
         def module_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             if tracer._computing_value:
-                return _original_module_call(module, *args, **kwargs)
+                return original_module_call(module, *args, **kwargs)
             forward = module.forward
             tracer._autowrap_globals(getattr(forward, "__globals__", None))
             return tracer.call_module(module, forward, args, kwargs)
 
-        @functools.wraps(_original_module_getattr)
+        @functools.wraps(original_module_getattr)
         def module_getattr(module: torch.nn.Module, name: str) -> Any:
-            value = _original_module_getattr(module, name)
+            value = original_module_getattr(module, name)
             if tracer._computing_value:
                 return value
             return tracer.getattr(name, value, tracer._parameter_proxy_cache)
 
-        @functools.wraps(_original_module_setattr)
+        @functools.wraps(original_module_setattr)
         def module_setattr(module: torch.nn.Module, name: str, value: Any) -> None:
             if not tracer._computing_value and _holds_proxy((value,)):
                 # Caching a traced value on a module (self.last = x) must not outlive
                 # the trace: the module gets its old attribute back afterwards.
                 patcher.remember_attr(module, name)
-            _original_module_setattr(module, name, value)
+            original_module_setattr(module, name, value)
 
         patcher.patch_attr(torch.nn.Module, "__call__", module_call)
         patcher.patch_attr(torch.nn.Module, "__setattr__", module_setattr)
         patcher.patch_attr(torch.nn.Module, "__getattr__", module_getattr)
-        for globals_dict, name in list(_wrapped_names.values()):
-            original = _unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
+        for globals_dict, name in list(wrapped_names.values()):
+            original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
             if original is not None:
                 patcher.patch_global(globals_dict, name, self._recording(original))
         for module in self.autowrap_modules:
@@ -358,14 +273,14 @@ class Tracer:
                     patcher.patch_attr(module, name, self._recording(value))
         # Libraries pick graph-capture-friendly code (no data-dependent shortcuts)
         # when they believe they are being compiled; we are capturing a graph.
-        patcher.patch_attr(torch.compiler, "is_compiling", _capturing)
+        patcher.patch_attr(torch.compiler, "is_compiling", capturing)
         # Function transforms cannot batch a Proxy (torch would treat it as a tensor in
         # C++); refuse clearly instead.
         for owner in (torch, torch.func):
-            transform = _unwrapped(owner.vmap)
+            transform = unwrapped(owner.vmap)
             patcher.patch_attr(owner, "vmap", self._refusing_transform(transform, "torch.vmap"))
         for name in _TENSOR_FACTORIES:
-            original = _unwrapped(getattr(torch, name))
+            original = unwrapped(getattr(torch, name))
             patcher.patch_attr(torch, name, self._recording(original, always=True))
         self._autowrap_globals(fn_globals)
 
@@ -482,7 +397,7 @@ class Tracer:
         if self._examples is None:
             return
         if param.name in self._examples:
-            example = _clone_tensors(self._examples[param.name])
+            example = clone_tensors(self._examples[param.name])
         elif param.default is not param.empty:
             example = param.default
         else:
@@ -580,7 +495,7 @@ class Tracer:
         try:
             if path in self.forced_leaves or self.is_leaf_module(m, path):
                 return self.create_proxy("call_module", path, args, kwargs)
-            return _original_module_call(m, *args, **kwargs)
+            return original_module_call(m, *args, **kwargs)
         except Exception as err:
             if not hasattr(err, "_fxloom_module_path"):
                 err._fxloom_module_path = path  # type: ignore[attr-defined]  # innermost wins
@@ -627,9 +542,9 @@ class Tracer:
     def _run_for_value(self, kind: str, target: Target, args: tuple, kwargs: dict) -> Any:
         """Run the recorded operation on the example values (``NO_VALUE`` if some are unknown)."""
         try:
-            arg_values = _values_of(args)
-            kwarg_values = _values_of(kwargs)
-        except _Unknown:
+            arg_values = values_of(args)
+            kwarg_values = values_of(kwargs)
+        except Unknown:
             return NO_VALUE
         self._computing_value = True
         try:
@@ -640,7 +555,7 @@ class Tracer:
                     return getattr(arg_values[0], target)(*arg_values[1:], **kwarg_values)
                 if kind == "call_module":
                     module = self.root.get_submodule(target)
-                    return _original_module_call(module, *arg_values, **kwarg_values)
+                    return original_module_call(module, *arg_values, **kwarg_values)
                 if kind == "get_attr":
                     return self.attribute_value(target)
                 return NO_VALUE
@@ -759,7 +674,7 @@ class Tracer:
         value: Any = self.root
         for part in qualified_name.split("."):
             value = (
-                _original_module_getattr(value, part)
+                original_module_getattr(value, part)
                 if isinstance(value, torch.nn.Module) and part not in value.__dict__
                 else getattr(value, part)
             )
@@ -897,17 +812,6 @@ _SCALARS = frozenset(
 )
 
 
-def _capturing() -> bool:
-    return True
-
-
-def _unwrapped(fn: Any) -> Any:
-    """The function behind one of our tracing wrappers (a trace started inside a trace)."""
-    while hasattr(fn, "__fxloom_original__"):
-        fn = fn.__fxloom_original__
-    return fn
-
-
 def _defaultable_parameters(
     parameters: list[inspect.Parameter], concrete_args: dict[str, Any]
 ) -> set[str]:
@@ -941,85 +845,6 @@ def _keyword_keys(entries: dict[Any, Any]) -> bool:
 def _has_variadic_positional(parameters: list[inspect.Parameter]) -> bool:
     # With a *args after them, earlier parameters can only be filled positionally.
     return any(p.kind is p.VAR_POSITIONAL for p in parameters)
-
-
-class _Unknown(Exception):
-    """Some proxy among the arguments has no example value."""
-
-
-def _values_of(a: Any) -> Any:
-    """``a`` with every proxy replaced by its example value."""
-    if isinstance(a, Proxy):
-        if a.value is NO_VALUE:
-            raise _Unknown
-        return a.value
-    t = type(a)
-    if t is tuple or t is list:
-        return t(_values_of(x) for x in a)
-    if isinstance(a, dict):
-        return {k: _values_of(v) for k, v in a.items()}
-    if isinstance(a, tuple) and hasattr(a, "_fields"):
-        return t(*(_values_of(x) for x in a))
-    if t is slice:
-        return slice(_values_of(a.start), _values_of(a.stop), _values_of(a.step))
-    return a
-
-
-def _clone_tensors(value: Any) -> Any:
-    """Example inputs are cloned: recorded in-place ops must not change the caller's tensors."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if type(value) in (tuple, list):
-        return type(value)(_clone_tensors(v) for v in value)
-    if type(value) is dict:
-        return {k: _clone_tensors(v) for k, v in value.items()}
-    return value
-
-
-def _bind_examples(
-    fn: Callable[..., Any],
-    is_module: bool,
-    concrete_args: dict[str, Any] | None,
-    example_inputs: tuple[Any, ...] | dict[str, Any] | None,
-) -> dict[str, Any] | None:
-    """Example inputs by parameter name (positional ones fill the non-fixed parameters in order)."""
-    if example_inputs is None:
-        return None
-    if isinstance(example_inputs, dict):
-        return dict(example_inputs)
-    if not isinstance(example_inputs, (tuple, list)):
-        example_inputs = (example_inputs,)
-    fixed = {k for k, v in (concrete_args or {}).items() if v is not PH}
-    parameters = list(inspect.signature(fn).parameters.values())[1 if is_module else 0 :]
-    names = [
-        p.name
-        for p in parameters
-        if p.name not in fixed and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if len(example_inputs) > len(names):
-        raise TraceError(
-            f"{len(example_inputs)} example inputs given, but only {len(names)} parameters "
-            f"({names}) can take them"
-        )
-    return dict(zip(names, example_inputs))
-
-
-class _ModuleState:
-    """Buffers and RNG state, saved before tracing with example inputs and put back after.
-
-    Running the examples through modules in training mode (batch norm
-    statistics, dropout) must not change the user's model.
-    """
-
-    def __init__(self, root: torch.nn.Module) -> None:
-        self.buffers = [(b, b.detach().clone()) for b in root.buffers() if b is not None]
-        self.rng = torch.get_rng_state()
-
-    def restore(self) -> None:
-        with torch.no_grad():
-            for buffer, saved in self.buffers:
-                buffer.copy_(saved)
-        torch.set_rng_state(self.rng)
 
 
 def _holds_proxy(values: Any) -> bool:
