@@ -14,6 +14,7 @@ LINT_STAMP := $(VENV)/.fxloom-lint.stamp
 TORCH_PIN := $(shell grep -E '^torch==' constraints.txt)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+BENCH_TRACE_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo test bench lint format clean distclean
@@ -38,9 +39,9 @@ demo: $(SETUP_STAMP) ## set up, then run the demo (`fxloom demo`)
 test: $(SETUP_STAMP) ## set up, then run the tests (extra pytest flags: PYTEST_ARGS=...)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(SETUP_STAMP) ## set up, then run the graph benchmarks (options: BENCH_ARGS=...)
-	@test -f benchmarks/bench_graph.py || { echo "benchmarks/bench_graph.py does not exist yet" >&2; exit 1; }
+bench: $(SETUP_STAMP) ## set up, run the graph then the tracing benchmarks (BENCH_ARGS=, BENCH_TRACE_ARGS=)
 	$(PY) benchmarks/bench_graph.py $(BENCH_ARGS)
+	$(PY) benchmarks/bench_trace.py $(BENCH_TRACE_ARGS)
 
 $(LINT_STAMP): $(SETUP_STAMP)
 	$(PIP) install -q ruff -c constraints.txt
