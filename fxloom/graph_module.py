@@ -34,6 +34,7 @@ import linecache
 import textwrap
 import weakref
 from pathlib import Path
+from types import MethodType
 from typing import Any
 
 import torch
@@ -89,22 +90,27 @@ class _GeneratedForward:
 
     def __get__(self, instance: GraphModule | None, owner: type) -> Any:
         try:
-            return self._get(instance, owner)
+            if instance is None:
+                return self._for_class(owner)
+            graph = instance._graph  # inlined _ensure_current: this runs on every call
+            if (
+                instance._compiled_graph is not graph
+                or instance._compiled_version != graph._version
+            ):
+                instance.recompile()
+            return MethodType(owner._generated_forward, instance)
         except AttributeError as err:
             # An AttributeError escaping a descriptor would make nn.Module report
             # "no attribute 'forward'", hiding the real failure.
             raise RuntimeError(f"generating forward failed: {type(err).__name__}: {err}") from err
 
-    def _get(self, instance: GraphModule | None, owner: type) -> Any:
+    def _for_class(self, owner: type) -> Any:
+        ref = owner.__dict__.get("_instance_ref")
+        instance = ref() if ref is not None else None
         if instance is None:
-            ref = owner.__dict__.get("_instance_ref")
-            instance = ref() if ref is not None else None
-            if instance is None:
-                return self
-            instance._ensure_current()
-            return owner._generated_forward
+            return self
         instance._ensure_current()
-        return type(instance)._generated_forward.__get__(instance, owner)
+        return owner._generated_forward
 
 
 class GraphModule(torch.nn.Module):
@@ -214,7 +220,9 @@ class GraphModule(torch.nn.Module):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().__call__(*args, **kwargs)
+            # Looked up on each call: tracing patches nn.Module.__call__ (a GraphModule
+            # used inside a module being traced is traced through).
+            return torch.nn.Module.__call__(self, *args, **kwargs)
         except Exception as err:
             _note_failing_node(err, self)
             raise
