@@ -19,7 +19,6 @@ __all__ = [
     "capturing",
     "original_module_call",
     "original_module_getattr",
-    "original_module_setattr",
     "unwrapped",
     "wrap",
     "wrapped_names",
@@ -111,7 +110,6 @@ class Patcher:
 MISSING = object()
 original_module_call = torch.nn.Module.__call__
 original_module_getattr = torch.nn.Module.__getattr__
-original_module_setattr = torch.nn.Module.__setattr__
 
 
 def capturing() -> bool:

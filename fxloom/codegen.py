@@ -296,8 +296,9 @@ class _Emitter:
                 method = f"{self._builtin('getattr')}({receiver}, {target!r})"
             return f"{name} = {method}({self._call_args(args[1:], kwargs)})"
         if op == "call_module":
-            return f"{name} = {self._attr_path(target)}({self._call_args(args, kwargs)})"
-        return f"{name} = {self._attr_path(target)}"  # get_attr
+            module = self._attr_path(target, all_modules=True)
+            return f"{name} = {module}({self._call_args(args, kwargs)})"
+        return f"{name} = {self._attr_path(target, all_modules=False)}"  # get_attr
 
     def _call_function(self, node: Node, name: str) -> str:
         fn, args, kwargs = node._target, node._args, node._kwargs
@@ -328,8 +329,9 @@ class _Emitter:
                     return f"{name} = {self._receiver(args[0])}.{args[1]}"
         return f"{name} = {self._global(fn)}({self._call_args(args, kwargs)})"
 
-    def _attr_path(self, qualified_name: str) -> str:
-        return _attr_path(self.root_module, qualified_name, self._builtin("getattr"))
+    def _attr_path(self, qualified_name: str, *, all_modules: bool) -> str:
+        getattr_name = self._builtin("getattr")
+        return _attr_path(self.root_module, qualified_name, getattr_name, all_modules=all_modules)
 
     def _call_args(self, args: tuple, kwargs: dict) -> str:
         parts = [self._expr(a) for a in args]
@@ -543,12 +545,27 @@ def _resolve(root: Any, path: str) -> Any:
     return value
 
 
-def _attr_path(base: str, qualified_name: str, getattr_name: str = "getattr") -> str:
-    """``self.layers.0.weight`` is not Python: numeric or odd parts go through getattr."""
+def _attr_path(
+    base: str, qualified_name: str, getattr_name: str = "getattr", *, all_modules: bool
+) -> str:
+    """``self.layers.0.weight`` is not Python: a part that is no identifier needs another form.
+
+    A nested path made of submodules only (a ``call_module`` target) reads the
+    containers' ``_modules`` (``self._modules['layers']._modules['0']``): dict
+    lookups, where ``self.layers`` or ``getattr(self.layers, '0')`` pay for
+    ``nn.Module.__getattr__`` on every call. Elsewhere odd parts use ``getattr``.
+    """
+    parts = qualified_name.split(".")
+    if all_modules and len(parts) > 1:
+        # self._modules['layers']._modules['0']: no __getattr__ call at all, so
+        # a traced Sequential is not slower than the eager one iterating _modules.
+        return base + "".join(f"._modules[{part!r}]" for part in parts)
     expr = base
-    for part in qualified_name.split("."):
+    for part in parts:
         if part.isidentifier() and not keyword.iskeyword(part):
             expr = f"{expr}.{part}"
+        elif all_modules:
+            expr = f"{expr}._modules[{part!r}]"
         else:
             expr = f"{getattr_name}({expr}, {part!r})"
     return expr

@@ -360,24 +360,24 @@ def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) ->
     if node.op == "get_attr" and target in constants:  # captured by a tracer
         gm.register_buffer(target, constants[target])
         return
+    *path, field = target.split(".")
     try:
-        value = resolve_target(root, target)
-    except AttributeError as err:
-        raise AttributeError(
-            f"GraphModule: %{node.name} ({node.op}) refers to {target!r}, which the root "
-            f"module {type(root).__name__} does not have ({err}); add it to the root or fix "
-            "the node's target"
-        ) from None
+        source: Any = root
+        for item in path:
+            source = _member(source, item)
+        value = _member(source, field)
+    except AttributeError:
+        _explain_missing_target(root, node)
+        raise
     if node.op == "call_module" and not isinstance(value, torch.nn.Module):
         raise TypeError(
             f"GraphModule: %{node.name} calls {target!r} as a module, but in "
             f"{type(root).__name__} it is a {type(value).__name__}"
         )
-    *path, field = target.split(".")
-    source: Any = root
     owner: torch.nn.Module = gm
+    source = root
     for item in path:
-        source = getattr(source, item)
+        source = _member(source, item)
         child = owner._modules.get(item)
         if child is None:
             child = torch.nn.Module()
@@ -389,6 +389,28 @@ def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) ->
         owner.register_buffer(field, value, persistent=persistent)
     else:
         setattr(owner, field, value)
+
+
+def _member(obj: Any, name: str) -> Any:
+    """``getattr(obj, name)``, reading a module's own tables first (no ``__getattr__`` detour)."""
+    if isinstance(obj, torch.nn.Module):
+        state = obj.__dict__
+        for table in ("_modules", "_parameters", "_buffers"):
+            entries = state[table]
+            if name in entries:
+                return entries[name]
+    return getattr(obj, name)
+
+
+def _explain_missing_target(root: torch.nn.Module, node: Any) -> None:
+    try:
+        resolve_target(root, node.target)
+    except AttributeError as err:
+        raise AttributeError(
+            f"GraphModule: %{node.name} ({node.op}) refers to {node.target!r}, which the root "
+            f"module {type(root).__name__} does not have ({err}); add it to the root or fix "
+            "the node's target"
+        ) from None
 
 
 def _copy_attr_from_dict(root: dict[str, Any], gm: GraphModule, node: Any) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from fxloom.node import has_side_effect
+from fxloom.proxy import Proxy
 
 __all__ = [
     "FixedArgument",
@@ -34,16 +35,17 @@ __all__ = [
 
 
 def _recorded_when_traced(check: Callable[..., None]) -> Callable[..., Any]:
-    """Make ``check`` a leaf of tracing and keep it through dead-code elimination."""
+    """Make ``check`` a leaf of tracing and keep it through dead-code elimination.
+
+    The checked value is always the first argument; only it can be a proxy
+    (the others are constants), so one isinstance test keeps the common path cheap.
+    """
 
     @functools.wraps(check)
-    def run(*args: Any) -> Any:
-        from fxloom.proxy import Proxy
-
-        for value in args:
-            if isinstance(value, Proxy):
-                return value.tracer.create_proxy("call_function", run, args, {})
-        return check(*args)
+    def run(value: Any, *rest: Any) -> Any:
+        if isinstance(value, Proxy):
+            return value.tracer.create_proxy("call_function", run, (value, *rest), {})
+        return check(value, *rest)
 
     return has_side_effect(run)
 
@@ -122,8 +124,6 @@ class FixedArgument:
         self.__name__ = f"{name}_fixed"  # how generated code names it
 
     def __call__(self, value: Any) -> Any:
-        from fxloom.proxy import Proxy
-
         if isinstance(value, Proxy):  # traced again: record the check, do not run it
             return value.tracer.create_proxy("call_function", self, (value,), {})
         if not self._matches(value):

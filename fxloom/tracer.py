@@ -61,7 +61,6 @@ from fxloom._patching import (
     capturing,
     original_module_call,
     original_module_getattr,
-    original_module_setattr,
     unwrapped,
     wrap,
     wrapped_names,
@@ -78,7 +77,15 @@ from fxloom.guards import (
 )
 from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Argument, Node, Target
-from fxloom.proxy import NO_VALUE, Proxy, TraceError, describe_frame, unpack_length, user_frame
+from fxloom.proxy import (
+    NO_VALUE,
+    Proxy,
+    TraceError,
+    _find_tracer,
+    describe_frame,
+    unpack_length,
+    user_frame,
+)
 
 __all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "GraphAppendingTracer", "TraceError"]
 
@@ -133,7 +140,9 @@ class Tracer:
         self.graph: Graph = Graph(tracer_cls=type(self))
         self.tensor_attrs: dict[int, str] = {}
         self.submodule_paths: dict[torch.nn.Module, str] = {}
-        self._param_paths: dict[int, str] = {}
+        self._param_paths_index: dict[int, str] | None = {}
+        self._visited_globals: set[int] = set()
+        self._watched_classes: set[type] = set()
         self._module_path_stack: list[str] = [""]
         self._module_stack: dict[str, tuple[str, type]] = {}
         self._examples: dict[str, Any] | None = None
@@ -179,12 +188,9 @@ class Tracer:
         self.submodule_paths = {}
         for name, module in self.root.named_modules(remove_duplicate=False):
             self.submodule_paths.setdefault(module, name)
-        self._param_paths = {}
-        for name, value in (
-            *self.root.named_parameters(remove_duplicate=False),
-            *self.root.named_buffers(remove_duplicate=False),
-        ):
-            self._param_paths.setdefault(id(value), name)
+        self._param_paths_index = None
+        self._visited_globals: set[int] = set()
+        self._watched_classes: set[type] = set()
         self._parameter_proxy_cache: dict[str, Proxy] = {}
         self._module_path_stack = [""]
         self._module_stack = {}
@@ -192,6 +198,7 @@ class Tracer:
         self._examples = bind_examples(fn, is_module, concrete_args, example_inputs)
         self._computing_value = False
         saved_state = ModuleState(self.root) if self._examples is not None else None
+        _active_tracers.append(self)
         try:
             fn_globals = getattr(fn, "__globals__", {})
             callable_fn, args = self.create_args_for_root(fn, is_module, concrete_args)
@@ -211,10 +218,27 @@ class Tracer:
         except Exception as err:
             raise self._wrap_failure(err) from err
         finally:
+            _active_tracers.remove(self)
             self._patcher.restore()
             if saved_state is not None:
                 saved_state.restore()
         return self.graph
+
+    @property
+    def _param_paths(self) -> dict[int, str]:
+        """id(parameter or buffer) -> qualified name; built on first need (often never:
+        the layers owning the parameters are usually leaves)."""
+        index = self._param_paths_index
+        if index is None:
+            index = {}
+            named = (
+                *self.root.named_parameters(remove_duplicate=False),
+                *self.root.named_buffers(remove_duplicate=False),
+            )
+            for name, value in named:
+                index.setdefault(id(value), name)
+            self._param_paths_index = index
+        return index
 
     def _wrap_failure(self, err: Exception) -> TraceError:
         frame = _innermost_user_frame(err.__traceback__)
@@ -243,6 +267,7 @@ class Tracer:
                 return original_module_call(module, *args, **kwargs)
             forward = module.forward
             tracer._autowrap_globals(getattr(forward, "__globals__", None))
+            tracer._watch_attribute_writes(type(module))
             return tracer.call_module(module, forward, args, kwargs)
 
         @functools.wraps(original_module_getattr)
@@ -252,25 +277,17 @@ class Tracer:
                 return value
             return tracer.getattr(name, value, tracer._parameter_proxy_cache)
 
-        @functools.wraps(original_module_setattr)
-        def module_setattr(module: torch.nn.Module, name: str, value: Any) -> None:
-            if not tracer._computing_value and _holds_proxy((value,)):
-                # Caching a traced value on a module (self.last = x) must not outlive
-                # the trace: the module gets its old attribute back afterwards.
-                patcher.remember_attr(module, name)
-            original_module_setattr(module, name, value)
-
         patcher.patch_attr(torch.nn.Module, "__call__", module_call)
-        patcher.patch_attr(torch.nn.Module, "__setattr__", module_setattr)
+        self._watch_attribute_writes(type(self.root))
         patcher.patch_attr(torch.nn.Module, "__getattr__", module_getattr)
         for globals_dict, name in list(wrapped_names.values()):
             original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
             if original is not None:
-                patcher.patch_global(globals_dict, name, self._recording(original))
+                patcher.patch_global(globals_dict, name, _recording(original))
         for module in self.autowrap_modules:
             for name, value in list(vars(module).items()):
                 if id(value) in self._autowrap_ids and not name.startswith("_"):
-                    patcher.patch_attr(module, name, self._recording(value))
+                    patcher.patch_attr(module, name, _recording(value))
         # Libraries pick graph-capture-friendly code (no data-dependent shortcuts)
         # when they believe they are being compiled; we are capturing a graph.
         patcher.patch_attr(torch.compiler, "is_compiling", capturing)
@@ -281,16 +298,38 @@ class Tracer:
             patcher.patch_attr(owner, "vmap", self._refusing_transform(transform, "torch.vmap"))
         for name in _TENSOR_FACTORIES:
             original = unwrapped(getattr(torch, name))
-            patcher.patch_attr(torch, name, self._recording(original, always=True))
+            patcher.patch_attr(torch, name, _recording(original, always=True))
         self._autowrap_globals(fn_globals)
+
+    def _watch_attribute_writes(self, cls: type) -> None:
+        """Undo, after tracing, assignments of traced values to attributes (``self.last = x``).
+
+        Patched per module class whose forward runs with proxies, not on
+        nn.Module itself: a class attribute set on nn.Module invalidates type
+        caches of every module class loaded, which would dominate small traces.
+        """
+        if cls in self._watched_classes:
+            return
+        self._watched_classes.add(cls)
+        original = cls.__setattr__
+        tracer, patcher = self, self._patcher
+
+        def watching_setattr(module: torch.nn.Module, name: str, value: Any) -> None:
+            if not tracer._computing_value and _holds_proxy((value,)):
+                patcher.remember_attr(module, name)  # put back the old value after tracing
+            original(module, name, value)
+
+        watching_setattr.__fxloom_original__ = original  # type: ignore[attr-defined]
+        patcher.patch_attr(cls, "__setattr__", watching_setattr)
 
     def _autowrap_globals(self, globals_dict: dict[str, Any] | None) -> None:
         """Patch globals naming autowrapped functions (``from math import sqrt``)."""
-        if not globals_dict:
-            return
+        if not globals_dict or id(globals_dict) in self._visited_globals:
+            return  # each module's globals are scanned once per trace
+        self._visited_globals.add(id(globals_dict))
         for name, value in list(globals_dict.items()):
             if id(value) in self._autowrap_ids and callable(value):
-                self._patcher.patch_global(globals_dict, name, self._recording(value))
+                self._patcher.patch_global(globals_dict, name, _recording(value))
 
     def _refusing_transform(self, transform: Callable[..., Any], name: str) -> Callable[..., Any]:
         tracer = self
@@ -316,26 +355,6 @@ class Tracer:
 
         patched.__fxloom_original__ = transform  # type: ignore[attr-defined]
         return patched
-
-    def _recording(self, original: Callable[..., Any], always: bool = False) -> Callable[..., Any]:
-        """``original``, but recorded as ``call_function`` when any argument is a proxy.
-
-        With ``always`` (tensor factories) every call is recorded: a tensor made
-        during tracing must be made afresh on every run, not frozen into a
-        constant that in-place ops would then change from one call to the next.
-        """
-        tracer = self
-
-        @functools.wraps(original)
-        def recording(*args: Any, **kwargs: Any) -> Any:
-            if tracer._computing_value:
-                return original(*args, **kwargs)
-            if always or _holds_proxy(args) or _holds_proxy(kwargs.values()):
-                return tracer.create_proxy("call_function", original, args, kwargs)
-            return original(*args, **kwargs)
-
-        recording.__fxloom_original__ = original  # type: ignore[attr-defined]
-        return recording
 
     # ============================================================ root args
     def create_args_for_root(
@@ -810,6 +829,38 @@ _SCALARS = frozenset(
         torch.Size,
     }
 )
+
+
+# Tracers currently running, innermost last (a trace may start inside another).
+_active_tracers: list[Tracer] = []
+# (original, always) -> its recording wrapper; made once, shared by all traces.
+_recording_wrappers: dict[tuple[Any, bool], Callable[..., Any]] = {}
+
+
+def _recording(original: Callable[..., Any], always: bool = False) -> Callable[..., Any]:
+    """``original``, but recorded as ``call_function`` when any argument is a proxy.
+
+    With ``always`` (tensor factories) every call made while tracing is
+    recorded: a tensor made during tracing must be made afresh on every run,
+    not frozen into a constant that in-place ops would change between calls.
+    """
+    key = (original, always)
+    wrapper = _recording_wrappers.get(key)
+    if wrapper is not None:
+        return wrapper
+
+    @functools.wraps(original)
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        tracer = _find_tracer(args, kwargs) or (_active_tracers[-1] if _active_tracers else None)
+        if tracer is None or tracer._computing_value:
+            return original(*args, **kwargs)
+        if always or _holds_proxy(args) or _holds_proxy(kwargs.values()):
+            return tracer.create_proxy("call_function", original, args, kwargs)
+        return original(*args, **kwargs)
+
+    recording.__fxloom_original__ = original  # type: ignore[attr-defined]
+    _recording_wrappers[key] = recording
+    return recording
 
 
 def _defaultable_parameters(

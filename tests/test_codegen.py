@@ -350,7 +350,9 @@ def test_method_calls_print_on_the_receiver():
     assert compile_graph(g)(torch.arange(4)).shape == (2, 2)
 
 
-def test_module_calls_go_through_getattr_for_numeric_path_parts():
+def test_module_calls_with_numeric_path_parts_index_the_containers_modules():
+    # Dict lookups in _modules, not self.seq / getattr(self.seq, '0'), which would pay
+    # for nn.Module.__getattr__ on every call.
     root = torch.nn.Module()
     root.seq = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
     g = fx.Graph()
@@ -358,8 +360,8 @@ def test_module_calls_go_through_getattr_for_numeric_path_parts():
     h = g.call_module("seq.0", (x,))
     g.output(g.call_module("seq.1", (h,)))
     lines = body(g)
-    assert "seq_0 = getattr(self.seq, '0')(x);  x = None" in lines
-    assert "seq_1 = getattr(self.seq, '1')(seq_0);  seq_0 = None" in lines
+    assert "seq_0 = self._modules['seq']._modules['0'](x);  x = None" in lines
+    assert "seq_1 = self._modules['seq']._modules['1'](seq_0);  seq_0 = None" in lines
     t = torch.randn(2, 3)
     assert_close(compile_graph(g, root)(t), root.seq(t))
 
