@@ -263,7 +263,10 @@ class Tracer:
 
         @functools.wraps(original_module_call)
         def module_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if tracer._computing_value:
+            if tracer._computing_value or module not in tracer.submodule_paths:
+                # A module made during forward (``nn.CrossEntropyLoss()(x, y)``) is no
+                # attribute the graph could call: trace through it, its tensors become
+                # constants.
                 return original_module_call(module, *args, **kwargs)
             forward = module.forward
             tracer._autowrap_globals(getattr(forward, "__globals__", None))
@@ -277,9 +280,13 @@ class Tracer:
                 return value
             return tracer.getattr(name, value, tracer._parameter_proxy_cache)
 
-        patcher.patch_attr(torch.nn.Module, "__call__", module_call)
+        # Patched on the classes of the root's modules, not on nn.Module: a class
+        # attribute set on nn.Module invalidates the type caches of every module class
+        # loaded (hundreds with transformers imported), which dominates small traces.
+        for cls in {type(module) for module in self.submodule_paths}:
+            patcher.patch_attr(cls, "__call__", module_call)
+            patcher.patch_attr(cls, "__getattr__", module_getattr)
         self._watch_attribute_writes(type(self.root))
-        patcher.patch_attr(torch.nn.Module, "__getattr__", module_getattr)
         for globals_dict, name in list(wrapped_names.values()):
             original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
             if original is not None:

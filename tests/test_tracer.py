@@ -310,13 +310,30 @@ def test_custom_is_leaf_module_can_trace_through_torch_layers():
     assert_close(fx.GraphModule(model, graph)(x), model(x))
 
 
-def test_module_not_registered_on_the_root_raises_trace_error():
-    class MakesModuleInForward(nn.Module):
-        def forward(self, x):
-            return nn.ReLU()(x)
+def test_a_module_made_during_forward_is_traced_through():
+    # nn.CrossEntropyLoss()(logits, labels) in Hugging Face heads: the module is no
+    # attribute the graph could call, so its forward is recorded instead.
+    class MakesModulesInForward(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
 
+        def forward(self, x, labels):
+            return nn.CrossEntropyLoss()(nn.ReLU()(self.lin(x)), labels)
+
+    model = MakesModulesInForward()
+    gm = fx.symbolic_trace(model)
+    targets = [n.target for n in gm.graph.nodes if n.op != "placeholder"]
+    assert "lin" in targets and F.relu in targets and F.cross_entropy in targets
+    x, labels = torch.randn(5, 4), torch.tensor([0, 2, 1, 1, 0])
+    assert_close(gm(x, labels), model(x, labels))
+
+
+def test_path_of_module_names_a_module_outside_the_root():
+    tracer = fx.Tracer()
+    tracer.trace(nn.Linear(2, 2))
     with pytest.raises(fx.TraceError, match="not a submodule"):
-        fx.symbolic_trace(MakesModuleInForward())
+        tracer.path_of_module(nn.ReLU())
 
 
 # ============================================================ hooks
@@ -780,6 +797,9 @@ def patchable_objects() -> dict[str, Any]:
     return {
         "nn.Module.__call__": nn.Module.__dict__["__call__"],
         "nn.Module.__getattr__": nn.Module.__dict__["__getattr__"],
+        # Patched per class of the root's modules (not on nn.Module itself).
+        "nn.Linear.__call__": nn.Linear.__dict__.get("__call__", "absent: inherited"),
+        "nn.Linear.__getattr__": nn.Linear.__dict__.get("__getattr__", "absent: inherited"),
         "math.sqrt": math.sqrt,
         "torch.zeros": torch.zeros,
         "torch.arange": torch.arange,
@@ -818,8 +838,10 @@ def test_tracing_restores_every_patched_object(fail):
         fx.symbolic_trace(model)
     after = patchable_objects()
     assert {name for name in before if after[name] is not before[name]} == set()
-    # ... and they really were replaced while tracing ran.
-    assert {name for name in before if model.during[name] is before[name]} == set()
+    # ... and they really were replaced while tracing ran (nn.Module's own methods are
+    # left alone: patching them would cost every module class loaded).
+    unpatched = {name for name in before if model.during[name] is before[name]}
+    assert unpatched == {"nn.Module.__call__", "nn.Module.__getattr__"}
 
 
 def test_traced_graph_refers_to_the_original_functions():

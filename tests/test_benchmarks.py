@@ -1,0 +1,33 @@
+"""The benchmark scripts still run: each in a fresh interpreter at its smallest size, not recording.
+
+They import fxloom and torch.fx side by side and exercise most of the public API, so a
+change that breaks them should fail here, not at the next benchmark run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_benchmark(script: str, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(BENCHMARKS / script), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_bench_trace_quick_runs_and_prints_its_tables() -> None:
+    results_before = (BENCHMARKS / "RESULTS.md").read_text()
+    result = run_benchmark("bench_trace.py", "--quick")
+    assert result.returncode == 0, result.stderr
+    for heading in ("### Trace time", "### Generated forward", "### Interpreter"):
+        assert heading in result.stdout
+    assert (BENCHMARKS / "RESULTS.md").read_text() == results_before  # no --record, no change
+
+
+def test_bench_graph_small_size_runs() -> None:
+    result = run_benchmark("bench_graph.py", "--sizes", "100")
+    assert result.returncode == 0, result.stderr
+    assert "## Graph operations" in result.stdout
