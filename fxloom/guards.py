@@ -79,11 +79,15 @@ def check_tensor_input(value: Any, dtype: torch.dtype, ndim: int, name: str) -> 
 
 @_recorded_when_traced
 def check_length(value: Any, expected: int, where: str) -> None:
-    """Raise like Python's unpacking would if ``value`` does not have ``expected`` elements."""
+    """Raise if ``value`` does not have the ``expected`` number of elements.
+
+    The traced code unpacks, or loops over, exactly as many elements as the
+    trace saw; with another number it would silently do something else.
+    """
     if len(value) != expected:
         raise ValueError(
-            f"cannot unpack {len(value)} values into {expected} names at {where} "
-            "(the traced code unpacks a fixed number)"
+            f"the traced code unpacks or iterates over exactly {expected} elements at {where}, "
+            f"but got {len(value)}; retrace with inputs of this kind"
         )
 
 

@@ -236,6 +236,16 @@ class Proxy:
             self.tracer.create_proxy("call_function", operator.contains, (self, item), {})
         )
 
+    # ------------------------------------------------------------- numpy
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        # np.sqrt(x.shape[-1]) in model code: recorded like any other call.
+        if method != "__call__":
+            return NotImplemented
+        return self.tracer.create_proxy("call_function", ufunc, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        return self.tracer.create_proxy("call_function", func, args, kwargs)
+
     # ---------------------------------------------------------- indexing
     def __getitem__(self, key: Any) -> Proxy:
         return self.tracer.create_proxy("call_function", operator.getitem, (self, key), {})

@@ -191,6 +191,7 @@ class Tracer:
         self._param_paths_index = None
         self._visited_globals: set[int] = set()
         self._watched_classes: set[type] = set()
+        self._traced_modules: set[torch.nn.Module] = {self.root}
         self._parameter_proxy_cache: dict[str, Proxy] = {}
         self._module_path_stack = [""]
         self._module_stack = {}
@@ -220,9 +221,23 @@ class Tracer:
         finally:
             _active_tracers.remove(self)
             self._patcher.restore()
+            self._forget_cached_proxies()
             if saved_state is not None:
                 saved_state.restore()
         return self.graph
+
+    def _forget_cached_proxies(self) -> None:
+        """Drop traced values a module cached in a dict (``self.cache[key] = x``).
+
+        Assignments are undone by the class watchers; entries added to a dict
+        attribute are found here, so the eager module never sees a Proxy.
+        """
+        for module in self._traced_modules:
+            for value in list(vars(module).values()):
+                if type(value) is dict:
+                    stale = [key for key, entry in value.items() if _holds_proxy((entry,))]
+                    for key in stale:
+                        del value[key]
 
     @property
     def _param_paths(self) -> dict[int, str]:
@@ -270,6 +285,7 @@ class Tracer:
                 return original_module_call(module, *args, **kwargs)
             forward = module.forward
             tracer._autowrap_globals(getattr(forward, "__globals__", None))
+            tracer._traced_modules.add(module)
             tracer._watch_attribute_writes(type(module))
             return tracer.call_module(module, forward, args, kwargs)
 
@@ -295,6 +311,11 @@ class Tracer:
             for name, value in list(vars(module).items()):
                 if id(value) in self._autowrap_ids and not name.startswith("_"):
                     patcher.patch_attr(module, name, _recording(value))
+        # A TorchScript function cannot take a Proxy: record its call instead.
+        script_call = unwrapped(torch._C.ScriptFunction.__call__)
+        patcher.patch_attr(
+            torch._C.ScriptFunction, "__call__", _recording(script_call, method=True)
+        )
         # Libraries pick graph-capture-friendly code (no data-dependent shortcuts)
         # when they believe they are being compiled; we are capturing a graph.
         patcher.patch_attr(torch.compiler, "is_compiling", capturing)
@@ -841,20 +862,24 @@ _SCALARS = frozenset(
 # Tracers currently running, innermost last (a trace may start inside another).
 _active_tracers: list[Tracer] = []
 # (original, always) -> its recording wrapper; made once, shared by all traces.
-_recording_wrappers: dict[tuple[Any, bool], Callable[..., Any]] = {}
+_recording_wrappers: dict[tuple[int, bool, bool], tuple[Any, Callable[..., Any]]] = {}
 
 
-def _recording(original: Callable[..., Any], always: bool = False) -> Callable[..., Any]:
+def _recording(
+    original: Callable[..., Any], always: bool = False, method: bool = False
+) -> Callable[..., Any]:
     """``original``, but recorded as ``call_function`` when any argument is a proxy.
 
     With ``always`` (tensor factories) every call made while tracing is
     recorded: a tensor made during tracing must be made afresh on every run,
     not frozen into a constant that in-place ops would change between calls.
+    With ``method``, ``original`` is a ``__call__`` whose first argument is the
+    callable object itself, which becomes the recorded target.
     """
-    key = (original, always)
-    wrapper = _recording_wrappers.get(key)
-    if wrapper is not None:
-        return wrapper
+    key = (id(original), always, method)  # by identity: some callables are unhashable
+    cached = _recording_wrappers.get(key)
+    if cached is not None:
+        return cached[1]
 
     @functools.wraps(original)
     def recording(*args: Any, **kwargs: Any) -> Any:
@@ -862,11 +887,13 @@ def _recording(original: Callable[..., Any], always: bool = False) -> Callable[.
         if tracer is None or tracer._computing_value:
             return original(*args, **kwargs)
         if always or _holds_proxy(args) or _holds_proxy(kwargs.values()):
+            if method:
+                return tracer.create_proxy("call_function", args[0], args[1:], kwargs)
             return tracer.create_proxy("call_function", original, args, kwargs)
         return original(*args, **kwargs)
 
     recording.__fxloom_original__ = original  # type: ignore[attr-defined]
-    _recording_wrappers[key] = recording
+    _recording_wrappers[key] = (original, recording)  # holding original keeps its id valid
     return recording
 
 

@@ -237,11 +237,6 @@ ZOO = [
         "deberta_v2",
         hf("DebertaV2Model", "DebertaV2Config", **BERT_LIKE),
         text,
-        trace_fails=(
-            "BUG: the @torch.jit.script function scaled_size_sqrt(query_layer, "
-            "scale_factor) at modeling_deberta_v2.py:246 is called with a Proxy -> "
-            "TraceError 'Expected a value of type Tensor ... found type Proxy'"
-        ),
     ),
     # decoders
     Case("gpt2", hf("GPT2Model", "GPT2Config", **GPT2_LIKE), text, violating=ONE_TOKEN),
@@ -291,12 +286,6 @@ ZOO = [
         "ctrl",
         hf("CTRLModel", "CTRLConfig", **GPT2_LIKE, dff=37),
         text,
-        trace_fails=(
-            "BUG: `matmul_qk / np.sqrt(dk)` with dk = k.shape[-1] at modeling_ctrl.py:64: "
-            "numpy calls .sqrt() on the Proxy, recorded as a call_method on an int -> TraceError "
-            "\"running 'sqrt' on the example inputs failed: AttributeError: 'int' object has no "
-            "attribute 'sqrt'\" (and a misleading hint about the example inputs)"
-        ),
     ),
     Case(
         "falcon",
@@ -474,12 +463,6 @@ ZOO = [
         image,
         example=(2, IMAGE),
         other=(3, IMAGE),
-        xfail={
-            "leaves_the_eager_model_unchanged": "BUG: get_attention_biases stores "
-            "`self.attention_bias_cache[device_key] = self.attention_biases[:, idxs]` "
-            "(modeling_levit.py:198) in eval mode; the Proxy stays in the dict after tracing, "
-            "so the eager model then returns a Proxy and appends nodes to the traced graph"
-        },
     ),
     # audio
     Case(

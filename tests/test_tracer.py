@@ -1368,3 +1368,56 @@ def test_same_outputs_as_torch_fx(make, shape):
     model = make()
     x = torch.randn(shape)
     assert_close(fx.symbolic_trace(model)(x), torch.fx.symbolic_trace(model)(x))
+
+
+# ============================================================ interop
+def test_a_numpy_ufunc_on_a_traced_size_is_recorded():
+    import numpy as np
+
+    class ScaleBySqrtWidth(nn.Module):
+        def forward(self, x):
+            return x / np.sqrt(x.shape[-1])
+
+    model = ScaleBySqrtWidth()
+    gm = fx.symbolic_trace(model)
+    assert np.sqrt in [n.target for n in gm.graph.nodes]
+    for width in (4, 9):
+        x = torch.randn(2, width)
+        assert_close(gm(x), model(x))
+
+
+@torch.jit.script
+def scripted_scale(x: torch.Tensor, k: int) -> torch.Tensor:
+    return x * k
+
+
+def test_a_torchscript_function_called_with_a_traced_value_is_recorded():
+    class UsesScript(nn.Module):
+        def forward(self, x):
+            return scripted_scale(x, 3) + 1
+
+    model = UsesScript()
+    gm = fx.symbolic_trace(model)
+    assert scripted_scale in [n.target for n in gm.graph.nodes]
+    x = torch.randn(3)
+    assert_close(gm(x), model(x))
+
+
+def test_a_traced_value_cached_in_a_module_dict_does_not_outlive_the_trace():
+    class Caches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+            self.cache = {}
+
+        def forward(self, x):
+            if "scale" not in self.cache:
+                self.cache["scale"] = self.w * 2
+            return x + self.cache["scale"]
+
+    model = Caches()
+    gm = fx.symbolic_trace(model)
+    assert model.cache == {}
+    x = torch.randn(3)
+    assert_close(model(x), x + 2)
+    assert_close(gm(x), x + 2)
