@@ -384,9 +384,31 @@ def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) ->
             child.training = getattr(source, "training", True)
             owner.add_module(item, child)
         owner = child
+    _install(owner, field, value, source)
+
+
+def _install(owner: torch.nn.Module, field: str, value: Any, source: Any) -> None:
+    """Put ``value`` on ``owner`` as ``source`` holds it (parameter, buffer, submodule).
+
+    The tables are written directly when ``owner`` has nothing under that name
+    yet (``nn.Module.__setattr__`` would do the same, much more slowly).
+    """
+    state = owner.__dict__
+    fresh = field not in state and all(
+        field not in state[table] for table in ("_modules", "_parameters", "_buffers")
+    )
     if isinstance(source, torch.nn.Module) and field in source._buffers:
-        persistent = field not in source._non_persistent_buffers_set
-        owner.register_buffer(field, value, persistent=persistent)
+        if fresh:
+            state["_buffers"][field] = value
+            if field in source._non_persistent_buffers_set:
+                owner._non_persistent_buffers_set.add(field)
+        else:
+            persistent = field not in source._non_persistent_buffers_set
+            owner.register_buffer(field, value, persistent=persistent)
+    elif fresh and isinstance(value, torch.nn.Parameter):
+        state["_parameters"][field] = value
+    elif fresh and isinstance(value, torch.nn.Module):
+        state["_modules"][field] = value
     else:
         setattr(owner, field, value)
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import gc
 import inspect
 import math
 import os
@@ -200,6 +201,10 @@ class Tracer:
         self._computing_value = False
         saved_state = ModuleState(self.root) if self._examples is not None else None
         _active_tracers.append(self)
+        # Tracing makes many small objects and frees none of them: collections
+        # during it are pure cost (they walk every object of the process).
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             fn_globals = getattr(fn, "__globals__", {})
             callable_fn, args = self.create_args_for_root(fn, is_module, concrete_args)
@@ -219,6 +224,8 @@ class Tracer:
         except Exception as err:
             raise self._wrap_failure(err) from err
         finally:
+            if collecting:
+                gc.enable()
             _active_tracers.remove(self)
             self._patcher.restore()
             self._forget_cached_proxies()
@@ -233,8 +240,8 @@ class Tracer:
         attribute are found here, so the eager module never sees a Proxy.
         """
         for module in self._traced_modules:
-            for value in list(vars(module).values()):
-                if type(value) is dict:
+            for name, value in list(vars(module).items()):
+                if type(value) is dict and name not in _MODULE_INTERNALS:
                     stale = [key for key, entry in value.items() if _holds_proxy((entry,))]
                     for key in stale:
                         del value[key]
@@ -307,10 +314,6 @@ class Tracer:
             original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
             if original is not None:
                 patcher.patch_global(globals_dict, name, _recording(original))
-        for module in self.autowrap_modules:
-            for name, value in list(vars(module).items()):
-                if id(value) in self._autowrap_ids and not name.startswith("_"):
-                    patcher.patch_attr(module, name, _recording(value))
         # A TorchScript function cannot take a Proxy: record its call instead.
         script_call = unwrapped(torch._C.ScriptFunction.__call__)
         patcher.patch_attr(
@@ -358,6 +361,17 @@ class Tracer:
         for name, value in list(globals_dict.items()):
             if id(value) in self._autowrap_ids and callable(value):
                 self._patcher.patch_global(globals_dict, name, _recording(value))
+            elif type(value) is types.ModuleType and value in self.autowrap_modules:
+                self._autowrap_module(value)  # ``import math`` then ``math.sqrt(x)``
+
+    def _autowrap_module(self, module: types.ModuleType) -> None:
+        """Patch an autowrap module's functions, once, for code reaching them as attributes."""
+        if id(module) in self._visited_globals:
+            return
+        self._visited_globals.add(id(module))
+        for name, value in list(vars(module).items()):
+            if id(value) in self._autowrap_ids and not name.startswith("_"):
+                self._patcher.patch_attr(module, name, _recording(value))
 
     def _refusing_transform(self, transform: Callable[..., Any], name: str) -> Callable[..., Any]:
         tracer = self
@@ -858,6 +872,9 @@ _SCALARS = frozenset(
     }
 )
 
+
+# nn.Module's own bookkeeping dicts (_modules, _parameters, hooks, ...): never caches.
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 
 # Tracers currently running, innermost last (a trace may start inside another).
 _active_tracers: list[Tracer] = []
