@@ -39,6 +39,9 @@ RESERVED_NAMES = frozenset(
 
 def sanitize(candidate: str) -> str:
     """Turn any string into a snake_case identifier stem (``"layer1.Conv"`` -> ``"layer1_conv"``)."""
+    dotted = candidate.replace(".", "_")  # fast path: a lower-case module path ("layer1.0.conv")
+    if dotted.isidentifier() and dotted.islower() and not dotted.startswith("_"):
+        return dotted
     stem = _CAMEL_BOUNDARY.sub("_", candidate)
     stem = _INVALID_CHARS.sub("_", stem).lower()
     # "__add__" -> "add"; a trailing "_" that marks an in-place op ("add_") stays.

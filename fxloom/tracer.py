@@ -292,7 +292,6 @@ class Tracer:
                 return original_module_call(module, *args, **kwargs)
             forward = module.forward
             tracer._autowrap_globals(getattr(forward, "__globals__", None))
-            tracer._traced_modules.add(module)
             tracer._watch_attribute_writes(type(module))
             return tracer.call_module(module, forward, args, kwargs)
 
@@ -556,6 +555,7 @@ class Tracer:
         try:
             if path in self.forced_leaves or self.is_leaf_module(m, path):
                 return self.create_proxy("call_module", path, args, kwargs)
+            self._traced_modules.add(m)
             return original_module_call(m, *args, **kwargs)
         except Exception as err:
             if not hasattr(err, "_fxloom_module_path"):
