@@ -5,7 +5,7 @@ The tour builds a graph by hand with the torch.fx-compatible API (``Graph.placeh
 ``GraphModule``, shows the graph three ways (text, table, generated code), runs it and checks
 the result against the same computation written directly in eager PyTorch. Then it captures
 graphs automatically: ``fxloom.symbolic_trace`` traces two embedded models from
-``fxloom.zoo`` (``mlp_tiny``, ``resnet_tiny``), shows their graphs and code, and checks the
+``fxloom.zoo`` (``mlp_tiny``, ``resnet_tiny``, ``transformer_tiny``), shows their graphs and code, and checks the
 traced modules against the models run eagerly. The final verdict covers every check.
 
 Each step is a function of the shared ``DemoState``; ``STEPS`` lists them in order. To extend
@@ -37,6 +37,7 @@ from fxloom import zoo
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
 BIG_MODEL = "resnet_tiny"  # shown trimmed: node counts and the first CODE_PREVIEW_LINES
+TRANSFORMER_MODEL = "transformer_tiny"  # shown trimmed too
 CODE_PREVIEW_LINES = 25
 
 
@@ -171,11 +172,27 @@ def trace_small_model(state: DemoState) -> None:
 
 
 def trace_big_model(state: DemoState) -> None:
-    traced = _trace_zoo_model(state, BIG_MODEL)
+    _trace_with_preview(
+        state,
+        BIG_MODEL,
+        "Blocks are traced through; layers are call_module, residual + call_function:",
+    )
+
+
+def trace_transformer_model(state: DemoState) -> None:
+    _trace_with_preview(
+        state,
+        TRANSFORMER_MODEL,
+        "Hand-written attention is traced op by op; sizes read from x.shape stay symbolic:",
+    )
+
+
+def _trace_with_preview(state: DemoState, name: str, note: str) -> None:
+    traced = _trace_zoo_model(state, name)
     counts = Counter(node.op for node in traced.graph.nodes)
     summary = ", ".join(f"{count} {op}" for op, count in counts.items())
     _say(state, f"{len(traced.graph.nodes)} nodes: {summary}.")
-    _say(state, "Blocks are traced through; layers are call_module, residual + call_function:")
+    _say(state, note)
     lines = traced.code.strip().splitlines()
     _show_python(state, "\n".join(lines[:CODE_PREVIEW_LINES]))
     if len(lines) > CODE_PREVIEW_LINES:
@@ -222,6 +239,7 @@ STEPS: tuple[Step, ...] = (
     Step("Transform the graph and run it again", transform_graph),
     Step(f"Trace an embedded model: {SMALL_MODEL}", trace_small_model),
     Step(f"Trace a bigger embedded model: {BIG_MODEL}", trace_big_model),
+    Step(f"Trace a transformer-style model: {TRANSFORMER_MODEL}", trace_transformer_model),
     Step("Compare the traced models with eager PyTorch", compare_traced_models),
 )
 

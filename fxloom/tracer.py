@@ -469,6 +469,7 @@ class Tracer:
                 check_tensor_input,
                 (placeholder, example.dtype, example.dim(), param.name),
                 {},
+                "guard",
             )
 
     def _variadic_positional(
@@ -483,7 +484,7 @@ class Tracer:
             )
         star = self.create_proxy("placeholder", f"*{param.name}", (), {}, type_expr=type_expr)
         self.create_proxy(
-            "call_function", check_variadic_length, (star, len(elements), param.name), {}
+            "call_function", check_variadic_length, (star, len(elements), param.name), {}, "guard"
         )
         return [star[i] if value is PH else value for i, value in enumerate(elements)]
 
@@ -499,7 +500,7 @@ class Tracer:
             )
         stars = self.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
         self.create_proxy(
-            "call_function", check_variadic_keys, (stars, tuple(entries), param.name), {}
+            "call_function", check_variadic_keys, (stars, tuple(entries), param.name), {}, "guard"
         )
         return {key: stars[key] if value is PH else value for key, value in entries.items()}
 
@@ -513,7 +514,8 @@ class Tracer:
         """
         default = (value,) if may_default and _is_literal(value) else ()
         placeholder = self.create_proxy("placeholder", param.name, default, {}, type_expr=type_expr)
-        self.create_proxy("call_function", FixedArgument(param.name, value), (placeholder,), {})
+        check = FixedArgument(param.name, value)
+        self.create_proxy("call_function", check, (placeholder,), {}, "guard")
         return value
 
     # ============================================================= modules
@@ -807,7 +809,9 @@ class Tracer:
         """``convert(example value)``, plus a graph guard that it stays so at run time."""
         expected = convert(obj.value)
         where = _short_location(user_frame(3))
-        self.create_proxy("call_function", check_guard, (obj, convert, expected, where), {})
+        self.create_proxy(
+            "call_function", check_guard, (obj, convert, expected, where), {}, "guard"
+        )
         return expected
 
     def iter(self, obj: Proxy) -> Iterator[Proxy]:
@@ -833,7 +837,7 @@ class Tracer:
 
     def _check_unpack(self, obj: Proxy, count: int) -> None:
         where = _short_location(user_frame(3))
-        self.create_proxy("call_function", check_length, (obj, count, where), {})
+        self.create_proxy("call_function", check_length, (obj, count, where), {}, "guard")
 
     def _iterate_rows(self, obj: Proxy, count: int) -> Iterator[Proxy]:
         """Rows of a tensor, lazily: only a loop that runs to the end depends on the length,
