@@ -350,17 +350,8 @@ class _RebuildingTracer(GraphAppendingTracer):
     """
 
     def __init__(self, graph: Graph, root: torch.nn.Module) -> None:
-        super().__init__(graph)
-        self.root = root
+        super().__init__(graph, root)
         self.current: Node | None = None  # the old node being transformed
-        for name, module in root.named_modules(remove_duplicate=False):
-            self.submodule_paths.setdefault(module, name)
-        self._tensor_paths: dict[int, str] = {}
-        for name, value in (
-            *root.named_parameters(remove_duplicate=False),
-            *root.named_buffers(remove_duplicate=False),
-        ):
-            self._tensor_paths.setdefault(id(value), name)
 
     def create_node(
         self,
@@ -383,27 +374,6 @@ class _RebuildingTracer(GraphAppendingTracer):
                 if key in old_meta:
                     node.meta[key] = old_meta[key]
         return node
-
-    def create_arg(self, a: Any) -> Argument:
-        if isinstance(a, torch.Tensor):
-            path = self._tensor_paths.get(id(a))
-            if path is None:
-                path = self._constant_name(a)
-            return self.create_node("get_attr", path, (), {})
-        return super().create_arg(a)
-
-    def _constant_name(self, tensor: torch.Tensor) -> str:
-        """Keep ``tensor`` with the new graph under a name the root does not use yet."""
-        constants = self.graph._tensor_constants
-        for name, value in constants.items():
-            if value is tensor:
-                return name
-        i = len(constants)
-        while f"_tensor_constant{i}" in constants or hasattr(self.root, f"_tensor_constant{i}"):
-            i += 1
-        name = f"_tensor_constant{i}"
-        constants[name] = tensor
-        return name
 
 
 def _same_target(a: Target, b: Target) -> bool:

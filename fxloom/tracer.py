@@ -146,6 +146,7 @@ class Tracer:
         self._watched_classes: set[type] = set()
         self._module_path_stack: list[str] = [""]
         self._module_stack: dict[str, tuple[str, type]] = {}
+        self._parameter_proxy_cache: dict[str, Proxy] = {}
         self._examples: dict[str, Any] | None = None
         self._computing_value = False
         # Qualified names recorded as call_module whatever is_leaf_module says (autoleaf).
@@ -851,11 +852,20 @@ class Tracer:
 
 
 class GraphAppendingTracer(Tracer):
-    """The tracer of a ``Proxy`` built by hand around a node: appends nodes to that node's graph."""
+    """The tracer of a ``Proxy`` built by hand around a node: appends nodes to that node's graph.
 
-    def __init__(self, graph: Graph) -> None:
+    With ``root``, modules and tensors of that module are recognised as such
+    (``call_module`` paths, parameters as ``get_attr``), as during a trace.
+    """
+
+    def __init__(self, graph: Graph, root: torch.nn.Module | None = None) -> None:
         super().__init__()
         self.graph = graph
+        if root is not None:
+            self.root = root
+            for name, module in root.named_modules(remove_duplicate=False):
+                self.submodule_paths.setdefault(module, name)
+            self._param_paths_index = None  # built from the root on first need
 
 
 # =================================================================== helpers
