@@ -193,7 +193,7 @@ class Node:
         "_kwargs",
         "_input_nodes",
         "users",
-        "type",
+        "_type",
         "meta",
         "_prev",
         "_next",
@@ -235,7 +235,7 @@ class Node:
         self._target = target
         self._input_nodes: dict[Node, None] = {}
         self.users: dict[Node, None] = {}
-        self.type = return_type
+        self._type = return_type
         self.meta: dict[str, Any] = {}
         self._prev = self
         self._next = self
@@ -277,6 +277,16 @@ class Node:
     @target.setter
     def target(self, target: Target) -> None:
         self.graph._reindex(self, self._op, target)
+
+    @property
+    def type(self) -> Any:
+        """The value's type annotation, printed in generated code (``None``: none)."""
+        return self._type
+
+    @type.setter
+    def type(self, annotation: Any) -> None:
+        self._type = annotation
+        self.graph._changed()  # annotations are part of the generated code
 
     @property
     def args(self) -> tuple[Argument, ...]:

@@ -618,3 +618,13 @@ def test_nested_graph_modules_each_add_a_note():
     assert len(notes) == 2
     assert "fxloom: raised by %matmul" in notes[0]
     assert "fxloom: raised by %inner" in notes[1]
+
+
+def test_changing_a_node_type_annotation_regenerates_the_code():
+    g = fx.Graph()
+    x = g.placeholder("x")
+    g.output(x)
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    assert "def forward(self, x):" in gm.code
+    x.type = torch.Tensor
+    assert "def forward(self, x: torch.Tensor):" in gm.code
