@@ -151,13 +151,14 @@ class Tracer:
         self._computing_value = False
         # Qualified names recorded as call_module whatever is_leaf_module says (autoleaf).
         self.forced_leaves: set[str] = set()
+        # Originals, not our wrappers, even if this tracer is made while another traces.
         self._autowrap_ids = {
-            id(value)
+            id(unwrapped(value))
             for module in self.autowrap_modules
             for value in vars(module).values()
             if callable(value) and not isinstance(value, type)
-        } | {id(fn) for fn in self.autowrap_functions}
-        self._autowrap_ids |= {id(getattr(torch, name)) for name in _TENSOR_FACTORIES}
+        } | {id(unwrapped(fn)) for fn in self.autowrap_functions}
+        self._autowrap_ids |= {id(unwrapped(getattr(torch, name))) for name in _TENSOR_FACTORIES}
 
     # ================================================================ entry
     def trace(
