@@ -649,7 +649,8 @@ class Tracer:
         """Create the node and attach metadata (``nn_module_stack``, ``source_fn_stack``, ``stack_trace``)."""
         node = self.graph.create_node(kind, target, args, kwargs, name, type_expr)
         meta = node.meta
-        if self._module_stack:
+        if kind not in ("placeholder", "output"):
+            # Every operation says which modules it came from ({} at the root's own level).
             meta["nn_module_stack"] = dict(self._module_stack)
         if kind in ("call_function", "call_method", "call_module"):
             source = self._module_class(target) if kind == "call_module" else target

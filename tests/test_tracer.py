@@ -1421,3 +1421,19 @@ def test_a_traced_value_cached_in_a_module_dict_does_not_outlive_the_trace():
     x = torch.randn(3)
     assert_close(model(x), x + 2)
     assert_close(gm(x), x + 2)
+
+
+def test_every_operation_has_an_nn_module_stack_even_at_the_root_level():
+    class Top(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.lin(x) + 1
+
+    graph = fx.symbolic_trace(Top()).graph
+    stacks = {n.name: n.meta.get("nn_module_stack") for n in graph.nodes}
+    assert stacks["lin"] == {"lin": ("lin", nn.Linear)}
+    assert stacks["add"] == {}
+    assert stacks["x"] is None and stacks["output"] is None
