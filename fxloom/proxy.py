@@ -405,7 +405,9 @@ def unpack_length(frame: types.FrameType | None) -> int | None:
     if instructions is None:
         instructions = {inst.offset: inst for inst in dis.get_instructions(code)}
         _instructions_by_code[code] = instructions
-    inst = instructions.get(frame.f_lasti)
-    if inst is not None and inst.opname == "UNPACK_SEQUENCE":
-        return inst.argval
+    # f_lasti counts bytes on 3.11+, code units (2 bytes) on 3.10.
+    for offset in (frame.f_lasti, frame.f_lasti * 2):
+        inst = instructions.get(offset)
+        if inst is not None and inst.opname == "UNPACK_SEQUENCE":
+            return inst.argval
     return None
