@@ -405,9 +405,11 @@ def unpack_length(frame: types.FrameType | None) -> int | None:
     if instructions is None:
         instructions = {inst.offset: inst for inst in dis.get_instructions(code)}
         _instructions_by_code[code] = instructions
-    # f_lasti counts bytes on 3.11+, code units (2 bytes) on 3.10.
-    for offset in (frame.f_lasti, frame.f_lasti * 2):
-        inst = instructions.get(offset)
-        if inst is not None and inst.opname == "UNPACK_SEQUENCE":
-            return inst.argval
+    inst = instructions.get(frame.f_lasti * _LASTI_UNIT)
+    if inst is not None and inst.opname == "UNPACK_SEQUENCE":
+        return inst.argval
     return None
+
+
+# frame.f_lasti counts bytes from Python 3.11 on, 2-byte code units on 3.10.
+_LASTI_UNIT = 1 if sys.version_info >= (3, 11) else 2
