@@ -405,11 +405,7 @@ def unpack_length(frame: types.FrameType | None) -> int | None:
     if instructions is None:
         instructions = {inst.offset: inst for inst in dis.get_instructions(code)}
         _instructions_by_code[code] = instructions
-    inst = instructions.get(frame.f_lasti * _LASTI_UNIT)
+    inst = instructions.get(frame.f_lasti)  # a byte offset, like Instruction.offset
     if inst is not None and inst.opname == "UNPACK_SEQUENCE":
         return inst.argval
     return None
-
-
-# frame.f_lasti counts bytes from Python 3.11 on, 2-byte code units on 3.10.
-_LASTI_UNIT = 1 if sys.version_info >= (3, 11) else 2
