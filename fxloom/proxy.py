@@ -26,6 +26,7 @@ import operator
 import os
 import sys
 import types
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -393,7 +394,10 @@ _install_operators()
 
 
 # ------------------------------------------------------------- unpacking
-_instructions_by_code: dict[types.CodeType, dict[int, dis.Instruction]] = {}
+# Weak: generated forwards come and go, their code objects must not be kept alive here.
+_instructions_by_code: weakref.WeakKeyDictionary[types.CodeType, dict[int, dis.Instruction]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def unpack_length(frame: types.FrameType | None) -> int | None:
