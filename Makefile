@@ -15,9 +15,10 @@ TORCH_PIN := $(shell grep -E '^torch==' constraints.txt)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 BENCH_TRACE_ARGS ?=
+ZOO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test bench lint format clean distclean
+.PHONY: help setup demo test bench zoo lint format clean distclean
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z]+:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -42,6 +43,9 @@ test: $(SETUP_STAMP) ## set up, then run the tests (extra pytest flags: PYTEST_A
 bench: $(SETUP_STAMP) ## set up, run the graph then the tracing benchmarks (BENCH_ARGS=, BENCH_TRACE_ARGS=)
 	$(PY) benchmarks/bench_graph.py $(BENCH_ARGS)
 	$(PY) benchmarks/bench_trace.py $(BENCH_TRACE_ARGS)
+
+zoo: $(SETUP_STAMP) ## set up, capture the model zoo with every method; write benchmarks/zoo/RESULTS.md (ZOO_ARGS=)
+	$(PY) -m benchmarks.zoo.run $(ZOO_ARGS)
 
 $(LINT_STAMP): $(SETUP_STAMP)
 	$(PIP) install -q ruff -c constraints.txt

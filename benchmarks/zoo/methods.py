@@ -1,0 +1,95 @@
+"""The capture methods compared, one function each: ``capture(model, inputs) -> Captured``.
+
+Every method gets the same set-up: the tensor inputs by name, and every other forward
+parameter fixed (``fixed_args``): the output flags to ``FLAGS`` (no cache objects, plain
+tuples), the rest to their defaults (``None`` for optional tensors not given). The symbolic
+tracers get the fixed values as ``concrete_args``; torch.export gets them as constant kwargs.
+
+    fxloom            fxloom.symbolic_trace with example inputs (control flow on traced
+                      values follows the example, under run-time guards)
+    fxloom-autoleaf   the same with autoleaf=True (untraceable submodules kept as leaves)
+    torch.fx          torch.fx.symbolic_trace (no example inputs: torch.fx has none)
+    torch.export      torch.export.export(strict=False).module(); its node count is of the
+                      ATen-level graph, so compare it with the others only loosely
+
+Depends on: torch, fxloom. torch.fx and torch.export are imported here only as comparisons.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+
+import fxloom
+
+# Non-tensor flags fixed for every model that has them: tensors (or tuples of them) out.
+FLAGS = {
+    "use_cache": False,
+    "output_attentions": False,
+    "output_hidden_states": False,
+    "return_dict": False,
+}
+
+
+@dataclass
+class Captured:
+    """A captured program, called as ``run(inputs)``, and the size of its graph."""
+
+    run: Callable[[dict[str, Any]], Any]
+    nodes: int
+
+
+def fixed_args(model: nn.Module, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Every parameter of ``model.forward`` not in ``inputs``: a flag in ``FLAGS``, else its default."""
+    fixed = {}
+    for name, parameter in inspect.signature(model.forward).parameters.items():
+        if name in inputs or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if parameter.default is parameter.empty:
+            raise TypeError(f"{type(model).__name__}.forward needs {name!r}; give it an input")
+        fixed[name] = FLAGS.get(name, parameter.default)
+    return fixed
+
+
+def run_eager(model: nn.Module, inputs: dict[str, Any]) -> Any:
+    return model(**inputs, **fixed_args(model, inputs))
+
+
+def capture_fxloom(model: nn.Module, inputs: dict[str, Any], autoleaf: bool = False) -> Captured:
+    gm = fxloom.symbolic_trace(
+        model, fixed_args(model, inputs), example_inputs=inputs, autoleaf=autoleaf
+    )
+    gm.code  # noqa: B018 -- fxloom generates code lazily; count it in the capture time
+    return Captured(lambda given: gm(**given), len(gm.graph.nodes))
+
+
+def capture_fxloom_autoleaf(model: nn.Module, inputs: dict[str, Any]) -> Captured:
+    return capture_fxloom(model, inputs, autoleaf=True)
+
+
+def capture_torch_fx(model: nn.Module, inputs: dict[str, Any]) -> Captured:
+    gm = torch.fx.symbolic_trace(model, concrete_args=fixed_args(model, inputs))
+    return Captured(lambda given: gm(**given), len(gm.graph.nodes))
+
+
+def capture_torch_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
+    # Only the flags that differ from the defaults are passed; the exported module expects
+    # the same kwargs on every call.
+    flags = {k: v for k, v in fixed_args(model, inputs).items() if k in FLAGS}
+    program = torch.export.export(model, args=(), kwargs={**inputs, **flags}, strict=False)
+    module = program.module()
+    return Captured(lambda given: module(**given, **flags), len(program.graph.nodes))
+
+
+METHODS: dict[str, Callable[[nn.Module, dict[str, Any]], Captured]] = {
+    "fxloom": capture_fxloom,
+    "fxloom-autoleaf": capture_fxloom_autoleaf,
+    "torch.fx": capture_torch_fx,
+    "torch.export": capture_torch_export,
+}

@@ -1,0 +1,243 @@
+"""Turn the zoo's results into ``RESULTS.md`` and the README's summary block.
+
+A result is ``ok`` (captured, outputs match eager), ``mismatch`` (captured, outputs differ)
+or ``error`` (capture or the captured program's run failed, timed out or crashed). The
+summaries count ``ok`` as "captured correctly"; medians are over the ``ok`` results.
+
+Depends on: the standard library, benchmarks.zoo.registry and .methods (names only).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.zoo.methods import METHODS
+from benchmarks.zoo.registry import FAMILIES, SPECS
+
+Result = dict[str, Any]
+README_BEGIN = "<!-- zoo:begin (written by python -m benchmarks.zoo.run) -->"
+README_END = "<!-- zoo:end -->"
+NOTES = (
+    "fxloom: symbolic tracing with example inputs (control flow on traced values follows the "
+    "example, under run-time guards); fxloom-autoleaf: the same, keeping untraceable "
+    "submodules as leaves. Every method gets the same set-up: tensor inputs by name, other "
+    "forward arguments fixed (`use_cache`, `output_attentions`, `output_hidden_states`, "
+    "`return_dict` to False, the rest to their defaults) — `concrete_args` for the symbolic "
+    "tracers, constant kwargs for torch.export (strict=False). Correct = every tensor leaf "
+    "of the output matches eager (rtol 1e-4, atol 1e-5). Capture time includes fxloom's "
+    "code generation; first = the first capture in the worker's fresh process (libraries "
+    "imported, one-time costs paid inside), warm = the best of 2 more. Runtime ratio = captured / eager, medians of 10 calls, one thread. "
+    "torch.export's node counts are of its ATen-level graph."
+)
+
+
+def sort_key(key: tuple[str, str]) -> tuple[int, int]:
+    model, method = key
+    methods = list(METHODS)
+    return list(SPECS).index(model), methods.index(method) if method in methods else 99
+
+
+def median(values: Iterable[float]) -> float | None:
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+def fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def summary_row(results: list[Result]) -> dict[str, Any]:
+    ok = [r for r in results if r["status"] == "ok"]
+    return {
+        "n": len(results),
+        "ok": len(ok),
+        "mismatch": sum(r["status"] == "mismatch" for r in results),
+        "error": sum(r["status"] == "error" for r in results),
+        "capture_ms": median(r["capture_s"] * 1e3 for r in ok),
+        "warm_ms": median(r["capture_warm_s"] * 1e3 for r in ok if "capture_warm_s" in r),
+        "nodes": median(r["nodes"] for r in ok),
+        "ratio": median(r["runtime_ratio"] for r in ok),
+    }
+
+
+def summary_table(results: list[Result], methods: list[str], by_family: bool) -> list[str]:
+    head = "| family | method |" if by_family else "| method |"
+    lines = [
+        head
+        + " correct | mismatch | error | median capture, first (ms) | median capture, warm (ms)"
+        " | median nodes | median runtime ratio |",
+        "|---" * (head.count("|") - 1) + "|---:" * 7 + "|",
+    ]
+    groups = (
+        [(f, [r for r in results if r["family"] == f]) for f in FAMILIES]
+        if by_family
+        else [("", results)]
+    )
+    for family, members in groups:
+        for method in methods:
+            row = summary_row([r for r in members if r["method"] == method])
+            if not row["n"]:
+                continue
+            percent = 100 * row["ok"] / row["n"]
+            label = f"| {family} | {method} |" if by_family else f"| {method} |"
+            lines.append(
+                f"{label} {row['ok']}/{row['n']} ({percent:.0f}%) | {row['mismatch']} | "
+                f"{row['error']} | {fmt(row['capture_ms'], '.0f')} | {fmt(row['warm_ms'], '.1f')} | "
+                f"{fmt(row['nodes'], '.0f')} | "
+                f"{fmt(row['ratio'], '.2f')} |"
+            )
+    return lines
+
+
+def cell(result: Result | None) -> str:
+    if result is None:
+        return ""
+    if result["status"] == "ok":
+        return f"ok {result['capture_s'] * 1e3:.0f} ms, {result['nodes']} n, {result['runtime_ratio']:.2f}x"
+    if result["status"] == "mismatch":
+        return "mismatch: " + escape(result["message"])[:60]
+    return f"{result['error']}: " + escape(result.get("message", ""))[:60]
+
+
+def escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def targets(results: list[Result]) -> list[str]:
+    """The issue's targets, each with its figure and whether it is met."""
+    by_key = {(r["model"], r["method"]): r for r in results}
+    models = sorted({r["model"] for r in results}, key=list(SPECS).index)
+
+    def ok(model: str, method: str) -> bool:
+        return by_key.get((model, method), {}).get("status") == "ok"
+
+    def count(method: str, among: list[str]) -> int:
+        return sum(ok(m, method) for m in among)
+
+    lines = []
+    total = len(models)
+    plain = count("fxloom", models)
+    lines.append(
+        mark(
+            plain >= 0.95 * total,
+            f"fxloom captures >= 95% correctly: {plain}/{total} ({100 * plain / total:.0f}%)",
+        )
+    )
+    members = {f: [m for m in models if SPECS[m].family == f] for f in FAMILIES}
+    behind = [f for f in FAMILIES if count("fxloom", members[f]) < count("torch.fx", members[f])]
+    lines.append(
+        mark(
+            not behind,
+            "fxloom >= torch.fx on every family"
+            + (f" (behind on {', '.join(behind)})" if behind else ""),
+        )
+    )
+    leaf = count("fxloom-autoleaf", models)
+    lines.append(
+        mark(leaf == total, f"fxloom-autoleaf runnable and equal to eager on 100%: {leaf}/{total}")
+    )
+    both = [m for m in models if ok(m, "fxloom") and ok(m, "torch.fx")]
+    for key, label in (("capture_warm_s", "warm"), ("capture_s", "first in a fresh process")):
+        timed = [m for m in both if key in by_key[m, "fxloom"] and key in by_key[m, "torch.fx"]]
+        if not timed:
+            continue
+        ours = median(by_key[m, "fxloom"][key] for m in timed)
+        theirs = median(by_key[m, "torch.fx"][key] for m in timed)
+        lines.append(
+            mark(
+                ours <= 0.5 * theirs,
+                f"median fxloom capture time ({label}) <= 0.5x torch.fx's on the {len(timed)} "
+                f"models both capture: {ours * 1e3:.1f} ms vs {theirs * 1e3:.1f} ms "
+                f"= {ours / theirs:.2f}x",
+            )
+        )
+    return lines
+
+
+def mark(met: bool, text: str) -> str:
+    return f"- {'met' if met else '**not met**'}: {text}"
+
+
+def failures(results: list[Result], methods: Iterable[str]) -> list[str]:
+    lines = []
+    for r in results:
+        if r["method"] in methods and r["status"] != "ok":
+            where = f" at `{r['where']}`" if r.get("where") else ""
+            what = r.get("error", "mismatch")
+            lines.append(
+                f"- {r['model']} ({r['method']}): {what}: {escape(r.get('message', ''))}{where}"
+            )
+    return lines or ["- none"]
+
+
+def overall_block(results: list[Result], methods: list[str], run: dict[str, Any]) -> list[str]:
+    return [
+        f"Model zoo ({len({r['model'] for r in results})} models: Hugging Face architectures from "
+        f"tiny configs with random weights, and fxloom.zoo), `{run['command']}`, {run['date']}:",
+        "",
+        *summary_table(results, methods, by_family=False),
+        "",
+        *targets(results),
+    ]
+
+
+def write(results: list[Result], run: dict[str, Any], path: Path, readme: Path | None) -> None:
+    methods = [m for m in METHODS if any(r["method"] == m for r in results)]
+    models = sorted({r["model"] for r in results}, key=list(SPECS).index)
+    by_key = {(r["model"], r["method"]): r for r in results}
+    lines = [
+        "# Model zoo: capture methods side by side",
+        "",
+        f"Machine: {run['machine']}; {run['versions']}. Date: {run['date']}. "
+        f"Command: `{run['command']}` ({run['pairs']} pairs, {run['jobs']} at a time, "
+        f"{run['elapsed_s'] / 60:.1f} min). Each (model, method) pair runs in a fresh subprocess.",
+        "",
+        NOTES,
+        "",
+        "## Overall",
+        "",
+        *summary_table(results, methods, by_family=False),
+        "",
+        "## Targets",
+        "",
+        *targets(results),
+        "",
+        "## By family",
+        "",
+        *summary_table(results, methods, by_family=True),
+        "",
+        "## By model",
+        "",
+        "Cells: ok, capture time, node count (n), runtime ratio to eager; else the error class "
+        "and the start of its first line.",
+        "",
+        "| model | family | " + " | ".join(methods) + " |",
+        "|---|---|" + "---|" * len(methods),
+        *(
+            f"| {m} | {SPECS[m].family} | "
+            + " | ".join(cell(by_key.get((m, x))) for x in methods)
+            + " |"
+            for m in models
+        ),
+        "",
+        "## fxloom failures",
+        "",
+        *failures(results, ("fxloom", "fxloom-autoleaf")),
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    if readme is not None and readme.exists():
+        update_readme(readme, overall_block(results, methods, run))
+
+
+def update_readme(readme: Path, block: list[str]) -> None:
+    text = readme.read_text()
+    pattern = re.compile(re.escape(README_BEGIN) + ".*?" + re.escape(README_END), re.S)
+    if not pattern.search(text):
+        return  # no markers: leave the README alone
+    replacement = "\n".join([README_BEGIN, *block, README_END])
+    readme.write_text(pattern.sub(lambda _: replacement, text))

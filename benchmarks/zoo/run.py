@@ -1,0 +1,143 @@
+"""Run every (model, method) pair of the zoo in a fresh subprocess; write the results.
+
+    python -m benchmarks.zoo.run                   # everything; or: make zoo
+    python benchmarks/zoo/run.py --models bert vit --methods fxloom torch.fx --jobs 2
+    python -m benchmarks.zoo.run --report-only     # rewrite the report from results.json
+
+Each pair runs ``benchmarks.zoo.worker`` in its own interpreter under ``--timeout``, so a
+crash, a hang or leaked state (patched functions, caches) stays with that pair. Results go
+to ``results.json`` (a partial run updates only its pairs) and the report, regenerated from
+all results, to ``RESULTS.md``; the overall table and the targets also replace the block
+between the zoo markers in the top-level README.
+
+Depends on: the standard library; the workers import torch, transformers and fxloom.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks.zoo` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.zoo import report
+from benchmarks.zoo.methods import METHODS
+from benchmarks.zoo.registry import SPECS
+from benchmarks.zoo.worker import RESULT_PREFIX
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RESULTS_JSON = HERE / "results.json"
+RESULTS_MD = HERE / "RESULTS.md"
+README = ROOT / "README.md"
+
+
+def run_pair(model: str, method: str, timeout: float) -> dict[str, Any]:
+    """One worker subprocess: its JSON result, or a record of how it failed to give one."""
+    command = [sys.executable, "-m", "benchmarks.zoo.worker", model, method]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    base = {"model": model, "method": method, "family": SPECS[model].family}
+    start = time.perf_counter()
+    try:
+        process = subprocess.run(
+            command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {**base, "status": "error", "error": "Timeout", "message": f"over {timeout:g} s"}
+    wall = time.perf_counter() - start
+    for line in reversed(process.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return {**json.loads(line[len(RESULT_PREFIX) :]), "wall_s": wall}
+    last = (process.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {
+        **base,
+        "status": "error",
+        "error": "WorkerCrash",
+        "message": f"exit {process.returncode}: {last[:300]}",
+        "wall_s": wall,
+    }
+
+
+def versions() -> str:
+    from importlib.metadata import version
+
+    return ", ".join(f"{name} {version(name)}" for name in ("torch", "transformers", "fxloom"))
+
+
+def load_results() -> dict[tuple[str, str], dict[str, Any]]:
+    if not RESULTS_JSON.exists():
+        return {}
+    records = json.loads(RESULTS_JSON.read_text())["results"]
+    return {(r["model"], r["method"]): r for r in records if r["model"] in SPECS}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", choices=list(SPECS), default=list(SPECS))
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per pair")
+    parser.add_argument("--jobs", type=int, default=1, help="pairs run at once")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rewrite RESULTS.md and the README block from results.json",
+    )
+    return parser.parse_args(argv)
+
+
+def run_all(pairs: list[tuple[str, str]], timeout: float, jobs: int) -> list[dict[str, Any]]:
+    """Every pair's result, in order, printing one progress line per pair."""
+    results = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_pair, model, method, timeout) for model, method in pairs]
+        for done, future in enumerate(futures, 1):
+            result = future.result()
+            results.append(result)
+            detail = "" if result["status"] == "ok" else result.get("error", "")
+            print(
+                f"[{done}/{len(pairs)}] {result['model']:<18} {result['method']:<16} "
+                f"{result['status']:<8} {detail}",
+                flush=True,
+            )
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    results = load_results()
+    if args.report_only:
+        run_info = json.loads(RESULTS_JSON.read_text())["run"]
+    else:
+        pairs = [(model, method) for model in args.models for method in args.methods]
+        start = time.perf_counter()
+        for result in run_all(pairs, args.timeout, args.jobs):
+            results[result["model"], result["method"]] = result
+        arguments = sys.argv[1:] if argv is None else argv
+        run_info = {
+            "command": " ".join(["python -m benchmarks.zoo.run", *arguments]),
+            "date": date.today().isoformat(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores; "
+            f"Python {platform.python_version()}",
+            "versions": versions(),
+            "pairs": len(pairs),
+            "jobs": args.jobs,
+            "elapsed_s": round(time.perf_counter() - start, 1),
+        }
+    ordered = [results[key] for key in sorted(results, key=report.sort_key)]
+    RESULTS_JSON.write_text(json.dumps({"run": run_info, "results": ordered}, indent=1) + "\n")
+    report.write(ordered, run_info, RESULTS_MD, README)
+    print(f"{len(ordered)} results; wrote {RESULTS_JSON.name} and {RESULTS_MD.name}")
+
+
+if __name__ == "__main__":
+    main()

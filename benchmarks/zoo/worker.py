@@ -1,0 +1,148 @@
+"""Measure one (model, method) pair and print the result as one JSON line.
+
+    python -m benchmarks.zoo.worker MODEL METHOD
+
+The result (``measure``) records whether the capture succeeded (else the error's class,
+first line and innermost location), whether the captured program's outputs match eager
+(every tensor leaf, rtol 1e-4 / atol 1e-5), the capture time, the node count and the
+runtime of the captured program relative to eager (medians of a few calls, one thread).
+``run.py`` starts this in a fresh subprocess per pair, so no state leaks between methods.
+
+Depends on: torch, benchmarks.zoo.registry, benchmarks.zoo.methods.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks.zoo` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.zoo import methods, registry
+
+RTOL, ATOL = 1e-4, 1e-5
+TIMED_CALLS = 10
+WARM_CAPTURES = 2  # captures repeated after the first, if the first took under WARM_LIMIT_S
+WARM_LIMIT_S = 3.0
+RESULT_PREFIX = "ZOO-RESULT "
+
+
+def tensor_leaves(output: Any) -> list[torch.Tensor]:
+    """Every tensor in a model output (tuples, lists, dicts, ``ModelOutput``), in order."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, dict):  # ModelOutput is an OrderedDict of its non-None fields
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        return [tensor for item in output for tensor in tensor_leaves(item)]
+    return []
+
+
+def compare(actual: Any, expected: Any) -> str | None:
+    """``None`` if the tensor leaves match, else what differs (one line)."""
+    got, want = tensor_leaves(actual), tensor_leaves(expected)
+    if not want:
+        return "eager returned no tensor"
+    if len(got) != len(want):
+        return f"{len(got)} tensors returned, eager returns {len(want)}"
+    for index, (a, b) in enumerate(zip(got, want)):
+        try:
+            torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+        except AssertionError as error:
+            first = str(error).strip().splitlines()[0]
+            return f"output {index}: {first}"
+    return None
+
+
+def median_seconds(call: Any, inputs: dict[str, Any]) -> float:
+    call(inputs)  # warm-up
+    times = []
+    for _ in range(TIMED_CALLS):
+        start = time.perf_counter()
+        call(inputs)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def warm_capture_seconds(capture: Any, model: torch.nn.Module, inputs: dict[str, Any]) -> float:
+    """The best of a few more captures: the first one in a fresh process also pays one-time
+    costs (lazy imports, caches), which says little about capturing many models."""
+    times = []
+    for _ in range(WARM_CAPTURES):
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            capture(model, inputs)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def error_record(error: BaseException) -> dict[str, Any]:
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    lines = str(error).strip().splitlines()
+    return {
+        "error": type(error).__name__,
+        "message": lines[0][:300] if lines else "",
+        "where": where,
+    }
+
+
+def measure(model_name: str, method: str) -> dict[str, Any]:
+    """Build ``model_name``, capture it with ``method``, and compare it with eager."""
+    result: dict[str, Any] = {"model": model_name, "method": method, "status": "error"}
+    spec = registry.get(model_name)
+    result["family"] = spec.family
+    capture = methods.METHODS[method]
+    model, inputs = spec.build()
+    with torch.no_grad():
+        expected = methods.run_eager(model, inputs)
+    try:
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            captured = capture(model, inputs)
+        result["capture_s"] = time.perf_counter() - start
+        result["nodes"] = captured.nodes
+        if result["capture_s"] < WARM_LIMIT_S:
+            result["capture_warm_s"] = warm_capture_seconds(capture, model, inputs)
+    except Exception as error:  # any failure to capture is a result, not a crash
+        result.update(stage="capture", **error_record(error))
+        return result
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            actual = captured.run(inputs)
+            mismatch = compare(actual, expected)
+            if mismatch is not None:
+                result.update(status="mismatch", message=mismatch)
+                return result
+            fixed = methods.fixed_args(model, inputs)  # once: keep inspect out of the timing
+            eager_s = median_seconds(lambda given: model(**given, **fixed), inputs)
+            captured_s = median_seconds(captured.run, inputs)
+    except Exception as error:
+        result.update(stage="run", **error_record(error))
+        return result
+    result.update(status="ok", eager_s=eager_s, captured_s=captured_s)
+    result["runtime_ratio"] = captured_s / eager_s
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    model_name, method = sys.argv[1:] if argv is None else argv
+    torch.set_num_threads(1)
+    result = measure(model_name, method)
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
