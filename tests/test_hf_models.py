@@ -28,13 +28,22 @@ import torch
 from torch.testing import assert_close
 
 import fxloom
+from fxloom.zoo.hf_configs import (
+    BART_LIKE,
+    BERT_LIKE,
+    DECODER,
+    GPT2_LIKE,
+    IMAGE,
+    T5_LIKE,
+    VIT_LIKE,
+    VOCAB,
+    hf,
+)
 
 transformers = pytest.importorskip("transformers")
 # Funnel indexes with lists of slices, eagerly and so in the traced code too.
 pytestmark = pytest.mark.filterwarnings("ignore:Using a non-tuple sequence:UserWarning")
 
-VOCAB = 100
-IMAGE = 32
 # Non-tensor flags fixed for every model that has them; other parameters not given as
 # inputs keep their default (None for optional tensors such as head_mask).
 FLAGS = {
@@ -119,45 +128,8 @@ class Case:
         return self.name
 
 
-BERT_LIKE = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=37,
-    max_position_embeddings=64,
-)
-DECODER = dict(BERT_LIKE, num_key_value_heads=1)
-BART_LIKE = dict(
-    vocab_size=VOCAB,
-    d_model=32,
-    encoder_layers=1,
-    decoder_layers=1,
-    encoder_attention_heads=2,
-    decoder_attention_heads=2,
-    encoder_ffn_dim=37,
-    decoder_ffn_dim=37,
-    max_position_embeddings=64,
-)
-T5_LIKE = dict(
-    vocab_size=VOCAB,
-    d_model=32,
-    d_kv=16,
-    d_ff=37,
-    num_layers=2,
-    num_heads=2,
-    relative_attention_num_buckets=8,
-    decoder_start_token_id=0,
-)
-GPT2_LIKE = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64)
-VIT_LIKE = dict(
-    image_size=IMAGE,
-    patch_size=8,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=37,
-)
+# The test's encoder-decoders are one layer deep: enough to cover cross-attention, faster.
+BART_LIKE = dict(BART_LIKE, encoder_layers=1, decoder_layers=1)
 # A causal mask for a single token skips torch.triu ("if sequence_length != 1"), and SDPA's
 # is_causal reads q_len > 1: tracing with 7 tokens fixes both, so one token must be refused.
 ONE_TOKEN = (2, 1)
@@ -166,13 +138,6 @@ FUNNEL_LEN = (
     "on a traced tensor; len must return an int, so the trace is fixed to the example's "
     "sequence length by a guard, although eager runs any length"
 )
-
-
-def hf(model_class: str, config_class: str, **settings: Any) -> Callable[[], torch.nn.Module]:
-    """A builder of ``transformers.<model_class>(transformers.<config_class>(**settings))``."""
-    return lambda: getattr(transformers, model_class)(
-        getattr(transformers, config_class)(**settings)
-    )
 
 
 ZOO = [

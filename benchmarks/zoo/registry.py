@@ -19,6 +19,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxloom.zoo.hf_configs import (
+    BART_LIKE,
+    BERT_LIKE,
+    DECODER,
+    GPT2_LIKE,
+    IMAGE,
+    T5_LIKE,
+    VIT_LIKE,
+    VOCAB,
+    hf,
+)
+
 FAMILIES = (
     "text-encoder",
     "text-decoder",
@@ -29,8 +41,6 @@ FAMILIES = (
     "multimodal",
     "fxloom-zoo",
 )
-VOCAB = 100
-IMAGE = 32
 BATCH = 2
 LENGTH = 7
 
@@ -98,45 +108,6 @@ def text_and_image() -> Inputs:
 
 
 # ------------------------------------------------------------------ configs
-BERT_LIKE = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=37,
-    max_position_embeddings=64,
-)
-DECODER = dict(BERT_LIKE, num_key_value_heads=1)
-BART_LIKE = dict(
-    vocab_size=VOCAB,
-    d_model=32,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=2,
-    decoder_attention_heads=2,
-    encoder_ffn_dim=37,
-    decoder_ffn_dim=37,
-    max_position_embeddings=64,
-)
-T5_LIKE = dict(
-    vocab_size=VOCAB,
-    d_model=32,
-    d_kv=16,
-    d_ff=37,
-    num_layers=2,
-    num_heads=2,
-    relative_attention_num_buckets=8,
-    decoder_start_token_id=0,
-)
-GPT2_LIKE = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64)
-VIT_LIKE = dict(
-    image_size=IMAGE,
-    patch_size=8,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=37,
-)
 WAV2VEC2_LIKE = dict(
     hidden_size=32,
     num_hidden_layers=2,
@@ -151,18 +122,6 @@ WAV2VEC2_LIKE = dict(
 CLIP_TEXT = dict(BERT_LIKE, eos_token_id=2)
 CLIP_VISION = dict(VIT_LIKE, num_channels=3)
 RESNET_LIKE = dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
-
-
-def hf(model_class: str, config_class: str, **settings: Any) -> Callable[[], nn.Module]:
-    """A builder of ``transformers.<model_class>(transformers.<config_class>(**settings))``."""
-
-    def make() -> nn.Module:
-        import transformers
-
-        config = getattr(transformers, config_class)(**settings)
-        return getattr(transformers, model_class)(config)
-
-    return make
 
 
 def spec(
