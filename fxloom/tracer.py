@@ -849,9 +849,6 @@ class Tracer:
             yield obj[i]
         self._specialize(obj, len)
 
-    def keys(self, obj: Proxy) -> Any:
-        raise self.trace_error("** unpacking of a traced value is not supported")
-
 
 class GraphAppendingTracer(Tracer):
     """The tracer of a ``Proxy`` built by hand around a node: appends nodes to that node's graph.
