@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.overrides
 
 from fxloom.node import Node
 
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
     from fxloom.graph import Graph
     from fxloom.tracer import Tracer
 
-__all__ = ["Proxy", "Attribute", "TraceError", "NO_VALUE", "user_frame"]
+__all__ = ["Proxy", "Attribute", "TraceError", "NO_VALUE", "PENDING", "user_frame"]
 
 
 class _NoValue:
@@ -50,6 +49,16 @@ class _NoValue:
 
 
 NO_VALUE: Any = _NoValue()
+
+
+class _Pending:
+    """A proxy's ``value`` not computed yet: example values are computed on first need."""
+
+    def __repr__(self) -> str:
+        return "PENDING"
+
+
+PENDING: Any = _Pending()
 
 # Tensor properties treated as fixed by the example inputs (an input guard
 # checks dtype and rank at run time): read from the example value, not recorded.
@@ -147,6 +156,24 @@ def describe_frame(frame: types.FrameType | None) -> tuple[str | None, str]:
     return f"{filename}:{lineno}", f"\n    {source}" if source else ""
 
 
+def is_tensor_method(func: Any) -> bool:
+    """Whether ``__torch_function__`` got a ``Tensor`` method or property (recorded as
+    ``call_method``) rather than a function such as ``torch.add``.
+
+    Same answer as ``torch.overrides.is_tensor_method_or_property``, without the
+    table of every overridable function that it builds on first use (milliseconds,
+    paid by the first trace of a process).
+    """
+    name = getattr(func, "__name__", None)
+    if name == "__get__":  # a property's getter: ``x.shape``, ``x.T``
+        return True
+    if name is None:
+        return False
+    method = getattr(torch.Tensor, name, None)
+    # ``Tensor.__pow__`` wraps ``Tensor.pow`` (keeping its name) to return NotImplemented.
+    return method is not None and (method is func or method is getattr(func, "__wrapped__", None))
+
+
 # ----------------------------------------------------------------- Proxy
 class Proxy:
     """A value under symbolic tracing; see the module docstring.
@@ -154,13 +181,14 @@ class Proxy:
     ``Proxy(node, tracer)`` can also be built by hand around a node of a graph
     being edited, to write new nodes with ordinary operators.
 
-    When tracing with example inputs, ``value`` holds the value this proxy
-    takes for them (``NO_VALUE`` otherwise); the tracer uses it to answer
-    questions a program asks about its tensors (``x.dim()``, ``x.dtype``) and
-    to specialise control flow under a run-time guard.
+    When tracing with example inputs, ``value`` is the value this proxy takes
+    for them (``NO_VALUE`` otherwise); the tracer uses it to answer questions a
+    program asks about its tensors (``x.dim()``, ``x.dtype``) and to specialise
+    control flow under a run-time guard. It is computed on first read: a
+    program that never asks costs no more to trace than without examples.
     """
 
-    __slots__ = ("node", "tracer", "value")
+    __slots__ = ("node", "tracer", "_value")
 
     def __init__(self, node: Node, tracer: Tracer | None = None) -> None:
         if tracer is None:
@@ -169,7 +197,18 @@ class Proxy:
             tracer = GraphAppendingTracer(node.graph)
         self.node = node
         self.tracer = tracer
-        self.value = NO_VALUE
+        self._value = NO_VALUE
+
+    @property
+    def value(self) -> Any:
+        value = self._value
+        if value is PENDING:
+            value = self.tracer.example_value(self)
+        return value
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self._value = value
 
     def __repr__(self) -> str:
         return f"Proxy({self.node.name})"
@@ -182,9 +221,10 @@ class Proxy:
             # copy, pickle and friends probe for dunders; recording them would lie.
             raise AttributeError(name)
         tracer = self.tracer
-        value = self.value
-        if name in STATIC_TENSOR_ATTRIBUTES and isinstance(value, torch.Tensor):
-            return getattr(value, name)  # fixed by the example inputs (guarded at run time)
+        if name in STATIC_TENSOR_ATTRIBUTES:
+            value = self.value
+            if isinstance(value, torch.Tensor):
+                return getattr(value, name)  # fixed by the example inputs (guarded at run time)
         if (
             tracer.param_shapes_constant
             and name in _SHAPE_ATTRIBUTES
@@ -209,7 +249,7 @@ class Proxy:
         tracer = _find_tracer(args, kwargs)
         if tracer is None:  # pragma: no cover - torch only calls us when a proxy is present
             return func(*args, **kwargs)
-        if torch.overrides.is_tensor_method_or_property(func):
+        if is_tensor_method(func):
             return tracer.create_proxy("call_method", func.__name__, args, kwargs)
         return tracer.create_proxy("call_function", func, args, kwargs)
 
@@ -283,12 +323,22 @@ class Attribute(Proxy):
         self.attr = attr
         self.tracer = root.tracer
         self._lazy_node: Node | None = None
-        self.value = NO_VALUE
-        if root.value is not NO_VALUE:
-            try:
-                self.value = getattr(root.value, attr)
-            except Exception:  # the recorded program will fail the same way when run
-                pass
+        self._value = NO_VALUE if root._value is NO_VALUE else PENDING
+
+    def _attribute_value(self) -> Any:
+        value = self._value
+        if value is PENDING:
+            value = NO_VALUE
+            root_value = self.root.value
+            if root_value is not NO_VALUE:
+                try:
+                    value = getattr(root_value, self.attr)
+                except Exception:  # the recorded program will fail the same way when run
+                    pass
+            self._value = value
+        return value
+
+    value = property(_attribute_value, Proxy.value.fset)
 
     @property
     def node(self) -> Node:  # type: ignore[override]

@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from fxloom._examples import PH, ModuleState, Unknown, bind_examples, clone_tensors, values_of
+from fxloom._examples import PH, ExampleRun, bind_examples, clone_tensors
 from fxloom._patching import (
     Patcher,
     capturing,
@@ -80,6 +80,7 @@ from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Argument, Node, Target
 from fxloom.proxy import (
     NO_VALUE,
+    PENDING,
     Proxy,
     TraceError,
     _find_tracer,
@@ -148,7 +149,9 @@ class Tracer:
         self._module_stack: dict[str, tuple[str, type]] = {}
         self._parameter_proxy_cache: dict[str, Proxy] = {}
         self._examples: dict[str, Any] | None = None
+        self._example_run: ExampleRun | None = None
         self._computing_value = False
+        self._modules_by_path: dict[str, torch.nn.Module] | None = None
         # Qualified names recorded as call_module whatever is_leaf_module says (autoleaf).
         self.forced_leaves: set[str] = set()
         # Originals, not our wrappers, even if this tracer is made while another traces.
@@ -199,9 +202,10 @@ class Tracer:
         self._module_path_stack = [""]
         self._module_stack = {}
         self._patcher = Patcher()
+        self._modules_by_path = None
         self._examples = bind_examples(fn, is_module, concrete_args, example_inputs)
+        self._example_run = ExampleRun(self) if self._examples is not None else None
         self._computing_value = False
-        saved_state = ModuleState(self.root) if self._examples is not None else None
         _active_tracers.append(self)
         # Tracing makes many small objects and frees none of them: collections
         # during it are pure cost (they walk every object of the process).
@@ -231,8 +235,9 @@ class Tracer:
             _active_tracers.remove(self)
             self._patcher.restore()
             self._forget_cached_proxies()
-            if saved_state is not None:
-                saved_state.restore()
+            if self._example_run is not None:
+                self._example_run.restore()
+                self._example_run = None  # values not computed by now never will be
         return self.graph
 
     def _forget_cached_proxies(self) -> None:
@@ -600,39 +605,24 @@ class Tracer:
             kind, target, self.create_arg(args), self.create_arg(kwargs), name, type_expr
         )
         proxy = proxy_factory_fn(node) if proxy_factory_fn is not None else self.proxy(node)
-        if self._examples is not None and kind != "placeholder":
-            proxy.value = self._run_for_value(kind, target, args, kwargs)
+        if self._example_run is not None and kind != "placeholder":
+            self._example_run.record(proxy, kind, target, args, kwargs)
         return proxy
 
-    def _run_for_value(self, kind: str, target: Target, args: tuple, kwargs: dict) -> Any:
-        """Run the recorded operation on the example values (``NO_VALUE`` if some are unknown)."""
-        try:
-            arg_values = values_of(args)
-            kwarg_values = values_of(kwargs)
-        except Unknown:
+    def example_value(self, proxy: Proxy) -> Any:
+        """``proxy``'s value for the example inputs, computed now if not yet
+        (``NO_VALUE`` when tracing without examples)."""
+        if self._example_run is None:
             return NO_VALUE
-        self._computing_value = True
-        try:
-            with torch.no_grad():
-                if kind == "call_function":
-                    return target(*arg_values, **kwarg_values)
-                if kind == "call_method":
-                    return getattr(arg_values[0], target)(*arg_values[1:], **kwarg_values)
-                if kind == "call_module":
-                    module = self.root.get_submodule(target)
-                    return original_module_call(module, *arg_values, **kwarg_values)
-                if kind == "get_attr":
-                    return self.attribute_value(target)
-                return NO_VALUE
-        except TraceError:
-            raise
-        except Exception as err:
-            raise self.trace_error(
-                f"running {target!r} on the example inputs failed: {type(err).__name__}: {err}",
-                hint="the example inputs must be valid inputs of the model",
-            ) from err
-        finally:
-            self._computing_value = False
+        return self._example_run.value_of(proxy)
+
+    def module_at(self, path: str) -> torch.nn.Module:
+        """The submodule of the root at qualified name ``path``."""
+        modules = self._modules_by_path
+        if modules is None:
+            modules = self._modules_by_path = {p: m for m, p in self.submodule_paths.items()}
+        module = modules.get(path)
+        return module if module is not None else self.root.get_submodule(path)
 
     def proxy(self, node: Node) -> Proxy:
         return Proxy(node, self)
@@ -819,6 +809,13 @@ class Tracer:
 
     def iter(self, obj: Proxy) -> Iterator[Proxy]:
         """Called for ``iter(proxy)``: unpacking of a known length works, loops do not."""
+        if obj._value is PENDING:
+            # ``a, b = x.shape``: the unpacking says how many, under a guard, without
+            # running the examples up to here.
+            count = unpack_length(user_frame(2))
+            if count is not None:
+                self._check_unpack(obj, count)
+                return iter([obj[i] for i in range(count)])
         value = obj.value
         if value is not NO_VALUE:
             if isinstance(value, (tuple, list)):  # e.g. x.unbind(0): arity follows a size

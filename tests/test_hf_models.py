@@ -274,7 +274,7 @@ ZOO = [
         hf(
             "MixtralModel",
             "MixtralConfig",
-            **DECODER,
+            **dict(DECODER, intermediate_size=40),  # grouped_mm wants 16-byte strides
             num_local_experts=4,
             num_experts_per_tok=2,
         ),

@@ -145,6 +145,20 @@ def test_tensor_method_called_through_the_class_is_recorded_as_call_method():
     assert calls(gm) == [("call_method", "relu")]
 
 
+def test_tensor_methods_are_told_from_functions_as_torch_overrides_tells_them():
+    # fxloom decides call_method vs call_function itself, without building torch's
+    # table of overridable functions (milliseconds on a process's first trace).
+    from fxloom.proxy import is_tensor_method
+
+    overridable = [f for fs in torch.overrides.get_overridable_functions().values() for f in fs]
+    disagreements = [
+        f
+        for f in overridable
+        if is_tensor_method(f) != torch.overrides.is_tensor_method_or_property(f)
+    ]
+    assert len(overridable) > 1000 and disagreements == []
+
+
 # ============================================================ operators
 # (symbol, function Python calls for it, operands: "float" or "int" tensors)
 BINARY_OPERATORS = [
