@@ -103,11 +103,19 @@ def check_variadic_length(args: tuple[Any, ...], expected: int, name: str) -> No
 
 
 @_recorded_when_traced
-def check_variadic_keys(kwargs: dict[str, Any], expected: tuple[str, ...], name: str) -> None:
-    """Raise if ``**name`` gets other keys than it was traced with."""
-    if set(kwargs) != set(expected):
+def check_variadic_keys(
+    kwargs: dict[str, Any], expected: tuple[str, ...], name: str, fixed: tuple[str, ...] = ()
+) -> None:
+    """Raise if ``**name`` lacks a key it was traced with, or gets one it was not.
+
+    ``fixed`` keys were traced with a value of their own: they may be left out.
+    """
+    missing = set(expected) - set(kwargs)
+    unexpected = set(kwargs) - set(expected) - set(fixed)
+    if missing or unexpected:
+        traced = sorted(expected) + [f"{key} (fixed)" for key in fixed]
         raise TypeError(
-            f"this module was traced with keyword arguments {sorted(expected)} in **{name}, but "
+            f"this module was traced with keyword arguments {traced} in **{name}, but "
             f"got {sorted(kwargs)}; retrace with concrete_args={{{name!r}: {{key: PH, ...}}}}"
         )
 

@@ -424,12 +424,26 @@ class Tracer:
         parameters = list(signature.parameters.values())
         if is_module:
             parameters = parameters[1:]
+        stars = next((p for p in parameters if p.kind is p.VAR_KEYWORD), None)
         unknown = set(concrete_args) - {p.name for p in parameters}
+        if unknown and stars is not None:
+            # ``forward(self, x, **kwargs)`` (decorated Hugging Face models): the other
+            # names are keyword arguments that reach the function through ``**kwargs``.
+            spec = concrete_args.get(stars.name, PH)
+            nested = {} if spec is PH or spec is None else spec
+            if not isinstance(nested, dict):
+                raise TraceError(
+                    f"concrete_args[{stars.name!r}] must be a dict of the keyword arguments to "
+                    f"trace with (PH for an input), got {spec!r}"
+                )
+            moved = {key: concrete_args.pop(key) for key in sorted(unknown)}
+            concrete_args[stars.name] = {**nested, **moved}
+            unknown = set()
         if unknown:
             raise TraceError(
                 f"concrete_args names {sorted(unknown)}, which are not parameters of "
                 f"{getattr(root_fn, '__qualname__', root_fn)}; its parameters are "
-                f"{[p.name for p in parameters]}"
+                f"{[p.name for p in parameters]} (and no **kwargs to take others)"
             )
         hints = _annotations(root_fn)
         positional: list[Any] = [self.root] if is_module else []
@@ -498,17 +512,29 @@ class Tracer:
     def _variadic_keyword(
         self, param: inspect.Parameter, spec: Any, type_expr: Any
     ) -> dict[str, Any]:
-        """``**kwargs``: traced with the keys ``concrete_args`` gives (none by default)."""
+        """``**kwargs``: traced with the keys ``concrete_args`` gives (none by default).
+
+        A key given ``PH`` is an input the caller must pass; a key given a value
+        is traced with that value, and the caller may omit it or pass the same
+        value (another one raises, as for any fixed argument).
+        """
         entries = {} if spec is PH or spec is None else spec
         if not isinstance(entries, dict):
             raise TraceError(
                 f"concrete_args[{param.name!r}] must be a dict of the keyword arguments to "
                 f"trace with (PH for an input), got {spec!r}"
             )
+        inputs = tuple(key for key, value in entries.items() if value is PH)
+        fixed = tuple(key for key, value in entries.items() if value is not PH)
         stars = self.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
         self.create_proxy(
-            "call_function", check_variadic_keys, (stars, tuple(entries), param.name), {}, "guard"
+            "call_function", check_variadic_keys, (stars, inputs, param.name, fixed), {}, "guard"
         )
+        for key in fixed:
+            given = stars.get(key, entries[key])
+            self.create_proxy(
+                "call_function", FixedArgument(key, entries[key]), (given,), {}, "guard"
+            )
         return {key: stars[key] if value is PH else value for key, value in entries.items()}
 
     def _fixed_argument(

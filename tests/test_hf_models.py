@@ -220,7 +220,6 @@ ZOO = [
             max_position_embeddings=64,
         ),
         text,
-        violating=ONE_TOKEN,
     ),
     Case(
         "opt",
@@ -279,9 +278,10 @@ ZOO = [
             num_experts_per_tok=2,
         ),
         text,
-        # Experts run in a Python loop over the experts the router picked: the trace unrolls
-        # it for the example's experts, all 4 of them. Two tokens reach only 2 of them.
-        violating=(1, 2),
+        # SDPA packs grouped-query heads when q_length == 1 (sdpa_attention.py): the trace
+        # takes the other branch, so one token is refused. The experts run as one grouped
+        # matmul, so any number of tokens reaches them.
+        violating=ONE_TOKEN,
     ),
     Case(
         "codegen",
@@ -572,6 +572,20 @@ def test_traced_model_matches_eager_without_padding_when_traced_on_a_padded_mask
 def test_traced_model_refuses_an_input_that_takes_another_branch(case: Case) -> None:
     traced = trace(case)
     assert_raises_guard_error(lambda: run(traced, case.inputs(*case.violating)))
+
+
+@pytest.mark.parametrize("case", cases("one_token", lambda case: case.inputs in (text, seq2seq)))
+def test_traced_model_is_right_or_refuses_on_a_single_token(case: Case) -> None:
+    # One token is where text models branch most (causal masks, SDPA's is_causal, packing
+    # of grouped-query heads): the traced module either computes what eager computes or
+    # fails in a guard, never returns other numbers.
+    traced, one = trace(case), case.inputs(*ONE_TOKEN)
+    try:
+        actual = run(traced, one)
+    except (RuntimeError, TypeError, ValueError):
+        assert_raises_guard_error(lambda: run(traced, one))
+    else:
+        assert_same_outputs(actual, eager(case, one))
 
 
 @pytest.mark.parametrize("case", cases("lints"))

@@ -641,6 +641,38 @@ def test_concrete_args_can_trace_kwargs_with_named_inputs():
     assert_close(gm(x, bias=bias), variadic(x, bias=bias))
 
 
+def flagged(x, **kwargs):
+    # Hugging Face models read their output flags from **kwargs (transformers 5).
+    return x.relu() if kwargs.get("use_relu", False) else -x
+
+
+def test_concrete_args_naming_no_parameter_go_to_the_kwargs_of_a_function_that_takes_them():
+    gm = fx.symbolic_trace(flagged, concrete_args={"use_relu": True})
+    x = torch.randn(5)
+    assert_close(gm(x), x.relu())  # the fixed keyword may be left out
+    assert_close(gm(x, use_relu=True), x.relu())  # or passed with the traced value
+    with pytest.raises(ValueError, match="'use_relu'"):
+        gm(x, use_relu=False)
+    with pytest.raises(TypeError, match=r"\*\*kwargs"):
+        gm(x, other=1)
+
+
+def test_fixed_and_input_keywords_of_kwargs_can_be_mixed():
+    gm = fx.symbolic_trace(variadic, concrete_args={"kwargs": {"bias": fx.PH}, "scale": 2.0})
+    x, bias = torch.randn(3), torch.randn(3)
+    assert_close(gm(x, bias=bias), variadic(x, bias=bias, scale=2.0))
+    with pytest.raises(TypeError, match="bias"):
+        gm(x)
+
+
+def test_concrete_args_naming_no_parameter_of_a_function_without_kwargs_is_refused():
+    def fn(x, flag=False):
+        return x
+
+    with pytest.raises(fx.TraceError, match=r"\['flg'\].*not parameters.*\['x', 'flag'\]"):
+        fx.symbolic_trace(fn, concrete_args={"flg": True})
+
+
 def test_concrete_bool_flag_fixes_the_branch_taken():
     relu_gm = fx.symbolic_trace(Gated(), concrete_args={"use_relu": True})
     neg_gm = fx.symbolic_trace(Gated(), concrete_args={"use_relu": False})

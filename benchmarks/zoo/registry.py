@@ -263,7 +263,7 @@ HF_SPECS = [
         text,
         "MixtralModel",
         "MixtralConfig",
-        **DECODER,
+        **dict(DECODER, intermediate_size=40),  # grouped_mm wants 16-byte strides
         num_local_experts=4,
         num_experts_per_tok=2,
     ),
