@@ -10,7 +10,8 @@ one-line description; ``build(name)`` returns a fresh model in eval mode with it
     >>> torch.testing.assert_close(traced(*inputs), model(*inputs))
 
 Weights and inputs depend only on ``seed`` (default 0), never on the global RNG, which is left
-untouched. The models live one family per file: ``mlp.py``, ``resnet.py``, ``transformer.py``.
+untouched. The models live one family per file: ``mlp.py``, ``resnet.py``, ``resnet50.py``,
+``transformer.py``.
 To add one, write its builder and inputs factory there and add a ``ZooModel`` row below.
 
 Depends on: torch.
@@ -26,6 +27,7 @@ from torch import nn
 
 from fxloom.zoo.mlp import mlp_tiny, mlp_tiny_inputs
 from fxloom.zoo.resnet import resnet_tiny, resnet_tiny_inputs
+from fxloom.zoo.resnet50 import resnet50, resnet50_inputs
 from fxloom.zoo.transformer import transformer_tiny, transformer_tiny_inputs
 
 __all__ = ["MODELS", "ZooModel", "build"]
@@ -55,6 +57,12 @@ MODELS: dict[str, ZooModel] = {
             "ResNet-style CNN: residual blocks, 1x1 downsample",
             resnet_tiny,
             resnet_tiny_inputs,
+        ),
+        ZooModel(
+            "resnet50",
+            "ResNet-50 (bottlenecks [3, 4, 6, 3], 25.6 M parameters), one 224x224 image",
+            resnet50,
+            resnet50_inputs,
         ),
         ZooModel(
             "transformer_tiny",
