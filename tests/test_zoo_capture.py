@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.zoo import worker  # noqa: E402
+from benchmarks.zoo import registry, worker  # noqa: E402
 
 FAST = [
     "bert",
@@ -52,3 +52,8 @@ def test_fxloom_captures_the_model_and_matches_eager(model: str) -> None:
     result = worker.measure(model, "fxloom")
     assert result["status"] == "ok", result
     assert result["nodes"] > 0
+
+
+def test_every_zoo_model_belongs_to_a_family_of_the_report() -> None:
+    # The report groups models by FAMILIES: one of another family would be left out.
+    assert {spec.family for spec in registry.SPECS.values()} <= set(registry.FAMILIES)
