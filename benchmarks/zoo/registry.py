@@ -185,17 +185,20 @@ RESNET_LIKE = dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
 FUNNEL_LEN = (
     "LIMITATION: `num_remove = shift * len(pooled_pos)` at modeling_funnel.py:300 calls len() "
     "on a traced tensor; len must return an int, so the trace is fixed to the example's "
-    "sequence length by a guard, although eager runs any length"
+    "sequence length by a guard, although eager runs any length. What to do: trace at the "
+    "length you will run, or keep FunnelEncoder a leaf (Tracer.is_leaf_module) so it runs eagerly"
 )
 MOBILENET_INT = (
     "LIMITATION: `in_height = int(features.shape[-2])` at modeling_mobilenet_v2.py:56 "
     "(TensorFlow's SAME padding) calls int() on a traced size; int must return an int, so the "
-    "trace is fixed to the example's image size by a guard, although eager runs any size"
+    "trace is fixed to the example's image size by a guard, although eager runs any size. What "
+    "to do: trace at the image size you will run, or keep MobileNetV2ConvLayer a leaf"
 )
 BEIT_INT = (
     "LIMITATION: `torch_int(new_height)` at modeling_beit.py:239 (the relative position bias "
     "resized to the image's patch grid) calls int() on a traced size; int must return an int, "
-    "so the trace is fixed to the example's image size by a guard, although eager runs any size"
+    "so the trace is fixed to the example's image size by a guard, although eager runs any size. "
+    "What to do: trace at the image size you will run, or keep BeitSelfAttention a leaf"
 )
 
 # ------------------------------------------------------------------ the zoo

@@ -100,7 +100,8 @@ def cell(result: Result | None) -> str:
         return f"ok {result['capture_s'] * 1e3:.0f} ms, {result['nodes']} n, {result['runtime_ratio']:.2f}x"
     if result["status"] == "mismatch":
         return "mismatch: " + escape(result["message"])[:60]
-    return f"{result['error']}: " + escape(result.get("message", ""))[:60]
+    eager = "eager fails: " if result.get("stage") == "eager" else ""
+    return f"{eager}{result['error']}: " + escape(result.get("message", ""))[:60]
 
 
 def escape(text: str) -> str:
@@ -174,6 +175,15 @@ def failures(results: list[Result], methods: Iterable[str]) -> list[str]:
     return lines or ["- none"]
 
 
+def specialisations(models: list[str]) -> list[str]:
+    lines = []
+    for model in models:
+        for reason in SPECS[model].xfail.values():
+            if reason.startswith("LIMITATION: "):
+                lines.append(f"- {model}: {escape(reason.removeprefix('LIMITATION: '))}")
+    return lines or ["- none"]
+
+
 def overall_block(results: list[Result], methods: list[str], run: dict[str, Any]) -> list[str]:
     return [
         f"Model zoo ({len({r['model'] for r in results})} models: Hugging Face architectures from "
@@ -227,6 +237,15 @@ def write(results: list[Result], run: dict[str, Any], path: Path, readme: Path |
         "## fxloom failures",
         "",
         *failures(results, ("fxloom", "fxloom-autoleaf")),
+        "",
+        "## Captured, but specialised",
+        "",
+        "These models capture correctly for the benchmark's inputs, but their code turns a "
+        "traced size into a Python int, so the graph is fixed to the example's size by a "
+        "run-time guard (another size raises instead of computing something else). Each "
+        "entry names the construct and what to do:",
+        "",
+        *specialisations(models),
         "",
     ]
     path.write_text("\n".join(lines))

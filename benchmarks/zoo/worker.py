@@ -104,8 +104,12 @@ def measure(model_name: str, method: str) -> dict[str, Any]:
     result["family"] = spec.family
     capture = methods.METHODS[method]
     model, inputs = spec.build()
-    with torch.no_grad():
-        expected = methods.run_eager(model, inputs)
+    try:
+        with torch.no_grad():
+            expected = methods.run_eager(model, inputs)
+    except Exception as error:  # the model itself does not run: no method is to blame
+        result.update(stage="eager", **error_record(error))
+        return result
     try:
         start = time.perf_counter()
         with warnings.catch_warnings():
