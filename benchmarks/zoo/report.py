@@ -178,7 +178,7 @@ def failures(results: list[Result], methods: Iterable[str]) -> list[str]:
 def specialisations(models: list[str]) -> list[str]:
     lines = []
     for model in models:
-        for reason in SPECS[model].xfail.values():
+        for reason in dict.fromkeys(SPECS[model].xfail.values()):  # once each, in order
             if reason.startswith("LIMITATION: "):
                 lines.append(f"- {model}: {escape(reason.removeprefix('LIMITATION: '))}")
     return lines or ["- none"]
