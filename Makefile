@@ -32,6 +32,13 @@ $(SETUP_STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q "$(TORCH_PIN)"
 	@echo "installing fxloom[test] with constraints.txt"
 	$(PIP) install -q -e '.[test]' -c constraints.txt
+	@# Graphviz's `dot` renders `fxloom draw` images; no pip package installs it. Best effort:
+	@# apt-get when root, else a note; set-up never fails over it.
+	@command -v dot >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
+		&& echo "installing Graphviz (dot) with apt-get" \
+		&& { apt-get install -y -q graphviz >/dev/null 2>&1 \
+			|| { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q graphviz >/dev/null; }; }; } \
+		|| echo "note: install Graphviz (dot) for 'fxloom draw' to render images: apt-get/brew/conda install graphviz"
 	@touch $@
 
 demo: $(SETUP_STAMP) ## set up, then run the demo (`fxloom demo`)

@@ -53,7 +53,116 @@ def _run_version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_cost(args: argparse.Namespace) -> int:
+    from fxloom import _cost_command
+
+    return _cost_command.run(args)
+
+
+def _add_cost_arguments(parser: argparse.ArgumentParser) -> None:
+    from fxloom import _cost_command
+
+    _cost_command.add_arguments(parser)
+
+
+def _run_draw(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fxloom._model_spec import load_model, propagate_shapes, trace_model
+    from fxloom.passes import _dot
+    from fxloom.passes.graph_drawer import FxGraphDrawer
+
+    loaded = load_model(args.model)
+    gm = trace_model(loaded)
+    note = propagate_shapes(gm, loaded) if args.shapes else None
+    if note:
+        print(f"fxloom draw: note: {note}", file=sys.stderr)
+    dot = FxGraphDrawer(
+        gm,
+        loaded.name,
+        ignore_getattr=args.ignore_getattr,
+        ignore_parameters_and_buffers=args.ignore_parameters,
+        show_shapes=args.shapes,
+        clusters=args.clusters,
+        rankdir=args.rankdir,
+    ).get_dot_graph()
+    if args.output in (None, "-"):
+        sys.stdout.write(dot.source)
+        return EXIT_OK
+    output = Path(args.output)
+    try:
+        dot.write(output, args.format)
+    except _dot.GraphvizNotFoundError:
+        # Keep the drawing: the DOT source renders later, once Graphviz is installed.
+        fallback = dot.write(output.with_suffix(".dot"), "dot")
+        image_format = _dot.format_for_path(output, args.format)
+        print(
+            f"fxloom draw: error: cannot write {output}: Graphviz's 'dot' program is not on "
+            f"PATH; {_dot.INSTALL_HINT}.\nWrote the DOT source to {fallback} instead; "
+            f"render it with: dot -T{image_format} {fallback} -o {output}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    print(f"wrote {output}")
+    return EXIT_OK
+
+
+def _add_draw_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="a zoo model name or package.module:factory")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="file to write: .svg, .png, .pdf (rendered by Graphviz) or .dot; '-' or none: "
+        "DOT source on stdout",
+    )
+    parser.add_argument(
+        "--format", help="output format when PATH's suffix does not say (svg, png, pdf, dot, ...)"
+    )
+    parser.add_argument(
+        "--no-shapes",
+        dest="shapes",
+        action="store_false",
+        help="skip shape propagation; no shapes on edges",
+    )
+    parser.add_argument(
+        "--no-clusters",
+        dest="clusters",
+        action="store_false",
+        help="do not group nodes in boxes by module",
+    )
+    parser.add_argument("--ignore-getattr", action="store_true", help="leave out get_attr nodes")
+    parser.add_argument(
+        "--ignore-parameters",
+        action="store_true",
+        help="leave out the parameter and buffer boxes beside each module call",
+    )
+    parser.add_argument(
+        "--rankdir", default="TB", help="layout direction: TB (top to bottom, default), LR, ..."
+    )
+
+
 SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand(
+        name="cost",
+        summary="count a model's FLOPs, MACs, parameters, bytes and peak memory, per module",
+        description=(
+            "Trace MODEL with fxloom.symbolic_trace, propagate shapes on the meta device\n"
+            "(no data, no compute) and count, per node (fxloom.passes.cost): FLOPs and\n"
+            "MACs (a multiply-add is 1 MAC = 2 FLOPs), bytes read and written, parameter\n"
+            "bytes, activation memory; then totals per module and a peak-memory estimate.\n"
+            "Operators with no FLOP formula count 0 and are listed as not counted.\n\n"
+            "MODEL is an embedded zoo model (mlp_tiny, resnet_tiny, transformer_tiny,\n"
+            "resnet50) or package.module:factory, a function returning a module or\n"
+            "(module, example_inputs) with the inputs as a tuple or a dict.\n\n"
+            "examples:\n"
+            "  fxloom cost resnet50\n"
+            "  fxloom cost resnet50 --input-shape 256,3,224,224 --depth 2\n"
+            "  fxloom cost transformer_tiny --by node --top 10"
+        ),
+        run=_run_cost,
+        add_arguments=_add_cost_arguments,
+    ),
     Subcommand(
         name="demo",
         summary="build a graph by hand and trace embedded models, run them, compare with eager",
@@ -67,6 +176,28 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "Exits 0 when all results match, 1 when any does not."
         ),
         run=_run_demo,
+    ),
+    Subcommand(
+        name="draw",
+        summary="draw a model's traced graph with Graphviz (svg, png, pdf or dot)",
+        description=(
+            "Trace MODEL with fxloom.symbolic_trace, record tensor shapes by running it on\n"
+            "its example inputs (fxloom.passes.shape_prop), and draw the graph with\n"
+            "fxloom.passes.graph_drawer: a box per node coloured by opcode, shapes and\n"
+            "dtypes on the edges, nodes grouped by the module they came from.\n\n"
+            "MODEL is an embedded zoo model (mlp_tiny, resnet_tiny, transformer_tiny,\n"
+            "resnet50) or package.module:factory, a function returning a module or\n"
+            "(module, example_inputs) with the inputs as a tuple or a dict.\n\n"
+            "Images are rendered by Graphviz's 'dot' program; DOT source needs nothing.\n"
+            "Without 'dot', the DOT source is written next to PATH (out.svg -> out.dot)\n"
+            "and the command exits 1, since PATH itself could not be written.\n\n"
+            "examples:\n"
+            "  fxloom draw resnet_tiny -o resnet.svg\n"
+            "  fxloom draw transformer_tiny --ignore-parameters -o transformer.png\n"
+            "  fxloom draw mypkg.models:build_model | dot -Tpdf -o model.pdf"
+        ),
+        run=_run_draw,
+        add_arguments=_add_draw_arguments,
     ),
     Subcommand(
         name="version",

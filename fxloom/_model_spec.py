@@ -1,0 +1,124 @@
+"""Models named on the command line (``fxloom draw MODEL``): load, trace, propagate shapes.
+
+A MODEL is either the name of an embedded reference model (``fxloom.zoo``: ``resnet_tiny``,
+``transformer_tiny``, ...) or ``package.module:factory``, a function called with no
+arguments that returns a model, or ``(model, example_inputs)`` with the inputs as a tuple of
+positional arguments or a dict of keyword arguments. Example inputs let the tracer answer
+questions about tensors and let shape propagation run.
+
+Depends on: the tracer, ``fxloom.zoo``; ``fxloom.passes.shape_prop`` when it is present.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fxloom.graph_module import GraphModule
+from fxloom.tracer import symbolic_trace
+
+__all__ = ["LoadedModel", "load_model", "propagate_shapes", "trace_model"]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model from the command line, its example inputs (or None) and a name for it."""
+
+    name: str
+    model: torch.nn.Module
+    inputs: tuple[Any, ...] | dict[str, Any] | None
+
+
+def load_model(spec: str) -> LoadedModel:
+    """The model named by ``spec``: a zoo name or ``package.module:factory``.
+
+    >>> loaded = load_model("mlp_tiny")
+    >>> loaded.name, type(loaded.model).__name__, type(loaded.inputs).__name__
+    ('mlp_tiny', 'MLPTiny', 'tuple')
+    >>> load_model("fxloom.zoo.mlp:mlp_tiny").inputs is None
+    True
+    """
+    if ":" in spec:
+        return _from_factory(spec)
+    from fxloom import zoo
+
+    if spec not in zoo.MODELS:
+        raise ValueError(
+            f"no zoo model named {spec!r}: give one of {', '.join(sorted(zoo.MODELS))}, "
+            "or a factory as package.module:function"
+        )
+    model, inputs = zoo.build(spec)
+    return LoadedModel(spec, model, inputs)
+
+
+def _from_factory(spec: str) -> LoadedModel:
+    module_name, _, attribute_path = spec.partition(":")
+    try:
+        factory: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import {module_name!r} (from MODEL {spec!r}): {error}") from error
+    for attribute in attribute_path.split("."):
+        if not hasattr(factory, attribute):
+            raise ValueError(f"{module_name!r} has no {attribute_path!r} (from MODEL {spec!r})")
+        factory = getattr(factory, attribute)
+    if not callable(factory):
+        raise ValueError(
+            f"{spec} is a {type(factory).__name__}, not a function that builds a model"
+        )
+    made = factory()
+    model, inputs = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
+    if not isinstance(model, torch.nn.Module) or not isinstance(inputs, (tuple, dict, type(None))):
+        raise TypeError(
+            f"{spec} returned {type(made).__name__}; a MODEL factory returns a torch.nn.Module "
+            "or (module, example_inputs) with the inputs as a tuple or a dict"
+        )
+    return LoadedModel(attribute_path.rsplit(".", 1)[-1], model, inputs)
+
+
+def trace_model(loaded: LoadedModel) -> GraphModule:
+    """``fxloom.symbolic_trace`` of the model, on its example inputs when it has them.
+
+    With inputs given as a dict, every other parameter of ``forward`` is fixed to its default.
+    """
+    if loaded.inputs is None:
+        return symbolic_trace(loaded.model)
+    concrete_args = None
+    if isinstance(loaded.inputs, dict):
+        concrete_args = _defaults_of_other_parameters(loaded.model, loaded.inputs)
+    return symbolic_trace(loaded.model, concrete_args, example_inputs=loaded.inputs)
+
+
+def _defaults_of_other_parameters(model: torch.nn.Module, given: dict[str, Any]) -> dict[str, Any]:
+    fixed = {}
+    for name, parameter in inspect.signature(model.forward).parameters.items():
+        variadic = parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+        if name not in given and not variadic and parameter.default is not parameter.empty:
+            fixed[name] = parameter.default
+    return fixed
+
+
+def propagate_shapes(gm: GraphModule, loaded: LoadedModel) -> str | None:
+    """Record tensor shapes in ``gm``'s nodes; return why not (a note), or None when done."""
+    if loaded.inputs is None:
+        return "shapes are not drawn: the MODEL factory returned no example inputs"
+    try:
+        from fxloom.passes.shape_prop import ShapeProp
+    except ImportError:
+        return "shapes are not drawn: fxloom.passes.shape_prop is not available"
+    inputs = loaded.inputs
+    try:
+        with torch.no_grad():
+            if isinstance(inputs, dict):
+                ShapeProp(gm).propagate(**inputs)
+            else:
+                ShapeProp(gm).propagate(*inputs)
+    except Exception as error:  # a drawing without shapes is still worth having
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        return (
+            f"shapes are not drawn: shape propagation failed: {type(error).__name__}: {first_line}"
+        )
+    return None
