@@ -1,0 +1,390 @@
+"""Shape propagation: run a graph and record each node's tensor shape, dtype and layout.
+
+``ShapeProp(gm).propagate(*args)`` runs ``gm``'s graph node by node (it is an
+``Interpreter``) and stores in every node's ``meta``:
+
+* ``meta["tensor_meta"]``: a ``TensorMetadata`` (shape, dtype, requires_grad, stride,
+  memory_format, is_quantized, qparams) when the node's value is a tensor; for a tuple, list,
+  named tuple or dict holding tensors (``(out, (h, c))``, a Hugging Face ``ModelOutput``), the
+  same nesting with a ``TensorMetadata`` in place of each tensor (named tuples keep their type,
+  other dicts become plain dicts, non-tensor items are kept as they are). A value holding no
+  tensor (an int, a ``torch.Size``, ``None``) gets no ``tensor_meta``, and one left by an
+  earlier run is removed.
+* ``meta["type"]``: the Python type of the node's value.
+
+**Meta mode.** ``ShapeProp(gm).propagate_meta(*specs)`` does the same on the meta device: no
+data, no compute, no memory beyond the graph's metadata; a ResNet-50 at batch 256 takes a few
+tens of milliseconds. Inputs may be tensors (on any device; only their shape, dtype, strides and
+``requires_grad`` are used), ``(shape, dtype)`` pairs, or ``torch.Size`` values (float32).
+Submodules run with meta twins of their parameters and buffers (made once per module and
+reused by later runs); the real weights are neither copied nor touched. Devices named in the
+graph (``x.to("cpu")``, ``device=...``) become the meta device, and tensor factories make meta
+tensors. Meta mode records what a real run on the CPU records (``tensor_meta`` holds no device):
+where the CPU kernel lays its output out differently from the meta kernel, ``META_FUNCTIONS``
+(a table keyed by call_function target, which users can extend) runs a stand-in, as for
+``F.scaled_dot_product_attention``. An operator with no meta kernel, or one that needs the data
+(``nonzero``, ``.item()``, ``.tolist()``, a branch on a value), raises a ``ShapePropError``
+naming the node: give it a ``META_FUNCTIONS`` entry, or propagate in real mode. (The first meta
+run in a process takes a few seconds more while torch loads its Python meta kernels.)
+
+What the pass does to a module: ``node.meta["tensor_meta"]`` and ``node.meta["type"]`` are
+added or overwritten on every node that runs (all of them, unless ``run`` is given an
+``initial_env``); every other key is kept; node names, the graph and the module are unchanged.
+The metadata is written only once the whole graph has run: a run that fails leaves every
+node's ``meta`` as it was.
+
+Depends on: ``fxloom.interpreter``; ``torch.func`` for meta mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from fxloom._format import qualified_name
+from fxloom.interpreter import Interpreter
+from fxloom.node import Node, Target
+from fxloom.passes._meta_device import META_FUNCTIONS, MetaRunner, meta_input
+
+__all__ = [
+    "META_FUNCTIONS",
+    "ShapeProp",
+    "ShapePropError",
+    "TensorMetadata",
+    "extract_tensor_metadata",
+]
+
+
+class TensorMetadata(NamedTuple):
+    """What shape propagation records about one tensor.
+
+    ``memory_format`` is the first of ``torch.contiguous_format``, ``torch.channels_last`` and
+    ``torch.channels_last_3d`` the tensor is contiguous in, else ``None``. ``qparams`` is empty
+    unless ``is_quantized``; then it holds ``qscheme``, ``scale`` and ``zero_point`` (lists, and
+    ``axis``, for per-channel schemes).
+    """
+
+    shape: torch.Size
+    dtype: torch.dtype
+    requires_grad: bool
+    stride: tuple[int, ...]
+    memory_format: torch.memory_format | None
+    is_quantized: bool
+    qparams: dict[str, Any]
+
+
+_MEMORY_FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+_PER_TENSOR_SCHEMES = (torch.per_tensor_affine, torch.per_tensor_symmetric)
+
+
+def extract_tensor_metadata(tensor: torch.Tensor) -> TensorMetadata:
+    """The ``TensorMetadata`` of ``tensor`` (works on meta tensors too).
+
+    >>> import torch
+    >>> from fxloom.passes.shape_prop import extract_tensor_metadata
+    >>> meta = extract_tensor_metadata(torch.zeros(2, 3).t())
+    >>> meta.shape, meta.stride, meta.memory_format
+    (torch.Size([3, 2]), (1, 3), None)
+    """
+    memory_format = None
+    for candidate in _MEMORY_FORMATS:
+        if tensor.is_contiguous(memory_format=candidate):
+            memory_format = candidate
+            break
+    is_quantized = tensor.is_quantized
+    return TensorMetadata(
+        shape=tensor.shape,
+        dtype=tensor.dtype,
+        requires_grad=tensor.requires_grad,
+        stride=tensor.stride(),
+        memory_format=memory_format,
+        is_quantized=is_quantized,
+        qparams=_quantization_parameters(tensor) if is_quantized else {},
+    )
+
+
+def _quantization_parameters(tensor: torch.Tensor) -> dict[str, Any]:
+    scheme = tensor.qscheme()
+    if scheme in _PER_TENSOR_SCHEMES:
+        return {"qscheme": scheme, "scale": tensor.q_scale(), "zero_point": tensor.q_zero_point()}
+    return {
+        "qscheme": scheme,
+        "scale": tensor.q_per_channel_scales().tolist(),
+        "zero_point": tensor.q_per_channel_zero_points().tolist(),
+        "axis": tensor.q_per_channel_axis(),
+    }
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_tensor(item) for item in value)
+    if isinstance(value, dict):
+        return any(_holds_tensor(item) for item in value.values())
+    return False
+
+
+def _describe(value: Any) -> Any:
+    """``value`` with each tensor replaced by its ``TensorMetadata``, nesting kept."""
+    if isinstance(value, torch.Tensor):
+        return extract_tensor_metadata(value)
+    if isinstance(value, dict):
+        return {key: _describe(item) for key, item in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_describe(item) for item in value))
+    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+        items = [_describe(item) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+class ShapePropError(RuntimeError):
+    """A node failed while shapes were propagated; the message names it and says what to do."""
+
+
+class ShapeProp(Interpreter):
+    """Record each node's ``tensor_meta`` and ``type`` by running the graph (see the module doc).
+
+    ``propagate(*args, **kwargs)`` runs on real tensors, ``propagate_meta(*specs, **kwargs)``
+    on the meta device; both return what the graph returns. Inputs may be given by position,
+    in placeholder order, or by name.
+
+    Example::
+
+        >>> import torch, fxloom
+        >>> from fxloom.passes.shape_prop import ShapeProp
+        >>> gm = fxloom.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()))
+        >>> _ = ShapeProp(gm).propagate_meta(((32, 4), torch.float32))
+        >>> for node in gm.graph.nodes:
+        ...     print(node.name, tuple(node.meta["tensor_meta"].shape), node.meta["type"].__name__)
+        input_1 (32, 4) Tensor
+        _0 (32, 8) Tensor
+        _1 (32, 8) Tensor
+        output (32, 8) Tensor
+    """
+
+    def __init__(self, module: torch.nn.Module, garbage_collect_values: bool = True) -> None:
+        super().__init__(module, garbage_collect_values)
+        self._bound: dict[str, Any] | None = None  # inputs by placeholder target, while running
+        self._meta_runner: MetaRunner | None = None  # set while running on the meta device
+        self._meta_cache = MetaRunner()  # kept between runs: meta twins of weights
+        self._recorded: dict[Node, Any] = {}
+
+    # ---------------------------------------------------------------- entry points
+    def propagate(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on ``args``/``kwargs`` (real tensors); record metadata; return the output."""
+        self._bound = self._bind_inputs(args, kwargs, "propagate")
+        try:
+            return self.run()
+        finally:
+            self._bound = None
+
+    def propagate_meta(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on the meta device from tensors or ``(shape, dtype)`` specs; return meta output.
+
+        >>> import torch, fxloom
+        >>> from fxloom.passes.shape_prop import ShapeProp
+        >>> gm = fxloom.symbolic_trace(torch.nn.Conv2d(3, 8, 3, stride=2))
+        >>> ShapeProp(gm).propagate_meta(torch.Size([4096, 3, 224, 224])).shape
+        torch.Size([4096, 8, 111, 111])
+        """
+        bound = self._bind_inputs(args, kwargs, "propagate_meta")
+        for name, value in bound.items():
+            bound[name] = self._to_meta(name, value)
+        self._bound = bound
+        self._meta_runner = self._meta_cache
+        try:
+            with torch.device("meta"):  # tensor factories in the graph make meta tensors too
+                return self.run()
+        finally:
+            self._bound = None
+            self._meta_runner = None
+
+    def run(self, *args: Any, initial_env: dict[Node, Any] | None = None, **options: Any) -> Any:
+        """``Interpreter.run``, then write the recorded metadata into the nodes' ``meta``."""
+        self._recorded = {}
+        try:
+            result = super().run(*args, initial_env=initial_env, **options)
+            for node, value in self._recorded.items():
+                _store(node, value)
+            return result
+        finally:
+            self._recorded = {}
+
+    # ------------------------------------------------------------------ per node
+    def run_node(self, n: Node) -> Any:
+        """Run ``n`` and remember its value's metadata; a failure raises ``ShapePropError``."""
+        try:
+            value = super().run_node(n)
+        except ShapePropError:
+            raise
+        except Exception as error:
+            raise ShapePropError(self._explain_failure(n, error)) from error
+        # Described now, while the value is alive (the interpreter may release it right after).
+        self._recorded[n] = (_describe(value) if _holds_tensor(value) else None, type(value))
+        return value
+
+    def placeholder(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The input bound to this placeholder by ``propagate``/``propagate_meta``."""
+        if self._bound is None:  # called through run(*args) directly
+            return super().placeholder(target, args, kwargs)
+        return self._bound[str(target)]
+
+    def get_attr(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The attribute at ``target``; on the meta device, its meta twin."""
+        value = super().get_attr(target, args, kwargs)
+        if self._meta_runner is None:
+            return value
+        return self._meta_runner.attribute(str(target), value)
+
+    def call_function(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``target(*args, **kwargs)``; on the meta device, with devices sent to meta."""
+        if self._meta_runner is not None:
+            args, kwargs = MetaRunner.to_meta_device(args, kwargs)
+            target = META_FUNCTIONS.get(target, target)
+        return super().call_function(target, args, kwargs)
+
+    def call_method(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``args[0].<target>(...)``; on the meta device, device moves stay on meta."""
+        runner = self._meta_runner
+        if runner is not None:
+            if runner.method_on_meta(str(target), args):
+                return args[0]
+            args, kwargs = runner.to_meta_device(args, kwargs, method=str(target))
+        return super().call_method(target, args, kwargs)
+
+    def call_module(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call the submodule; on the meta device, with meta twins of its weights."""
+        if self._meta_runner is None:
+            return super().call_module(target, args, kwargs)
+        module = self.fetch_attr(str(target))
+        return self._meta_runner.call_module(str(target), module, args, kwargs)
+
+    # ------------------------------------------------------------------ helpers
+    def _bind_inputs(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], method: str
+    ) -> dict[str, Any]:
+        """Map every placeholder target to its input: by position, by name, or its default."""
+        bound: dict[str, Any] = {}
+        names: list[str] = []
+        used = 0  # positional arguments taken so far
+        extra = dict(kwargs)
+        variadic_keywords = None
+        for node in self.graph.find_nodes(op="placeholder"):
+            target = str(node.target)
+            if target.startswith("**"):
+                variadic_keywords = target
+                continue
+            if target.startswith("*"):
+                bound[target], used = tuple(args[used:]), len(args)
+                continue
+            names.append(target)
+            if used < len(args):
+                if target in extra:
+                    raise TypeError(f"ShapeProp.{method}: input {target!r} given twice")
+                bound[target], used = args[used], used + 1
+            elif target in extra:
+                bound[target] = extra.pop(target)
+            elif node.args:
+                bound[target] = node.args[0]  # the placeholder's default
+        _check_binding(method, names, bound, len(args) - used, extra, variadic_keywords)
+        if variadic_keywords is not None:
+            bound[variadic_keywords] = extra
+        return bound
+
+    def _to_meta(self, name: str, value: Any) -> Any:
+        try:
+            return meta_input(value, f"input {name!r}")
+        except NotImplementedError as error:
+            raise ShapePropError(f"ShapeProp.propagate_meta: {error}") from error
+
+    def _explain_failure(self, node: Node, error: Exception) -> str:
+        try:
+            args, kwargs = self.fetch_args_kwargs_from_env(node)
+            given = _summarise((args, kwargs) if kwargs else args)
+        except Exception:  # the failure was in fetching the arguments themselves
+            given = "(arguments unavailable)"
+        message = (
+            f"ShapeProp: %{node.name} ({_describe_target(node, self.module)}) failed on "
+            f"{given}: {type(error).__name__}: {_first_line(error)}"
+        )
+        if self._meta_runner is not None:
+            message += (
+                f". %{node.name} ran on the meta device (no data): if it works on real tensors, "
+                "its operator has no meta kernel or needs the data (nonzero, .item(), .tolist(), "
+                "a branch on a value); propagate in real mode, ShapeProp(gm).propagate(*inputs), "
+                "or give the target a stand-in in fxloom.passes.shape_prop.META_FUNCTIONS"
+            )
+        return message
+
+
+def _check_binding(
+    method: str,
+    names: list[str],
+    bound: dict[str, Any],
+    unused_positional: int,
+    extra: dict[str, Any],
+    variadic_keywords: str | None,
+) -> None:
+    signature = ", ".join(names) or "no inputs"
+    if unused_positional:
+        given = len(names) + unused_positional
+        raise TypeError(
+            f"ShapeProp.{method}: the graph takes {len(names)} positional input(s) "
+            f"({signature}) but {given} were given; pass one value per input"
+        )
+    missing = [name for name in names if name not in bound]
+    if missing:
+        raise TypeError(
+            f"ShapeProp.{method}: no value for input(s) {', '.join(map(repr, missing))} "
+            f"(the graph takes: {signature}); pass them by position or by name"
+        )
+    if extra and variadic_keywords is None:
+        raise TypeError(
+            f"ShapeProp.{method}: unexpected input(s) {', '.join(map(repr, extra))}; "
+            f"the graph takes: {signature}"
+        )
+
+
+def _store(node: Node, recorded: tuple[Any, type]) -> None:
+    tensor_meta, value_type = recorded
+    meta = node.meta
+    if tensor_meta is None:
+        meta.pop("tensor_meta", None)
+    else:
+        meta["tensor_meta"] = tensor_meta
+    meta["type"] = value_type
+
+
+def _describe_target(node: Node, root: torch.nn.Module) -> str:
+    if node.op == "call_module":
+        try:
+            kind = type(root.get_submodule(str(node.target))).__name__
+        except AttributeError:
+            kind = "missing module"
+        return f"call_module {node.target}, a {kind}"
+    if node.op == "call_function":
+        return f"call_function {qualified_name(node.target)}"
+    return f"{node.op} {node.target}"
+
+
+def _summarise(value: Any) -> str:
+    """A short description of argument values: tensors as ``Tensor[2, 3] float32 (meta)``."""
+    if isinstance(value, torch.Tensor):
+        device = f" ({value.device.type})" if value.device.type != "cpu" else ""
+        shape = ", ".join(str(size) for size in value.shape)
+        return f"Tensor[{shape}] {str(value.dtype).removeprefix('torch.')}{device}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={_summarise(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+        inner = ", ".join(_summarise(item) for item in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else "(no message)"
