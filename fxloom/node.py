@@ -511,6 +511,8 @@ class Node:
             schema = getattr(target, "_schema", None)  # torch.ops overloads know if they mutate
             if schema is not None and getattr(schema, "is_mutable", False):
                 return True
+            if target in _KEYWORD_NAMED_OPERATORS:
+                return False
             name = getattr(target, "__name__", "")
             return _is_inplace_name(name)
         if op == "call_method":
@@ -549,6 +551,10 @@ class Node:
         from fxloom._format import format_node
 
         return format_node(self, placeholder_names, maybe_return_typename)
+
+
+# Pure functions whose names end in "_" only to avoid a keyword: ``a & b`` is ``operator.and_``.
+_KEYWORD_NAMED_OPERATORS = frozenset({operator.and_, operator.or_, operator.not_, operator.is_})
 
 
 def _is_inplace_name(name: str) -> bool:

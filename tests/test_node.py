@@ -443,8 +443,13 @@ def test_calls_with_side_effects_are_impure(op, target, args, kwargs):
         ("call_method", "add", {}),
         ("call_method", "__add__", {}),
         ("call_method", "_private_", {}),
+        # Named with a trailing "_" only because `and`, `or`, `not`, `is` are keywords.
+        ("call_function", operator.and_, {}),
+        ("call_function", operator.or_, {}),
+        ("call_function", operator.not_, {}),
+        ("call_function", operator.is_, {}),
     ],
-    ids=["add", "inplace=False", "add method", "dunder", "private"],
+    ids=["add", "inplace=False", "add method", "dunder", "private", "and_", "or_", "not_", "is_"],
 )
 def test_ordinary_calls_are_pure(op, target, kwargs):
     assert not _single_call(op, target, (), kwargs).is_impure()

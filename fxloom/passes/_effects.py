@@ -44,7 +44,6 @@ __all__ = [
     "RANDOM_MODULES",
     "READ_ONLY_EFFECTS",
     "WRITES_FIRST_ARGUMENT",
-    "NOT_IN_PLACE",
     "MODULE_PURITY",
     "FRESH_RESULT_FUNCTIONS",
     "FRESH_RESULT_METHODS",
@@ -136,10 +135,6 @@ READ_ONLY_EFFECTS: set[Any] = {
     guards.check_variadic_keys,
 }
 _READ_ONLY_EFFECT_TYPES = (guards.FixedArgument,)
-
-# Pure functions whose names only look in-place (``Node.is_impure`` takes a trailing "_"
-# for in-place): ``a & b`` is ``operator.and_``.
-NOT_IN_PLACE: set[Any] = {operator.and_, operator.or_, operator.not_, operator.is_, operator.is_not}
 
 # Impure functions that write to their first argument only.
 WRITES_FIRST_ARGUMENT: set[Any] = {
@@ -361,9 +356,7 @@ class Effects:
 
     # ---------------------------------------------------------------- purity
     def is_impure(self, node: Node) -> bool:
-        """``Node.is_impure``, except for the functions in ``NOT_IN_PLACE``."""
-        if node.op == "call_function" and _in_set(NOT_IN_PLACE, node.target):
-            return bool(node.meta.get("is_impure")) or "out" in node.kwargs
+        """``Node.is_impure`` (one place to refine it for the passes)."""
         return node.is_impure()
 
     # ------------------------------------------------------------ randomness

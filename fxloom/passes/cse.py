@@ -38,8 +38,7 @@ def cse(gm: GraphModule) -> GraphModule:
 
     Never merged:
 
-    * impure nodes (``Node.is_impure``: in-place ops, ``setitem``, guards, ``out=`` calls...;
-      but ``a & b``, ``operator.and_``, is pure: see ``_effects.NOT_IN_PLACE``);
+    * impure nodes (``Node.is_impure``: in-place ops, ``setitem``, guards, ``out=`` calls...);
     * random ones (``torch.rand``, dropout in training, ...: see ``_effects.RANDOM_FUNCTIONS``);
     * calls of modules not known to be pure (``_effects.MODULE_PURITY``: torch.nn modules are,
       unless in-place, random, hooked, or updating running statistics in training mode);

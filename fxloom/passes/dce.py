@@ -81,8 +81,7 @@ def eliminate_dead_code(
     """Erase unused nodes, then unused submodules and attributes of ``gm``; report what went.
 
     Nodes: a node whose value no other node uses is erased, unless it is impure
-    (``Node.is_impure``: placeholders, the output, in-place ops, guards, ``print``...; but
-    not ``operator.and_`` and the like, see ``_effects.NOT_IN_PLACE``) or
+    (``Node.is_impure``: placeholders, the output, in-place ops, guards, ``print``...) or
     random (``torch.rand``, dropout in training: dropping one would shift the random numbers
     every later random op draws, so the program would no longer match eager). Pass
     ``is_impure_node`` to decide yourself instead. One backward sweep: linear in graph size.
