@@ -10,6 +10,9 @@ with ``import fxloom as fx``::
     g.output(g.call_function(torch.relu, (g.call_function(operator.add, (x, 1)),)))
     gm = fx.GraphModule(torch.nn.Module(), g)
     gm(torch.randn(3))
+
+Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawing) live in
+``fxloom.passes``; ``replace_pattern`` is also here, as in torch.fx.
 """
 
 from fxloom.codegen import CodegenError, PythonCode
@@ -19,6 +22,7 @@ from fxloom.interpreter import Interpreter, Transformer
 from fxloom.lint import GraphLintError
 from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
 from fxloom.proxy import Attribute, Proxy, TraceError
+from fxloom.subgraph_rewriter import replace_pattern
 from fxloom.tracer import PH, Tracer, symbolic_trace, wrap
 
 __version__ = "0.1.0"
@@ -44,4 +48,5 @@ __all__ = [
     "has_side_effect",
     "map_aggregate",
     "map_arg",
+    "replace_pattern",
 ]

@@ -6,7 +6,10 @@ The tour builds a graph by hand with the torch.fx-compatible API (``Graph.placeh
 the result against the same computation written directly in eager PyTorch. Then it captures
 graphs automatically: ``fxloom.symbolic_trace`` traces two embedded models from
 ``fxloom.zoo`` (``mlp_tiny``, ``resnet_tiny``, ``transformer_tiny``), shows their graphs and code, and checks the
-traced modules against the models run eagerly. The final verdict covers every check.
+traced modules against the models run eagerly. Last, the passes (``fxloom._demo_passes``):
+shapes propagated into ``node.meta``, a cost table for ResNet-50, batch norms fused into
+convolutions (with the latency change), and a drawing of a graph. The final verdict covers
+every check.
 
 Each step is a function of the shared ``DemoState``; ``STEPS`` lists them in order. To extend
 the tour (passes, export, ...), write a step function and add a row to ``STEPS``.
@@ -22,6 +25,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -32,7 +36,7 @@ from rich.text import Text
 from torch import nn
 
 import fxloom
-from fxloom import zoo
+from fxloom import _demo_passes, zoo
 
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
@@ -87,6 +91,8 @@ class DemoState:
     results_match: bool | None = None
     traced: dict[str, TracedModel] = field(default_factory=dict)  # by zoo model name
     traced_match: bool | None = None
+    passes_match: bool = True  # False once a transformed model differs from eager
+    drawing_dir: Path = field(default_factory=lambda: Path("fxloom-demo"))
 
 
 @dataclass(frozen=True)
@@ -241,13 +247,20 @@ STEPS: tuple[Step, ...] = (
     Step(f"Trace a bigger embedded model: {BIG_MODEL}", trace_big_model),
     Step(f"Trace a transformer-style model: {TRANSFORMER_MODEL}", trace_transformer_model),
     Step("Compare the traced models with eager PyTorch", compare_traced_models),
+    Step("Propagate shapes through a traced model", _demo_passes.propagate_shapes),
+    Step("Count FLOPs, parameters and memory: ResNet-50", _demo_passes.count_cost),
+    Step("Fuse batch norms into convolutions: ResNet-50", _demo_passes.fuse_batch_norms),
+    Step("Draw a traced graph", _demo_passes.draw_graph),
 )
 
 
-def run(console: Console | None = None) -> int:
-    """Run every step of the tour; return 0 if every result matches eager PyTorch, else 1."""
+def run(console: Console | None = None, drawing_dir: str | Path = "fxloom-demo") -> int:
+    """Run every step of the tour; return 0 if every result matches eager PyTorch, else 1.
+
+    Drawings are written to ``drawing_dir``.
+    """
     console = console if console is not None else Console()
-    state = DemoState(console=console)
+    state = DemoState(console=console, drawing_dir=Path(drawing_dir))
     with torch.random.fork_rng():  # reproducible, without disturbing the caller's RNG
         torch.manual_seed(SEED)
         for number, step in enumerate(STEPS, start=1):
@@ -259,10 +272,10 @@ def run(console: Console | None = None) -> int:
 
 
 def _summarise(state: DemoState) -> int:
-    if state.results_match and state.traced_match:
+    if state.results_match and state.traced_match and state.passes_match:
         message = (
-            "The generated code ran: the hand-built graph and the traced "
-            f"{' and '.join(state.traced)} match eager PyTorch."
+            "The generated code ran: the hand-built graph, the traced "
+            f"{', '.join(state.traced)} and the fused model match eager PyTorch."
         )
         state.console.print(Panel(message, title="OK", border_style="green", expand=False))
         return 0
@@ -271,6 +284,7 @@ def _summarise(state: DemoState) -> int:
         for what, ok in (
             ("the hand-built GraphModule", state.results_match),
             ("the traced zoo models", state.traced_match),
+            ("the fused model", state.passes_match),
         )
         if not ok
     ]

@@ -48,9 +48,14 @@ def test_each_subcommand_explains_itself(name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_run() -> subprocess.CompletedProcess:
+def demo_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("demo")
+
+
+@pytest.fixture(scope="module")
+def demo_run(demo_dir) -> subprocess.CompletedProcess:
     """One `fxloom demo` run, shared by the tests that read its output."""
-    return run_fxloom("demo")
+    return run_fxloom("demo", "--output-dir", str(demo_dir))
 
 
 def test_demo_shows_the_generated_code_and_reports_that_results_match(demo_run) -> None:
@@ -77,7 +82,16 @@ def test_demo_traces_the_embedded_models_and_checks_them_against_eager(demo_run)
     assert "traced models vs eager: match" in result.stdout
 
 
-def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch) -> None:
+def test_demo_runs_the_passes_and_draws_a_graph(demo_run, demo_dir) -> None:
+    result = demo_run
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "node.meta['tensor_meta']" in result.stdout  # shapes propagated
+    assert "MACs" in result.stdout and "25.56 M" in result.stdout  # ResNet-50's cost
+    assert "folds each batch norm" in result.stdout and "matches eager: True" in result.stdout
+    assert list(demo_dir.glob("resnet_tiny.*"))  # .svg, or .dot where Graphviz is missing
+
+
+def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch, tmp_path) -> None:
     import io
 
     from rich.console import Console
@@ -97,7 +111,7 @@ def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch) -> N
     real_symbolic_trace = fxloom.symbolic_trace
     monkeypatch.setattr(fxloom, "symbolic_trace", tracing_off_by_one)
     console = Console(file=io.StringIO(), width=100, no_color=True)
-    assert demo.run(console) == 1
+    assert demo.run(console, drawing_dir=tmp_path) == 1
     printed = console.file.getvalue()
     assert "traced models vs eager: MISMATCH" in printed
     assert "MISMATCH: the traced zoo models differ from eager PyTorch." in printed
@@ -137,7 +151,7 @@ def test_no_subcommand_exits_2_and_points_to_help() -> None:
 def test_a_failing_command_prints_one_line_not_a_traceback(monkeypatch, capsys) -> None:
     import fxloom.demo
 
-    def broken_demo(console=None) -> int:
+    def broken_demo(console=None, drawing_dir=None) -> int:
         raise RuntimeError("node %add has no users\n(the graph follows)")
 
     monkeypatch.setattr(fxloom.demo, "run", broken_demo)
@@ -151,7 +165,7 @@ def test_a_failing_command_prints_one_line_not_a_traceback(monkeypatch, capsys) 
 def test_traceback_flag_shows_where_a_command_failed(monkeypatch, capsys) -> None:
     import fxloom.demo
 
-    def broken_demo(console=None) -> int:
+    def broken_demo(console=None, drawing_dir=None) -> int:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(fxloom.demo, "run", broken_demo)
