@@ -18,10 +18,10 @@ BENCH_TRACE_ARGS ?=
 ZOO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test bench zoo lint format clean distclean
+.PHONY: help setup demo test bench bench-passes zoo lint format clean distclean
 
 help: ## list the targets
-	@awk -F ':.*## ' '/^[a-z]+:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk -F ':.*## ' '/^[a-z-]+:.*## / { printf "  make %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 setup: $(SETUP_STAMP) ## create .venv and install fxloom (editable) with its test extras
 
@@ -50,6 +50,11 @@ test: $(SETUP_STAMP) ## set up, then run the tests (extra pytest flags: PYTEST_A
 bench: $(SETUP_STAMP) ## set up, run the graph then the tracing benchmarks (BENCH_ARGS=, BENCH_TRACE_ARGS=)
 	$(PY) benchmarks/bench_graph.py $(BENCH_ARGS)
 	$(PY) benchmarks/bench_trace.py $(BENCH_TRACE_ARGS)
+
+bench-passes: $(SETUP_STAMP) ## set up, run the pass benchmarks: fusion, shapes and cost, rewriting (BENCH_ARGS=)
+	$(PY) benchmarks/bench_fuse.py $(BENCH_ARGS)
+	$(PY) benchmarks/bench_shape_cost.py $(BENCH_ARGS)
+	$(PY) benchmarks/bench_rewrite.py $(BENCH_ARGS)
 
 zoo: $(SETUP_STAMP) ## set up, capture the model zoo with every method; write benchmarks/zoo/RESULTS.md (ZOO_ARGS=)
 	$(PY) -m benchmarks.zoo.run $(ZOO_ARGS)

@@ -31,7 +31,7 @@ from benchmarks.zoo import methods, registry
 
 RTOL, ATOL = 1e-4, 1e-5
 TIMED_CALLS = 10
-WARM_CAPTURES = 2  # captures repeated after the first, if the first took under WARM_LIMIT_S
+WARM_CAPTURES = 5  # captures repeated after the first, if the first took under WARM_LIMIT_S
 WARM_LIMIT_S = 3.0
 RESULT_PREFIX = "ZOO-RESULT "
 
