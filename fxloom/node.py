@@ -132,22 +132,27 @@ _OPAQUE_CONSTANT_TYPES = (
 # Calls the dead-code eliminator must keep even when their result is unused.
 # Extend with ``has_side_effect``. (Mutating torch.ops overloads are recognised
 # by their schema, in-place methods and functions by their trailing "_".)
+IN_PLACE_OPERATORS = frozenset(
+    {
+        operator.iadd,
+        operator.isub,
+        operator.imul,
+        operator.imatmul,
+        operator.itruediv,
+        operator.ifloordiv,
+        operator.imod,
+        operator.ipow,
+        operator.ilshift,
+        operator.irshift,
+        operator.iand,
+        operator.ior,
+        operator.ixor,
+    }
+)  # ``x += y``: writes to its first argument
 _SIDE_EFFECT_FUNCTIONS: set[Any] = {
+    *IN_PLACE_OPERATORS,
     operator.setitem,
     operator.delitem,
-    operator.iadd,
-    operator.isub,
-    operator.imul,
-    operator.imatmul,
-    operator.itruediv,
-    operator.ifloordiv,
-    operator.imod,
-    operator.ipow,
-    operator.ilshift,
-    operator.irshift,
-    operator.iand,
-    operator.ior,
-    operator.ixor,
     builtins.print,
     builtins.setattr,
     builtins.delattr,

@@ -574,15 +574,9 @@ HF_SPECS = [
         hf(
             "WhisperModel",
             "WhisperConfig",
-            vocab_size=VOCAB,
+            # BART's sizes; Whisper bounds its two position tables separately.
+            **{k: v for k, v in BART_LIKE.items() if k != "max_position_embeddings"},
             num_mel_bins=WHISPER_MEL_BINS,
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=37,
-            decoder_ffn_dim=37,
             max_source_positions=WHISPER_FRAMES // 2,
             max_target_positions=32,
             pad_token_id=0,

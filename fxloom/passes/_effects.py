@@ -36,7 +36,7 @@ from torch import nn
 
 from fxloom import guards
 from fxloom.graph_module import GraphModule
-from fxloom.node import _LEAF_TYPES, Node, _is_inplace_name
+from fxloom.node import _LEAF_TYPES, IN_PLACE_OPERATORS, Node, _is_inplace_name
 
 __all__ = [
     "RANDOM_FUNCTIONS",
@@ -142,19 +142,7 @@ WRITES_FIRST_ARGUMENT: set[Any] = {
     operator.delitem,
     builtins.setattr,
     builtins.delattr,
-    operator.iadd,
-    operator.isub,
-    operator.imul,
-    operator.imatmul,
-    operator.itruediv,
-    operator.ifloordiv,
-    operator.imod,
-    operator.ipow,
-    operator.ilshift,
-    operator.irshift,
-    operator.iand,
-    operator.ior,
-    operator.ixor,
+    *IN_PLACE_OPERATORS,
 }
 
 # Module class (matched along the MRO) -> predicate(module): are its calls pure (deterministic,
