@@ -35,27 +35,35 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
 import os
-import platform
-import statistics
-import subprocess
-import time
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 from torch.fx.experimental.optimization import fuse as torch_fx_fuse
 
-import fxloom
 from fxloom import zoo
 from fxloom.passes.fuse import fuse as fxloom_fuse
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (
+    Samples,
+    compute_nodes,
+    cpu_count,
+    freeze_startup_heap,
+    load_average,
+    machine_line,
+    publish,
+    rotated,
+    timed,
+)
+
 TARGET = 1.0  # fxloom fused latency / torch.fx fused latency
 FUSERS: dict[str, Callable[[nn.Module], nn.Module]] = {
     "fxloom": fxloom_fuse,
@@ -79,45 +87,6 @@ def settings(args: argparse.Namespace) -> Settings:
     batch_sizes = tuple(args.batch_sizes)
     repeats = {batch: 15 if batch == 1 else 5 for batch in batch_sizes}
     return Settings(224, batch_sizes, tuple(args.threads), repeats, 10)
-
-
-# ----------------------------------------------------------------------------- timing
-@dataclass
-class Samples:
-    """Every timed run by label: the tables show the best, the paired ratios use them all."""
-
-    runs: dict[str, list[float]] = field(default_factory=dict)
-
-    def add(self, label: str, seconds: float) -> None:
-        self.runs.setdefault(label, []).append(seconds)
-
-    def best(self, label: str) -> float:
-        return min(self.runs[label])
-
-    def spread(self, label: str) -> float:
-        """How far the median run is above the best one (0.1: 10%)."""
-        return statistics.median(self.runs[label]) / self.best(label) - 1.0
-
-    def paired_ratio(self, label: str, baseline: str) -> float:
-        """Median over repeats of run i of ``label`` / run i of ``baseline``."""
-        pairs = zip(self.runs[label], self.runs[baseline])
-        return statistics.median(a / b for a, b in pairs)
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    gc.collect()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
-    finally:
-        gc.enable()
-
-
-def rotated(items: list, shift: int) -> list:
-    shift %= len(items)
-    return items[shift:] + items[:shift]
 
 
 # ----------------------------------------------------------------------------- part 1
@@ -202,10 +171,6 @@ class PassRow:
     batch_norms_left: dict[str, int]
 
 
-def compute_nodes(gm: Any) -> int:
-    return sum(node.op not in ("placeholder", "output") for node in gm.graph.nodes)
-
-
 def batch_norms(module: nn.Module) -> int:
     return sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
 
@@ -285,14 +250,12 @@ def pass_table(row: PassRow) -> list[str]:
 def markdown(
     latency: list[LatencyRow], pass_row: PassRow, config: Settings, command: str, loads: tuple
 ) -> str:
-    machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, {_cpu_count()} cores"
     repeats = ", ".join(f"batch {b}: {n}" for b, n in config.latency_repeats.items())
     omp = os.environ.get("OMP_NUM_THREADS", "unset")
     lines = [
         f"## Conv/batch-norm fusion — {date.today().isoformat()}",
         "",
-        f"Machine: {machine}; Python {platform.python_version()}; torch {torch.__version__}; "
-        f"fxloom {fxloom.__version__} (commit {_commit()}). `{command}`; OMP_NUM_THREADS "
+        f"{machine_line()}. `{command}`; OMP_NUM_THREADS "
         f"{omp}. Best of N runs (latency: {repeats}; pass: {config.pass_repeats}), rotating "
         "which variant goes first; garbage collector off inside timed regions.",
         "",
@@ -301,38 +264,10 @@ def markdown(
         *pass_table(pass_row),
         "",
         f"Noise: 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after the run "
-        f"({_cpu_count()} cores); spread = how far the median run is above the best.",
+        f"({cpu_count()} cores); spread = how far the median run is above the best.",
         "",
     ]
     return "\n".join(lines)
-
-
-def _commit() -> str:
-    """The checkout's short commit, '+' if fxloom/ has uncommitted changes; '?' without git."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "fxloom"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        )
-    except OSError:
-        return "?"
-    if head.returncode:
-        return "?"
-    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def _load_average() -> float:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 # ----------------------------------------------------------------------------- main
@@ -347,10 +282,9 @@ def main() -> None:
     args = parser.parse_args()
     config = settings(args)
     default_threads = torch.get_num_threads()
-    gc.collect()
-    gc.freeze()  # keep each gc.collect() between timed regions short
+    freeze_startup_heap()
     samples = Samples()
-    load_before = _load_average()
+    load_before = load_average()
     latency = run_latency(config, samples, default_threads)
     pass_row = run_pass(config, samples)
     command = "python benchmarks/bench_fuse.py" + (" --quick" if args.quick else "")
@@ -358,13 +292,8 @@ def main() -> None:
         command += " --batch-sizes " + " ".join(map(str, args.batch_sizes))
     if tuple(args.threads) != ("threaded", "one"):
         command += " --threads " + " ".join(args.threads)
-    table = markdown(latency, pass_row, config, command, (load_before, _load_average()))
-    print()
-    print(table)
-    if args.record:
-        existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-        RESULTS.write_text(existing.rstrip() + "\n\n" + table)
-        print(f"recorded in {RESULTS}")
+    table = markdown(latency, pass_row, config, command, (load_before, load_average()))
+    publish(table, args.record)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,8 @@ from __future__ import annotations
 import argparse
 import gc
 import operator
-import platform
 import random
-import time
+import sys
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -36,8 +35,12 @@ import torch.fx
 
 import fxloom
 
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import freeze_startup_heap, machine_line, publish, rotated, timed
+
 OPERATIONS = ("construction", "lint", "dce", "python_code", "recompile", "erase_half", "find_nodes")
-RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
 def build_chain(lib, n: int):
@@ -72,17 +75,6 @@ def erase_half(g) -> None:
         if i % 2 and node.op == "call_function":
             node.replace_all_uses_with(node.args[0])
             g.erase_node(node)
-
-
-def timed(fn: Callable[[], object]) -> float:
-    gc.collect()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
-    finally:
-        gc.enable()
 
 
 def measure(lib, graph_module_cls, shape: str, n: int) -> dict[str, float]:
@@ -126,7 +118,7 @@ def run(sizes: list[int], shapes: list[str]) -> list[tuple[str, int, str, float,
                     (fxloom, fxloom.GraphModule, ours),
                     (torch.fx, torch.fx.GraphModule, theirs),
                 ]
-                for lib, gm_cls, into in sides if rep % 2 == 0 else sides[::-1]:
+                for lib, gm_cls, into in rotated(sides, rep):
                     best_of(lib, gm_cls, shape, n, into)
             for op in OPERATIONS:
                 rows.append((shape, n, op, ours[op], theirs[op]))
@@ -140,12 +132,10 @@ def run(sizes: list[int], shapes: list[str]) -> list[tuple[str, int, str, float,
 
 
 def markdown(rows) -> str:
-    machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, {_cpu_count()} cores"
     lines = [
         f"## Graph operations — {date.today().isoformat()}",
         "",
-        f"Machine: {machine}; Python {platform.python_version()}; torch {torch.__version__}; "
-        f"fxloom {fxloom.__version__}. `python benchmarks/bench_graph.py`. Seconds, best of 5 "
+        f"{machine_line()}. `python benchmarks/bench_graph.py`. Seconds, best of 5 "
         "runs (1e3, 1e4), 3 (1e5) or 2 (1e6), alternating which library goes first; "
         "ratio = fxloom / torch.fx (below 1.0: fxloom faster).",
         "",
@@ -164,30 +154,16 @@ def markdown(rows) -> str:
     return "\n".join(lines)
 
 
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**3, 10**4, 10**5, 10**6])
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
     parser.add_argument("--record", action="store_true", help="append the table to RESULTS.md")
     args = parser.parse_args()
-    # torch's import leaves a big heap; freezing it keeps each gc.collect() between timed
-    # regions to milliseconds instead of a tenth of a second (the timed regions run with gc off).
-    gc.collect()
-    gc.freeze()
+    freeze_startup_heap()
     rows = run(args.sizes, args.shapes)
     table = markdown(rows)
-    print()
-    print(table)
-    if args.record:
-        existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-        RESULTS.write_text(existing.rstrip() + "\n\n" + table)
-        print(f"recorded in {RESULTS}")
+    publish(table, args.record)
 
 
 if __name__ == "__main__":

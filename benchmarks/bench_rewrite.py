@@ -35,11 +35,8 @@ torch.fx is imported here only as the comparison.
 from __future__ import annotations
 
 import argparse
-import gc
 import operator
-import os
-import platform
-import time
+import sys
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -54,7 +51,11 @@ import fxloom
 import fxloom.subgraph_rewriter
 from fxloom.passes.matcher import SubgraphMatcher
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import freeze_startup_heap, machine_line, publish, rotated, timed_call
+
 LIBRARIES = {
     "fxloom": (fxloom, fxloom.subgraph_rewriter.replace_pattern),
     "torch.fx": (torch.fx, torch.fx.subgraph_rewriter.replace_pattern),
@@ -124,22 +125,11 @@ def build(lib: Any, shape: str, nodes: int) -> Any:
 
 
 # ----------------------------------------------------------------- timing
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    gc.collect()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        result = fn()
-        return time.perf_counter() - start, result
-    finally:
-        gc.enable()
-
-
 def rewrite_once(name: str, shape: str, nodes: int) -> tuple[float, int, Any]:
     lib, replace = LIBRARIES[name]
     _, pattern, replacement, _ = SHAPES[shape]
     gm = build(lib, shape, nodes)
-    seconds, found = timed(lambda: replace(gm, pattern, replacement))
+    seconds, found = timed_call(lambda: replace(gm, pattern, replacement))
     return seconds, len(found), gm
 
 
@@ -159,9 +149,9 @@ def fxloom_parts(shape: str, nodes: int) -> tuple[float, float]:
     _, pattern, _, _ = SHAPES[shape]
     matcher = SubgraphMatcher(fxloom.symbolic_trace(pattern))
     gm = build(fxloom, shape, nodes)
-    match_seconds, _ = timed(lambda: matcher.match(gm.graph))
+    match_seconds, _ = timed_call(lambda: matcher.match(gm.graph))
     _, _, rewritten = rewrite_once("fxloom", shape, nodes)
-    codegen_seconds, _ = timed(rewritten.recompile)
+    codegen_seconds, _ = timed_call(rewritten.recompile)
     return match_seconds, codegen_seconds
 
 
@@ -182,7 +172,7 @@ def run(sizes: list[int], shapes: list[str], quick: bool, torch_limit: float) ->
             best = {name: float("inf") for name in names}
             matches = {}
             for rep in range(repeats_for(nodes, quick)):
-                for name in names if rep % 2 == 0 else names[::-1]:
+                for name in rotated(names, rep):
                     seconds, matches[name], _ = rewrite_once(name, shape, nodes)
                     best[name] = min(best[name], seconds)
             if "torch.fx" in best:
@@ -214,12 +204,10 @@ def _line(row: dict) -> str:
 
 
 def markdown(rows: list[dict], quick: bool) -> str:
-    machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, {_cpu_count()} cores"
     lines = [
         f"## Subgraph rewriting — {date.today().isoformat()}",
         "",
-        f"Machine: {machine}; Python {platform.python_version()}; torch {torch.__version__}; "
-        f"fxloom {fxloom.__version__}. `python benchmarks/bench_rewrite.py"
+        f"{machine_line()}. `python benchmarks/bench_rewrite.py"
         f"{' --quick' if quick else ''}`. Seconds for one `replace_pattern` call (trace "
         "pattern and replacement, match, rewrite, lint, recompile), best of 5 (1e3), 3 (1e4) "
         "or 2 (1e5) runs, alternating which library goes first; ratio = fxloom / torch.fx. "
@@ -246,10 +234,6 @@ def markdown(rows: list[dict], quick: bool) -> str:
     return "\n".join(lines)
 
 
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
@@ -264,18 +248,10 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="append the table to RESULTS.md")
     args = parser.parse_args()
     sizes = args.sizes or ([200, 1_000] if args.quick else [1_000, 10_000, 100_000])
-    # torch's import leaves a big heap; freezing it keeps each gc.collect() between timed
-    # regions short (the timed regions run with gc off).
-    gc.collect()
-    gc.freeze()
+    freeze_startup_heap()
     rows = run(sizes, args.shapes, args.quick, args.torch_limit)
     table = markdown(rows, args.quick)
-    print()
-    print(table)
-    if args.record:
-        existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-        RESULTS.write_text(existing.rstrip() + "\n\n" + table)
-        print(f"recorded in {RESULTS}")
+    publish(table, args.record)
 
 
 if __name__ == "__main__":

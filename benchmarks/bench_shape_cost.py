@@ -26,12 +26,8 @@ regions. The first meta run in a process also pays for torch loading its Python 
 from __future__ import annotations
 
 import argparse
-import gc
-import os
-import platform
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
@@ -41,19 +37,21 @@ from typing import Any
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+import fxloom
+from fxloom import zoo
+from fxloom.passes.cost import analyze_cost, format_bytes, format_count
+from fxloom.passes.shape_prop import ShapeProp
+from fxloom.zoo.transformer import TransformerTiny
 
-import fxloom  # noqa: E402
-from fxloom import zoo  # noqa: E402
-from fxloom.passes.cost import analyze_cost, format_bytes, format_count  # noqa: E402
-from fxloom.passes.shape_prop import ShapeProp  # noqa: E402
-from fxloom.zoo.transformer import TransformerTiny  # noqa: E402
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+from benchmarks._common import ROOT, machine_line, publish, rotated, timed
+
 PARTS = ("shape", "cost")
 SEQ_LEN = 128
+# batch size -> (input shape, dtype)
+InputSpec = Callable[[int], tuple[tuple[int, ...], torch.dtype]]
 
 
 # ------------------------------------------------------------------------------ models
@@ -64,7 +62,7 @@ class Case:
     name: str
     note: str
     build: Callable[[], nn.Module]
-    input_spec: Callable[[int], tuple[tuple[int, ...], torch.dtype]]
+    input_spec: InputSpec
 
     def real_input(self, batch: int) -> torch.Tensor:
         shape, dtype = self.input_spec(batch)
@@ -81,31 +79,36 @@ def _transformer_12l() -> nn.Module:
     return model.eval()
 
 
+def _zoo_model(name: str) -> Callable[[], nn.Module]:
+    return lambda: zoo.build(name)[0]
+
+
+def _images(side: int) -> InputSpec:
+    return lambda batch: ((batch, 3, side, side), torch.float32)
+
+
+def _tokens(length: int) -> InputSpec:
+    return lambda batch: ((batch, length), torch.int64)
+
+
 CASES = {
-    "resnet50": Case(
-        "resnet50",
-        "zoo, 224x224 images",
-        lambda: zoo.build("resnet50")[0],
-        lambda batch: ((batch, 3, 224, 224), torch.float32),
-    ),
-    "transformer_12l": Case(
-        "transformer_12l",
-        f"TransformerTiny(d_model=256, 4 heads, 12 layers), {SEQ_LEN} tokens, no mask",
-        _transformer_12l,
-        lambda batch: ((batch, SEQ_LEN), torch.int64),
-    ),
-    "resnet_tiny": Case(
-        "resnet_tiny",
-        "zoo, 32x32 images",
-        lambda: zoo.build("resnet_tiny")[0],
-        lambda batch: ((batch, 3, 32, 32), torch.float32),
-    ),
-    "transformer_tiny": Case(
-        "transformer_tiny",
-        "zoo, 2 layers, d_model 32, 16 tokens, no mask",
-        lambda: zoo.build("transformer_tiny")[0],
-        lambda batch: ((batch, 16), torch.int64),
-    ),
+    case.name: case
+    for case in (
+        Case("resnet50", "zoo, 224x224 images", _zoo_model("resnet50"), _images(224)),
+        Case(
+            "transformer_12l",
+            f"TransformerTiny(d_model=256, 4 heads, 12 layers), {SEQ_LEN} tokens, no mask",
+            _transformer_12l,
+            _tokens(SEQ_LEN),
+        ),
+        Case("resnet_tiny", "zoo, 32x32 images", _zoo_model("resnet_tiny"), _images(32)),
+        Case(
+            "transformer_tiny",
+            "zoo, 2 layers, d_model 32, 16 tokens, no mask",
+            _zoo_model("transformer_tiny"),
+            _tokens(16),
+        ),
+    )
 }
 
 
@@ -116,17 +119,6 @@ def traced(case: Case) -> tuple[nn.Module, fxloom.GraphModule]:
 
 
 # ------------------------------------------------------------------------------ timing
-def timed(fn: Callable[[], object]) -> float:
-    gc.collect()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
-    finally:
-        gc.enable()
-
-
 def best_of(callables: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
     """Best seconds of each callable over ``repeats`` rounds, rotating which goes first."""
     labels = list(callables)
@@ -134,8 +126,7 @@ def best_of(callables: dict[str, Callable[[], object]], repeats: int) -> dict[st
     for label in labels:
         callables[label]()  # warm-up: caches, first-call work
     for rep in range(repeats):
-        shift = rep % len(labels)
-        for label in labels[shift:] + labels[:shift]:
+        for label in rotated(labels, rep):
             runs[label].append(timed(callables[label]))
     return {label: min(times) for label, times in runs.items()}
 
@@ -292,9 +283,7 @@ def markdown(results: dict[str, list], cold: float | None, repeats: int, quick: 
     lines = [
         f"## Shape propagation and cost analysis — {date.today().isoformat()}",
         "",
-        f"Machine: {platform.machine()}, {_cpu_count()} cores; Python "
-        f"{platform.python_version()}; torch {torch.__version__}; fxloom {fxloom.__version__} "
-        f"(commit {_commit()}). `{command}`. Best of {repeats} runs, modes alternating which "
+        f"{machine_line()}. `{command}`. Best of {repeats} runs, modes alternating which "
         "goes first; one thread.",
         "",
     ]
@@ -303,20 +292,6 @@ def markdown(results: dict[str, list], cold: float | None, repeats: int, quick: 
     if "cost" in results:
         lines += cost_table(results["cost"]) + [""]
     return "\n".join(lines)
-
-
-def _commit() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-    except OSError:
-        return "?"
-    return head.stdout.strip() or "?"
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 # ------------------------------------------------------------------------------- main
@@ -355,12 +330,7 @@ def main() -> None:
     if "cost" in args.parts:
         results["cost"] = run_cost(cases, repeats)
     table = markdown(results, cold, repeats, args.quick)
-    print()
-    print(table)
-    if args.record:
-        existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-        RESULTS.write_text(existing.rstrip() + "\n\n" + table)
-        print(f"recorded in {RESULTS}")
+    publish(table, args.record)
 
 
 if __name__ == "__main__":

@@ -29,13 +29,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import platform
-import statistics
-import subprocess
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -46,9 +43,24 @@ from torch import nn
 
 import fxloom
 from fxloom import zoo
+from fxloom.zoo.resnet50 import ResNet50
 from fxloom.zoo.transformer import TransformerTiny
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (
+    Samples,
+    compute_nodes,
+    cpu_count,
+    freeze_startup_heap,
+    load_average,
+    machine_line,
+    publish,
+    rotated,
+    timed,
+)
+
 LIBRARIES = {"fxloom": fxloom, "torch.fx": torch.fx}
 PARTS = ("trace", "forward", "interpreter")
 TRACE_TARGET = 0.5  # fxloom (trace + codegen) / torch.fx
@@ -61,65 +73,6 @@ INTERPRETER_TIMING = {"full": (40, 0.01), "quick": (2, 0.001)}
 
 
 # ----------------------------------------------------------------------------- models
-class Bottleneck(nn.Module):
-    """ResNet-50's block: 1x1 reduce, 3x3 (strided), 1x1 expand (x4), residual add."""
-
-    expansion = 4
-
-    def __init__(self, in_channels: int, width: int, stride: int = 1) -> None:
-        super().__init__()
-        out_channels = width * self.expansion
-        self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(out_channels)
-        self.relu = nn.ReLU()
-        self.downsample: nn.Module | None = None
-        if stride != 1 or in_channels != out_channels:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
-                nn.BatchNorm2d(out_channels),
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
-
-
-class ResNetBottleneck(nn.Module):
-    """ResNet-50's layout (7x7 stem, bottleneck stages of [3, 4, 6, 3] blocks) with narrow widths."""
-
-    def __init__(self, blocks: tuple[int, ...] = (3, 4, 6, 3), base_width: int = 8) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, base_width, 7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(base_width)
-        self.relu = nn.ReLU()
-        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
-        stages = []
-        in_channels = base_width
-        for index, count in enumerate(blocks):
-            width = base_width * 2**index
-            stage = []
-            for block in range(count):
-                stride = 2 if index > 0 and block == 0 else 1
-                stage.append(Bottleneck(in_channels, width, stride))
-                in_channels = width * Bottleneck.expansion
-            stages.append(nn.Sequential(*stage))
-        self.layer1, self.layer2, self.layer3, self.layer4 = stages
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(in_channels, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
-
-
 class Chain(nn.Module):
     """``n`` elementwise ops in turn: ``x + 1``, ``x * 0.5``, ``torch.relu(x)``, ``x.neg()``.
 
@@ -158,7 +111,9 @@ def mlp8() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 
 
 def resnet50_like() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    return _seeded(ResNetBottleneck), (torch.randn(1, 3, 32, 32),)
+    """The zoo's ResNet-50 layout with widths 8..64 (not 64..512) and 10 classes."""
+    model = _seeded(lambda: ResNet50(num_classes=10, base_width=8))
+    return model, (torch.randn(1, 3, 32, 32),)
 
 
 def transformer_12l() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -212,50 +167,14 @@ for _exponent in (3, 4, 5):
 
 
 # ----------------------------------------------------------------------------- timing
-@dataclass
-class Samples:
-    """Every timed run, by label, so a table can show the best and the notes the spread."""
-
-    runs: dict[str, list[float]] = field(default_factory=dict)
-
-    def add(self, label: str, seconds: float) -> None:
-        self.runs.setdefault(label, []).append(seconds)
-
-    def best(self, label: str) -> float:
-        return min(self.runs[label])
-
-    def spread(self, label: str) -> float:
-        """How far the median run is above the best one (0.1: 10%); a noise indicator."""
-        runs = self.runs[label]
-        return statistics.median(runs) / min(runs) - 1.0
-
-    def noisiest(self) -> tuple[str, float]:
-        label = max(self.runs, key=self.spread)
-        return label, self.spread(label)
-
-    def paired_ratio(self, label: str, baseline: str) -> float:
-        """Median over repeats of run i of ``label`` / run i of ``baseline``.
-
-        The two are timed next to each other in each repeat, so a machine that is slower for
-        a while (a busy neighbour on a shared core) slows both and cancels out of the ratio.
-        """
-        return statistics.median(a / b for a, b in zip(self.runs[label], self.runs[baseline]))
-
-    def typical_spread(self) -> float:
-        return statistics.median(self.spread(label) for label in self.runs)
-
-
 def per_call(fn: Callable[..., object], args: tuple[Any, ...], number: int) -> float:
     """Seconds per ``fn(*args)``, over ``number`` back-to-back calls."""
-    gc.collect()
-    gc.disable()
-    try:
-        start = time.perf_counter()
+
+    def calls() -> None:
         for _ in range(number):
             fn(*args)
-        return (time.perf_counter() - start) / number
-    finally:
-        gc.enable()
+
+    return timed(calls) / number
 
 
 def calls_per_run(fn: Callable[..., object], args: tuple[Any, ...], seconds: float) -> int:
@@ -267,12 +186,6 @@ def calls_per_run(fn: Callable[..., object], args: tuple[Any, ...], seconds: flo
         if elapsed >= seconds / 4:
             return max(1, round(number * seconds / elapsed))
         number *= 2
-
-
-def rotated(items: list, shift: int) -> list:
-    """``items`` rotated by ``shift``: each run a different callable goes first."""
-    shift %= len(items)
-    return items[shift:] + items[:shift]
 
 
 def best_calls(
@@ -290,10 +203,6 @@ def best_calls(
             fn, args = callables[label]
             samples.add(f"{prefix} {label}", per_call(fn, args, numbers[label]))
     return {label: samples.best(f"{prefix} {label}") for label in labels}
-
-
-def compute_nodes(gm: Any) -> int:
-    return sum(node.op not in ("placeholder", "output") for node in gm.graph.nodes)
 
 
 def check_same_output(name: str, lib: str, gm: Any, model: nn.Module, inputs: tuple) -> None:
@@ -577,14 +486,12 @@ def interpreter_table(rows: list[InterpreterRow]) -> list[str]:
 
 
 def markdown(results: dict[str, list], samples: Samples, loads: tuple, quick: bool) -> str:
-    machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, {_cpu_count()} cores"
     command = "python benchmarks/bench_trace.py" + (" --quick" if quick else "")
     mode = "quick" if quick else "full"
     lines = [
         f"## Tracing, generated code and interpreter — {date.today().isoformat()}",
         "",
-        f"Machine: {machine}; Python {platform.python_version()}; torch {torch.__version__}; "
-        f"fxloom {fxloom.__version__} (commit {_commit()}). `{command}`. Best of N runs "
+        f"{machine_line()}. `{command}`. Best of N runs "
         f"(trace: {_trace_repeats_text(quick)}; forward: {FORWARD_TIMING[mode][0]} runs of "
         f"{FORWARD_TIMING[mode][1] * 1e3:g} ms; interpreter: {INTERPRETER_TIMING[mode][0]} runs "
         f"of {INTERPRETER_TIMING[mode][1] * 1e3:g} ms), rotating which library (or eager) "
@@ -597,7 +504,7 @@ def markdown(results: dict[str, list], samples: Samples, loads: tuple, quick: bo
     label, spread = samples.noisiest()
     lines += [
         f"Noise: 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after the run "
-        f"({_cpu_count()} cores). Spread of the median run over the best run: "
+        f"({cpu_count()} cores). Spread of the median run over the best run: "
         f"{samples.typical_spread() * 100:.0f}% typically, {spread * 100:.0f}% at most "
         f"({label}); the tables show best runs.",
         "",
@@ -610,34 +517,6 @@ def _trace_repeats_text(quick: bool) -> str:
         return f"{trace_repeats(0, True)} run"
     counts = [trace_repeats(n, False) for n in (10**3, 10**4, 10**5)]
     return f"{counts[0]} up to 2e3 nodes, {counts[1]} up to 2e4, {counts[2]} beyond"
-
-
-def _commit() -> str:
-    """The checkout's short commit, '+' if fxloom/ has uncommitted changes; '?' without git."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "fxloom"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        )
-    except OSError:
-        return "?"
-    if head.returncode:
-        return "?"
-    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def _load_average() -> float:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 # ----------------------------------------------------------------------------- main
@@ -656,22 +535,14 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="append the tables to RESULTS.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    # torch's import leaves a big heap; freezing it keeps each gc.collect() between timed
-    # regions to milliseconds instead of a tenth of a second.
-    gc.collect()
-    gc.freeze()
+    freeze_startup_heap()
     runners = {"trace": run_trace, "forward": run_forward, "interpreter": run_interpreter}
     cases = plan(args.quick)
     samples = Samples()
-    load_before = _load_average()
+    load_before = load_average()
     results = {part: runners[part](cases[part], args.quick, samples) for part in args.parts}
-    table = markdown(results, samples, (load_before, _load_average()), args.quick)
-    print()
-    print(table)
-    if args.record:
-        existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-        RESULTS.write_text(existing.rstrip() + "\n\n" + table)
-        print(f"recorded in {RESULTS}")
+    table = markdown(results, samples, (load_before, load_average()), args.quick)
+    publish(table, args.record)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fxloom.zoo._seed import generator, seeded
+from fxloom.zoo._seed import generator, randomize_batch_norms, seeded
 
 __all__ = ["BasicBlock", "ResNetTiny", "resnet_tiny", "resnet_tiny_inputs"]
 
@@ -75,14 +75,7 @@ def resnet_tiny(seed: int = 0) -> ResNetTiny:
     """A ``ResNetTiny`` with seeded weights and non-trivial batch-norm statistics, in eval mode."""
     with seeded(seed):
         model = ResNetTiny()
-        # Fresh batch norms are identities in eval mode; random statistics make them count.
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                channels = module.num_features
-                module.running_mean.copy_(torch.randn(channels) * 0.1)
-                module.running_var.copy_(torch.rand(channels) + 0.5)
-                nn.init.uniform_(module.weight, 0.5, 1.5)
-                nn.init.normal_(module.bias, std=0.1)
+        randomize_batch_norms(model)
     return model.eval()
 
 

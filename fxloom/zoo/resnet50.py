@@ -6,6 +6,8 @@ meta device, conv/batch-norm fusion and its latency. Layout: a 7x7/2 stem with b
 ReLU and a 3x3/2 max pool; four stages of bottleneck blocks ([3, 4, 6, 3] blocks; 1x1 reduce,
 3x3, 1x1 expand by 4, stride on the 3x3 as in the common "v1.5" variant; a 1x1 conv + batch
 norm shortcut where the shape changes); global average pooling and a 1000-way linear head.
+``ResNet50(base_width=8)`` and the like build the same layout with fewer channels, a
+cheap stand-in (the tracing benchmark's ``resnet50_like``).
 
 Input: a float tensor of shape (N, 3, H, W), H and W >= 32; example: (1, 3, 224, 224).
 
@@ -17,11 +19,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fxloom.zoo._seed import generator, seeded
+from fxloom.zoo._seed import generator, randomize_batch_norms, seeded
 
 __all__ = ["Bottleneck", "ResNet50", "resnet50", "resnet50_inputs"]
 
-STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # (width, blocks, first stride)
+# (blocks, stride of the first block) per stage; stage i is base_width * 2**i wide.
+STAGES = ((3, 1), (4, 2), (6, 2), (3, 2))
 EXPANSION = 4
 
 
@@ -54,21 +57,33 @@ class Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    """Stem, four bottleneck stages (``layer1`` .. ``layer4``), average pool, ``fc`` head."""
+    """Stem, four bottleneck stages (``layer1`` .. ``layer4``), average pool, ``fc`` head.
 
-    def __init__(self, num_classes: int = 1000) -> None:
+    ``base_width`` is the stem's channels and the first stage's bottleneck width; each later
+    stage doubles it. The default, 64, is the standard ResNet-50; a smaller one keeps the
+    layout (same layers and graph, fewer channels) for a cheap stand-in.
+
+    >>> model = ResNet50(num_classes=10, base_width=8).eval()
+    >>> model(torch.randn(1, 3, 32, 32)).shape
+    torch.Size([1, 10])
+    >>> model.fc.in_features  # 8 * 2**3 * 4: the last stage's width, expanded
+    256
+    """
+
+    def __init__(self, num_classes: int = 1000, base_width: int = 64) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
+        self.conv1 = nn.Conv2d(3, base_width, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(base_width)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
-        in_channels = 64
-        for index, (width, blocks, stride) in enumerate(STAGES, start=1):
+        in_channels = base_width
+        for index, (blocks, stride) in enumerate(STAGES):
+            width = base_width * 2**index
             layers = []
             for block in range(blocks):
                 layers.append(Bottleneck(in_channels, width, stride if block == 0 else 1))
                 in_channels = width * EXPANSION
-            self.add_module(f"layer{index}", nn.Sequential(*layers))
+            self.add_module(f"layer{index + 1}", nn.Sequential(*layers))
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(in_channels, num_classes)
 
@@ -83,16 +98,7 @@ def resnet50(seed: int = 0) -> ResNet50:
     """A ``ResNet50`` with seeded weights and non-trivial batch-norm statistics, in eval mode."""
     with seeded(seed):
         model = ResNet50()
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                # Fresh batch norms are identities in eval mode; random statistics make them
-                # count (fusion must fold real numbers).
-                channels = module.num_features
-                with torch.no_grad():
-                    module.running_mean.copy_(torch.randn(channels) * 0.1)
-                    module.running_var.copy_(torch.rand(channels) + 0.5)
-                    module.weight.uniform_(0.5, 1.5)
-                    module.bias.normal_(std=0.1)
+        randomize_batch_norms(model)
     return model.eval()
 
 
