@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import operator
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,16 +14,6 @@ from fxloom import zoo
 from fxloom.passes import const_fold as const_fold_module
 from fxloom.passes.const_fold import const_fold
 from fxloom.passes.dce import eliminate_dead_code
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def code_lines(gm: fxloom.GraphModule) -> list[str]:
@@ -299,15 +287,9 @@ def test_zoo_models_compute_what_eager_does(name):
         assert_close(gm(*inputs), model(*inputs))
 
 
-def test_falcon_folds_its_transposed_weights_and_matches_eager():
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get("falcon").build()
-    gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
+def test_falcon_folds_its_transposed_weights_and_matches_eager(traced_hf):
+    falcon = traced_hf("falcon")
+    gm = falcon.gm
     before = len(gm.graph.nodes)
     const_fold(gm)
     eliminate_dead_code(gm)
@@ -315,8 +297,7 @@ def test_falcon_folds_its_transposed_weights_and_matches_eager():
     assert len(gm.graph.nodes) < before
     assert any(name.startswith("_folded") for name, _ in gm.named_buffers())
     with torch.no_grad():
-        expected = model(**inputs, **fixed_args(model, inputs))
-        assert_close(gm(**inputs)[0], expected[0])
+        assert_close(gm(**falcon.inputs)[0], falcon.eager()[0])
 
 
 # ------------------------------------------------------------------ bad input

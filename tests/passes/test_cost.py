@@ -8,10 +8,6 @@ hand-made graph with known lifetimes; operators with no formula are listed, neve
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -28,34 +24,13 @@ from fxloom.passes.cost import (
 )
 from fxloom.passes.shape_prop import ShapeProp, ShapePropError
 
-ROOT = Path(__file__).resolve().parents[2]
 FLOAT = 4  # bytes per float32
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
 def resnet50_report() -> CostReport:
     model, inputs = zoo.build("resnet50")
     return analyze_cost(fxloom.symbolic_trace(model), *inputs)
-
-
-def hugging_face_report(name: str) -> CostReport:
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get(name).build()
-    gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
-    return analyze_cost(gm, **inputs)
 
 
 def graph_module(build) -> fxloom.GraphModule:
@@ -171,8 +146,9 @@ def attention_layer_macs(batch: int, length: int, hidden: int) -> int:
     "name, layer",
     [("bert", "encoder.layer.0.attention"), ("gpt2", "h.0.attn")],
 )
-def test_one_attention_layer_of_a_tiny_transformer_matches_a_hand_count(name, layer):
-    report = hugging_face_report(name)  # batch 2, 7 tokens, hidden 32, 2 heads
+def test_one_attention_layer_of_a_tiny_transformer_matches_a_hand_count(name, layer, traced_hf):
+    hf = traced_hf(name)
+    report = analyze_cost(hf.gm, **hf.inputs)  # batch 2, 7 tokens, hidden 32, 2 heads
     rows = {row.path: row for row in report.by_module(depth=layer.count(".") + 1)}
     assert rows[layer].macs == attention_layer_macs(batch=2, length=7, hidden=32)
     assert not report.not_counted
@@ -400,11 +376,6 @@ def test_cli_cost_errors_name_what_is_wrong(capsys):
 
 
 # ------------------------------------------------------------------------ benchmark
-def test_bench_shape_cost_quick_runs_and_prints_its_tables():
-    results = ROOT / "benchmarks" / "RESULTS.md"
-    before = results.read_text()
-    command = [sys.executable, str(ROOT / "benchmarks" / "bench_shape_cost.py"), "--quick"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "### Shape propagation" in result.stdout and "### Cost analysis" in result.stdout
-    assert results.read_text() == before  # no --record, no change
+def test_bench_shape_cost_quick_runs_and_prints_its_tables(quick_benchmark):
+    out = quick_benchmark("bench_shape_cost.py")
+    assert "### Shape propagation" in out and "### Cost analysis" in out

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import operator
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,16 +16,6 @@ from fxloom import guards, zoo
 from fxloom.passes import _effects
 from fxloom.passes.cse import cse, literal_key
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def code_lines(gm: fxloom.GraphModule) -> list[str]:
     return [line.strip() for line in gm.code.strip().splitlines()[1:]]
@@ -35,6 +23,17 @@ def code_lines(gm: fxloom.GraphModule) -> list[str]:
 
 def count(gm: fxloom.GraphModule, op: str, target) -> int:
     return len(gm.graph.find_nodes(op=op, target=target))
+
+
+class Twice(nn.Module):
+    """Calls the same linear layer twice on the same input."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.linear(x) + self.linear(x)
 
 
 # ------------------------------------------------------------------ merging
@@ -135,14 +134,6 @@ def test_duplicate_get_attr_nodes_are_merged():
 
 
 def test_same_pure_module_on_the_same_input_is_called_once():
-    class Twice(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = nn.Linear(3, 3)
-
-        def forward(self, x):
-            return self.linear(x) + self.linear(x)
-
     model = Twice()
     gm = cse(fxloom.symbolic_trace(model))
     assert count(gm, "call_module", "linear") == 1
@@ -250,14 +241,6 @@ def test_modules_outside_torch_nn_are_not_merged_unless_registered(monkeypatch):
 
 
 def test_modules_with_forward_hooks_are_not_merged():
-    class Twice(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = nn.Linear(3, 3)
-
-        def forward(self, x):
-            return self.linear(x) + self.linear(x)
-
     model = Twice()
     model.linear.register_forward_hook(lambda module, args, out: None)
     gm = cse(fxloom.symbolic_trace(model))
@@ -397,22 +380,15 @@ def test_zoo_models_compute_what_eager_does(name):
         assert_close(gm(*inputs), model(*inputs))
 
 
-def test_bert_loses_repeated_shape_reads_and_still_matches_eager():
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get("bert").build()
-    gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
+def test_bert_loses_repeated_shape_reads_and_still_matches_eager(traced_hf):
+    bert = traced_hf("bert")
+    gm = bert.gm
     before = len(gm.graph.nodes)
     cse(gm)
     gm.graph.lint()
     assert len(gm.graph.nodes) < before
     with torch.no_grad():
-        expected = model(**inputs, **fixed_args(model, inputs))
-        assert_close(gm(**inputs)[0], expected[0])
+        assert_close(gm(**bert.inputs)[0], bert.eager()[0])
 
 
 def test_a_long_graph_is_handled_without_recursion():

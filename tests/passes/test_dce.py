@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import operator
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,16 +14,6 @@ import fxloom
 from fxloom import guards, zoo
 from fxloom.passes.const_fold import const_fold
 from fxloom.passes.dce import DeadCodeReport, eliminate_dead_code
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def graph_module(build, root: nn.Module | None = None) -> fxloom.GraphModule:
@@ -221,23 +209,16 @@ def test_zoo_models_compute_what_eager_does(name):
         assert_close(gm(*inputs), model(*inputs))
 
 
-def test_gpt2_loses_unused_shape_reads_keeps_its_guards_and_matches_eager():
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get("gpt2").build()
-    gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
+def test_gpt2_loses_unused_shape_reads_keeps_its_guards_and_matches_eager(traced_hf):
+    gpt2 = traced_hf("gpt2")
+    gm = gpt2.gm
     impure = [node.name for node in gm.graph.nodes if node.is_impure()]
     report = eliminate_dead_code(gm)
     gm.graph.lint()
     assert report.nodes
     assert [node.name for node in gm.graph.nodes if node.is_impure()] == impure
     with torch.no_grad():
-        expected = model(**inputs, **fixed_args(model, inputs))
-        assert_close(gm(**inputs)[0], expected[0])
+        assert_close(gm(**gpt2.inputs)[0], gpt2.eager()[0])
 
 
 def test_a_long_dead_chain_goes_in_one_sweep():

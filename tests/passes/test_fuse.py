@@ -7,9 +7,6 @@ fold itself is exact up to rounding) and loosely in float32.
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,21 +24,12 @@ from fxloom.passes.fuse import (
     fuse_linear_bn_weights,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 TIGHT = {"rtol": 1e-5, "atol": 1e-8}
 BATCH_NORMS = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
 CONVS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 CONV_TRANSPOSES = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}
 FUNCTIONAL_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 FUNCTIONAL_CONV_TRANSPOSES = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # ----------------------------------------------------------------------------- models
@@ -264,23 +252,16 @@ def test_resnet50_fused_matches_eager_at_64x64():
 
 
 @pytest.mark.parametrize("name", ["resnet", "regnet", "mobilenet_v2"])
-def test_hugging_face_cnn_fused_matches_eager(name):
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
+def test_hugging_face_cnn_fused_matches_eager(name, traced_hf):
+    def float64_with_statistics(model, inputs):
+        return with_statistics(model.double()), {k: v.double() for k, v in inputs.items()}
 
-    model, inputs = registry.get(name).build()
-    model = with_statistics(model.double())
-    inputs = {key: value.double() for key, value in inputs.items()}
-    fixed = fixed_args(model, inputs)
-    gm = fxloom.symbolic_trace(model, fixed, example_inputs=inputs)
-    fused = fuse(gm)
+    cnn = traced_hf(name, prepare=float64_with_statistics)
+    fused = fuse(cnn.gm)
     assert fused.meta["fuse"]["fused"] and not fused.meta["fuse"]["unfused"]
     with torch.no_grad():
-        torch.testing.assert_close(fused(**inputs), gm(**inputs), **TIGHT)
-        torch.testing.assert_close(fused(**inputs)[0], model(**inputs, **fixed)[0], **TIGHT)
+        torch.testing.assert_close(fused(**cnn.inputs), cnn.gm(**cnn.inputs), **TIGHT)
+        torch.testing.assert_close(fused(**cnn.inputs)[0], cnn.eager()[0], **TIGHT)
 
 
 def test_weights_helper_folds_a_grouped_transposed_conv():
@@ -636,12 +617,7 @@ def test_fusing_twice_changes_nothing_more():
 
 
 # ----------------------------------------------------------------------------- benchmark
-def test_the_benchmark_runs_in_quick_mode():
-    results = ROOT / "benchmarks" / "RESULTS.md"
-    results_before = results.read_text()
-    command = [sys.executable, str(ROOT / "benchmarks" / "bench_fuse.py"), "--quick"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "### Conv/batch-norm fusion: latency" in result.stdout
-    assert "### Conv/batch-norm fusion: the pass itself" in result.stdout
-    assert results.read_text() == results_before  # no --record, no change
+def test_the_benchmark_runs_in_quick_mode(quick_benchmark):
+    out = quick_benchmark("bench_fuse.py")
+    assert "### Conv/batch-norm fusion: latency" in out
+    assert "### Conv/batch-norm fusion: the pass itself" in out

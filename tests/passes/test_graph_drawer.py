@@ -377,17 +377,12 @@ def test_transformer_tiny_renders_to_png(transformer, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def bert() -> fxloom.GraphModule:
-    pytest.importorskip("transformers")
+def bert(traced_hf) -> fxloom.GraphModule:
     shape_prop = pytest.importorskip("fxloom.passes.shape_prop")
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get("bert").build()
-    gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
+    traced = traced_hf("bert")
     with torch.no_grad():
-        shape_prop.ShapeProp(gm).propagate(**inputs)
-    return gm
+        shape_prop.ShapeProp(traced.gm).propagate(**traced.inputs)
+    return traced.gm
 
 
 def test_a_hugging_face_model_is_boxed_by_its_module_tree(bert) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,16 +16,6 @@ import fxloom
 from fxloom import zoo
 from fxloom.passes import _signatures
 from fxloom.passes.normalize import NormalizeArgs, normalize_args
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def normalized_line(fn, *, fill_defaults: bool = False, inputs: int = 2) -> str:
@@ -261,22 +249,15 @@ def test_zoo_models_compute_what_eager_does(name, fill_defaults):
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
-def test_hugging_face_models_compute_what_eager_does(name):
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get(name).build()
-    gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
+def test_hugging_face_models_compute_what_eager_does(name, traced_hf):
+    hf = traced_hf(name)
+    gm = hf.gm
     before = gm.code
     normalize_args(gm, fill_defaults=True)
     gm.graph.lint()
     assert gm.code != before
     with torch.no_grad():
-        expected = model(**inputs, **fixed_args(model, inputs))
-        assert_close(gm(**inputs)[0], expected[0])
+        assert_close(gm(**hf.inputs)[0], hf.eager()[0])
 
 
 # ------------------------------------------------------------------ bad input

@@ -9,9 +9,7 @@ and mistakes (wrong inputs, an operator with no meta kernel) name the input or t
 from __future__ import annotations
 
 import resource
-import sys
 from collections import namedtuple
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,19 +27,10 @@ from fxloom.passes.shape_prop import (
     extract_tensor_metadata,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 ZOO_MODELS = ["mlp_tiny", "resnet_tiny", "transformer_tiny"]
 HF_MODELS = ["bert", "vit_classifier", "gpt2"]
 # torch deprecates its quantized tensors; the tests of their metadata still create some.
 pytestmark = pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -100,18 +89,6 @@ def snapshot(gm: fxloom.GraphModule) -> dict[str, tuple[Any, Any]]:
     return {n.name: (n.meta.get("tensor_meta"), n.meta.get("type")) for n in gm.graph.nodes}
 
 
-def hf_model(name: str) -> tuple[nn.Module, fxloom.GraphModule, dict[str, torch.Tensor], dict]:
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get(name).build()
-    fixed = fixed_args(model, inputs)
-    return model, fxloom.symbolic_trace(model, fixed, example_inputs=inputs), inputs, fixed
-
-
 @pytest.fixture(scope="module", params=ZOO_MODELS)
 def zoo_model(request):
     model, inputs = zoo.build(request.param)
@@ -119,8 +96,9 @@ def zoo_model(request):
 
 
 @pytest.fixture(scope="module", params=HF_MODELS)
-def hugging_face(request):
-    return hf_model(request.param)
+def hugging_face(request, traced_hf):
+    model, inputs, fixed, gm = traced_hf(request.param)
+    return model, gm, inputs, fixed
 
 
 # ------------------------------------------------------------- real mode on real models

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import operator
 import random
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +12,6 @@ from torch.testing import assert_close
 import fxloom
 from fxloom import zoo
 from fxloom.passes.split_by_support import SplitError, SupportSplit, split_by_support
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def not_sort(node) -> bool:
@@ -70,7 +66,7 @@ def test_supported_nodes_joined_through_an_unsupported_node_are_not_merged() -> 
     gm = fxloom.symbolic_trace(f)
     split, report = split_by_support(gm, lambda n: n.name in ("relu", "add"))
     assert report.partitions == {"_run_on_acc_0": ("relu",), "_run_on_acc_1": ("add",)}
-    assert [n.name for n in split.graph.nodes if n.op.startswith("call_")] == [
+    assert call_names(split) == [
         "_run_on_acc_0",
         "sort",
         "getattr_1",
@@ -348,26 +344,18 @@ def test_transformer_with_unsupported_softmax() -> None:
         assert_close(split(*inputs), model(*inputs))
 
 
-def test_bert_with_unsupported_method_calls() -> None:
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get("bert").build()
-    gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
+def test_bert_with_unsupported_method_calls(traced_hf) -> None:
+    bert = traced_hf("bert")
     unsupported = {"view", "transpose", "permute", "softmax", "size"}
 
     def is_supported(node):
         return not (node.op == "call_method" and node.target in unsupported)
 
-    split, report = split_by_support(gm, is_supported, min_size=2)
+    split, report = split_by_support(bert.gm, is_supported, min_size=2)
     assert report.num_partitions > 1
     split.graph.lint()
     with torch.no_grad():
-        expected = model(**inputs, **fixed_args(model, inputs))
-        assert_close(split(**inputs), expected)
+        assert_close(split(**bert.inputs), bert.eager())
 
 
 def test_a_long_chain_is_split_in_one_pass() -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import operator
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +12,6 @@ from torch.testing import assert_close
 import fxloom
 from fxloom import zoo
 from fxloom.passes.split_module import ORDER_FREE_TARGETS, SplitError, split_module
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------ helpers
@@ -37,6 +33,13 @@ def by_name(table: dict[str, object], default: object = 0):
 def snapshot(gm: fxloom.GraphModule) -> tuple[str, str, list]:
     """What must not change: the code, the graph text and every node's meta."""
     return gm.code, str(gm.graph), [dict(n.meta) for n in gm.graph.nodes]
+
+
+def add_mul_sub(x):
+    """Two independent branches, ``add`` and ``mul``, joined by ``sub``."""
+    a = x + 1
+    b = x * 2
+    return a - b
 
 
 def children(module: torch.nn.Module) -> list[str]:
@@ -67,12 +70,7 @@ def test_a_value_crossing_partitions_becomes_an_input_named_after_it() -> None:
 
 
 def test_several_values_out_of_a_partition_are_unpacked_by_getitems_named_after_them() -> None:
-    def f(x):
-        a = x + 1
-        b = x * 2
-        return a - b
-
-    gm = fxloom.symbolic_trace(f)
+    gm = fxloom.symbolic_trace(add_mul_sub)
     split = split_module(gm, None, by_name({"sub": 1}))
     getitems = split.graph.find_nodes(op="call_function", target=operator.getitem)
     assert [(n.name, n.args[1]) for n in getitems] == [("add", 0), ("mul", 1)]
@@ -319,12 +317,8 @@ def test_partitions_run_in_order_of_first_appearance_when_possible() -> None:
 
 
 def test_partitions_run_in_dependency_order_when_first_appearance_is_impossible() -> None:
-    def f(x):
-        a = x + 1  # partition 0 starts here ...
-        b = x * 2  # partition 1
-        return a - b  # ... and needs partition 1
-
-    gm = fxloom.symbolic_trace(f)
+    # add starts partition 0, mul alone is partition 1, and sub (partition 0) needs mul
+    gm = fxloom.symbolic_trace(add_mul_sub)
     split = split_module(gm, None, by_name({"mul": 1}))
     assert [n.target for n in split.graph.find_nodes(op="call_module")] == ["submod_1", "submod_0"]
     x = torch.randn(3)
@@ -332,12 +326,7 @@ def test_partitions_run_in_dependency_order_when_first_appearance_is_impossible(
 
 
 def test_keep_original_order_refuses_an_impossible_order() -> None:
-    def f(x):
-        a = x + 1
-        b = x * 2
-        return a - b
-
-    gm = fxloom.symbolic_trace(f)
+    gm = fxloom.symbolic_trace(add_mul_sub)
     with pytest.raises(
         SplitError,
         match=r"partition 0 starts before partition 1.*%mul \(in partition 1\) is used by %sub",
@@ -584,18 +573,9 @@ def test_zoo_models_split_by_module_path_compute_the_same(
 
 
 @pytest.fixture(scope="module")
-def bert():
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    model, inputs = registry.get("bert").build()
-    gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
-    with torch.no_grad():
-        expected = model(**inputs, **fixed_args(model, inputs))
-    return model, inputs, gm, expected
+def bert(traced_hf):
+    traced = traced_hf("bert")
+    return traced.model, traced.inputs, traced.gm, traced.eager()
 
 
 @pytest.mark.parametrize("how", ["chunks", "layers"])

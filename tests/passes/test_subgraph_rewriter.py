@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import copy
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,16 +23,6 @@ from fxloom.subgraph_rewriter import (
     replace_pattern,
     replace_pattern_with_filters,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def names(gm: fxloom.GraphModule) -> list[str]:
@@ -502,29 +489,13 @@ def test_transformer_attention_becomes_scaled_dot_product_attention():
 
 
 # --------------------------------------------------- Hugging Face models
-@pytest.fixture(scope="module")
-def hf_registry():
-    pytest.importorskip("transformers")
-    if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.zoo import registry
-    from benchmarks.zoo.methods import fixed_args
-
-    def trace(name):
-        model, inputs = registry.get(name).build()
-        gm = fxloom.symbolic_trace(model, fixed_args(model, inputs), example_inputs=inputs)
-        return model, inputs, gm
-
-    return trace
-
-
 def same_outputs(model, gm, inputs, **tolerance):
     with torch.no_grad():
         assert_close(gm(**inputs)[0], model(**inputs)[0], **tolerance)
 
 
-def test_gpt2_tanh_gelu_formula_becomes_one_gelu(hf_registry):
-    model, inputs, gm = hf_registry("gpt2")
+def test_gpt2_tanh_gelu_formula_becomes_one_gelu(traced_hf):
+    model, inputs, _, gm = traced_hf("gpt2")
 
     def gelu_new(x):  # transformers' NewGELUActivation; sqrt(2 / pi) spelled as ANY
         return 0.5 * x * (1.0 + torch.tanh(ANY * (x + 0.044715 * torch.pow(x, 3.0))))
@@ -535,15 +506,15 @@ def test_gpt2_tanh_gelu_formula_becomes_one_gelu(hf_registry):
     same_outputs(model, gm, inputs, atol=1e-5, rtol=1e-5)
 
 
-def test_llama_silu_becomes_x_times_sigmoid(hf_registry):
-    model, inputs, gm = hf_registry("llama")
+def test_llama_silu_becomes_x_times_sigmoid(traced_hf):
+    model, inputs, _, gm = traced_hf("llama")
     found = replace_pattern(gm, lambda x: F.silu(x, inplace=False), lambda x: x * torch.sigmoid(x))
     assert len(found) == model.config.num_hidden_layers
     same_outputs(model, gm, inputs, atol=1e-5, rtol=1e-5)
 
 
-def test_llama_rms_norm_becomes_torch_rms_norm_with_the_matched_epsilon(hf_registry):
-    model, inputs, gm = hf_registry("llama")
+def test_llama_rms_norm_becomes_torch_rms_norm_with_the_matched_epsilon(traced_hf):
+    model, inputs, _, gm = traced_hf("llama")
 
     def rms_norm(h, weight, eps):  # after the cast to float32, which the residual also uses
         return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(torch.float32)
@@ -560,8 +531,8 @@ def test_llama_rms_norm_becomes_torch_rms_norm_with_the_matched_epsilon(hf_regis
     same_outputs(model, gm, inputs, atol=1e-5, rtol=1e-5)
 
 
-def test_llama_explains_why_a_norm_with_another_epsilon_does_not_match(hf_registry):
-    _, _, gm = hf_registry("llama")
+def test_llama_explains_why_a_norm_with_another_epsilon_does_not_match(traced_hf):
+    gm = traced_hf("llama").gm
 
     def rms_norm_1e5(h, weight):
         return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.float32)
@@ -575,8 +546,8 @@ def test_llama_explains_why_a_norm_with_another_epsilon_does_not_match(hf_regist
     ]
 
 
-def test_bert_gelu_becomes_its_erf_formula(hf_registry):
-    model, inputs, gm = hf_registry("bert")
+def test_bert_gelu_becomes_its_erf_formula(traced_hf):
+    model, inputs, _, gm = traced_hf("bert")
     found = replace_pattern(
         gm,
         lambda x: F.gelu(x),
@@ -587,11 +558,5 @@ def test_bert_gelu_becomes_its_erf_formula(hf_registry):
 
 
 # ------------------------------------------------------------------ benchmark
-def test_bench_rewrite_quick_runs_and_prints_its_table():
-    results = ROOT / "benchmarks" / "RESULTS.md"
-    before = results.read_text()
-    command = [sys.executable, str(ROOT / "benchmarks" / "bench_rewrite.py"), "--quick"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "### Subgraph rewriting" in result.stdout
-    assert results.read_text() == before  # no --record, no change
+def test_bench_rewrite_quick_runs_and_prints_its_table(quick_benchmark):
+    assert "### Subgraph rewriting" in quick_benchmark("bench_rewrite.py", timeout=120)
