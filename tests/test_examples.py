@@ -1,0 +1,133 @@
+"""Tracing with ``example_inputs``: what the examples decide, when they are run, what they leave.
+
+With example inputs, control flow on traced values follows the examples under a run-time
+guard, and static tensor facts (dtype, rank) come from them. The recorded operations run on
+the examples only when the program asks about a value, in recording order; the caller's
+tensors and the module's state are left as they were.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import fxloom as fx
+
+CALLS: list[str] = []
+
+
+@fx.wrap
+def counted(x):
+    """Records each time it really runs (on example values or at run time)."""
+    CALLS.append("run")
+    return x * 2
+
+
+@pytest.fixture(autouse=True)
+def no_calls_yet():
+    CALLS.clear()
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent: needs the example's value
+            return x.relu()
+        return -x
+
+
+def test_a_branch_on_a_value_follows_the_example_and_is_guarded():
+    positive = torch.ones(3)
+    gm = fx.symbolic_trace(Gate(), example_inputs=(positive,))
+    assert_close(gm(positive * 2), (positive * 2).relu())
+    with pytest.raises(RuntimeError, match="traced with example inputs for which bool"):
+        gm(-positive)  # would take the other branch: refused, not computed wrongly
+
+
+def test_static_facts_come_from_the_examples_without_recording_them():
+    def fn(x):
+        return x.float() if x.dtype == torch.int64 and x.dim() == 2 else x
+
+    gm = fx.symbolic_trace(fn, example_inputs=(torch.ones(2, 3, dtype=torch.int64),))
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_method"]
+    assert targets == ["float"]  # dtype and dim() were answered, not recorded
+
+
+def test_a_program_that_asks_nothing_runs_nothing_on_the_examples():
+    def fn(x):
+        return counted(x) + 1
+
+    gm = fx.symbolic_trace(fn, example_inputs=(torch.ones(3),))
+    assert CALLS == []  # tracing ran no example values
+    assert_close(gm(torch.ones(3)), torch.full((3,), 3.0))
+    assert CALLS == ["run"]
+
+
+def test_the_examples_run_up_to_the_value_asked_for_and_no_further():
+    def fn(x):
+        y = counted(x)
+        if y.sum() > 0:  # asks: everything recorded so far runs, once
+            y = y + 1
+        return counted(y)
+
+    fx.symbolic_trace(fn, example_inputs=(torch.ones(3),))
+    assert CALLS == ["run"]  # the second counted() is never needed while tracing
+
+
+def test_unpacking_a_shape_needs_no_example_values():
+    def fn(x):
+        y = counted(x)
+        rows, columns = y.shape
+        return y.reshape(columns, rows)
+
+    gm = fx.symbolic_trace(fn, example_inputs=(torch.ones(2, 3),))
+    assert CALLS == []  # the arity came from the unpacking itself
+    assert gm(torch.ones(4, 5)).shape == (5, 4)  # sizes stay symbolic
+
+
+def test_in_place_operations_run_in_program_order_on_copies_of_the_examples():
+    def fn(x):
+        x.add_(1)
+        return x * 2 if x.min() > 0 else x  # x is 1 after the add_, so min() > 0
+
+    example = torch.zeros(3)
+    gm = fx.symbolic_trace(fn, example_inputs=(example,))
+    assert torch.equal(example, torch.zeros(3))  # the caller's tensor is untouched
+    assert_close(gm(torch.zeros(3)), torch.full((3,), 2.0))
+
+
+def test_running_the_examples_leaves_the_module_state_as_it_was():
+    class Normalised(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm1d(3)  # training mode: calls update running stats
+
+        def forward(self, x):
+            y = self.bn(x)
+            return y if y.mean() > -1 else -y  # asks for a value after the batch norm
+
+    model = Normalised()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fx.symbolic_trace(model, example_inputs=(torch.randn(4, 3) + 5,))
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_examples_the_model_cannot_run_give_an_error_naming_the_node():
+    class Projection(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = self.linear(x)
+            return y if y.sum() > 0 else -y
+
+    model = Projection()
+    weight = model.linear.weight.detach().clone()
+    with pytest.raises(fx.TraceError) as info:
+        fx.symbolic_trace(model, example_inputs=(torch.ones(3, 5),))  # 5 features, not 4
+    message = str(info.value)
+    assert "%linear" in message and "on the example inputs failed" in message
+    assert "must be valid inputs of the model" in message
+    assert torch.equal(model.linear.weight, weight)
