@@ -11,7 +11,6 @@ Depends on: fxloom.passes, fxloom.zoo, torch, rich.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -133,7 +132,3 @@ def _best_seconds(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
 
 def _say(state: DemoState, message: str) -> None:
     state.console.print(Text(message, style="dim"))
-
-
-def default_drawing_dir() -> Path:
-    return Path("fxloom-demo")

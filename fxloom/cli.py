@@ -75,80 +75,15 @@ def _add_cost_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_draw(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from fxloom import _draw_command
 
-    from fxloom._model_spec import load_model, propagate_shapes, trace_model
-    from fxloom.passes import _dot
-    from fxloom.passes.graph_drawer import FxGraphDrawer
-
-    loaded = load_model(args.model)
-    gm = trace_model(loaded)
-    note = propagate_shapes(gm, loaded) if args.shapes else None
-    if note:
-        print(f"fxloom draw: note: {note}", file=sys.stderr)
-    dot = FxGraphDrawer(
-        gm,
-        loaded.name,
-        ignore_getattr=args.ignore_getattr,
-        ignore_parameters_and_buffers=args.ignore_parameters,
-        show_shapes=args.shapes,
-        clusters=args.clusters,
-        rankdir=args.rankdir,
-    ).get_dot_graph()
-    if args.output in (None, "-"):
-        sys.stdout.write(dot.source)
-        return EXIT_OK
-    output = Path(args.output)
-    try:
-        dot.write(output, args.format)
-    except _dot.GraphvizNotFoundError:
-        # Keep the drawing: the DOT source renders later, once Graphviz is installed.
-        fallback = dot.write(output.with_suffix(".dot"), "dot")
-        image_format = _dot.format_for_path(output, args.format)
-        print(
-            f"fxloom draw: error: cannot write {output}: Graphviz's 'dot' program is not on "
-            f"PATH; {_dot.INSTALL_HINT}.\nWrote the DOT source to {fallback} instead; "
-            f"render it with: dot -T{image_format} {fallback} -o {output}",
-            file=sys.stderr,
-        )
-        return EXIT_FAILURE
-    print(f"wrote {output}")
-    return EXIT_OK
+    return _draw_command.run(args)
 
 
 def _add_draw_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="a zoo model name or package.module:factory")
-    parser.add_argument(
-        "-o",
-        "--output",
-        metavar="PATH",
-        help="file to write: .svg, .png, .pdf (rendered by Graphviz) or .dot; '-' or none: "
-        "DOT source on stdout",
-    )
-    parser.add_argument(
-        "--format", help="output format when PATH's suffix does not say (svg, png, pdf, dot, ...)"
-    )
-    parser.add_argument(
-        "--no-shapes",
-        dest="shapes",
-        action="store_false",
-        help="skip shape propagation; no shapes on edges",
-    )
-    parser.add_argument(
-        "--no-clusters",
-        dest="clusters",
-        action="store_false",
-        help="do not group nodes in boxes by module",
-    )
-    parser.add_argument("--ignore-getattr", action="store_true", help="leave out get_attr nodes")
-    parser.add_argument(
-        "--ignore-parameters",
-        action="store_true",
-        help="leave out the parameter and buffer boxes beside each module call",
-    )
-    parser.add_argument(
-        "--rankdir", default="TB", help="layout direction: TB (top to bottom, default), LR, ..."
-    )
+    from fxloom import _draw_command
+
+    _draw_command.add_arguments(parser)
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (

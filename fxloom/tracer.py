@@ -429,13 +429,7 @@ class Tracer:
         if unknown and stars is not None:
             # ``forward(self, x, **kwargs)`` (decorated Hugging Face models): the other
             # names are keyword arguments that reach the function through ``**kwargs``.
-            spec = concrete_args.get(stars.name, PH)
-            nested = {} if spec is PH or spec is None else spec
-            if not isinstance(nested, dict):
-                raise TraceError(
-                    f"concrete_args[{stars.name!r}] must be a dict of the keyword arguments to "
-                    f"trace with (PH for an input), got {spec!r}"
-                )
+            nested = _keyword_entries(stars.name, concrete_args.get(stars.name, PH))
             moved = {key: concrete_args.pop(key) for key in sorted(unknown)}
             concrete_args[stars.name] = {**nested, **moved}
             unknown = set()
@@ -518,12 +512,7 @@ class Tracer:
         is traced with that value, and the caller may omit it or pass the same
         value (another one raises, as for any fixed argument).
         """
-        entries = {} if spec is PH or spec is None else spec
-        if not isinstance(entries, dict):
-            raise TraceError(
-                f"concrete_args[{param.name!r}] must be a dict of the keyword arguments to "
-                f"trace with (PH for an input), got {spec!r}"
-            )
+        entries = _keyword_entries(param.name, spec)
         inputs = tuple(key for key, value in entries.items() if value is PH)
         fixed = tuple(key for key, value in entries.items() if value is not PH)
         stars = self.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
@@ -967,6 +956,17 @@ def _defaultable_parameters(
             break
         allowed.add(param.name)
     return allowed
+
+
+def _keyword_entries(name: str, spec: Any) -> dict[str, Any]:
+    """``concrete_args[name]`` for a ``**name`` parameter: the keyword arguments to trace with."""
+    entries = {} if spec is PH or spec is None else spec
+    if not isinstance(entries, dict):
+        raise TraceError(
+            f"concrete_args[{name!r}] must be a dict of the keyword arguments to trace with "
+            f"(PH for an input), got {spec!r}"
+        )
+    return entries
 
 
 def _short_location(frame: types.FrameType | None) -> str:
