@@ -1,0 +1,347 @@
+"""The structure of values: which types are containers, and how each is taken apart and rebuilt.
+
+Node arguments, the values an ``Interpreter`` computes, the example inputs of a
+trace and (next) the inputs and outputs of exported programs are trees: nested
+containers whose leaves are everything else. This module is the one description
+of that structure; every walk over arguments or values goes through it, and a
+user (or ``fxloom.export``) extends it by registering a type::
+
+    >>> import dataclasses, fxloom.pytree as pytree
+    >>> @dataclasses.dataclass
+    ... class Pair:
+    ...     left: object
+    ...     right: object
+    >>> _ = pytree.register_dataclass(Pair)
+    >>> pytree.tree_map(lambda x: x * 10, Pair(1, [2, 3]))
+    Pair(left=10, right=[20, 30])
+    >>> leaves, spec = pytree.tree_flatten({"a": (1, 2), "b": slice(None, 4)})
+    >>> leaves
+    [1, 2, None, 4, None]
+    >>> pytree.tree_unflatten([5, 6, None, 7, None], spec)
+    {'a': (5, 6), 'b': slice(None, 7, None)}
+
+Containers known from the start: ``tuple``, named tuples (each keeps its type),
+``list``, ``dict``, ``collections.OrderedDict``, ``slice`` (its start, stop and
+step are children) and fxloom's ``immutable_list``/``immutable_dict``. An
+unregistered subclass of one of these is walked, and rebuilt, as that base:
+register it to keep its type. ``torch.Size``, strings and bytes are leaves.
+
+A container is rebuilt in one of three forms, chosen by ``mode``:
+
+* ``"same"``: as the type it was (the default);
+* ``"frozen"``: as node arguments store it — lists become ``immutable_list``,
+  dicts ``immutable_dict``, tuple subclasses plain tuples (named tuples stay);
+* ``"plain"``: as generated code builds it — ``immutable_list`` becomes
+  ``list`` and ``immutable_dict`` becomes ``dict``.
+
+Depends on ``fxloom.immutable_collections`` only.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
+
+import torch
+
+from fxloom.immutable_collections import immutable_dict, immutable_list
+
+__all__ = [
+    "ContainerType",
+    "TreeSpec",
+    "register_pytree_node",
+    "register_dataclass",
+    "container_type",
+    "tree_map",
+    "tree_leaves",
+    "tree_any",
+    "tree_flatten",
+    "tree_unflatten",
+]
+
+Mode = Literal["same", "frozen", "plain"]
+FlattenFn = Callable[[Any], tuple[Sequence[Any], Any]]
+UnflattenFn = Callable[[Sequence[Any], Any], Any]
+
+
+class ContainerType:
+    """How one container type is taken apart (``flatten``) and rebuilt (``unflatten``).
+
+    ``flatten(value)`` returns ``(children, context)``: the values inside, in
+    order, and whatever else rebuilding needs (a dict's keys, a named tuple's
+    class). ``unflatten(children, context)`` builds the container back.
+    ``frozen`` and ``plain`` are the container types used in those modes
+    (``self`` when the form does not change).
+    """
+
+    __slots__ = ("type", "flatten", "unflatten", "name", "frozen", "plain")
+
+    def __init__(self, cls: type, flatten: FlattenFn, unflatten: UnflattenFn, name: str) -> None:
+        self.type = cls
+        self.flatten = flatten
+        self.unflatten = unflatten
+        self.name = name  # stable name for persisted specs (``collections.OrderedDict``)
+        self.frozen: ContainerType = self
+        self.plain: ContainerType = self
+
+    def __repr__(self) -> str:
+        return f"ContainerType({self.name})"
+
+
+# Registered types, by exact type. ``_resolved`` caches what every type seen so
+# far resolves to (None: a leaf), so a walk pays one dict lookup per value.
+_REGISTRY: dict[type, ContainerType] = {}
+_resolved: dict[type, ContainerType | None] = {}
+# Never containers, although some subclass registered types (torch.Size is a tuple).
+_LEAVES = frozenset({torch.Size, str, bytes, range})
+
+
+def register_pytree_node(
+    cls: type,
+    flatten_fn: FlattenFn,
+    unflatten_fn: UnflattenFn,
+    *,
+    serialized_type_name: str | None = None,
+) -> None:
+    """Make ``cls`` a container: ``flatten_fn(x) -> (children, context)``, ``unflatten_fn(children, context) -> x``.
+
+    Its children are then walked by every fxloom traversal (node arguments,
+    interpreter values, example inputs). Registering a type twice is an error.
+    """
+    _register(cls, flatten_fn, unflatten_fn, serialized_type_name)
+
+
+def _register(
+    cls: type, flatten_fn: FlattenFn, unflatten_fn: UnflattenFn, serialized_type_name: str | None
+) -> ContainerType:
+    if cls in _REGISTRY:
+        raise ValueError(f"{cls.__qualname__} is already registered as a pytree container")
+    if cls in _LEAVES:
+        raise ValueError(f"{cls.__qualname__} is always a leaf and cannot be registered")
+    name = serialized_type_name or f"{cls.__module__}.{cls.__qualname__}"
+    entry = ContainerType(cls, flatten_fn, unflatten_fn, name)
+    _REGISTRY[cls] = entry
+    _resolved.clear()  # subclasses resolved to a base before now may resolve to cls
+    return entry
+
+
+def register_dataclass(cls: type) -> type:
+    """Register a dataclass: its fields (those set in ``__init__``) are its children, in order.
+
+    Returns ``cls``, so it also works as a class decorator.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__qualname__} is not a dataclass")
+    names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+    def flatten(value: Any) -> tuple[Sequence[Any], Any]:
+        return [getattr(value, name) for name in names], None
+
+    def unflatten(children: Sequence[Any], context: Any) -> Any:
+        return cls(**dict(zip(names, children)))
+
+    register_pytree_node(cls, flatten, unflatten)
+    return cls
+
+
+def container_type(cls: type) -> ContainerType | None:
+    """What ``cls`` is walked as: its ``ContainerType``, or None for a leaf."""
+    try:
+        return _resolved[cls]
+    except KeyError:
+        pass
+    entry = _resolve(cls)
+    _resolved[cls] = entry
+    return entry
+
+
+def _resolve(cls: type) -> ContainerType | None:
+    entry = _REGISTRY.get(cls)
+    if entry is not None or cls in _LEAVES:
+        return entry
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return _named_tuple(cls)
+    for base in cls.__mro__[1:]:  # an unregistered subclass walks as its base
+        entry = _REGISTRY.get(base)
+        if entry is not None:
+            return entry
+    return None
+
+
+def _named_tuple(cls: type) -> ContainerType:
+    """A named tuple keeps its type in every mode (``cls(*children)``)."""
+    return ContainerType(
+        cls,
+        lambda value: (tuple(value), None),
+        lambda children, context: cls(*children),
+        f"{cls.__module__}.{cls.__qualname__}",
+    )
+
+
+# ----------------------------------------------------------------- walking
+def tree_map(
+    fn: Callable[[Any], Any],
+    tree: Any,
+    *,
+    mode: Mode = "same",
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> Any:
+    """``tree`` with ``fn`` applied to every leaf, containers rebuilt in ``mode`` (see the module docstring).
+
+    ``is_leaf(value)`` returning True stops the walk at ``value`` (it goes to ``fn`` whole).
+    """
+    resolved = _resolved
+
+    def walk(value: Any) -> Any:
+        cls = type(value)
+        entry = resolved[cls] if cls in resolved else container_type(cls)
+        if entry is None or (is_leaf is not None and is_leaf(value)):
+            return fn(value)
+        children, context = entry.flatten(value)
+        rebuild = entry if mode == "same" else entry.frozen if mode == "frozen" else entry.plain
+        return rebuild.unflatten([walk(child) for child in children], context)
+
+    return walk(tree)
+
+
+def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:
+    """The leaves of ``tree``, in order."""
+    leaves: list[Any] = []
+    _collect(tree, leaves, is_leaf)
+    return leaves
+
+
+def _collect(value: Any, leaves: list[Any], is_leaf: Callable[[Any], bool] | None) -> None:
+    entry = container_type(type(value))
+    if entry is None or (is_leaf is not None and is_leaf(value)):
+        leaves.append(value)
+        return
+    for child in entry.flatten(value)[0]:
+        _collect(child, leaves, is_leaf)
+
+
+def tree_any(pred: Callable[[Any], bool], tree: Any) -> bool:
+    """Whether ``pred`` holds for some leaf of ``tree`` (stops at the first)."""
+    entry = container_type(type(tree))
+    if entry is None:
+        return pred(tree)
+    return any(tree_any(pred, child) for child in entry.flatten(tree)[0])
+
+
+# --------------------------------------------------------- flatten / unflatten
+class TreeSpec:
+    """The shape of a tree without its leaves: ``tree_unflatten(leaves, spec)`` rebuilds it.
+
+    A leaf's spec has ``type`` None. Specs compare equal when the trees have
+    the same containers, contexts (dict keys, ...) and nesting.
+    """
+
+    __slots__ = ("type", "context", "children", "num_leaves", "_container")
+
+    def __init__(
+        self,
+        container: ContainerType | None,
+        context: Any = None,
+        children: tuple[TreeSpec, ...] = (),
+    ) -> None:
+        self._container = container
+        self.type = container.type if container is not None else None
+        self.context = context
+        self.children = children
+        self.num_leaves = 1 if container is None else sum(c.num_leaves for c in children)
+
+    def is_leaf(self) -> bool:
+        return self._container is None
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, TreeSpec)
+            and self.type is other.type
+            and self.context == other.context
+            and self.children == other.children
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.num_leaves))
+
+    def __repr__(self) -> str:
+        if self._container is None:
+            return "*"
+        inner = ", ".join(repr(c) for c in self.children)
+        context = "" if self.context is None else f"; {self.context!r}"
+        return f"{self._container.name}({inner}{context})"
+
+
+LEAF_SPEC = TreeSpec(None)
+
+
+def tree_flatten(
+    tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> tuple[list[Any], TreeSpec]:
+    """``(leaves, spec)``: the leaves of ``tree`` in order, and its shape."""
+    leaves: list[Any] = []
+
+    def walk(value: Any) -> TreeSpec:
+        entry = container_type(type(value))
+        if entry is None or (is_leaf is not None and is_leaf(value)):
+            leaves.append(value)
+            return LEAF_SPEC
+        children, context = entry.flatten(value)
+        return TreeSpec(entry, context, tuple(walk(child) for child in children))
+
+    return leaves, walk(tree)
+
+
+def tree_unflatten(leaves: Iterable[Any], spec: TreeSpec) -> Any:
+    """Rebuild the tree ``spec`` describes with ``leaves`` in order; the count must match."""
+    values = list(leaves)
+    if len(values) != spec.num_leaves:
+        raise ValueError(
+            f"tree_unflatten: the spec {spec!r} has {spec.num_leaves} leaves, "
+            f"{len(values)} values were given"
+        )
+    position = iter(values)
+
+    def build(node: TreeSpec) -> Any:
+        if node._container is None:
+            return next(position)
+        return node._container.unflatten([build(child) for child in node.children], node.context)
+
+    return build(spec)
+
+
+# --------------------------------------------------------------- built-ins
+def _sequence(cls: type) -> ContainerType:
+    return _register(
+        cls, lambda value: (value, None), lambda children, context: cls(children), cls.__name__
+    )
+
+
+def _mapping(cls: type) -> ContainerType:
+    name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return _register(
+        cls,
+        lambda value: (tuple(value.values()), tuple(value)),
+        lambda children, keys: cls(zip(keys, children)),
+        name,
+    )
+
+
+_TUPLE = _sequence(tuple)
+_LIST = _sequence(list)
+_IMMUTABLE_LIST = _sequence(immutable_list)
+_DICT = _mapping(dict)
+_ORDERED_DICT = _mapping(collections.OrderedDict)
+_IMMUTABLE_DICT = _mapping(immutable_dict)
+register_pytree_node(
+    slice,
+    lambda s: ((s.start, s.stop, s.step), None),
+    lambda children, context: slice(*children),
+    serialized_type_name="slice",
+)
+_LIST.frozen = _IMMUTABLE_LIST
+_DICT.frozen = _ORDERED_DICT.frozen = _IMMUTABLE_DICT
+_IMMUTABLE_LIST.plain = _LIST
+_IMMUTABLE_DICT.plain = _ORDERED_DICT.plain = _DICT
