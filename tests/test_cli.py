@@ -68,7 +68,7 @@ def test_demo_shows_the_generated_code_and_reports_that_results_match(demo_run) 
 
 
 def test_demo_traces_the_embedded_models_and_checks_them_against_eager(demo_run) -> None:
-    from fxloom import demo
+    from fxloom.cli import demo
 
     result = demo_run
     assert result.returncode == 0, result.stdout + result.stderr
@@ -97,7 +97,7 @@ def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch, tmp_
     from rich.console import Console
 
     import fxloom
-    from fxloom import demo
+    from fxloom.cli import demo
 
     def tracing_off_by_one(model):
         traced = real_symbolic_trace(model)
@@ -132,6 +132,17 @@ def test_the_installed_console_script_runs() -> None:
     assert result.stdout.startswith("fxloom ")
 
 
+def test_the_console_script_and_python_m_both_run_cli_main() -> None:
+    import importlib
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    entry_point = tomllib.loads(pyproject.read_text())["project"]["scripts"]["fxloom"]
+    module_name, _, function_name = entry_point.partition(":")
+    assert getattr(importlib.import_module(module_name), function_name) is cli.main
+    assert importlib.import_module("fxloom.__main__").main is cli.main
+
+
 def test_an_unknown_subcommand_exits_2_and_names_the_valid_ones() -> None:
     result = run_fxloom("frobnicate")
     assert result.returncode == 2
@@ -149,12 +160,12 @@ def test_no_subcommand_exits_2_and_points_to_help() -> None:
 
 
 def test_a_failing_command_prints_one_line_not_a_traceback(monkeypatch, capsys) -> None:
-    import fxloom.demo
+    import fxloom.cli.demo
 
     def broken_demo(console=None, drawing_dir=None) -> int:
         raise RuntimeError("node %add has no users\n(the graph follows)")
 
-    monkeypatch.setattr(fxloom.demo, "run", broken_demo)
+    monkeypatch.setattr(fxloom.cli.demo, "run", broken_demo)
     assert cli.main(["demo"]) == cli.EXIT_FAILURE
     error_output = capsys.readouterr().err
     assert error_output.count("\n") == 1
@@ -163,20 +174,21 @@ def test_a_failing_command_prints_one_line_not_a_traceback(monkeypatch, capsys) 
 
 
 def test_traceback_flag_shows_where_a_command_failed(monkeypatch, capsys) -> None:
-    import fxloom.demo
+    import fxloom.cli.demo
 
     def broken_demo(console=None, drawing_dir=None) -> int:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(fxloom.demo, "run", broken_demo)
+    monkeypatch.setattr(fxloom.cli.demo, "run", broken_demo)
     assert cli.main(["demo", "--traceback"]) == cli.EXIT_FAILURE
     error_output = capsys.readouterr().err
     assert "Traceback (most recent call last)" in error_output
     assert "broken_demo" in error_output
 
 
-def test_a_demo_mismatch_is_exit_code_1(monkeypatch) -> None:
-    import fxloom.demo
+def test_a_demo_mismatch_is_exit_code_1(monkeypatch, capsys) -> None:
+    import fxloom.cli.demo
 
-    monkeypatch.setattr(fxloom.demo, "run", lambda console=None: 1)
+    monkeypatch.setattr(fxloom.cli.demo, "run", lambda console=None, drawing_dir=None: 1)
     assert cli.main(["demo"]) == 1
+    assert capsys.readouterr().err == ""  # a mismatch, not an error

@@ -13,7 +13,7 @@ import fxloom
 MODULES = sorted(
     info.name
     for info in pkgutil.walk_packages(fxloom.__path__, prefix="fxloom.")
-    if not info.name.startswith(("fxloom.__main__", "fxloom.cli"))
+    if info.name not in ("fxloom.__main__", "fxloom.cli")  # fxloom.cli.cost etc. are tested
 )
 
 

@@ -1,6 +1,6 @@
 """The demo's tour of the passes (torch.fx paper, section 6): shapes, cost, fusion, drawing.
 
-Each function is one step of ``fxloom demo`` (see ``fxloom.demo.STEPS``) and takes the demo's
+Each function is one step of ``fxloom demo`` (see ``fxloom.cli.demo.STEPS``) and takes the demo's
 shared state: ``state.console`` to print on, ``state.traced`` (zoo models traced by earlier
 steps), ``state.passes_match`` (False once a transformed model stops matching eager) and
 ``state.drawing_dir`` (where drawings are written).
@@ -21,7 +21,7 @@ import fxloom
 from fxloom import zoo
 
 if TYPE_CHECKING:
-    from fxloom.demo import DemoState
+    from fxloom.cli.demo import DemoState
 
 SHAPES_MODEL = "resnet_tiny"
 COST_MODEL = "resnet50"

@@ -1,11 +1,17 @@
-"""The `fxloom` command line.
+"""The `fxloom` command line: the surface layer, which may use every other layer.
 
 Usage: ``fxloom COMMAND [options]`` (or ``python -m fxloom COMMAND``). Run ``fxloom --help``.
 
+This module holds the parser, the subcommand table and ``main``; each command's work lives in
+a module of its own beside it: ``demo`` (the guided tour, with its pass steps in
+``demo_passes``), ``cost`` and ``draw`` (both read their MODEL argument with ``model_spec``).
+Nothing in the library imports from this package (tests/test_layers.py checks).
+
 Subcommands are rows of one table, ``SUBCOMMANDS``. To add one, write a ``_run_<name>(args)``
 function returning an exit code (and, if the command takes options, an
-``_add_<name>_arguments(parser)`` function), then add a ``Subcommand`` row. A command imports
-its modules inside its run function, so one command's dependencies never slow down the others.
+``_add_<name>_arguments(parser)`` function), then add a ``Subcommand`` row; a command with more
+than a few lines of work gets its own module here. A command imports its modules inside its run
+function, so one command's dependencies never slow down the others.
 
 Exit codes: 0 success; 1 the command ran and failed (an error, or the demo's results did not
 match eager PyTorch); 2 usage error (unknown command, bad option). Errors are reported as one
@@ -43,7 +49,7 @@ class Subcommand:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from fxloom import demo
+    from fxloom.cli import demo
 
     return demo.run(drawing_dir=args.output_dir)
 
@@ -63,27 +69,27 @@ def _run_version(args: argparse.Namespace) -> int:
 
 
 def _run_cost(args: argparse.Namespace) -> int:
-    from fxloom import _cost_command
+    from fxloom.cli import cost
 
-    return _cost_command.run(args)
+    return cost.run(args)
 
 
 def _add_cost_arguments(parser: argparse.ArgumentParser) -> None:
-    from fxloom import _cost_command
+    from fxloom.cli import cost
 
-    _cost_command.add_arguments(parser)
+    cost.add_arguments(parser)
 
 
 def _run_draw(args: argparse.Namespace) -> int:
-    from fxloom import _draw_command
+    from fxloom.cli import draw
 
-    return _draw_command.run(args)
+    return draw.run(args)
 
 
 def _add_draw_arguments(parser: argparse.ArgumentParser) -> None:
-    from fxloom import _draw_command
+    from fxloom.cli import draw
 
-    _draw_command.add_arguments(parser)
+    draw.add_arguments(parser)
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (

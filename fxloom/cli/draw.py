@@ -1,11 +1,11 @@
 """``fxloom draw MODEL``: trace a model, propagate shapes, draw the graph with Graphviz.
 
-MODEL is a zoo name or ``package.module:factory`` (see ``fxloom._model_spec``). The drawing
+MODEL is a zoo name or ``package.module:factory`` (see ``fxloom.cli.model_spec``). The drawing
 goes to ``-o PATH`` (``.svg``, ``.png``, ``.pdf`` rendered by Graphviz's ``dot``; ``.dot`` as
 source) or, without one, to stdout as DOT. Without ``dot`` the DOT source is written next to
 PATH and the exit code is 1: the file asked for does not exist.
 
-Depends on: ``fxloom._model_spec``, ``fxloom.passes.graph_drawer``.
+Depends on: ``fxloom.cli.model_spec``, ``fxloom.passes.graph_drawer``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ __all__ = ["add_arguments", "run"]
 
 def run(args: argparse.Namespace) -> int:
     """Draw and write; returns the exit code (errors are raised, for the CLI to report)."""
-    from fxloom._model_spec import load_model, propagate_shapes, trace_model
+    from fxloom.cli.model_spec import load_model, propagate_shapes, trace_model
     from fxloom.passes import _dot
     from fxloom.passes.graph_drawer import FxGraphDrawer
 

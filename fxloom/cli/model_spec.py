@@ -1,4 +1,4 @@
-"""Models named on the command line (``fxloom draw MODEL``): load, trace, propagate shapes.
+"""The MODEL argument of ``fxloom cost`` and ``fxloom draw``: load, trace, propagate shapes.
 
 A MODEL is either the name of an embedded reference model (``fxloom.zoo``: ``resnet_tiny``,
 ``transformer_tiny``, ...) or ``package.module:factory``, a function called with no

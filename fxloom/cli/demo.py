@@ -6,7 +6,7 @@ The tour builds a graph by hand with the torch.fx-compatible API (``Graph.placeh
 the result against the same computation written directly in eager PyTorch. Then it captures
 graphs automatically: ``fxloom.symbolic_trace`` traces two embedded models from
 ``fxloom.zoo`` (``mlp_tiny``, ``resnet_tiny``, ``transformer_tiny``), shows their graphs and code, and checks the
-traced modules against the models run eagerly. Last, the passes (``fxloom._demo_passes``):
+traced modules against the models run eagerly. Last, the passes (``fxloom.cli.demo_passes``):
 shapes propagated into ``node.meta``, a cost table for ResNet-50, batch norms fused into
 convolutions (with the latency change), and a drawing of a graph. The final verdict covers
 every check.
@@ -36,7 +36,8 @@ from rich.text import Text
 from torch import nn
 
 import fxloom
-from fxloom import _demo_passes, zoo
+from fxloom import zoo
+from fxloom.cli import demo_passes
 
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
@@ -247,10 +248,10 @@ STEPS: tuple[Step, ...] = (
     Step(f"Trace a bigger embedded model: {BIG_MODEL}", trace_big_model),
     Step(f"Trace a transformer-style model: {TRANSFORMER_MODEL}", trace_transformer_model),
     Step("Compare the traced models with eager PyTorch", compare_traced_models),
-    Step("Propagate shapes through a traced model", _demo_passes.propagate_shapes),
-    Step("Count FLOPs, parameters and memory: ResNet-50", _demo_passes.count_cost),
-    Step("Fuse batch norms into convolutions: ResNet-50", _demo_passes.fuse_batch_norms),
-    Step("Draw a traced graph", _demo_passes.draw_graph),
+    Step("Propagate shapes through a traced model", demo_passes.propagate_shapes),
+    Step("Count FLOPs, parameters and memory: ResNet-50", demo_passes.count_cost),
+    Step("Fuse batch norms into convolutions: ResNet-50", demo_passes.fuse_batch_norms),
+    Step("Draw a traced graph", demo_passes.draw_graph),
 )
 
 

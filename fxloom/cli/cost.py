@@ -1,11 +1,11 @@
 """``fxloom cost MODEL``: trace a model, analyse its cost, print a summary and a rich table.
 
-MODEL is a zoo name or ``package.module:factory`` (see ``fxloom._model_spec``). The inputs are
+MODEL is a zoo name or ``package.module:factory`` (see ``fxloom.cli.model_spec``). The inputs are
 the model's example inputs, with ``--input-shape`` replacing them in order (``1,3,224,224``,
 ``2,16:int64``); shapes are propagated on the meta device unless ``--real`` is given, so a batch
 of 256 images costs no memory.
 
-Depends on: ``fxloom._model_spec``, ``fxloom.passes.cost``, rich.
+Depends on: ``fxloom.cli.model_spec``, ``fxloom.passes.cost``, rich.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from fxloom._model_spec import load_model, trace_model
+    from fxloom.cli.model_spec import load_model, trace_model
     from fxloom.passes.cost import analyze_cost
 
     if args.depth < 1:

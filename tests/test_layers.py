@@ -1,0 +1,262 @@
+"""Each layer of fxloom imports only the layers beneath it (DESIGN.md: "No layer reaches back up").
+
+``LAYERS`` places every module under fxloom/ in one layer; ``MAY_IMPORT`` says which other
+layers each layer may import. The check reads the sources with ``ast`` and never imports
+fxloom. It counts every import: ``import``/``from ... import`` statements anywhere (inside
+functions, under ``if TYPE_CHECKING:``) and ``importlib.import_module("fxloom...")`` calls, since a
+lazy or type-only import still ties a lower layer to a higher one.
+
+A new module must be given a layer here (``test_every_module_belongs_to_a_layer`` says so);
+``LAYERS`` already names where the next pieces go (``ops``, ``pytree``, ``attr_path``,
+``export``, ``quantize``, ``lower``, ``serialize``), so a module added there is placed at once.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "fxloom"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
+
+# layer -> its modules. A package stands for everything inside it; `fxloom` itself is only the
+# package's __init__ (the public names). A module belongs to the layer of its longest entry.
+LAYERS: dict[str, tuple[str, ...]] = {
+    # Facts and value helpers every layer shares: immutable argument containers, the argument
+    # pytree, qualified-name access to attributes, operator facts.
+    "foundation": (
+        "fxloom.immutable_collections",
+        "fxloom.pytree",
+        "fxloom.attr_path",
+        "fxloom.ops",
+    ),
+    "ir": (
+        "fxloom.node",
+        "fxloom.graph",
+        "fxloom.codegen",
+        "fxloom.graph_module",
+        "fxloom.lint",
+        "fxloom._format",
+        "fxloom._namespace",
+        "fxloom._graph_pickle",
+        "fxloom._to_folder",
+    ),
+    "capture": (
+        "fxloom.proxy",
+        "fxloom.tracer",
+        "fxloom.guards",
+        "fxloom.autoleaf",
+        "fxloom._patching",
+        "fxloom._examples",
+        "fxloom.export",
+    ),
+    "run": ("fxloom.interpreter",),
+    "passes": ("fxloom.passes", "fxloom.subgraph_rewriter", "fxloom.quantize"),
+    "backends": ("fxloom.lower",),
+    "persistence": ("fxloom.serialize",),
+    "surface": ("fxloom", "fxloom.__main__", "fxloom.cli", "fxloom.zoo"),
+}
+
+# layer -> the other layers it may import (DESIGN.md's table of layers).
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "foundation": frozenset(),
+    "ir": frozenset({"foundation"}),
+    "capture": frozenset({"foundation", "ir"}),
+    # Transformer, the documented torch.fx API, hands each opcode method Proxy values and
+    # records them with a tracer: the run layer builds graphs the way capture does.
+    "run": frozenset({"foundation", "ir", "capture"}),
+    "passes": frozenset({"foundation", "ir", "run"}),
+    "backends": frozenset({"foundation", "ir", "run", "passes"}),
+    "persistence": frozenset({"foundation", "ir"}),
+    "surface": frozenset(LAYERS) - {"surface"},
+}
+
+# (layer, layer it imports) -> why the current code breaks that rule. The lead decides whether
+# the code or the rule changes; until then the rule is checked as xfail(strict=True), so fixing
+# the code makes the test fail until this entry is removed.
+KNOWN_BREAKS: dict[tuple[str, str], str] = {
+    ("passes", "capture"): (
+        "passes import capture: passes._effects, passes._ordering and passes.normalize read "
+        "fxloom.guards to recognise guard calls; passes.normalize checks for fxloom.proxy.Proxy "
+        "(it runs inside a Transformer); passes.fuse and subgraph_rewriter call "
+        "fxloom.tracer.symbolic_trace on a module or pattern function they are given"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import of an fxloom module by a source file."""
+
+    path: str
+    line: int
+    importer: str
+    imported: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.importer} imports {self.imported}"
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of `module` (its longest matching entry in LAYERS), or None if it has none."""
+    best, best_length = None, -1
+    for layer, entries in LAYERS.items():
+        for entry in entries:
+            covers = module == entry or (entry != PACKAGE and module.startswith(entry + "."))
+            if covers and len(entry) > best_length:
+                best, best_length = layer, len(entry)
+    return best
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def fxloom_imports(
+    source: str, importer: str, is_package: bool, modules: frozenset[str], path: str = "<source>"
+) -> Iterator[Import]:
+    """Every fxloom module that `source` (the module `importer`) imports, with its line."""
+    package = importer if is_package else importer.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source, filename=path)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node.module, node.level, package)
+            # `from fxloom.passes import _dot` imports a module; `from fxloom.node import Node`
+            # imports a name from one.
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in node.names
+            ]
+        elif isinstance(node, ast.Call) and _is_import_module(node):
+            names = [node.args[0].value]
+        else:
+            continue
+        for name in dict.fromkeys(names):
+            if name == PACKAGE or name.startswith(PACKAGE + "."):
+                yield Import(path, node.lineno, importer, name)
+
+
+def _absolute(module: str | None, level: int, package: str) -> str:
+    if level == 0:
+        return module or ""
+    base = package.rsplit(".", level - 1)[0] if level > 1 else package
+    return f"{base}.{module}" if module else base
+
+
+def _is_import_module(call: ast.Call) -> bool:
+    func = call.func
+    named = (isinstance(func, ast.Name) and func.id == "import_module") or (
+        isinstance(func, ast.Attribute) and func.attr == "import_module"
+    )
+    has_name = bool(call.args) and isinstance(call.args[0], ast.Constant)
+    return named and has_name and isinstance(call.args[0].value, str)
+
+
+@cache
+def package_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+@cache
+def package_imports() -> tuple[Import, ...]:
+    modules = frozenset(package_modules())
+    found: list[Import] = []
+    for name, path in package_modules().items():
+        relative = path.relative_to(PACKAGE_DIR.parent).as_posix()
+        source = path.read_text(encoding="utf-8")
+        found += fxloom_imports(source, name, path.name == "__init__.py", modules, relative)
+    return tuple(found)
+
+
+def _rules() -> Iterator[object]:
+    for layer, allowed in MAY_IMPORT.items():
+        for other in LAYERS:
+            if other == layer or other in allowed:
+                continue
+            reason = KNOWN_BREAKS.get((layer, other))
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            yield pytest.param(layer, other, marks=marks, id=f"{layer}-imports-no-{other}")
+
+
+# --- the rule, applied to fxloom ---------------------------------------------------------------
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    homeless = [name for name in package_modules() if layer_of(name) is None]
+    assert not homeless, f"give these modules a layer in LAYERS (tests/test_layers.py): {homeless}"
+
+
+@pytest.mark.parametrize("layer, other", list(_rules()))
+def test_a_layer_does_not_import_a_layer_above_it(layer: str, other: str) -> None:
+    breaks = [
+        str(found)
+        for found in package_imports()
+        if layer_of(found.importer) == layer and layer_of(found.imported) == other
+    ]
+    assert not breaks, f"{layer} may import only {sorted(MAY_IMPORT[layer])}:\n" + "\n".join(breaks)
+
+
+def test_the_scan_sees_imports_of_every_kind() -> None:
+    edges = {(found.importer, found.imported) for found in package_imports()}
+    assert ("fxloom.graph", "fxloom.node") in edges  # from fxloom.node import Node
+    assert (
+        "fxloom.cli.demo",
+        "fxloom.cli.demo_passes",
+    ) in edges  # from fxloom.cli import demo_passes
+    assert ("fxloom.cli.draw", "fxloom.passes._dot") in edges  # inside a function
+    assert ("fxloom.__main__", "fxloom.cli") in edges
+
+
+def test_the_layer_table_is_consistent() -> None:
+    assert set(MAY_IMPORT) == set(LAYERS)
+    entries = [entry for modules in LAYERS.values() for entry in modules]
+    assert len(entries) == len(set(entries)), "a module is listed in two layers"
+    assert all(layer in LAYERS for key in KNOWN_BREAKS for layer in key)
+
+
+# --- the checker itself, on small examples ------------------------------------------------------
+
+KNOWN = frozenset({"fxloom", "fxloom.pkg", "fxloom.pkg.sub", "fxloom.pkg.mod", "fxloom.node"})
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import fxloom.node", ["fxloom.node"]),
+        ("import fxloom", ["fxloom"]),
+        ("from fxloom.node import Node, map_arg", ["fxloom.node"]),
+        ("from fxloom.pkg import sub, helper", ["fxloom.pkg.sub", "fxloom.pkg"]),
+        ("from . import sub", ["fxloom.pkg.sub"]),
+        ("from .sub import thing", ["fxloom.pkg.sub"]),
+        ("from .. import node", ["fxloom.node"]),
+        ("def f():\n    from fxloom.node import Node", ["fxloom.node"]),
+        ("if TYPE_CHECKING:\n    from fxloom.node import Node", ["fxloom.node"]),
+        ("importlib.import_module('fxloom.pkg.sub')", ["fxloom.pkg.sub"]),
+        ("import torch\nfrom torch import nn", []),
+    ],
+)
+def test_the_checker_resolves(source: str, expected: list[str]) -> None:
+    found = fxloom_imports(source, "fxloom.pkg.mod", is_package=False, modules=KNOWN)
+    assert [each.imported for each in found] == expected
+
+
+@pytest.mark.parametrize(
+    "module, layer",
+    [
+        ("fxloom", "surface"),
+        ("fxloom.cli.demo", "surface"),
+        ("fxloom.node", "ir"),
+        ("fxloom.passes.fuse.rules", "passes"),
+        ("fxloom.nodes", None),  # a prefix of the name, not of the dotted path
+        ("fxloom.brand_new", None),  # the package root does not swallow new modules
+    ],
+)
+def test_layer_of(module: str, layer: str | None) -> None:
+    assert layer_of(module) == layer
