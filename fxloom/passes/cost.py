@@ -17,7 +17,7 @@ table::
     [('(root)', '', 0), ('0', 'Linear', 33024), ('1', 'ReLU', 256)]
 
 **FLOPs** come from ``FLOP_FORMULAS``, a table keyed by target (a function, a method name, a
-module class) that ``register_flop_formula`` extends; conventions in ``_flop_formulas``. A node
+module class) that ``register_flop_formula`` extends; conventions in ``fxloom.ops.flops``. A node
 whose operator has no formula counts 0 FLOPs and is listed in ``report.not_counted`` (and in the
 summary), never dropped silently. A node whose value holds no tensor (a size, a guard) costs
 nothing.
@@ -50,8 +50,7 @@ import torch
 
 from fxloom._format import qualified_name
 from fxloom.node import Node
-from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
-from fxloom.passes._flop_formulas import (
+from fxloom.ops.flops import (
     FLOP_FORMULAS,
     VIEW_IF_CONTIGUOUS,
     VIEW_OPS,
@@ -61,6 +60,7 @@ from fxloom.passes._flop_formulas import (
     numel,
     register_flop_formula,
 )
+from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
 from fxloom.passes._meta_device import is_shape_spec
 from fxloom.passes.shape_prop import ShapeProp, ShapePropError, TensorMetadata
 

@@ -1,0 +1,1 @@
+"""Operator facts: what fxloom knows about the operations a graph calls."""
