@@ -1,60 +1,66 @@
-"""What a node does besides computing its value: randomness, mutation, aliasing, module state.
+"""What a call does besides computing its value: randomness, module purity, fresh results.
 
-Shared by ``cse``, ``const_fold`` and ``dce``. Op-specific knowledge lives in the tables
-below, keyed by target; extend them for your own functions and modules::
+Op-specific knowledge lives in the tables below, keyed by target; extend them for your own
+functions and modules::
 
     RANDOM_FUNCTIONS[my_noise] = None                   # always random
     MODULE_PURITY[MyBlock] = lambda module: True        # calls are pure and deterministic
     FRESH_RESULT_FUNCTIONS[my_op] = None                # never returns a view of an input
 
-Three questions are answered for a node:
+A table entry is ``None`` (always) or a predicate of the node (for this call?). The
+questions asked of one call or one module:
 
-* ``Effects.is_random(node)``: does it draw random numbers (so two calls differ, and dropping
-  one shifts the random stream)?
-* ``Effects.mutated_inputs(node)``: which values may it write to (``None``: it writes nothing)?
-* ``Effects.may_alias_input(node)``: may its result share storage with an input?
+* ``is_random_call(node)``, ``module_is_random(module)``: does it draw random numbers (so two
+  calls differ, and dropping one shifts the random stream)?
+* ``module_is_pure(module)``: are its calls deterministic, with no writes to their inputs or
+  the module's state (submodules not included)?
+* ``returns_fresh_call(node)``, ``module_returns_fresh(module)``: is the result a new value,
+  sharing storage with no input?
 
-``AliasClasses`` combines the last two over a graph: values that may share storage are put in
-one class, and a class is *mutated* if any write reaches it. What the tables do not know is
-assumed the cautious way: unknown functions may return views of their inputs, unknown modules
-may write to their inputs and their own state, and only torch.nn modules are pure. (An entry
-that claims too much, say a view-returning function listed as fresh, makes passes wrong.)
+What a call writes is in ``fxloom.ops.mutation``; ``fxloom.passes._effects`` combines both
+over a graph (``Effects``, ``AliasClasses``) for ``cse``, ``const_fold`` and ``dce``. What
+the tables do not know is assumed the cautious way: unknown functions may return views of
+their inputs, unknown modules may write to their inputs and their own state, and only
+torch.nn modules are pure. (An entry that claims too much, say a view-returning function
+listed as fresh, makes passes wrong.)
 
-Depends on: the IR, ``fxloom.guards`` (to recognise run-time checks) and torch.
+Depends on: torch and ``fxloom.ops.mutation``. Nodes are read (``op``, ``target``, ``args``,
+``kwargs``, ``meta``), never imported.
 """
 
 from __future__ import annotations
 
 import builtins
 import operator
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxloom import guards
-from fxloom.graph_module import GraphModule
-from fxloom.node import _LEAF_TYPES, IN_PLACE_OPERATORS, Node, _is_inplace_name
+from fxloom.ops.mutation import module_has_side_effect, module_is_inplace
+
+if TYPE_CHECKING:
+    from fxloom.node import Node
 
 __all__ = [
     "RANDOM_FUNCTIONS",
     "RANDOM_METHODS",
     "RANDOM_MODULES",
-    "READ_ONLY_EFFECTS",
-    "WRITES_FIRST_ARGUMENT",
     "MODULE_PURITY",
     "FRESH_RESULT_FUNCTIONS",
     "FRESH_RESULT_METHODS",
     "FRESH_RESULT_MODULES",
-    "Effects",
-    "AliasClasses",
-    "check_graph_module",
-    "is_literal",
+    "call_argument",
+    "is_random_call",
+    "module_is_pure",
+    "module_is_random",
+    "module_returns_fresh",
+    "returns_fresh_call",
 ]
 
-NodePredicate = Callable[[Node], bool]
+NodePredicate = Callable[["Node"], bool]
 
 
 def call_argument(node: Node, index: int, name: str, default: Any) -> Any:
@@ -122,29 +128,7 @@ RANDOM_MODULES: dict[type, Callable[[nn.Module], bool]] = {
     nn.modules.rnn.RNNBase: lambda m: m.training and m.dropout > 0,
 }
 
-# ------------------------------------------------------------------ mutation
-# Impure calls that write to no value of the program: run-time checks and printing.
-READ_ONLY_EFFECTS: set[Any] = {
-    builtins.print,
-    torch._assert,
-    torch.manual_seed,  # changes the random stream, which random nodes account for
-    guards.check_guard,
-    guards.check_tensor_input,
-    guards.check_length,
-    guards.check_variadic_length,
-    guards.check_variadic_keys,
-}
-_READ_ONLY_EFFECT_TYPES = (guards.FixedArgument,)
-
-# Impure functions that write to their first argument only.
-WRITES_FIRST_ARGUMENT: set[Any] = {
-    operator.setitem,
-    operator.delitem,
-    builtins.setattr,
-    builtins.delattr,
-    *IN_PLACE_OPERATORS,
-}
-
+# ------------------------------------------------------------------ purity
 # Module class (matched along the MRO) -> predicate(module): are its calls pure (deterministic,
 # no writes to inputs or state)? Classes of torch.nn not listed are pure; others are not,
 # unless registered here. Random modules, in-place ones (``inplace=True``) and modules with
@@ -294,133 +278,44 @@ def _table_says(table: dict[Any, NodePredicate | None], key: Any, node: Node) ->
     return predicate is None or bool(predicate(node))
 
 
-def is_literal(value: Any) -> bool:
-    """Whether ``value`` can be written into a node's arguments as it is (no nodes, no tensors).
-
-    >>> is_literal((1, 2.0, None)), is_literal([torch.float32]), is_literal(torch.ones(1))
-    (True, True, False)
-    """
-    kind = type(value)
-    if kind in _LEAF_TYPES:
+# ------------------------------------------------------------------ questions
+def is_random_call(node: Node) -> bool:
+    """Whether a ``call_function``/``call_method`` node draws random numbers (``torch.rand``)."""
+    if node.op == "call_method":
+        return _table_says(RANDOM_METHODS, node.target, node)
+    if node.op != "call_function":
+        return False
+    target = node.target
+    tags = getattr(target, "tags", None)  # torch.ops overloads carry their own tag
+    if tags is not None and torch.Tag.nondeterministic_seeded in tags:
         return True
-    if kind in (tuple, list):
-        return all(is_literal(item) for item in value)
+    return _table_says(RANDOM_FUNCTIONS, target, node)
+
+
+def returns_fresh_call(node: Node) -> bool:
+    """Whether a ``call_function``/``call_method`` node's result shares storage with no input."""
+    if node.op == "call_function":
+        return _table_says(FRESH_RESULT_FUNCTIONS, node.target, node)
+    if node.op == "call_method":
+        return _table_says(FRESH_RESULT_METHODS, node.target, node)
     return False
 
 
-def check_graph_module(gm: Any, pass_name: str) -> GraphModule:
-    """``gm`` itself if it is a GraphModule; else a TypeError saying how to get one."""
-    if not isinstance(gm, GraphModule):
-        raise TypeError(
-            f"{pass_name} works on an fxloom.GraphModule, got {type(gm).__name__}; "
-            "trace the model first: fxloom.symbolic_trace(model)"
-        )
-    return gm
-
-
-class Effects:
-    """Answers purity questions about the nodes of one module's graph, caching per module."""
-
-    def __init__(self, root: nn.Module) -> None:
-        self.root = root
-        self._pure_modules: dict[str, bool] = {}
-        self._random_modules: dict[str, bool] = {}
-
-    # --------------------------------------------------------------- modules
-    def module(self, target: str) -> nn.Module | None:
-        try:
-            return self.root.get_submodule(target)
-        except AttributeError:
-            return None
-
-    def is_pure_module(self, target: str) -> bool:
-        """Whether calls to the submodule at ``target`` are deterministic and write nothing."""
-        pure = self._pure_modules.get(target)
-        if pure is None:
-            module = self.module(target)
-            pure = module is not None and all(_module_alone_is_pure(m) for m in module.modules())
-            self._pure_modules[target] = pure
-        return pure
-
-    # ---------------------------------------------------------------- purity
-    def is_impure(self, node: Node) -> bool:
-        """``Node.is_impure`` (one place to refine it for the passes)."""
-        return node.is_impure()
-
-    # ------------------------------------------------------------ randomness
-    def is_random(self, node: Node) -> bool:
-        """Whether ``node`` draws random numbers (dropout in training, ``torch.rand``, ...)."""
-        op = node.op
-        if op == "call_function":
-            target = node.target
-            tags = getattr(target, "tags", None)  # torch.ops overloads carry their own tag
-            if tags is not None and torch.Tag.nondeterministic_seeded in tags:
-                return True
-            return _table_says(RANDOM_FUNCTIONS, target, node)
-        if op == "call_method":
-            return _table_says(RANDOM_METHODS, node.target, node)
-        if op == "call_module":
-            return self._is_random_module(node.target)
-        return False
-
-    def _is_random_module(self, target: str) -> bool:
-        random = self._random_modules.get(target)
-        if random is None:
-            module = self.module(target)
-            random = module is not None and any(
-                _module_alone_is_random(m) for m in module.modules()
-            )
-            self._random_modules[target] = random
-        return random
-
-    # -------------------------------------------------------------- mutation
-    def mutated_inputs(self, node: Node) -> tuple[Any, ...] | None:
-        """What ``node`` may write to: input nodes and module-state keys; ``None``: nothing.
-
-        A module-state key ``("attr", "layer1")`` stands for every attribute under that path.
-        """
-        op = node.op
-        if op == "call_module":
-            if self.is_pure_module(node.target):
-                return None
-            return (*node.all_input_nodes, attribute_key(node.target))
-        if op not in ("call_function", "call_method") or not self.is_impure(node):
-            return None
-        if node.meta.get("is_impure"):
-            return tuple(node.all_input_nodes)
-        if "out" in node.kwargs:
-            return tuple(n for n in _nodes_in(node.kwargs["out"]))
-        target = node.target
-        if op == "call_function" and _is_read_only_effect(target):
-            return ()
-        if _writes_first_argument(node):
-            first = node.args[0] if node.args else None
-            return (first,) if isinstance(first, Node) else ()
-        return tuple(node.all_input_nodes)  # an unknown effect: it may write to any input
-
-    def may_alias_input(self, node: Node) -> bool:
-        """Whether ``node``'s result may share storage with one of its inputs."""
-        op = node.op
-        if op == "call_function":
-            return not _table_says(FRESH_RESULT_FUNCTIONS, node.target, node)
-        if op == "call_method":
-            return not _table_says(FRESH_RESULT_METHODS, node.target, node)
-        if op == "call_module":
-            module = self.module(node.target)
-            fresh = module is not None and _lookup_mro(FRESH_RESULT_MODULES, type(module))
-            return not (fresh and self.is_pure_module(node.target))
-        return False
-
-
-def _module_alone_is_random(module: nn.Module) -> bool:
+def module_is_random(module: nn.Module) -> bool:
+    """Whether calls of ``module`` itself (not its submodules) draw random numbers."""
     rule = _lookup_mro(RANDOM_MODULES, type(module))
     return rule is not None and bool(rule(module))
 
 
-def _module_alone_is_pure(module: nn.Module) -> bool:
-    if getattr(module, "_is_impure", False) or getattr(module, "inplace", False) is True:
+def module_is_pure(module: nn.Module) -> bool:
+    """Whether calls of ``module`` itself (not its submodules) are deterministic and write nothing.
+
+    Never for modules with side effects or ``inplace=True``, forward hooks, or randomness;
+    then ``MODULE_PURITY``; else only torch.nn's own modules are pure.
+    """
+    if module_has_side_effect(module) or module_is_inplace(module):
         return False
-    if module._forward_hooks or module._forward_pre_hooks or _module_alone_is_random(module):
+    if module._forward_hooks or module._forward_pre_hooks or module_is_random(module):
         return False
     rule = _lookup_mro(MODULE_PURITY, type(module))
     if rule is not None:
@@ -428,89 +323,6 @@ def _module_alone_is_pure(module: nn.Module) -> bool:
     return type(module).__module__.startswith("torch.nn.modules.")
 
 
-def _in_set(table: set[Any], target: Any) -> bool:
-    try:
-        return target in table
-    except TypeError:  # an unhashable callable: in no table
-        return False
-
-
-def _is_read_only_effect(target: Any) -> bool:
-    return isinstance(target, _READ_ONLY_EFFECT_TYPES) or _in_set(READ_ONLY_EFFECTS, target)
-
-
-def _writes_first_argument(node: Node) -> bool:
-    if node.op == "call_method" or node.kwargs.get("inplace") is True:
-        return True
-    target = node.target
-    if _in_set(WRITES_FIRST_ARGUMENT, target):
-        return True
-    return _is_inplace_name(getattr(target, "__name__", ""))
-
-
-def _nodes_in(value: Any) -> Iterable[Node]:
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _nodes_in(item)
-
-
-def attribute_key(qualified_name: str) -> tuple[str, str]:
-    """The alias-class key standing for the module attribute (or submodule) at a path."""
-    return ("attr", qualified_name)
-
-
-class AliasClasses:
-    """Values of a graph that may share storage, and which of those sets the graph writes to.
-
-    Built in one pass (union-find, near-linear): an in-place op joins its result to what it
-    writes; a call that may return a view joins its result to its inputs; ``get_attr`` nodes
-    join the key of their attribute, and each attribute key the keys of its parent modules
-    (a module call that may write to its state writes to everything under it).
-    """
-
-    def __init__(self, graph: Any, effects: Effects) -> None:
-        self._parent: dict[Any, Any] = {}
-        self.mutations: dict[Node, tuple[Any, ...]] = {}
-        for node in graph.nodes:
-            written = effects.mutated_inputs(node)
-            if written is not None:
-                self.mutations[node] = written
-                for item in written:
-                    self._join_item(node, item)
-            elif node.op == "get_attr":
-                self._join_item(node, attribute_key(node.target))
-            elif effects.may_alias_input(node):
-                for used in node.all_input_nodes:
-                    self.union(node, used)
-        self._mutated_roots = {
-            self.find(item) for written in self.mutations.values() for item in written
-        }
-
-    def _join_item(self, node: Node, item: Any) -> None:
-        if isinstance(item, tuple):  # an attribute key: also join its parent modules' keys
-            path = item[1].split(".")
-            for length in range(len(path) - 1, 0, -1):
-                self.union(item, attribute_key(".".join(path[:length])))
-        self.union(node, item)
-
-    def find(self, item: Any) -> Any:
-        """The representative of ``item``'s class (path-halving union-find)."""
-        parent = self._parent
-        while True:
-            up = parent.get(item, item)
-            if up is item or up == item:
-                return item
-            grand = parent.get(up, up)
-            parent[item] = grand
-            item = grand
-
-    def union(self, a: Any, b: Any) -> None:
-        root_a, root_b = self.find(a), self.find(b)
-        if root_a is not root_b and root_a != root_b:
-            self._parent[root_a] = root_b
-
-    def is_mutated(self, node: Node) -> bool:
-        """Whether anything in the graph may write to ``node``'s value (or one sharing storage)."""
-        return self.find(node) in self._mutated_roots
+def module_returns_fresh(module: nn.Module) -> bool:
+    """Whether ``module``'s calls, when pure, return new tensors (``FRESH_RESULT_MODULES``)."""
+    return bool(_lookup_mro(FRESH_RESULT_MODULES, type(module)))

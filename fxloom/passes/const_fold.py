@@ -17,7 +17,7 @@
     >>> gm._folded_mul
     tensor([0.0000, 0.5000, 1.0000, 1.5000])
 
-Depends on: the IR, ``fxloom.interpreter`` (to evaluate) and ``fxloom.ops.effects``.
+Depends on: the IR, ``fxloom.interpreter`` (to evaluate) and ``fxloom.passes._effects``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Interpreter
 from fxloom.node import Node
-from fxloom.ops.effects import AliasClasses, Effects, check_graph_module, is_literal
+from fxloom.passes._effects import AliasClasses, Effects, check_graph_module, is_literal
 
 __all__ = ["FACTORY_FUNCTIONS", "const_fold"]
 

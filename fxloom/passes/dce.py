@@ -19,7 +19,7 @@
         used = self.used(x);  x = None
         return used
 
-Depends on: the IR and ``fxloom.ops.effects`` (which calls are random).
+Depends on: the IR and ``fxloom.passes._effects`` (which calls are random).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from torch import nn
 
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
-from fxloom.ops.effects import Effects, check_graph_module
+from fxloom.passes._effects import Effects, check_graph_module
 
 __all__ = ["DeadCodeReport", "eliminate_dead_code"]
 

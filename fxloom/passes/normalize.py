@@ -37,7 +37,6 @@ from fxloom import guards
 from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Transformer
 from fxloom.node import Node
-from fxloom.ops.effects import check_graph_module, is_literal
 from fxloom.ops.signatures import (
     SIGNATURES,
     UNKNOWN,
@@ -51,6 +50,7 @@ from fxloom.ops.signatures import (
     method_candidates,
     module_signature,
 )
+from fxloom.passes._effects import check_graph_module, is_literal
 from fxloom.passes.cse import literal_key
 from fxloom.proxy import Proxy
 

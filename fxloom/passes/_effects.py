@@ -1,0 +1,229 @@
+"""Effects of the nodes of one graph: purity, randomness, writes and aliasing, for the passes.
+
+Shared by ``cse``, ``const_fold``, ``dce`` and ``normalize``. The knowledge is in the tables of
+``fxloom.ops.effects`` (randomness, module purity, fresh results) and ``fxloom.ops.mutation``
+(what calls write); extend those. This module asks them about nodes of a graph:
+
+* ``Effects.is_random(node)``, ``Effects.is_pure_module(target)`` (a submodule and everything
+  under it), cached per module;
+* ``Effects.mutated_inputs(node)``: which values may it write to (``None``: it writes nothing)?
+* ``Effects.may_alias_input(node)``: may its result share storage with an input?
+
+``AliasClasses`` combines the last two over a graph: values that may share storage are put in
+one class, and a class is *mutated* if any write reaches it.
+
+Depends on: the IR, ``fxloom.ops`` and ``fxloom.guards`` (whose run-time checks are registered
+as read-only effects here: ops sits below the tracer and cannot name them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from torch import nn
+
+from fxloom import guards
+from fxloom.graph_module import GraphModule
+from fxloom.node import _LEAF_TYPES, Node
+from fxloom.ops.effects import (
+    is_random_call,
+    module_is_pure,
+    module_is_random,
+    module_returns_fresh,
+    returns_fresh_call,
+)
+from fxloom.ops.mutation import (
+    READ_ONLY_EFFECT_TYPES,
+    READ_ONLY_EFFECTS,
+    is_read_only_effect,
+    writes_only_first_argument,
+)
+
+__all__ = ["AliasClasses", "Effects", "attribute_key", "check_graph_module", "is_literal"]
+
+# The checks traced code carries raise or not; they write nothing.
+READ_ONLY_EFFECTS.update(
+    (
+        guards.check_guard,
+        guards.check_tensor_input,
+        guards.check_length,
+        guards.check_variadic_length,
+        guards.check_variadic_keys,
+    )
+)
+READ_ONLY_EFFECT_TYPES.add(guards.FixedArgument)
+
+
+def is_literal(value: Any) -> bool:
+    """Whether ``value`` can be written into a node's arguments as it is (no nodes, no tensors).
+
+    >>> import torch
+    >>> is_literal((1, 2.0, None)), is_literal([torch.float32]), is_literal(torch.ones(1))
+    (True, True, False)
+    """
+    kind = type(value)
+    if kind in _LEAF_TYPES:
+        return True
+    if kind in (tuple, list):
+        return all(is_literal(item) for item in value)
+    return False
+
+
+def check_graph_module(gm: Any, pass_name: str) -> GraphModule:
+    """``gm`` itself if it is a GraphModule; else a TypeError saying how to get one."""
+    if not isinstance(gm, GraphModule):
+        raise TypeError(
+            f"{pass_name} works on an fxloom.GraphModule, got {type(gm).__name__}; "
+            "trace the model first: fxloom.symbolic_trace(model)"
+        )
+    return gm
+
+
+class Effects:
+    """Answers purity questions about the nodes of one module's graph, caching per module."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self.root = root
+        self._pure_modules: dict[str, bool] = {}
+        self._random_modules: dict[str, bool] = {}
+
+    # --------------------------------------------------------------- modules
+    def module(self, target: str) -> nn.Module | None:
+        try:
+            return self.root.get_submodule(target)
+        except AttributeError:
+            return None
+
+    def is_pure_module(self, target: str) -> bool:
+        """Whether calls to the submodule at ``target`` are deterministic and write nothing."""
+        pure = self._pure_modules.get(target)
+        if pure is None:
+            module = self.module(target)
+            pure = module is not None and all(module_is_pure(m) for m in module.modules())
+            self._pure_modules[target] = pure
+        return pure
+
+    # ---------------------------------------------------------------- purity
+    def is_impure(self, node: Node) -> bool:
+        """``Node.is_impure`` (one place to refine it for the passes)."""
+        return node.is_impure()
+
+    # ------------------------------------------------------------ randomness
+    def is_random(self, node: Node) -> bool:
+        """Whether ``node`` draws random numbers (dropout in training, ``torch.rand``, ...)."""
+        if node.op == "call_module":
+            return self._is_random_module(node.target)
+        return is_random_call(node)
+
+    def _is_random_module(self, target: str) -> bool:
+        random = self._random_modules.get(target)
+        if random is None:
+            module = self.module(target)
+            random = module is not None and any(module_is_random(m) for m in module.modules())
+            self._random_modules[target] = random
+        return random
+
+    # -------------------------------------------------------------- mutation
+    def mutated_inputs(self, node: Node) -> tuple[Any, ...] | None:
+        """What ``node`` may write to: input nodes and module-state keys; ``None``: nothing.
+
+        A module-state key ``("attr", "layer1")`` stands for every attribute under that path.
+        """
+        op = node.op
+        if op == "call_module":
+            if self.is_pure_module(node.target):
+                return None
+            return (*node.all_input_nodes, attribute_key(node.target))
+        if op not in ("call_function", "call_method") or not self.is_impure(node):
+            return None
+        if node.meta.get("is_impure"):
+            return tuple(node.all_input_nodes)
+        if "out" in node.kwargs:
+            return tuple(n for n in _nodes_in(node.kwargs["out"]))
+        target = node.target
+        if op == "call_function" and is_read_only_effect(target):
+            return ()
+        if writes_only_first_argument(op, target, node.kwargs):
+            first = node.args[0] if node.args else None
+            return (first,) if isinstance(first, Node) else ()
+        return tuple(node.all_input_nodes)  # an unknown effect: it may write to any input
+
+    def may_alias_input(self, node: Node) -> bool:
+        """Whether ``node``'s result may share storage with one of its inputs."""
+        op = node.op
+        if op in ("call_function", "call_method"):
+            return not returns_fresh_call(node)
+        if op == "call_module":
+            module = self.module(node.target)
+            fresh = module is not None and module_returns_fresh(module)
+            return not (fresh and self.is_pure_module(node.target))
+        return False
+
+
+def _nodes_in(value: Any) -> Iterable[Node]:
+    if isinstance(value, Node):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _nodes_in(item)
+
+
+def attribute_key(qualified_name: str) -> tuple[str, str]:
+    """The alias-class key standing for the module attribute (or submodule) at a path."""
+    return ("attr", qualified_name)
+
+
+class AliasClasses:
+    """Values of a graph that may share storage, and which of those sets the graph writes to.
+
+    Built in one pass (union-find, near-linear): an in-place op joins its result to what it
+    writes; a call that may return a view joins its result to its inputs; ``get_attr`` nodes
+    join the key of their attribute, and each attribute key the keys of its parent modules
+    (a module call that may write to its state writes to everything under it).
+    """
+
+    def __init__(self, graph: Any, effects: Effects) -> None:
+        self._parent: dict[Any, Any] = {}
+        self.mutations: dict[Node, tuple[Any, ...]] = {}
+        for node in graph.nodes:
+            written = effects.mutated_inputs(node)
+            if written is not None:
+                self.mutations[node] = written
+                for item in written:
+                    self._join_item(node, item)
+            elif node.op == "get_attr":
+                self._join_item(node, attribute_key(node.target))
+            elif effects.may_alias_input(node):
+                for used in node.all_input_nodes:
+                    self.union(node, used)
+        self._mutated_roots = {
+            self.find(item) for written in self.mutations.values() for item in written
+        }
+
+    def _join_item(self, node: Node, item: Any) -> None:
+        if isinstance(item, tuple):  # an attribute key: also join its parent modules' keys
+            path = item[1].split(".")
+            for length in range(len(path) - 1, 0, -1):
+                self.union(item, attribute_key(".".join(path[:length])))
+        self.union(node, item)
+
+    def find(self, item: Any) -> Any:
+        """The representative of ``item``'s class (path-halving union-find)."""
+        parent = self._parent
+        while True:
+            up = parent.get(item, item)
+            if up is item or up == item:
+                return item
+            grand = parent.get(up, up)
+            parent[item] = grand
+            item = grand
+
+    def union(self, a: Any, b: Any) -> None:
+        root_a, root_b = self.find(a), self.find(b)
+        if root_a is not root_b and root_a != root_b:
+            self._parent[root_a] = root_b
+
+    def is_mutated(self, node: Node) -> bool:
+        """Whether anything in the graph may write to ``node``'s value (or one sharing storage)."""
+        return self.find(node) in self._mutated_roots
