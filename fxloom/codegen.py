@@ -38,6 +38,7 @@ import torch
 
 from fxloom._namespace import Namespace, sanitize
 from fxloom.node import Node
+from fxloom.ops.python_operators import PYTHON_OPERATORS
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -66,66 +67,26 @@ class PythonCode:
 
 
 # -------------------------------------------------------------------- tables
-# operator function -> infix token (``a + b``).
-BINARY_OPERATORS: dict[Any, str] = {
-    operator.add: "+",
-    operator.sub: "-",
-    operator.mul: "*",
-    operator.truediv: "/",
-    operator.floordiv: "//",
-    operator.mod: "%",
-    operator.pow: "**",
-    operator.matmul: "@",
-    operator.lshift: "<<",
-    operator.rshift: ">>",
-    operator.and_: "&",
-    operator.or_: "|",
-    operator.xor: "^",
-    operator.eq: "==",
-    operator.ne: "!=",
-    operator.lt: "<",
-    operator.le: "<=",
-    operator.gt: ">",
-    operator.ge: ">=",
-    operator.is_: "is",
-    operator.is_not: "is not",
+# How each kind of Python operator (``fxloom.ops.python_operators``) is printed. An augmented
+# call ``r = iadd(a, b)`` is emitted as ``r = a;  r += b``: a tensor is mutated in place
+# exactly as ``a += b`` would, while an immutable ``a`` is left untouched, as operator.iadd
+# leaves it. ``abs`` (kind "call") prints as an ordinary call.
+_FORM_OF_KIND = {
+    "binary": "infix",  # a + b
+    "comparison": "infix",  # a < b
+    "unary": "prefix",  # -a
+    "augmented": "augmented",  # r = a;  r += b
+    "getitem": "getitem",  # a[b], slices as a:b:c
+    "setitem": "setitem",  # a[b] = c
+    "contains": "contains",  # b in a
+    "getattr": "getattr",  # a.name
 }
 
-# In-place operator -> augmented assignment. ``r = iadd(a, b)`` is emitted as
-# ``r = a;  r += b``: a tensor is mutated in place exactly as ``a += b`` would,
-# while an immutable ``a`` is left untouched, as operator.iadd leaves it.
-INPLACE_OPERATORS: dict[Any, str] = {
-    operator.iadd: "+=",
-    operator.isub: "-=",
-    operator.imul: "*=",
-    operator.itruediv: "/=",
-    operator.ifloordiv: "//=",
-    operator.imod: "%=",
-    operator.ipow: "**=",
-    operator.imatmul: "@=",
-    operator.ilshift: "<<=",
-    operator.irshift: ">>=",
-    operator.iand: "&=",
-    operator.ior: "|=",
-    operator.ixor: "^=",
-}
-
-UNARY_OPERATORS: dict[Any, str] = {
-    operator.neg: "-",
-    operator.pos: "+",
-    operator.invert: "~",
-    operator.not_: "not ",
-}
-
-# One lookup per call_function node: target -> (arity, kind, token).
+# One lookup per call_function node: target -> (arity, form, token).
 OPERATOR_FORMS: dict[Any, tuple[int, str, str]] = {
-    **{fn: (2, "infix", token) for fn, token in BINARY_OPERATORS.items()},
-    **{fn: (2, "augmented", token) for fn, token in INPLACE_OPERATORS.items()},
-    **{fn: (1, "prefix", token) for fn, token in UNARY_OPERATORS.items()},
-    operator.getitem: (2, "getitem", ""),  # a[b], slices as a:b:c
-    operator.setitem: (3, "setitem", ""),  # a[b] = c
-    operator.contains: (2, "contains", ""),  # b in a
-    builtins.getattr: (2, "getattr", ""),  # a.name
+    fn: (entry.arity, _FORM_OF_KIND[entry.kind], entry.token)
+    for fn, entry in PYTHON_OPERATORS.items()
+    if entry.kind in _FORM_OF_KIND
 }
 
 # Modules whose functions print with their dotted path (``torch.relu``);

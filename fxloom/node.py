@@ -35,9 +35,7 @@ up to date; nothing ever rescans the graph to recompute them.
 
 from __future__ import annotations
 
-import builtins
 import enum
-import operator
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional, Union
@@ -45,6 +43,13 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import torch
 
 from fxloom.immutable_collections import immutable_dict, immutable_list
+from fxloom.ops.mutation import (
+    function_has_side_effect,
+    has_side_effect,
+    is_inplace_name,
+    module_has_side_effect,
+    writes_through_keywords,
+)
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -127,50 +132,6 @@ _OPAQUE_CONSTANT_TYPES = (
     type,
     enum.Enum,
 )
-
-
-# Calls the dead-code eliminator must keep even when their result is unused.
-# Extend with ``has_side_effect``. (Mutating torch.ops overloads are recognised
-# by their schema, in-place methods and functions by their trailing "_".)
-IN_PLACE_OPERATORS = frozenset(
-    {
-        operator.iadd,
-        operator.isub,
-        operator.imul,
-        operator.imatmul,
-        operator.itruediv,
-        operator.ifloordiv,
-        operator.imod,
-        operator.ipow,
-        operator.ilshift,
-        operator.irshift,
-        operator.iand,
-        operator.ior,
-        operator.ixor,
-    }
-)  # ``x += y``: writes to its first argument
-_SIDE_EFFECT_FUNCTIONS: set[Any] = {
-    *IN_PLACE_OPERATORS,
-    operator.setitem,
-    operator.delitem,
-    builtins.print,
-    builtins.setattr,
-    builtins.delattr,
-    torch.manual_seed,
-    torch._assert,
-}
-
-
-def has_side_effect(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark ``fn`` as impure, so ``eliminate_dead_code`` keeps calls to it.
-
-    Usable as a decorator::
-
-        @fxloom.has_side_effect
-        def log_activation(x): ...
-    """
-    _SIDE_EFFECT_FUNCTIONS.add(fn)
-    return fn
 
 
 _NO_KWARGS = immutable_dict()
@@ -502,26 +463,12 @@ class Node:
         op = self._op
         if op in ("placeholder", "output") or self.meta.get("is_impure"):
             return True
-        if "out" in self._kwargs or self._kwargs.get("inplace") is True:
+        if writes_through_keywords(self._kwargs):
             return True
         if op == "call_function":
-            target = self._target
-            try:
-                if target in _SIDE_EFFECT_FUNCTIONS:
-                    return True
-            except TypeError:  # unhashable callable
-                pass
-            if getattr(target, "_is_impure", False):  # e.g. fxloom.guards.FixedArgument
-                return True
-            schema = getattr(target, "_schema", None)  # torch.ops overloads know if they mutate
-            if schema is not None and getattr(schema, "is_mutable", False):
-                return True
-            if target in _KEYWORD_NAMED_OPERATORS:
-                return False
-            name = getattr(target, "__name__", "")
-            return _is_inplace_name(name)
+            return function_has_side_effect(self._target)
         if op == "call_method":
-            return _is_inplace_name(self._target)
+            return is_inplace_name(self._target)
         if op == "call_module":
             root = self.graph.owning_module
             if root is None:
@@ -530,7 +477,7 @@ class Node:
                 module = root.get_submodule(self._target)
             except AttributeError:
                 return False
-            return bool(getattr(module, "_is_impure", False))
+            return module_has_side_effect(module)
         return False
 
     # --------------------------------------------------------------- printing
@@ -556,15 +503,6 @@ class Node:
         from fxloom._format import format_node
 
         return format_node(self, placeholder_names, maybe_return_typename)
-
-
-# Pure functions whose names end in "_" only to avoid a keyword: ``a & b`` is ``operator.and_``.
-_KEYWORD_NAMED_OPERATORS = frozenset({operator.and_, operator.or_, operator.not_, operator.is_})
-
-
-def _is_inplace_name(name: str) -> bool:
-    # ``add_`` mutates; ``__add__`` and ``_private`` helpers are not in-place.
-    return name.endswith("_") and not name.endswith("__") and not name.startswith("_")
 
 
 # ---------------------------------------------------------------- arguments

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom.node import Node
+from fxloom.ops.python_operators import PYTHON_OPERATORS
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -287,13 +288,6 @@ class Proxy:
     def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         return self.tracer.create_proxy("call_function", func, args, kwargs)
 
-    # ---------------------------------------------------------- indexing
-    def __getitem__(self, key: Any) -> Proxy:
-        return self.tracer.create_proxy("call_function", operator.getitem, (self, key), {})
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
-
 
 # Tensor attributes that are data, not methods (shape, T, grad, ...): getattr
 # nodes for them are created where they are read.
@@ -370,55 +364,11 @@ def _find_tracer(args: tuple, kwargs: dict) -> Tracer | None:
 
 
 # ------------------------------------------------------------- operators
-# Python's operator protocol -> the recorded function. Reflected forms
-# (``1 + x`` calls ``x.__radd__(1)``) record the same function, arguments swapped.
-_BINARY = {
-    "add": operator.add,
-    "sub": operator.sub,
-    "mul": operator.mul,
-    "truediv": operator.truediv,
-    "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "pow": operator.pow,
-    "matmul": operator.matmul,
-    "lshift": operator.lshift,
-    "rshift": operator.rshift,
-    "and": operator.and_,
-    "or": operator.or_,
-    "xor": operator.xor,
-}
-_COMPARISONS = {
-    "eq": operator.eq,
-    "ne": operator.ne,
-    "lt": operator.lt,
-    "le": operator.le,
-    "gt": operator.gt,
-    "ge": operator.ge,
-}
-_UNARY = {
-    "neg": operator.neg,
-    "pos": operator.pos,
-    "invert": operator.invert,
-    "abs": operator.abs,
-}
-# ``x += y`` -> ``operator.iadd``: the tensor is mutated where the user mutated it.
-_INPLACE = {
-    "iadd": operator.iadd,
-    "isub": operator.isub,
-    "imul": operator.imul,
-    "itruediv": operator.itruediv,
-    "ifloordiv": operator.ifloordiv,
-    "imod": operator.imod,
-    "ipow": operator.ipow,
-    "imatmul": operator.imatmul,
-    "ilshift": operator.ilshift,
-    "irshift": operator.irshift,
-    "iand": operator.iand,
-    "ior": operator.ior,
-    "ixor": operator.ixor,
-}
-
-
+# Every Python operator with a hook (``fxloom.ops.python_operators``) records its function:
+# ``x + 1`` -> ``operator.add(x, 1)``; reflected forms (``1 + x`` calls ``x.__radd__(1)``)
+# record the same function, arguments swapped; ``x += y`` -> ``operator.iadd``, so the tensor
+# is mutated where the user mutated it. ``in`` is the exception: Python turns the result into
+# a bool, so ``Proxy.__contains__`` is written out above.
 def _forward_method(fn: Any) -> Any:
     def method(self: Proxy, *operands: Any) -> Proxy:
         return self.tracer.create_proxy("call_function", fn, (self, *operands), {})
@@ -434,10 +384,12 @@ def _reflected_method(fn: Any) -> Any:
 
 
 def _install_operators() -> None:
-    for name, fn in {**_BINARY, **_COMPARISONS, **_UNARY, **_INPLACE}.items():
-        setattr(Proxy, f"__{name}__", _forward_method(fn))
-    for name, fn in _BINARY.items():
-        setattr(Proxy, f"__r{name}__", _reflected_method(fn))
+    for fn, entry in PYTHON_OPERATORS.items():
+        if entry.hook is None or entry.kind == "contains":
+            continue
+        setattr(Proxy, entry.hook, _forward_method(fn))
+        if entry.reflected_hook is not None:
+            setattr(Proxy, entry.reflected_hook, _reflected_method(fn))
 
 
 _install_operators()

@@ -17,7 +17,7 @@ table::
     [('(root)', '', 0), ('0', 'Linear', 33024), ('1', 'ReLU', 256)]
 
 **FLOPs** come from ``FLOP_FORMULAS``, a table keyed by target (a function, a method name, a
-module class) that ``register_flop_formula`` extends; conventions in ``_flop_formulas``. A node
+module class) that ``register_flop_formula`` extends; conventions in ``fxloom.ops.flops``. A node
 whose operator has no formula counts 0 FLOPs and is listed in ``report.not_counted`` (and in the
 summary), never dropped silently. A node whose value holds no tensor (a size, a guard) costs
 nothing.
@@ -42,7 +42,6 @@ Depends on: ``fxloom.passes.shape_prop``; rich for tables.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,8 +49,7 @@ import torch
 
 from fxloom._format import qualified_name
 from fxloom.node import Node
-from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
-from fxloom.passes._flop_formulas import (
+from fxloom.ops.flops import (
     FLOP_FORMULAS,
     VIEW_IF_CONTIGUOUS,
     VIEW_OPS,
@@ -61,6 +59,8 @@ from fxloom.passes._flop_formulas import (
     numel,
     register_flop_formula,
 )
+from fxloom.ops.mutation import is_inplace_function, is_inplace_name, module_is_inplace
+from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
 from fxloom.passes._meta_device import is_shape_spec
 from fxloom.passes.shape_prop import ShapeProp, ShapePropError, TensorMetadata
 
@@ -80,9 +80,6 @@ __all__ = [
 ]
 
 MODES = ("auto", "meta", "real", "recorded")
-_IN_PLACE_OPERATORS = frozenset(
-    {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv}
-)
 
 
 def analyze_cost(
@@ -309,11 +306,10 @@ def _table_key(node: Node, module: torch.nn.Module | None) -> Any:
 
 def _is_in_place(node: Node, module: torch.nn.Module | None) -> bool:
     if node.op == "call_module":
-        return bool(getattr(module, "inplace", False))
+        return module is not None and module_is_inplace(module)
     if node.op == "call_method":
-        name = str(node.target)
-        return name.endswith("_") and not name.endswith("__")
-    return node.target in _IN_PLACE_OPERATORS or node.kwargs.get("inplace") is True
+        return is_inplace_name(str(node.target))
+    return is_inplace_function(node.target) or node.kwargs.get("inplace") is True
 
 
 def _first_input(node: Node) -> Node | None:

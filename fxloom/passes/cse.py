@@ -39,9 +39,11 @@ def cse(gm: GraphModule) -> GraphModule:
     Never merged:
 
     * impure nodes (``Node.is_impure``: in-place ops, ``setitem``, guards, ``out=`` calls...);
-    * random ones (``torch.rand``, dropout in training, ...: see ``_effects.RANDOM_FUNCTIONS``);
-    * calls of modules not known to be pure (``_effects.MODULE_PURITY``: torch.nn modules are,
-      unless in-place, random, hooked, or updating running statistics in training mode);
+    * random ones (``torch.rand``, dropout in training, ...: see
+      ``fxloom.ops.effects.RANDOM_FUNCTIONS``);
+    * calls of modules not known to be pure (``fxloom.ops.effects.MODULE_PURITY``: torch.nn
+      modules are, unless in-place, random, hooked, or updating running statistics in training
+      mode);
     * across a write: if something may write to an input (or a value sharing its storage)
       between two occurrences, both are kept (``a = x + 1; x.add_(1); b = x + 1``);
     * values that something may write to later (merging would make the write visible to both).

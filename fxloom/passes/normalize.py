@@ -20,7 +20,7 @@ was the fourth positional argument or a keyword, or left to its default::
 ``x.view(2, -1)`` stays as it is: its sizes are a ``*args`` list (and ``view`` also has
 a ``dtype`` overload), so no keyword form is certain to mean the same call.
 
-Depends on: the IR, ``fxloom.interpreter`` (``NormalizeArgs``) and ``fxloom.passes._signatures``.
+Depends on: the IR, ``fxloom.interpreter`` (``NormalizeArgs``) and ``fxloom.ops.signatures``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from fxloom import guards
 from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Transformer
 from fxloom.node import Node
-from fxloom.passes._effects import check_graph_module, is_literal
-from fxloom.passes._signatures import (
+from fxloom.ops.signatures import (
     SIGNATURES,
     UNKNOWN,
     Candidate,
@@ -51,6 +50,7 @@ from fxloom.passes._signatures import (
     method_candidates,
     module_signature,
 )
+from fxloom.passes._effects import check_graph_module, is_literal
 from fxloom.passes.cse import literal_key
 from fxloom.proxy import Proxy
 
@@ -83,7 +83,7 @@ def normalize_args(gm: GraphModule, *, fill_defaults: bool = False) -> GraphModu
     * fxloom's guards (``check_guard``...), kept readable.
 
     Where signatures come from, and how the C++ ones are checked against torch's Python
-    binding without running anything: see ``fxloom.passes._signatures``. Register more in
+    binding without running anything: see ``fxloom.ops.signatures``. Register more in
     ``SIGNATURES`` (target -> ``inspect.Signature``, or a function with the same one).
 
     ``gm`` is edited in place; ``node.meta`` and names are unchanged.

@@ -13,7 +13,7 @@ from torch.testing import assert_close
 
 import fxloom
 from fxloom import guards, zoo
-from fxloom.passes import _effects
+from fxloom.ops import effects
 from fxloom.passes.cse import cse, literal_key
 
 
@@ -235,7 +235,7 @@ def test_modules_outside_torch_nn_are_not_merged_unless_registered(monkeypatch):
     gm = cse(fxloom.GraphModule(Net(), graph))
     assert count(gm, "call_module", "scale") == 2
 
-    monkeypatch.setitem(_effects.MODULE_PURITY, Scale, lambda module: True)
+    monkeypatch.setitem(effects.MODULE_PURITY, Scale, lambda module: True)
     gm = cse(fxloom.GraphModule(Net(), leaf.trace(Net())))
     assert count(gm, "call_module", "scale") == 1
 
@@ -415,7 +415,7 @@ def test_a_failure_while_deciding_leaves_the_module_unchanged(monkeypatch):
 
     gm = fxloom.symbolic_trace(lambda x: (x + 1, x + 1, torch.sigmoid(x)))
     before = copy.deepcopy(gm).code
-    monkeypatch.setitem(_effects.RANDOM_FUNCTIONS, torch.sigmoid, broken)
+    monkeypatch.setitem(effects.RANDOM_FUNCTIONS, torch.sigmoid, broken)
     with pytest.raises(RuntimeError, match="a user rule failed"):
         cse(gm)
     assert gm.code == before

@@ -14,7 +14,7 @@ from torch.testing import assert_close
 
 import fxloom
 from fxloom import zoo
-from fxloom.passes import _signatures
+from fxloom.ops import signatures
 from fxloom.passes.normalize import NormalizeArgs, normalize_args
 
 
@@ -145,7 +145,7 @@ def test_the_signature_table_can_be_extended(monkeypatch):
     g.output(g.call_function(wrapper, (x, 0.0, 1.0)))
     gm = fxloom.GraphModule(nn.Module(), g)
     assert normalize_args(gm).graph.find_nodes(op="call_function")[0].args == (x, 0.0, 1.0)
-    monkeypatch.setitem(_signatures.SIGNATURES, wrapper, clamp_signature)
+    monkeypatch.setitem(signatures.SIGNATURES, wrapper, clamp_signature)
     (node,) = normalize_args(gm).graph.find_nodes(op="call_function")
     assert dict(node.kwargs) == {"input": x, "min": 0.0, "max": 1.0}
 
@@ -157,7 +157,7 @@ def test_a_signature_object_can_be_registered_too(monkeypatch):
     signature = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("x", "bias")]
     )
-    monkeypatch.setitem(_signatures.SIGNATURES, wrapper, signature)
+    monkeypatch.setitem(signatures.SIGNATURES, wrapper, signature)
     g = fxloom.Graph()
     x = g.placeholder("x")
     g.output(g.call_function(wrapper, (x, 1.0)))

@@ -35,7 +35,11 @@ its output's ``tensor_meta``, and the module for ``call_module``) and returns a 
 no bytes moved), for the memory estimate; ``VIEW_IF_CONTIGUOUS`` those that are views only when
 their input is contiguous (``reshape``, ``contiguous``, ``flatten``), and copy otherwise.
 
-Depends on: torch, ``fxloom.node`` (formulas may see a ``Node`` whose value was not recorded).
+A tensor is described by anything with a ``shape`` and a torch ``dtype``: the ``TensorMetadata``
+that ``ShapeProp`` records (``fxloom.passes.shape_prop``), or a tensor itself (a meta tensor).
+
+Depends on: torch and ``fxloom.ops.python_operators``. Formulas may see a ``Node`` (a value that
+was not recorded), never imported here.
 """
 
 from __future__ import annotations
@@ -44,14 +48,17 @@ import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxloom.node import Node
-from fxloom.passes.shape_prop import TensorMetadata
+from fxloom.ops.mutation import out_of_place_name
+from fxloom.ops.python_operators import PYTHON_OPERATORS
+
+if TYPE_CHECKING:
+    from fxloom.node import Node
 
 __all__ = [
     "FLOP_FORMULAS",
@@ -60,6 +67,7 @@ __all__ = [
     "FlopCount",
     "OpShapes",
     "find_flop_formula",
+    "describes_tensor",
     "numel",
     "register_flop_formula",
 ]
@@ -81,9 +89,14 @@ class FlopCount(NamedTuple):
         return cls(2 * macs + extra_flops, macs)
 
 
+def describes_tensor(value: Any) -> bool:
+    """Whether ``value`` describes one tensor: it has a ``shape`` and a torch ``dtype``."""
+    return isinstance(getattr(value, "dtype", None), torch.dtype) and hasattr(value, "shape")
+
+
 def numel(meta: Any) -> int:
     """Elements of the tensor(s) ``meta`` describes (a ``TensorMetadata`` or a nesting of them)."""
-    if isinstance(meta, TensorMetadata):
+    if describes_tensor(meta):
         return math.prod(meta.shape)
     if isinstance(meta, dict):
         return sum(numel(item) for item in meta.values())
@@ -119,9 +132,9 @@ class OpShapes:
             return self.args[index]
         return self.kwargs.get(name, default)
 
-    def tensor_args(self) -> list[TensorMetadata]:
+    def tensor_args(self) -> list[Any]:
         """The ``TensorMetadata`` of the positional tensor arguments, in order."""
-        return [arg for arg in self.args if isinstance(arg, TensorMetadata)]
+        return [arg for arg in self.args if describes_tensor(arg)]
 
 
 Formula = Callable[[OpShapes], "FlopCount | int"]
@@ -165,8 +178,9 @@ def find_flop_formula(op: str, target: Any, module: nn.Module | None = None) -> 
     if op == "call_method":
         name = str(target)
         formula = FLOP_FORMULAS.get(name)
-        if formula is None and name.endswith("_") and not name.endswith("__"):
-            formula = FLOP_FORMULAS.get(name[:-1])  # in-place twin: add_ -> add
+        twin = out_of_place_name(name)
+        if formula is None and twin is not None:
+            formula = FLOP_FORMULAS.get(twin)  # in-place twin: add_ -> add
         return formula
     try:
         formula = FLOP_FORMULAS.get(target)
@@ -223,9 +237,14 @@ _ELEMENTWISE_OPERATORS = (
     operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
     operator.pow, operator.neg, operator.pos, operator.abs, operator.invert, operator.and_,
     operator.or_, operator.xor, operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
-    operator.ge, operator.iadd, operator.isub, operator.imul, operator.itruediv,
-    operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+    operator.ge,
 )  # fmt: skip
+# ``x += y`` costs what ``x + y`` does.
+_ELEMENTWISE_AUGMENTED = tuple(
+    entry.function
+    for entry in PYTHON_OPERATORS.values()
+    if entry.kind == "augmented" and entry.in_place_of in _ELEMENTWISE_OPERATORS
+)
 _ELEMENTWISE_FUNCTIONAL = (
     F.relu, F.relu_, F.relu6, F.gelu, F.silu, F.mish, F.elu, F.selu, F.celu, F.leaky_relu,
     F.hardtanh, F.hardswish, F.hardsigmoid, F.softplus, F.softsign, F.tanh, F.sigmoid,
@@ -240,6 +259,7 @@ _ACTIVATION_MODULES = (
 _register_all(_ELEMENTWISE_NAMES, _elementwise)
 _register_all(_torch_functions(*_ELEMENTWISE_NAMES), _elementwise)
 _register_all(_ELEMENTWISE_OPERATORS, _elementwise)
+_register_all(_ELEMENTWISE_AUGMENTED, _elementwise)
 _register_all(_ELEMENTWISE_FUNCTIONAL, _elementwise)
 _register_all(_ACTIVATION_MODULES, _elementwise)
 

@@ -1,0 +1,38 @@
+"""Operator facts: what fxloom knows about the operations a graph calls, one table per fact.
+
+Codegen, the tracer, ``Node.is_impure`` and the passes read these tables; none keeps a copy.
+Each module holds one kind of fact:
+
+===================== =================================================================
+module                what it knows, and how to extend it
+===================== =================================================================
+``python_operators``  ``PYTHON_OPERATORS``: each Python operator's ``operator`` function,
+                      token, arity, kind and magic method. ``Proxy`` installs its magic
+                      methods from it, codegen prints operators with it. Closed: it is
+                      Python's grammar.
+``mutation``          what a call writes: the in-place operators, the in-place naming rule
+                      (``add_``), mutating torch.ops overloads (their schemas), ``out=`` and
+                      ``inplace=True``. Extend ``SIDE_EFFECT_FUNCTIONS`` with
+                      ``fxloom.has_side_effect(fn)``, and say what such a function writes
+                      with ``READ_ONLY_EFFECTS.add(fn)`` (nothing) or
+                      ``WRITES_FIRST_ARGUMENT.add(fn)`` (its first argument only).
+``effects``           randomness, module purity, results that share no storage with their
+                      inputs: ``RANDOM_FUNCTIONS[fn] = None``, ``RANDOM_METHODS``,
+                      ``RANDOM_MODULES[cls] = predicate``, ``MODULE_PURITY[cls] = predicate``,
+                      ``FRESH_RESULT_FUNCTIONS``/``_METHODS``/``_MODULES``.
+``signatures``        the parameters each argument of a call binds to (for ``normalize``):
+                      ``SIGNATURES[fn] = inspect.Signature`` or a function with the same one.
+``flops``             FLOP formulas and views (for ``cost``): ``@register_flop_formula(fn)``
+                      for a function, a method name or a module class; ``VIEW_OPS`` and
+                      ``VIEW_IF_CONTIGUOUS`` for the memory estimate.
+===================== =================================================================
+
+Tables keyed by function are matched by identity; tables keyed by module class along the
+class's MRO; method names by string.
+
+Layering: ``fxloom.ops`` sits below everything else in fxloom: it depends on torch and the
+standard library only (and its modules on each other), so the IR, capture and the passes can
+all read it. It reads nodes and modules it is given but imports no other part of fxloom at
+module level. (``signatures`` names ``GraphModule`` inside one function, to recognise its
+``__call__``.) ``fxloom.passes._effects`` combines ``mutation`` and ``effects`` over a graph.
+"""

@@ -1,0 +1,328 @@
+"""What a call does besides computing its value: randomness, module purity, fresh results.
+
+Op-specific knowledge lives in the tables below, keyed by target; extend them for your own
+functions and modules::
+
+    RANDOM_FUNCTIONS[my_noise] = None                   # always random
+    MODULE_PURITY[MyBlock] = lambda module: True        # calls are pure and deterministic
+    FRESH_RESULT_FUNCTIONS[my_op] = None                # never returns a view of an input
+
+A table entry is ``None`` (always) or a predicate of the node (for this call?). The
+questions asked of one call or one module:
+
+* ``is_random_call(node)``, ``module_is_random(module)``: does it draw random numbers (so two
+  calls differ, and dropping one shifts the random stream)?
+* ``module_is_pure(module)``: are its calls deterministic, with no writes to their inputs or
+  the module's state (submodules not included)?
+* ``returns_fresh_call(node)``, ``module_returns_fresh(module)``: is the result a new value,
+  sharing storage with no input?
+
+What a call writes is in ``fxloom.ops.mutation``; ``fxloom.passes._effects`` combines both
+over a graph (``Effects``, ``AliasClasses``) for ``cse``, ``const_fold`` and ``dce``. What
+the tables do not know is assumed the cautious way: unknown functions may return views of
+their inputs, unknown modules may write to their inputs and their own state, and only
+torch.nn modules are pure. (An entry that claims too much, say a view-returning function
+listed as fresh, makes passes wrong.)
+
+Depends on: torch and ``fxloom.ops.mutation``. Nodes are read (``op``, ``target``, ``args``,
+``kwargs``, ``meta``), never imported.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fxloom.ops.mutation import module_has_side_effect, module_is_inplace
+
+if TYPE_CHECKING:
+    from fxloom.node import Node
+
+__all__ = [
+    "RANDOM_FUNCTIONS",
+    "RANDOM_METHODS",
+    "RANDOM_MODULES",
+    "MODULE_PURITY",
+    "FRESH_RESULT_FUNCTIONS",
+    "FRESH_RESULT_METHODS",
+    "FRESH_RESULT_MODULES",
+    "call_argument",
+    "is_random_call",
+    "module_is_pure",
+    "module_is_random",
+    "module_returns_fresh",
+    "returns_fresh_call",
+]
+
+NodePredicate = Callable[["Node"], bool]
+
+
+def call_argument(node: Node, index: int, name: str, default: Any) -> Any:
+    """The argument ``name`` of a call, given by keyword or at position ``index``, or ``default``."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    return node.args[index] if len(node.args) > index else default
+
+
+def _unless_false(index: int, name: str, default: bool) -> NodePredicate:
+    # ``training``-style flags: random unless the flag is literally False.
+    return lambda node: call_argument(node, index, name, default) is not False
+
+
+def _unless_zero(index: int, name: str) -> NodePredicate:
+    # ``dropout_p``-style rates: random unless the rate is literally zero.
+    return lambda node: call_argument(node, index, name, 0.0) not in (0, 0.0)
+
+
+# ------------------------------------------------------------------ randomness
+# target -> None (always random) or predicate(node) (random for this call?).
+RANDOM_FUNCTIONS: dict[Any, NodePredicate | None] = {
+    **dict.fromkeys(
+        (
+            torch.rand,
+            torch.rand_like,
+            torch.randn,
+            torch.randn_like,
+            torch.randint,
+            torch.randint_like,
+            torch.randperm,
+            torch.normal,
+            torch.bernoulli,
+            torch.multinomial,
+            torch.poisson,
+            F.gumbel_softmax,
+        )
+    ),
+    F.dropout: _unless_false(2, "training", True),
+    F.dropout1d: _unless_false(2, "training", True),
+    F.dropout2d: _unless_false(2, "training", True),
+    F.dropout3d: _unless_false(2, "training", True),
+    F.alpha_dropout: _unless_false(2, "training", False),
+    F.feature_alpha_dropout: _unless_false(2, "training", False),
+    torch.dropout: _unless_false(2, "train", True),
+    torch.alpha_dropout: _unless_false(2, "train", True),
+    torch.feature_dropout: _unless_false(2, "train", True),
+    torch.feature_alpha_dropout: _unless_false(2, "train", True),
+    F.rrelu: _unless_false(3, "training", False),
+    torch.rrelu: _unless_false(3, "training", False),
+    F.scaled_dot_product_attention: _unless_zero(4, "dropout_p"),
+}
+
+# Tensor method name -> None or predicate, as above (in-place ones are impure anyway).
+RANDOM_METHODS: dict[str, NodePredicate | None] = dict.fromkeys(
+    ("bernoulli", "multinomial", "bernoulli_", "uniform_", "normal_", "random_")
+    + ("exponential_", "geometric_", "cauchy_", "log_normal_")
+)
+
+# Module class (matched along the MRO) -> predicate(module): are its calls random?
+RANDOM_MODULES: dict[type, Callable[[nn.Module], bool]] = {
+    nn.modules.dropout._DropoutNd: lambda m: m.training and m.p > 0,
+    nn.RReLU: lambda m: m.training,
+    nn.MultiheadAttention: lambda m: m.training and m.dropout > 0,
+    nn.modules.rnn.RNNBase: lambda m: m.training and m.dropout > 0,
+}
+
+# ------------------------------------------------------------------ purity
+# Module class (matched along the MRO) -> predicate(module): are its calls pure (deterministic,
+# no writes to inputs or state)? Classes of torch.nn not listed are pure; others are not,
+# unless registered here. Random modules, in-place ones (``inplace=True``) and modules with
+# forward hooks are never pure.
+MODULE_PURITY: dict[type, Callable[[nn.Module], bool]] = {
+    # Running statistics are updated by calls in training mode.
+    nn.modules.batchnorm._NormBase: lambda m: not (m.training and m.track_running_stats),
+    # Lazy modules create their parameters on the first call.
+    nn.modules.lazy.LazyModuleMixin: lambda m: not m.has_uninitialized_params(),
+}
+
+# ------------------------------------------------------------------ aliasing
+_METADATA_ATTRIBUTES = frozenset(
+    ("shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad", "is_leaf")
+)
+
+
+def _produces_tensor(node: Node) -> bool:
+    # ``+``, ``*``, ``|``... also concatenate, repeat or merge tuples, lists and dicts, and
+    # the new container holds the very same tensors: fresh only if the result is a tensor,
+    # as analyses record it (``ShapeProp``: ``meta["type"]``; ``meta["val"]``).
+    recorded = node.meta.get("type")
+    if isinstance(recorded, type):
+        return issubclass(recorded, torch.Tensor)
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
+# target -> None or predicate(node): the result never shares storage with an input.
+FRESH_RESULT_FUNCTIONS: dict[Any, NodePredicate | None] = {
+    **dict.fromkeys((operator.add, operator.mul, operator.and_, operator.or_), _produces_tensor),
+    operator.xor: _produces_tensor,
+    **dict.fromkeys(
+        (
+            operator.sub,
+            operator.truediv,
+            operator.floordiv,
+            operator.mod,
+            operator.pow,
+            operator.matmul,
+            operator.neg,
+            operator.invert,
+            operator.eq,
+            operator.ne,
+            operator.lt,
+            operator.le,
+            operator.gt,
+            operator.ge,
+            builtins.len,
+            torch.add,
+            torch.sub,
+            torch.mul,
+            torch.div,
+            torch.matmul,
+            torch.mm,
+            torch.bmm,
+            torch.addmm,
+            torch.baddbmm,
+            torch.cat,
+            torch.stack,
+            torch.where,
+            torch.softmax,
+            torch.log_softmax,
+            torch.relu,
+            torch.sigmoid,
+            torch.tanh,
+            torch.exp,
+            torch.log,
+            torch.sqrt,
+            torch.rsqrt,
+            torch.pow,
+            torch.sum,
+            torch.mean,
+            torch.clone,
+            torch.masked_fill,
+            torch.cumsum,
+            torch.arange,
+            torch.zeros,
+            torch.ones,
+            torch.full,
+            torch.eye,
+            torch.zeros_like,
+            torch.ones_like,
+            torch.full_like,
+            torch.conv1d,
+            torch.conv2d,
+            torch.conv3d,
+            torch.layer_norm,
+            torch.embedding,
+            F.linear,
+            F.gelu,
+            F.silu,
+            F.softmax,
+            F.log_softmax,
+            F.layer_norm,
+            F.embedding,
+            F.scaled_dot_product_attention,
+        )
+    ),
+    builtins.getattr: lambda node: len(node.args) > 1 and node.args[1] in _METADATA_ATTRIBUTES,
+}
+
+# Tensor method name -> None or predicate(node), as above.
+FRESH_RESULT_METHODS: dict[str, NodePredicate | None] = dict.fromkeys(
+    ("add", "sub", "mul", "div", "matmul", "bmm", "mm", "pow", "neg", "abs", "exp", "log")
+    + ("sqrt", "rsqrt", "relu", "sigmoid", "tanh", "softmax", "log_softmax", "sum", "mean")
+    + ("cumsum", "clone", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "size", "dim")
+    + ("numel", "new_ones", "new_zeros", "new_full", "new_empty", "new_tensor", "argmax")
+    + ("argmin", "all", "any", "norm")
+)
+
+# Module classes (matched along the MRO) whose pure calls return new tensors.
+FRESH_RESULT_MODULES: set[type] = {
+    nn.Linear,
+    nn.modules.conv._ConvNd,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.modules.batchnorm._NormBase,
+    nn.Embedding,
+    nn.ReLU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.Softmax,
+    nn.LogSoftmax,
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+    nn.modules.pooling._AdaptiveAvgPoolNd,
+}
+
+
+def _lookup_mro(table: dict[type, Any] | set[type], cls: type) -> Any:
+    """The entry for the nearest class of ``cls``'s MRO in ``table`` (``None`` if none)."""
+    for base in cls.__mro__:
+        if base in table:
+            return table[base] if isinstance(table, dict) else True
+    return None
+
+
+def _table_says(table: dict[Any, NodePredicate | None], key: Any, node: Node) -> bool:
+    try:
+        if key not in table:
+            return False
+    except TypeError:  # an unhashable callable: in no table
+        return False
+    predicate = table[key]
+    return predicate is None or bool(predicate(node))
+
+
+# ------------------------------------------------------------------ questions
+def is_random_call(node: Node) -> bool:
+    """Whether a ``call_function``/``call_method`` node draws random numbers (``torch.rand``)."""
+    if node.op == "call_method":
+        return _table_says(RANDOM_METHODS, node.target, node)
+    if node.op != "call_function":
+        return False
+    target = node.target
+    tags = getattr(target, "tags", None)  # torch.ops overloads carry their own tag
+    if tags is not None and torch.Tag.nondeterministic_seeded in tags:
+        return True
+    return _table_says(RANDOM_FUNCTIONS, target, node)
+
+
+def returns_fresh_call(node: Node) -> bool:
+    """Whether a ``call_function``/``call_method`` node's result shares storage with no input."""
+    if node.op == "call_function":
+        return _table_says(FRESH_RESULT_FUNCTIONS, node.target, node)
+    if node.op == "call_method":
+        return _table_says(FRESH_RESULT_METHODS, node.target, node)
+    return False
+
+
+def module_is_random(module: nn.Module) -> bool:
+    """Whether calls of ``module`` itself (not its submodules) draw random numbers."""
+    rule = _lookup_mro(RANDOM_MODULES, type(module))
+    return rule is not None and bool(rule(module))
+
+
+def module_is_pure(module: nn.Module) -> bool:
+    """Whether calls of ``module`` itself (not its submodules) are deterministic and write nothing.
+
+    Never for modules with side effects or ``inplace=True``, forward hooks, or randomness;
+    then ``MODULE_PURITY``; else only torch.nn's own modules are pure.
+    """
+    if module_has_side_effect(module) or module_is_inplace(module):
+        return False
+    if module._forward_hooks or module._forward_pre_hooks or module_is_random(module):
+        return False
+    rule = _lookup_mro(MODULE_PURITY, type(module))
+    if rule is not None:
+        return bool(rule(module))
+    return type(module).__module__.startswith("torch.nn.modules.")
+
+
+def module_returns_fresh(module: nn.Module) -> bool:
+    """Whether ``module``'s calls, when pure, return new tensors (``FRESH_RESULT_MODULES``)."""
+    return bool(_lookup_mro(FRESH_RESULT_MODULES, type(module)))

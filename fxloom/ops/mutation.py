@@ -1,0 +1,229 @@
+"""What a call writes to: in-place operators, in-place names, mutating overloads, side effects.
+
+The rules, each written once here and read by ``Node.is_impure``, the passes (``dce``,
+``cse``, ``const_fold``, ``cost``, ``schedule``), and next functionalization and quantization:
+
+* **Python operators.** The augmented ones (``x += y``: ``operator.iadd``, from the table in
+  ``fxloom.ops.python_operators``) write to their first argument; so do ``setitem``,
+  ``delitem``, ``setattr`` and ``delattr`` (``WRITES_FIRST_ARGUMENT``). Every other operator
+  is pure, whatever its name (``operator.and_`` ends in ``_`` only to dodge a keyword).
+* **Names.** A method or function whose name ends in one ``_`` updates its first argument in
+  place and returns it (``x.add_(y)``, ``torch.relu_(x)``); dunders (``__add__``) and private
+  names (``_helper_``) do not count. ``out_of_place_name("add_")`` is ``"add"``.
+* **torch.ops overloads** say it in their schema: ``schema_is_mutable``, and which arguments
+  they write (``schema_written_arguments``) or return views of (``schema_aliased_arguments``).
+* **Keywords.** A call given ``out=`` writes into it; ``inplace=True`` writes its input.
+* **Attributes.** A callable or module with a true ``_is_impure`` attribute has side effects
+  (``fxloom.guards.FixedArgument``); a module with ``inplace=True`` writes its input.
+* **Registered functions.** ``SIDE_EFFECT_FUNCTIONS`` holds the functions dead-code
+  elimination keeps although their results are unused; ``has_side_effect`` adds one. Of
+  those, ``READ_ONLY_EFFECTS`` write to no value of the program (printing, checks, seeding)
+  and ``WRITES_FIRST_ARGUMENT`` to their first argument only; an effect in neither may write
+  to any input.
+
+Extend the sets for your own functions::
+
+    fxloom.has_side_effect(log_activation)   # keep calls to it (any input may be written)
+    READ_ONLY_EFFECTS.add(log_activation)    # ... and it writes nothing
+    WRITES_FIRST_ARGUMENT.add(fill_cache)    # ... or it writes its first argument only
+
+Depends on: torch and ``fxloom.ops.python_operators``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from collections.abc import Callable, Container, Mapping
+from typing import Any
+
+import torch
+
+from fxloom.ops.python_operators import PYTHON_OPERATORS
+
+__all__ = [
+    "IN_PLACE_OPERATORS",
+    "READ_ONLY_EFFECTS",
+    "READ_ONLY_EFFECT_TYPES",
+    "SIDE_EFFECT_FUNCTIONS",
+    "TENSOR_IN_PLACE_OPERATORS",
+    "WRITES_FIRST_ARGUMENT",
+    "function_has_side_effect",
+    "has_side_effect",
+    "is_inplace_function",
+    "is_inplace_name",
+    "is_read_only_effect",
+    "module_has_side_effect",
+    "module_is_inplace",
+    "out_of_place_name",
+    "schema_aliased_arguments",
+    "schema_is_mutable",
+    "schema_written_arguments",
+    "writes_only_first_argument",
+    "writes_through_keywords",
+]
+
+# ``x += y``: writes to its first argument when that can change (a tensor, a list).
+IN_PLACE_OPERATORS = frozenset(
+    entry.function for entry in PYTHON_OPERATORS.values() if entry.kind == "augmented"
+)
+# Those a tensor implements in place, returning itself; torch has no ``__imatmul__``, so
+# ``x @= y`` computes ``x @ y`` into a new tensor and rebinds ``x``.
+TENSOR_IN_PLACE_OPERATORS = frozenset(
+    entry.function
+    for entry in PYTHON_OPERATORS.values()
+    if entry.kind == "augmented" and hasattr(torch.Tensor, entry.hook)
+)
+
+# Impure calls that write to their first argument only.
+WRITES_FIRST_ARGUMENT: set[Any] = {
+    *IN_PLACE_OPERATORS,
+    operator.setitem,
+    operator.delitem,
+    builtins.setattr,
+    builtins.delattr,
+}
+# Impure calls that write to no value of the program: run-time checks and printing.
+READ_ONLY_EFFECTS: set[Any] = {
+    builtins.print,
+    torch._assert,
+    torch.manual_seed,  # changes the random stream, which random nodes account for
+}
+# Callable objects whose calls are read-only effects, by class (``guards.FixedArgument``).
+READ_ONLY_EFFECT_TYPES: set[type] = set()
+
+# Calls the dead-code eliminator must keep even when their result is unused.
+SIDE_EFFECT_FUNCTIONS: set[Any] = {*WRITES_FIRST_ARGUMENT, *READ_ONLY_EFFECTS}
+
+
+def has_side_effect(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as impure, so ``eliminate_dead_code`` keeps calls to it.
+
+    Usable as a decorator::
+
+        @fxloom.has_side_effect
+        def log_activation(x): ...
+    """
+    SIDE_EFFECT_FUNCTIONS.add(fn)
+    return fn
+
+
+def _in(table: Container[Any], target: Any) -> bool:
+    try:
+        return target in table
+    except TypeError:  # an unhashable callable: in no table
+        return False
+
+
+# -------------------------------------------------------------------- names
+def is_inplace_name(name: str) -> bool:
+    """Whether a method or function of this name updates its first argument in place.
+
+    >>> [is_inplace_name(n) for n in ("add_", "add", "__add__", "_helper_")]
+    [True, False, False, False]
+    """
+    return name.endswith("_") and not name.endswith("__") and not name.startswith("_")
+
+
+def out_of_place_name(name: str) -> str | None:
+    """The out-of-place twin of an in-place name (``"add_"`` -> ``"add"``), else ``None``."""
+    return name[:-1] if is_inplace_name(name) else None
+
+
+def is_inplace_function(target: Any) -> bool:
+    """Whether calling ``target`` updates its first (tensor) argument in place and returns it.
+
+    True for the augmented operators tensors implement (``operator.iadd``) and for functions
+    named the in-place way (``torch.relu_``); never for other Python operators, whatever
+    their names (``operator.and_``).
+    """
+    if _in(TENSOR_IN_PLACE_OPERATORS, target):
+        return True
+    if _in(PYTHON_OPERATORS.keys(), target):
+        return False
+    return is_inplace_name(getattr(target, "__name__", ""))
+
+
+# ---------------------------------------------------------------- keywords
+def writes_through_keywords(kwargs: Mapping[str, Any]) -> bool:
+    """Whether a call's keywords make it write: ``out=`` given, or ``inplace=True``."""
+    return "out" in kwargs or kwargs.get("inplace") is True
+
+
+# ----------------------------------------------------------------- schemas
+def schema_is_mutable(target: Any) -> bool:
+    """Whether ``target`` is a torch.ops overload whose schema writes to an argument."""
+    schema = getattr(target, "_schema", None)
+    return schema is not None and bool(getattr(schema, "is_mutable", False))
+
+
+def schema_written_arguments(target: Any) -> tuple[str, ...]:
+    """Names of the arguments a torch.ops overload writes to (``("self",)`` for ``add_``)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return ()
+    return tuple(
+        argument.name
+        for argument in schema.arguments
+        if argument.alias_info is not None and argument.alias_info.is_write
+    )
+
+
+def schema_aliased_arguments(target: Any) -> tuple[str, ...]:
+    """Names of the arguments a torch.ops overload's result may share storage with.
+
+    ``("self",)`` for views (``aten.view``) and for in-place overloads, which return their
+    input; ``()`` for overloads returning new tensors.
+    """
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return ()
+    returned: set[str] = set()
+    for result in schema.returns:
+        if result.alias_info is not None:
+            returned.update(result.alias_info.before_set)
+    return tuple(
+        argument.name
+        for argument in schema.arguments
+        if argument.alias_info is not None and returned & set(argument.alias_info.before_set)
+    )
+
+
+# ------------------------------------------------------------ side effects
+def writes_only_first_argument(op: str, target: Any, kwargs: Mapping[str, Any]) -> bool:
+    """For a call known to have side effects: whether it writes to its first argument only.
+
+    In-place methods (a method with side effects is one), ``inplace=True`` calls,
+    ``WRITES_FIRST_ARGUMENT`` and in-place functions.
+    """
+    if op == "call_method" or kwargs.get("inplace") is True:
+        return True
+    return _in(WRITES_FIRST_ARGUMENT, target) or is_inplace_function(target)
+
+
+def function_has_side_effect(target: Any) -> bool:
+    """Whether a ``call_function`` of ``target`` must be kept although its result is unused.
+
+    Registered functions (``has_side_effect``), callables with a true ``_is_impure``
+    attribute, mutating torch.ops overloads and in-place functions (see the module).
+    """
+    if _in(SIDE_EFFECT_FUNCTIONS, target) or getattr(target, "_is_impure", False):
+        return True
+    return schema_is_mutable(target) or is_inplace_function(target)
+
+
+def is_read_only_effect(target: Any) -> bool:
+    """Whether ``target``'s side effect writes to no value of the program (``print``)."""
+    if _in(READ_ONLY_EFFECTS, target):
+        return True
+    return bool(READ_ONLY_EFFECT_TYPES) and isinstance(target, tuple(READ_ONLY_EFFECT_TYPES))
+
+
+def module_has_side_effect(module: torch.nn.Module) -> bool:
+    """Whether calls of ``module`` must be kept although unused (a true ``_is_impure``)."""
+    return bool(getattr(module, "_is_impure", False))
+
+
+def module_is_inplace(module: torch.nn.Module) -> bool:
+    """Whether ``module`` writes its input (``nn.ReLU(inplace=True)``)."""
+    return getattr(module, "inplace", False) is True
