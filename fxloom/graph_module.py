@@ -42,6 +42,7 @@ import torch
 from fxloom.codegen import PythonCode
 from fxloom.graph import Graph
 from fxloom.lint import resolve_target
+from fxloom.ops.signatures import FORWARD_BINDING_CALLS
 
 __all__ = ["GraphModule"]
 
@@ -343,6 +344,10 @@ class GraphModule(torch.nn.Module):
         from fxloom._to_folder import write_folder
 
         write_folder(self, Path(folder), module_name)
+
+
+# GraphModule.__call__ only annotates errors: calls bind to the generated forward's signature.
+FORWARD_BINDING_CALLS.add(GraphModule.__call__)
 
 
 def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -> GraphModule:

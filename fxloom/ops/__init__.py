@@ -33,6 +33,6 @@ class's MRO; method names by string.
 Layering: ``fxloom.ops`` sits below everything else in fxloom: it depends on torch and the
 standard library only (and its modules on each other), so the IR, capture and the passes can
 all read it. It reads nodes and modules it is given but imports no other part of fxloom at
-module level. (``signatures`` names ``GraphModule`` inside one function, to recognise its
-``__call__``.) ``fxloom.passes._effects`` combines ``mutation`` and ``effects`` over a graph.
+module level (annotations name ``Node`` for type checkers only; ``GraphModule`` registers its
+``__call__`` in ``signatures.FORWARD_BINDING_CALLS`` itself). ``fxloom.passes._effects`` combines ``mutation`` and ``effects`` over a graph.
 """

@@ -37,7 +37,13 @@ __all__ = [
     "function_candidates",
     "method_candidates",
     "module_signature",
+    "FORWARD_BINDING_CALLS",
 ]
+
+# ``__call__`` implementations that bind their arguments to ``forward`` unchanged (a module
+# class with any other ``__call__`` has no known signature). GraphModule adds its own, which
+# only annotates errors, when it is defined: this package sits below the IR and imports none of it.
+FORWARD_BINDING_CALLS: set[Callable[..., Any]] = {nn.Module.__call__}
 
 # target -> Signature, or a function with the same signature. Checked first.
 SIGNATURES: dict[Any, inspect.Signature | Callable[..., Any]] = {
@@ -153,9 +159,7 @@ def module_signature(module: nn.Module) -> inspect.Signature | None:
     ``None`` for modules with forward hooks (hooks see the positional arguments, so moving
     them to keywords would change what hooks get) and modules with their own ``__call__``.
     """
-    from fxloom.graph_module import GraphModule
-
-    if type(module).__call__ not in (nn.Module.__call__, GraphModule.__call__):
+    if type(module).__call__ not in FORWARD_BINDING_CALLS:
         return None
     if module._forward_hooks or module._forward_pre_hooks or _global_module_hooks():
         return None
