@@ -139,7 +139,7 @@ class Tracer:
         self.param_shapes_constant = param_shapes_constant
         self.record_stack_traces = record_stack_traces
         self.root: torch.nn.Module = torch.nn.Module()
-        self.graph: Graph = Graph(tracer_cls=type(self))
+        self.graph: Graph = Graph()
         self.tensor_attrs: dict[int, str] = {}
         self.submodule_paths: dict[torch.nn.Module, str] = {}
         self._param_paths_index: dict[int, str] | None = {}
@@ -188,8 +188,7 @@ class Tracer:
             raise TypeError(
                 f"symbolic tracing needs an nn.Module or a function, got {type(root).__name__}"
             )
-        self.graph = Graph(tracer_cls=type(self))
-        self.graph._tensor_constants = {}
+        self.graph = Graph()
         self.tensor_attrs = {}
         self.submodule_paths = {}
         for name, module in self.root.named_modules(remove_duplicate=False):
@@ -716,13 +715,13 @@ class Tracer:
         name = self.tensor_attrs.get(id(tensor))
         if name is None:
             name = self._free_constant_name()
-            self.graph._tensor_constants[name] = tensor
+            self.graph.constants[name] = tensor
             self.tensor_attrs[id(tensor)] = name
         return self.create_node("get_attr", name, (), {})
 
     def _free_constant_name(self) -> str:
         """``_tensor_constantN`` for the first N that names nothing on the root yet."""
-        constants = self.graph._tensor_constants
+        constants = self.graph.constants
         index = len(constants)
         while True:
             name = f"_tensor_constant{index}"
@@ -739,7 +738,7 @@ class Tracer:
 
     def attribute_value(self, qualified_name: str) -> Any:
         """The real value behind a ``get_attr`` target (a root attribute or a captured constant)."""
-        constants = self.graph._tensor_constants
+        constants = self.graph.constants
         if qualified_name in constants:
             return constants[qualified_name]
         value: Any = self.root
