@@ -45,13 +45,13 @@ def graph_to_records(graph: Graph) -> dict[str, Any]:
     return {
         "records": records,
         "tracer_cls": graph._tracer_cls,
-        "constants": graph._tensor_constants,
+        "constants": graph.constants,
     }
 
 
 def graph_from_records(state: dict[str, Any]) -> Graph:
     graph = Graph(tracer_cls=state.get("tracer_cls"))
-    graph._tensor_constants = dict(state.get("constants", {}))
+    graph.constants = dict(state.get("constants", {}))
     nodes: list[Node] = []
     resolve = lambda ref: nodes[ref.index]  # noqa: E731
     for name, op, target, args, kwargs, type_expr, _meta in state["records"]:

@@ -9,6 +9,14 @@ Invariants (checked by ``Graph.lint``):
 * names are unique identifiers handed out by one ``Namespace``;
 * every graph-level operation is linear (or better) in the number of nodes.
 
+``graph.constants`` maps names to the tensors that ``get_attr`` nodes of this
+graph may name when the root module does not hold them. A frontend that meets
+a tensor in the program (a global, a closure; a Proxy built by hand times a
+tensor) records ``get_attr _tensor_constant0`` and keeps the tensor here, so
+the user's module is never modified. Filled by frontends only; carried by
+``deepcopy`` and pickling; a ``GraphModule`` built from the graph registers
+each as a buffer.
+
 Example — build ``relu(x + 1)`` by hand::
 
     >>> import operator, torch, fxloom
@@ -148,11 +156,10 @@ class Graph:
         self._insert_after = False
         self._owning_module_ref: weakref.ReferenceType | None = None
         self.owning_module = owning_module
+        # Accepted and carried for torch.fx compatibility; nothing in fxloom reads them.
         self._tracer_cls = tracer_cls
         self._tracer_extras = tracer_extras
-        # Tensors a tracer captured as constants (get_attr "_tensor_constant0", ...);
-        # a GraphModule built from this graph adopts them.
-        self._tensor_constants: dict[str, Any] = {}
+        self.constants: dict[str, torch.Tensor] = {}  # see the module docstring
 
     # ------------------------------------------------------------- properties
     @property
@@ -468,7 +475,7 @@ class Graph:
         # Metadata last: nodes it mentions are already in memo and map to the copies.
         for old, copied in val_map.items():
             copied.meta = copy.deepcopy(old.meta, memo)
-        new._tensor_constants = copy.deepcopy(self._tensor_constants, memo)
+        new.constants = copy.deepcopy(self.constants, memo)
         return new
 
     def __reduce__(self) -> tuple:

@@ -361,7 +361,7 @@ def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -
 # -------------------------------------------------------- copying attributes
 def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) -> None:
     target: str = node.target
-    constants = node.graph._tensor_constants
+    constants = node.graph.constants
     if node.op == "get_attr" and target in constants:  # captured by a tracer
         gm.register_buffer(target, constants[target])
         return

@@ -19,14 +19,9 @@ Unpacking with a length visible at the call site (``a, b = x.chunk(2)``) works.
 
 from __future__ import annotations
 
-import dis
 import inspect
-import linecache
 import operator
-import os
-import sys
 import types
-import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +29,8 @@ import torch
 
 from fxloom.node import Node
 from fxloom.ops.python_operators import PYTHON_OPERATORS
+from fxloom.pytree import tree_leaves
+from fxloom.tracing.frames import user_frame
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -110,51 +107,6 @@ class TraceError(RuntimeError):
         self.partial_graph = partial_graph
         self.location = location
         self.module_path = module_path
-
-
-# ------------------------------------------------------------- user frames
-_FXLOOM_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-# torch files that only forward calls (module call machinery, overrides); a
-# frame there is never "where the user's program did it".
-_PLUMBING = tuple(
-    os.path.join(_TORCH_DIR, *part.split("/"))
-    for part in (
-        "nn/modules/module.py",
-        "overrides.py",
-        "_tensor.py",
-        "utils/_contextlib.py",
-        "functional.py",
-        "_jit_internal.py",
-    )
-)
-
-
-# Model code shipped in the package is user code as far as tracing is concerned.
-_FXLOOM_USER_CODE = (os.path.join(_FXLOOM_DIR, "zoo") + os.sep,)
-
-
-def _is_plumbing(filename: str) -> bool:
-    if filename.startswith(_FXLOOM_DIR):
-        return not filename.startswith(_FXLOOM_USER_CODE)
-    return filename.startswith(_PLUMBING)
-
-
-def user_frame(skip: int = 1) -> types.FrameType | None:
-    """The innermost frame of the program being traced (not fxloom's, not torch's plumbing)."""
-    frame = sys._getframe(skip)
-    while frame is not None and _is_plumbing(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
-
-
-def describe_frame(frame: types.FrameType | None) -> tuple[str | None, str]:
-    """``("file:line", "    <source line>")`` for an error message."""
-    if frame is None:
-        return None, ""
-    filename, lineno = frame.f_code.co_filename, frame.f_lineno
-    source = linecache.getline(filename, lineno, frame.f_globals).strip()
-    return f"{filename}:{lineno}", f"\n    {source}" if source else ""
 
 
 def is_tensor_method(func: Any) -> bool:
@@ -247,7 +199,7 @@ class Proxy:
         cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        tracer = _find_tracer(args, kwargs)
+        tracer = tracer_of(args, kwargs)
         if tracer is None:  # pragma: no cover - torch only calls us when a proxy is present
             return func(*args, **kwargs)
         if is_tensor_method(func):
@@ -345,20 +297,13 @@ class Attribute(Proxy):
         return self.tracer.create_proxy("call_method", self.attr, (self.root, *args), kwargs)
 
 
-def _find_tracer(args: tuple, kwargs: dict) -> Tracer | None:
-    for value in args:
+def tracer_of(args: tuple, kwargs: dict) -> Tracer | None:
+    """The tracer of the first proxy among ``args`` and ``kwargs`` (inside containers too), if any."""
+    for value in args:  # the usual case, checked first: a proxy among the arguments themselves
         if isinstance(value, Proxy):
             return value.tracer
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, (tuple, list)):
-            found = _find_tracer(tuple(value), {})
-            if found is not None:
-                return found
-        elif isinstance(value, dict):
-            found = _find_tracer((), value)
-            if found is not None:
-                return found
-        elif isinstance(value, Proxy):
+    for value in tree_leaves((args, kwargs)):
+        if isinstance(value, Proxy):
             return value.tracer
     return None
 
@@ -393,25 +338,3 @@ def _install_operators() -> None:
 
 
 _install_operators()
-
-
-# ------------------------------------------------------------- unpacking
-# Weak: generated forwards come and go, their code objects must not be kept alive here.
-_instructions_by_code: weakref.WeakKeyDictionary[types.CodeType, dict[int, dis.Instruction]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def unpack_length(frame: types.FrameType | None) -> int | None:
-    """If ``frame`` is executing ``a, b, ... = <value>``, the number of targets."""
-    if frame is None:
-        return None
-    code = frame.f_code
-    instructions = _instructions_by_code.get(code)
-    if instructions is None:
-        instructions = {inst.offset: inst for inst in dis.get_instructions(code)}
-        _instructions_by_code[code] = instructions
-    inst = instructions.get(frame.f_lasti)  # a byte offset, like Instruction.offset
-    if inst is not None and inst.opname == "UNPACK_SEQUENCE":
-        return inst.argval
-    return None

@@ -20,7 +20,9 @@ tracing fails:
 Hooks to override, with their documented meaning: ``is_leaf_module``,
 ``call_module``, ``create_proxy``, ``create_node``, ``create_arg``,
 ``create_args_for_root``, ``path_of_module``, ``getattr``, ``to_bool``,
-``iter``. Example — keep a custom block as one call::
+``iter``. The work behind them — root arguments, patching, conversions,
+example values, captured constants — lives in ``fxloom.tracing``, one module
+per concern. Example — keep a custom block as one call::
 
     >>> import torch, fxloom
     >>> class Block(torch.nn.Module):
@@ -42,75 +44,31 @@ Hooks to override, with their documented meaning: ``is_leaf_module``,
 
 from __future__ import annotations
 
-import builtins
-import functools
 import gc
-import inspect
 import math
-import os
-import sys
-import traceback
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from fxloom._examples import PH, ExampleRun, bind_examples, clone_tensors
-from fxloom._patching import (
-    Patcher,
-    capturing,
-    original_module_call,
-    original_module_getattr,
-    unwrapped,
-    wrap,
-    wrapped_names,
-)
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
-from fxloom.guards import (
-    FixedArgument,
-    check_guard,
-    check_length,
-    check_tensor_input,
-    check_variadic_keys,
-    check_variadic_length,
-)
 from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Argument, Node, Target
-from fxloom.proxy import (
-    NO_VALUE,
-    PENDING,
-    Proxy,
-    TraceError,
-    _find_tracer,
-    describe_frame,
-    unpack_length,
-    user_frame,
-)
+from fxloom.proxy import NO_VALUE, Proxy, TraceError
+from fxloom.pytree import container_type
+from fxloom.tracing import conversions, errors
+from fxloom.tracing.constants import TensorConstants
+from fxloom.tracing.examples import ExampleRun, bind_examples
+from fxloom.tracing.module_stack import ModuleStack
+from fxloom.tracing.patcher import original_module_call
+from fxloom.tracing.patches import TracePatches
+from fxloom.tracing.root_args import PH, root_arguments
+from fxloom.tracing.root_index import RootIndex
+from fxloom.tracing.wrapped import wrap
 
 __all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "GraphAppendingTracer", "TraceError"]
-
-
-# Tensor factories whose size/shape arguments may hold traced values.
-_TENSOR_FACTORIES = (
-    "zeros",
-    "ones",
-    "empty",
-    "full",
-    "rand",
-    "randn",
-    "randint",
-    "arange",
-    "linspace",
-    "eye",
-    "tensor",
-    "as_tensor",
-    "zeros_like",
-    "ones_like",
-    "full_like",
-    "empty_like",
-)
 
 
 class Tracer:
@@ -124,6 +82,12 @@ class Tracer:
             to constants instead of recording them.
         record_stack_traces: store the user's file/line/code of each node in
             ``node.meta["stack_trace"]``.
+
+    Attributes of the current (or last) trace: ``root`` (the module traced; an
+    empty one when tracing a function), ``graph``, ``submodule_paths``
+    (module -> qualified name) and ``tensor_attrs`` (id of a captured tensor
+    -> its constant's name). The hooks delegate to the pieces in
+    ``fxloom.tracing``, one per concern.
     """
 
     def __init__(
@@ -138,30 +102,32 @@ class Tracer:
         self.autowrap_functions = tuple(autowrap_functions)
         self.param_shapes_constant = param_shapes_constant
         self.record_stack_traces = record_stack_traces
-        self.root: torch.nn.Module = torch.nn.Module()
-        self.graph: Graph = Graph(tracer_cls=type(self))
-        self.tensor_attrs: dict[int, str] = {}
-        self.submodule_paths: dict[torch.nn.Module, str] = {}
-        self._param_paths_index: dict[int, str] | None = {}
-        self._visited_globals: set[int] = set()
-        self._watched_classes: set[type] = set()
-        self._module_path_stack: list[str] = [""]
-        self._module_stack: dict[str, tuple[str, type]] = {}
-        self._parameter_proxy_cache: dict[str, Proxy] = {}
-        self._examples: dict[str, Any] | None = None
-        self._example_run: ExampleRun | None = None
-        self._computing_value = False
-        self._modules_by_path: dict[str, torch.nn.Module] | None = None
         # Qualified names recorded as call_module whatever is_leaf_module says (autoleaf).
         self.forced_leaves: set[str] = set()
-        # Originals, not our wrappers, even if this tracer is made while another traces.
-        self._autowrap_ids = {
-            id(unwrapped(value))
-            for module in self.autowrap_modules
-            for value in vars(module).values()
-            if callable(value) and not isinstance(value, type)
-        } | {id(unwrapped(fn)) for fn in self.autowrap_functions}
-        self._autowrap_ids |= {id(unwrapped(getattr(torch, name))) for name in _TENSOR_FACTORIES}
+        self._start(torch.nn.Module(), Graph())
+
+    def _start(
+        self, root: torch.nn.Module, graph: Graph, examples: dict[str, Any] | None = None
+    ) -> None:
+        """Create the state of one trace of ``root`` into ``graph``: the one place it is assigned.
+
+        ``__init__`` starts with an empty root and graph, so a tracer that has
+        not traced (the ``GraphAppendingTracer`` of a hand-built Proxy) has
+        the same attributes; each ``trace`` starts afresh and shares nothing
+        with the one before.
+        """
+        self.root = root
+        self.graph = graph
+        self._root_index = RootIndex(root)
+        self.submodule_paths = self._root_index.submodule_paths
+        self._constants = TensorConstants(graph, root)
+        self.tensor_attrs = self._constants.names_by_id
+        self._module_stack = ModuleStack()
+        self._parameter_proxy_cache: dict[str, Proxy] = {}
+        self._patches = TracePatches(self, self._parameter_proxy_cache)
+        self._example_run = (
+            ExampleRun(self, examples, self._patches.gate) if examples is not None else None
+        )
 
     # ================================================================ entry
     def trace(
@@ -177,36 +143,16 @@ class Tracer:
         ``root`` and every patched global exactly as they were.
         """
         if isinstance(root, torch.nn.Module):
-            self.root = root
-            fn = type(root).forward
-            is_module = True
+            module, fn, is_module = root, type(root).forward, True
         elif callable(root):
-            self.root = torch.nn.Module()
-            fn = root
-            is_module = False
+            module, fn, is_module = torch.nn.Module(), root, False
         else:
             raise TypeError(
                 f"symbolic tracing needs an nn.Module or a function, got {type(root).__name__}"
             )
-        self.graph = Graph(tracer_cls=type(self))
-        self.graph._tensor_constants = {}
-        self.tensor_attrs = {}
-        self.submodule_paths = {}
-        for name, module in self.root.named_modules(remove_duplicate=False):
-            self.submodule_paths.setdefault(module, name)
-        self._param_paths_index = None
-        self._visited_globals: set[int] = set()
-        self._watched_classes: set[type] = set()
-        self._traced_modules: set[torch.nn.Module] = {self.root}
-        self._parameter_proxy_cache: dict[str, Proxy] = {}
-        self._module_path_stack = [""]
-        self._module_stack = {}
-        self._patcher = Patcher()
-        self._modules_by_path = None
-        self._examples = bind_examples(fn, is_module, concrete_args, example_inputs)
-        self._example_run = ExampleRun(self) if self._examples is not None else None
-        self._computing_value = False
-        _active_tracers.append(self)
+        self._start(module, Graph(), bind_examples(fn, is_module, concrete_args, example_inputs))
+        patches = self._patches
+        patches.activate()
         # Tracing makes many small objects and frees none of them: collections
         # during it are pure cost (they walk every object of the process).
         collecting = gc.isenabled()
@@ -214,7 +160,7 @@ class Tracer:
         try:
             fn_globals = getattr(fn, "__globals__", {})
             callable_fn, args = self.create_args_for_root(fn, is_module, concrete_args)
-            self._install_patches(fn_globals)
+            patches.install(fn_globals)
             result = callable_fn(*args)
             self.create_node(
                 "output",
@@ -228,183 +174,15 @@ class Tracer:
                 err.partial_graph = self.graph
             raise
         except Exception as err:
-            raise self._wrap_failure(err) from err
+            raise errors.failure(err, self.graph, self._module_stack.path) from err
         finally:
             if collecting:
                 gc.enable()
-            _active_tracers.remove(self)
-            self._patcher.restore()
-            self._forget_cached_proxies()
+            patches.restore()
             if self._example_run is not None:
-                self._example_run.restore()
-                self._example_run = None  # values not computed by now never will be
+                self._example_run.close()
         return self.graph
 
-    def _forget_cached_proxies(self) -> None:
-        """Drop traced values a module cached in a dict (``self.cache[key] = x``).
-
-        Assignments are undone by the class watchers; entries added to a dict
-        attribute are found here, so the eager module never sees a Proxy.
-        """
-        for module in self._traced_modules:
-            for name, value in list(vars(module).items()):
-                if type(value) is dict and name not in _MODULE_INTERNALS:
-                    stale = [key for key, entry in value.items() if _holds_proxy((entry,))]
-                    for key in stale:
-                        del value[key]
-
-    @property
-    def _param_paths(self) -> dict[int, str]:
-        """id(parameter or buffer) -> qualified name; built on first need (often never:
-        the layers owning the parameters are usually leaves)."""
-        index = self._param_paths_index
-        if index is None:
-            index = {}
-            named = (
-                *self.root.named_parameters(remove_duplicate=False),
-                *self.root.named_buffers(remove_duplicate=False),
-            )
-            for name, value in named:
-                index.setdefault(id(value), name)
-            self._param_paths_index = index
-        return index
-
-    def _wrap_failure(self, err: Exception) -> TraceError:
-        frame = _innermost_user_frame(err.__traceback__)
-        location, source = describe_frame(frame)
-        path = getattr(err, "_fxloom_module_path", self._module_path_stack[-1])
-        where = f" at {location}{source}" if location else ""
-        module = f" while tracing {'the root module' if not path else repr(path)}"
-        return TraceError(
-            f"{type(err).__name__}: {err}\n{module}{where}\n"
-            "hint: if this code cannot run on traced values, make its module a leaf "
-            "(Tracer.is_leaf_module), wrap the function (fxloom.wrap), fix the offending "
-            "arguments with concrete_args",
-            partial_graph=self.graph,
-            location=location,
-            module_path=path,
-        )
-
-    # ============================================================ patches
-    def _install_patches(self, fn_globals: dict[str, Any]) -> None:
-        tracer = self
-        patcher = self._patcher
-
-        @functools.wraps(original_module_call)
-        def module_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if tracer._computing_value or module not in tracer.submodule_paths:
-                # A module made during forward (``nn.CrossEntropyLoss()(x, y)``) is no
-                # attribute the graph could call: trace through it, its tensors become
-                # constants.
-                return original_module_call(module, *args, **kwargs)
-            forward = module.forward
-            tracer._autowrap_globals(getattr(forward, "__globals__", None))
-            tracer._watch_attribute_writes(type(module))
-            return tracer.call_module(module, forward, args, kwargs)
-
-        @functools.wraps(original_module_getattr)
-        def module_getattr(module: torch.nn.Module, name: str) -> Any:
-            value = original_module_getattr(module, name)
-            if tracer._computing_value:
-                return value
-            return tracer.getattr(name, value, tracer._parameter_proxy_cache)
-
-        # Patched on the classes of the root's modules, not on nn.Module: a class
-        # attribute set on nn.Module invalidates the type caches of every module class
-        # loaded (hundreds with transformers imported), which dominates small traces.
-        for cls in {type(module) for module in self.submodule_paths}:
-            patcher.patch_attr(cls, "__call__", module_call)
-            patcher.patch_attr(cls, "__getattr__", module_getattr)
-        self._watch_attribute_writes(type(self.root))
-        for globals_dict, name in list(wrapped_names.values()):
-            original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
-            if original is not None:
-                patcher.patch_global(globals_dict, name, _recording(original))
-        # A TorchScript function cannot take a Proxy: record its call instead.
-        script_call = unwrapped(torch._C.ScriptFunction.__call__)
-        patcher.patch_attr(
-            torch._C.ScriptFunction, "__call__", _recording(script_call, method=True)
-        )
-        # Libraries pick graph-capture-friendly code (no data-dependent shortcuts)
-        # when they believe they are being compiled; we are capturing a graph.
-        patcher.patch_attr(torch.compiler, "is_compiling", capturing)
-        # Function transforms cannot batch a Proxy (torch would treat it as a tensor in
-        # C++); refuse clearly instead.
-        for owner in (torch, torch.func):
-            transform = unwrapped(owner.vmap)
-            patcher.patch_attr(owner, "vmap", self._refusing_transform(transform, "torch.vmap"))
-        for name in _TENSOR_FACTORIES:
-            original = unwrapped(getattr(torch, name))
-            patcher.patch_attr(torch, name, _recording(original, always=True))
-        self._autowrap_globals(fn_globals)
-
-    def _watch_attribute_writes(self, cls: type) -> None:
-        """Undo, after tracing, assignments of traced values to attributes (``self.last = x``).
-
-        Patched per module class whose forward runs with proxies, not on
-        nn.Module itself: a class attribute set on nn.Module invalidates type
-        caches of every module class loaded, which would dominate small traces.
-        """
-        if cls in self._watched_classes:
-            return
-        self._watched_classes.add(cls)
-        original = cls.__setattr__
-        tracer, patcher = self, self._patcher
-
-        def watching_setattr(module: torch.nn.Module, name: str, value: Any) -> None:
-            if not tracer._computing_value and _holds_proxy((value,)):
-                patcher.remember_attr(module, name)  # put back the old value after tracing
-            original(module, name, value)
-
-        watching_setattr.__fxloom_original__ = original  # type: ignore[attr-defined]
-        patcher.patch_attr(cls, "__setattr__", watching_setattr)
-
-    def _autowrap_globals(self, globals_dict: dict[str, Any] | None) -> None:
-        """Patch globals naming autowrapped functions (``from math import sqrt``)."""
-        if not globals_dict or id(globals_dict) in self._visited_globals:
-            return  # each module's globals are scanned once per trace
-        self._visited_globals.add(id(globals_dict))
-        for name, value in list(globals_dict.items()):
-            if id(value) in self._autowrap_ids and callable(value):
-                self._patcher.patch_global(globals_dict, name, _recording(value))
-            elif type(value) is types.ModuleType and value in self.autowrap_modules:
-                self._autowrap_module(value)  # ``import math`` then ``math.sqrt(x)``
-
-    def _autowrap_module(self, module: types.ModuleType) -> None:
-        """Patch an autowrap module's functions, once, for code reaching them as attributes."""
-        if id(module) in self._visited_globals:
-            return
-        self._visited_globals.add(id(module))
-        for name, value in list(vars(module).items()):
-            if id(value) in self._autowrap_ids and not name.startswith("_"):
-                self._patcher.patch_attr(module, name, _recording(value))
-
-    def _refusing_transform(self, transform: Callable[..., Any], name: str) -> Callable[..., Any]:
-        tracer = self
-
-        @functools.wraps(transform)
-        def patched(fn: Callable[..., Any], *t_args: Any, **t_kwargs: Any) -> Callable[..., Any]:
-            transformed = transform(fn, *t_args, **t_kwargs)
-
-            @functools.wraps(transformed)
-            def call(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
-                if not tracer._computing_value and (
-                    _holds_proxy(args) or _holds_proxy(kwargs.values())
-                ):
-                    raise tracer.trace_error(
-                        f"{name} cannot batch traced values: symbolic tracing records "
-                        "operations one by one and cannot run a function transform over them",
-                        hint="make the module calling it a leaf (Tracer.is_leaf_module), wrap "
-                        "the function that calls it (fxloom.wrap)",
-                    )
-                return transformed(*args, **kwargs)
-
-            return call
-
-        patched.__fxloom_original__ = transform  # type: ignore[attr-defined]
-        return patched
-
-    # ============================================================ root args
     def create_args_for_root(
         self,
         root_fn: Callable[..., Any],
@@ -419,126 +197,7 @@ class Tracer:
         generated signature with its value as default, and passing anything
         else raises instead of being silently ignored.
         """
-        concrete_args = dict(concrete_args or {})
-        signature = inspect.signature(root_fn)
-        parameters = list(signature.parameters.values())
-        if is_module:
-            parameters = parameters[1:]
-        stars = next((p for p in parameters if p.kind is p.VAR_KEYWORD), None)
-        unknown = set(concrete_args) - {p.name for p in parameters}
-        if unknown and stars is not None:
-            # ``forward(self, x, **kwargs)`` (decorated Hugging Face models): the other
-            # names are keyword arguments that reach the function through ``**kwargs``.
-            nested = _keyword_entries(stars.name, concrete_args.get(stars.name, PH))
-            moved = {key: concrete_args.pop(key) for key in sorted(unknown)}
-            concrete_args[stars.name] = {**nested, **moved}
-            unknown = set()
-        if unknown:
-            raise TraceError(
-                f"concrete_args names {sorted(unknown)}, which are not parameters of "
-                f"{getattr(root_fn, '__qualname__', root_fn)}; its parameters are "
-                f"{[p.name for p in parameters]} (and no **kwargs to take others)"
-            )
-        hints = _annotations(root_fn)
-        positional: list[Any] = [self.root] if is_module else []
-        keyword: dict[str, Any] = {}
-        defaultable = _defaultable_parameters(parameters, concrete_args)
-        for param in parameters:
-            type_expr = hints.get(param.name)
-            spec = concrete_args.get(param.name, PH)
-            if param.kind is param.VAR_POSITIONAL:
-                positional.extend(self._variadic_positional(param, spec, type_expr))
-            elif param.kind is param.VAR_KEYWORD:
-                keyword.update(self._variadic_keyword(param, spec, type_expr))
-            else:
-                if spec is not PH:
-                    value = self._fixed_argument(param, spec, type_expr, param.name in defaultable)
-                else:
-                    default = () if param.default is param.empty else (param.default,)
-                    value = self.create_proxy(
-                        "placeholder", param.name, default, {}, type_expr=type_expr
-                    )
-                    self._attach_example(value, param)
-                # By keyword where possible: decorators wrapping forward (*args, **kwargs)
-                # often inspect keywords, and mixing would pass a value twice.
-                if param.kind is param.POSITIONAL_ONLY or _has_variadic_positional(parameters):
-                    positional.append(value)
-                else:
-                    keyword[param.name] = value
-        return functools.partial(root_fn, *positional, **keyword), []
-
-    def _attach_example(self, placeholder: Proxy, param: inspect.Parameter) -> None:
-        """Give an input's proxy its example value; tensors get a dtype/rank guard."""
-        if self._examples is None:
-            return
-        if param.name in self._examples:
-            example = clone_tensors(self._examples[param.name])
-        elif param.default is not param.empty:
-            example = param.default
-        else:
-            return
-        placeholder.value = example
-        if isinstance(example, torch.Tensor):
-            self.create_proxy(
-                "call_function",
-                check_tensor_input,
-                (placeholder, example.dtype, example.dim(), param.name),
-                {},
-                "guard",
-            )
-
-    def _variadic_positional(
-        self, param: inspect.Parameter, spec: Any, type_expr: Any
-    ) -> list[Any]:
-        """``*args``: traced with as many elements as ``concrete_args`` lists (none by default)."""
-        elements = () if spec is PH or spec is None else spec
-        if not isinstance(elements, (tuple, list)):
-            raise TraceError(
-                f"concrete_args[{param.name!r}] must be a tuple with one entry per extra "
-                f"positional argument (PH for an input), got {spec!r}"
-            )
-        star = self.create_proxy("placeholder", f"*{param.name}", (), {}, type_expr=type_expr)
-        self.create_proxy(
-            "call_function", check_variadic_length, (star, len(elements), param.name), {}, "guard"
-        )
-        return [star[i] if value is PH else value for i, value in enumerate(elements)]
-
-    def _variadic_keyword(
-        self, param: inspect.Parameter, spec: Any, type_expr: Any
-    ) -> dict[str, Any]:
-        """``**kwargs``: traced with the keys ``concrete_args`` gives (none by default).
-
-        A key given ``PH`` is an input the caller must pass; a key given a value
-        is traced with that value, and the caller may omit it or pass the same
-        value (another one raises, as for any fixed argument).
-        """
-        entries = _keyword_entries(param.name, spec)
-        inputs = tuple(key for key, value in entries.items() if value is PH)
-        fixed = tuple(key for key, value in entries.items() if value is not PH)
-        stars = self.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
-        self.create_proxy(
-            "call_function", check_variadic_keys, (stars, inputs, param.name, fixed), {}, "guard"
-        )
-        for key in fixed:
-            given = stars.get(key, entries[key])
-            self.create_proxy(
-                "call_function", FixedArgument(key, entries[key]), (given,), {}, "guard"
-            )
-        return {key: stars[key] if value is PH else value for key, value in entries.items()}
-
-    def _fixed_argument(
-        self, param: inspect.Parameter, value: Any, type_expr: Any, may_default: bool
-    ) -> Any:
-        """An input fixed to ``value``: tracing sees ``value``; the code checks it at run time.
-
-        It stays in the signature, defaulting to ``value`` when that is a
-        literal and no parameter without a default follows it.
-        """
-        default = (value,) if may_default and _is_literal(value) else ()
-        placeholder = self.create_proxy("placeholder", param.name, default, {}, type_expr=type_expr)
-        check = FixedArgument(param.name, value)
-        self.create_proxy("call_function", check, (placeholder,), {}, "guard")
-        return value
+        return root_arguments(self, root_fn, is_module, concrete_args, self._example_run)
 
     # ============================================================= modules
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
@@ -560,7 +219,7 @@ class Tracer:
                 f"root {type(self.root).__name__}; register it as an attribute (self.name = module) "
                 "so the graph can refer to it",
                 partial_graph=self.graph,
-                module_path=self._module_path_stack[-1],
+                module_path=self._module_stack.path,
             )
         return path
 
@@ -573,21 +232,18 @@ class Tracer:
     ) -> Any:
         """Record a leaf module as ``call_module``; trace through any other module."""
         path = self.path_of_module(m)
-        saved_stack = self._module_stack
-        self._module_stack = {**saved_stack, path: (path, type(m))}
-        self._module_path_stack.append(path)
+        saved = self._module_stack.enter(path, type(m))
         try:
             if path in self.forced_leaves or self.is_leaf_module(m, path):
                 return self.create_proxy("call_module", path, args, kwargs)
-            self._traced_modules.add(m)
+            self._patches.traced_modules.add(m)
             return original_module_call(m, *args, **kwargs)
         except Exception as err:
             if not hasattr(err, "_fxloom_module_path"):
                 err._fxloom_module_path = path  # type: ignore[attr-defined]  # innermost wins
             raise
         finally:
-            self._module_path_stack.pop()
-            self._module_stack = saved_stack
+            self._module_stack.leave(saved)
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Proxy]) -> Any:
         """What reading module attribute ``attr`` (value ``attr_val``) yields during tracing.
@@ -595,7 +251,7 @@ class Tracer:
         Parameters and buffers of the root become (cached) ``get_attr`` proxies.
         """
         if isinstance(attr_val, torch.Tensor):
-            path = self._param_paths.get(id(attr_val))
+            path = self._root_index.tensor_path(attr_val)
             if path is not None:
                 proxy = parameter_proxy_cache.get(path)
                 if proxy is None:
@@ -603,6 +259,17 @@ class Tracer:
                     parameter_proxy_cache[path] = proxy
                 return proxy
         return attr_val
+
+    def module_at(self, path: str) -> torch.nn.Module:
+        """The submodule of the root at qualified name ``path``."""
+        return self._root_index.module_at(path)
+
+    def attribute_value(self, qualified_name: str) -> Any:
+        """The real value behind a ``get_attr`` target (a root attribute or a captured constant)."""
+        constants = self.graph.constants
+        if qualified_name in constants:
+            return constants[qualified_name]
+        return self._root_index.value_at(qualified_name)
 
     # ========================================================= recording
     def create_proxy(
@@ -624,23 +291,15 @@ class Tracer:
             self._example_run.record(proxy, kind, target, args, kwargs)
         return proxy
 
+    def proxy(self, node: Node) -> Proxy:
+        return Proxy(node, self)
+
     def example_value(self, proxy: Proxy) -> Any:
         """``proxy``'s value for the example inputs, computed now if not yet
         (``NO_VALUE`` when tracing without examples)."""
         if self._example_run is None:
             return NO_VALUE
         return self._example_run.value_of(proxy)
-
-    def module_at(self, path: str) -> torch.nn.Module:
-        """The submodule of the root at qualified name ``path``."""
-        modules = self._modules_by_path
-        if modules is None:
-            modules = self._modules_by_path = {p: m for m, p in self.submodule_paths.items()}
-        module = modules.get(path)
-        return module if module is not None else self.root.get_submodule(path)
-
-    def proxy(self, node: Node) -> Proxy:
-        return Proxy(node, self)
 
     def create_node(
         self,
@@ -656,18 +315,18 @@ class Tracer:
         meta = node.meta
         if kind not in ("placeholder", "output"):
             # Every operation says which modules it came from ({} at the root's own level).
-            meta["nn_module_stack"] = dict(self._module_stack)
+            meta["nn_module_stack"] = dict(self._module_stack.entries)
         if kind in ("call_function", "call_method", "call_module"):
             source = self._module_class(target) if kind == "call_module" else target
             meta["source_fn_stack"] = [(node.name, source)]
         if self.record_stack_traces:
-            meta["stack_trace"] = _format_user_stack()
+            meta["stack_trace"] = errors.user_stack()
         return node
 
     def _module_class(self, path: str) -> type:
-        entry = self._module_stack.get(path)
-        if entry is not None:
-            return entry[1]
+        cls = self._module_stack.class_of(path)
+        if cls is not None:
+            return cls
         try:  # recorded by an overriding call_module that skipped super()
             return type(self.root.get_submodule(path))
         except AttributeError:
@@ -676,9 +335,12 @@ class Tracer:
     def create_arg(self, a: Any) -> Argument:
         """Convert a value seen during tracing into a graph argument.
 
-        Proxies become their nodes; containers are converted element-wise;
-        parameters and buffers of the root become ``get_attr`` nodes; other
-        tensors become constants (``_tensor_constant0``, ...) kept with the graph.
+        Proxies become their nodes; containers (``fxloom.pytree``) are
+        converted element by element, through this method; a dict subclass
+        with identifier keys (a model-output class) becomes a call of its
+        constructor; parameters and buffers of the root become ``get_attr``
+        nodes; other tensors become constants (``_tensor_constant0``, ...)
+        kept with the graph; submodules become ``get_attr`` nodes.
         """
         t = type(a)
         if t is Proxy:
@@ -689,46 +351,33 @@ class Tracer:
             return a.node
         if t in _SCALARS:
             return a
-        if isinstance(a, tuple):
-            items = [self.create_arg(x) for x in a]
-            return t(*items) if hasattr(a, "_fields") else t(items)
-        if isinstance(a, list):
-            return [self.create_arg(x) for x in a]
-        if isinstance(a, dict):
-            entries = {k: self.create_arg(v) for k, v in a.items()}
-            if t is dict or t is immutable_dict or not _keyword_keys(entries):
-                return entries
-            # A dict subclass (e.g. a model-output class) is rebuilt by its constructor,
-            # so callers of the traced module get the same type back.
-            return self.create_node("call_function", t, (), entries)
-        if t is slice:
-            return slice(self.create_arg(a.start), self.create_arg(a.stop), self.create_arg(a.step))
+        container = container_type(t)
+        if container is not None:
+            if isinstance(a, dict):
+                return self._dict_arg(a)
+            children, context = container.flatten(a)
+            # Rebuilt as generated code builds it: immutable lists become lists.
+            return container.plain.unflatten([self.create_arg(x) for x in children], context)
         if isinstance(a, torch.Tensor):
             return self._tensor_arg(a)
         if isinstance(a, torch.nn.Module):
             return self.create_proxy("get_attr", self.path_of_module(a), (), {}).node
         return a
 
+    def _dict_arg(self, a: dict[Any, Any]) -> Argument:
+        entries = {k: self.create_arg(v) for k, v in a.items()}
+        t = type(a)
+        if t is dict or t is immutable_dict or not _keyword_keys(entries):
+            return entries
+        # A dict subclass (e.g. a model-output class) is rebuilt by its constructor,
+        # so callers of the traced module get the same type back.
+        return self.create_node("call_function", t, (), entries)
+
     def _tensor_arg(self, tensor: torch.Tensor) -> Node:
-        path = self._param_paths.get(id(tensor))
+        path = self._root_index.tensor_path(tensor)
         if path is not None:
             return self._get_attr_node(path)
-        name = self.tensor_attrs.get(id(tensor))
-        if name is None:
-            name = self._free_constant_name()
-            self.graph._tensor_constants[name] = tensor
-            self.tensor_attrs[id(tensor)] = name
-        return self.create_node("get_attr", name, (), {})
-
-    def _free_constant_name(self) -> str:
-        """``_tensor_constantN`` for the first N that names nothing on the root yet."""
-        constants = self.graph._tensor_constants
-        index = len(constants)
-        while True:
-            name = f"_tensor_constant{index}"
-            if name not in constants and not hasattr(self.root, name):
-                return name
-            index += 1
+        return self.create_node("get_attr", self._constants.name_for(tensor), (), {})
 
     def _get_attr_node(self, path: str) -> Node:
         proxy = self._parameter_proxy_cache.get(path)
@@ -737,38 +386,10 @@ class Tracer:
             self._parameter_proxy_cache[path] = proxy
         return proxy.node
 
-    def attribute_value(self, qualified_name: str) -> Any:
-        """The real value behind a ``get_attr`` target (a root attribute or a captured constant)."""
-        constants = self.graph._tensor_constants
-        if qualified_name in constants:
-            return constants[qualified_name]
-        value: Any = self.root
-        for part in qualified_name.split("."):
-            value = (
-                original_module_getattr(value, part)
-                if isinstance(value, torch.nn.Module) and part not in value.__dict__
-                else getattr(value, part)
-            )
-        return value
-
     # ======================================================== conversions
     def trace_error(self, message: str, hint: str | None = None) -> TraceError:
         """A ``TraceError`` naming the user's source line, the module being traced and a fix."""
-        frame = user_frame(2)
-        location, source = describe_frame(frame)
-        path = self._module_path_stack[-1]
-        module = "the root module" if not path else f"module {path!r}"
-        hint = hint or (
-            "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
-            "(fxloom.wrap), or fix the value it depends on with concrete_args"
-        )
-        where = f"\n  at {location}{source}" if location else ""
-        return TraceError(
-            f"{message}{where}\n  while tracing {module}\n  hint: {hint}",
-            partial_graph=self.graph,
-            location=location,
-            module_path=path,
-        )
+        return errors.trace_error(message, hint, self.graph, self._module_stack.path)
 
     def to_bool(self, obj: Proxy) -> bool:
         """Called for ``bool(proxy)`` (``if x.sum() > 0:``).
@@ -777,89 +398,19 @@ class Tracer:
         branch the example takes is followed and a guard is recorded that
         raises at run time if the condition ever comes out differently.
         """
-        if obj.value is NO_VALUE:
-            raise self.trace_error(
-                "symbolically traced variables cannot be used as inputs to control flow",
-                hint=(
-                    "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
-                    "(fxloom.wrap), fix its input with concrete_args, trace with autoleaf=True, "
-                    "or pass example_inputs so the branch is specialised under a run-time guard"
-                ),
-            )
-        return self._specialize(obj, bool)
+        return conversions.to_bool(self, obj)
 
     def length(self, obj: Proxy) -> int:
         """Called for ``len(proxy)``: refused without example inputs, as documented."""
-        value = obj.value
-        if value is NO_VALUE:
-            raise self.trace_error(
-                "'len' is not supported in symbolic tracing by default. If you want this call "
-                "to be recorded, please call fxloom.wrap('len') at module scope",
-                hint="use x.size(dim) / x.shape[dim], which are recorded, or pass example_inputs",
-            )
-        if isinstance(value, (torch.Size, tuple, list)):  # a rank or a tuple's arity: fixed
-            return len(value)
-        return self._specialize(obj, len)
+        return conversions.length(self, obj)
 
     def to_python(self, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
         """Called for ``int(proxy)``, ``float(proxy)`` and index use (``range(n)``)."""
-        if obj.value is NO_VALUE:
-            kind = {int: "int", float: "float"}.get(convert, "an index (int)")
-            raise self.trace_error(
-                f"a traced value (%{obj.node.name}) cannot be converted to {kind} during "
-                "symbolic tracing: its value is only known when the traced code runs",
-                hint="keep it a tensor/size expression, fix it with concrete_args, or pass "
-                "example_inputs to specialise on it under a run-time guard",
-            )
-        return self._specialize(obj, convert)
-
-    def _specialize(self, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
-        """``convert(example value)``, plus a graph guard that it stays so at run time."""
-        expected = convert(obj.value)
-        where = _short_location(user_frame(3))
-        self.create_proxy(
-            "call_function", check_guard, (obj, convert, expected, where), {}, "guard"
-        )
-        return expected
+        return conversions.to_python(self, obj, convert)
 
     def iter(self, obj: Proxy) -> Iterator[Proxy]:
         """Called for ``iter(proxy)``: unpacking of a known length works, loops do not."""
-        if obj._value is PENDING:
-            # ``a, b = x.shape``: the unpacking says how many, under a guard, without
-            # running the examples up to here.
-            count = unpack_length(user_frame(2))
-            if count is not None:
-                self._check_unpack(obj, count)
-                return iter([obj[i] for i in range(count)])
-        value = obj.value
-        if value is not NO_VALUE:
-            if isinstance(value, (tuple, list)):  # e.g. x.unbind(0): arity follows a size
-                self._check_unpack(obj, len(value))
-                return iter([obj[i] for i in range(len(value))])
-            if isinstance(value, torch.Size):  # the rank, fixed by the input guards
-                return iter([obj[i] for i in range(len(value))])
-            return self._iterate_rows(obj, len(value))
-        count = unpack_length(user_frame(2))
-        if count is not None:
-            self._check_unpack(obj, count)
-            return iter([obj[i] for i in range(count)])
-        raise self.trace_error(
-            "Proxy object cannot be iterated: the number of elements of a traced value is "
-            "unknown while tracing",
-            hint="unpack into a fixed number of names (a, b = x.chunk(2)), index explicitly, "
-            "or pass example_inputs",
-        )
-
-    def _check_unpack(self, obj: Proxy, count: int) -> None:
-        where = _short_location(user_frame(3))
-        self.create_proxy("call_function", check_length, (obj, count, where), {}, "guard")
-
-    def _iterate_rows(self, obj: Proxy, count: int) -> Iterator[Proxy]:
-        """Rows of a tensor, lazily: only a loop that runs to the end depends on the length,
-        so only then is a guard on it recorded (code that peeks at the first row does not)."""
-        for i in range(count):
-            yield obj[i]
-        self._specialize(obj, len)
+        return conversions.iterate(self, obj)
 
 
 class GraphAppendingTracer(Tracer):
@@ -871,15 +422,10 @@ class GraphAppendingTracer(Tracer):
 
     def __init__(self, graph: Graph, root: torch.nn.Module | None = None) -> None:
         super().__init__()
-        self.graph = graph
-        if root is not None:
-            self.root = root
-            for name, module in root.named_modules(remove_duplicate=False):
-                self.submodule_paths.setdefault(module, name)
-            self._param_paths_index = None  # built from the root on first need
+        self._start(root if root is not None else torch.nn.Module(), graph)
 
 
-# =================================================================== helpers
+# Values that are graph arguments as they are (create_arg's fast path).
 _SCALARS = frozenset(
     {
         int,
@@ -898,139 +444,8 @@ _SCALARS = frozenset(
 )
 
 
-# nn.Module's own bookkeeping dicts (_modules, _parameters, hooks, ...): never caches.
-_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
-
-# Tracers currently running, innermost last (a trace may start inside another).
-_active_tracers: list[Tracer] = []
-# (original, always) -> its recording wrapper; made once, shared by all traces.
-_recording_wrappers: dict[tuple[int, bool, bool], tuple[Any, Callable[..., Any]]] = {}
-
-
-def _recording(
-    original: Callable[..., Any], always: bool = False, method: bool = False
-) -> Callable[..., Any]:
-    """``original``, but recorded as ``call_function`` when any argument is a proxy.
-
-    With ``always`` (tensor factories) every call made while tracing is
-    recorded: a tensor made during tracing must be made afresh on every run,
-    not frozen into a constant that in-place ops would change between calls.
-    With ``method``, ``original`` is a ``__call__`` whose first argument is the
-    callable object itself, which becomes the recorded target.
-    """
-    key = (id(original), always, method)  # by identity: some callables are unhashable
-    cached = _recording_wrappers.get(key)
-    if cached is not None:
-        return cached[1]
-
-    @functools.wraps(original)
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        tracer = _find_tracer(args, kwargs) or (_active_tracers[-1] if _active_tracers else None)
-        if tracer is None or tracer._computing_value:
-            return original(*args, **kwargs)
-        if always or _holds_proxy(args) or _holds_proxy(kwargs.values()):
-            if method:
-                return tracer.create_proxy("call_function", args[0], args[1:], kwargs)
-            return tracer.create_proxy("call_function", original, args, kwargs)
-        return original(*args, **kwargs)
-
-    recording.__fxloom_original__ = original  # type: ignore[attr-defined]
-    _recording_wrappers[key] = (original, recording)  # holding original keeps its id valid
-    return recording
-
-
-def _defaultable_parameters(
-    parameters: list[inspect.Parameter], concrete_args: dict[str, Any]
-) -> set[str]:
-    """Positional parameters that may get a default: only ones followed by defaulted ones."""
-    allowed: set[str] = set()
-    for param in reversed(parameters):
-        if param.kind is param.VAR_POSITIONAL:
-            allowed.clear()
-            break
-        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
-            continue
-        spec = concrete_args.get(param.name, PH)
-        fixed_literal = spec is not PH and _is_literal(spec)
-        if not (fixed_literal or (spec is PH and param.default is not param.empty)):
-            break
-        allowed.add(param.name)
-    return allowed
-
-
-def _keyword_entries(name: str, spec: Any) -> dict[str, Any]:
-    """``concrete_args[name]`` for a ``**name`` parameter: the keyword arguments to trace with."""
-    entries = {} if spec is PH or spec is None else spec
-    if not isinstance(entries, dict):
-        raise TraceError(
-            f"concrete_args[{name!r}] must be a dict of the keyword arguments to trace with "
-            f"(PH for an input), got {spec!r}"
-        )
-    return entries
-
-
-def _short_location(frame: types.FrameType | None) -> str:
-    """``file.py:12`` (no directories: it is printed into generated code)."""
-    if frame is None:
-        return "traced code"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-
-
 def _keyword_keys(entries: dict[Any, Any]) -> bool:
     return all(isinstance(k, str) and k.isidentifier() for k in entries)
-
-
-def _has_variadic_positional(parameters: list[inspect.Parameter]) -> bool:
-    # With a *args after them, earlier parameters can only be filled positionally.
-    return any(p.kind is p.VAR_POSITIONAL for p in parameters)
-
-
-def _holds_proxy(values: Any) -> bool:
-    for value in values:
-        if isinstance(value, Proxy):
-            return True
-        if isinstance(value, (tuple, list)) and _holds_proxy(value):
-            return True
-        if isinstance(value, dict) and _holds_proxy(value.values()):
-            return True
-    return False
-
-
-def _is_literal(value: Any) -> bool:
-    if type(value) in (int, float, bool, str, type(None), complex):
-        return True
-    if type(value) in (tuple, list):
-        return all(_is_literal(v) for v in value)
-    return False
-
-
-def _annotations(fn: Callable[..., Any]) -> dict[str, Any]:
-    try:
-        return dict(inspect.get_annotations(fn, eval_str=True))
-    except Exception:  # unresolvable string annotations: keep none rather than fail tracing
-        return {}
-
-
-def _innermost_user_frame(tb: types.TracebackType | None) -> types.FrameType | None:
-    from fxloom.proxy import _is_plumbing
-
-    found = None
-    while tb is not None:
-        if not _is_plumbing(tb.tb_frame.f_code.co_filename):
-            found = tb.tb_frame
-        tb = tb.tb_next
-    return found
-
-
-def _format_user_stack() -> str:
-    from fxloom.proxy import _is_plumbing
-
-    frames = [
-        summary
-        for summary in traceback.extract_stack(sys._getframe(2))
-        if not _is_plumbing(summary.filename)
-    ]
-    return "".join(traceback.format_list(frames[-3:]))
 
 
 def symbolic_trace(

@@ -1,60 +1,30 @@
-"""What symbolic tracing patches while it runs, and how it puts everything back.
+"""Replacing attributes and globals for the length of a trace, and putting every one back.
 
-``Patcher`` records each attribute or global it replaces and restores them all,
-in reverse order, whatever happens; ``wrap`` registers the module-level
-functions that tracing records as calls instead of running.
+``Patcher`` records what it replaces and restores it all, in reverse order,
+whatever happened in between. Also here: nn.Module's own ``__call__`` and
+``__getattr__`` as they were before any trace (tracing patches module classes,
+and runs these originals where a module must run eagerly). Depends on torch only.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = [
-    "MISSING",
-    "Patcher",
-    "capturing",
-    "original_module_call",
-    "original_module_getattr",
-    "unwrapped",
-    "wrap",
-    "wrapped_names",
-]
+__all__ = ["MISSING", "Patcher", "original_module_call", "original_module_getattr", "unwrapped"]
 
-# (globals dict, name) of every function registered with ``wrap``.
-wrapped_names: dict[tuple[int, str], tuple[dict[str, Any], str]] = {}
-
-
-def wrap(fn_or_name: str | Callable[..., Any]) -> Any:
-    """Make a global function a leaf of symbolic tracing: calls become ``call_function`` nodes.
-
-    Call at module scope, with the function's name or the function itself, or
-    use as a decorator::
-
-        fxloom.wrap("len")            # len(proxy) is recorded, not refused
-
-        @fxloom.wrap
-        def my_kernel(x, k): ...      # traced code calls it; the graph shows the call
-    """
-    frame = sys._getframe(1)
-    if frame.f_code.co_name != "<module>":
-        raise RuntimeError(
-            "fxloom.wrap must be called at the top level of a module, where the "
-            f"function's global name is visible (called from {frame.f_code.co_name!r})"
-        )
-    name = fn_or_name if isinstance(fn_or_name, str) else getattr(fn_or_name, "__name__", None)
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TypeError(f"fxloom.wrap needs a named global function, got {fn_or_name!r}")
-    globals_dict = frame.f_globals
-    wrapped_names[(id(globals_dict), name)] = (globals_dict, name)
-    return fn_or_name
+MISSING = object()  # "there was no such attribute or global": delete it on restore
+original_module_call = torch.nn.Module.__call__
+original_module_getattr = torch.nn.Module.__getattr__
 
 
 class Patcher:
-    """Records every attribute/global it replaces and puts them all back on exit."""
+    """Records every attribute/global it replaces and puts them all back on ``restore``.
+
+    Each (owner, name) is recorded once: patching it again while patched keeps
+    the first original.
+    """
 
     def __init__(self) -> None:
         self._undo: list[tuple[Any, str, Any, bool]] = []
@@ -105,15 +75,6 @@ class Patcher:
             else:
                 setattr(owner, name, original)
         self._patched.clear()
-
-
-MISSING = object()
-original_module_call = torch.nn.Module.__call__
-original_module_getattr = torch.nn.Module.__getattr__
-
-
-def capturing() -> bool:
-    return True
 
 
 def unwrapped(fn: Any) -> Any:

@@ -1,15 +1,20 @@
-"""Example values for tracing with ``example_inputs``: binding, computing, reading back.
+"""Example values for tracing with ``example_inputs``: binding, computing on demand, restoring.
 
-A proxy's ``value`` is what it evaluates to for the example inputs. These
-helpers bind examples to parameters, copy them so recorded in-place operations
-do not touch the caller's tensors, replace proxies by their values, and save
-and restore the module state that running the examples could change.
+A proxy's ``value`` is what it evaluates to for the example inputs. The
+inputs are bound to the root's parameters and copied, so recorded in-place
+operations do not touch the caller's tensors; each input's placeholder gets
+its example and, for a tensor, a run-time guard on its dtype and rank.
 
 Values are computed on demand (``ExampleRun``): each recorded operation is
 queued, and the first read of a value runs the queue up to it, in recording
-order, so side effects happen in the program's order. A program whose tracing
-never asks about a value (no control flow on tensors, no ``x.dim()`` outside
-leaf modules) runs nothing: examples then cost nothing.
+order, so side effects happen in the program's order. While it runs, the
+trace's patches stand aside (``patches.Gate``) and the module state it could
+change (buffers, RNG) is saved, to be put back by ``close``. A program whose
+tracing never asks about a value (no control flow on tensors, no ``x.dim()``
+outside leaf modules) runs nothing: examples then cost nothing.
+
+Depends on ``fxloom.proxy``, ``fxloom.guards``, ``fxloom.pytree``, ``patcher``
+and ``root_args`` (``PH``).
 """
 
 from __future__ import annotations
@@ -21,65 +26,45 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fxloom._patching import original_module_call
+from fxloom.guards import check_tensor_input
 from fxloom.node import Target
 from fxloom.proxy import NO_VALUE, PENDING, Proxy, TraceError
+from fxloom.pytree import tree_map
+from fxloom.tracing.patcher import original_module_call
+from fxloom.tracing.root_args import PH
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer
+    from fxloom.tracing.patches import Gate
 
-__all__ = [
-    "PH",
-    "Unknown",
-    "values_of",
-    "clone_tensors",
-    "bind_examples",
-    "ModuleState",
-    "ExampleRun",
-]
-
-
-class _PlaceholderMarker:
-    """``concrete_args={"x": PH}`` keeps ``x`` an input while other arguments are fixed."""
-
-    def __repr__(self) -> str:
-        return "PH"
-
-
-PH = _PlaceholderMarker()
+__all__ = ["Unknown", "values_of", "clone_tensors", "bind_examples", "ModuleState", "ExampleRun"]
 
 
 class Unknown(Exception):
     """Some proxy among the arguments has no example value."""
 
 
-def values_of(a: Any) -> Any:
-    """``a`` with every proxy replaced by its example value."""
-    if isinstance(a, Proxy):
-        if a.value is NO_VALUE:
+def _value(leaf: Any) -> Any:
+    if isinstance(leaf, Proxy):
+        value = leaf.value
+        if value is NO_VALUE:
             raise Unknown
-        return a.value
-    t = type(a)
-    if t is tuple or t is list:
-        return t(values_of(x) for x in a)
-    if isinstance(a, dict):
-        return {k: values_of(v) for k, v in a.items()}
-    if isinstance(a, tuple) and hasattr(a, "_fields"):
-        return t(*(values_of(x) for x in a))
-    if t is slice:
-        return slice(values_of(a.start), values_of(a.stop), values_of(a.step))
-    return a
+        return value
+    return leaf
+
+
+def values_of(a: Any) -> Any:
+    """``a`` with every proxy replaced by its example value (``Unknown`` if one has none)."""
+    return tree_map(_value, a)
+
+
+def _clone(leaf: Any) -> Any:
+    return leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf
 
 
 def clone_tensors(value: Any) -> Any:
     """Example inputs are cloned: recorded in-place ops must not change the caller's tensors."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if type(value) in (tuple, list):
-        return type(value)(clone_tensors(v) for v in value)
-    if type(value) is dict:
-        return {k: clone_tensors(v) for k, v in value.items()}
-    return value
+    return tree_map(_clone, value)
 
 
 def bind_examples(
@@ -129,20 +114,44 @@ class ModuleState:
 
 
 class ExampleRun:
-    """The recorded operations of one trace, run on the example values when first needed.
+    """The example inputs of one trace, and its recorded operations run on them when first needed.
 
-    ``record`` queues an operation (its proxy's value becomes ``PENDING``);
-    ``value_of`` runs the queue in recording order until that proxy has its
-    value. The module state is saved just before the first operation runs and
-    put back by ``restore`` after tracing.
+    ``attach_input`` gives a placeholder its example; ``record`` queues an
+    operation (its proxy's value becomes ``PENDING``); ``value_of`` runs the
+    queue in recording order until that proxy has its value. The module state
+    is saved just before the first operation runs and put back by ``close``,
+    after which nothing more is recorded or computed (pending values stay unknown).
     """
 
-    def __init__(self, tracer: Tracer) -> None:
+    def __init__(self, tracer: Tracer, inputs: dict[str, Any], gate: Gate) -> None:
         self.tracer = tracer
+        self.inputs = inputs  # by parameter name (``bind_examples``)
+        self.gate = gate
         self.queue: deque[tuple[Proxy, str, Target, tuple, dict]] = deque()
         self.saved_state: ModuleState | None = None
+        self.closed = False
+
+    def attach_input(self, placeholder: Proxy, param: inspect.Parameter) -> None:
+        """Give an input's proxy its example value; tensors get a dtype/rank guard."""
+        if param.name in self.inputs:
+            example = clone_tensors(self.inputs[param.name])
+        elif param.default is not param.empty:
+            example = param.default
+        else:
+            return
+        placeholder.value = example
+        if isinstance(example, torch.Tensor):
+            self.tracer.create_proxy(
+                "call_function",
+                check_tensor_input,
+                (placeholder, example.dtype, example.dim(), param.name),
+                {},
+                "guard",
+            )
 
     def record(self, proxy: Proxy, kind: str, target: Target, args: tuple, kwargs: dict) -> None:
+        if self.closed:
+            return
         if kind == "get_attr":  # read now: the attribute may be reassigned later in forward
             proxy._value = self.tracer.attribute_value(target)
             return
@@ -152,22 +161,22 @@ class ExampleRun:
     def value_of(self, proxy: Proxy) -> Any:
         if proxy._value is not PENDING:
             return proxy._value
-        tracer = self.tracer
+        if self.closed:  # values not computed while tracing never will be
+            return NO_VALUE
         if self.saved_state is None:
-            self.saved_state = ModuleState(tracer.root)
+            self.saved_state = ModuleState(self.tracer.root)
         queue = self.queue
         grad_enabled = torch.is_grad_enabled()
         torch.set_grad_enabled(False)
-        tracer._computing_value = True
         try:
-            while proxy._value is PENDING:
-                if not queue:  # a PENDING proxy this run never queued: nothing to compute
-                    proxy._value = NO_VALUE
-                    break
-                entry = queue.popleft()
-                entry[0]._value = self._run(*entry)
+            with self.gate.closed():
+                while proxy._value is PENDING:
+                    if not queue:  # a PENDING proxy this run never queued: nothing to compute
+                        proxy._value = NO_VALUE
+                        break
+                    entry = queue.popleft()
+                    entry[0]._value = self._run(*entry)
         finally:
-            tracer._computing_value = False
             torch.set_grad_enabled(grad_enabled)
         return proxy._value
 
@@ -199,6 +208,9 @@ class ExampleRun:
                 hint="the example inputs must be valid inputs of the model",
             ) from err
 
-    def restore(self) -> None:
+    def close(self) -> None:
+        """End of the trace: put the module state back; compute and record nothing more."""
+        self.closed = True
+        self.queue.clear()
         if self.saved_state is not None:
             self.saved_state.restore()

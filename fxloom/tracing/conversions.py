@@ -1,0 +1,143 @@
+"""Turning a proxy into a Python value: ``bool``, ``len``, ``int``/``float``/index, iteration.
+
+A traced value has no Python value while tracing. Without example inputs
+these conversions are refused with an error naming the line and a fix; with
+them, the example's value is used and a run-time guard is recorded that raises
+if another input would come out differently. Unpacking into a fixed number of
+names (``a, b = x.shape``) needs no value: the count is read from the caller's
+bytecode and guarded. ``Tracer.to_bool``, ``length``, ``to_python`` and
+``iter`` delegate here.
+
+Depends on ``fxloom.proxy``, ``fxloom.guards`` and ``frames``.
+"""
+
+from __future__ import annotations
+
+import dis
+import types
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fxloom.guards import check_guard, check_length
+from fxloom.proxy import NO_VALUE, PENDING, Proxy
+from fxloom.tracing.frames import short_location, user_frame
+
+if TYPE_CHECKING:
+    from fxloom.tracer import Tracer
+
+__all__ = ["to_bool", "length", "to_python", "iterate", "unpack_length"]
+
+
+def to_bool(tracer: Tracer, obj: Proxy) -> bool:
+    """``bool(obj)``: the example's branch under a guard, refused without examples."""
+    if obj.value is NO_VALUE:
+        raise tracer.trace_error(
+            "symbolically traced variables cannot be used as inputs to control flow",
+            hint=(
+                "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
+                "(fxloom.wrap), fix its input with concrete_args, trace with autoleaf=True, "
+                "or pass example_inputs so the branch is specialised under a run-time guard"
+            ),
+        )
+    return _specialize(tracer, obj, bool)
+
+
+def length(tracer: Tracer, obj: Proxy) -> int:
+    """``len(obj)``: a rank or a tuple's arity as it is, else the example's length under a guard."""
+    value = obj.value
+    if value is NO_VALUE:
+        raise tracer.trace_error(
+            "'len' is not supported in symbolic tracing by default. If you want this call "
+            "to be recorded, please call fxloom.wrap('len') at module scope",
+            hint="use x.size(dim) / x.shape[dim], which are recorded, or pass example_inputs",
+        )
+    if isinstance(value, (torch.Size, tuple, list)):  # a rank or a tuple's arity: fixed
+        return len(value)
+    return _specialize(tracer, obj, len)
+
+
+def to_python(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
+    """``convert(obj)`` (``int``, ``float``, ``operator.index``): the example's value under a guard."""
+    if obj.value is NO_VALUE:
+        kind = {int: "int", float: "float"}.get(convert, "an index (int)")
+        raise tracer.trace_error(
+            f"a traced value (%{obj.node.name}) cannot be converted to {kind} during "
+            "symbolic tracing: its value is only known when the traced code runs",
+            hint="keep it a tensor/size expression, fix it with concrete_args, or pass "
+            "example_inputs to specialise on it under a run-time guard",
+        )
+    return _specialize(tracer, obj, convert)
+
+
+def iterate(tracer: Tracer, obj: Proxy) -> Iterator[Proxy]:
+    """``iter(obj)``: unpacking of a known length works, loops need the examples."""
+    if obj._value is PENDING:
+        # ``a, b = x.shape``: the unpacking says how many, under a guard, without
+        # running the examples up to here.
+        count = unpack_length(user_frame())
+        if count is not None:
+            _check_unpack(tracer, obj, count)
+            return iter([obj[i] for i in range(count)])
+    value = obj.value
+    if value is not NO_VALUE:
+        if isinstance(value, (tuple, list)):  # e.g. x.unbind(0): arity follows a size
+            _check_unpack(tracer, obj, len(value))
+            return iter([obj[i] for i in range(len(value))])
+        if isinstance(value, torch.Size):  # the rank, fixed by the input guards
+            return iter([obj[i] for i in range(len(value))])
+        return _iterate_rows(tracer, obj, len(value))
+    count = unpack_length(user_frame())
+    if count is not None:
+        _check_unpack(tracer, obj, count)
+        return iter([obj[i] for i in range(count)])
+    raise tracer.trace_error(
+        "Proxy object cannot be iterated: the number of elements of a traced value is "
+        "unknown while tracing",
+        hint="unpack into a fixed number of names (a, b = x.chunk(2)), index explicitly, "
+        "or pass example_inputs",
+    )
+
+
+def _specialize(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
+    """``convert(example value)``, plus a graph guard that it stays so at run time."""
+    expected = convert(obj.value)
+    where = short_location(user_frame())
+    tracer.create_proxy("call_function", check_guard, (obj, convert, expected, where), {}, "guard")
+    return expected
+
+
+def _check_unpack(tracer: Tracer, obj: Proxy, count: int) -> None:
+    where = short_location(user_frame())
+    tracer.create_proxy("call_function", check_length, (obj, count, where), {}, "guard")
+
+
+def _iterate_rows(tracer: Tracer, obj: Proxy, count: int) -> Iterator[Proxy]:
+    """Rows of a tensor, lazily: only a loop that runs to the end depends on the length,
+    so only then is a guard on it recorded (code that peeks at the first row does not)."""
+    for i in range(count):
+        yield obj[i]
+    _specialize(tracer, obj, len)
+
+
+# Weak: generated forwards come and go, their code objects must not be kept alive here.
+_instructions_by_code: weakref.WeakKeyDictionary[types.CodeType, dict[int, dis.Instruction]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def unpack_length(frame: types.FrameType | None) -> int | None:
+    """If ``frame`` is executing ``a, b, ... = <value>``, the number of targets."""
+    if frame is None:
+        return None
+    code = frame.f_code
+    instructions = _instructions_by_code.get(code)
+    if instructions is None:
+        instructions = {inst.offset: inst for inst in dis.get_instructions(code)}
+        _instructions_by_code[code] = instructions
+    inst = instructions.get(frame.f_lasti)  # a byte offset, like Instruction.offset
+    if inst is not None and inst.opname == "UNPACK_SEQUENCE":
+        return inst.argval
+    return None

@@ -1,0 +1,69 @@
+"""Where the root's modules, parameters and buffers are: lookups by identity and by qualified name.
+
+Built once per trace; the indexes nobody may need (parameters by identity,
+modules by name) are built on first use. Depends on ``patcher`` (the
+unpatched ``nn.Module.__getattr__``) only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fxloom.tracing.patcher import original_module_getattr
+
+__all__ = ["RootIndex"]
+
+
+class RootIndex:
+    """Lookups into one root module; ``submodule_paths`` is ``Tracer.submodule_paths``."""
+
+    __slots__ = ("root", "submodule_paths", "_tensor_paths", "_modules_by_path")
+
+    def __init__(self, root: torch.nn.Module) -> None:
+        self.root = root
+        # module -> qualified name (the first, when a module is reachable by several).
+        self.submodule_paths: dict[torch.nn.Module, str] = {}
+        for name, module in root.named_modules(remove_duplicate=False):
+            self.submodule_paths.setdefault(module, name)
+        self._tensor_paths: dict[int, str] | None = None
+        self._modules_by_path: dict[str, torch.nn.Module] | None = None
+
+    def tensor_path(self, tensor: torch.Tensor) -> str | None:
+        """The qualified name of ``tensor`` if it is a parameter or buffer of the root.
+
+        The index is built on first need (often never: the layers owning the
+        parameters are usually leaves).
+        """
+        index = self._tensor_paths
+        if index is None:
+            index = {}
+            named = (
+                *self.root.named_parameters(remove_duplicate=False),
+                *self.root.named_buffers(remove_duplicate=False),
+            )
+            for name, value in named:
+                index.setdefault(id(value), name)
+            self._tensor_paths = index
+        return index.get(id(tensor))
+
+    def module_at(self, path: str) -> torch.nn.Module:
+        """The submodule at qualified name ``path``."""
+        modules = self._modules_by_path
+        if modules is None:
+            modules = self._modules_by_path = {p: m for m, p in self.submodule_paths.items()}
+        module = modules.get(path)
+        return module if module is not None else self.root.get_submodule(path)
+
+    def value_at(self, path: str) -> Any:
+        """The attribute of the root at dotted ``path``, read without any tracing patch."""
+        # TODO(attr_path): one dotted-path walk for the whole library.
+        value: Any = self.root
+        for part in path.split("."):
+            value = (
+                original_module_getattr(value, part)
+                if isinstance(value, torch.nn.Module) and part not in value.__dict__
+                else getattr(value, part)
+            )
+        return value
