@@ -18,8 +18,15 @@ What the source looks like::
 * operator calls print as operators, ``getattr`` as attribute access,
   ``getitem``/``setitem`` as subscripts with slice syntax;
 * a value is released (``x = None``) right after its last use, so memory is
-  freed as early as in a hand-written forward;
+  freed as early as in a hand-written forward; where that is comes from
+  ``liveness.last_uses``, which the Interpreter follows too. A call whose
+  value nothing reads is not bound at all (``print(x)``);
 * node names never collide with globals: globals get names the graph does not use.
+
+Each node first becomes a ``_Statement`` (what is assigned to what), decided
+from facts about the node; ``_line`` alone turns statements into text.
+
+Depends on the IR's ``node``, ``liveness`` and ``_namespace``.
 """
 
 from __future__ import annotations
@@ -32,11 +39,12 @@ import operator
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from fxloom._namespace import Namespace, sanitize
+from fxloom.liveness import last_uses
 from fxloom.node import Node
 from fxloom.ops.python_operators import PYTHON_OPERATORS
 
@@ -129,8 +137,8 @@ class _Emitter:
         graph = self.graph
         output = self._find_output()
         params, rebinds = self._signature(graph.find_nodes(op="placeholder"))
-        last_uses = _last_uses(graph)
-        body: list[str] = list(rebinds)
+        dead_after = last_uses(graph)
+        body = [_line(rebind, None) for rebind in rebinds]
         # node_of_line[i] names the node emitted on line i + 1 (line 1 is the def).
         node_of_line: list[str | None] = [None] * (len(body) + 1)
         statement_of = self._statement
@@ -145,16 +153,16 @@ class _Emitter:
             if verbose and node.stack_trace:
                 body.append(_stack_comment(node.stack_trace))
                 node_of_line.append(None)
-            if op == "output":
+            if op == "output":  # what dies here is not released: the function returns
                 body.append(f"return {self._expr(node._args[0]) if node._args else 'None'}")
             else:
-                statement = statement_of(node)
-                if not node.users and op != "get_attr":
-                    statement = _drop_unused_binding(statement, node._name)
-                dead = last_uses.get(node)
-                if dead:
-                    statement = f"{statement};  {' = '.join(dead)} = None"
-                body.append(statement)
+                dead = dead_after.get(node)
+                if dead is None:
+                    body.append(_line(statement_of(node, True), None))
+                elif dead[0] is node:  # nothing reads this value
+                    body.append(_line(statement_of(node, False), dead[1:]))
+                else:
+                    body.append(_line(statement_of(node, True), dead))
             node_of_line.append(node._name)
             node = node._next
         returns = f" -> {self._annotation(output.type)}" if output.type is not None else ""
@@ -184,13 +192,13 @@ class _Emitter:
         return outputs[0]
 
     # ------------------------------------------------------------ signature
-    def _signature(self, placeholders: list[Node]) -> tuple[list[str], list[str]]:
+    def _signature(self, placeholders: list[Node]) -> tuple[list[str], list[_Statement]]:
         # Names first, for all parameters: an annotation printed earlier must not
         # take a name (``torch``) that a later parameter needs.
         names = [self._parameter_name(node) for node in placeholders]
         params: list[str] = []
         rebinds = [
-            f"{node.name} = {param}"
+            _Statement(node.name, param)
             for node, param in zip(placeholders, names)
             if param != node.name
         ]
@@ -241,54 +249,66 @@ class _Emitter:
         return param
 
     # ------------------------------------------------------------ statements
-    def _statement(self, node: Node) -> str:
+    def _statement(self, node: Node, used: bool) -> _Statement:
+        """What ``node``'s line says; ``used``: whether a later node reads its value."""
         op = node._op
-        name = node._name if node.type is None else f"{node._name}: {self._annotation(node.type)}"
+        # The annotation is printed first, so the globals it needs are named first.
+        binding = (
+            node._name if node.type is None else f"{node._name}: {self._annotation(node.type)}"
+        )
+        if op == "get_attr":  # bound even when unused: a bare ``self.p`` would do nothing
+            return _Statement(binding, self._attr_path(node._target, all_modules=False))
         if op == "call_function":
-            return self._call_function(node, name)
-        target, args, kwargs = node._target, node._args, node._kwargs
-        if op == "call_method":
-            if not args:
-                raise CodegenError(f"call_method %{node.name} ({target}) has no self argument")
-            receiver = self._receiver(args[0])
-            if target.isidentifier() and not keyword.iskeyword(target):
-                method = f"{receiver}.{target}"
-            else:
-                method = f"{self._builtin('getattr')}({receiver}, {target!r})"
-            return f"{name} = {method}({self._call_args(args[1:], kwargs)})"
-        if op == "call_module":
-            module = self._attr_path(target, all_modules=True)
-            return f"{name} = {module}({self._call_args(args, kwargs)})"
-        return f"{name} = {self._attr_path(target, all_modules=False)}"  # get_attr
+            form = _operator_form(node)
+            kind = form[1] if form is not None else None
+            if kind == "augmented":  # the second clause reads the binding: always bound
+                left, right = node._args
+                value = self._expr(left)
+                return _Statement(binding, value, f"{node._name} {form[2]} {self._operand(right)}")
+            if kind == "setitem":  # a store; the node's own value is None
+                return self._setitem(node, used)
+            value = self._call_function(node, form)
+        elif op == "call_method":
+            value = self._call_method(node)
+        else:
+            value = self._attr_path(node._target, all_modules=True)
+            value = f"{value}({self._call_args(node._args, node._kwargs)})"
+        # A value nothing reads is not bound: the call runs for its effect. An
+        # annotated one keeps its name and annotation, which say what it is.
+        return _Statement(binding if used or node.type is not None else None, value)
 
-    def _call_function(self, node: Node, name: str) -> str:
-        fn, args, kwargs = node._target, node._args, node._kwargs
-        if not kwargs:
-            try:
-                form = OPERATOR_FORMS.get(fn)
-            except TypeError:  # unhashable callable
-                form = None
-            if form is not None and len(args) == form[0]:
-                kind, token = form[1], form[2]
-                if kind == "infix":
-                    return f"{name} = {self._operand(args[0])} {token} {self._operand(args[1])}"
-                if kind == "prefix":
-                    return f"{name} = {token}{self._operand(args[0])}"
-                if kind == "augmented":
-                    target = node._name
-                    return f"{name} = {self._expr(args[0])};  {target} {token} {self._operand(args[1])}"
-                if kind == "getitem":
-                    return f"{name} = {self._receiver(args[0])}[{self._index(args[1])}]"
-                if kind == "setitem":
-                    store = (
-                        f"{self._receiver(args[0])}[{self._index(args[1])}] = {self._expr(args[2])}"
-                    )
-                    return f"{store};  {node._name} = None" if node.users else store
-                if kind == "contains":
-                    return f"{name} = {self._operand(args[1])} in {self._operand(args[0])}"
-                if kind == "getattr" and _is_attr_name(args[1]):
-                    return f"{name} = {self._receiver(args[0])}.{args[1]}"
-        return f"{name} = {self._global(fn)}({self._call_args(args, kwargs)})"
+    def _setitem(self, node: Node, used: bool) -> _Statement:
+        receiver, index, value = node._args
+        store = f"{self._receiver(receiver)}[{self._index(index)}]"
+        return _Statement(store, self._expr(value), f"{node._name} = None" if used else None)
+
+    def _call_method(self, node: Node) -> str:
+        target, args = node._target, node._args
+        if not args:
+            raise CodegenError(f"call_method %{node.name} ({target}) has no self argument")
+        receiver = self._receiver(args[0])
+        if target.isidentifier() and not keyword.iskeyword(target):
+            method = f"{receiver}.{target}"
+        else:
+            method = f"{self._builtin('getattr')}({receiver}, {target!r})"
+        return f"{method}({self._call_args(args[1:], node._kwargs)})"
+
+    def _call_function(self, node: Node, form: tuple[int, str, str] | None) -> str:
+        """The expression calling ``node``'s function, as an operator where ``form`` gives one."""
+        fn, args = node._target, node._args
+        if form is not None:
+            kind, token = form[1], form[2]
+            if kind == "infix":
+                return f"{self._operand(args[0])} {token} {self._operand(args[1])}"
+            if kind == "prefix":
+                return f"{token}{self._operand(args[0])}"
+            if kind == "getitem":
+                return f"{self._receiver(args[0])}[{self._index(args[1])}]"
+            if kind == "contains":
+                return f"{self._operand(args[1])} in {self._operand(args[0])}"
+            if kind == "getattr" and _is_attr_name(args[1]):
+                return f"{self._receiver(args[0])}.{args[1]}"
+        return f"{self._global(fn)}({self._call_args(args, node._kwargs)})"
 
     def _attr_path(self, qualified_name: str, *, all_modules: bool) -> str:
         getattr_name = self._builtin("getattr")
@@ -466,16 +486,40 @@ class _Emitter:
 
 
 # --------------------------------------------------------------------- helpers
-def _drop_unused_binding(statement: str, name: str) -> str:
-    """``print_1 = print(x)`` -> ``print(x)`` when nothing reads ``print_1``.
+class _Statement(NamedTuple):
+    """One line of the body before it is printed (``_line`` prints it).
 
-    Only simple ``name = expr`` statements; augmented and subscript stores
-    (which contain ``;`` or start elsewhere) keep their form.
+    ``target = value``, or ``value`` alone when ``target`` is None (a call kept
+    for its effect); then ``then``, a second clause on the same line: the
+    augmented assignment of an in-place operator (``iadd += 1``) or the
+    ``None`` a subscript store evaluates to (``setitem = None``).
     """
-    prefix = f"{name} = "
-    if statement.startswith(prefix) and ";" not in statement:
-        return statement[len(prefix) :]
-    return statement
+
+    target: str | None  # ``name``, ``name: T`` or a subscript ``x[i]``
+    value: str
+    then: str | None = None
+
+
+def _line(statement: _Statement, released: list[Node] | None) -> str:
+    """The one printer of statements: ``statement``, then ``released`` set to None."""
+    target, value, then = statement
+    text = value if target is None else f"{target} = {value}"
+    if then is not None:
+        text = f"{text};  {then}"
+    if released:
+        text = f"{text};  {' = '.join([node._name for node in released])} = None"
+    return text
+
+
+def _operator_form(node: Node) -> tuple[int, str, str] | None:
+    """``OPERATOR_FORMS`` entry of a call_function node that can print as an operator."""
+    if node._kwargs:
+        return None
+    try:
+        form = OPERATOR_FORMS.get(node._target)
+    except TypeError:  # unhashable callable
+        return None
+    return form if form is not None and len(node._args) == form[0] else None
 
 
 def _stars(placeholder: Node) -> str:
@@ -538,28 +582,6 @@ def _is_bracketed(text: str) -> bool:
 
 def _is_attr_name(value: Any) -> bool:
     return isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)
-
-
-def _last_uses(graph: Graph) -> dict[Node, list[str]]:
-    """For each node, the values whose last use it is (freed right after it)."""
-    seen: set[Node] = set()
-    dies_at: dict[Node, list[str]] = {}
-    root = graph._root
-    node = root._prev
-    if node is not root and node._op == "output":  # returned values are never freed
-        seen.update(node._input_nodes)
-        node = node._prev
-    while node is not root:
-        for value in node._input_nodes:
-            if value not in seen:
-                seen.add(value)
-                dead = dies_at.get(node)
-                if dead is None:
-                    dies_at[node] = [value._name]
-                else:
-                    dead.append(value._name)
-        node = node._prev
-    return dies_at
 
 
 def _stack_comment(stack_trace: str) -> str:

@@ -21,9 +21,39 @@ pipeline of many edits pays for one regeneration. ``gm.forward`` and ``gm(...)``
 always reflect the current graph; ``recompile()`` regenerates eagerly, as in
 torch.fx.
 
-Each instance has a class of its own, so generated forwards of different
-instances never collide. Pickling and ``copy.deepcopy`` carry the graph and
-regenerate the code; no code objects are pickled.
+How ``forward`` is found — three pieces, each needed:
+
+* **A class per instance** (``GraphModule.__new__``). The generated function
+  is stored on the instance's own class, so ``type(gm).forward``,
+  ``inspect.signature(type(gm).forward)`` and ``typing.get_type_hints`` see
+  the generated signature, as they do in torch.fx. One class shared by all
+  GraphModules could hold only one function: two modules with different
+  graphs need different forwards. (On the instance instead, as a bound
+  method, the function would be invisible from the class and would tie the
+  instance to itself in a reference cycle.)
+* **A descriptor** (``_GeneratedForward``, which is ``GraphModule.forward``).
+  Graphs are edited in place and code is generated lazily, so whoever looks
+  ``forward`` up — ``nn.Module.__call__`` reads ``self.forward`` on every
+  call — must get code for the current graph. A plain function on the class
+  would stay stale after ``node.target = ...`` until someone called
+  ``recompile()``. The descriptor compares the graph's version with the one
+  compiled (a few attribute reads per call: the generated forward is
+  benchmarked against eager) and regenerates when they differ. It defines
+  only ``__get__``, so ``gm.forward = f`` on an instance still overrides
+  it, as for any method.
+* **A weak reference from the class to its instance** (``_instance_ref``).
+  ``type(gm).forward`` reaches the descriptor with no instance, yet the code
+  must come from that instance's current graph; the class finds the instance
+  through this reference. It is weak because the instance holds its class:
+  a strong reference back would make a cycle, and a dropped GraphModule —
+  parameters included — would wait for the cyclic garbage collector instead
+  of being freed at once. The reference also marks the class as an instance
+  class: ``_user_class`` steps over it to the user's class (``GraphModule``
+  or a subclass), which pickling and copying rebuild from, since the
+  instance class cannot be imported by name.
+
+Pickling and ``copy.deepcopy`` carry the graph and regenerate the code; no
+code objects are pickled.
 """
 
 from __future__ import annotations
@@ -86,7 +116,9 @@ class _GeneratedForward:
     A descriptor, so every way of reaching ``forward`` (``gm(x)``,
     ``gm.forward``, ``type(gm).forward``, ``inspect.signature``) sees code for
     the current graph. Assigning ``gm.forward = f`` on an instance still
-    overrides it, as for any method.
+    overrides it, as for any method. The compiled function is kept on the
+    instance's class as ``_generated_forward`` (by ``recompile``); the module
+    docstring says why each piece exists.
     """
 
     def __get__(self, instance: GraphModule | None, owner: type) -> Any:
@@ -128,16 +160,18 @@ class GraphModule(torch.nn.Module):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GraphModule:
-        # A fresh subclass per instance: the generated function lives on it.
+        # A fresh subclass per instance: the generated function lives on it
+        # (see the module docstring for why).
         base = cls._user_class()
-        instance_class = type(base.__name__, (base,), {"_fxloom_instance_class": True})
+        instance_class = type(base.__name__, (base,), {})
         instance = super().__new__(instance_class)
         instance_class._instance_ref = weakref.ref(instance)
         return instance
 
     @classmethod
     def _user_class(cls) -> type:
-        return cls.__bases__[0] if cls.__dict__.get("_fxloom_instance_class") else cls
+        """The class the user instantiated: ``cls`` itself unless it is an instance class."""
+        return cls.__bases__[0] if "_instance_ref" in cls.__dict__ else cls
 
     def __init__(
         self,

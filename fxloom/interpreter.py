@@ -21,6 +21,7 @@ import torch
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.immutable_collections import immutable_list
+from fxloom.liveness import last_uses
 from fxloom.node import _LEAF_TYPES, OPCODES, Argument, Node, Target
 from fxloom.proxy import Proxy
 from fxloom.tracer import GraphAppendingTracer
@@ -101,6 +102,8 @@ class Interpreter:
         self._planned_version = -1
         self._steps: list[tuple[Node, tuple[Node, ...] | None]] = []
         self._output_node: Node | None = None
+        # node -> the values released after it runs (torch.fx's name for it);
+        # see liveness.last_uses for the rules.
         self.user_to_last_uses: dict[Node, list[Node]] = {}
         self._plan()
 
@@ -144,28 +147,24 @@ class Interpreter:
         return {op: getattr(self, op) for op in OPCODES}
 
     def _plan(self) -> list[tuple[Node, tuple[Node, ...] | None]]:
-        """``(node, nodes to release after it)`` for each node up to the output, cached per graph version."""
+        """``(node, nodes to release after it)`` for each node up to the output, cached per graph version.
+
+        Which values die where is ``liveness.last_uses``, the rule generated
+        code follows too; its result is kept as ``user_to_last_uses``.
+        """
         graph = self.graph
         if graph is self._planned_graph and graph._version == self._planned_version:
             return self._steps
-        last_uses: dict[Node, list[Node]] = {}
-        seen: set[Node] = set()
-        for node in reversed(graph.nodes):  # the first user met walking backwards is the last
-            if not node.users and node.op != "output":
-                last_uses.setdefault(node, []).append(node)
-            for used in node._input_nodes:
-                if used not in seen:
-                    seen.add(used)
-                    last_uses.setdefault(node, []).append(used)
+        dead_after = last_uses(graph)
         steps = []
         output = None
         for node in graph.nodes:
-            dead = last_uses.get(node)
+            dead = dead_after.get(node)
             steps.append((node, tuple(dead) if dead else None))
             if node.op == "output":
                 output = node
                 break
-        self.user_to_last_uses = last_uses
+        self.user_to_last_uses = dead_after
         self._steps = steps
         self._output_node = output
         self._planned_graph = graph

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import copy
+import gc
+import inspect
 import operator
 import pickle
 import pickletools
@@ -11,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import traceback
+import weakref
 
 import pytest
 import torch
@@ -389,6 +392,33 @@ def test_subclasses_of_graph_module_keep_their_methods():
     assert isinstance(gm, Tagged)
     assert gm.tag() == "tagged"
     assert_close(gm(torch.tensor([-1.0])), torch.tensor([0.0]))
+
+
+def test_the_class_sees_the_generated_forward_of_the_current_graph():
+    gm = fx.GraphModule(torch.nn.Module(), relu_graph())
+    assert list(inspect.signature(type(gm).forward).parameters) == ["self", "x"]
+    with gm.graph.inserting_after(find(gm.graph, "x")):
+        gm.graph.placeholder("y")  # edited in place; nothing recompiled by hand
+    assert list(inspect.signature(type(gm).forward).parameters) == ["self", "x", "y"]
+
+
+def test_forward_assigned_on_an_instance_overrides_the_generated_one():
+    gm = fx.GraphModule(torch.nn.Module(), relu_graph())
+    gm.forward = lambda x: x + 1
+    assert_close(gm(torch.tensor([-2.0])), torch.tensor([-1.0]))
+
+
+def test_a_dropped_graph_module_is_freed_without_the_cycle_collector():
+    # Its class refers back to it only weakly (_instance_ref).
+    gm = fx.GraphModule(torch.nn.Module(), relu_graph())
+    gm(torch.ones(1))
+    ref = weakref.ref(gm)
+    gc.disable()
+    try:
+        del gm
+        assert ref() is None
+    finally:
+        gc.enable()
 
 
 # ------------------------------------------------------------- copy and pickle

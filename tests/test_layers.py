@@ -43,6 +43,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.codegen",
         "fxloom.graph_module",
         "fxloom.lint",
+        "fxloom.liveness",
         "fxloom._format",
         "fxloom._namespace",
         "fxloom._graph_pickle",
