@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
+from fxloom import attr_path
 from fxloom.immutable_collections import immutable_dict, immutable_list
 
 if TYPE_CHECKING:
@@ -526,9 +527,8 @@ class Node:
             root = self.graph.owning_module
             if root is None:
                 return False
-            try:
-                module = root.get_submodule(self._target)
-            except AttributeError:
+            module = attr_path.find(root, self._target)
+            if not isinstance(module, torch.nn.Module):
                 return False
             return bool(getattr(module, "_is_impure", False))
         return False
