@@ -56,7 +56,8 @@ __all__ = [
 
 
 class _Missing:
-    """The type of ``MISSING``: what ``find`` returns where a path leads nowhere."""
+    """The type of ``MISSING``: what ``find`` returns where a path leads nowhere (falsy; test
+    it with ``is``)."""
 
     __slots__ = ()
 
@@ -292,7 +293,8 @@ def _put(
 ) -> None:
     held = _held_as(owner, field)
     if held is None and kind != "attribute":
-        # Nothing there yet: write the table as nn.Module's setters would, without their cost.
+        # Nothing there yet: write the table as nn.Module's setters would, without their
+        # cost (their checks cannot fail here; global registration hooks are not run).
         state = owner.__dict__
         if kind == "buffer":
             state["_buffers"][field] = value
@@ -333,7 +335,8 @@ def _first_gap(root: Any, path: str) -> tuple[Any, str, str]:
             return value, ".".join(walked), name
         value = found
         walked.append(name)
-    raise ValueError(f"{path!r} exists under {type(root).__name__}")  # not an error to report
+    # Only paths that find() does not resolve make a MissingAttributeError.
+    raise ValueError(f"{path!r} exists under {type(root).__name__}")
 
 
 def _missing_message(root: Any, path: str, owner: Any, found: str, missing: str) -> str:
