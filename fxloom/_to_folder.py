@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fxloom import attr_path
+
 if TYPE_CHECKING:
     from fxloom.graph_module import GraphModule
 
@@ -187,11 +189,9 @@ def _import_line(name: str, value: Any) -> str:
         module = "operator"
     if module and qualname and "<" not in qualname and module != "__main__":
         try:
-            resolved: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                resolved = getattr(resolved, part)
-        except (ImportError, AttributeError):
-            resolved = None
+            resolved = attr_path.find(importlib.import_module(module), qualname)
+        except ImportError:
+            resolved = attr_path.MISSING
         if resolved is value:
             top, _, rest = qualname.partition(".")
             if not rest:

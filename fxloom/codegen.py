@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from fxloom import attr_path
 from fxloom._namespace import Namespace, sanitize
 from fxloom.liveness import last_uses
 from fxloom.node import Node
@@ -441,7 +442,7 @@ class _Emitter:
     def _dotted(self, obj: Any) -> str | None:
         if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
             path = f"ops.{obj}"  # str() is "aten.add.Tensor" or "aten.add"
-            if _resolve(torch, path) is obj:
+            if attr_path.find(torch, path) is obj:
                 return f"{self._module_global('torch', torch)}.{path}"
         name = getattr(obj, "__name__", None)
         if not isinstance(name, str):
@@ -452,7 +453,7 @@ class _Emitter:
         module = getattr(obj, "__module__", None) or ""
         for root_name, root in DOTTED_ROOTS.items():
             for path in _candidate_paths(root_name, module, qualname, name):
-                if _resolve(root, path) is obj:
+                if attr_path.find(root, path) is obj:
                     root_expr = self._module_global(root_name, root)
                     return f"{root_expr}.{path}" if path else root_expr
         return None
@@ -539,15 +540,6 @@ def _candidate_paths(root_name: str, module: str, qualname: str, name: str) -> l
     if root_name == "torch":  # torch.sum & co. report odd modules
         paths.append(name)
     return paths
-
-
-def _resolve(root: Any, path: str) -> Any:
-    value = root
-    for part in path.split(".") if path else ():
-        value = getattr(value, part, None)
-        if value is None:
-            return None
-    return value
 
 
 def _attr_path(

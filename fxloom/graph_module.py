@@ -69,9 +69,9 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.codegen import PythonCode
 from fxloom.graph import Graph
-from fxloom.lint import resolve_target
 from fxloom.ops.signatures import FORWARD_BINDING_CALLS
 
 __all__ = ["GraphModule"]
@@ -287,36 +287,19 @@ class GraphModule(torch.nn.Module):
 
         Returns False (and changes nothing) if a non-module attribute is in the way.
         """
-        *path, field = target.split(".")
-        existing: Any = self
-        for item in path:
-            existing = getattr(existing, item, None)
-            if existing is None:
-                break
-            if not isinstance(existing, torch.nn.Module):
-                return False
-        owner: torch.nn.Module = self
-        for item in path:
-            child = getattr(owner, item, None)
-            if child is None:
-                child = torch.nn.Module()
-                owner.add_module(item, child)
-            owner = child
-        owner.add_module(field, m)
+        if not isinstance(m, torch.nn.Module):
+            raise TypeError(f"add_submodule needs an nn.Module, got {type(m).__name__}")
+        try:
+            attr_path.install(self, target, m)
+        except attr_path.PathBlockedError:
+            return False
         return True
 
     def delete_submodule(self, target: str) -> bool:
         """Remove the submodule at ``target``; False if there is no such submodule."""
-        *path, field = target.split(".")
-        owner: Any = self
-        for item in path:
-            owner = getattr(owner, item, None)
-            if not isinstance(owner, torch.nn.Module):
-                return False
-        if field not in owner._modules:
+        if not isinstance(attr_path.find(self, target), torch.nn.Module):
             return False
-        delattr(owner, field)
-        return True
+        return attr_path.delete(self, target)
 
     def delete_all_unused_submodules(self) -> None:
         """Delete submodules no ``call_module``/``get_attr`` node needs (a called module keeps its children)."""
@@ -324,16 +307,14 @@ class GraphModule(torch.nn.Module):
         called: set[str] = set()
         for op in ("call_module", "get_attr"):
             for node in self._graph.find_nodes(op=op, sort=False):
-                parts = node.target.split(".")
-                used.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                used.update(attr_path.prefixes(node.target))
                 if op == "call_module":
                     called.add(node.target)
         unused = []
         for name, _ in self.named_modules():
             if not name or name in used:
                 continue
-            parts = name.split(".")
-            if any(".".join(parts[:i]) in called for i in range(1, len(parts))):
+            if any(outer in called for outer in attr_path.prefixes(name)[:-1]):
                 continue
             unused.append(name)
         for name in unused:
@@ -399,79 +380,20 @@ def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) ->
     if node.op == "get_attr" and target in constants:  # captured by a tracer
         gm.register_buffer(target, constants[target])
         return
-    *path, field = target.split(".")
-    try:
-        source: Any = root
-        for item in path:
-            source = _member(source, item)
-        value = _member(source, field)
-    except AttributeError:
-        _explain_missing_target(root, node)
-        raise
+    value = attr_path.find(root, target)
+    if value is attr_path.MISSING:
+        raise attr_path.MissingAttributeError(
+            root,
+            target,
+            context=f"GraphModule: %{node.name} ({node.op}) refers to {target!r}",
+            fix="add it to the root or fix the node's target",
+        )
     if node.op == "call_module" and not isinstance(value, torch.nn.Module):
         raise TypeError(
             f"GraphModule: %{node.name} calls {target!r} as a module, but in "
             f"{type(root).__name__} it is a {type(value).__name__}"
         )
-    owner: torch.nn.Module = gm
-    source = root
-    for item in path:
-        source = _member(source, item)
-        child = owner._modules.get(item)
-        if child is None:
-            child = torch.nn.Module()
-            child.training = getattr(source, "training", True)
-            owner.add_module(item, child)
-        owner = child
-    _install(owner, field, value, source)
-
-
-def _install(owner: torch.nn.Module, field: str, value: Any, source: Any) -> None:
-    """Put ``value`` on ``owner`` as ``source`` holds it (parameter, buffer, submodule).
-
-    The tables are written directly when ``owner`` has nothing under that name
-    yet (``nn.Module.__setattr__`` would do the same, much more slowly).
-    """
-    state = owner.__dict__
-    fresh = field not in state and all(
-        field not in state[table] for table in ("_modules", "_parameters", "_buffers")
-    )
-    if isinstance(source, torch.nn.Module) and field in source._buffers:
-        if fresh:
-            state["_buffers"][field] = value
-            if field in source._non_persistent_buffers_set:
-                owner._non_persistent_buffers_set.add(field)
-        else:
-            persistent = field not in source._non_persistent_buffers_set
-            owner.register_buffer(field, value, persistent=persistent)
-    elif fresh and isinstance(value, torch.nn.Parameter):
-        state["_parameters"][field] = value
-    elif fresh and isinstance(value, torch.nn.Module):
-        state["_modules"][field] = value
-    else:
-        setattr(owner, field, value)
-
-
-def _member(obj: Any, name: str) -> Any:
-    """``getattr(obj, name)``, reading a module's own tables first (no ``__getattr__`` detour)."""
-    if isinstance(obj, torch.nn.Module):
-        state = obj.__dict__
-        for table in ("_modules", "_parameters", "_buffers"):
-            entries = state[table]
-            if name in entries:
-                return entries[name]
-    return getattr(obj, name)
-
-
-def _explain_missing_target(root: torch.nn.Module, node: Any) -> None:
-    try:
-        resolve_target(root, node.target)
-    except AttributeError as err:
-        raise AttributeError(
-            f"GraphModule: %{node.name} ({node.op}) refers to {node.target!r}, which the root "
-            f"module {type(root).__name__} does not have ({err}); add it to the root or fix "
-            "the node's target"
-        ) from None
+    attr_path.install(gm, target, value, copied_from=root)
 
 
 def _copy_attr_from_dict(root: dict[str, Any], gm: GraphModule, node: Any) -> None:
@@ -486,18 +408,7 @@ def _copy_attr_from_dict(root: dict[str, Any], gm: GraphModule, node: Any) -> No
             f"GraphModule: %{node.name} calls {node.target!r} as a module, but the root dict "
             f"maps it to a {type(value).__name__}"
         )
-    *path, field = node.target.split(".")
-    owner: torch.nn.Module = gm
-    for item in path:
-        child = owner._modules.get(item)
-        if child is None:
-            child = torch.nn.Module()
-            owner.add_module(item, child)
-        owner = child
-    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
-        owner.register_buffer(field, value)
-    else:
-        setattr(owner, field, value)
+    attr_path.install(gm, node.target, value, as_buffer=True)
 
 
 # ------------------------------------------------------------------ errors

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.immutable_collections import immutable_list
@@ -221,23 +222,14 @@ class Interpreter:
     # -------------------------------------------------------------- helpers
     def fetch_attr(self, target: str) -> Any:
         """The attribute at qualified name ``target`` of ``self.module``, looked up now."""
-        if "." not in target:
-            try:
-                return getattr(self.module, target)
-            except AttributeError:
-                pass  # fall through to the walk, which names what is missing
-        value: Any = self.module
-        atoms = target.split(".")
-        for i, atom in enumerate(atoms):
-            try:
-                value = getattr(value, atom)
-            except AttributeError:
-                owner = ".".join(atoms[:i]) or "the root module"
-                raise AttributeError(
-                    f"{type(self).__name__}: {type(self.module).__name__} has no attribute "
-                    f"{target!r} ({owner} has no {atom!r}); add it to the module or fix the "
-                    "node's target"
-                ) from None
+        value = attr_path.find(self.module, target)
+        if value is attr_path.MISSING:
+            raise attr_path.MissingAttributeError(
+                self.module,
+                target,
+                context=type(self).__name__,
+                fix="add it to the module or fix the node's target",
+            )
         return value
 
     def fetch_args_kwargs_from_env(self, n: Node) -> tuple[tuple[Any, ...], dict[str, Any]]:

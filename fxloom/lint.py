@@ -6,16 +6,17 @@ to fix it, and shows the offending node among its neighbours.
 
 from __future__ import annotations
 
-import difflib
 from typing import TYPE_CHECKING
 
 import torch
+
+from fxloom import attr_path
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
     from fxloom.node import Node
 
-__all__ = ["GraphLintError", "lint_graph", "resolve_target"]
+__all__ = ["GraphLintError", "lint_graph"]
 
 
 class GraphLintError(RuntimeError):
@@ -125,38 +126,14 @@ def _explain_bad_input(node: Node, arg: Node, defined: set[Node]) -> None:
     raise _fail(node, f"%{node.name} uses %{arg.name} but is missing from its users")
 
 
-def resolve_target(root: torch.nn.Module, qualified_name: str) -> object:
-    """Follow ``"a.b.c"`` from ``root``; raise ``AttributeError`` naming the missing piece."""
-    value: object = root
-    walked: list[str] = []
-    for part in qualified_name.split("."):
-        if not hasattr(value, part):
-            owner = ".".join(walked) or type(root).__name__
-            candidates = _attribute_names(value)
-            close = difflib.get_close_matches(part, candidates, n=3)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise AttributeError(f"{owner!s} has no attribute {part!r}{hint}")
-        value = getattr(value, part)
-        walked.append(part)
-    return value
-
-
-def _attribute_names(value: object) -> list[str]:
-    if isinstance(value, torch.nn.Module):
-        return [*value._modules, *value._parameters, *value._buffers, *vars(value)]
-    return [name for name in dir(value) if not name.startswith("__")]
-
-
 def _check_targets(graph: Graph, root: torch.nn.Module) -> None:
     for op in ("get_attr", "call_module"):
         for node in graph.find_nodes(op=op):
             try:
-                value = resolve_target(root, node.target)
-            except AttributeError as err:
+                value = attr_path.get(root, node.target)
+            except attr_path.MissingAttributeError as err:
                 raise _fail(
-                    node,
-                    f"%{node.name} ({op}) targets {node.target!r}, which "
-                    f"{type(root).__name__} does not have: {err}",
+                    node, f"%{node.name} ({op}) targets {node.target!r}, but {err}"
                 ) from None
             if op == "call_module" and not isinstance(value, torch.nn.Module):
                 raise _fail(

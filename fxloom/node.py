@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
+from fxloom import attr_path
 from fxloom.immutable_collections import immutable_dict, immutable_list
 from fxloom.ops.mutation import (
     function_has_side_effect,
@@ -473,9 +474,8 @@ class Node:
             root = self.graph.owning_module
             if root is None:
                 return False
-            try:
-                module = root.get_submodule(self._target)
-            except AttributeError:
+            module = attr_path.find(root, self._target)
+            if not isinstance(module, torch.nn.Module):
                 return False
             return module_has_side_effect(module)
         return False

@@ -91,10 +91,11 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
-from fxloom.passes._match_pattern import Pattern, PatternError, attribute_value
+from fxloom.passes._match_pattern import Pattern, PatternError
 from fxloom.passes.matcher import (
     ANY,
     MatchExplanation,
@@ -311,7 +312,7 @@ class _Replacement:
             same = in_pattern.get((node.op, node.target))
             if same is not None:
                 self.reused[node] = same
-            elif attribute_value(self.root, node.target) is None:
+            elif attr_path.find(self.root, node.target) is attr_path.MISSING:
                 raise PatternError(
                     f"replacement node %{node.name} uses {node.target!r}, which the replacement "
                     "does not hold; give the replacement as an nn.Module or GraphModule that "
@@ -338,7 +339,7 @@ class _Replacement:
             if node.op not in ("call_module", "get_attr") or node in self.reused:
                 continue
             if node.target not in installed:
-                value = attribute_value(self.root, node.target)
+                value = attr_path.get(self.root, node.target)
                 installed[node.target] = _install(gm, node.target, value)
             self.targets[node] = installed[node.target]
 
@@ -399,41 +400,8 @@ def _install(gm: GraphModule, target: str, value: Any) -> str:
 
     The same object already there is reused as it is, not copied.
     """
-    existing = attribute_value(gm, target)
-    if existing is value:
+    if attr_path.find(gm, target) is value:
         return target
-    free, suffix = target, 0
-    while existing is not None or not _path_is_free(gm, free):
-        suffix += 1
-        free = f"{target}_{suffix}"
-        existing = attribute_value(gm, free)
-    *path, field = free.split(".")
-    owner: torch.nn.Module = gm
-    for part in path:
-        child = getattr(owner, part, None)
-        if child is None:
-            child = torch.nn.Module()
-            owner.add_module(part, child)
-        owner = child
-    value = copy.deepcopy(value)
-    if isinstance(value, torch.nn.Module):
-        owner.add_module(field, value)
-    elif isinstance(value, torch.nn.Parameter):
-        owner.register_parameter(field, value)
-    elif isinstance(value, torch.Tensor):
-        owner.register_buffer(field, value)
-    else:
-        setattr(owner, field, value)
+    free = attr_path.free_name(gm, target)
+    attr_path.install(gm, free, copy.deepcopy(value), as_buffer=True)
     return free
-
-
-def _path_is_free(gm: GraphModule, target: str) -> bool:
-    """Whether every existing prefix of ``target`` is a module (so ``target`` can be added)."""
-    owner: Any = gm
-    for part in target.split(".")[:-1]:
-        owner = getattr(owner, part, None)
-        if owner is None:
-            return True
-        if not isinstance(owner, torch.nn.Module):
-            return False
-    return not hasattr(owner, target.rsplit(".", 1)[-1])

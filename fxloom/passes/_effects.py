@@ -23,7 +23,7 @@ from typing import Any
 
 from torch import nn
 
-from fxloom import guards
+from fxloom import attr_path, guards
 from fxloom.graph_module import GraphModule
 from fxloom.node import _LEAF_TYPES, Node
 from fxloom.ops.effects import (
@@ -90,10 +90,8 @@ class Effects:
 
     # --------------------------------------------------------------- modules
     def module(self, target: str) -> nn.Module | None:
-        try:
-            return self.root.get_submodule(target)
-        except AttributeError:
-            return None
+        module = attr_path.find(self.root, target)
+        return module if isinstance(module, nn.Module) else None
 
     def is_pure_module(self, target: str) -> bool:
         """Whether calls to the submodule at ``target`` are deterministic and write nothing."""
@@ -203,9 +201,8 @@ class AliasClasses:
 
     def _join_item(self, node: Node, item: Any) -> None:
         if isinstance(item, tuple):  # an attribute key: also join its parent modules' keys
-            path = item[1].split(".")
-            for length in range(len(path) - 1, 0, -1):
-                self.union(item, attribute_key(".".join(path[:length])))
+            for parent in reversed(attr_path.prefixes(item[1])[:-1]):
+                self.union(item, attribute_key(parent))
         self.union(node, item)
 
     def find(self, item: Any) -> Any:

@@ -19,8 +19,6 @@ import enum
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-import torch
-
 from fxloom.graph import Graph
 from fxloom.node import Node
 
@@ -217,15 +215,3 @@ def _next_step(remaining: list[Node], covered: set[Node]) -> Step | None:
             if fallback is None:
                 fallback = Step(node, source)
     return fallback
-
-
-def attribute_value(root: torch.nn.Module | None, target: str) -> Any:
-    """The object at ``target`` in ``root``, or None if there is none (or no root)."""
-    value: Any = root
-    if value is None:
-        return None
-    for part in target.split("."):
-        value = getattr(value, part, None)
-        if value is None:
-            return None
-    return value

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from fxloom import attr_path
 from fxloom._format import format_arg, qualified_name
 from fxloom.node import Node
-from fxloom.passes._match_pattern import attribute_value
 
 __all__ = ["Constant", "Place", "Target", "kind", "shown"]
 
@@ -23,8 +23,9 @@ def _target_text(node: Node) -> str:
     if node.op == "call_method":
         return f"method .{node.target}()"
     if node.op == "call_module":
-        module = attribute_value(node.graph.owning_module, node.target)
-        cls = f" ({type(module).__name__})" if module is not None else ""
+        module = attr_path.find(node.graph.owning_module, node.target)
+        known = module is not None and module is not attr_path.MISSING
+        cls = f" ({type(module).__name__})" if known else ""
         return f"module {node.target}{cls}"
     return f"attribute {node.target}"
 

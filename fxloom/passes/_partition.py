@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom._namespace import Namespace
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
-from fxloom.lint import resolve_target
 from fxloom.node import Node
 from fxloom.passes._ordering import SplitError, Unit
 
@@ -81,8 +81,8 @@ class _Attributes:
         new = self.renamed.get(target)
         if new is None:
             try:
-                value = resolve_target(self.source, target)
-            except AttributeError as err:
+                value = attr_path.get(self.source, target)
+            except attr_path.MissingAttributeError as err:
                 raise SplitError(
                     f"%{node.name} ({node.op}) refers to {target!r}, which the module being "
                     f"split does not have ({err}); fix the node's target first"

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Interpreter
@@ -114,7 +115,7 @@ def _constant_nodes(gm: GraphModule, fold_parameters: bool) -> dict[Node, None]:
         if aliases.is_mutated(node):
             continue
         if node.op == "get_attr":
-            foldable = _is_constant_attribute(_attribute(gm, node.target), fold_parameters)
+            foldable = _is_constant_attribute(attr_path.find(gm, node.target), fold_parameters)
         else:
             foldable = _is_constant_call(node, effects) and all(
                 used in constant for used in node.all_input_nodes
@@ -144,18 +145,6 @@ def _is_factory(target: Any) -> bool:
         return target in FACTORY_FUNCTIONS
     except TypeError:
         return False
-
-
-def _attribute(gm: GraphModule, target: str) -> Any:
-    value: Any = gm
-    for atom in target.split("."):
-        value = getattr(value, atom, _MISSING)
-        if value is _MISSING:
-            return _MISSING
-    return value
-
-
-_MISSING = object()
 
 
 def _is_constant_attribute(value: Any, fold_parameters: bool) -> bool:
@@ -251,7 +240,8 @@ def _apply(
         if how is _INLINE:
             node.replace_all_uses_with(values[node])  # type: ignore[arg-type]
             continue
-        name = _free_attribute_name(gm, f"_folded_{node.name}", taken)
+        name = attr_path.free_name(gm, f"_folded_{node.name}", taken=taken)
+        taken.add(name)
         gm.register_buffer(name, how)
         with graph.inserting_before(node):
             reader = graph.get_attr(name, type_expr=node.type)
@@ -259,12 +249,3 @@ def _apply(
         node.replace_all_uses_with(reader)
     for node in replaced:  # last first: users go before what they use
         graph.erase_node(node)
-
-
-def _free_attribute_name(gm: GraphModule, wish: str, taken: set[str]) -> str:
-    name, suffix = wish, 0
-    while name in taken or hasattr(gm, name):
-        suffix += 1
-        name = f"{wish}_{suffix}"
-    taken.add(name)
-    return name

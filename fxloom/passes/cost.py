@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom._format import qualified_name
 from fxloom.node import Node
 from fxloom.ops.flops import (
@@ -271,8 +272,7 @@ class _CostCounter:
         return {"params": params, "param_bytes": nbytes, "weights": tuple(names)}
 
     def _tensors_at(self, node: Node) -> Iterator[tuple[str, torch.Tensor]]:
-        owner, _, name = str(node.target).rpartition(".")
-        value = getattr(self.modules.get(owner), name, None)
+        value = attr_path.find(self.root, str(node.target))
         if isinstance(value, torch.Tensor):
             yield str(node.target), value
 

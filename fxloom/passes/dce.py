@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.passes._effects import Effects, check_graph_module
@@ -133,7 +134,7 @@ def _delete_unused_submodules(gm: GraphModule) -> list[str]:
 def _delete_unused_attributes(gm: GraphModule) -> list[str]:
     read = {node.target for node in gm.graph.find_nodes(op="get_attr")}
     called = {node.target for node in gm.graph.find_nodes(op="call_module")}
-    called |= {target for target in read if isinstance(_resolve(gm, target), nn.Module)}
+    called |= {target for target in read if isinstance(attr_path.find(gm, target), nn.Module)}
     deleted = []
     for prefix, module in _modules_outside(gm, called):
         for name in _tensor_attribute_names(module):
@@ -166,10 +167,3 @@ def _tensor_attribute_names(module: nn.Module) -> list[str]:
         for name, value in table.items()
         if isinstance(value, torch.Tensor)  # not None (an absent bias), not other objects
     ]
-
-
-def _resolve(gm: GraphModule, target: str) -> object:
-    value: object = gm
-    for atom in target.split("."):
-        value = getattr(value, atom, None)
-    return value

@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -227,10 +228,8 @@ def _called_graph_modules(module: torch.nn.Module) -> list[tuple[str, GraphModul
 
 
 def _submodule(root: torch.nn.Module, target: Any) -> torch.nn.Module | None:
-    try:
-        return root.get_submodule(str(target))
-    except AttributeError:
-        return None
+    module = attr_path.find(root, str(target))
+    return module if isinstance(module, torch.nn.Module) else None
 
 
 # ---------------------------------------------------------------- one drawing
@@ -277,8 +276,7 @@ def _module_scopes(node: Node, root: torch.nn.Module) -> tuple[tuple[str, str], 
     if stack:
         scopes = [_scope_entry(key, value) for key, value in stack.items()]
     elif node.op == "call_module":
-        parts = str(node.target).split(".")
-        paths = [".".join(parts[:end]) for end in range(1, len(parts))]
+        paths = attr_path.prefixes(str(node.target))[:-1]
         scopes = [(path, type(_submodule(root, path)).__name__) for path in paths]
     else:
         return ()

@@ -60,6 +60,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -69,7 +70,6 @@ from fxloom.passes._match_pattern import (
     PatternError,
     Step,
     Wildcard,
-    attribute_value,
     flat_values,
 )
 from fxloom.passes._match_reasons import Constant, Place, Target, kind, shown
@@ -541,21 +541,21 @@ class SubgraphMatcher:
             return False
         if p.op == "call_module":
             cls = self._module_class(p)
-            module = attribute_value(g.graph.owning_module, g.target) if cls else None
-            if module is None:  # no classes to compare: the names must agree
+            module = attr_path.find(g.graph.owning_module, g.target) if cls else None
+            if module is None or module is attr_path.MISSING:  # no classes: names must agree
                 return p.target == g.target
             return type(module) is cls
         if p.op == "get_attr":
             return _same_attribute_kind(
-                attribute_value(self.pattern.root, p.target),
-                attribute_value(g.graph.owning_module, g.target),
+                attr_path.find(self.pattern.root, p.target),
+                attr_path.find(g.graph.owning_module, g.target),
             )
         return p.target == g.target
 
     def _module_class(self, p: Node) -> type | None:
         if p.op != "call_module":
             return None
-        module = attribute_value(self.pattern.root, p.target)
+        module = attr_path.find(self.pattern.root, p.target)
         return type(module) if isinstance(module, torch.nn.Module) else None
 
 
@@ -617,6 +617,10 @@ def _holds_nodes(value: Any) -> bool:
     return bool(_nodes_in(value))
 
 
+def _unknown(value: Any) -> bool:
+    return value is None or value is attr_path.MISSING
+
+
 def _same_constant(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
@@ -627,7 +631,9 @@ def _same_constant(a: Any, b: Any) -> bool:
 
 
 def _same_attribute_kind(pattern_value: Any, graph_value: Any) -> bool:
-    if pattern_value is None or graph_value is None:
+    """Whether two attributes may match: both tensors, or of one type; anything goes if one is
+    unknown (missing, or None)."""
+    if _unknown(pattern_value) or _unknown(graph_value):
         return True
     if isinstance(pattern_value, torch.Tensor):
         return isinstance(graph_value, torch.Tensor)

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxloom import guards
+from fxloom import attr_path, guards
 from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Transformer
 from fxloom.node import Node
@@ -224,10 +224,10 @@ class _ArgumentNormalizer:
         return self._methods[name]
 
     def _module_candidates(self, target: str) -> Any:
-        try:
-            signature = module_signature(self.root.get_submodule(target))
-        except AttributeError:
+        module = attr_path.find(self.root, target)
+        if not isinstance(module, nn.Module):
             return None
+        signature = module_signature(module)
         return ([Candidate(signature)], None) if signature is not None else None
 
     # ------------------------------------------------------------ binding
@@ -491,10 +491,7 @@ def _receiver_is_tensor(node: Node, root: nn.Module) -> bool:
     if isinstance(annotation, type) and issubclass(annotation, torch.Tensor):
         return True
     if receiver.op == "get_attr":
-        value: Any = root
-        for atom in receiver.target.split("."):
-            value = getattr(value, atom, None)
-        return isinstance(value, torch.Tensor)
+        return isinstance(attr_path.find(root, receiver.target), torch.Tensor)
     return False
 
 

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fxloom import attr_path
 from fxloom._format import qualified_name
 from fxloom.interpreter import Interpreter
 from fxloom.node import Node, Target
@@ -360,10 +361,8 @@ def _store(node: Node, recorded: tuple[Any, type]) -> None:
 
 def _describe_target(node: Node, root: torch.nn.Module) -> str:
     if node.op == "call_module":
-        try:
-            kind = type(root.get_submodule(str(node.target))).__name__
-        except AttributeError:
-            kind = "missing module"
+        module = attr_path.find(root, str(node.target))
+        kind = type(module).__name__ if isinstance(module, torch.nn.Module) else "missing module"
         return f"call_module {node.target}, a {kind}"
     if node.op == "call_function":
         return f"call_function {qualified_name(node.target)}"

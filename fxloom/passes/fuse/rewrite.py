@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
-from fxloom.passes.fuse.attrs import AttrUses, delete_attr, fetch_attr, fused_path, set_attr
+from fxloom.passes.fuse.attrs import AttrUses, fused_path
 from fxloom.passes.fuse.sites import Producer, bind, set_argument
 
 __all__ = ["VALUE_META_KEYS", "install", "remove_batch_norm"]
@@ -40,13 +41,13 @@ def install(
 def _install_module(
     gm: GraphModule, node: Node, weight: torch.Tensor, bias: torch.Tensor, uses: AttrUses
 ) -> list[Any]:
-    module = fetch_attr(gm, node.target)
+    module = attr_path.get(gm, node.target)
     fused = _module_with(module, weight, bias)
     if uses.users(node.target) == 1:  # this node is the module's only use: replace it
-        set_attr(gm, node.target, fused)
+        attr_path.install(gm, node.target, fused)
     else:
         path = fused_path(gm, node.target, uses)
-        set_attr(gm, path, fused)
+        attr_path.install(gm, path, fused)
         uses.remove(node.target)
         node.target = path
         uses.add(path)
@@ -81,7 +82,7 @@ def _install_attributes(
     for old in (old_weight, old_bias):
         if old is not None:
             _drop_if_unused(gm, old, uses)
-    return [fetch_attr(gm, new.target) for new in (new_weight, new_bias)]
+    return [attr_path.get(gm, new.target) for new in (new_weight, new_bias)]
 
 
 def _new_get_attr(
@@ -90,10 +91,10 @@ def _new_get_attr(
     """Store ``value`` at ``<original>_fused`` as ``like``'s attribute is stored (parameter or
     buffer), read by a new ``get_attr`` node before ``user``."""
     target = fused_path(gm, original, uses)
-    stored = fetch_attr(gm, like.target)
+    stored = attr_path.get(gm, like.target)
     if isinstance(stored, torch.nn.Parameter):
         value = torch.nn.Parameter(value, requires_grad=stored.requires_grad)
-    set_attr(gm, target, value, as_buffer=True)
+    attr_path.install(gm, target, value, as_buffer=True)
     with gm.graph.inserting_before(user):
         new_node = gm.graph.get_attr(target)
     new_node.meta = dict(like.meta)
@@ -112,7 +113,7 @@ def remove_batch_norm(gm: GraphModule, bn_node: Node, layer_node: Node, uses: At
     if bn_node.op == "call_module":
         uses.remove(bn_node.target)
         if not uses.is_used(bn_node.target):
-            delete_attr(gm, bn_node.target)
+            attr_path.delete(gm, bn_node.target)
     for node in inputs:
         if node.op == "get_attr":
             _drop_if_unused(gm, node, uses)
@@ -125,4 +126,4 @@ def _drop_if_unused(gm: GraphModule, node: Node, uses: AttrUses) -> None:
     gm.graph.erase_node(node)
     uses.remove(node.target)
     if not uses.is_used(node.target):
-        delete_attr(gm, node.target)
+        attr_path.delete(gm, node.target)

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Argument, Node
-from fxloom.passes.fuse.attrs import fetch_attr
 from fxloom.passes.fuse.rules import BatchNormStats, CannotFold, Layer
 
 __all__ = [
@@ -108,7 +108,7 @@ def stored_tensor(gm: GraphModule, arg: Argument, owner: Node, what: str) -> tor
     if arg is None:
         return None
     if isinstance(arg, Node) and arg.op == "get_attr":
-        value = fetch_attr(gm, arg.target)
+        value = attr_path.get(gm, arg.target)
         if isinstance(value, torch.Tensor):
             return value
     shown = f"%{arg.name}" if isinstance(arg, Node) else repr(arg)
@@ -130,7 +130,7 @@ class Producer:
 def read_producer(node: Node, gm: GraphModule, keys: set[Any]) -> Producer | None:
     """``node`` as a layer whose rule key is in ``keys``; ``None`` if it is no such layer."""
     if node.op == "call_module":
-        module = fetch_attr(gm, node.target)
+        module = attr_path.get(gm, node.target)
         if type(module) not in keys:
             return None
         _refuse_hooks(node, module)
@@ -163,7 +163,7 @@ def _refuse_hooks(node: Node, module: torch.nn.Module) -> None:
 def consumer_key(node: Node, gm: GraphModule, keys: set[Any]) -> Any | None:
     """The rule key of ``node`` if it is a batch norm named in ``keys``, else ``None``."""
     if node.op == "call_module":
-        key = type(fetch_attr(gm, node.target))
+        key = type(attr_path.get(gm, node.target))
         return key if key in keys else None
     if node.op == "call_function" and node.target in keys:
         return node.target
@@ -180,7 +180,7 @@ def normalized_input(node: Node) -> Argument:
 def training_mode_culprit(node: Node, gm: GraphModule) -> str | None:
     """Why the batch-norm node computes with batch statistics (training mode), or ``None``."""
     if node.op == "call_module":
-        module = fetch_attr(gm, node.target)
+        module = attr_path.get(gm, node.target)
         if module.training:
             return f"{type(module).__name__} {node.target!r} (%{node.name}) is in training mode"
         return None
@@ -192,7 +192,7 @@ def training_mode_culprit(node: Node, gm: GraphModule) -> str | None:
 def read_batch_norm(node: Node, gm: GraphModule) -> BatchNormStats:
     """The batch norm's inference statistics; ``CannotFold`` if it does not use running ones."""
     if node.op == "call_module":
-        return _module_batch_norm(node, fetch_attr(gm, node.target))
+        return _module_batch_norm(node, attr_path.get(gm, node.target))
     return _function_batch_norm(node, gm)
 
 
