@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.proxy import TraceError
 
@@ -71,7 +72,7 @@ def trace_with_autoleaf(
             decisions.append(
                 LeafDecision(
                     path=path,
-                    module_class=type(root.get_submodule(path)).__qualname__,
+                    module_class=type(attr_path.get(root, path)).__qualname__,
                     reason=str(err).splitlines()[0],
                     location=err.location,
                 )
@@ -81,13 +82,10 @@ def trace_with_autoleaf(
 
 def _innermost_user_module(root: torch.nn.Module, path: str) -> str | None:
     """``path`` or its nearest enclosing module whose class is not from torch."""
-    parts = path.split(".") if path else []
-    while parts:
-        candidate = ".".join(parts)
-        module = root.get_submodule(candidate)
+    for candidate in reversed(attr_path.prefixes(path) if path else []):
+        module = attr_path.get(root, candidate)
         if not (type(module).__module__ or "").startswith("torch."):
             return candidate
-        parts.pop()
     return None
 
 

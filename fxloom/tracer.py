@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.immutable_collections import immutable_dict
@@ -327,10 +328,9 @@ class Tracer:
         cls = self._module_stack.class_of(path)
         if cls is not None:
             return cls
-        try:  # recorded by an overriding call_module that skipped super()
-            return type(self.root.get_submodule(path))
-        except AttributeError:
-            return torch.nn.Module
+        # Recorded by an overriding call_module that skipped super().
+        module = attr_path.find(self.root, path)
+        return type(module) if isinstance(module, torch.nn.Module) else torch.nn.Module
 
     def create_arg(self, a: Any) -> Argument:
         """Convert a value seen during tracing into a graph argument.

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.tracer import symbolic_trace
 
@@ -61,10 +62,9 @@ def _from_factory(spec: str) -> LoadedModel:
         factory: Any = importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"cannot import {module_name!r} (from MODEL {spec!r}): {error}") from error
-    for attribute in attribute_path.split("."):
-        if not hasattr(factory, attribute):
-            raise ValueError(f"{module_name!r} has no {attribute_path!r} (from MODEL {spec!r})")
-        factory = getattr(factory, attribute)
+    factory = attr_path.find(factory, attribute_path)
+    if factory is attr_path.MISSING:
+        raise ValueError(f"{module_name!r} has no {attribute_path!r} (from MODEL {spec!r})")
     if not callable(factory):
         raise ValueError(
             f"{spec} is a {type(factory).__name__}, not a function that builds a model"

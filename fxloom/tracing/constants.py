@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from fxloom import attr_path
+
 if TYPE_CHECKING:
     from fxloom.graph import Graph
 
@@ -44,10 +46,6 @@ class TensorConstants:
     def _free_name(self) -> str:
         """``_tensor_constantN`` for the first N that names nothing in the graph or on the root yet."""
         constants = self.graph.constants
-        index = len(constants)
-        while True:
-            name = f"_tensor_constant{index}"
-            # TODO(attr_path): "names nothing on the root" is a dotted-path question.
-            if name not in constants and not hasattr(self.root, name):
-                return name
-            index += 1
+        return attr_path.free_name(
+            self.root, "_tensor_constant", taken=constants, start=len(constants)
+        )

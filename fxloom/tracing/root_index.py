@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from fxloom.tracing.patcher import original_module_getattr
+from fxloom import attr_path
 
 __all__ = ["RootIndex"]
 
@@ -54,16 +54,10 @@ class RootIndex:
         if modules is None:
             modules = self._modules_by_path = {p: m for m, p in self.submodule_paths.items()}
         module = modules.get(path)
-        return module if module is not None else self.root.get_submodule(path)
+        return module if module is not None else attr_path.get(self.root, path)
 
     def value_at(self, path: str) -> Any:
         """The attribute of the root at dotted ``path``, read without any tracing patch."""
-        # TODO(attr_path): one dotted-path walk for the whole library.
-        value: Any = self.root
-        for part in path.split("."):
-            value = (
-                original_module_getattr(value, part)
-                if isinstance(value, torch.nn.Module) and part not in value.__dict__
-                else getattr(value, part)
-            )
-        return value
+        # attr_path reads a module's own tables and __dict__ before any __getattr__, so the
+        # patched one (which would answer with proxies) is never asked for what exists.
+        return attr_path.get(self.root, path)
