@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import builtins
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ from torch import nn
 from fxloom import guards
 from fxloom.graph_module import GraphModule
 from fxloom.node import _LEAF_TYPES, IN_PLACE_OPERATORS, Node, _is_inplace_name
+from fxloom.pytree import container_type, tree_any, tree_leaves
 
 __all__ = [
     "RANDOM_FUNCTIONS",
@@ -300,12 +301,17 @@ def is_literal(value: Any) -> bool:
     >>> is_literal((1, 2.0, None)), is_literal([torch.float32]), is_literal(torch.ones(1))
     (True, True, False)
     """
-    kind = type(value)
-    if kind in _LEAF_TYPES:
-        return True
-    if kind in (tuple, list):
-        return all(is_literal(item) for item in value)
-    return False
+    return not tree_any(_not_literal, value, is_leaf=_not_literal_container)
+
+
+def _not_literal(leaf: Any) -> bool:
+    return type(leaf) not in _LEAF_TYPES
+
+
+def _not_literal_container(value: Any) -> bool:
+    """Containers other than plain tuples and lists (a named tuple, a dict...) are not literals."""
+    entry = container_type(type(value))
+    return entry.type is not type(value) or entry.kind not in ("tuple", "list")
 
 
 def check_graph_module(gm: Any, pass_name: str) -> GraphModule:
@@ -389,7 +395,7 @@ class Effects:
         if node.meta.get("is_impure"):
             return tuple(node.all_input_nodes)
         if "out" in node.kwargs:
-            return tuple(n for n in _nodes_in(node.kwargs["out"]))
+            return tuple(n for n in tree_leaves(node.kwargs["out"]) if isinstance(n, Node))
         target = node.target
         if op == "call_function" and _is_read_only_effect(target):
             return ()
@@ -446,14 +452,6 @@ def _writes_first_argument(node: Node) -> bool:
     if _in_set(WRITES_FIRST_ARGUMENT, target):
         return True
     return _is_inplace_name(getattr(target, "__name__", ""))
-
-
-def _nodes_in(value: Any) -> Iterable[Node]:
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _nodes_in(item)
 
 
 def attribute_key(qualified_name: str) -> tuple[str, str]:

@@ -35,7 +35,8 @@ its output's ``tensor_meta``, and the module for ``call_module``) and returns a 
 no bytes moved), for the memory estimate; ``VIEW_IF_CONTIGUOUS`` those that are views only when
 their input is contiguous (``reshape``, ``contiguous``, ``flatten``), and copy otherwise.
 
-Depends on: torch, ``fxloom.node`` (formulas may see a ``Node`` whose value was not recorded).
+Depends on: torch, ``fxloom.node`` (formulas may see a ``Node`` whose value was not recorded),
+``fxloom.pytree`` (nestings of ``TensorMetadata``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from torch import nn
 
 from fxloom.node import Node
 from fxloom.passes.shape_prop import TensorMetadata
+from fxloom.pytree import tree_leaves
 
 __all__ = [
     "FLOP_FORMULAS",
@@ -83,13 +85,19 @@ class FlopCount(NamedTuple):
 
 def numel(meta: Any) -> int:
     """Elements of the tensor(s) ``meta`` describes (a ``TensorMetadata`` or a nesting of them)."""
+    return sum(math.prod(tensor.shape) for tensor in tensor_metas(meta))
+
+
+def tensor_metas(meta: Any) -> list[TensorMetadata]:
+    """The ``TensorMetadata`` values in ``meta`` (one, or any nesting of them), in order."""
     if isinstance(meta, TensorMetadata):
-        return math.prod(meta.shape)
-    if isinstance(meta, dict):
-        return sum(numel(item) for item in meta.values())
-    if isinstance(meta, (tuple, list)):
-        return sum(numel(item) for item in meta)
-    return 0
+        return [meta]
+    leaves = tree_leaves(meta, is_leaf=_is_tensor_metadata)
+    return [leaf for leaf in leaves if isinstance(leaf, TensorMetadata)]
+
+
+def _is_tensor_metadata(value: Any) -> bool:
+    return isinstance(value, TensorMetadata)  # a NamedTuple, yet one tensor: not walked into
 
 
 @dataclass(frozen=True)
