@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import builtins
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from fxloom.pytree import container_type
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -52,30 +55,73 @@ def qualified_name(obj: Any) -> str:
 
 
 def format_arg(arg: Any, max_list_len: float = float("inf"), *, percent: bool = True) -> str:
-    """One argument in the text form: nodes as ``%name`` (``name`` without ``percent``)."""
+    """One argument in the text form: nodes as ``%name`` (``name`` without ``percent``).
+
+    Which values are containers is ``fxloom.pytree``'s to say; each kind
+    prints its own way (a registered dataclass as ``Pair(left=%x, right=1)``,
+    another registered type as ``Box(%x, 1)``); named tuples and leaves print
+    by their ``repr``.
+    """
     from fxloom.node import Node
 
     if isinstance(arg, Node):
         return f"%{arg.name}" if percent else arg.name
-    if isinstance(arg, tuple) and not hasattr(arg, "_fields") and not isinstance(arg, torch.Size):
-        items = ", ".join(format_arg(a, max_list_len, percent=percent) for a in arg)
-        return f"({items},)" if len(arg) == 1 else f"({items})"
-    if isinstance(arg, list):
-        shown = arg if len(arg) <= max_list_len else arg[: int(max_list_len)]
-        items = ", ".join(format_arg(a, max_list_len, percent=percent) for a in shown)
-        more = "" if len(shown) == len(arg) else f", ...[total_len={len(arg)}]"
-        return f"[{items}{more}]"
-    if isinstance(arg, dict):
-        items = ", ".join(
-            f"{k}: {format_arg(v, max_list_len, percent=percent)}" for k, v in arg.items()
-        )
-        return f"{{{items}}}"
-    if isinstance(arg, slice):
-        parts = (format_arg(arg.start), format_arg(arg.stop), format_arg(arg.step))
-        return f"slice({', '.join(parts)})"
+    entry = container_type(type(arg))
+    printer = _CONTAINER_PRINTERS.get(entry.kind) if entry is not None else None
+    if printer is not None:
+        return printer(arg, max_list_len, percent)
     if callable(arg) and hasattr(arg, "__name__") and not isinstance(arg, type):
         return qualified_name(arg)
     return repr(arg)
+
+
+def _format_tuple(arg: tuple, max_list_len: float, percent: bool) -> str:
+    items = ", ".join(format_arg(a, max_list_len, percent=percent) for a in arg)
+    return f"({items},)" if len(arg) == 1 else f"({items})"
+
+
+def _format_list(arg: list, max_list_len: float, percent: bool) -> str:
+    shown = arg if len(arg) <= max_list_len else arg[: int(max_list_len)]
+    items = ", ".join(format_arg(a, max_list_len, percent=percent) for a in shown)
+    more = "" if len(shown) == len(arg) else f", ...[total_len={len(arg)}]"
+    return f"[{items}{more}]"
+
+
+def _format_dict(arg: dict, max_list_len: float, percent: bool) -> str:
+    items = ", ".join(
+        f"{k}: {format_arg(v, max_list_len, percent=percent)}" for k, v in arg.items()
+    )
+    return f"{{{items}}}"
+
+
+def _format_slice(arg: slice, max_list_len: float, percent: bool) -> str:
+    parts = (format_arg(arg.start), format_arg(arg.stop), format_arg(arg.step))
+    return f"slice({', '.join(parts)})"
+
+
+def _format_dataclass(arg: Any, max_list_len: float, percent: bool) -> str:
+    children, names = container_type(type(arg)).flatten(arg)
+    fields = (
+        f"{n}={format_arg(c, max_list_len, percent=percent)}" for n, c in zip(names, children)
+    )
+    return f"{type(arg).__name__}({', '.join(fields)})"
+
+
+def _format_registered(arg: Any, max_list_len: float, percent: bool) -> str:
+    children, _ = container_type(type(arg)).flatten(arg)
+    items = ", ".join(format_arg(c, max_list_len, percent=percent) for c in children)
+    return f"{type(arg).__name__}({items})"
+
+
+# How each kind of container (``ContainerType.kind``) prints; named tuples print by ``repr``.
+_CONTAINER_PRINTERS: dict[str, Callable[[Any, float, bool], str]] = {
+    "tuple": _format_tuple,
+    "list": _format_list,
+    "dict": _format_dict,
+    "slice": _format_slice,
+    "dataclass": _format_dataclass,
+    "custom": _format_registered,
+}
 
 
 def _format_target(node: Node) -> str:

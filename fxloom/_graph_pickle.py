@@ -11,6 +11,7 @@ from typing import Any
 
 from fxloom.graph import Graph
 from fxloom.node import Node, map_aggregate, map_arg
+from fxloom.pytree import container_type, tree_map
 
 __all__ = ["graph_to_records", "graph_from_records"]
 
@@ -65,12 +66,19 @@ def graph_from_records(state: dict[str, Any]) -> Graph:
 
 
 def _map_meta(value: Any, leaf: Any) -> Any:
-    """Apply ``leaf`` to every value inside (nested) plain dicts/lists/tuples of ``meta``."""
-    if type(value) is dict:
-        return {k: _map_meta(v, leaf) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(_map_meta(v, leaf) for v in value)
-    return leaf(value)
+    """Apply ``leaf`` to every value inside the containers of ``meta``.
+
+    Containers are ``fxloom.pytree``'s, walked only where it rebuilds them
+    as the very type they were: an instance of an unregistered subclass (a
+    model's output class, say) is passed to ``leaf`` whole, so it unpickles as
+    itself.
+    """
+    return tree_map(leaf, value, is_leaf=_not_rebuilt_exactly)
+
+
+def _not_rebuilt_exactly(value: Any) -> bool:
+    entry = container_type(type(value))
+    return entry is None or entry.type is not type(value)
 
 
 def _refer_in_meta(meta: dict[str, Any], position: dict[Node, int]) -> dict[str, Any]:

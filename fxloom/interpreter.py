@@ -21,10 +21,11 @@ import torch
 from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
-from fxloom.immutable_collections import immutable_list
+from fxloom.immutable_collections import immutable_dict, immutable_list
 from fxloom.liveness import last_uses
 from fxloom.node import _LEAF_TYPES, OPCODES, Argument, Node, Target
 from fxloom.proxy import Proxy
+from fxloom.pytree import container_type
 from fxloom.tracer import GraphAppendingTracer
 
 __all__ = ["Interpreter", "Transformer", "CARRIED_META"]
@@ -276,7 +277,13 @@ class Interpreter:
 
 
 def _load(a: Any, env: dict[Node, Any]) -> Any:
-    """``a`` with every node replaced by ``env[node]``; containers rebuilt as plain ones."""
+    """``a`` with every node replaced by ``env[node]``; containers rebuilt as plain ones.
+
+    Plain means ``fxloom.pytree``'s mode ``"plain"`` (what generated code
+    builds): ``tree_map(..., mode="plain")`` written out, as this runs for
+    every node. Tuples, lists and dicts, the containers of nearly every
+    argument, are unrolled.
+    """
     t = type(a)
     if t is Node:
         return env[a]
@@ -291,7 +298,7 @@ def _load(a: Any, env: dict[Node, Any]) -> Any:
             else:
                 values.append(_load(x, env))
         return tuple(values) if t is tuple else values
-    if isinstance(a, dict):
+    if t is immutable_dict or t is dict:
         loaded = {}
         for key, x in a.items():
             tx = type(x)
@@ -302,14 +309,12 @@ def _load(a: Any, env: dict[Node, Any]) -> Any:
             else:
                 loaded[key] = _load(x, env)
         return loaded
-    if isinstance(a, tuple):  # a named tuple keeps its type
-        items = [_load(x, env) for x in a]
-        return t(*items) if hasattr(a, "_fields") else t(items)
-    if isinstance(a, list):
-        return [_load(x, env) for x in a]
-    if t is slice:
-        return slice(_load(a.start, env), _load(a.stop, env), _load(a.step, env))
-    return a
+    entry = container_type(t)
+    if entry is None:  # a constant: a function, an enum member, ...
+        return a
+    children, context = entry.flatten(a)  # a slice, a named tuple, a registered container
+    loaded = [c if type(c) in _LEAF_TYPES else _load(c, env) for c in children]
+    return entry.plain.unflatten(loaded, context)
 
 
 def _note_node(err: BaseException, node: Node, interpreter: str) -> None:

@@ -29,8 +29,12 @@ output         ``"output"``            ``(returned_value,)``       unused
 Arguments are immutable values (see ``fxloom.immutable_collections``): nodes,
 Python scalars and strings, ``None``, slices, ``...``, torch dtypes, devices,
 layouts, memory formats and ``torch.Size``, and tuples/lists/dicts of these.
-Assigning ``node.args``/``node.kwargs`` keeps ``users`` of every node involved
-up to date; nothing ever rescans the graph to recompute them.
+Which values are containers is ``fxloom.pytree``'s to say: named tuples, and
+dataclasses or other types registered there, are containers too, their nodes
+used like any other (treat such a container as immutable once it is an
+argument: assign ``node.args`` to change it). Assigning ``node.args``/
+``node.kwargs`` keeps ``users`` of every node involved up to date; nothing
+ever rescans the graph to recompute them.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import torch
 
 from fxloom import attr_path
-from fxloom.immutable_collections import immutable_dict, immutable_list
+from fxloom.immutable_collections import immutable_dict
 from fxloom.ops.mutation import (
     function_has_side_effect,
     has_side_effect,
@@ -51,6 +55,7 @@ from fxloom.ops.mutation import (
     module_has_side_effect,
     writes_through_keywords,
 )
+from fxloom.pytree import container_type, tree_map
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -315,7 +320,7 @@ class Node:
         inputs: dict[Node, None] = {}
         frozen = _freeze_tuple(args, inputs, self)
         self._flat = frozen is args and not kwargs
-        kwargs = _freeze(kwargs, inputs, self) if kwargs else _NO_KWARGS
+        kwargs = _freeze_kwargs(kwargs, inputs, self) if kwargs else _NO_KWARGS
         graph = self.graph
         for node in inputs:  # validate everything before touching any users
             if node.graph is not graph or node._erased:
@@ -506,49 +511,80 @@ class Node:
 
 
 # ---------------------------------------------------------------- arguments
+# The structure of arguments (which values are containers, how they are rebuilt)
+# is ``fxloom.pytree``'s; this module adds what nodes need on top: recording the
+# nodes used, refusing values that cannot be arguments, and flat fast paths.
 def _freeze_tuple(args: tuple, inputs: dict[Node, None], owner: Node | None) -> tuple:
     """Record the nodes in ``args``; return ``args`` with lists/dicts frozen.
 
     The common case — a flat tuple of nodes and scalars — returns the tuple
     itself without rebuilding it.
     """
-    simple = True
     for a in args:
         t = type(a)
         if t is Node:
             inputs[a] = None
         elif t not in _LEAF_TYPES:
-            simple = False
-            break
-    if simple:
-        return args
-    return tuple(_freeze(a, inputs, owner) for a in args)
+            return tuple([_freeze(item, inputs, owner) for item in args])
+    return args
+
+
+def _freeze_kwargs(kwargs: dict, inputs: dict[Node, None], owner: Node | None) -> immutable_dict:
+    """Record the nodes in ``kwargs``; return them as an ``immutable_dict`` of frozen values.
+
+    The common case — values that are nodes and scalars — copies the dict
+    without walking it.
+    """
+    for value in kwargs.values():
+        t = type(value)
+        if t is Node:
+            inputs[value] = None
+        elif t not in _LEAF_TYPES:
+            return immutable_dict((k, _freeze(v, inputs, owner)) for k, v in kwargs.items())
+    return immutable_dict(kwargs)
 
 
 def _freeze(a: Any, inputs: dict[Node, None], owner: Node | None) -> Any:
+    """``a`` in its stored form, its nodes recorded in ``inputs``.
+
+    Every other leaf is checked: values that cannot be arguments (tensors,
+    modules, arbitrary objects) raise a ``TypeError`` naming ``owner``. This is
+    ``_map_nodes`` written out for node creation, which it would slow by about a
+    tenth for arguments holding a list (``torch.cat([a, b])``) through the two
+    closures it would need per call.
+    """
     t = type(a)
     if t is Node:
         inputs[a] = None
         return a
     if t in _LEAF_TYPES:
         return a
-    if isinstance(a, tuple):
-        items = [_freeze(x, inputs, owner) for x in a]
-        return t(*items) if hasattr(a, "_fields") else tuple(items)
-    if isinstance(a, list):
-        return immutable_list(_freeze(x, inputs, owner) for x in a)
-    if isinstance(a, dict):
-        return immutable_dict((k, _freeze(v, inputs, owner)) for k, v in a.items())
-    if t is slice:
-        return slice(
-            _freeze(a.start, inputs, owner),
-            _freeze(a.stop, inputs, owner),
-            _freeze(a.step, inputs, owner),
-        )
-    if isinstance(a, (int, float, str)):  # subclasses such as IntEnum
+    entry = container_type(t)
+    if entry is None:
+        if not isinstance(a, (int, float, str)):  # subclasses such as IntEnum are fine
+            _check_argument_value(a, owner)
         return a
-    _check_argument_value(a, owner)
-    return a
+    children, context = entry.flatten(a)
+    return entry.frozen.unflatten([_freeze(c, inputs, owner) for c in children], context)
+
+
+def _map_nodes(a: Any, on_node: Callable[[Node], Any], on_other: Callable[[Any], Any]) -> Any:
+    """``a`` as node arguments store it, each node replaced by ``on_node(node)``.
+
+    ``tree_map(fn, a, mode="frozen")`` with nodes and ``_LEAF_TYPES`` values
+    tested inline (``map_arg`` runs it on every argument that is not a flat
+    tuple, e.g. in each rewrite): ``on_other`` gets the remaining leaves.
+    """
+    t = type(a)
+    if t is Node:
+        return on_node(a)
+    if t in _LEAF_TYPES:
+        return a
+    entry = container_type(t)
+    if entry is None:
+        return on_other(a)
+    children, context = entry.flatten(a)
+    return entry.frozen.unflatten([_map_nodes(c, on_node, on_other) for c in children], context)
 
 
 def _check_argument_value(a: Any, owner: Node | None) -> None:
@@ -569,8 +605,9 @@ def _check_argument_value(a: Any, owner: Node | None) -> None:
     raise TypeError(
         f"{where} was given {a!r} of type {type(a).__name__} as an argument; arguments are "
         "nodes, Python scalars, strings, None, slices, Ellipsis, torch dtypes/devices/layouts/"
-        "memory formats, torch.Size and tuples/lists/dicts of these. Store other objects as "
-        "attributes of the root module and read them with graph.get_attr"
+        "memory formats, torch.Size and tuples/lists/dicts of these (or containers registered "
+        "with fxloom.pytree). Store other objects as attributes of the root module and read "
+        "them with graph.get_attr"
     )
 
 
@@ -578,27 +615,26 @@ def map_aggregate(a: Argument, fn: Callable[[Argument], Argument]) -> Argument:
     """Apply ``fn`` to every leaf of ``a`` (a nested tuple/list/dict/slice), keeping its shape.
 
     Lists and dicts come back as ``immutable_list``/``immutable_dict``;
-    named tuples keep their type.
+    named tuples keep their type. Containers are those of ``fxloom.pytree``
+    (types registered there are walked too); a ``torch.Size``, a leaf there,
+    is mapped element by element and stays a ``torch.Size``.
+
+    >>> map_aggregate((1, [2, {"a": 3}]), lambda v: v * 10)
+    (10, [20, {'a': 30}])
     """
-    t = type(a)
-    if t is tuple:
-        return tuple(map_aggregate(x, fn) for x in a)
-    if isinstance(a, tuple):
-        items = [map_aggregate(x, fn) for x in a]
-        return t(*items) if hasattr(a, "_fields") else t(items)
-    if isinstance(a, list):
-        return immutable_list(map_aggregate(x, fn) for x in a)
-    if isinstance(a, dict):
-        return immutable_dict((k, map_aggregate(v, fn)) for k, v in a.items())
-    if t is slice:
-        return slice(
-            map_aggregate(a.start, fn), map_aggregate(a.stop, fn), map_aggregate(a.step, fn)
-        )
-    return fn(a)
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Size):
+            return torch.Size([fn(d) for d in x])
+        return fn(x)
+
+    return tree_map(leaf, a, mode="frozen")
 
 
 def map_arg(a: Argument, fn: Callable[[Node], Argument]) -> Argument:
     """Apply ``fn`` to every ``Node`` inside ``a``, keeping the structure around them.
+
+    Containers come back as ``map_aggregate`` returns them.
 
     >>> map_arg((1, [2, 3]), lambda n: n)  # no nodes: same values back
     (1, [2, 3])
@@ -620,4 +656,4 @@ def map_arg(a: Argument, fn: Callable[[Node], Argument]) -> Argument:
             return tuple(mapped)
     elif t is immutable_dict and not a:
         return a
-    return map_aggregate(a, lambda x: fn(x) if isinstance(x, Node) else x)
+    return _map_nodes(a, fn, lambda x: fn(x) if isinstance(x, Node) else x)

@@ -24,7 +24,8 @@ Containers known from the start: ``tuple``, named tuples (each keeps its type),
 ``list``, ``dict``, ``collections.OrderedDict``, ``slice`` (its start, stop and
 step are children) and fxloom's ``immutable_list``/``immutable_dict``. An
 unregistered subclass of one of these is walked, and rebuilt, as that base:
-register it to keep its type. ``torch.Size``, strings and bytes are leaves.
+register it to keep its type. ``torch.Size``, strings, bytes and ranges (and
+their subclasses) are leaves.
 
 A container is rebuilt in one of three forms, chosen by ``mode``:
 
@@ -50,6 +51,7 @@ from fxloom.immutable_collections import immutable_dict, immutable_list
 
 __all__ = [
     "ContainerType",
+    "SEQUENCE_KINDS",
     "TreeSpec",
     "register_pytree_node",
     "register_dataclass",
@@ -62,6 +64,7 @@ __all__ = [
 ]
 
 Mode = Literal["same", "frozen", "plain"]
+_MODES = ("same", "frozen", "plain")
 FlattenFn = Callable[[Any], tuple[Sequence[Any], Any]]
 UnflattenFn = Callable[[Sequence[Any], Any], Any]
 
@@ -70,19 +73,31 @@ class ContainerType:
     """How one container type is taken apart (``flatten``) and rebuilt (``unflatten``).
 
     ``flatten(value)`` returns ``(children, context)``: the values inside, in
-    order, and whatever else rebuilding needs (a dict's keys, a named tuple's
-    class). ``unflatten(children, context)`` builds the container back.
+    order, and whatever else rebuilding needs (a dict's keys, a dataclass's
+    field names). ``unflatten(children, context)`` builds the container back.
     ``frozen`` and ``plain`` are the container types used in those modes
-    (``self`` when the form does not change).
+    (``self`` when the form does not change). ``kind`` says which family the
+    type belongs to, for code that prints containers or compares them loosely:
+    ``"tuple"``, ``"namedtuple"``, ``"list"`` (with ``immutable_list``),
+    ``"dict"`` (with ``OrderedDict`` and ``immutable_dict``), ``"slice"``,
+    ``"dataclass"`` or ``"custom"`` (registered with ``register_pytree_node``).
     """
 
-    __slots__ = ("type", "flatten", "unflatten", "name", "frozen", "plain")
+    __slots__ = ("type", "flatten", "unflatten", "name", "kind", "frozen", "plain")
 
-    def __init__(self, cls: type, flatten: FlattenFn, unflatten: UnflattenFn, name: str) -> None:
+    def __init__(
+        self,
+        cls: type,
+        flatten: FlattenFn,
+        unflatten: UnflattenFn,
+        name: str,
+        kind: str = "custom",
+    ) -> None:
         self.type = cls
         self.flatten = flatten
         self.unflatten = unflatten
         self.name = name  # stable name for persisted specs (``collections.OrderedDict``)
+        self.kind = kind
         self.frozen: ContainerType = self
         self.plain: ContainerType = self
 
@@ -90,12 +105,16 @@ class ContainerType:
         return f"ContainerType({self.name})"
 
 
+# Families of ``ContainerType.kind`` that hold an ordered run of values and nothing else.
+SEQUENCE_KINDS = frozenset({"tuple", "namedtuple", "list"})
+
 # Registered types, by exact type. ``_resolved`` caches what every type seen so
 # far resolves to (None: a leaf), so a walk pays one dict lookup per value.
 _REGISTRY: dict[type, ContainerType] = {}
 _resolved: dict[type, ContainerType | None] = {}
 # Never containers, although some subclass registered types (torch.Size is a tuple).
 _LEAVES = frozenset({torch.Size, str, bytes, range})
+_UNSEEN: Any = object()
 
 
 def register_pytree_node(
@@ -110,18 +129,24 @@ def register_pytree_node(
     Its children are then walked by every fxloom traversal (node arguments,
     interpreter values, example inputs). Registering a type twice is an error.
     """
-    _register(cls, flatten_fn, unflatten_fn, serialized_type_name)
+    _register(cls, flatten_fn, unflatten_fn, serialized_type_name, "custom")
 
 
 def _register(
-    cls: type, flatten_fn: FlattenFn, unflatten_fn: UnflattenFn, serialized_type_name: str | None
+    cls: type,
+    flatten_fn: FlattenFn,
+    unflatten_fn: UnflattenFn,
+    serialized_type_name: str | None,
+    kind: str,
 ) -> ContainerType:
+    if not isinstance(cls, type):
+        raise TypeError(f"only classes can be registered as pytree containers, got {cls!r}")
     if cls in _REGISTRY:
         raise ValueError(f"{cls.__qualname__} is already registered as a pytree container")
-    if cls in _LEAVES:
+    if _leaf_base(cls) is not None:
         raise ValueError(f"{cls.__qualname__} is always a leaf and cannot be registered")
     name = serialized_type_name or f"{cls.__module__}.{cls.__qualname__}"
-    entry = ContainerType(cls, flatten_fn, unflatten_fn, name)
+    entry = ContainerType(cls, flatten_fn, unflatten_fn, name, kind)
     _REGISTRY[cls] = entry
     _resolved.clear()  # subclasses resolved to a base before now may resolve to cls
     return entry
@@ -130,19 +155,20 @@ def _register(
 def register_dataclass(cls: type) -> type:
     """Register a dataclass: its fields (those set in ``__init__``) are its children, in order.
 
-    Returns ``cls``, so it also works as a class decorator.
+    The context of a flattened instance is the tuple of field names. Returns
+    ``cls``, so it also works as a class decorator.
     """
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"{cls.__qualname__} is not a dataclass")
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"{getattr(cls, '__qualname__', cls)!r} is not a dataclass (class)")
     names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
     def flatten(value: Any) -> tuple[Sequence[Any], Any]:
-        return [getattr(value, name) for name in names], None
+        return [getattr(value, name) for name in names], names
 
     def unflatten(children: Sequence[Any], context: Any) -> Any:
-        return cls(**dict(zip(names, children)))
+        return cls(**dict(zip(context, children)))
 
-    register_pytree_node(cls, flatten, unflatten)
+    _register(cls, flatten, unflatten, None, "dataclass")
     return cls
 
 
@@ -159,15 +185,21 @@ def container_type(cls: type) -> ContainerType | None:
 
 def _resolve(cls: type) -> ContainerType | None:
     entry = _REGISTRY.get(cls)
-    if entry is not None or cls in _LEAVES:
+    if entry is not None:
         return entry
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return _named_tuple(cls)
-    for base in cls.__mro__[1:]:  # an unregistered subclass walks as its base
+    for base in cls.__mro__:  # an unregistered subclass walks as its nearest registered base
+        if base in _LEAVES:  # ... unless a leaf type comes first (a str subclass)
+            return None
         entry = _REGISTRY.get(base)
         if entry is not None:
             return entry
     return None
+
+
+def _leaf_base(cls: type) -> type | None:
+    return next((base for base in cls.__mro__ if base in _LEAVES), None)
 
 
 def _named_tuple(cls: type) -> ContainerType:
@@ -177,6 +209,7 @@ def _named_tuple(cls: type) -> ContainerType:
         lambda value: (tuple(value), None),
         lambda children, context: cls(*children),
         f"{cls.__module__}.{cls.__qualname__}",
+        "namedtuple",
     )
 
 
@@ -190,24 +223,37 @@ def tree_map(
 ) -> Any:
     """``tree`` with ``fn`` applied to every leaf, containers rebuilt in ``mode`` (see the module docstring).
 
-    ``is_leaf(value)`` returning True stops the walk at ``value`` (it goes to ``fn`` whole).
+    ``is_leaf(value)`` returning True stops the walk at ``value`` (it goes to ``fn`` whole);
+    it is asked about containers only.
+
+    >>> tree_map(str, (1, [2], {"k": 3}), mode="frozen")
+    ('1', ['2'], {'k': '3'})
     """
-    resolved = _resolved
+    if mode not in _MODES:
+        raise ValueError(f"tree_map: mode is one of {', '.join(map(repr, _MODES))}, got {mode!r}")
+    same, frozen = mode == "same", mode == "frozen"
+    lookup = _resolved.get
 
     def walk(value: Any) -> Any:
-        cls = type(value)
-        entry = resolved[cls] if cls in resolved else container_type(cls)
+        # Inlined ``container_type``: this runs once per value of every argument walked.
+        entry = lookup(type(value), _UNSEEN)
+        if entry is _UNSEEN:
+            entry = container_type(type(value))
         if entry is None or (is_leaf is not None and is_leaf(value)):
             return fn(value)
         children, context = entry.flatten(value)
-        rebuild = entry if mode == "same" else entry.frozen if mode == "frozen" else entry.plain
+        rebuild = entry if same else entry.frozen if frozen else entry.plain
         return rebuild.unflatten([walk(child) for child in children], context)
 
     return walk(tree)
 
 
 def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:
-    """The leaves of ``tree``, in order."""
+    """The leaves of ``tree``, in order.
+
+    >>> tree_leaves({"a": [1, 2], "b": (3, slice(4, None))})
+    [1, 2, 3, 4, None, None]
+    """
     leaves: list[Any] = []
     _collect(tree, leaves, is_leaf)
     return leaves
@@ -222,12 +268,14 @@ def _collect(value: Any, leaves: list[Any], is_leaf: Callable[[Any], bool] | Non
         _collect(child, leaves, is_leaf)
 
 
-def tree_any(pred: Callable[[Any], bool], tree: Any) -> bool:
+def tree_any(
+    pred: Callable[[Any], bool], tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> bool:
     """Whether ``pred`` holds for some leaf of ``tree`` (stops at the first)."""
     entry = container_type(type(tree))
-    if entry is None:
+    if entry is None or (is_leaf is not None and is_leaf(tree)):
         return pred(tree)
-    return any(tree_any(pred, child) for child in entry.flatten(tree)[0])
+    return any(tree_any(pred, child, is_leaf) for child in entry.flatten(tree)[0])
 
 
 # --------------------------------------------------------- flatten / unflatten
@@ -313,9 +361,13 @@ def tree_unflatten(leaves: Iterable[Any], spec: TreeSpec) -> Any:
 
 
 # --------------------------------------------------------------- built-ins
-def _sequence(cls: type) -> ContainerType:
+def _sequence(cls: type, kind: str) -> ContainerType:
     return _register(
-        cls, lambda value: (value, None), lambda children, context: cls(children), cls.__name__
+        cls,
+        lambda value: (value, None),
+        lambda children, context: cls(children),
+        cls.__name__,
+        kind,
     )
 
 
@@ -326,20 +378,22 @@ def _mapping(cls: type) -> ContainerType:
         lambda value: (tuple(value.values()), tuple(value)),
         lambda children, keys: cls(zip(keys, children)),
         name,
+        "dict",
     )
 
 
-_TUPLE = _sequence(tuple)
-_LIST = _sequence(list)
-_IMMUTABLE_LIST = _sequence(immutable_list)
+_TUPLE = _sequence(tuple, "tuple")
+_LIST = _sequence(list, "list")
+_IMMUTABLE_LIST = _sequence(immutable_list, "list")
 _DICT = _mapping(dict)
 _ORDERED_DICT = _mapping(collections.OrderedDict)
 _IMMUTABLE_DICT = _mapping(immutable_dict)
-register_pytree_node(
+_register(
     slice,
     lambda s: ((s.start, s.stop, s.step), None),
     lambda children, context: slice(*children),
-    serialized_type_name="slice",
+    "slice",
+    "slice",
 )
 _LIST.frozen = _IMMUTABLE_LIST
 _DICT.frozen = _ORDERED_DICT.frozen = _IMMUTABLE_DICT

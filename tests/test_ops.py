@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import builtins
 import operator
-from pathlib import Path
 
 import pytest
 import torch
@@ -228,17 +226,5 @@ def test_has_side_effect_is_one_registry_under_every_name():
     assert mutation.WRITES_FIRST_ARGUMENT <= mutation.SIDE_EFFECT_FUNCTIONS
 
 
-# ------------------------------------------------------------------- layering
-def test_ops_imports_no_other_part_of_fxloom_at_module_level():
-    for path in sorted((Path(fx.__file__).parent / "ops").glob("*.py")):
-        for statement in ast.parse(path.read_text()).body:
-            if isinstance(statement, ast.ImportFrom) and statement.module:
-                names = [statement.module]
-            elif isinstance(statement, ast.Import):
-                names = [alias.name for alias in statement.names]
-            else:
-                continue  # `if TYPE_CHECKING:` imports are for annotations only
-            for name in names:
-                assert not name.startswith("fxloom") or name.startswith("fxloom.ops"), (
-                    f"{path.name} imports {name}"
-                )
+# Layering (ops imports only the foundation layer: pytree, immutable collections) is checked
+# with the other layers in tests/test_layers.py.

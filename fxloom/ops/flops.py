@@ -38,8 +38,8 @@ their input is contiguous (``reshape``, ``contiguous``, ``flatten``), and copy o
 A tensor is described by anything with a ``shape`` and a torch ``dtype``: the ``TensorMetadata``
 that ``ShapeProp`` records (``fxloom.passes.shape_prop``), or a tensor itself (a meta tensor).
 
-Depends on: torch and ``fxloom.ops.python_operators``. Formulas may see a ``Node`` (a value that
-was not recorded), never imported here.
+Depends on: torch, ``fxloom.ops.python_operators`` and ``fxloom.pytree`` (nestings of tensor
+descriptions). Formulas may see a ``Node`` (a value that was not recorded), never imported here.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from torch import nn
 
 from fxloom.ops.mutation import out_of_place_name
 from fxloom.ops.python_operators import PYTHON_OPERATORS
+from fxloom.pytree import tree_leaves
 
 if TYPE_CHECKING:
     from fxloom.node import Node
@@ -96,13 +97,16 @@ def describes_tensor(value: Any) -> bool:
 
 def numel(meta: Any) -> int:
     """Elements of the tensor(s) ``meta`` describes (a ``TensorMetadata`` or a nesting of them)."""
+    return sum(math.prod(tensor.shape) for tensor in tensor_metas(meta))
+
+
+def tensor_metas(meta: Any) -> list[Any]:
+    """The tensor descriptions in ``meta`` (one, or any nesting of them), in order."""
     if describes_tensor(meta):
-        return math.prod(meta.shape)
-    if isinstance(meta, dict):
-        return sum(numel(item) for item in meta.values())
-    if isinstance(meta, (tuple, list)):
-        return sum(numel(item) for item in meta)
-    return 0
+        return [meta]
+    # A TensorMetadata is a NamedTuple, yet one tensor: the walk stops at it.
+    leaves = tree_leaves(meta, is_leaf=describes_tensor)
+    return [leaf for leaf in leaves if describes_tensor(leaf)]
 
 
 @dataclass(frozen=True)

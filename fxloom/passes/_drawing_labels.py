@@ -4,7 +4,8 @@ Labels are built as lists of plain one-line rows, truncated, then escaped once b
 ``_dot.html_text`` into an HTML-like table; nothing here writes DOT syntax by hand, so any
 target, string argument or module name renders literally.
 
-Depends on: torch (dtypes), the IR's text form (``fxloom._format``), ``fxloom.node``.
+Depends on: torch (dtypes), the IR's text form (``fxloom._format``), ``fxloom.node``,
+``fxloom.pytree``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from fxloom._format import format_arg, qualified_name
 from fxloom.node import Node, map_arg
 from fxloom.passes._dot import html_text
+from fxloom.pytree import SEQUENCE_KINDS, container_type
 
 __all__ = ["DTYPE_ABBREVIATIONS", "format_tensor_meta", "value_meta"]
 
@@ -67,14 +69,15 @@ def format_tensor_meta(meta: Any, max_items: int = 4) -> str | None:
     if hasattr(meta, "shape") and hasattr(meta, "dtype"):
         dims = ", ".join(str(size) for size in meta.shape)
         return f"{_dtype_name(meta.dtype)}[{dims}]"
-    if isinstance(meta, (tuple, list)):
+    family = _container_kind(meta)
+    if family in SEQUENCE_KINDS:
         parts = [format_tensor_meta(item, max_items) for item in meta[:max_items]]
         if all(part is None for part in parts):
             return None
         shown = [part or "-" for part in parts] + ([_ELLIPSIS] if len(meta) > max_items else [])
-        opening, closing = ("(", ")") if isinstance(meta, tuple) else ("[", "]")
+        opening, closing = ("[", "]") if family == "list" else ("(", ")")
         return opening + ", ".join(shown) + closing
-    if isinstance(meta, Mapping):
+    if family == "dict":
         items = list(meta.items())
         parts = [(key, format_tensor_meta(value, max_items)) for key, value in items[:max_items]]
         if all(part is None for _, part in parts):
@@ -82,6 +85,12 @@ def format_tensor_meta(meta: Any, max_items: int = 4) -> str | None:
         shown = [f"{key}: {part or '-'}" for key, part in parts]
         return "{" + ", ".join(shown + ([_ELLIPSIS] if len(items) > max_items else [])) + "}"
     return None
+
+
+def _container_kind(value: Any) -> str | None:
+    """``fxloom.pytree``'s kind of container ``value`` is (``"tuple"``, ``"dict"``...), or None."""
+    entry = container_type(type(value))
+    return entry.kind if entry is not None else None
 
 
 def value_meta(node: Node) -> Any:
@@ -99,7 +108,7 @@ def edge_label(source: Node, user: Node) -> str | None:
         and len(user.args) == 2
         and user.args[0] is source
         and isinstance(user.args[1], int)
-        and isinstance(meta, (tuple, list))
+        and _container_kind(meta) in SEQUENCE_KINDS
         and not hasattr(meta, "shape")  # a TensorMetadata is a NamedTuple: a tensor, not a tuple
         and -len(meta) <= user.args[1] < len(meta)
     ):

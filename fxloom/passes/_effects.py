@@ -18,7 +18,6 @@ as read-only effects here: ops sits below the tracer and cannot name them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from torch import nn
@@ -39,6 +38,7 @@ from fxloom.ops.mutation import (
     is_read_only_effect,
     writes_only_first_argument,
 )
+from fxloom.pytree import container_type, tree_any, tree_leaves
 
 __all__ = ["AliasClasses", "Effects", "attribute_key", "check_graph_module", "is_literal"]
 
@@ -62,12 +62,17 @@ def is_literal(value: Any) -> bool:
     >>> is_literal((1, 2.0, None)), is_literal([torch.float32]), is_literal(torch.ones(1))
     (True, True, False)
     """
-    kind = type(value)
-    if kind in _LEAF_TYPES:
-        return True
-    if kind in (tuple, list):
-        return all(is_literal(item) for item in value)
-    return False
+    return not tree_any(_not_literal, value, is_leaf=_not_literal_container)
+
+
+def _not_literal(leaf: Any) -> bool:
+    return type(leaf) not in _LEAF_TYPES
+
+
+def _not_literal_container(value: Any) -> bool:
+    """Containers other than plain tuples and lists (a named tuple, a dict...) are not literals."""
+    entry = container_type(type(value))
+    return entry.type is not type(value) or entry.kind not in ("tuple", "list")
 
 
 def check_graph_module(gm: Any, pass_name: str) -> GraphModule:
@@ -138,7 +143,7 @@ class Effects:
         if node.meta.get("is_impure"):
             return tuple(node.all_input_nodes)
         if "out" in node.kwargs:
-            return tuple(n for n in _nodes_in(node.kwargs["out"]))
+            return tuple(n for n in tree_leaves(node.kwargs["out"]) if isinstance(n, Node))
         target = node.target
         if op == "call_function" and is_read_only_effect(target):
             return ()
@@ -157,14 +162,6 @@ class Effects:
             fresh = module is not None and module_returns_fresh(module)
             return not (fresh and self.is_pure_module(node.target))
         return False
-
-
-def _nodes_in(value: Any) -> Iterable[Node]:
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _nodes_in(item)
 
 
 def attribute_key(qualified_name: str) -> tuple[str, str]:

@@ -10,19 +10,19 @@ operation's arguments reaches all the operations it depends on, so the plan only
 *steps* that need a search: an operation not reached that way (a second output of the
 pattern) is found among the users of the graph node matched to one of its inputs.
 
-Depends on: the IR only (``fxloom.node``, ``fxloom.graph``).
+Depends on: the IR only (``fxloom.node``, ``fxloom.graph``, ``fxloom.pytree``).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from fxloom.graph import Graph
 from fxloom.node import Node
+from fxloom.pytree import tree_any, tree_leaves
 
-__all__ = ["ANY", "Pattern", "PatternError", "Step", "Wildcard", "flat_values"]
+__all__ = ["ANY", "Pattern", "PatternError", "Step", "Wildcard"]
 
 
 class Wildcard(enum.Enum):
@@ -64,22 +64,8 @@ class Step(NamedTuple):
     via: Node
 
 
-def flat_values(value: Any) -> Iterator[Any]:
-    """The leaves of a (possibly nested) tuple/list/dict argument, in order."""
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            yield from flat_values(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from flat_values(item)
-    else:
-        yield value
-
-
 def _mentions_any(value: Any) -> bool:
-    if isinstance(value, slice):
-        return any(_mentions_any(v) for v in (value.start, value.stop, value.step))
-    return any(leaf is ANY for leaf in flat_values(value))
+    return tree_any(lambda leaf: leaf is ANY, value)
 
 
 class Pattern:
@@ -110,7 +96,7 @@ class Pattern:
             raise PatternError(
                 f"the {role} graph has no output node; end it with graph.output(...)"
             )
-        self.outputs: list[Any] = list(flat_values(output_node.args[0]))
+        self.outputs: list[Any] = tree_leaves(output_node.args[0])
         self.returned = frozenset(v for v in self.outputs if isinstance(v, Node))
         self.root = graph.owning_module
         self._plans: dict[Node, tuple[Step, ...]] = {}

@@ -16,7 +16,7 @@ module needs and reuses it from run to run:
   their meta kernel is missing or lays its output out unlike the CPU kernel does. Add an entry
   (same signature as the target) for an operator of your own that has no meta kernel.
 
-Depends on: torch (meta tensors, ``torch.func.functional_call``).
+Depends on: torch (meta tensors, ``torch.func.functional_call``); ``fxloom.pytree``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend
+
+from fxloom.pytree import tree_any, tree_map
 
 __all__ = ["META_FUNCTIONS", "MetaRunner", "meta_input", "is_shape_spec"]
 
@@ -90,23 +92,21 @@ def is_shape_spec(value: Any) -> bool:
 def meta_input(value: Any, name: str) -> Any:
     """``value`` with every tensor and shape spec in it replaced by a meta tensor.
 
+    Containers (``fxloom.pytree``'s) are rebuilt in its ``"plain"`` form;
     ``name`` (the graph input) is used in errors only.
     """
-    if is_shape_spec(value):
-        if isinstance(value, torch.Size):
-            return torch.empty(value, device=META)
-        shape, dtype = value
-        return torch.empty(tuple(shape), dtype=dtype, device=META)
-    if isinstance(value, torch.Tensor):
-        return meta_twin(value, name)
-    if isinstance(value, dict):
-        return {key: meta_input(item, name) for key, item in value.items()}
-    if isinstance(value, (tuple, list)):
-        items = [meta_input(item, name) for item in value]
-        if hasattr(value, "_fields"):  # a named tuple
-            return type(value)(*items)
-        return type(value)(items) if type(value) in (tuple, list) else items
-    return value
+
+    def to_meta(leaf: Any) -> Any:
+        if is_shape_spec(leaf):
+            if isinstance(leaf, torch.Size):
+                return torch.empty(leaf, device=META)
+            shape, dtype = leaf
+            return torch.empty(tuple(shape), dtype=dtype, device=META)
+        if isinstance(leaf, torch.Tensor):
+            return meta_twin(leaf, name)
+        return leaf
+
+    return tree_map(to_meta, value, mode="plain", is_leaf=is_shape_spec)
 
 
 def meta_twin(tensor: torch.Tensor, what: str) -> torch.Tensor:
@@ -195,11 +195,13 @@ class MetaRunner:
 
 
 def _device_to_meta(value: Any) -> Any:
-    if isinstance(value, torch.device):
-        return META
-    if type(value) in (tuple, list) and any(isinstance(item, torch.device) for item in value):
-        return type(value)(_device_to_meta(item) for item in value)
-    return value
+    if not tree_any(_is_device, value):
+        return value  # the usual case: nothing to rebuild
+    return tree_map(lambda leaf: META if _is_device(leaf) else leaf, value)
+
+
+def _is_device(value: Any) -> bool:
+    return isinstance(value, torch.device)
 
 
 def _meta_state(module: torch.nn.Module, target: str) -> dict[str, torch.Tensor]:

@@ -59,11 +59,13 @@ from fxloom.ops.flops import (
     find_flop_formula,
     numel,
     register_flop_formula,
+    tensor_metas,
 )
 from fxloom.ops.mutation import is_inplace_function, is_inplace_name, module_is_inplace
 from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
 from fxloom.passes._meta_device import is_shape_spec
 from fxloom.passes.shape_prop import ShapeProp, ShapePropError, TensorMetadata
+from fxloom.pytree import tree_any, tree_map
 
 __all__ = [
     "FLOP_FORMULAS",
@@ -161,16 +163,12 @@ def _check_recorded(module: torch.nn.Module) -> None:
 
 def _all_real(args: tuple, kwargs: dict) -> bool:
     """Whether the inputs can run for real: no shape specs, no meta tensors."""
-    values = [*args, *kwargs.values()]
-    while values:
-        value = values.pop()
-        if is_shape_spec(value) or (isinstance(value, torch.Tensor) and value.is_meta):
-            return False
-        if isinstance(value, (tuple, list)):
-            values.extend(value)
-        elif isinstance(value, dict):
-            values.extend(value.values())
-    return True
+    return not tree_any(_stands_in, (args, kwargs), is_leaf=is_shape_spec)
+
+
+def _stands_in(value: Any) -> bool:
+    """Whether ``value`` only describes a tensor: a shape spec or a meta tensor."""
+    return is_shape_spec(value) or (isinstance(value, torch.Tensor) and value.is_meta)
 
 
 class _CostCounter:
@@ -371,16 +369,15 @@ def _module_types(graph: Any, modules: dict[str, torch.nn.Module]) -> dict[str, 
 
 
 def _shapes_of(value: Any) -> Any:
-    """``value`` with every node replaced by its ``tensor_meta`` (kept as a node without one)."""
-    if isinstance(value, Node):
-        return value.meta.get("tensor_meta", value)
-    if isinstance(value, tuple):
-        return tuple(_shapes_of(item) for item in value)
-    if isinstance(value, list):
-        return [_shapes_of(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _shapes_of(item) for key, item in value.items()}
-    return value
+    """``value`` with every node replaced by its ``tensor_meta`` (kept as a node without one).
+
+    Containers come back in ``fxloom.pytree``'s ``"plain"`` form (plain lists and dicts).
+    """
+    return tree_map(_shape_of, value, mode="plain")
+
+
+def _shape_of(value: Any) -> Any:
+    return value.meta.get("tensor_meta", value) if isinstance(value, Node) else value
 
 
 def _argument_bytes(node: Node) -> int:
@@ -389,13 +386,7 @@ def _argument_bytes(node: Node) -> int:
 
 def _nbytes(meta: Any) -> int:
     """Bytes of the tensor(s) ``meta`` describes (logical size: numel x element size)."""
-    if isinstance(meta, TensorMetadata):
-        return numel(meta) * meta.dtype.itemsize
-    if isinstance(meta, dict):
-        return sum(_nbytes(item) for item in meta.values())
-    if isinstance(meta, (tuple, list)):
-        return sum(_nbytes(item) for item in meta)
-    return 0
+    return sum(numel(tensor) * tensor.dtype.itemsize for tensor in tensor_metas(meta))
 
 
 def _target_name(node: Node) -> str:

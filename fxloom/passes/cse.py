@@ -22,6 +22,7 @@ from typing import Any
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.passes._effects import AliasClasses, Effects, check_graph_module
+from fxloom.pytree import container_type
 
 __all__ = ["cse"]
 
@@ -107,6 +108,18 @@ def _expression_key(
     return key
 
 
+_FAMILY_OF_KIND = {"list": list, "dict": dict}
+
+
+def _hashable(context: Any, value: Any) -> Any:
+    """``context`` if it can be part of a key, else the identity of the container it came from."""
+    try:
+        hash(context)
+    except TypeError:
+        return ("id", id(value))
+    return context
+
+
 def literal_key(value: Any, merged: dict[Node, Node] | None = None) -> Any:
     """A hashable stand-in for an argument, equal only for interchangeable arguments.
 
@@ -124,17 +137,14 @@ def literal_key(value: Any, merged: dict[Node, Node] | None = None) -> Any:
         return (float, value.hex())
     if kind is complex:
         return (complex, value.real.hex(), value.imag.hex())
-    if isinstance(value, tuple):  # tuples, torch.Size and named tuples keep their type
-        return (kind, tuple(literal_key(item, merged) for item in value))
-    if isinstance(value, list):  # list and immutable_list are the same argument
-        return (list, tuple(literal_key(item, merged) for item in value))
-    if isinstance(value, dict):
-        return (dict, tuple((k, literal_key(v, merged)) for k, v in value.items()))
-    if kind is slice:
-        return (
-            slice,
-            *(literal_key(part, merged) for part in (value.start, value.stop, value.step)),
-        )
+    entry = container_type(kind)
+    if entry is not None:  # a container: its family, its context (dict keys...) and its items
+        children, context = entry.flatten(value)
+        items = tuple(literal_key(child, merged) for child in children)
+        # Tuples, named tuples and dataclasses keep their type; lists and dicts of any kind
+        # (immutable_list, OrderedDict...) are the same argument.
+        family = _FAMILY_OF_KIND.get(entry.kind, kind)
+        return (family, _hashable(context, value), items)
     try:
         hash(value)
     except TypeError:

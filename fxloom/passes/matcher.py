@@ -70,9 +70,9 @@ from fxloom.passes._match_pattern import (
     PatternError,
     Step,
     Wildcard,
-    flat_values,
 )
 from fxloom.passes._match_reasons import Constant, Place, Target, kind, shown
+from fxloom.pytree import SEQUENCE_KINDS, ContainerType, container_type, tree_leaves
 
 __all__ = [
     "ANY",
@@ -414,41 +414,19 @@ class SubgraphMatcher:
                     Constant(pv),
                 )
             return None
-        if isinstance(pv, (tuple, list)) and not isinstance(pv, torch.Size):
-            return self._unify_sequence(pv, gv, p, g, where, work, state)
-        if isinstance(pv, dict):
-            if not isinstance(gv, dict) or pv.keys() != gv.keys():
+        entry = container_type(type(pv))
+        if entry is not None:
+            pairs = _paired_children(entry, pv, gv)
+            if pairs is None:
                 return self._literal_mismatch(pv, gv, p, g, where)
-            for key, item in pv.items():
-                reason = self._unify_value(item, gv[key], p, g, f"{where}[{key!r}]", work, state)
-                if reason is not None:
-                    return reason
-            return None
-        if type(pv) is slice:
-            if type(gv) is not slice:
-                return self._literal_mismatch(pv, gv, p, g, where)
-            for part in ("start", "stop", "step"):
-                reason = self._unify_value(
-                    getattr(pv, part), getattr(gv, part), p, g, f"{where}.{part}", work, state
-                )
+            for place, item_p, item_g in pairs:
+                reason = self._unify_value(item_p, item_g, p, g, f"{where}{place}", work, state)
                 if reason is not None:
                     return reason
             return None
         if _same_constant(pv, gv):
             return None
         return self._literal_mismatch(pv, gv, p, g, where)
-
-    def _unify_sequence(
-        self, pv: Any, gv: Any, p: Node, g: Node, where: Any, work: list, state: _State
-    ) -> str | None:
-        # Lists and tuples are interchangeable, as tracing may produce either.
-        if not isinstance(gv, (tuple, list)) or len(pv) != len(gv):
-            return self._literal_mismatch(pv, gv, p, g, where)
-        for i, (item_p, item_g) in enumerate(zip(pv, gv)):
-            reason = self._unify_value(item_p, item_g, p, g, f"{where}[{i}]", work, state)
-            if reason is not None:
-                return reason
-        return None
 
     def _literal_mismatch(self, pv: Any, gv: Any, p: Node, g: Node, where: Any) -> str:
         return self._why(
@@ -605,12 +583,47 @@ def _position(node: Node) -> tuple:
     return _END if node.op == "root" else node._sort_key
 
 
+def _paired_children(entry: ContainerType, pv: Any, gv: Any) -> list[tuple[str, Any, Any]] | None:
+    """The children of the pattern's container ``pv`` paired with ``gv``'s, each with its place.
+
+    Places read ``[0]``, ``['key']``, ``.start``, ``.field``. None when ``gv`` is not a
+    container of the same kind and shape. Lists and tuples (named or not, and ``torch.Size``)
+    are interchangeable, as tracing may produce either; dicts pair by key.
+    """
+    g_entry = container_type(type(gv))
+    family = entry.kind
+    if family in SEQUENCE_KINDS:
+        is_sequence = isinstance(gv, torch.Size) or (
+            g_entry is not None and g_entry.kind in SEQUENCE_KINDS
+        )
+        if not is_sequence or len(pv) != len(gv):
+            return None
+        return [(f"[{i}]", item_p, item_g) for i, (item_p, item_g) in enumerate(zip(pv, gv))]
+    if g_entry is None or g_entry.kind != family:
+        return None
+    if family == "dict":
+        if pv.keys() != gv.keys():
+            return None
+        return [(f"[{key!r}]", item, gv[key]) for key, item in pv.items()]
+    p_children, p_context = entry.flatten(pv)
+    g_children, g_context = g_entry.flatten(gv)
+    if g_entry.type is not entry.type or p_context != g_context:
+        return None
+    if family == "slice":
+        places = [".start", ".stop", ".step"]
+    elif family == "dataclass":
+        places = [f".{name}" for name in p_context]
+    else:
+        places = [f"[{i}]" for i in range(len(p_children))]
+    return list(zip(places, p_children, g_children))
+
+
 def _nodes_in(value: Any) -> list[Node]:
     if type(value) is Node:
         return [value]
-    if isinstance(value, (tuple, list, dict)):
-        return [leaf for leaf in flat_values(value) if type(leaf) is Node]
-    return []
+    if container_type(type(value)) is None:
+        return []
+    return [leaf for leaf in tree_leaves(value) if type(leaf) is Node]
 
 
 def _holds_nodes(value: Any) -> bool:

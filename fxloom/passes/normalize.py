@@ -53,6 +53,7 @@ from fxloom.ops.signatures import (
 from fxloom.passes._effects import check_graph_module, is_literal
 from fxloom.passes.cse import literal_key
 from fxloom.proxy import Proxy
+from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any
 
 __all__ = ["SIGNATURES", "NormalizeArgs", "normalize_args"]
 
@@ -367,15 +368,7 @@ def _is_value(x: Any) -> bool:
 
 
 def _contains_value(x: Any) -> bool:
-    if _is_value(x):
-        return True
-    if isinstance(x, (tuple, list)):
-        return any(_contains_value(item) for item in x)
-    if isinstance(x, dict):
-        return any(_contains_value(item) for item in x.values())
-    if isinstance(x, slice):
-        return any(_contains_value(part) for part in (x.start, x.stop, x.step))
-    return False
+    return tree_any(_is_value, x)
 
 
 def _moves_value_by_type(layouts: list[tuple[Candidate, _Layout]], args: tuple[Any, ...]) -> bool:
@@ -445,11 +438,12 @@ def _stand_ins(value: Any, schema_type: str) -> list[Any]:
     if _is_value(value):
         dummy = dummy_for(schema_type) if schema_type else UNKNOWN
         return _generic_stand_ins() if dummy is UNKNOWN else [dummy]
-    if isinstance(value, (tuple, list)) and _contains_value(value):
+    entry = container_type(type(value))
+    if entry is not None and entry.kind in SEQUENCE_KINDS and _contains_value(value):
         item_type = element_type(schema_type) or ""
         options = itertools.product(*(_stand_ins(item, item_type) for item in value))
         containers = [list(items) for items in itertools.islice(options, 4)]
-        return [tuple(c) for c in containers] if isinstance(value, tuple) else containers
+        return containers if entry.kind == "list" else [tuple(c) for c in containers]
     # A literal stands for itself. (So does a dict or slice holding computed values: torch
     # refuses the nodes in it, so such a candidate never counts and the call stays as it is.)
     return [value]

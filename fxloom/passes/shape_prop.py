@@ -7,7 +7,8 @@
   memory_format, is_quantized, qparams) when the node's value is a tensor; for a tuple, list,
   named tuple or dict holding tensors (``(out, (h, c))``, a Hugging Face ``ModelOutput``), the
   same nesting with a ``TensorMetadata`` in place of each tensor (named tuples keep their type,
-  other dicts become plain dicts, non-tensor items are kept as they are). A value holding no
+  other dicts become plain dicts, non-tensor items are kept as they are; containers are those of
+  ``fxloom.pytree``, so registered dataclasses are described too). A value holding no
   tensor (an int, a ``torch.Size``, ``None``) gets no ``tensor_meta``, and one left by an
   earlier run is removed.
 * ``meta["type"]``: the Python type of the node's value.
@@ -47,6 +48,7 @@ from fxloom._format import qualified_name
 from fxloom.interpreter import Interpreter
 from fxloom.node import Node, Target
 from fxloom.passes._meta_device import META_FUNCTIONS, MetaRunner, meta_input
+from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any, tree_map
 
 __all__ = [
     "META_FUNCTIONS",
@@ -118,27 +120,24 @@ def _quantization_parameters(tensor: torch.Tensor) -> dict[str, Any]:
 
 
 def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (tuple, list)):
-        return any(_holds_tensor(item) for item in value)
-    if isinstance(value, dict):
-        return any(_holds_tensor(item) for item in value.values())
-    return False
+    return tree_any(_is_tensor, value)
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
 
 
 def _describe(value: Any) -> Any:
-    """``value`` with each tensor replaced by its ``TensorMetadata``, nesting kept."""
-    if isinstance(value, torch.Tensor):
-        return extract_tensor_metadata(value)
-    if isinstance(value, dict):
-        return {key: _describe(item) for key, item in value.items()}
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_describe(item) for item in value))
-    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
-        items = [_describe(item) for item in value]
-        return items if isinstance(value, list) else tuple(items)
-    return value
+    """``value`` with each tensor replaced by its ``TensorMetadata``, nesting kept.
+
+    Containers are rebuilt in ``fxloom.pytree``'s ``"plain"`` form: named tuples
+    keep their type, dicts of any kind become plain dicts.
+    """
+    return tree_map(_tensor_metadata, value, mode="plain")
+
+
+def _tensor_metadata(value: Any) -> Any:
+    return extract_tensor_metadata(value) if isinstance(value, torch.Tensor) else value
 
 
 class ShapePropError(RuntimeError):
@@ -375,11 +374,13 @@ def _summarise(value: Any) -> str:
         device = f" ({value.device.type})" if value.device.type != "cpu" else ""
         shape = ", ".join(str(size) for size in value.shape)
         return f"Tensor[{shape}] {str(value.dtype).removeprefix('torch.')}{device}"
-    if isinstance(value, dict):
+    entry = container_type(type(value))
+    kind = entry.kind if entry is not None else None
+    if kind == "dict":
         return "{" + ", ".join(f"{k}={_summarise(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+    if kind in SEQUENCE_KINDS:
         inner = ", ".join(_summarise(item) for item in value)
-        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+        return f"[{inner}]" if kind == "list" else f"({inner})"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
