@@ -48,6 +48,7 @@ from fxloom._namespace import Namespace, sanitize
 from fxloom.liveness import last_uses
 from fxloom.node import Node
 from fxloom.ops.python_operators import PYTHON_OPERATORS
+from fxloom.pytree import ContainerType, container_type
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -339,18 +340,9 @@ class _Emitter:
             return repr(a) if math.isfinite(a) else f"{self._builtin('float')}({str(a)!r})"
         if isinstance(a, torch.Size):
             return f"{self._global(torch.Size)}({[int(d) for d in a]!r})"
-        if isinstance(a, tuple):
-            items = [self._expr(x) for x in a]
-            if hasattr(a, "_fields"):
-                return f"{self._global(type(a))}({', '.join(items)})"
-            return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
-        if isinstance(a, list):
-            return f"[{', '.join(self._expr(x) for x in a)}]"
-        if isinstance(a, dict):
-            return "{" + ", ".join(f"{self._expr(k)}: {self._expr(v)}" for k, v in a.items()) + "}"
-        if t is slice:
-            parts = (self._expr(a.start), self._expr(a.stop), self._expr(a.step))
-            return f"{self._builtin('slice')}({', '.join(parts)})"
+        entry = container_type(t)
+        if entry is not None:
+            return self._container(a, entry)
         if a is Ellipsis:
             return "..."
         if t is complex:
@@ -367,6 +359,29 @@ class _Emitter:
         if t is range:
             return f"{self._builtin('range')}({a.start}, {a.stop}, {a.step})"
         return self._global(a)
+
+    def _container(self, a: Any, entry: ContainerType) -> str:
+        """A container argument (``fxloom.pytree``), built the way its kind is written in Python."""
+        kind = entry.kind
+        if kind == "tuple":
+            items = [self._expr(x) for x in a]
+            return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+        if kind == "list":
+            return f"[{', '.join(self._expr(x) for x in a)}]"
+        if kind == "dict":
+            return "{" + ", ".join(f"{self._expr(k)}: {self._expr(v)}" for k, v in a.items()) + "}"
+        if kind == "slice":
+            parts = (self._expr(a.start), self._expr(a.stop), self._expr(a.step))
+            return f"{self._builtin('slice')}({', '.join(parts)})"
+        children, context = entry.flatten(a)
+        if kind == "namedtuple":
+            return f"{self._global(type(a))}({', '.join(self._expr(x) for x in children)})"
+        if kind == "dataclass":  # the context holds the field names
+            fields = ", ".join(f"{n}={self._expr(x)}" for n, x in zip(context, children))
+            return f"{self._global(type(a))}({fields})"
+        # A user-registered container is rebuilt by the function it was registered with.
+        items = ", ".join(self._expr(x) for x in children)
+        return f"{self._global(entry.unflatten)}([{items}], {self._expr(context)})"
 
     def _operand(self, a: Any) -> str:
         """``_expr`` made safe as the operand of an infix or unary operator."""
@@ -385,7 +400,8 @@ class _Emitter:
 
     def _index(self, index: Any) -> str:
         """The inside of ``x[...]``: slices as ``a:b:c``, tuples without parentheses."""
-        if isinstance(index, tuple) and not hasattr(index, "_fields"):
+        entry = container_type(type(index))
+        if entry is not None and entry.kind == "tuple":
             if not index:
                 return "()"
             parts = [self._index_item(i) for i in index]

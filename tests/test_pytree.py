@@ -318,11 +318,6 @@ def test_the_interpreter_builds_registered_containers_of_values():
     assert torch.equal(fx.Interpreter(gm).run(t), t * t.relu() + t.relu())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="codegen.py prints registered containers once its _expr asks fxloom.pytree "
-    "(applied after merging; remove this mark then)",
-)
 def test_generated_code_builds_registered_containers_of_values():
     gm = _graph_using_registered_containers()
     t = torch.randn(4)
