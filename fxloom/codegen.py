@@ -39,7 +39,7 @@ import operator
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -143,7 +143,8 @@ class _Emitter:
         body = [_line(rebind, None) for rebind in rebinds]
         # node_of_line[i] names the node emitted on line i + 1 (line 1 is the def).
         node_of_line: list[str | None] = [None] * (len(body) + 1)
-        statement_of = self._statement
+        # Bound once: this loop runs once per node.
+        statement_of, append, dead_after_node = self._statement, body.append, dead_after.get
         verbose = self.verbose
         root = graph._root
         node = root._next
@@ -158,13 +159,13 @@ class _Emitter:
             if op == "output":  # what dies here is not released: the function returns
                 body.append(f"return {self._expr(node._args[0]) if node._args else 'None'}")
             else:
-                dead = dead_after.get(node)
+                dead = dead_after_node(node)
                 if dead is None:
-                    body.append(_line(statement_of(node, True), None))
+                    append(_line(statement_of(node, True), None))
                 elif dead[0] is node:  # nothing reads this value
-                    body.append(_line(statement_of(node, False), dead[1:]))
+                    append(_line(statement_of(node, False), dead[1:]))
                 else:
-                    body.append(_line(statement_of(node, True), dead))
+                    append(_line(statement_of(node, True), dead))
             node_of_line.append(node._name)
             node = node._next
         returns = f" -> {self._annotation(output.type)}" if output.type is not None else ""
@@ -200,7 +201,7 @@ class _Emitter:
         names = [self._parameter_name(node) for node in placeholders]
         params: list[str] = []
         rebinds = [
-            _Statement(node.name, param)
+            (node.name, param, None)
             for node, param in zip(placeholders, names)
             if param != node.name
         ]
@@ -255,21 +256,23 @@ class _Emitter:
         """What ``node``'s line says; ``used``: whether a later node reads its value."""
         op = node._op
         # The annotation is printed first, so the globals it needs are named first.
+        annotation = node._type
         binding = (
-            node._name if node.type is None else f"{node._name}: {self._annotation(node.type)}"
+            node._name if annotation is None else f"{node._name}: {self._annotation(annotation)}"
         )
-        if op == "get_attr":  # bound even when unused: a bare ``self.p`` would do nothing
-            return _Statement(binding, self._attr_path(node._target, all_modules=False))
         if op == "call_function":
-            form = _operator_form(node)
-            kind = form[1] if form is not None else None
-            if kind == "augmented":  # the second clause reads the binding: always bound
-                left, right = node._args
-                value = self._expr(left)
-                return _Statement(binding, value, f"{node._name} {form[2]} {self._operand(right)}")
-            if kind == "setitem":  # a store; the node's own value is None
-                return self._setitem(node, used)
+            form = _operator_form(node) if not node._kwargs else None
+            if form is not None:
+                kind = form[1]
+                if kind == "augmented":  # the second clause reads the binding: always bound
+                    left, right = node._args
+                    value = self._expr(left)
+                    return (binding, value, f"{node._name} {form[2]} {self._operand(right)}")
+                if kind == "setitem":  # a store; the node's own value is None
+                    return self._setitem(node, used)
             value = self._call_function(node, form)
+        elif op == "get_attr":  # bound even when unused: a bare ``self.p`` would do nothing
+            return (binding, self._attr_path(node._target, all_modules=False), None)
         elif op == "call_method":
             value = self._call_method(node)
         else:
@@ -277,12 +280,12 @@ class _Emitter:
             value = f"{value}({self._call_args(node._args, node._kwargs)})"
         # A value nothing reads is not bound: the call runs for its effect. An
         # annotated one keeps its name and annotation, which say what it is.
-        return _Statement(binding if used or node.type is not None else None, value)
+        return (binding if used or annotation is not None else None, value, None)
 
     def _setitem(self, node: Node, used: bool) -> _Statement:
         receiver, index, value = node._args
         store = f"{self._receiver(receiver)}[{self._index(index)}]"
-        return _Statement(store, self._expr(value), f"{node._name} = None" if used else None)
+        return (store, self._expr(value), f"{node._name} = None" if used else None)
 
     def _call_method(self, node: Node) -> str:
         target, args = node._target, node._args
@@ -503,35 +506,32 @@ class _Emitter:
 
 
 # --------------------------------------------------------------------- helpers
-class _Statement(NamedTuple):
-    """One line of the body before it is printed (``_line`` prints it).
-
-    ``target = value``, or ``value`` alone when ``target`` is None (a call kept
-    for its effect); then ``then``, a second clause on the same line: the
-    augmented assignment of an in-place operator (``iadd += 1``) or the
-    ``None`` a subscript store evaluates to (``setitem = None``).
-    """
-
-    target: str | None  # ``name``, ``name: T`` or a subscript ``x[i]``
-    value: str
-    then: str | None = None
+# One line of the body before it is printed (``_line`` prints it): a plain
+# ``(target, value, then)`` tuple, made once per node (a NamedTuple's Python-level
+# constructor costs a tenth of code generation). ``target = value``, or ``value``
+# alone when ``target`` is None (a call kept for its effect); then ``then``, a
+# second clause on the same line, or None: the augmented assignment of an
+# in-place operator (``iadd += 1``) or the ``None`` a subscript store evaluates
+# to (``setitem = None``). ``target`` is ``name``, ``name: T`` or a subscript ``x[i]``.
+_Statement = tuple[str | None, str, str | None]
 
 
 def _line(statement: _Statement, released: list[Node] | None) -> str:
     """The one printer of statements: ``statement``, then ``released`` set to None."""
     target, value, then = statement
-    text = value if target is None else f"{target} = {value}"
+    if target is not None:
+        value = f"{target} = {value}"
     if then is not None:
-        text = f"{text};  {then}"
-    if released:
-        text = f"{text};  {' = '.join([node._name for node in released])} = None"
-    return text
+        value = f"{value};  {then}"
+    if not released:
+        return value
+    if len(released) == 1:  # the usual case, without building a list of names
+        return f"{value};  {released[0]._name} = None"
+    return f"{value};  {' = '.join([node._name for node in released])} = None"
 
 
 def _operator_form(node: Node) -> tuple[int, str, str] | None:
-    """``OPERATOR_FORMS`` entry of a call_function node that can print as an operator."""
-    if node._kwargs:
-        return None
+    """``OPERATOR_FORMS`` entry of a call_function node without kwargs that can print as an operator."""
     try:
         form = OPERATOR_FORMS.get(node._target)
     except TypeError:  # unhashable callable
