@@ -198,7 +198,11 @@ def delete(root: torch.nn.Module, path: str) -> bool:
 
 
 def free_name(
-    root: torch.nn.Module, wanted: str, *, taken: Container[str] = (), start: int | None = None
+    root: torch.nn.Module | None,
+    wanted: str,
+    *,
+    taken: Container[str] = (),
+    start: int | None = None,
 ) -> str:
     """The first of ``wanted``, ``wanted_1``, ``wanted_2``, ... that names nothing under ``root``.
 
@@ -206,8 +210,11 @@ def free_name(
     separator (``_tensor_constant0``, ``_tensor_constant1``, ...). A dotted
     ``wanted`` keeps its parents and numbers the last part (``layer1.conv_fused_1``);
     missing parents are fine (``install`` creates them). Names in ``taken`` count
-    as used too. ``PathBlockedError`` if a parent is not a module.
+    as used too; with ``root`` None only they do (a module still being planned).
+    ``PathBlockedError`` if a parent is not a module.
     """
+    if root is None:
+        return next(name for name in _numbered(wanted, start) if name not in taken)
     *parents, field = _parts(wanted)
     owner, depth = _existing_parent(root, parents, wanted)
     head = wanted[: len(wanted) - len(field)]

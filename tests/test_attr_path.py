@@ -234,3 +234,9 @@ def test_delete_of_nothing_is_false():
     assert attr_path.delete(root, "block.nothing") is False
     assert attr_path.delete(root, "nowhere.deep") is False
     assert attr_path.delete(root, "forward") is False  # a method of the class, not held by root
+
+
+def test_free_name_without_a_root_avoids_only_the_taken_names():
+    # A module still being planned (split_module's submodules) has only a set of names.
+    assert attr_path.free_name(None, "submod", taken={"submod", "submod_1"}) == "submod_2"
+    assert attr_path.free_name(None, "submod") == "submod"

@@ -174,7 +174,9 @@ def build_parent(
             if node.op == "call_module":
                 attributes.name_for(node)
         else:
-            _call_group(graph, group, env, lookup, _fresh(group.name, taken_names))
+            _call_group(
+                graph, group, env, lookup, attr_path.free_name(None, group.name, taken=taken_names)
+            )
     (output,) = old.find_nodes(op="output")
     graph.node_copy(output, lookup)
     root = {**attributes.values, **submodules}
@@ -201,15 +203,6 @@ def _call_group(graph: Graph, group: Group, env: dict, lookup: Any, call_name: s
         env[value] = item
 
 
-def _fresh(name: str, taken: set[str]) -> str:
-    """``name``, or ``name_1``, ``name_2``, ... if an original node already has it."""
-    candidate, i = name, 0
-    while candidate in taken:
-        i += 1
-        candidate = f"{name}_{i}"
-    return candidate
-
-
 def _avoid_parent_attributes(graph: Graph, groups: dict[Unit, Group], unit_of: dict) -> None:
     """Rename a group whose submodule name is the root of an attribute the parent keeps."""
     roots: set[str] = set()
@@ -223,7 +216,7 @@ def _avoid_parent_attributes(graph: Graph, groups: dict[Unit, Group], unit_of: d
     taken = roots | {group.name for group in groups.values()}
     for group in groups.values():
         if group.name in roots:
-            group.name = _fresh(group.name, taken)
+            group.name = attr_path.free_name(None, group.name, taken=taken)
             taken.add(group.name)
 
 
