@@ -261,7 +261,16 @@ class _Emitter:
             node._name if annotation is None else f"{node._name}: {self._annotation(annotation)}"
         )
         if op == "call_function":
-            form = _operator_form(node) if not node._kwargs else None
+            # The OPERATOR_FORMS entry when the call can print as an operator (inlined: once
+            # per node).
+            form = None
+            if not node._kwargs:
+                try:
+                    form = OPERATOR_FORMS.get(node._target)
+                except TypeError:  # an unhashable callable
+                    pass
+                if form is not None and len(node._args) != form[0]:
+                    form = None
             if form is not None:
                 kind = form[1]
                 if kind == "augmented":  # the second clause reads the binding: always bound
@@ -525,18 +534,13 @@ def _line(statement: _Statement, released: list[Node] | None) -> str:
         value = f"{value};  {then}"
     if not released:
         return value
-    if len(released) == 1:  # the usual case, without building a list of names
+    # One or two released values in almost every line: spelled out, without a list of names.
+    count = len(released)
+    if count == 1:
         return f"{value};  {released[0]._name} = None"
+    if count == 2:
+        return f"{value};  {released[0]._name} = {released[1]._name} = None"
     return f"{value};  {' = '.join([node._name for node in released])} = None"
-
-
-def _operator_form(node: Node) -> tuple[int, str, str] | None:
-    """``OPERATOR_FORMS`` entry of a call_function node without kwargs that can print as an operator."""
-    try:
-        form = OPERATOR_FORMS.get(node._target)
-    except TypeError:  # unhashable callable
-        return None
-    return form if form is not None and len(node._args) == form[0] else None
 
 
 def _stars(placeholder: Node) -> str:

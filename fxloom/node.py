@@ -469,7 +469,8 @@ class Node:
         op = self._op
         if op in ("placeholder", "output") or self.meta.get("is_impure"):
             return True
-        if writes_through_keywords(self._kwargs):
+        kwargs = self._kwargs
+        if kwargs and writes_through_keywords(kwargs):
             return True
         if op == "call_function":
             return function_has_side_effect(self._target)

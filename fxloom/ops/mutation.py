@@ -207,9 +207,22 @@ def function_has_side_effect(target: Any) -> bool:
     Registered functions (``has_side_effect``), callables with a true ``_is_impure``
     attribute, mutating torch.ops overloads and in-place functions (see the module).
     """
-    if _in(SIDE_EFFECT_FUNCTIONS, target) or getattr(target, "_is_impure", False):
+    # The rules of the helpers above, inlined: dead-code elimination asks this of every
+    # call_function node, and a frame per rule costs a third of its time.
+    try:
+        if target in SIDE_EFFECT_FUNCTIONS:
+            return True
+        python_operator = target in PYTHON_OPERATORS
+    except TypeError:  # an unhashable callable: in no table
+        python_operator = False
+    if getattr(target, "_is_impure", False):
         return True
-    return schema_is_mutable(target) or is_inplace_function(target)
+    schema = getattr(target, "_schema", None)
+    if schema is not None and getattr(schema, "is_mutable", False):
+        return True
+    if python_operator:  # named by Python's grammar, not the in-place convention
+        return target in TENSOR_IN_PLACE_OPERATORS
+    return is_inplace_name(getattr(target, "__name__", ""))
 
 
 def is_read_only_effect(target: Any) -> bool:
