@@ -21,7 +21,7 @@ from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Interpreter, Transformer
 from fxloom.lint import GraphLintError
 from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
-from fxloom.proxy import Attribute, Proxy, TraceError
+from fxloom.proxy import Attribute, Proxy, ProxyableClassMeta, TraceError
 from fxloom.subgraph_rewriter import replace_pattern
 from fxloom.tracer import PH, Tracer, symbolic_trace, wrap
 
@@ -32,6 +32,7 @@ __all__ = [
     "Argument",
     "Attribute",
     "Proxy",
+    "ProxyableClassMeta",
     "TraceError",
     "Tracer",
     "symbolic_trace",

@@ -3,14 +3,23 @@
 The default pickler would follow ``prev``/``next`` pointers recursively, one
 stack frame per node, and overflow on large graphs. Records refer to earlier
 nodes by position instead.
+
+``torch.ops`` operators (``torch.ops.aten.add.Tensor``, custom ones made with
+``torch.library``) cannot be pickled themselves: they travel as their path
+under ``torch.ops`` — in targets, arguments and ``meta`` alike — and are looked
+up again on loading, so the library defining a custom operator must be loaded
+(imported) before the graph is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from fxloom import attr_path
 from fxloom.graph import Graph
-from fxloom.node import Node, map_aggregate, map_arg
+from fxloom.node import Node, map_aggregate
 from fxloom.pytree import container_type, tree_map
 
 __all__ = ["graph_to_records", "graph_from_records"]
@@ -28,18 +37,54 @@ class _NodeRef:
         return (_NodeRef, (self.index,))
 
 
+class _OperatorRef:
+    """Stands for the operator at ``torch.<path>`` (``path`` like ``"ops.aten.add.Tensor"``)."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (_OperatorRef, (self.path,))
+
+    def resolve(self) -> Any:
+        operator = attr_path.find(torch, self.path)
+        if operator is attr_path.MISSING:
+            raise RuntimeError(
+                f"cannot load the graph: it calls torch.{self.path}, which is not registered "
+                "in this process; import the library that defines it before loading"
+            )
+        return operator
+
+
+_OPERATOR_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+
+
+def _portable(value: Any) -> Any:
+    """``value`` as a record holds it: operators by their path (``str(op)`` is ``ns.name[.overload]``)."""
+    if isinstance(value, _OPERATOR_TYPES):
+        return _OperatorRef(f"ops.{value}")
+    return value
+
+
+def _restored(value: Any) -> Any:
+    return value.resolve() if isinstance(value, _OperatorRef) else value
+
+
 def graph_to_records(graph: Graph) -> dict[str, Any]:
     position: dict[Node, int] = {node: i for i, node in enumerate(graph.nodes)}
-    refer = lambda n: _NodeRef(position[n])  # noqa: E731
+    refer = lambda a: _NodeRef(position[a]) if isinstance(a, Node) else _portable(a)  # noqa: E731
     records = [
         (
             node.name,
             node.op,
-            node.target,
-            map_arg(node.args, refer),
-            map_arg(node.kwargs, refer),
+            _portable(node.target),
+            map_aggregate(node.args, refer),
+            map_aggregate(node.kwargs, refer),
             node.type,
             _refer_in_meta(node.meta, position),
+            node.__dict__ or None,  # user attributes (``node.tag``), as torch.fx pickles them
         )
         for node in position
     ]
@@ -55,13 +100,16 @@ def graph_from_records(state: dict[str, Any]) -> Graph:
     graph.constants = dict(state.get("constants", {}))
     nodes: list[Node] = []
     resolve = lambda ref: nodes[ref.index]  # noqa: E731
-    for name, op, target, args, kwargs, type_expr, _meta in state["records"]:
+    for name, op, target, args, kwargs, type_expr, *_ in state["records"]:
         args = _resolve(args, resolve)
         kwargs = _resolve(kwargs, resolve)
+        target = _restored(target)
         node = graph.create_node(op, target, args, kwargs, name=name, type_expr=type_expr)
         nodes.append(node)
-    for node, (*_, meta) in zip(nodes, state["records"]):
-        node.meta = _resolve_in_meta(meta, resolve)
+    for node, record in zip(nodes, state["records"]):
+        node.meta = _resolve_in_meta(record[6], resolve)
+        if len(record) > 7 and record[7]:
+            node.__dict__.update(record[7])
     return graph
 
 
@@ -86,7 +134,7 @@ def _refer_in_meta(meta: dict[str, Any], position: dict[Node, int]) -> dict[str,
 
     def refer(value: Any) -> Any:
         if not isinstance(value, Node):
-            return value
+            return _portable(value)
         if value not in position:
             raise TypeError(f"cannot pickle: meta mentions %{value.name}, a node of another graph")
         return _NodeRef(position[value])
@@ -95,8 +143,8 @@ def _refer_in_meta(meta: dict[str, Any], position: dict[Node, int]) -> dict[str,
 
 
 def _resolve_in_meta(meta: dict[str, Any], resolve: Any) -> dict[str, Any]:
-    return _map_meta(meta, lambda v: resolve(v) if isinstance(v, _NodeRef) else v)
+    return _map_meta(meta, lambda v: resolve(v) if isinstance(v, _NodeRef) else _restored(v))
 
 
 def _resolve(value: Any, resolve: Any) -> Any:
-    return map_aggregate(value, lambda a: resolve(a) if isinstance(a, _NodeRef) else a)
+    return map_aggregate(value, lambda a: resolve(a) if isinstance(a, _NodeRef) else _restored(a))

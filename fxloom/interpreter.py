@@ -125,6 +125,7 @@ class Interpreter:
         steps = self._plan()
         self._dispatch = self._bind_opcode_methods()
         env = self.env = {} if initial_env is None else dict(initial_env)
+        initial_env = None  # the copy alone holds the values: released ones can be freed
         skip_seeded = bool(env)
         self.args_iter = iter(args)
         run_node = self.run_node
@@ -142,6 +143,30 @@ class Interpreter:
                     del env[used]
         output = self._output_node
         return env[output] if output is not None else None
+
+    def boxed_run(self, args_list: list[Any]) -> Any:
+        """Run the graph on the values in ``args_list``, which is emptied first.
+
+        The "boxed" convention: once the caller's list is cleared, the
+        interpreter holds the only references to the inputs, so each is freed
+        after its last use instead of living until the call returns.
+
+        >>> import torch, fxloom
+        >>> gm = fxloom.symbolic_trace(lambda x, y: x + y)
+        >>> inputs = [torch.ones(2), torch.ones(2)]
+        >>> fxloom.Interpreter(gm).boxed_run(inputs)
+        tensor([2., 2.])
+        >>> inputs
+        []
+        """
+        placeholders = [node for node, _ in self._plan() if node.op == "placeholder"]
+        if len(args_list) != len(placeholders):
+            raise RuntimeError(
+                f"Interpreter.boxed_run: the graph has {len(placeholders)} placeholders "
+                f"({', '.join(n.name for n in placeholders)}) but {len(args_list)} arguments "
+                "were given"
+            )
+        return self.run(initial_env=_take_inputs(placeholders, args_list))
 
     def _bind_opcode_methods(self) -> dict[str, Any]:
         # Bound once per run, so run_node pays one dict lookup per node and
@@ -458,3 +483,10 @@ class Transformer(Interpreter):
                 tracer.current = None
         name = type(self.module).__name__ if isinstance(self.module, GraphModule) else None
         return GraphModule(self.module, self.new_graph, name or "GraphModule")
+
+
+def _take_inputs(placeholders: list[Node], args_list: list[Any]) -> dict[Node, Any]:
+    """Placeholder -> value, emptying ``args_list`` (``boxed_run``'s hand-over)."""
+    env = dict(zip(placeholders, args_list))
+    args_list.clear()
+    return env

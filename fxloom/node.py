@@ -39,6 +39,7 @@ ever rescans the graph to recompute them.
 
 from __future__ import annotations
 
+import copy
 import enum
 import types
 from collections.abc import Callable
@@ -143,6 +144,14 @@ _OPAQUE_CONSTANT_TYPES = (
 _NO_KWARGS = immutable_dict()
 
 
+def _node_at(graph: Graph, position: int) -> Node:
+    """The node at ``position`` in ``graph``: how a pickled node is found again."""
+    for i, node in enumerate(graph.nodes):
+        if i == position:
+            return node
+    raise IndexError(f"unpickling a node: its graph has no node at position {position}")
+
+
 def _every_user(user: Node) -> bool:
     return True
 
@@ -154,6 +163,10 @@ class Node:
     optional annotation of the value), ``meta`` (a plain dict for analyses),
     ``users`` (the nodes that use this one, in insertion order), ``prev`` and
     ``next`` (neighbours in the graph's list).
+
+    Passes may set attributes of their own (``node.tag = "quantize"``). Like
+    torch.fx, copies (``node_copy``, ``graph_copy``, deep copies and pickles of
+    a graph) leave them behind: ``meta`` is what travels with a node.
     """
 
     __slots__ = (
@@ -174,6 +187,7 @@ class Node:
         "_flat",
         "_repr_fn",
         "__weakref__",
+        "__dict__",  # user attributes (``node.tag = ...``), as passes written for torch.fx set
     )
 
     def __init__(
@@ -351,6 +365,24 @@ class Node:
         args[idx] = arg
         self.args = tuple(args)
 
+    def insert_arg(self, idx: int, arg: Argument) -> None:
+        """Insert ``arg`` before positional argument ``idx`` (``len(args)`` appends).
+
+        >>> import fxloom
+        >>> g = fxloom.Graph()
+        >>> x = g.placeholder("x")
+        >>> call = g.call_function(max, (x,))
+        >>> call.insert_arg(0, 2)
+        >>> call.args
+        (2, x)
+        """
+        if not 0 <= idx <= len(self._args):
+            raise IndexError(
+                f"insert_arg index {idx} out of range for %{self._name}, which has "
+                f"{len(self._args)} positional arguments (0 to {len(self._args)} allowed)"
+            )
+        self.args = (*self._args[:idx], arg, *self._args[idx:])
+
     def update_kwarg(self, key: str, arg: Argument) -> None:
         """Set keyword argument ``key`` to ``arg``."""
         kwargs = dict(self._kwargs)
@@ -438,17 +470,23 @@ class Node:
         self._next.prepend(x)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Node:
-        # Reached only for a node outside a graph copy (e.g. one held in an
-        # unrelated structure): copying it alone would drag the whole list along.
-        raise TypeError(
-            f"cannot deep-copy node %{self._name} on its own; deep-copy its Graph "
-            "(copy.deepcopy(graph)) or the GraphModule that owns it"
-        )
+        # Reached only for a node outside a graph copy (one held in an unrelated
+        # structure): as in torch.fx, its whole graph is copied along.
+        copy.deepcopy(self.graph, memo)  # registers each copied node in memo
+        copied = memo.get(id(self))
+        if copied is None:  # erased: no longer in the graph it names
+            raise TypeError(f"cannot deep-copy node %{self._name}: it was erased from its graph")
+        return copied
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            f"cannot pickle node %{self._name} on its own; pickle its Graph or GraphModule"
-        )
+        # As in torch.fx, a node pickles with its graph and unpickles as the
+        # corresponding node of the loaded graph. (torch.fx drags the owning
+        # GraphModule along too; a graph here holds its module weakly, so the
+        # loaded one would be dropped at once: only the graph comes.)
+        if self._erased:
+            raise TypeError(f"cannot pickle node %{self._name}: it was erased from its graph")
+        position = next(i for i, n in enumerate(self.graph.nodes) if n is self)
+        return (_node_at, (self.graph, position))
 
     def __lt__(self, other: Node) -> bool:
         return self._sort_key < other._sort_key

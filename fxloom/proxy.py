@@ -36,7 +36,15 @@ if TYPE_CHECKING:
     from fxloom.graph import Graph
     from fxloom.tracer import Tracer
 
-__all__ = ["Proxy", "Attribute", "TraceError", "NO_VALUE", "PENDING", "user_frame"]
+__all__ = [
+    "Proxy",
+    "Attribute",
+    "ProxyableClassMeta",
+    "TraceError",
+    "NO_VALUE",
+    "PENDING",
+    "user_frame",
+]
 
 
 class _NoValue:
@@ -306,6 +314,33 @@ def tracer_of(args: tuple, kwargs: dict) -> Tracer | None:
         if isinstance(value, Proxy):
             return value.tracer
     return None
+
+
+class ProxyableClassMeta(type):
+    """Metaclass whose classes, constructed from proxies, are recorded as one call.
+
+    Building an instance with a ``Proxy`` among the arguments (inside
+    containers too) records ``call_function(cls, args, kwargs)`` and returns
+    its proxy; with no proxy, the class is constructed as usual.
+
+    >>> import torch, fxloom
+    >>> class Pair(metaclass=fxloom.ProxyableClassMeta):
+    ...     def __init__(self, left, right):
+    ...         self.left, self.right = left, right
+    >>> def pair_up(x):
+    ...     return Pair(x, x + 1)
+    >>> gm = fxloom.symbolic_trace(pair_up)
+    >>> [n.op for n in gm.graph.nodes]
+    ['placeholder', 'call_function', 'call_function', 'output']
+    >>> gm(torch.zeros(1)).right
+    tensor([1.])
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        tracer = tracer_of(args, kwargs)
+        if tracer is None:
+            return super().__call__(*args, **kwargs)
+        return tracer.create_proxy("call_function", cls, args, kwargs)
 
 
 # ------------------------------------------------------------- operators

@@ -44,6 +44,8 @@ per concern. Example — keep a custom block as one call::
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gc
 import math
 import types
@@ -57,7 +59,7 @@ from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Argument, Node, Target
-from fxloom.proxy import NO_VALUE, Proxy, TraceError
+from fxloom.proxy import NO_VALUE, Proxy, ProxyableClassMeta, TraceError
 from fxloom.pytree import container_type
 from fxloom.tracing import conversions, errors
 from fxloom.tracing.constants import TensorConstants
@@ -69,7 +71,15 @@ from fxloom.tracing.root_args import PH, root_arguments
 from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
 
-__all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "GraphAppendingTracer", "TraceError"]
+__all__ = [
+    "Tracer",
+    "symbolic_trace",
+    "wrap",
+    "PH",
+    "GraphAppendingTracer",
+    "ProxyableClassMeta",  # torch.fx defines it in _symbolic_trace, this module's counterpart
+    "TraceError",
+]
 
 
 class Tracer:
@@ -129,6 +139,24 @@ class Tracer:
         self._example_run = (
             ExampleRun(self, examples, self._patches.gate) if examples is not None else None
         )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tracer:
+        """A copy with its own root and graph (copied), before or after a trace.
+
+        The per-trace machinery is not copied but started afresh around the
+        copies (``_start``); modules in ``autowrap_modules`` are shared, as
+        Python modules cannot be copied.
+        """
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for module in self.autowrap_modules:
+            memo.setdefault(id(module), module)
+        new.__dict__.update(self.__dict__)
+        new._start(copy.deepcopy(self.root, memo), copy.deepcopy(self.graph, memo))
+        for key, value in self.__dict__.items():
+            if new.__dict__[key] is value:  # not per-trace state: copy it as it is
+                new.__dict__[key] = copy.deepcopy(value, memo)
+        return new
 
     # ================================================================ entry
     def trace(
@@ -335,12 +363,15 @@ class Tracer:
     def create_arg(self, a: Any) -> Argument:
         """Convert a value seen during tracing into a graph argument.
 
-        Proxies become their nodes; containers (``fxloom.pytree``) are
+        Proxies become their nodes; an object with a ``__fx_create_arg__(tracer)``
+        method becomes what that returns; containers (``fxloom.pytree``) are
         converted element by element, through this method; a dict subclass
-        with identifier keys (a model-output class) becomes a call of its
-        constructor; parameters and buffers of the root become ``get_attr``
-        nodes; other tensors become constants (``_tensor_constant0``, ...)
-        kept with the graph; submodules become ``get_attr`` nodes.
+        with identifier keys (a model-output class) and a dataclass instance
+        become a call of their constructor; parameters and buffers of the root
+        become ``get_attr`` nodes; other tensors become constants
+        (``_tensor_constant0``, ...) kept with the graph; submodules become
+        ``get_attr`` nodes. Other values (enum members, functions) stay as
+        they are.
         """
         t = type(a)
         if t is Proxy:
@@ -351,6 +382,8 @@ class Tracer:
             return a.node
         if t in _SCALARS:
             return a
+        if t is not list and t is not dict and hasattr(a, "__fx_create_arg__"):
+            return a.__fx_create_arg__(self)
         container = container_type(t)
         if container is not None:
             if isinstance(a, dict):
@@ -362,7 +395,17 @@ class Tracer:
             return self._tensor_arg(a)
         if isinstance(a, torch.nn.Module):
             return self.create_proxy("get_attr", self.path_of_module(a), (), {}).node
+        if dataclasses.is_dataclass(a) and not isinstance(a, type):
+            return self._dataclass_arg(a)
         return a
+
+    def _dataclass_arg(self, a: Any) -> Node:
+        # As in torch.fx: an unregistered dataclass instance becomes a call of
+        # its class with its fields by keyword (those its constructor takes).
+        fields = {
+            f.name: self.create_arg(getattr(a, f.name)) for f in dataclasses.fields(a) if f.init
+        }
+        return self.create_node("call_function", type(a), (), fields)
 
     def _dict_arg(self, a: dict[Any, Any]) -> Argument:
         entries = {k: self.create_arg(v) for k, v in a.items()}

@@ -471,13 +471,12 @@ def test_deepcopy_maps_nodes_mentioned_in_meta_to_their_copies():
     assert origin["pair"] == (node(g2, "x"), 1)
 
 
-def test_a_lone_node_cannot_be_deep_copied_or_pickled():
+def test_a_lone_node_deep_copies_and_pickles_with_its_graph():
+    # As in torch.fx (tests/test_extensibility.py compares): the graph comes along.
     g = build_chain()
     relu = node(g, "relu")
-    with pytest.raises(TypeError, match=r"cannot deep-copy node %relu.*copy\.deepcopy\(graph\)"):
-        copy.deepcopy(relu)
-    with pytest.raises(TypeError, match="cannot pickle node %relu on its own"):
-        pickle.dumps(relu)
+    for copied in (copy.deepcopy(relu), pickle.loads(pickle.dumps(relu))):
+        assert copied.graph is not g and node(copied.graph, "relu") is copied
 
 
 def test_pickle_maps_nodes_mentioned_in_meta_to_the_loaded_nodes():

@@ -32,7 +32,8 @@ class TensorConstants:
         self.graph = graph
         self.root = root
         # id(tensor) -> its constant's name; the graph holds the tensor, so the id stays valid.
-        self.names_by_id: dict[int, str] = {}
+        # (A graph may arrive with constants: a deep-copied tracer's.)
+        self.names_by_id: dict[int, str] = {id(t): n for n, t in graph.constants.items()}
 
     def name_for(self, tensor: torch.Tensor) -> str:
         """The ``get_attr`` target of ``tensor``, capturing it on first sight."""
