@@ -367,8 +367,8 @@ class Tracer:
         method becomes what that returns; containers (``fxloom.pytree``) are
         converted element by element, through this method; a dict subclass
         with identifier keys (a model-output class) and a dataclass instance
-        become a call of their constructor; parameters and buffers of the root
-        become ``get_attr`` nodes; other tensors become constants
+        become a call of their constructor; parameters, buffers and torchbind
+        objects (``torch.ScriptObject``) of the root become ``get_attr`` nodes; other tensors become constants
         (``_tensor_constant0``, ...) kept with the graph; submodules become
         ``get_attr`` nodes. Other values (enum members, functions) stay as
         they are.
@@ -393,6 +393,8 @@ class Tracer:
             return container.plain.unflatten([self.create_arg(x) for x in children], context)
         if isinstance(a, torch.Tensor):
             return self._tensor_arg(a)
+        if isinstance(a, torch.ScriptObject):
+            return self._script_object_arg(a)
         if isinstance(a, torch.nn.Module):
             return self.create_proxy("get_attr", self.path_of_module(a), (), {}).node
         if dataclasses.is_dataclass(a) and not isinstance(a, type):
@@ -421,6 +423,17 @@ class Tracer:
         if path is not None:
             return self._get_attr_node(path)
         return self.create_node("get_attr", self._constants.name_for(tensor), (), {})
+
+    def _script_object_arg(self, obj: torch.ScriptObject) -> Node:
+        path = self._root_index.script_object_path(obj)
+        if path is None:
+            raise self.trace_error(
+                f"a torchbind object ({obj}) used during tracing is not an attribute of the root "
+                f"{type(self.root).__name__} or its submodules",
+                "assign it to a module attribute (self.packed = obj) so the graph can read it "
+                "with get_attr",
+            )
+        return self._get_attr_node(path)
 
     def _get_attr_node(self, path: str) -> Node:
         proxy = self._parameter_proxy_cache.get(path)

@@ -382,11 +382,48 @@ def test_loading_a_graph_whose_operator_is_not_registered_says_what_to_import():
         _OperatorRef("ops.fxloom_test.missing.default").resolve()
 
 
+def packed_linear_weights() -> torch.ScriptObject:
+    """A torchbind object built into torch: fp16-packed linear weights (needs fbgemm)."""
+    try:
+        return torch.ops.quantized.linear_prepack_fp16(torch.randn(4, 3), torch.randn(4))
+    except RuntimeError as err:  # a torch build without the quantized CPU engine
+        pytest.skip(f"no torchbind class usable here: {err}")
+
+
 def packed_linear_root() -> torch.nn.Module:
-    """A module holding a torchbind object (quantized linear weights, built into torch)."""
     root = torch.nn.Module()
-    root.packed = torch.ops.quantized.linear_prepack_fp16(torch.randn(4, 3), torch.randn(4))
+    root.packed = packed_linear_weights()
     return root
+
+
+class PackedLinear(torch.nn.Module):
+    def __init__(self, packed: torch.ScriptObject) -> None:
+        super().__init__()
+        self.packed = packed
+
+    def forward(self, x):
+        return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+
+
+@pytest.mark.parametrize("lib", LIBRARIES, ids=["fxloom", "torch.fx"])
+def test_a_torchbind_attribute_is_traced_as_get_attr_and_the_module_pickles(lib):
+    net = torch.nn.Sequential(PackedLinear(packed_linear_weights()))
+    gm = lib.symbolic_trace(net)
+    assert [(n.op, n.target) for n in gm.graph.nodes if n.op == "get_attr"] == [
+        ("get_attr", "0.packed")
+    ]
+    x = torch.randn(2, 3)
+    assert_close(pickle.loads(pickle.dumps(gm))(x), net(x))
+
+
+def test_a_torchbind_object_that_is_no_attribute_of_the_root_is_refused_with_the_fix():
+    packed = packed_linear_weights()
+
+    def f(x):
+        return torch.ops.quantized.linear_dynamic_fp16(x, packed)
+
+    with pytest.raises(fx.TraceError, match=r"torchbind object .* not an attribute of the root"):
+        fx.symbolic_trace(f)
 
 
 @pytest.mark.parametrize("lib", LIBRARIES, ids=["fxloom", "torch.fx"])

@@ -19,7 +19,13 @@ __all__ = ["RootIndex"]
 class RootIndex:
     """Lookups into one root module; ``submodule_paths`` is ``Tracer.submodule_paths``."""
 
-    __slots__ = ("root", "submodule_paths", "_tensor_paths", "_modules_by_path")
+    __slots__ = (
+        "root",
+        "submodule_paths",
+        "_tensor_paths",
+        "_script_object_paths",
+        "_modules_by_path",
+    )
 
     def __init__(self, root: torch.nn.Module) -> None:
         self.root = root
@@ -28,6 +34,7 @@ class RootIndex:
         for name, module in root.named_modules(remove_duplicate=False):
             self.submodule_paths.setdefault(module, name)
         self._tensor_paths: dict[int, str] | None = None
+        self._script_object_paths: dict[int, str] | None = None
         self._modules_by_path: dict[str, torch.nn.Module] | None = None
 
     def tensor_path(self, tensor: torch.Tensor) -> str | None:
@@ -47,6 +54,22 @@ class RootIndex:
                 index.setdefault(id(value), name)
             self._tensor_paths = index
         return index.get(id(tensor))
+
+    def script_object_path(self, obj: torch.ScriptObject) -> str | None:
+        """The qualified name of torchbind object ``obj`` if a module of the root holds it.
+
+        Built on first need: torchbind attributes (packed quantized weights,
+        custom C++ classes) are plain attributes, found in the modules' ``__dict__``.
+        """
+        index = self._script_object_paths
+        if index is None:
+            index = {}
+            for module, path in self.submodule_paths.items():
+                for name, value in vars(module).items():
+                    if isinstance(value, torch.ScriptObject):
+                        index.setdefault(id(value), f"{path}.{name}" if path else name)
+            self._script_object_paths = index
+        return index.get(id(obj))
 
     def module_at(self, path: str) -> torch.nn.Module:
         """The submodule at qualified name ``path``."""
