@@ -38,7 +38,7 @@ class Interpreter:
 
     The overridable methods, by who calls whom::
 
-        run(*args, initial_env=None)
+        run(*args, initial_env=None)        (boxed_run(args_list): run on a list it empties)
           +-- run_node(n)                   once per node, in graph order
                 +-- fetch_args_kwargs_from_env(n)
                 |     +-- map_nodes_to_values(args, n)

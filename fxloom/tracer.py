@@ -383,7 +383,8 @@ class Tracer:
         if t in _SCALARS:
             return a
         if t is not list and t is not dict and hasattr(a, "__fx_create_arg__"):
-            return a.__fx_create_arg__(self)
+            if not isinstance(a, type):  # a class defining the method is a plain value
+                return a.__fx_create_arg__(self)
         container = container_type(t)
         if container is not None:
             if isinstance(a, dict):

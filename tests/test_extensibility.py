@@ -115,6 +115,19 @@ def test_an_object_with_fx_create_arg_is_turned_into_a_graph_argument_by_it(lib)
     assert_close(gm(x), x + x * 3)
 
 
+def scaled_class_to(x, cls):
+    return x if cls is Scaled else -x
+
+
+fx.wrap("scaled_class_to")
+
+
+def test_a_class_defining_fx_create_arg_is_passed_as_a_plain_value():
+    gm = fx.symbolic_trace(lambda x: scaled_class_to(x, Scaled))
+    x = torch.randn(2)
+    assert_close(gm(x), x)
+
+
 # ------------------------------------------------------ dataclasses, enums
 @dataclasses.dataclass
 class Prediction:
