@@ -8,7 +8,9 @@ graph), fxloom refuses the edit itself, with an error of lint's type.
 Deliberate differences, not in the table: fxloom refuses ``concrete_args``
 naming no parameter, erasing a node twice, ``node.args`` that is not a
 sequence, a second output node (at lint) and code generation for a graph
-without an output; torch.fx accepts these.
+without an output; torch.fx accepts these. Tracing something that is neither
+a module nor a function, and a GraphModule root that is neither a module nor
+a dict, are ``TypeError``s (torch.fx: ``AssertionError``, ``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -112,6 +114,12 @@ def _graph_module_missing_attribute(fx):
     fx.GraphModule(torch.nn.Module(), graph)
 
 
+def _graph_module_missing_root_key(fx):
+    graph = fx.Graph()
+    graph.output(graph.get_attr("weight"))
+    fx.GraphModule({}, graph)
+
+
 def _interpreter_missing_attribute(fx):
     module = fx.GraphModule(torch.nn.Module(), _relu_graph(fx)[0])
     fx.Interpreter(module).fetch_attr("weight")
@@ -160,6 +168,7 @@ MISTAKES = {
     "lint: get_attr of a missing attribute": _missing_attribute_in_lint,
     # modules and interpreters
     "GraphModule: get_attr of a missing attribute": _graph_module_missing_attribute,
+    "GraphModule: a target missing from the root dict": _graph_module_missing_root_key,
     "Interpreter: fetching a missing attribute": _interpreter_missing_attribute,
     "Interpreter: an input not given": _interpreter_missing_input,
     "get_submodule of a missing path": lambda fx: fx.GraphModule(
