@@ -148,6 +148,20 @@ def test_an_out_call_the_kernel_refuses_fails_when_run_as_in_torch_fx(fx):
         traced(torch.ones(2), torch.zeros(2))
 
 
+def test_an_out_call_whose_result_is_unused_survives_dead_code_elimination():
+    # A deliberate difference: torch.fx's eliminate_dead_code drops this call,
+    # and y is never written.
+    def fill(x, y):
+        torch.add(x, x, out=y)
+        return y
+
+    traced = fxloom.symbolic_trace(fill)
+    traced.graph.eliminate_dead_code()
+    out = torch.zeros(2)
+    traced(torch.ones(2), out)
+    assert torch.equal(out, torch.full((2,), 2.0))
+
+
 # ------------------------------------------------------------ torch's pytree
 
 
