@@ -126,7 +126,10 @@ _CONTAINER_PRINTERS: dict[str, Callable[[Any, float, bool], str]] = {
 
 def _format_target(node: Node) -> str:
     if node.op == "call_function":
-        return qualified_name(node.target)
+        target = node.target
+        if getattr(target, "__module__", None) == "builtins":  # as torch.fx prints them
+            return f"builtins.{target.__name__}"
+        return qualified_name(target)
     return str(node.target)
 
 

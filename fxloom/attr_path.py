@@ -71,8 +71,11 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-class MissingAttributeError(AttributeError):
+class MissingAttributeError(AttributeError, RuntimeError):
     """A qualified name that leads nowhere.
+
+    An ``AttributeError``, and a ``RuntimeError`` as torch.fx's Interpreter
+    raises for a ``get_attr``/``call_module`` target that is not there.
 
     The message names the root's class, the whole path, the longest prefix that
     exists (``found``; ``""`` for the root itself) and the first missing part

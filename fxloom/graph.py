@@ -46,6 +46,7 @@ import torch
 
 from fxloom._namespace import Namespace, sanitize
 from fxloom.codegen import PythonCode
+from fxloom.lint import ForeignNodeError
 from fxloom.node import OPCODES, Argument, Node, Target, map_arg
 
 __all__ = ["Graph", "PythonCode"]
@@ -317,15 +318,15 @@ class Graph:
 
     def _check_owned(self, n: Node, action: str) -> None:
         if n.graph is not self:
-            raise ValueError(f"cannot {action} %{n.name}: it belongs to another graph")
+            raise ForeignNodeError(f"cannot {action} %{n.name}: it belongs to another graph")
         if n._erased:
-            raise ValueError(f"cannot {action} %{n.name}: it was erased from the graph")
+            raise ForeignNodeError(f"cannot {action} %{n.name}: it was erased from the graph")
 
     # ------------------------------------------------------------ list surgery
     def _link_before(self, anchor: Node, x: Node) -> None:
         """Place ``x`` immediately before ``anchor`` (the sentinel means: at the end)."""
         if x._erased:
-            raise ValueError(f"%{x.name} was erased from the graph and cannot be re-inserted")
+            raise ForeignNodeError(f"%{x.name} was erased from the graph and cannot be re-inserted")
         if x._prev is not x:  # a move: unlink first; index order no longer = graph order
             x._prev._next = x._next
             x._next._prev = x._prev
@@ -347,7 +348,7 @@ class Graph:
     def erase_node(self, to_erase: Node) -> None:
         """Remove ``to_erase``; it must have no users left (replace its uses first)."""
         if to_erase.graph is not self:
-            raise ValueError(f"cannot erase %{to_erase.name}: it belongs to another graph")
+            raise ForeignNodeError(f"cannot erase %{to_erase.name}: it belongs to another graph")
         if to_erase._erased:
             raise ValueError(f"%{to_erase.name} was already erased")
         if to_erase.users:

@@ -396,9 +396,15 @@ def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) ->
     attr_path.install(gm, target, value, copied_from=root)
 
 
+class MissingRootKeyError(KeyError, RuntimeError):
+    """A node's target that the root dict does not provide (a ``RuntimeError`` in torch.fx)."""
+
+    __str__ = BaseException.__str__  # KeyError would print the message quoted
+
+
 def _copy_attr_from_dict(root: dict[str, Any], gm: GraphModule, node: Any) -> None:
     if node.target not in root:
-        raise KeyError(
+        raise MissingRootKeyError(
             f"GraphModule: %{node.name} ({node.op}) refers to {node.target!r}, which is not a "
             f"key of the root dict (keys: {', '.join(sorted(root)) or 'none'})"
         )

@@ -5,11 +5,21 @@ the bookkeeping of ``Node.users``. Lists and dicts found in arguments are
 therefore frozen into these types when a node is created or its arguments are
 assigned. To change an argument, assign a new value (``node.args = ...``) or use
 ``Node.update_arg``/``Node.update_kwarg``.
+
+Both are registered with torch's pytree (``torch.utils._pytree``), as torch.fx's
+are, so code that flattens node arguments with it sees their elements::
+
+    >>> import torch.utils._pytree as pytree
+    >>> pytree.tree_leaves(immutable_dict(a=immutable_list([1, 2]), b=3))
+    [1, 2, 3]
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NoReturn
+
+import torch.utils._pytree as torch_pytree
 
 __all__ = ["immutable_list", "immutable_dict"]
 
@@ -66,3 +76,44 @@ class immutable_dict(dict):  # noqa: N801 - mirrors the documented name
         from copy import deepcopy
 
         return immutable_dict(deepcopy(dict(self), memo))
+
+
+# ------------------------------------------------------- torch's pytree
+def _flatten_list(values: immutable_list) -> tuple[list[Any], None]:
+    return list(values), None
+
+
+def _flatten_list_with_keys(values: immutable_list) -> tuple[list[tuple[Any, Any]], None]:
+    return [(torch_pytree.SequenceKey(i), v) for i, v in enumerate(values)], None
+
+
+def _unflatten_list(values: Iterable[Any], context: None) -> immutable_list:
+    return immutable_list(values)
+
+
+def _flatten_dict(mapping: immutable_dict) -> tuple[list[Any], list[Any]]:
+    return list(mapping.values()), list(mapping.keys())
+
+
+def _flatten_dict_with_keys(mapping: immutable_dict) -> tuple[list[tuple[Any, Any]], list[Any]]:
+    return [(torch_pytree.MappingKey(k), v) for k, v in mapping.items()], list(mapping.keys())
+
+
+def _unflatten_dict(values: Iterable[Any], keys: list[Any]) -> immutable_dict:
+    return immutable_dict(zip(keys, values))
+
+
+torch_pytree.register_pytree_node(
+    immutable_list,
+    _flatten_list,
+    _unflatten_list,
+    serialized_type_name="fxloom.immutable_collections.immutable_list",
+    flatten_with_keys_fn=_flatten_list_with_keys,
+)
+torch_pytree.register_pytree_node(
+    immutable_dict,
+    _flatten_dict,
+    _unflatten_dict,
+    serialized_type_name="fxloom.immutable_collections.immutable_dict",
+    flatten_with_keys_fn=_flatten_dict_with_keys,
+)

@@ -16,11 +16,29 @@ if TYPE_CHECKING:
     from fxloom.graph import Graph
     from fxloom.node import Node
 
-__all__ = ["GraphLintError", "lint_graph"]
+__all__ = ["GraphLintError", "ForeignNodeError", "InvalidNodeError", "lint_graph"]
 
 
 class GraphLintError(RuntimeError):
-    """A graph breaks one of the IR's invariants; the message names the node and the fix."""
+    """A graph breaks one of the IR's invariants; the message names the node and the fix.
+
+    A ``RuntimeError``, as torch.fx's ``lint`` raises. The edits below are
+    refused when made rather than found by ``lint`` later; their errors are
+    ``GraphLintError``s too, and also the type fxloom raised for them before
+    (``ValueError``/``TypeError``) and the one torch.fx raises where it checks
+    them at the edit (``AssertionError``).
+    """
+
+
+class ForeignNodeError(GraphLintError, ValueError, AssertionError):
+    """A node of another graph, or an erased one, used as an argument, insert point or
+    erase target (torch.fx: ``RuntimeError`` from ``lint``, ``AssertionError`` from
+    ``inserting_before``)."""
+
+
+class InvalidNodeError(GraphLintError, ValueError, TypeError, AssertionError):
+    """A node made with an unknown opcode or a target its opcode cannot take
+    (torch.fx: ``AssertionError`` from ``create_node``, ``RuntimeError`` from ``lint``)."""
 
 
 def _context(node: Node, radius: int = 2) -> str:

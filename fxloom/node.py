@@ -49,6 +49,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom.immutable_collections import immutable_dict
+from fxloom.lint import ForeignNodeError, InvalidNodeError
 from fxloom.ops.mutation import (
     function_has_side_effect,
     has_side_effect,
@@ -201,17 +202,17 @@ class Node:
         return_type: Any | None = None,
     ) -> None:
         if op not in _OPCODE_SET and op != "root":
-            raise ValueError(
+            raise InvalidNodeError(
                 f"unknown opcode {op!r} for node {name!r}; "
                 f"a node's op is one of: {', '.join(OPCODES)}"
             )
         if op in ("call_method", "call_module", "get_attr") and not isinstance(target, str):
-            raise TypeError(
+            raise InvalidNodeError(
                 f"node {name!r}: the target of a {op} node is a string "
                 f"(a method or qualified attribute name), got {target!r}"
             )
         if op == "call_function" and not callable(target):
-            raise TypeError(
+            raise InvalidNodeError(
                 f"node {name!r}: the target of a call_function node must be callable, "
                 f"got {target!r} of type {type(target).__name__}"
             )
@@ -253,7 +254,9 @@ class Node:
     @op.setter
     def op(self, op: str) -> None:
         if op not in _OPCODE_SET:
-            raise ValueError(f"unknown opcode {op!r}; a node's op is one of: {', '.join(OPCODES)}")
+            raise InvalidNodeError(
+                f"unknown opcode {op!r}; a node's op is one of: {', '.join(OPCODES)}"
+            )
         self.graph._reindex(self, op, self._target)
 
     @property
@@ -353,8 +356,10 @@ class Node:
 
     def _refuse_input(self, node: Node) -> None:
         if node._erased:
-            raise ValueError(f"%{self._name} uses %{node._name}, which was erased from the graph")
-        raise ValueError(
+            raise ForeignNodeError(
+                f"%{self._name} uses %{node._name}, which was erased from the graph"
+            )
+        raise ForeignNodeError(
             f"%{self._name} uses %{node._name}, which belongs to another graph; "
             "copy nodes between graphs with Graph.node_copy or Graph.graph_copy"
         )
@@ -460,7 +465,9 @@ class Node:
         if x is self:
             return
         if x.graph is not self.graph:
-            raise ValueError(f"cannot move %{x._name} next to %{self._name}: different graphs")
+            raise ForeignNodeError(
+                f"cannot move %{x._name} next to %{self._name}: different graphs"
+            )
         self.graph._link_before(self, x)
 
     def append(self, x: Node) -> None:

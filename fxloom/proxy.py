@@ -94,14 +94,29 @@ STATIC_TENSOR_ATTRIBUTES = frozenset(
 )
 
 
-class TraceError(RuntimeError):
+class TraceError(ValueError, RuntimeError):
     """Symbolic tracing could not record the program.
+
+    A ``ValueError`` like torch.fx's ``TraceError`` and a ``RuntimeError`` like
+    its refusal of ``len(proxy)``, so handlers written for either catch it. An
+    exception raised by the traced code itself comes out as ``TraceError.like``
+    its type: ``except TypeError`` and ``except TraceError`` both catch it, and
+    ``__cause__`` is the original.
 
     Attributes:
         partial_graph: the graph captured up to the failure (or ``None``).
         location: ``"file:line"`` of the user code that failed (or ``None``).
         module_path: qualified name of the module being traced (``""`` is the root).
+
+    Example::
+
+        >>> err = TraceError.like(KeyError)("no key 'k' at net.py:3")
+        >>> isinstance(err, KeyError), isinstance(err, TraceError), str(err)
+        (True, True, "no key 'k' at net.py:3")
     """
+
+    # The message as given: KeyError (and others) would print it quoted.
+    __str__ = BaseException.__str__
 
     def __init__(
         self,
@@ -111,10 +126,50 @@ class TraceError(RuntimeError):
         location: str | None = None,
         module_path: str | None = None,
     ) -> None:
-        super().__init__(message)
+        # Only BaseException's initialiser: the other base of a ``like`` class
+        # may want arguments of its own (UnicodeDecodeError, user exceptions).
+        BaseException.__init__(self, message)
         self.partial_graph = partial_graph
         self.location = location
         self.module_path = module_path
+
+    @staticmethod
+    def like(kind: type[BaseException]) -> type[TraceError]:
+        """``TraceError`` that is also a ``kind`` (one class per ``kind``, made once).
+
+        Falls back to ``TraceError`` itself where Python cannot combine the two
+        (a ``kind`` whose instances are laid out differently).
+        """
+        return _trace_error_like(kind)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A ``like`` class is made at run time and has no importable name.
+        kind = type(self).__dict__.get("_kind")
+        state = dict(self.__dict__, partial_graph=None)  # graphs do not travel
+        return (_rebuild_trace_error, (kind, self.args[0] if self.args else ""), state)
+
+
+_LIKE: dict[type[BaseException], type[TraceError]] = {}
+
+
+def _trace_error_like(kind: type[BaseException]) -> type[TraceError]:
+    if issubclass(TraceError, kind) or not issubclass(kind, Exception):
+        return TraceError
+    cls = _LIKE.get(kind)
+    if cls is None:
+        try:
+            cls = type(f"TraceError({kind.__name__})", (TraceError, kind), {"_kind": kind})
+            cls.__module__ = TraceError.__module__
+            cls("")  # the other base accepts TraceError's way of being made
+        except TypeError:
+            cls = TraceError
+        _LIKE[kind] = cls
+    return cls
+
+
+def _rebuild_trace_error(kind: type[BaseException] | None, message: str) -> TraceError:
+    cls = TraceError if kind is None else _trace_error_like(kind)
+    return cls(message)
 
 
 def is_tensor_method(func: Any) -> bool:

@@ -444,9 +444,12 @@ class Tracer:
         return proxy.node
 
     # ======================================================== conversions
-    def trace_error(self, message: str, hint: str | None = None) -> TraceError:
-        """A ``TraceError`` naming the user's source line, the module being traced and a fix."""
-        return errors.trace_error(message, hint, self.graph, self._module_stack.path)
+    def trace_error(
+        self, message: str, hint: str | None = None, kind: type[Exception] | None = None
+    ) -> TraceError:
+        """A ``TraceError`` naming the user's source line, the module being traced and a fix
+        (also a ``kind``: the type torch.fx raises for the same mistake)."""
+        return errors.trace_error(message, hint, self.graph, self._module_stack.path, kind)
 
     def to_bool(self, obj: Proxy) -> bool:
         """Called for ``bool(proxy)`` (``if x.sum() > 0:``).

@@ -83,11 +83,19 @@ WRITES_FIRST_ARGUMENT: set[Any] = {
     builtins.setattr,
     builtins.delattr,
 }
-# Impure calls that write to no value of the program: run-time checks and printing.
+# ``torch.profiler.record_function`` ranges (packets and overloads): a range opened and never
+# closed, or closed and never opened, would break the profile; kept like in torch.fx.
+_PROFILER_RANGES = [
+    getattr(torch.ops.profiler, name)
+    for name in ("_record_function_enter", "_record_function_enter_new", "_record_function_exit")
+]
+# Impure calls that write to no value of the program: run-time checks, printing, profiling.
 READ_ONLY_EFFECTS: set[Any] = {
     builtins.print,
     torch._assert,
     torch.manual_seed,  # changes the random stream, which random nodes account for
+    *_PROFILER_RANGES,
+    *(getattr(packet, overload) for packet in _PROFILER_RANGES for overload in packet.overloads()),
 }
 # Callable objects whose calls are read-only effects, by class (``guards.FixedArgument``).
 READ_ONLY_EFFECT_TYPES: set[type] = set()

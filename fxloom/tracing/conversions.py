@@ -68,6 +68,7 @@ def to_python(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
             "symbolic tracing: its value is only known when the traced code runs",
             hint="keep it a tensor/size expression, fix it with concrete_args, or pass "
             "example_inputs to specialise on it under a run-time guard",
+            kind=TypeError,  # what Python raises for int(obj) where obj has no __int__
         )
     return _specialize(tracer, obj, convert)
 

@@ -206,6 +206,7 @@ class ExampleRun:
                 f"running {node.format_node()}{module} on the example "
                 f"inputs failed: {type(err).__name__}: {err}",
                 hint="the example inputs must be valid inputs of the model",
+                kind=type(err),
             ) from err
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fxloom.graph_module import GraphModule
 from fxloom.proxy import Proxy, tracer_of
 from fxloom.pytree import tree_any
 from fxloom.tracing.patcher import (
@@ -189,6 +190,8 @@ class TracePatches:
         self._parameter_proxies = parameter_proxies  # handed to Tracer.getattr
         self._patcher = Patcher()
         self._autowrap_ids: set[int] = set()
+        # id -> global name and original of every ``fxloom.wrap``ped function.
+        self._wrapped: dict[int, tuple[str, Callable[..., Any]]] = {}
         self._scanned: set[int] = set()  # globals dicts and autowrap modules, once each
         self._watched_classes: set[type] = set()
         # Modules whose forward ran on proxies: their dict attributes may cache some.
@@ -219,6 +222,7 @@ class TracePatches:
             original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
             if original is not None:
                 patcher.patch_global(globals_dict, name, recording(original))
+                self._wrapped[id(original)] = (name, original)
         # A TorchScript function cannot take a Proxy: record its call instead.
         script_call = unwrapped(torch._C.ScriptFunction.__call__)
         patcher.patch_attr(torch._C.ScriptFunction, "__call__", recording(script_call, method=True))
@@ -234,6 +238,8 @@ class TracePatches:
             original = unwrapped(getattr(torch, name))
             patcher.patch_attr(torch, name, recording(original, always=True))
         self._autowrap_globals(fn_globals)
+        if isinstance(tracer.root, GraphModule):
+            self._wrap_in_generated_code(fn_globals)
 
     def restore(self) -> None:
         """Put back everything patched, and drop traced values cached in the traced modules."""
@@ -252,6 +258,8 @@ class TracePatches:
             return original_module_call(module, *args, **kwargs)
         forward = module.forward
         self._autowrap_globals(getattr(forward, "__globals__", None))
+        if isinstance(module, GraphModule):
+            self._wrap_in_generated_code(forward.__globals__)
         self._watch_attribute_writes(type(module))
         return tracer.call_module(module, forward, args, kwargs)
 
@@ -289,6 +297,22 @@ class TracePatches:
                 self._patcher.patch_global(globals_dict, name, recording(value))
             elif type(value) is types.ModuleType and value in self._tracer.autowrap_modules:
                 self._autowrap_module(value)  # ``import math`` then ``math.sqrt(x)``
+
+    def _wrap_in_generated_code(self, globals_dict: dict[str, Any]) -> None:
+        """Record the wrapped functions a GraphModule's forward calls, as the first trace did.
+
+        Generated code reaches a wrapped function through a global of its own
+        (``my_kernel_1``) or, for a builtin (``len``), through the builtins;
+        without this, tracing a GraphModule again would trace through it.
+        """
+        wrapped = self._wrapped
+        for name, value in list(globals_dict.items()):
+            entry = wrapped.get(id(unwrapped(value)))
+            if entry is not None:
+                self._patcher.patch_global(globals_dict, name, recording(entry[1]))
+        for name, original in wrapped.values():
+            if name not in globals_dict and getattr(builtins, name, None) is original:
+                self._patcher.patch_global(globals_dict, name, recording(original))
 
     def _autowrap_module(self, module: types.ModuleType) -> None:
         """Patch an autowrap module's functions, once, for code reaching them as attributes."""

@@ -28,7 +28,7 @@ def wrap(fn_or_name: str | Callable[..., Any]) -> Any:
     """
     frame = sys._getframe(1)
     if frame.f_code.co_name != "<module>":
-        raise RuntimeError(
+        raise NotImplementedError(  # torch.fx's type (a RuntimeError)
             "fxloom.wrap must be called at the top level of a module, where the "
             f"function's global name is visible (called from {frame.f_code.co_name!r})"
         )
