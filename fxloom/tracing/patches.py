@@ -6,7 +6,8 @@ While a trace runs:
   ``Tracer.call_module`` and a ``__getattr__`` that hands parameter reads to
   ``Tracer.getattr``; a class whose forward runs on proxies also gets a
   ``__setattr__`` that notes assignments of traced values, to undo them;
-* functions registered with ``fxloom.wrap``, those of the autowrap modules
+* functions registered with ``fxloom.wrap`` (or ``torch.fx.wrap``, see
+  ``fx_interop``, which also sets torch.fx's tracing flag), those of the autowrap modules
   (``math``) reached from the traced code's globals, TorchScript functions and
   torch's tensor factories are replaced by *recording wrappers*: called with a
   proxy (factories: called at all), they record a ``call_function`` instead of
@@ -19,7 +20,7 @@ example values are computed (``fxloom.tracing.examples``): then every patch
 runs the original it replaced, as if no trace were running. ``TracePatches.restore``
 puts everything back and removes traced values a module cached in a dict.
 
-Depends on ``patcher``, ``wrapped``, ``fxloom.proxy`` and ``fxloom.pytree``.
+Depends on ``patcher``, ``wrapped``, ``fx_interop``, ``fxloom.proxy`` and ``fxloom.pytree``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch
 
 from fxloom.proxy import Proxy, tracer_of
 from fxloom.pytree import tree_any
+from fxloom.tracing.fx_interop import FX_TRACING_FLAG, fx_tracing_module, fx_wrapped_names
 from fxloom.tracing.patcher import (
     Patcher,
     original_module_call,
@@ -215,10 +217,7 @@ class TracePatches:
             patcher.patch_attr(cls, "__call__", module_call)
             patcher.patch_attr(cls, "__getattr__", module_getattr)
         self._watch_attribute_writes(type(tracer.root))
-        for globals_dict, name in list(wrapped_names.values()):
-            original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
-            if original is not None:
-                patcher.patch_global(globals_dict, name, recording(original))
+        self._wrap_registered()
         # A TorchScript function cannot take a Proxy: record its call instead.
         script_call = unwrapped(torch._C.ScriptFunction.__call__)
         patcher.patch_attr(torch._C.ScriptFunction, "__call__", recording(script_call, method=True))
@@ -234,6 +233,19 @@ class TracePatches:
             original = unwrapped(getattr(torch, name))
             patcher.patch_attr(torch, name, recording(original, always=True))
         self._autowrap_globals(fn_globals)
+
+    def _wrap_registered(self) -> None:
+        """Record the functions registered with ``fxloom.wrap`` and with ``torch.fx.wrap``,
+        and answer torch.fx's "is tracing" check as torch.fx does while it traces."""
+        patcher = self._patcher
+        registered = [*wrapped_names.values(), *fx_wrapped_names()]
+        for globals_dict, name in registered:
+            original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
+            if original is not None:
+                patcher.patch_global(globals_dict, name, recording(original))
+        fx_module = fx_tracing_module()
+        if fx_module is not None:
+            patcher.patch_attr(fx_module, FX_TRACING_FLAG, True)
 
     def restore(self) -> None:
         """Put back everything patched, and drop traced values cached in the traced modules."""
