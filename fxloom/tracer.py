@@ -65,7 +65,7 @@ from fxloom.tracing.examples import ExampleRun, bind_examples
 from fxloom.tracing.module_stack import ModuleStack
 from fxloom.tracing.patcher import original_module_call
 from fxloom.tracing.patches import TracePatches
-from fxloom.tracing.root_args import PH, root_arguments
+from fxloom.tracing.root_args import PH, root_arguments, root_function
 from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
 
@@ -89,7 +89,12 @@ class Tracer:
     (module -> qualified name) and ``tensor_attrs`` (id of a captured tensor
     -> its constant's name). The hooks delegate to the pieces in
     ``fxloom.tracing``, one per concern.
+
+    ``traced_func_name`` (class attribute, ``"forward"``): the method of a
+    root module that is traced; a root without it is an error.
     """
+
+    traced_func_name: str = "forward"
 
     def __init__(
         self,
@@ -143,14 +148,7 @@ class Tracer:
         On failure raises ``TraceError`` (with ``partial_graph``) and leaves
         ``root`` and every patched global exactly as they were.
         """
-        if isinstance(root, torch.nn.Module):
-            module, fn, is_module = root, type(root).forward, True
-        elif callable(root):
-            module, fn, is_module = torch.nn.Module(), root, False
-        else:
-            raise TypeError(
-                f"symbolic tracing needs an nn.Module or a function, got {type(root).__name__}"
-            )
+        module, fn, is_module = root_function(root, self.traced_func_name)
         self._start(module, Graph(), bind_examples(fn, is_module, concrete_args, example_inputs))
         patches = self._patches
         patches.activate()

@@ -15,17 +15,28 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from fxloom.guards import FixedArgument, check_variadic_keys, check_variadic_length
 from fxloom.proxy import TraceError
+from fxloom.tracing.patches import recording
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer
     from fxloom.tracing.examples import ExampleRun
 
-__all__ = ["PH", "root_arguments"]
+__all__ = ["PH", "RootError", "root_arguments", "root_function"]
+
+
+class RootError(TraceError, AssertionError):
+    """The root cannot be traced at all: a missing ``traced_func_name``, a builtin without a signature.
+
+    An ``AssertionError`` too, the type torch.fx raises in these cases.
+    """
 
 
 class _PlaceholderMarker:
@@ -36,6 +47,62 @@ class _PlaceholderMarker:
 
 
 PH = _PlaceholderMarker()
+
+
+# Functions implemented in C: no Python code to trace into.
+_BUILTIN_KINDS = (
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+)
+
+
+def root_function(
+    root: torch.nn.Module | Callable[..., Any], traced_func_name: str
+) -> tuple[torch.nn.Module, Callable[..., Any], bool]:
+    """``(module, fn, is_module)``: the root module (an empty one for a function) and what to trace.
+
+    A module's ``traced_func_name`` method (``forward`` by default) is traced.
+    A builtin (C) function becomes one recorded call of it, its parameters
+    read from the signature Python and torch give it.
+    """
+    if isinstance(root, torch.nn.Module):
+        fn = getattr(type(root), traced_func_name, None)
+        if not callable(fn):
+            raise RootError(
+                f"the tracer's traced_func_name={traced_func_name!r} is no method of "
+                f"{type(root).__qualname__}; define it or set Tracer.traced_func_name to "
+                "the method to trace"
+            )
+        return root, fn, True
+    if isinstance(root, _BUILTIN_KINDS):
+        return torch.nn.Module(), _recorded_builtin(root), False
+    if callable(root):
+        return torch.nn.Module(), root, False
+    raise TypeError(f"symbolic tracing needs an nn.Module or a function, got {type(root).__name__}")
+
+
+def _recorded_builtin(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A stand-in for builtin ``fn`` with its signature, whose call records ``fn`` as one node."""
+    try:
+        inspect.signature(fn)
+    except (ValueError, TypeError):
+        module, name = getattr(fn, "__module__", None), getattr(fn, "__name__", repr(fn))
+        spelled = f"{module}.{name}" if isinstance(module, str) else fn.__qualname__
+        raise RootError(
+            f"{spelled} is a builtin (C) function without a signature to make placeholders "
+            f"from; trace a Python function that calls it (lambda x: {spelled}(x))"
+        ) from None
+    record = recording(fn, always=True)
+
+    def call_builtin(*args: Any, **kwargs: Any) -> Any:
+        return record(*args, **kwargs)
+
+    functools.update_wrapper(call_builtin, fn)  # its name and (through __wrapped__) signature
+    call_builtin.__annotations__ = {}  # a builtin has none; ours would leak into the code
+    return call_builtin
 
 
 def root_arguments(

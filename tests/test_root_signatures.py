@@ -1,0 +1,90 @@
+"""What the root of a trace may be, and how its signature becomes placeholders — beside torch.fx.
+
+Covers ``Tracer.traced_func_name``, builtin (C) functions as roots, ``*args``/``**kwargs``
+and ``PH`` in ``concrete_args``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import pytest
+import torch
+import torch.fx
+
+import fxloom
+
+
+class TwoMethods(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    def other(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def call_targets(graph: object) -> list[object]:
+    return [n.target for n in graph.nodes if n.op == "call_function"]
+
+
+# ------------------------------------------------------------ traced_func_name
+def test_traced_func_name_defaults_to_forward_as_in_torch_fx() -> None:
+    assert fxloom.Tracer.traced_func_name == torch.fx.Tracer.traced_func_name == "forward"
+
+
+def test_traced_func_name_traces_another_method() -> None:
+    class TraceOther(fxloom.Tracer):
+        traced_func_name = "other"
+
+    class ReferenceTraceOther(torch.fx.Tracer):
+        traced_func_name = "other"
+
+    ours = TraceOther().trace(TwoMethods())
+    reference = ReferenceTraceOther().trace(TwoMethods())
+    assert call_targets(ours) == call_targets(reference) == [operator.mul]
+
+
+def test_traced_func_name_may_be_set_on_an_instance() -> None:
+    tracer = fxloom.Tracer()
+    tracer.traced_func_name = "other"
+    gm = fxloom.GraphModule(TwoMethods(), tracer.trace(TwoMethods()))
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), x * 2)
+
+
+def test_a_missing_traced_func_name_is_an_error_of_torch_fx_type() -> None:
+    class TraceMissing(fxloom.Tracer):
+        traced_func_name = "missing"
+
+    class ReferenceTraceMissing(torch.fx.Tracer):
+        traced_func_name = "missing"
+
+    with pytest.raises(AssertionError):
+        ReferenceTraceMissing().trace(TwoMethods())
+    with pytest.raises(
+        AssertionError, match="traced_func_name='missing' is no method of TwoMethods"
+    ):
+        TraceMissing().trace(TwoMethods())
+
+
+# ------------------------------------------------------------ builtin roots
+@pytest.mark.parametrize("builtin", [torch.relu, torch.add, torch.Tensor.relu])
+def test_a_builtin_root_without_a_signature_raises_what_torch_fx_raises(builtin: object) -> None:
+    with pytest.raises(AssertionError):
+        torch.fx.symbolic_trace(builtin)
+    with pytest.raises(AssertionError, match="builtin .C. function without a signature"):
+        fxloom.symbolic_trace(builtin)
+
+
+def test_the_builtin_root_error_is_also_a_trace_error() -> None:
+    with pytest.raises(fxloom.TraceError, match=r"lambda x: torch.relu\(x\)"):
+        fxloom.symbolic_trace(torch.relu)
+
+
+def test_a_builtin_root_with_a_signature_is_recorded_as_one_call() -> None:
+    # Beyond torch.fx, which refuses every builtin root.
+    gm = fxloom.symbolic_trace(math.sqrt)
+    assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_function", "output"]
+    assert call_targets(gm.graph) == [math.sqrt]
+    assert gm(4.0) == 2.0
