@@ -163,20 +163,6 @@ class Proxy:
     def value(self, value: Any) -> None:
         self._value = value
 
-    @property  # type: ignore[misc]  # shadows object.__class__ for isinstance only
-    def __class__(self) -> type:
-        """``torch.Tensor`` for a proxy whose example value is a tensor, else its own type.
-
-        ``isinstance`` asks ``__class__`` only after the real type failed, so
-        ``isinstance(x, torch.Tensor)`` holds when tracing with example inputs
-        (torchvision's detection models assert it) while ``type(x)`` and
-        ``isinstance(x, Proxy)`` are unchanged. Without examples nothing is
-        known of the value, and the answer stays False, as in torch.fx.
-        """
-        if self._value is not NO_VALUE and isinstance(self.value, torch.Tensor):
-            return torch.Tensor
-        return type(self)
-
     def __repr__(self) -> str:
         return f"Proxy({self.node.name})"
 

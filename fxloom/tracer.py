@@ -465,7 +465,6 @@ def symbolic_trace(
     examples, and control flow on traced values follows the examples' branch
     with a run-time guard in the graph that raises if another input would take
     another branch. Sizes stay symbolic unless control flow depends on them.
-    A traced tensor then also passes ``isinstance(x, torch.Tensor)``.
 
     ``autoleaf`` (beyond torch.fx): when a submodule cannot be traced, keep the
     innermost user-defined module around the failure as a ``call_module`` and

@@ -7,7 +7,6 @@ both (``fxloom/tracing/fx_interop.py``). Each behaviour is compared with torch.f
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.fx
 import torch.fx._symbolic_trace as fx_tracer
@@ -79,49 +78,3 @@ def test_the_tracing_flag_is_restored_when_tracing_fails() -> None:
     except Exception:
         pass
     assert fx_tracer.is_fx_tracing() is False
-
-
-# ------------------------------------------- isinstance(traced, torch.Tensor)
-class AssertsTensor(torch.nn.Module):
-    """As torchvision's box decoding does before it decodes."""
-
-    def forward(self, boxes: torch.Tensor) -> torch.Tensor:
-        assert isinstance(boxes, torch.Tensor)
-        return boxes[:, 2:] - boxes[:, :2]
-
-
-def test_a_traced_tensor_is_a_torch_tensor_when_tracing_with_example_inputs() -> None:
-    boxes = torch.rand(5, 4)
-    gm = fxloom.symbolic_trace(AssertsTensor(), example_inputs=(boxes,))
-    torch.testing.assert_close(gm(boxes), AssertsTensor()(boxes))
-
-
-def test_without_example_inputs_a_traced_value_is_no_tensor_as_in_torch_fx() -> None:
-    with pytest.raises(AssertionError):
-        torch.fx.symbolic_trace(AssertsTensor())
-    with pytest.raises(fxloom.TraceError, match="AssertionError"):
-        fxloom.symbolic_trace(AssertsTensor())
-
-
-def test_a_traced_non_tensor_is_no_torch_tensor() -> None:
-    seen = {}
-
-    class AsksOfASize(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            seen["size"] = isinstance(x.size(0), torch.Tensor)
-            return x
-
-    fxloom.symbolic_trace(AsksOfASize(), example_inputs=(torch.rand(2),))
-    assert seen == {"size": False}
-
-
-def test_type_of_a_traced_tensor_stays_proxy() -> None:
-    seen = {}
-
-    class Looks(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            seen["type"], seen["is_proxy"] = type(x), isinstance(x, fxloom.Proxy)
-            return x
-
-    fxloom.symbolic_trace(Looks(), example_inputs=(torch.rand(2),))
-    assert seen == {"type": fxloom.Proxy, "is_proxy": True}
