@@ -191,7 +191,8 @@ class Tracer:
         """Create one placeholder per parameter of ``root_fn`` and return ``(fn, args)`` to call.
 
         Defaults become placeholder defaults; ``*args``/``**kwargs`` become
-        variadic placeholders; a parameter named in ``concrete_args`` is fixed
+        variadic placeholders, passed to the body as the traced tuple/dict
+        (``concrete_args`` may give them fixed entries); a parameter named in ``concrete_args`` is fixed
         to that value (``PH`` keeps it an input). A fixed argument stays in the
         generated signature with its value as default, and passing anything
         else raises instead of being silently ignored.

@@ -6,6 +6,7 @@ and ``PH`` in ``concrete_args``.
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 
@@ -88,3 +89,75 @@ def test_a_builtin_root_with_a_signature_is_recorded_as_one_call() -> None:
     assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_function", "output"]
     assert call_targets(gm.graph) == [math.sqrt]
     assert gm(4.0) == 2.0
+
+
+# ------------------------------------------------------------ *args / **kwargs
+class VariadicForward(torch.nn.Module):
+    def forward(self, *args, **kwargs):
+        return args[0] * 2 + kwargs["bias"]
+
+
+def placeholders(graph: object) -> list[str]:
+    return [n.target for n in graph.nodes if n.op == "placeholder"]
+
+
+def test_forward_with_star_args_and_kwargs_traces_into_their_placeholders_as_torch_fx() -> None:
+    reference = torch.fx.symbolic_trace(VariadicForward())
+    ours = fxloom.symbolic_trace(VariadicForward())
+    assert placeholders(ours.graph) == placeholders(reference.graph) == ["*args", "**kwargs"]
+    assert call_targets(ours.graph) == call_targets(reference.graph)
+    x, bias = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(ours(x, bias=bias), reference(x, bias=bias))
+
+
+def test_the_generated_signature_keeps_star_args_and_kwargs() -> None:
+    gm = fxloom.symbolic_trace(VariadicForward())
+    kinds = [p.kind for p in inspect.signature(gm.forward).parameters.values()]
+    assert kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]
+
+
+def test_keyword_only_parameters_and_closures_reach_a_function_with_star_args() -> None:
+    offset = torch.ones(3)
+
+    def fn(x, *args, scale, **kwargs):
+        return (x + args[1]) * scale + offset
+
+    ours = fxloom.symbolic_trace(fn)
+    x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(ours(x, a, b, scale=3.0), fn(x, a, b, scale=3.0))
+
+
+def test_a_keyword_only_parameter_stays_after_star_args_unlike_torch_fx() -> None:
+    def fn(x, *args, scale):
+        return x * scale
+
+    ours = inspect.signature(fxloom.symbolic_trace(fn).forward)
+    reference = inspect.signature(torch.fx.symbolic_trace(fn).forward)
+    assert str(ours) == "(x, *args, scale)"
+    assert str(reference) == "(x, scale, *args)"  # torch.fx moves it before *args
+
+
+def sums(x, *args):
+    return x + sum(args)
+
+
+def test_expanding_star_args_is_a_clear_error_naming_concrete_args() -> None:
+    with pytest.raises(torch.fx.proxy.TraceError):
+        torch.fx.symbolic_trace(sums)
+    with pytest.raises(fxloom.TraceError, match=r"\*args cannot be expanded") as info:
+        fxloom.symbolic_trace(sums)
+    assert "concrete_args={'args': (PH, PH)}" in str(info.value)
+
+
+def test_expanding_kwargs_is_a_clear_error_naming_concrete_args() -> None:
+    def passes_on(x, **kwargs):
+        return torch.nn.functional.dropout(x, **kwargs)
+
+    with pytest.raises(fxloom.TraceError, match=r"\*\*kwargs cannot be expanded"):
+        fxloom.symbolic_trace(passes_on)
+
+
+def test_concrete_args_give_star_args_a_fixed_number_of_inputs() -> None:
+    gm = fxloom.symbolic_trace(sums, concrete_args={"args": (fxloom.PH, fxloom.PH)})
+    x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(gm(x, a, b), sums(x, a, b))

@@ -4,8 +4,15 @@
 placeholder per parameter of the traced function, its default kept; a
 parameter named in ``concrete_args`` is fixed to that value (``PH`` keeps it
 an input), stays in the generated signature and is checked at run time
-(``fxloom.guards``); ``*args`` and ``**kwargs`` are traced with the elements
-and keys ``concrete_args`` gives them, under guards on their count and keys.
+(``fxloom.guards``). ``*args`` and ``**kwargs`` are one placeholder each
+(``*args``, ``**kwargs``): as in torch.fx, the body gets the traced tuple and
+dict themselves (indexing works; expanding them is refused with a hint), or,
+with ``concrete_args`` for them, the elements and keys given, under guards on
+their count and keys. Through a decorator's ``(*args, **kwargs)`` wrapper
+only the latter is possible, and no entries are the default.
+
+The root itself (``root_function``): a module's ``Tracer.traced_func_name``
+method, a function, or a builtin (recorded as one call if it has a signature).
 
 Depends on ``fxloom.proxy`` and ``fxloom.guards``; placeholders are made
 through the tracer's ``create_proxy`` hook.
@@ -122,34 +129,100 @@ def root_arguments(
         parameters = parameters[1:]
     concrete_args = _check_concrete_args(root_fn, parameters, dict(concrete_args or {}))
     hints = _annotations(root_fn)
-    positional: list[Any] = [tracer.root] if is_module else []
-    keyword: dict[str, Any] = {}
+    # A plain function's own *args/**kwargs receive the traced tuple/dict itself, as in
+    # torch.fx; through a decorator's wrapper only concrete elements can be passed.
+    as_values = _takes_variadics_as_values(root_fn, parameters)
+    values: dict[str, Any] = {}
     defaultable = _defaultable_parameters(parameters, concrete_args)
     for param in parameters:
         type_expr = hints.get(param.name)
         spec = concrete_args.get(param.name, PH)
         if param.kind is param.VAR_POSITIONAL:
-            positional.extend(_variadic_positional(tracer, param, spec, type_expr))
+            values[param.name] = _variadic_positional(tracer, param, spec, type_expr, as_values)
         elif param.kind is param.VAR_KEYWORD:
-            keyword.update(_variadic_keyword(tracer, param, spec, type_expr))
+            values[param.name] = _variadic_keyword(tracer, param, spec, type_expr, as_values)
+        elif spec is not PH:
+            may_default = param.name in defaultable
+            values[param.name] = _fixed_argument(tracer, param, spec, type_expr, may_default)
         else:
-            if spec is not PH:
-                may_default = param.name in defaultable
-                value = _fixed_argument(tracer, param, spec, type_expr, may_default)
-            else:
-                default = () if param.default is param.empty else (param.default,)
-                value = tracer.create_proxy(
-                    "placeholder", param.name, default, {}, type_expr=type_expr
-                )
-                if examples is not None:
-                    examples.attach_input(value, param)
-            # By keyword where possible: decorators wrapping forward (*args, **kwargs)
-            # often inspect keywords, and mixing would pass a value twice.
-            if param.kind is param.POSITIONAL_ONLY or _has_variadic_positional(parameters):
-                positional.append(value)
-            else:
-                keyword[param.name] = value
+            default = () if param.default is param.empty else (param.default,)
+            value = tracer.create_proxy("placeholder", param.name, default, {}, type_expr=type_expr)
+            if examples is not None:
+                examples.attach_input(value, param)
+            values[param.name] = value
+    leading = [tracer.root] if is_module else []
+    if as_values:
+        return _call_with_variadics_as_values(root_fn, parameters, values, leading)
+    return _call(root_fn, parameters, values, leading)
+
+
+def _call(
+    root_fn: Callable[..., Any],
+    parameters: list[inspect.Parameter],
+    values: dict[str, Any],
+    leading: list[Any],
+) -> tuple[Callable[..., Any], list[Any]]:
+    """``root_fn`` bound to ``values``, ``*args`` and ``**kwargs`` given element by element."""
+    positional, keyword = list(leading), {}
+    after_variadic = _has_variadic_positional(parameters)
+    for param in parameters:
+        value = values[param.name]
+        if param.kind is param.VAR_POSITIONAL:
+            positional.extend(value)
+        elif param.kind is param.VAR_KEYWORD:
+            keyword.update(value)
+        # By keyword where possible: decorators wrapping forward (*args, **kwargs)
+        # often inspect keywords, and mixing would pass a value twice.
+        elif param.kind is param.POSITIONAL_ONLY or after_variadic:
+            positional.append(value)
+        else:
+            keyword[param.name] = value
     return functools.partial(root_fn, *positional, **keyword), []
+
+
+_VARIADIC_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+
+
+def _takes_variadics_as_values(root_fn: Callable[..., Any], parameters: list) -> bool:
+    """Whether ``root_fn`` is a plain function whose own code has the ``*args``/``**kwargs``."""
+    code = getattr(root_fn, "__code__", None)
+    return (
+        isinstance(root_fn, types.FunctionType)
+        and not hasattr(root_fn, "__wrapped__")
+        and code is not None
+        and bool(code.co_flags & _VARIADIC_FLAGS)
+        and any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters)
+    )
+
+
+def _call_with_variadics_as_values(
+    root_fn: types.FunctionType,
+    parameters: list[inspect.Parameter],
+    values: dict[str, Any],
+    leading: list[Any],
+) -> tuple[Callable[..., Any], list[Any]]:
+    """``root_fn`` run with its ``*args`` tuple and ``**kwargs`` dict passed as they are.
+
+    Python builds a fresh tuple/dict for variadic parameters, so a traced one
+    cannot reach the body through a call. A copy of the function whose code
+    takes every parameter positionally (the code's order: positional,
+    keyword-only, ``*args``, ``**kwargs``) receives them as they are.
+    """
+    code = root_fn.__code__
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    positional_code = code.replace(
+        co_argcount=count,
+        co_posonlyargcount=0,
+        co_kwonlyargcount=0,
+        co_flags=code.co_flags & ~_VARIADIC_FLAGS,
+    )
+    fn = types.FunctionType(
+        positional_code, root_fn.__globals__, root_fn.__name__, None, root_fn.__closure__
+    )
+    fn.__qualname__ = root_fn.__qualname__
+    names = positional_code.co_varnames[len(leading) : count]
+    return functools.partial(fn, *leading, *(values[name] for name in names)), []
 
 
 def _check_concrete_args(
@@ -175,35 +248,42 @@ def _check_concrete_args(
 
 
 def _variadic_positional(
-    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any
-) -> list[Any]:
-    """``*args``: traced with as many elements as ``concrete_args`` lists (none by default)."""
+    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any, as_value: bool
+) -> Any:
+    """``*args``: the traced tuple itself (as torch.fx), or the elements ``concrete_args`` lists.
+
+    With elements (none when the tuple cannot be passed as it is), a guard checks their count.
+    """
+    star = tracer.create_proxy("placeholder", f"*{param.name}", (), {}, type_expr=type_expr)
+    if (spec is PH or spec is None) and as_value:
+        return star
     elements = () if spec is PH or spec is None else spec
     if not isinstance(elements, (tuple, list)):
         raise TraceError(
             f"concrete_args[{param.name!r}] must be a tuple with one entry per extra "
             f"positional argument (PH for an input), got {spec!r}"
         )
-    star = tracer.create_proxy("placeholder", f"*{param.name}", (), {}, type_expr=type_expr)
     tracer.create_proxy(
         "call_function", check_variadic_length, (star, len(elements), param.name), {}, "guard"
     )
-    return [star[i] if value is PH else value for i, value in enumerate(elements)]
+    return tuple(star[i] if value is PH else value for i, value in enumerate(elements))
 
 
 def _variadic_keyword(
-    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any
-) -> dict[str, Any]:
-    """``**kwargs``: traced with the keys ``concrete_args`` gives (none by default).
+    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any, as_value: bool
+) -> Any:
+    """``**kwargs``: the traced dict itself (as torch.fx), or the keys ``concrete_args`` gives.
 
     A key given ``PH`` is an input the caller must pass; a key given a value
     is traced with that value, and the caller may omit it or pass the same
     value (another one raises, as for any fixed argument).
     """
+    stars = tracer.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
+    if (spec is PH or spec is None) and as_value:
+        return stars
     entries = _keyword_entries(param.name, spec)
     inputs = tuple(key for key, value in entries.items() if value is PH)
     fixed = tuple(key for key, value in entries.items() if value is not PH)
-    stars = tracer.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
     tracer.create_proxy(
         "call_function", check_variadic_keys, (stars, inputs, param.name, fixed), {}, "guard"
     )
