@@ -161,3 +161,39 @@ def test_concrete_args_give_star_args_a_fixed_number_of_inputs() -> None:
     gm = fxloom.symbolic_trace(sums, concrete_args={"args": (fxloom.PH, fxloom.PH)})
     x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)
     torch.testing.assert_close(gm(x, a, b), sums(x, a, b))
+
+
+# ------------------------------------------------------------ PH inside structures
+def configured(x, cfg):
+    return x * cfg["scale"] + cfg["bias"][0]
+
+
+NESTED = {"scale": 2.0, "bias": (fxloom.PH,)}
+REFERENCE_NESTED = {"scale": 2.0, "bias": (torch.fx.PH,)}
+
+
+def test_ph_inside_a_nested_concrete_arg_is_an_input_as_in_torch_fx() -> None:
+    ours = fxloom.symbolic_trace(configured, concrete_args={"cfg": NESTED})
+    reference = torch.fx.symbolic_trace(configured, concrete_args={"cfg": REFERENCE_NESTED})
+    x, bias = torch.randn(3), torch.randn(3)
+    cfg = {"scale": 2.0, "bias": (bias,)}
+    torch.testing.assert_close(ours(x, cfg), reference(x, cfg))
+    torch.testing.assert_close(ours(x, cfg), configured(x, cfg))
+
+
+def test_the_signature_keeps_the_structured_argument() -> None:
+    ours = fxloom.symbolic_trace(configured, concrete_args={"cfg": NESTED})
+    reference = torch.fx.symbolic_trace(configured, concrete_args={"cfg": REFERENCE_NESTED})
+    assert str(inspect.signature(ours.forward)) == str(inspect.signature(reference.forward))
+
+
+def test_a_fixed_leaf_of_a_structured_argument_is_checked_at_run_time() -> None:
+    gm = fxloom.symbolic_trace(configured, concrete_args={"cfg": NESTED})
+    with pytest.raises(ValueError, match="fixed to 2.0"):
+        gm(torch.randn(3), {"scale": 3.0, "bias": (torch.randn(3),)})
+
+
+def test_a_structured_argument_of_another_structure_is_refused() -> None:
+    gm = fxloom.symbolic_trace(configured, concrete_args={"cfg": NESTED})
+    with pytest.raises(TypeError, match="argument 'cfg' was traced as"):
+        gm(torch.randn(3), {"scale": 2.0, "bias": (torch.randn(3), torch.randn(3))})

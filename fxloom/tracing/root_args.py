@@ -4,7 +4,9 @@
 placeholder per parameter of the traced function, its default kept; a
 parameter named in ``concrete_args`` is fixed to that value (``PH`` keeps it
 an input), stays in the generated signature and is checked at run time
-(``fxloom.guards``). ``*args`` and ``**kwargs`` are one placeholder each
+(``fxloom.guards``); given a structure with ``PH`` leaves (``{"a": PH, "b": 3}``)
+it stays one input whose ``PH`` leaves are traced and the rest fixed, the
+structure flattened and checked at run time. ``*args`` and ``**kwargs`` are one placeholder each
 (``*args``, ``**kwargs``): as in torch.fx, the body gets the traced tuple and
 dict themselves (indexing works; expanding them is refused with a hint), or,
 with ``concrete_args`` for them, the elements and keys given, under guards on
@@ -28,8 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fxloom.guards import FixedArgument, check_variadic_keys, check_variadic_length
+from fxloom.guards import (
+    FixedArgument,
+    FlattenedInput,
+    check_variadic_keys,
+    check_variadic_length,
+)
 from fxloom.proxy import TraceError
+from fxloom.pytree import tree_any, tree_flatten, tree_unflatten
 from fxloom.tracing.patches import recording
 
 if TYPE_CHECKING:
@@ -141,6 +149,8 @@ def root_arguments(
             values[param.name] = _variadic_positional(tracer, param, spec, type_expr, as_values)
         elif param.kind is param.VAR_KEYWORD:
             values[param.name] = _variadic_keyword(tracer, param, spec, type_expr, as_values)
+        elif spec is not PH and tree_any(_is_placeholder_marker, spec):
+            values[param.name] = _structured_input(tracer, param, spec, type_expr)
         elif spec is not PH:
             may_default = param.name in defaultable
             values[param.name] = _fixed_argument(tracer, param, spec, type_expr, may_default)
@@ -308,6 +318,27 @@ def _fixed_argument(
     check = FixedArgument(param.name, value)
     tracer.create_proxy("call_function", check, (placeholder,), {}, "guard")
     return value
+
+
+def _structured_input(tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any) -> Any:
+    """An input given as a structure with ``PH`` leaves (``{"a": PH, "b": 3}``).
+
+    As in torch.fx, the ``PH`` leaves are inputs and the others fixed; the
+    structure is flattened in the generated code (``fxloom.pytree``) and
+    checked, with the fixed leaves, at run time.
+    """
+    leaves, structure = tree_flatten(spec)
+    placeholder = tracer.create_proxy("placeholder", param.name, (), {}, type_expr=type_expr)
+    fixed = {i: leaf for i, leaf in enumerate(leaves) if leaf is not PH}
+    flat = tracer.create_proxy(
+        "call_function", FlattenedInput(param.name, structure, fixed), (placeholder,), {}
+    )
+    traced = [flat[i] if leaf is PH else leaf for i, leaf in enumerate(leaves)]
+    return tree_unflatten(traced, structure)
+
+
+def _is_placeholder_marker(value: Any) -> bool:
+    return value is PH
 
 
 def _defaultable_parameters(
