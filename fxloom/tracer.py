@@ -466,6 +466,8 @@ def symbolic_trace(
     examples, and control flow on traced values follows the examples' branch
     with a run-time guard in the graph that raises if another input would take
     another branch. Sizes stay symbolic unless control flow depends on them.
+    Model and library code then also sees ``isinstance(x, torch.Tensor)``
+    hold for a traced tensor.
 
     ``autoleaf`` (beyond torch.fx): when a submodule cannot be traced, keep the
     innermost user-defined module around the failure as a ``call_module`` and

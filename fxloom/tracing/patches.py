@@ -13,7 +13,9 @@ While a trace runs:
   proxy (factories: called at all), they record a ``call_function`` instead of
   running;
 * ``torch.vmap`` refuses proxies with a clear error, and
-  ``torch.compiler.is_compiling()`` answers True (we are capturing a graph).
+  ``torch.compiler.is_compiling()`` answers True (we are capturing a graph);
+* with example inputs, ``isinstance(x, torch.Tensor)`` answers True for a
+  traced tensor in model and library code.
 
 Each trace's ``Gate`` is open while the program is traced and closed while
 example values are computed (``fxloom.tracing.examples``): then every patch
@@ -28,13 +30,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fxloom.proxy import Proxy, tracer_of
+from fxloom.proxy import NO_VALUE, Proxy, tracer_of
 from fxloom.pytree import tree_any
 from fxloom.tracing.fx_interop import FX_TRACING_FLAG, fx_tracing_module, fx_wrapped_names
 from fxloom.tracing.patcher import (
@@ -81,6 +84,22 @@ def _is_proxy(value: Any) -> bool:
 def holds_proxy(value: Any) -> bool:
     """Whether a traced value is somewhere inside ``value`` (a container, or the value itself)."""
     return tree_any(_is_proxy, value)
+
+
+_builtin_isinstance = builtins.isinstance
+
+
+def _names_tensor(classinfo: Any) -> bool:
+    """Whether an ``isinstance`` question asks for ``torch.Tensor`` (alone or in a tuple)."""
+    if classinfo is torch.Tensor:
+        return True
+    return type(classinfo) is tuple and torch.Tensor in classinfo
+
+
+def _asked_by_torch_or_fxloom() -> bool:
+    """Whether the caller of the patched ``isinstance`` (two frames up) is torch's or ours."""
+    module = sys._getframe(2).f_globals.get("__name__", "")
+    return module.partition(".")[0] in ("torch", "fxloom")
 
 
 def capturing() -> bool:
@@ -218,6 +237,7 @@ class TracePatches:
             patcher.patch_attr(cls, "__getattr__", module_getattr)
         self._watch_attribute_writes(type(tracer.root))
         self._wrap_registered()
+        self._answer_tensor_isinstance()
         # A TorchScript function cannot take a Proxy: record its call instead.
         script_call = unwrapped(torch._C.ScriptFunction.__call__)
         patcher.patch_attr(torch._C.ScriptFunction, "__call__", recording(script_call, method=True))
@@ -233,6 +253,32 @@ class TracePatches:
             original = unwrapped(getattr(torch, name))
             patcher.patch_attr(torch, name, recording(original, always=True))
         self._autowrap_globals(fn_globals)
+
+    def _answer_tensor_isinstance(self) -> None:
+        """With example inputs, ``isinstance(x, torch.Tensor)`` holds for a traced tensor.
+
+        Libraries check it before they compute (torchvision's box decoding
+        asserts it). Only Python's ``isinstance`` is patched, and it answers so
+        only to code outside torch and fxloom: torch hands what it takes for a
+        tensor to C++, which cannot take a Proxy (C++'s own checks never see this).
+        """
+        if self._tracer._example_run is None:
+            return
+        gate = self.gate
+
+        def isinstance(obj: Any, classinfo: Any, /) -> bool:  # noqa: A001 - it stands in for it
+            if (
+                _builtin_isinstance(obj, Proxy)
+                and gate.open
+                and _names_tensor(classinfo)
+                and obj._value is not NO_VALUE
+                and not _asked_by_torch_or_fxloom()
+            ):
+                return _builtin_isinstance(obj.value, torch.Tensor)
+            return _builtin_isinstance(obj, classinfo)
+
+        isinstance.__fxloom_original__ = _builtin_isinstance  # type: ignore[attr-defined]
+        self._patcher.patch_attr(builtins, "isinstance", isinstance)
 
     def _wrap_registered(self) -> None:
         """Record the functions registered with ``fxloom.wrap`` and with ``torch.fx.wrap``,
