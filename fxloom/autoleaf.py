@@ -14,6 +14,10 @@ which modules were kept as calls and why::
 Modules from ``torch.nn`` are not chosen (they are leaves already, or
 containers whose children are the real culprits); a failure in the root
 module's own ``forward`` cannot be fixed this way and is raised as usual.
+A module whose inputs cannot be passed to a call (a custom object, not a
+container registered with ``fxloom.pytree``) is not kept: the user module
+around it is, or, if there is none, the error names the object and says to
+register its class.
 """
 
 from __future__ import annotations
@@ -65,7 +69,17 @@ def trace_with_autoleaf(
             return tracer, trace(tracer), decisions
         except TraceError as err:
             path = _innermost_user_module(root, err.module_path or "")
-            if path is None or path in forced:
+            reason = str(err).splitlines()[0]
+            if path is not None and path in forced:
+                # Its own call failed to record: its inputs are no graph arguments
+                # (a custom object). The module that made them is kept instead.
+                forced.discard(path)
+                decisions = [d for d in decisions if d.path != path]
+                path, reason = (
+                    _caller_of_unpassable_leaf(root, path, err),
+                    (f"its submodule {path!r} takes inputs a call cannot pass: {reason}"),
+                )
+            if path is None:
                 _explain(err, path)
                 raise
             forced.add(path)
@@ -73,7 +87,7 @@ def trace_with_autoleaf(
                 LeafDecision(
                     path=path,
                     module_class=type(attr_path.get(root, path)).__qualname__,
-                    reason=str(err).splitlines()[0],
+                    reason=reason,
                     location=err.location,
                 )
             )
@@ -87,6 +101,26 @@ def _innermost_user_module(root: torch.nn.Module, path: str) -> str | None:
         if not (type(module).__module__ or "").startswith("torch."):
             return candidate
     return None
+
+
+def _caller_of_unpassable_leaf(root: torch.nn.Module, path: str, err: TraceError) -> str:
+    """The user module around leaf ``path``, whose inputs could not be passed to a call.
+
+    Raises a ``TraceError`` that names the culprit when no module but the root is around it.
+    """
+    caller = _innermost_user_module(root, path.rpartition(".")[0])
+    if caller is not None:
+        return caller
+    raise TraceError(
+        f"autoleaf cannot keep {path!r} ({type(attr_path.get(root, path)).__qualname__}) as a "
+        f"call: {str(err).splitlines()[0]}\n"
+        "hint: register the class of that argument with fxloom.pytree.register_pytree_node "
+        "(fxloom.pytree.register_dataclass for a dataclass) so its fields are passed as "
+        "graph arguments",
+        partial_graph=err.partial_graph,
+        location=err.location,
+        module_path=path,
+    ) from err
 
 
 def _explain(err: TraceError, path: str | None) -> None:

@@ -23,9 +23,11 @@ import torch
 
 from fxloom.node import has_side_effect
 from fxloom.proxy import Proxy
+from fxloom.pytree import TreeSpec, tree_flatten
 
 __all__ = [
     "FixedArgument",
+    "FlattenedInput",
     "check_guard",
     "check_length",
     "check_tensor_input",
@@ -155,3 +157,42 @@ class FixedArgument:
 
     def __repr__(self) -> str:
         return f"FixedArgument({self.name}={self.expected!r})"
+
+
+class FlattenedInput:
+    """The leaves of an argument given as a structure with ``PH`` inside (``concrete_args``).
+
+    Traced with ``{"x": {"a": PH, "b": 3}}``, the generated code flattens
+    ``x`` with ``fxloom.pytree`` and reads its ``PH`` leaves; this checks that
+    ``x`` has the traced structure and the fixed leaves their traced values:
+    ``x_leaves(x)`` returns the list of leaves.
+    """
+
+    _is_impure = True  # kept by dead-code elimination (see Node.is_impure)
+
+    def __init__(self, name: str, spec: TreeSpec, fixed: dict[int, Any]) -> None:
+        self.name = name
+        self.spec = spec
+        self.fixed = fixed  # leaf index -> the value it was traced with
+        self.__name__ = f"{name}_leaves"  # how generated code names it
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, Proxy):  # traced again: record the call, do not run it
+            return value.tracer.create_proxy("call_function", self, (value,), {})
+        leaves, spec = tree_flatten(value)
+        if spec != self.spec:
+            raise TypeError(
+                f"argument {self.name!r} was traced as {self.spec} (concrete_args), but "
+                f"{value!r} has the structure {spec}; pass it in the traced structure or retrace"
+            )
+        for index, expected in self.fixed.items():
+            if not FixedArgument(f"{self.name}", expected)._matches(leaves[index]):
+                raise ValueError(
+                    f"entry {index} of argument {self.name!r} (flattened) was fixed to "
+                    f"{expected!r} when this module was traced (concrete_args), but "
+                    f"{leaves[index]!r} was passed; retrace to use another value"
+                )
+        return leaves
+
+    def __repr__(self) -> str:
+        return f"FlattenedInput({self.name}: {self.spec})"

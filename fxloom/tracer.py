@@ -67,7 +67,7 @@ from fxloom.tracing.examples import ExampleRun, bind_examples
 from fxloom.tracing.module_stack import ModuleStack
 from fxloom.tracing.patcher import original_module_call
 from fxloom.tracing.patches import TracePatches
-from fxloom.tracing.root_args import PH, root_arguments
+from fxloom.tracing.root_args import PH, root_arguments, root_function
 from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
 
@@ -99,7 +99,12 @@ class Tracer:
     (module -> qualified name) and ``tensor_attrs`` (id of a captured tensor
     -> its constant's name). The hooks delegate to the pieces in
     ``fxloom.tracing``, one per concern.
+
+    ``traced_func_name`` (class attribute, ``"forward"``): the method of a
+    root module that is traced; a root without it is an error.
     """
+
+    traced_func_name: str = "forward"
 
     def __init__(
         self,
@@ -171,14 +176,7 @@ class Tracer:
         On failure raises ``TraceError`` (with ``partial_graph``) and leaves
         ``root`` and every patched global exactly as they were.
         """
-        if isinstance(root, torch.nn.Module):
-            module, fn, is_module = root, type(root).forward, True
-        elif callable(root):
-            module, fn, is_module = torch.nn.Module(), root, False
-        else:
-            raise TypeError(
-                f"symbolic tracing needs an nn.Module or a function, got {type(root).__name__}"
-            )
+        module, fn, is_module = root_function(root, self.traced_func_name)
         self._start(module, Graph(), bind_examples(fn, is_module, concrete_args, example_inputs))
         patches = self._patches
         patches.activate()
@@ -221,7 +219,8 @@ class Tracer:
         """Create one placeholder per parameter of ``root_fn`` and return ``(fn, args)`` to call.
 
         Defaults become placeholder defaults; ``*args``/``**kwargs`` become
-        variadic placeholders; a parameter named in ``concrete_args`` is fixed
+        variadic placeholders, passed to the body as the traced tuple/dict
+        (``concrete_args`` may give them fixed entries); a parameter named in ``concrete_args`` is fixed
         to that value (``PH`` keeps it an input). A fixed argument stays in the
         generated signature with its value as default, and passing anything
         else raises instead of being silently ignored.
@@ -527,6 +526,8 @@ def symbolic_trace(
     examples, and control flow on traced values follows the examples' branch
     with a run-time guard in the graph that raises if another input would take
     another branch. Sizes stay symbolic unless control flow depends on them.
+    Model and library code then also sees ``isinstance(x, torch.Tensor)``
+    hold for a traced tensor.
 
     ``autoleaf`` (beyond torch.fx): when a submodule cannot be traced, keep the
     innermost user-defined module around the failure as a ``call_module`` and

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -76,7 +78,8 @@ def test_the_report_names_the_module_its_class_the_reason_and_the_line():
     assert decision.path == "block.gate"
     assert decision.module_class == "Gate"
     assert "control flow" in decision.reason
-    assert decision.location.endswith(f"{__file__}:18")
+    gate_line = Gate.forward.__code__.co_firstlineno + 1  # the `if x.sum() > 0:`
+    assert decision.location.endswith(f"{__file__}:{gate_line}")
     assert "block.gate (Gate)" in str(decision)
 
 
@@ -152,3 +155,78 @@ def test_the_users_module_is_unchanged_after_autoleaf():
     assert not hasattr(model, "_tensor_constant0")
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key])
+
+
+# ------------------------------------------------- inputs that are custom objects
+class Boxes:
+    """A custom object, not registered with fxloom.pytree: no call can take it as an argument."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+@dataclasses.dataclass
+class BoxPair:
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+fxloom.pytree.register_dataclass(BoxPair)
+
+
+class BoxHead(nn.Module):
+    """Untraceable, and takes its boxes as an object."""
+
+    def forward(self, boxes):
+        t = boxes.tensor if isinstance(boxes, Boxes) else boxes.first - boxes.second
+        if t.sum() > 0:
+            return t * 2
+        return t
+
+
+class MakesBoxes(nn.Module):
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+        self.head = BoxHead()
+
+    def forward(self, x):
+        return self.head(self.make(x))
+
+
+class Detector(nn.Module):
+    def __init__(self, make):
+        super().__init__()
+        self.stage = MakesBoxes(make)
+
+    def forward(self, x):
+        return self.stage(x) + 1
+
+
+def test_a_leaf_taking_a_registered_container_is_kept_and_passed_its_fields():
+    model = MakesBoxes(lambda x: BoxPair(x, x + 1))
+    gm = fxloom.symbolic_trace(model, autoleaf=True)
+    assert call_modules(gm) == ["head"]
+    x = torch.randn(3)
+    assert_close(gm(x), model(x))
+
+
+def test_a_leaf_taking_a_custom_object_gives_way_to_the_module_that_made_the_object():
+    model = Detector(lambda x: Boxes(x))
+    gm = fxloom.symbolic_trace(model, autoleaf=True)
+    assert call_modules(gm) == ["stage"]
+    assert [d.path for d in gm.meta["autoleaf"]] == ["stage"]
+    assert "its submodule 'stage.head' takes inputs a call cannot pass" in str(
+        gm.meta["autoleaf"][0]
+    )
+    x = torch.randn(3)
+    assert_close(gm(x), model(x))
+
+
+def test_a_custom_object_made_in_the_root_is_refused_naming_it_and_the_fix():
+    with pytest.raises(fxloom.TraceError) as info:
+        fxloom.symbolic_trace(MakesBoxes(lambda x: Boxes(x)), autoleaf=True)
+    message = str(info.value)
+    assert "autoleaf cannot keep 'head' (BoxHead)" in message
+    assert "of type Boxes" in message
+    assert "fxloom.pytree.register_pytree_node" in message

@@ -5,11 +5,15 @@ torch.export, torch._dynamo (nor torch.compile, its entry point), torch.jit,
 torch._subclasses.fake_tensor, or torch's functionalization API. Tests and benchmarks may
 import them to compare with; the library may not.
 
+One exception (DESIGN.md, "interoperability"): fxloom may read torch.fx's wrap registry and set
+its tracing flag, so libraries written for torch.fx behave alike. Exactly one module does, by
+looking torch.fx's tracer module up in `sys.modules` (never importing it): ALLOWED_INTEROP.
+
 Two checks enforce this:
 
 * Statically: every source file under fxloom/ is parsed with `ast`, and its import
   statements, its `importlib.import_module("...")` / `__import__("...")` calls, and its dotted
-  uses such as `torch.fx.Graph` (which work without importing torch.fx, because `import torch`
+  uses such as `torch.fx.Graph`, and `sys.modules` look-ups of a module by name (which work without importing torch.fx, because `import torch`
   loads it) are compared with the forbidden list. Comments and docstrings may mention torch.fx.
 * At run time: a fresh interpreter imports torch, notes sys.modules, then imports fxloom and
   every submodule, and reports which modules fxloom's import added. `import torch` already
@@ -50,6 +54,8 @@ FORBIDDEN_TORCH_APIS = (
     "torch._enable_functionalization",
     "torch._disable_functionalization",
 )
+# The one use of torch.fx allowed (DESIGN.md's interoperability exception): source file -> name.
+ALLOWED_INTEROP = {"fxloom/tracing/fx_interop.py": "torch.fx._symbolic_trace"}
 # Forbidden wherever in torch they are imported from (torch re-exports them in several places).
 # fxloom may define its own functions of these names.
 FORBIDDEN_TORCH_NAMES = ("make_fx", "functionalize")
@@ -108,7 +114,9 @@ def _names_bound_to_torch(tree: ast.AST) -> set[str]:
 
 
 def _dotted_names_used(tree: ast.AST, torch_aliases: set[str]) -> Iterator[tuple[int, str, str]]:
-    """(line, dotted name, how) for each import, import_module/__import__ call and dotted use."""
+    """(line, dotted name, how) for each import, import_module/__import__ call, dotted use and
+    sys.modules look-up."""
+    strings = _string_constants(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -120,12 +128,42 @@ def _dotted_names_used(tree: ast.AST, torch_aliases: set[str]) -> Iterator[tuple
             if node.args and isinstance(node.args[0], ast.Constant):
                 if isinstance(node.args[0].value, str):
                     yield node.lineno, node.args[0].value, "dynamic import of"
+        elif isinstance(node, ast.Call | ast.Subscript):
+            for name in _module_names_looked_up(node, strings):
+                yield node.lineno, name, "sys.modules look-up of"
         elif isinstance(node, ast.Attribute):
             dotted = _dotted(node)
             if dotted is not None:
                 root, _, rest = dotted.partition(".")
                 if root in torch_aliases:
                     yield node.lineno, f"torch.{rest}", "use of"
+
+
+def _module_names_looked_up(node: ast.AST, strings: dict[str, str]) -> Iterator[str]:
+    """The module name in ``sys.modules.get(NAME)`` / ``sys.modules[NAME]`` (a literal, or a
+    name bound to one in ``strings``): a module found by name is used as surely as one imported."""
+    if isinstance(node, ast.Call) and node.args and _dotted(node.func) == "sys.modules.get":
+        key = node.args[0]
+    elif isinstance(node, ast.Subscript) and _dotted(node.value) == "sys.modules":
+        key = node.slice
+    else:
+        return
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        yield key.value
+    elif isinstance(key, ast.Name) and key.id in strings:
+        yield strings[key.id]
+
+
+def _string_constants(tree: ast.AST) -> dict[str, str]:
+    """Names bound to a string literal anywhere in the file (``_MODULE = "torch.fx"``)."""
+    strings = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            if isinstance(node.value.value, str):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        strings[target.id] = node.value.value
+    return strings
 
 
 def _is_dynamic_import(func: ast.expr) -> bool:
@@ -163,7 +201,8 @@ def test_no_source_file_in_fxloom_uses_a_forbidden_module() -> None:
     uses = []
     for path in package_sources():
         relative = path.relative_to(PACKAGE_DIR.parent).as_posix()
-        uses += forbidden_uses(path.read_text(encoding="utf-8"), relative)
+        found = forbidden_uses(path.read_text(encoding="utf-8"), relative)
+        uses += [use for use in found if ALLOWED_INTEROP.get(relative) != use.name]
     assert not uses, "fxloom must not use these (see DESIGN.md):\n" + "\n".join(map(str, uses))
 
 
@@ -187,6 +226,12 @@ FRESH_INTERPRETER_SCRIPT = textwrap.dedent(
     print(json.dumps({"added": sorted(set(sys.modules) - before), "skipped": skipped}))
     """
 )
+
+
+def test_the_interoperability_module_uses_only_the_allowed_torch_fx_module() -> None:
+    for relative, allowed in ALLOWED_INTEROP.items():
+        source = (PACKAGE_DIR.parent / relative).read_text(encoding="utf-8")
+        assert {use.name for use in forbidden_uses(source, relative)} == {allowed}
 
 
 def test_importing_fxloom_and_all_its_submodules_loads_no_forbidden_module() -> None:
@@ -224,6 +269,8 @@ def test_importing_fxloom_and_all_its_submodules_loads_no_forbidden_module() -> 
         ("from torch.func import functionalize", "torch.func.functionalize"),
         ("import importlib\nimportlib.import_module('torch._dynamo')", "torch._dynamo"),
         ("__import__('torch.jit')", "torch.jit"),
+        ("import sys\nsys.modules.get('torch.fx._symbolic_trace')", "torch.fx._symbolic_trace"),
+        ("import sys\nNAME = 'torch._dynamo'\nsys.modules[NAME]", "torch._dynamo"),
     ],
 )
 def test_the_checker_catches(source: str, expected: str) -> None:

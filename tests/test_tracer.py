@@ -606,29 +606,33 @@ def variadic(x, *args, **kwargs):
     return x + sum(args) + sum(kwargs.values())
 
 
-def test_star_args_and_kwargs_are_traced_with_none_by_default():
-    gm = fx.symbolic_trace(variadic)
+def test_star_args_and_kwargs_are_traced_as_one_input_each_by_default():
+    # As in torch.fx: the function body gets the traced tuple and dict themselves.
+    def indexing(x, *args, **kwargs):
+        return x + args[0] * kwargs["scale"]
+
+    gm = fx.symbolic_trace(indexing)
     parameters = inspect.signature(gm.forward).parameters
     assert parameters["args"].kind is inspect.Parameter.VAR_POSITIONAL
     assert parameters["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
-    x = torch.randn(3)
-    assert_close(gm(x), variadic(x))
+    x, a = torch.randn(3), torch.randn(3)
+    assert_close(gm(x, a, scale=2.0), indexing(x, a, scale=2.0))
 
 
 def test_calling_with_more_positional_arguments_than_traced_raises_type_error():
-    gm = fx.symbolic_trace(variadic)
+    gm = fx.symbolic_trace(variadic, concrete_args={"args": (), "kwargs": {}})
     with pytest.raises(TypeError, match=r"traced with 0 extra positional argument.*\*args"):
         gm(torch.randn(3), torch.randn(3))
 
 
 def test_calling_with_keyword_arguments_not_traced_raises_type_error():
-    gm = fx.symbolic_trace(variadic)
+    gm = fx.symbolic_trace(variadic, concrete_args={"args": (), "kwargs": {}})
     with pytest.raises(TypeError, match=r"\*\*kwargs"):
         gm(torch.randn(3), bias=torch.randn(3))
 
 
 def test_concrete_args_can_trace_star_args_with_two_inputs():
-    gm = fx.symbolic_trace(variadic, concrete_args={"args": (fx.PH, fx.PH)})
+    gm = fx.symbolic_trace(variadic, concrete_args={"args": (fx.PH, fx.PH), "kwargs": {}})
     x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)
     assert_close(gm(x, a, b), variadic(x, a, b))
     with pytest.raises(TypeError, match="2 extra positional"):
@@ -636,7 +640,7 @@ def test_concrete_args_can_trace_star_args_with_two_inputs():
 
 
 def test_concrete_args_can_trace_kwargs_with_named_inputs():
-    gm = fx.symbolic_trace(variadic, concrete_args={"kwargs": {"bias": fx.PH}})
+    gm = fx.symbolic_trace(variadic, concrete_args={"args": (), "kwargs": {"bias": fx.PH}})
     x, bias = torch.randn(3), torch.randn(3)
     assert_close(gm(x, bias=bias), variadic(x, bias=bias))
 
@@ -658,7 +662,9 @@ def test_concrete_args_naming_no_parameter_go_to_the_kwargs_of_a_function_that_t
 
 
 def test_fixed_and_input_keywords_of_kwargs_can_be_mixed():
-    gm = fx.symbolic_trace(variadic, concrete_args={"kwargs": {"bias": fx.PH}, "scale": 2.0})
+    gm = fx.symbolic_trace(
+        variadic, concrete_args={"args": (), "kwargs": {"bias": fx.PH}, "scale": 2.0}
+    )
     x, bias = torch.randn(3), torch.randn(3)
     assert_close(gm(x, bias=bias), variadic(x, bias=bias, scale=2.0))
     with pytest.raises(TypeError, match="bias"):

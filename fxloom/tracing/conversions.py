@@ -94,12 +94,40 @@ def iterate(tracer: Tracer, obj: Proxy) -> Iterator[Proxy]:
     if count is not None:
         _check_unpack(tracer, obj, count)
         return iter([obj[i] for i in range(count)])
+    variadic = _variadic_parameter(obj)
+    if variadic is not None:
+        raise tracer.trace_error(
+            f"{variadic} cannot be expanded or iterated: the root's {variadic} is traced as "
+            "one input whose entries are unknown while tracing",
+            hint=f"index it ({variadic.lstrip('*')}[0]), or trace with fixed entries: "
+            + _VARIADIC_CONCRETE_ARGS[variadic.startswith("**")].format(variadic.lstrip("*")),
+        )
     raise tracer.trace_error(
         "Proxy object cannot be iterated: the number of elements of a traced value is "
         "unknown while tracing",
         hint="unpack into a fixed number of names (a, b = x.chunk(2)), index explicitly, "
         "or pass example_inputs",
     )
+
+
+# How to give a root's *args (False) or **kwargs (True) fixed entries.
+_VARIADIC_CONCRETE_ARGS = {
+    False: "concrete_args={{'{0}': (PH, PH)}} for two positional inputs",
+    True: "concrete_args={{'{0}': {{'bias': PH}}}} for a keyword input 'bias'",
+}
+
+
+def _variadic_parameter(obj: Proxy) -> str | None:
+    """``"*args"``/``"**kwargs"`` if ``obj`` is the root's variadic input (or its keys/values/items)."""
+    if type(obj) is not Proxy:
+        return None
+    node = obj.node
+    if node.op == "call_method" and node.target in ("keys", "values", "items") and node.args:
+        node = node.args[0]
+    target = getattr(node, "target", None)
+    if getattr(node, "op", None) == "placeholder" and str(target).startswith("*"):
+        return str(target)
+    return None
 
 
 def _specialize(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:

@@ -6,20 +6,23 @@ While a trace runs:
   ``Tracer.call_module`` and a ``__getattr__`` that hands parameter reads to
   ``Tracer.getattr``; a class whose forward runs on proxies also gets a
   ``__setattr__`` that notes assignments of traced values, to undo them;
-* functions registered with ``fxloom.wrap``, those of the autowrap modules
+* functions registered with ``fxloom.wrap`` (or ``torch.fx.wrap``, see
+  ``fx_interop``, which also sets torch.fx's tracing flag), those of the autowrap modules
   (``math``) reached from the traced code's globals, TorchScript functions and
   torch's tensor factories are replaced by *recording wrappers*: called with a
   proxy (factories: called at all), they record a ``call_function`` instead of
   running;
 * ``torch.vmap`` refuses proxies with a clear error, and
-  ``torch.compiler.is_compiling()`` answers True (we are capturing a graph).
+  ``torch.compiler.is_compiling()`` answers True (we are capturing a graph);
+* with example inputs, ``isinstance(x, torch.Tensor)`` answers True for a
+  traced tensor in model and library code.
 
 Each trace's ``Gate`` is open while the program is traced and closed while
 example values are computed (``fxloom.tracing.examples``): then every patch
 runs the original it replaced, as if no trace were running. ``TracePatches.restore``
 puts everything back and removes traced values a module cached in a dict.
 
-Depends on ``patcher``, ``wrapped``, ``fxloom.proxy`` and ``fxloom.pytree``.
+Depends on ``patcher``, ``wrapped``, ``fx_interop``, ``fxloom.proxy`` and ``fxloom.pytree``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -34,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom.graph_module import GraphModule
-from fxloom.proxy import Proxy, tracer_of
+from fxloom.proxy import NO_VALUE, Proxy, tracer_of
 from fxloom.pytree import tree_any
+from fxloom.tracing.fx_interop import FX_TRACING_FLAG, fx_tracing_module, fx_wrapped_names
 from fxloom.tracing.patcher import (
     Patcher,
     original_module_call,
@@ -80,6 +85,22 @@ def _is_proxy(value: Any) -> bool:
 def holds_proxy(value: Any) -> bool:
     """Whether a traced value is somewhere inside ``value`` (a container, or the value itself)."""
     return tree_any(_is_proxy, value)
+
+
+_builtin_isinstance = builtins.isinstance
+
+
+def _names_tensor(classinfo: Any) -> bool:
+    """Whether an ``isinstance`` question asks for ``torch.Tensor`` (alone or in a tuple)."""
+    if classinfo is torch.Tensor:
+        return True
+    return type(classinfo) is tuple and torch.Tensor in classinfo
+
+
+def _asked_by_torch_or_fxloom() -> bool:
+    """Whether the caller of the patched ``isinstance`` (two frames up) is torch's or ours."""
+    module = sys._getframe(2).f_globals.get("__name__", "")
+    return module.partition(".")[0] in ("torch", "fxloom")
 
 
 def capturing() -> bool:
@@ -218,11 +239,8 @@ class TracePatches:
             patcher.patch_attr(cls, "__call__", module_call)
             patcher.patch_attr(cls, "__getattr__", module_getattr)
         self._watch_attribute_writes(type(tracer.root))
-        for globals_dict, name in list(wrapped_names.values()):
-            original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
-            if original is not None:
-                patcher.patch_global(globals_dict, name, recording(original))
-                self._wrapped[id(original)] = (name, original)
+        self._wrap_registered()
+        self._answer_tensor_isinstance()
         # A TorchScript function cannot take a Proxy: record its call instead.
         script_call = unwrapped(torch._C.ScriptFunction.__call__)
         patcher.patch_attr(torch._C.ScriptFunction, "__call__", recording(script_call, method=True))
@@ -240,6 +258,46 @@ class TracePatches:
         self._autowrap_globals(fn_globals)
         if isinstance(tracer.root, GraphModule):
             self._wrap_in_generated_code(fn_globals)
+
+    def _answer_tensor_isinstance(self) -> None:
+        """With example inputs, ``isinstance(x, torch.Tensor)`` holds for a traced tensor.
+
+        Libraries check it before they compute (torchvision's box decoding
+        asserts it). Only Python's ``isinstance`` is patched, and it answers so
+        only to code outside torch and fxloom: torch hands what it takes for a
+        tensor to C++, which cannot take a Proxy (C++'s own checks never see this).
+        """
+        if self._tracer._example_run is None:
+            return
+        gate = self.gate
+
+        def isinstance(obj: Any, classinfo: Any, /) -> bool:  # noqa: A001 - it stands in for it
+            if (
+                _builtin_isinstance(obj, Proxy)
+                and gate.open
+                and _names_tensor(classinfo)
+                and obj._value is not NO_VALUE
+                and not _asked_by_torch_or_fxloom()
+            ):
+                return _builtin_isinstance(obj.value, torch.Tensor)
+            return _builtin_isinstance(obj, classinfo)
+
+        isinstance.__fxloom_original__ = _builtin_isinstance  # type: ignore[attr-defined]
+        self._patcher.patch_attr(builtins, "isinstance", isinstance)
+
+    def _wrap_registered(self) -> None:
+        """Record the functions registered with ``fxloom.wrap`` and with ``torch.fx.wrap``,
+        and answer torch.fx's "is tracing" check as torch.fx does while it traces."""
+        patcher = self._patcher
+        registered = [*wrapped_names.values(), *fx_wrapped_names()]
+        for globals_dict, name in registered:
+            original = unwrapped(globals_dict.get(name, getattr(builtins, name, None)))
+            if original is not None:
+                patcher.patch_global(globals_dict, name, recording(original))
+                self._wrapped[id(original)] = (name, original)
+        fx_module = fx_tracing_module()
+        if fx_module is not None:
+            patcher.patch_attr(fx_module, FX_TRACING_FLAG, True)
 
     def restore(self) -> None:
         """Put back everything patched, and drop traced values cached in the traced modules."""

@@ -4,8 +4,17 @@
 placeholder per parameter of the traced function, its default kept; a
 parameter named in ``concrete_args`` is fixed to that value (``PH`` keeps it
 an input), stays in the generated signature and is checked at run time
-(``fxloom.guards``); ``*args`` and ``**kwargs`` are traced with the elements
-and keys ``concrete_args`` gives them, under guards on their count and keys.
+(``fxloom.guards``); given a structure with ``PH`` leaves (``{"a": PH, "b": 3}``)
+it stays one input whose ``PH`` leaves are traced and the rest fixed, the
+structure flattened and checked at run time. ``*args`` and ``**kwargs`` are one placeholder each
+(``*args``, ``**kwargs``): as in torch.fx, the body gets the traced tuple and
+dict themselves (indexing works; expanding them is refused with a hint), or,
+with ``concrete_args`` for them, the elements and keys given, under guards on
+their count and keys. Through a decorator's ``(*args, **kwargs)`` wrapper
+only the latter is possible, and no entries are the default.
+
+The root itself (``root_function``): a module's ``Tracer.traced_func_name``
+method, a function, or a builtin (recorded as one call if it has a signature).
 
 Depends on ``fxloom.proxy`` and ``fxloom.guards``; placeholders are made
 through the tracer's ``create_proxy`` hook.
@@ -15,17 +24,34 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fxloom.guards import FixedArgument, check_variadic_keys, check_variadic_length
+import torch
+
+from fxloom.guards import (
+    FixedArgument,
+    FlattenedInput,
+    check_variadic_keys,
+    check_variadic_length,
+)
 from fxloom.proxy import TraceError
+from fxloom.pytree import tree_any, tree_flatten, tree_unflatten
+from fxloom.tracing.patches import recording
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer
     from fxloom.tracing.examples import ExampleRun
 
-__all__ = ["PH", "root_arguments"]
+__all__ = ["PH", "RootError", "root_arguments", "root_function"]
+
+
+class RootError(TraceError, AssertionError):
+    """The root cannot be traced at all: a missing ``traced_func_name``, a builtin without a signature.
+
+    An ``AssertionError`` too, the type torch.fx raises in these cases.
+    """
 
 
 class _PlaceholderMarker:
@@ -36,6 +62,62 @@ class _PlaceholderMarker:
 
 
 PH = _PlaceholderMarker()
+
+
+# Functions implemented in C: no Python code to trace into.
+_BUILTIN_KINDS = (
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+)
+
+
+def root_function(
+    root: torch.nn.Module | Callable[..., Any], traced_func_name: str
+) -> tuple[torch.nn.Module, Callable[..., Any], bool]:
+    """``(module, fn, is_module)``: the root module (an empty one for a function) and what to trace.
+
+    A module's ``traced_func_name`` method (``forward`` by default) is traced.
+    A builtin (C) function becomes one recorded call of it, its parameters
+    read from the signature Python and torch give it.
+    """
+    if isinstance(root, torch.nn.Module):
+        fn = getattr(type(root), traced_func_name, None)
+        if not callable(fn):
+            raise RootError(
+                f"the tracer's traced_func_name={traced_func_name!r} is no method of "
+                f"{type(root).__qualname__}; define it or set Tracer.traced_func_name to "
+                "the method to trace"
+            )
+        return root, fn, True
+    if isinstance(root, _BUILTIN_KINDS):
+        return torch.nn.Module(), _recorded_builtin(root), False
+    if callable(root):
+        return torch.nn.Module(), root, False
+    raise TypeError(f"symbolic tracing needs an nn.Module or a function, got {type(root).__name__}")
+
+
+def _recorded_builtin(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A stand-in for builtin ``fn`` with its signature, whose call records ``fn`` as one node."""
+    try:
+        inspect.signature(fn)
+    except (ValueError, TypeError):
+        module, name = getattr(fn, "__module__", None), getattr(fn, "__name__", repr(fn))
+        spelled = f"{module}.{name}" if isinstance(module, str) else fn.__qualname__
+        raise RootError(
+            f"{spelled} is a builtin (C) function without a signature to make placeholders "
+            f"from; trace a Python function that calls it (lambda x: {spelled}(x))"
+        ) from None
+    record = recording(fn, always=True)
+
+    def call_builtin(*args: Any, **kwargs: Any) -> Any:
+        return record(*args, **kwargs)
+
+    functools.update_wrapper(call_builtin, fn)  # its name and (through __wrapped__) signature
+    call_builtin.__annotations__ = {}  # a builtin has none; ours would leak into the code
+    return call_builtin
 
 
 def root_arguments(
@@ -55,34 +137,102 @@ def root_arguments(
         parameters = parameters[1:]
     concrete_args = _check_concrete_args(root_fn, parameters, dict(concrete_args or {}))
     hints = _annotations(root_fn)
-    positional: list[Any] = [tracer.root] if is_module else []
-    keyword: dict[str, Any] = {}
+    # A plain function's own *args/**kwargs receive the traced tuple/dict itself, as in
+    # torch.fx; through a decorator's wrapper only concrete elements can be passed.
+    as_values = _takes_variadics_as_values(root_fn, parameters)
+    values: dict[str, Any] = {}
     defaultable = _defaultable_parameters(parameters, concrete_args)
     for param in parameters:
         type_expr = hints.get(param.name)
         spec = concrete_args.get(param.name, PH)
         if param.kind is param.VAR_POSITIONAL:
-            positional.extend(_variadic_positional(tracer, param, spec, type_expr))
+            values[param.name] = _variadic_positional(tracer, param, spec, type_expr, as_values)
         elif param.kind is param.VAR_KEYWORD:
-            keyword.update(_variadic_keyword(tracer, param, spec, type_expr))
+            values[param.name] = _variadic_keyword(tracer, param, spec, type_expr, as_values)
+        elif spec is not PH and tree_any(_is_placeholder_marker, spec):
+            values[param.name] = _structured_input(tracer, param, spec, type_expr)
+        elif spec is not PH:
+            may_default = param.name in defaultable
+            values[param.name] = _fixed_argument(tracer, param, spec, type_expr, may_default)
         else:
-            if spec is not PH:
-                may_default = param.name in defaultable
-                value = _fixed_argument(tracer, param, spec, type_expr, may_default)
-            else:
-                default = () if param.default is param.empty else (param.default,)
-                value = tracer.create_proxy(
-                    "placeholder", param.name, default, {}, type_expr=type_expr
-                )
-                if examples is not None:
-                    examples.attach_input(value, param)
-            # By keyword where possible: decorators wrapping forward (*args, **kwargs)
-            # often inspect keywords, and mixing would pass a value twice.
-            if param.kind is param.POSITIONAL_ONLY or _has_variadic_positional(parameters):
-                positional.append(value)
-            else:
-                keyword[param.name] = value
+            default = () if param.default is param.empty else (param.default,)
+            value = tracer.create_proxy("placeholder", param.name, default, {}, type_expr=type_expr)
+            if examples is not None:
+                examples.attach_input(value, param)
+            values[param.name] = value
+    leading = [tracer.root] if is_module else []
+    if as_values:
+        return _call_with_variadics_as_values(root_fn, parameters, values, leading)
+    return _call(root_fn, parameters, values, leading)
+
+
+def _call(
+    root_fn: Callable[..., Any],
+    parameters: list[inspect.Parameter],
+    values: dict[str, Any],
+    leading: list[Any],
+) -> tuple[Callable[..., Any], list[Any]]:
+    """``root_fn`` bound to ``values``, ``*args`` and ``**kwargs`` given element by element."""
+    positional, keyword = list(leading), {}
+    after_variadic = _has_variadic_positional(parameters)
+    for param in parameters:
+        value = values[param.name]
+        if param.kind is param.VAR_POSITIONAL:
+            positional.extend(value)
+        elif param.kind is param.VAR_KEYWORD:
+            keyword.update(value)
+        # By keyword where possible: decorators wrapping forward (*args, **kwargs)
+        # often inspect keywords, and mixing would pass a value twice.
+        elif param.kind is param.POSITIONAL_ONLY or after_variadic:
+            positional.append(value)
+        else:
+            keyword[param.name] = value
     return functools.partial(root_fn, *positional, **keyword), []
+
+
+_VARIADIC_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+
+
+def _takes_variadics_as_values(root_fn: Callable[..., Any], parameters: list) -> bool:
+    """Whether ``root_fn`` is a plain function whose own code has the ``*args``/``**kwargs``."""
+    code = getattr(root_fn, "__code__", None)
+    return (
+        isinstance(root_fn, types.FunctionType)
+        and not hasattr(root_fn, "__wrapped__")
+        and code is not None
+        and bool(code.co_flags & _VARIADIC_FLAGS)
+        and any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters)
+    )
+
+
+def _call_with_variadics_as_values(
+    root_fn: types.FunctionType,
+    parameters: list[inspect.Parameter],
+    values: dict[str, Any],
+    leading: list[Any],
+) -> tuple[Callable[..., Any], list[Any]]:
+    """``root_fn`` run with its ``*args`` tuple and ``**kwargs`` dict passed as they are.
+
+    Python builds a fresh tuple/dict for variadic parameters, so a traced one
+    cannot reach the body through a call. A copy of the function whose code
+    takes every parameter positionally (the code's order: positional,
+    keyword-only, ``*args``, ``**kwargs``) receives them as they are.
+    """
+    code = root_fn.__code__
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    positional_code = code.replace(
+        co_argcount=count,
+        co_posonlyargcount=0,
+        co_kwonlyargcount=0,
+        co_flags=code.co_flags & ~_VARIADIC_FLAGS,
+    )
+    fn = types.FunctionType(
+        positional_code, root_fn.__globals__, root_fn.__name__, None, root_fn.__closure__
+    )
+    fn.__qualname__ = root_fn.__qualname__
+    names = positional_code.co_varnames[len(leading) : count]
+    return functools.partial(fn, *leading, *(values[name] for name in names)), []
 
 
 def _check_concrete_args(
@@ -108,35 +258,42 @@ def _check_concrete_args(
 
 
 def _variadic_positional(
-    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any
-) -> list[Any]:
-    """``*args``: traced with as many elements as ``concrete_args`` lists (none by default)."""
+    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any, as_value: bool
+) -> Any:
+    """``*args``: the traced tuple itself (as torch.fx), or the elements ``concrete_args`` lists.
+
+    With elements (none when the tuple cannot be passed as it is), a guard checks their count.
+    """
+    star = tracer.create_proxy("placeholder", f"*{param.name}", (), {}, type_expr=type_expr)
+    if (spec is PH or spec is None) and as_value:
+        return star
     elements = () if spec is PH or spec is None else spec
     if not isinstance(elements, (tuple, list)):
         raise TraceError(
             f"concrete_args[{param.name!r}] must be a tuple with one entry per extra "
             f"positional argument (PH for an input), got {spec!r}"
         )
-    star = tracer.create_proxy("placeholder", f"*{param.name}", (), {}, type_expr=type_expr)
     tracer.create_proxy(
         "call_function", check_variadic_length, (star, len(elements), param.name), {}, "guard"
     )
-    return [star[i] if value is PH else value for i, value in enumerate(elements)]
+    return tuple(star[i] if value is PH else value for i, value in enumerate(elements))
 
 
 def _variadic_keyword(
-    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any
-) -> dict[str, Any]:
-    """``**kwargs``: traced with the keys ``concrete_args`` gives (none by default).
+    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any, as_value: bool
+) -> Any:
+    """``**kwargs``: the traced dict itself (as torch.fx), or the keys ``concrete_args`` gives.
 
     A key given ``PH`` is an input the caller must pass; a key given a value
     is traced with that value, and the caller may omit it or pass the same
     value (another one raises, as for any fixed argument).
     """
+    stars = tracer.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
+    if (spec is PH or spec is None) and as_value:
+        return stars
     entries = _keyword_entries(param.name, spec)
     inputs = tuple(key for key, value in entries.items() if value is PH)
     fixed = tuple(key for key, value in entries.items() if value is not PH)
-    stars = tracer.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
     tracer.create_proxy(
         "call_function", check_variadic_keys, (stars, inputs, param.name, fixed), {}, "guard"
     )
@@ -161,6 +318,27 @@ def _fixed_argument(
     check = FixedArgument(param.name, value)
     tracer.create_proxy("call_function", check, (placeholder,), {}, "guard")
     return value
+
+
+def _structured_input(tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any) -> Any:
+    """An input given as a structure with ``PH`` leaves (``{"a": PH, "b": 3}``).
+
+    As in torch.fx, the ``PH`` leaves are inputs and the others fixed; the
+    structure is flattened in the generated code (``fxloom.pytree``) and
+    checked, with the fixed leaves, at run time.
+    """
+    leaves, structure = tree_flatten(spec)
+    placeholder = tracer.create_proxy("placeholder", param.name, (), {}, type_expr=type_expr)
+    fixed = {i: leaf for i, leaf in enumerate(leaves) if leaf is not PH}
+    flat = tracer.create_proxy(
+        "call_function", FlattenedInput(param.name, structure, fixed), (placeholder,), {}
+    )
+    traced = [flat[i] if leaf is PH else leaf for i, leaf in enumerate(leaves)]
+    return tree_unflatten(traced, structure)
+
+
+def _is_placeholder_marker(value: Any) -> bool:
+    return value is PH
 
 
 def _defaultable_parameters(

@@ -1,0 +1,50 @@
+"""What libraries written for torch.fx ask of a tracer: their ``torch.fx.wrap`` registrations and "is torch.fx tracing".
+
+Libraries mark helpers with ``torch.fx.wrap("fn")`` at import time (torchvision's
+Swin models do) and consult ``torch.fx._symbolic_trace.is_fx_tracing()`` to
+pick trace-friendly code. So that they behave under fxloom as under torch.fx,
+a trace also records the functions registered there and sets torch.fx's
+tracing flag while it runs. DESIGN.md allows exactly this of torch.fx (its
+"interoperability exception": read the wrap registry, set and read the
+tracing flag) and nothing more; this module is the one place that touches it,
+and ``tests/test_no_forbidden_imports.py`` allows it here only.
+
+torch.fx's module is never imported from here: it is read from ``sys.modules``,
+where ``import torch`` has put it (and any library that called
+``torch.fx.wrap`` has imported it). Without it there is nothing to honour.
+Depends on nothing of fxloom.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["fx_tracing_module", "fx_wrapped_names"]
+
+# torch.fx's symbolic tracer module: its wrap registry and tracing flag live there.
+_FX_TRACER_MODULE = "torch.fx._symbolic_trace"
+# Its (id(globals), name) -> globals dict of every ``torch.fx.wrap`` registration.
+_FX_WRAP_REGISTRY = "_wrapped_fns_to_patch"
+# The module-level flag ``is_fx_tracing()`` answers.
+FX_TRACING_FLAG = "_is_fx_tracing_flag"
+
+
+def fx_tracing_module() -> types.ModuleType | None:
+    """torch.fx's tracer module if loaded and as expected (it holds the tracing flag), else None."""
+    module = sys.modules.get(_FX_TRACER_MODULE)
+    if module is None or not hasattr(module, FX_TRACING_FLAG):
+        return None  # not loaded, or a torch whose torch.fx keeps these elsewhere
+    return module
+
+
+def fx_wrapped_names() -> Iterator[tuple[dict[str, Any], str]]:
+    """``(globals dict, name)`` of each function libraries registered with ``torch.fx.wrap``."""
+    registry = getattr(fx_tracing_module(), _FX_WRAP_REGISTRY, None)
+    if not isinstance(registry, dict):
+        return
+    for key, globals_dict in list(registry.items()):
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(globals_dict, dict):
+            yield globals_dict, key[1]
