@@ -281,11 +281,11 @@ class _Emitter:
                     return self._setitem(node, used)
             value = self._call_function(node, form)
         elif op == "get_attr":  # bound even when unused: a bare ``self.p`` would do nothing
-            return (binding, self._attr_path(node._target, all_modules=False), None)
+            return (binding, self._attr_path(node._target), None)
         elif op == "call_method":
             value = self._call_method(node)
         else:
-            value = self._attr_path(node._target, all_modules=True)
+            value = self._attr_path(node._target)
             value = f"{value}({self._call_args(node._args, node._kwargs)})"
         # A value nothing reads is not bound: the call runs for its effect. An
         # annotated one keeps its name and annotation, which say what it is.
@@ -324,9 +324,8 @@ class _Emitter:
                 return f"{self._receiver(args[0])}.{args[1]}"
         return f"{self._global(fn)}({self._call_args(args, node._kwargs)})"
 
-    def _attr_path(self, qualified_name: str, *, all_modules: bool) -> str:
-        getattr_name = self._builtin("getattr")
-        return _attr_path(self.root_module, qualified_name, getattr_name, all_modules=all_modules)
+    def _attr_path(self, qualified_name: str) -> str:
+        return _attr_path(self.root_module, qualified_name, self._builtin("getattr"))
 
     def _call_args(self, args: tuple, kwargs: dict) -> str:
         parts = [self._expr(a) for a in args]
@@ -562,30 +561,26 @@ def _candidate_paths(root_name: str, module: str, qualname: str, name: str) -> l
     return paths
 
 
-def _attr_path(
-    base: str, qualified_name: str, getattr_name: str = "getattr", *, all_modules: bool
-) -> str:
-    """``self.layers.0.weight`` is not Python: a part that is no identifier needs another form.
+def _attr_path(base: str, qualified_name: str, getattr_name: str = "getattr") -> str:
+    """``self.layer1.conv1``; a part that is no identifier as ``getattr(self.layers, "0")``.
 
-    A nested path made of submodules only (a ``call_module`` target) reads the
-    containers' ``_modules`` (``self._modules['layers']._modules['0']``): dict
-    lookups, where ``self.layers`` or ``getattr(self.layers, '0')`` pay for
-    ``nn.Module.__getattr__`` on every call. Elsewhere odd parts use ``getattr``.
+    The form torch.fx prints, so generated code reads like the hand-written
+    forward and code comparing code text with torch.fx's matches.
     """
-    parts = qualified_name.split(".")
-    if all_modules and len(parts) > 1:
-        # self._modules['layers']._modules['0']: no __getattr__ call at all, so
-        # a traced Sequential is not slower than the eager one iterating _modules.
-        return base + "".join(f"._modules[{part!r}]" for part in parts)
     expr = base
-    for part in parts:
+    for part in qualified_name.split("."):
         if part.isidentifier() and not keyword.iskeyword(part):
             expr = f"{expr}.{part}"
-        elif all_modules:
-            expr = f"{expr}._modules[{part!r}]"
         else:
-            expr = f"{getattr_name}({expr}, {part!r})"
+            expr = f"{getattr_name}({expr}, {_string_literal(part)})"
     return expr
+
+
+def _string_literal(text: str) -> str:
+    """``text`` as a double-quoted literal, as torch.fx prints path parts (repr when it must escape)."""
+    if '"' in text or "\\" in text or not text.isprintable():
+        return repr(text)
+    return f'"{text}"'
 
 
 def _is_bracketed(text: str) -> bool:
