@@ -77,7 +77,14 @@ from fxloom.ops.signatures import FORWARD_BINDING_CALLS
 __all__ = ["GraphModule"]
 
 # Instance state derived from the graph; dropped when pickling or copying.
-_CODEGEN_STATE = ("_code", "_compiled_graph", "_compiled_version", "_source_file")
+_CODEGEN_STATE = (
+    "_code",
+    "_compiled_graph",
+    "_compiled_version",
+    "_source_file",
+    "_in_spec",
+    "_out_spec",
+)
 
 _file_counter = itertools.count()
 
@@ -240,6 +247,10 @@ class GraphModule(torch.nn.Module):
         code = graph.python_code(root_module="self")
         forward, filename = _compile_forward(code, type(self).__name__)
         type(self)._generated_forward = forward
+        pytree_info = getattr(graph._codegen, "pytree_info", None)
+        if pytree_info is not None:  # read by the generated code as self._in_spec, as in torch.fx
+            self._in_spec = pytree_info.in_spec
+            self._out_spec = pytree_info.out_spec
         self._code = code
         self._compiled_graph = graph
         self._compiled_version = graph._version

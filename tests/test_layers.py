@@ -41,6 +41,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.node",
         "fxloom.graph",
         "fxloom.codegen",
+        "fxloom.pytree_codegen",
         "fxloom.graph_module",
         "fxloom.lint",
         "fxloom.liveness",
