@@ -315,6 +315,10 @@ class TreeSpec:
     def __hash__(self) -> int:
         return hash((self.type, self.num_leaves))
 
+    def __reduce__(self) -> tuple:
+        # By container type, not by ContainerType (whose functions may be lambdas).
+        return (_spec_of_type, (self.type, self.context, self.children))
+
     def __repr__(self) -> str:
         if self._container is None:
             return "*"
@@ -324,6 +328,10 @@ class TreeSpec:
 
 
 LEAF_SPEC = TreeSpec(None)
+
+
+def _spec_of_type(cls: type | None, context: Any, children: tuple[TreeSpec, ...]) -> TreeSpec:
+    return TreeSpec(None if cls is None else container_type(cls), context, children)
 
 
 def tree_flatten(

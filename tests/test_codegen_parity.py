@@ -7,7 +7,9 @@ test says so.
 
 from __future__ import annotations
 
+import copy
 import operator
+import pickle
 import re
 import traceback
 
@@ -254,9 +256,6 @@ def test_the_default_codegen_processes_nothing():
 
 
 def test_the_codegen_travels_with_deepcopy_and_pickle():
-    import copy
-    import pickle
-
     g = simple_graph(fx)
     g.set_codegen(fx.CodeGen())
     assert type(copy.deepcopy(g)._codegen) is fx.CodeGen
@@ -338,6 +337,12 @@ def test_a_transformed_pytree_graph_keeps_its_signature_as_torch_fx():
     for transformed in (fx.Transformer(ours).transform(), torch.fx.Transformer(theirs).transform()):
         assert_close(transformed(*pytree_inputs()), expected_pytree_output())
     assert fx.Transformer(ours).transform().graph._codegen is ours.graph._codegen
+
+
+def test_a_pytree_graph_module_survives_pickle_and_deepcopy():
+    ours, _ = both_pytree_modules()
+    for copied in (pickle.loads(pickle.dumps(ours)), copy.deepcopy(ours)):
+        assert_close(copied(*pytree_inputs()), expected_pytree_output())
 
 
 def test_a_pytree_input_of_the_wrong_shape_is_named():
