@@ -639,7 +639,10 @@ def _attr_path(base: str, qualified_name: str, getattr_name: str = "getattr") ->
     """``self.layer1.conv1``; a part that is no identifier as ``getattr(self.layers, "0")``.
 
     The form torch.fx prints, so generated code reads like the hand-written
-    forward and code comparing code text with torch.fx's matches.
+    forward and code comparing code text with torch.fx's matches. A
+    GraphModule keeps its submodules in its instance ``__dict__`` too
+    (``fxloom._mirrored_modules``), so these paths cost dict lookups, not
+    ``nn.Module.__getattr__`` calls.
     """
     expr = base
     for part in qualified_name.split("."):

@@ -49,6 +49,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._namespace",
         "fxloom._graph_pickle",
         "fxloom._to_folder",
+        "fxloom._mirrored_modules",
     ),
     "capture": (
         "fxloom.proxy",
