@@ -401,15 +401,22 @@ def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -
 
 # -------------------------------------------------------- copying attributes
 def _mirror_parents(gm: GraphModule, graph: Graph) -> None:
-    """Mirror the empty parents just created on the way to targets (``fxloom._mirrored_modules``)."""
+    """Mirror the empty parents just created on the way to targets (``fxloom._mirrored_modules``).
+
+    A new GraphModule holds only targets and the parents leading to them, so
+    its module tree, not entered at targets (the user's modules), is those parents.
+    """
     targets = {
         node.target for op in ("get_attr", "call_module") for node in graph.find_nodes(op=op)
     }
-    for target in targets:
-        for parent in attr_path.prefixes(target)[:-1]:
-            module = attr_path.find(gm, parent)
-            if parent not in targets and type(module) is torch.nn.Module:
-                mirror(module)
+    stack = [("", gm)]
+    while stack:
+        prefix, module = stack.pop()
+        for name, child in module._modules.items():
+            path = prefix + name
+            if path not in targets and type(child) is torch.nn.Module:
+                mirror(child)
+                stack.append((path + ".", child))
 
 
 def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) -> None:
