@@ -15,7 +15,7 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 ``fxloom.passes``; ``replace_pattern`` is also here, as in torch.fx.
 """
 
-from fxloom.codegen import CodegenError, PythonCode
+from fxloom.codegen import CodeGen, CodegenError, PythonCode
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Interpreter, Transformer
@@ -37,6 +37,7 @@ __all__ = [
     "Tracer",
     "symbolic_trace",
     "wrap",
+    "CodeGen",
     "CodegenError",
     "Graph",
     "GraphLintError",

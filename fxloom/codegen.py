@@ -26,6 +26,11 @@ What the source looks like::
 Each node first becomes a ``_Statement`` (what is assigned to what), decided
 from facts about the node; ``_line`` alone turns statements into text.
 
+The frame around the body — the ``def`` line, the ``return``, extra globals,
+and how callers' inputs and outputs map to the graph's — is the graph's
+``CodeGen`` (``Graph.set_codegen``), which users may subclass as in torch.fx;
+``fxloom.pytree_codegen`` has the one that takes and returns nested structures.
+
 Depends on the IR's ``node``, ``liveness`` and ``_namespace``.
 """
 
@@ -53,7 +58,7 @@ from fxloom.pytree import ContainerType, container_type
 if TYPE_CHECKING:
     from fxloom.graph import Graph
 
-__all__ = ["PythonCode", "CodegenError", "generate"]
+__all__ = ["CodeGen", "PythonCode", "CodegenError", "generate"]
 
 
 class CodegenError(ValueError):
@@ -74,6 +79,62 @@ class PythonCode:
         if 1 <= lineno <= len(self.node_of_line):
             return self.node_of_line[lineno - 1]
         return None
+
+
+class CodeGen:
+    """How a graph's generated function is framed; subclass it and ``Graph.set_codegen`` it.
+
+    The body (one line per node) is always fxloom's; a ``CodeGen`` decides the
+    ``def`` line (``gen_fn_def``), the ``return`` statement (``generate_output``),
+    globals the frame refers to (``additional_globals``), and — for the
+    ``Interpreter``, which runs the graph without generated code — how a
+    caller's inputs become the placeholders' values (``process_inputs``) and
+    the output node's value becomes what the caller gets (``process_outputs``).
+    For every input, ``process_outputs(graph run on process_inputs(*inputs))``
+    equals the generated function's result.
+
+        >>> import fxloom
+        >>> class Doubled(fxloom.CodeGen):
+        ...     def generate_output(self, output_args, *, repr_fn=None):
+        ...         return f"return ({repr_fn(output_args)}, {repr_fn(output_args)})"
+        >>> g = fxloom.Graph()
+        >>> _ = g.output(g.placeholder("x"))
+        >>> g.set_codegen(Doubled())
+        >>> print(g.python_code().src.strip())
+        def forward(self, x):
+            return (x, x)
+    """
+
+    def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str) -> str:
+        """The ``def`` line, and any lines that must run before the body.
+
+        ``free_vars`` are the parameters as printed (``"x: torch.Tensor = 1"``),
+        the root module's name (``self``) first; ``maybe_return_annotation`` is
+        ``" -> T"`` or ``""``. Names the body reads must be bound by the end.
+        """
+        if not free_vars:  # torch.fx's CodeGen adds the root module's name itself
+            free_vars.insert(0, "self")
+        return f"def forward({', '.join(free_vars)}){maybe_return_annotation}:"
+
+    def generate_output(self, output_args: Any, *, repr_fn: Any = None) -> str:
+        """The ``return`` statement (not indented) for the output node's argument.
+
+        ``repr_fn`` prints an argument as a Python expression (nodes by name);
+        code generation always passes it.
+        """
+        return f"return {(repr_fn or repr)(output_args)}"
+
+    def process_inputs(self, *args: Any) -> Any:
+        """The placeholders' values, in order, for a call of the generated function with ``args``."""
+        return args
+
+    def process_outputs(self, outputs: Any) -> Any:
+        """What the generated function returns when the output node's value is ``outputs``."""
+        return outputs
+
+    def additional_globals(self) -> list[tuple[str, Any]]:
+        """``(name, value)`` pairs the frame's code refers to, bound in the generated globals."""
+        return []
 
 
 # -------------------------------------------------------------------- tables
@@ -133,16 +194,18 @@ class _Emitter:
         )
         self.bound: dict[int, str] = {}  # id(object) -> global name
         self.param_names: set[str] = set()
+        self.codegen: CodeGen = graph._codegen
 
     # ------------------------------------------------------------ top level
     def emit(self) -> PythonCode:
         graph = self.graph
         output = self._find_output()
+        self._bind_additional_globals()
         params, rebinds = self._signature(graph.find_nodes(op="placeholder"))
         dead_after = last_uses(graph)
         body = [_line(rebind, None) for rebind in rebinds]
-        # node_of_line[i] names the node emitted on line i + 1 (line 1 is the def).
-        node_of_line: list[str | None] = [None] * (len(body) + 1)
+        # node_of_line[i] names the node emitted on line i + 1 (the header's lines come first).
+        node_of_line: list[str | None] = [None] * len(body)
         # Bound once: this loop runs once per node.
         statement_of, append, dead_after_node = self._statement, body.append, dead_after.get
         verbose = self.verbose
@@ -157,7 +220,8 @@ class _Emitter:
                 body.append(_stack_comment(node.stack_trace))
                 node_of_line.append(None)
             if op == "output":  # what dies here is not released: the function returns
-                body.append(f"return {self._expr(node._args[0]) if node._args else 'None'}")
+                output_args = node._args[0] if node._args else None
+                body.append(self.codegen.generate_output(output_args, repr_fn=self._expr))
             else:
                 dead = dead_after_node(node)
                 if dead is None:
@@ -169,9 +233,19 @@ class _Emitter:
             node_of_line.append(node._name)
             node = node._next
         returns = f" -> {self._annotation(output.type)}" if output.type is not None else ""
-        header = f"def forward({', '.join([self.root_module, *params])}){returns}:"
+        header = self.codegen.gen_fn_def([self.root_module, *params], returns)
         src = header + "\n    " + "\n    ".join(body) + "\n"
-        return PythonCode(src, self.globals, node_of_line)
+        return PythonCode(src, self.globals, [None] * (header.count("\n") + 1) + node_of_line)
+
+    def _bind_additional_globals(self) -> None:
+        for name, value in self.codegen.additional_globals():
+            if name in self.graph._namespace:
+                raise CodegenError(
+                    f"{type(self.codegen).__name__}.additional_globals() binds {name!r}, "
+                    f"which is a node's name (%{name}); rename the node or the global"
+                )
+            self.global_names.reserve(name)
+            self.globals[name] = value
 
     def _find_output(self) -> Node:
         graph = self.graph
@@ -281,11 +355,11 @@ class _Emitter:
                     return self._setitem(node, used)
             value = self._call_function(node, form)
         elif op == "get_attr":  # bound even when unused: a bare ``self.p`` would do nothing
-            return (binding, self._attr_path(node._target, all_modules=False), None)
+            return (binding, self._attr_path(node._target), None)
         elif op == "call_method":
             value = self._call_method(node)
         else:
-            value = self._attr_path(node._target, all_modules=True)
+            value = self._attr_path(node._target)
             value = f"{value}({self._call_args(node._args, node._kwargs)})"
         # A value nothing reads is not bound: the call runs for its effect. An
         # annotated one keeps its name and annotation, which say what it is.
@@ -324,9 +398,8 @@ class _Emitter:
                 return f"{self._receiver(args[0])}.{args[1]}"
         return f"{self._global(fn)}({self._call_args(args, node._kwargs)})"
 
-    def _attr_path(self, qualified_name: str, *, all_modules: bool) -> str:
-        getattr_name = self._builtin("getattr")
-        return _attr_path(self.root_module, qualified_name, getattr_name, all_modules=all_modules)
+    def _attr_path(self, qualified_name: str) -> str:
+        return _attr_path(self.root_module, qualified_name, self._builtin("getattr"))
 
     def _call_args(self, args: tuple, kwargs: dict) -> str:
         parts = [self._expr(a) for a in args]
@@ -562,30 +635,29 @@ def _candidate_paths(root_name: str, module: str, qualname: str, name: str) -> l
     return paths
 
 
-def _attr_path(
-    base: str, qualified_name: str, getattr_name: str = "getattr", *, all_modules: bool
-) -> str:
-    """``self.layers.0.weight`` is not Python: a part that is no identifier needs another form.
+def _attr_path(base: str, qualified_name: str, getattr_name: str = "getattr") -> str:
+    """``self.layer1.conv1``; a part that is no identifier as ``getattr(self.layers, "0")``.
 
-    A nested path made of submodules only (a ``call_module`` target) reads the
-    containers' ``_modules`` (``self._modules['layers']._modules['0']``): dict
-    lookups, where ``self.layers`` or ``getattr(self.layers, '0')`` pay for
-    ``nn.Module.__getattr__`` on every call. Elsewhere odd parts use ``getattr``.
+    The form torch.fx prints, so generated code reads like the hand-written
+    forward and code comparing code text with torch.fx's matches. A
+    GraphModule keeps its submodules in its instance ``__dict__`` too
+    (``fxloom._mirrored_modules``), so these paths cost dict lookups, not
+    ``nn.Module.__getattr__`` calls.
     """
-    parts = qualified_name.split(".")
-    if all_modules and len(parts) > 1:
-        # self._modules['layers']._modules['0']: no __getattr__ call at all, so
-        # a traced Sequential is not slower than the eager one iterating _modules.
-        return base + "".join(f"._modules[{part!r}]" for part in parts)
     expr = base
-    for part in parts:
+    for part in qualified_name.split("."):
         if part.isidentifier() and not keyword.iskeyword(part):
             expr = f"{expr}.{part}"
-        elif all_modules:
-            expr = f"{expr}._modules[{part!r}]"
         else:
-            expr = f"{getattr_name}({expr}, {part!r})"
+            expr = f"{getattr_name}({expr}, {_string_literal(part)})"
     return expr
+
+
+def _string_literal(text: str) -> str:
+    """``text`` as a double-quoted literal, as torch.fx prints path parts (repr when it must escape)."""
+    if '"' in text or "\\" in text or not text.isprintable():
+        return repr(text)
+    return f'"{text}"'
 
 
 def _is_bracketed(text: str) -> bool:

@@ -45,11 +45,15 @@ from typing import Any
 import torch
 
 from fxloom._namespace import Namespace, sanitize
-from fxloom.codegen import PythonCode
+from fxloom.codegen import CodeGen, PythonCode
 from fxloom.lint import ForeignNodeError
 from fxloom.node import OPCODES, Argument, Node, Target, map_arg
 
-__all__ = ["Graph", "PythonCode"]
+# torch.fx.graph's private names for the pytree codegen, for code that imports them from there.
+from fxloom.pytree_codegen import PyTreeCodeGen as _PyTreeCodeGen  # noqa: F401
+from fxloom.pytree_codegen import PyTreeInfo as _PyTreeInfo  # noqa: F401
+
+__all__ = ["CodeGen", "Graph", "PythonCode"]
 
 _by_sort_key = operator.attrgetter("_sort_key")
 
@@ -161,6 +165,7 @@ class Graph:
         self._tracer_cls = tracer_cls
         self._tracer_extras = tracer_extras
         self.constants: dict[str, torch.Tensor] = {}  # see the module docstring
+        self._codegen = CodeGen()  # frames the generated function; see set_codegen
 
     # ------------------------------------------------------------- properties
     @property
@@ -477,6 +482,7 @@ class Graph:
         for old, copied in val_map.items():
             copied.meta = copy.deepcopy(old.meta, memo)
         new.constants = copy.deepcopy(self.constants, memo)
+        new._codegen = copy.deepcopy(self._codegen, memo)
         return new
 
     def __reduce__(self) -> tuple:
@@ -484,7 +490,7 @@ class Graph:
         # pickle recurse once per node and overflow the stack on big graphs.
         from fxloom._graph_pickle import graph_from_records, graph_to_records
 
-        return (graph_from_records, (graph_to_records(self),))
+        return (graph_from_records, (graph_to_records(self),), {"_codegen": self._codegen})
 
     # ------------------------------------------------------------------ passes
     def eliminate_dead_code(self, is_impure_node: Callable[[Node], bool] | None = None) -> bool:
@@ -543,3 +549,19 @@ class Graph:
         from fxloom.codegen import generate
 
         return generate(self, root_module, verbose=verbose)
+
+    def set_codegen(self, codegen: CodeGen) -> None:
+        """Frame this graph's generated function with ``codegen`` (see ``fxloom.CodeGen``).
+
+        A ``GraphModule`` running the graph regenerates its code on next use.
+        """
+        self._codegen = codegen
+        self._version += 1
+
+    def process_inputs(self, *args: Any) -> Any:
+        """The placeholders' values for a call with ``args`` (``CodeGen.process_inputs``)."""
+        return self._codegen.process_inputs(*args)
+
+    def process_outputs(self, out: Any) -> Any:
+        """The caller's result for the output value ``out`` (``CodeGen.process_outputs``)."""
+        return self._codegen.process_outputs(out)

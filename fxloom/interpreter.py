@@ -120,8 +120,12 @@ class Interpreter:
 
         ``initial_env`` maps nodes to values to use instead of running those
         nodes (partial evaluation); it is copied, not modified.
-        ``enable_io_processing`` is accepted for compatibility and ignored.
+        With ``enable_io_processing`` the graph's ``CodeGen`` maps ``args`` to
+        the placeholders' values and the output's value to the result, as the
+        generated code does (a graph taking nested inputs flattens them).
         """
+        if enable_io_processing:
+            args = self.graph.process_inputs(*args)
         steps = self._plan()
         self._dispatch = self._bind_opcode_methods()
         env = self.env = {} if initial_env is None else dict(initial_env)
@@ -142,7 +146,8 @@ class Interpreter:
                 for used in dead:
                     del env[used]
         output = self._output_node
-        return env[output] if output is not None else None
+        result = env[output] if output is not None else None
+        return self.graph.process_outputs(result) if enable_io_processing else result
 
     def boxed_run(self, args_list: list[Any]) -> Any:
         """Run the graph on the values in ``args_list``, which is emptied first.
@@ -436,8 +441,14 @@ class Transformer(Interpreter):
 
     def __init__(self, module: torch.nn.Module) -> None:
         super().__init__(module)
-        self.new_graph = Graph()
+        self.new_graph = self._fresh_graph()
         self.tracer = _RebuildingTracer(self.new_graph, module)
+
+    def _fresh_graph(self) -> Graph:
+        """An empty graph framed like the one transformed (same ``CodeGen``)."""
+        graph = Graph()
+        graph.set_codegen(self.graph._codegen)
+        return graph
 
     def run_node(self, n: Node) -> Any:
         tracer = self.tracer
@@ -470,9 +481,10 @@ class Transformer(Interpreter):
     def transform(self) -> GraphModule:
         """Build the new graph and return it as a ``GraphModule`` named like the original."""
         if len(self.new_graph.nodes):  # a second call starts over instead of appending
-            self.new_graph = Graph()
+            self.new_graph = self._fresh_graph()
             self.tracer = _RebuildingTracer(self.new_graph, self.module)
-        result = self.run()
+        # The new graph's placeholders stand for the old one's, so no io processing.
+        result = self.run(enable_io_processing=False)
         output = self._output_node
         if output is not None:
             tracer = self.tracer

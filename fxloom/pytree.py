@@ -58,6 +58,7 @@ __all__ = [
     "container_type",
     "tree_map",
     "tree_leaves",
+    "tree_flatten_spec",
     "tree_any",
     "tree_flatten",
     "tree_unflatten",
@@ -314,6 +315,10 @@ class TreeSpec:
     def __hash__(self) -> int:
         return hash((self.type, self.num_leaves))
 
+    def __reduce__(self) -> tuple:
+        # By container type, not by ContainerType (whose functions may be lambdas).
+        return (_spec_of_type, (self.type, self.context, self.children))
+
     def __repr__(self) -> str:
         if self._container is None:
             return "*"
@@ -323,6 +328,10 @@ class TreeSpec:
 
 
 LEAF_SPEC = TreeSpec(None)
+
+
+def _spec_of_type(cls: type | None, context: Any, children: tuple[TreeSpec, ...]) -> TreeSpec:
+    return TreeSpec(None if cls is None else container_type(cls), context, children)
 
 
 def tree_flatten(
@@ -360,6 +369,45 @@ def tree_unflatten(leaves: Iterable[Any], spec: TreeSpec) -> Any:
     return build(spec)
 
 
+def tree_flatten_spec(tree: Any, spec: TreeSpec) -> list[Any]:
+    """The leaves of ``tree``, which must have the shape ``spec`` describes, in the spec's order.
+
+    A dict is read by the spec's keys (its own order does not matter) and a
+    list may stand for a tuple and back; any other difference raises a
+    ``ValueError`` naming where the shapes part.
+
+        >>> _, spec = tree_flatten({"a": 1, "b": (2, 3)})
+        >>> tree_flatten_spec({"b": [20, 30], "a": 10}, spec)
+        [10, 20, 30]
+    """
+    leaves: list[Any] = []
+
+    def walk(value: Any, node: TreeSpec, where: str) -> None:
+        expected = node._container
+        if expected is None:
+            leaves.append(value)
+            return
+        if expected.kind == "dict" and container_type(type(value)) in _DICT_KINDS:
+            missing = [key for key in node.context if key not in value]
+            if missing:
+                raise ValueError(f"{where} has no key {missing[0]!r}; the spec is {node!r}")
+            children: Sequence[Any] = [value[key] for key in node.context]
+        else:
+            entry = container_type(type(value))
+            loose = {entry and entry.kind, expected.kind} <= {"tuple", "list"}
+            if entry is not expected and not loose:
+                got = "a leaf" if entry is None else entry.name
+                raise ValueError(f"{where} is {got}, where the spec has {node!r}")
+            children, context = entry.flatten(value)
+            if len(children) != len(node.children) or (not loose and context != node.context):
+                raise ValueError(f"{where} is {value!r}, which does not fit the spec {node!r}")
+        for index, (child, child_spec) in enumerate(zip(children, node.children)):
+            walk(child, child_spec, f"{where}[{index}]")
+
+    walk(tree, spec, "the input")
+    return leaves
+
+
 # --------------------------------------------------------------- built-ins
 def _sequence(cls: type, kind: str) -> ContainerType:
     return _register(
@@ -395,6 +443,7 @@ _register(
     "slice",
     "slice",
 )
+_DICT_KINDS = frozenset({_DICT, _ORDERED_DICT, _IMMUTABLE_DICT})
 _LIST.frozen = _IMMUTABLE_LIST
 _DICT.frozen = _ORDERED_DICT.frozen = _IMMUTABLE_DICT
 _IMMUTABLE_LIST.plain = _LIST

@@ -350,9 +350,7 @@ def test_method_calls_print_on_the_receiver():
     assert compile_graph(g)(torch.arange(4)).shape == (2, 2)
 
 
-def test_module_calls_with_numeric_path_parts_index_the_containers_modules():
-    # Dict lookups in _modules, not self.seq / getattr(self.seq, '0'), which would pay
-    # for nn.Module.__getattr__ on every call.
+def test_module_calls_with_numeric_path_parts_use_getattr_as_torch_fx_prints_them():
     root = torch.nn.Module()
     root.seq = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
     g = fx.Graph()
@@ -360,8 +358,8 @@ def test_module_calls_with_numeric_path_parts_index_the_containers_modules():
     h = g.call_module("seq.0", (x,))
     g.output(g.call_module("seq.1", (h,)))
     lines = body(g)
-    assert "seq_0 = self._modules['seq']._modules['0'](x);  x = None" in lines
-    assert "seq_1 = self._modules['seq']._modules['1'](seq_0);  seq_0 = None" in lines
+    assert 'seq_0 = getattr(self.seq, "0")(x);  x = None' in lines
+    assert 'seq_1 = getattr(self.seq, "1")(seq_0);  seq_0 = None' in lines
     t = torch.randn(2, 3)
     assert_close(compile_graph(g, root)(t), root.seq(t))
 
@@ -373,7 +371,7 @@ def test_get_attr_with_a_keyword_path_part_goes_through_getattr():
     root.add_module("class", inner)
     g = fx.Graph()
     g.output(g.get_attr("class.b"))
-    assert "class_b = getattr(self, 'class').b" in body(g)
+    assert 'class_b = getattr(self, "class").b' in body(g)
     assert_close(compile_graph(g, root)(), torch.ones(2))
 
 

@@ -41,6 +41,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.node",
         "fxloom.graph",
         "fxloom.codegen",
+        "fxloom.pytree_codegen",
         "fxloom.graph_module",
         "fxloom.lint",
         "fxloom.liveness",
@@ -48,6 +49,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._namespace",
         "fxloom._graph_pickle",
         "fxloom._to_folder",
+        "fxloom._mirrored_modules",
     ),
     "capture": (
         "fxloom.proxy",
