@@ -174,6 +174,11 @@ class GraphModule(torch.nn.Module):
         class_name: the name of this module's class (shown in printing and errors).
     """
 
+    # TorchScript compiles a module's properties unless told not to; these read the Python
+    # graph, which it cannot type. ``torch.jit.script(gm)`` then compiles the generated
+    # forward alone, as for a hand-written module.
+    __jit_unused_properties__ = ["graph", "code"]
+
     def __new__(cls, *args: Any, **kwargs: Any) -> GraphModule:
         # A fresh subclass per instance: the generated function lives on it
         # (see the module docstring for why).
