@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 
+from fxloom._mirrored_modules import MirroredModules, mirror
+
 __all__ = [
     "MISSING",
     "MissingAttributeError",
@@ -176,6 +178,8 @@ def install(
         if index >= depth:  # missing from here on, so nothing below can be in the way
             child = torch.nn.Module()
             child.training = getattr(source, "training", True)
+            if type(owner._modules) is MirroredModules:  # a GraphModule's parents mirror too
+                mirror(child)
             owner._modules[name] = child
             owner = child
     if copied_from is None:

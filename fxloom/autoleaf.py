@@ -80,7 +80,7 @@ def trace_with_autoleaf(
                     (f"its submodule {path!r} takes inputs a call cannot pass: {reason}"),
                 )
             if path is None:
-                _explain(err, path)
+                _explain(err)
                 raise
             forced.add(path)
             decisions.append(
@@ -123,11 +123,7 @@ def _caller_of_unpassable_leaf(root: torch.nn.Module, path: str, err: TraceError
     ) from err
 
 
-def _explain(err: TraceError, path: str | None) -> None:
-    note = (
-        "autoleaf: the failure is in the root module's own forward, which cannot become a leaf"
-        if path is None
-        else f"autoleaf: {path!r} is already a leaf and tracing still fails"
-    )
+def _explain(err: TraceError) -> None:
+    note = "autoleaf: the failure is in the root module's own forward, which cannot become a leaf"
     if hasattr(err, "add_note"):
         err.add_note(note)

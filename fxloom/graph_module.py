@@ -218,7 +218,6 @@ class GraphModule(torch.nn.Module):
                 f"GraphModule's root must be an nn.Module or a dict of qualified names, "
                 f"got {type(root).__name__}"
             )
-        _mirror_parents(self, graph)
         self.meta: dict[str, Any] = {}
         self.graph = graph
 
@@ -405,25 +404,6 @@ def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -
 
 
 # -------------------------------------------------------- copying attributes
-def _mirror_parents(gm: GraphModule, graph: Graph) -> None:
-    """Mirror the empty parents just created on the way to targets (``fxloom._mirrored_modules``).
-
-    A new GraphModule holds only targets and the parents leading to them, so
-    its module tree, not entered at targets (the user's modules), is those parents.
-    """
-    targets = {
-        node.target for op in ("get_attr", "call_module") for node in graph.find_nodes(op=op)
-    }
-    stack = [("", gm)]
-    while stack:
-        prefix, module = stack.pop()
-        for name, child in module._modules.items():
-            path = prefix + name
-            if path not in targets and type(child) is torch.nn.Module:
-                mirror(child)
-                stack.append((path + ".", child))
-
-
 def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) -> None:
     target: str = node.target
     constants = node.graph.constants

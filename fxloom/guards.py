@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from fxloom.node import has_side_effect
+from fxloom.ops.mutation import READ_ONLY_EFFECT_TYPES, READ_ONLY_EFFECTS, has_side_effect
 from fxloom.proxy import Proxy
 from fxloom.pytree import TreeSpec, tree_flatten
 
@@ -49,6 +49,7 @@ def _recorded_when_traced(check: Callable[..., None]) -> Callable[..., Any]:
             return value.tracer.create_proxy("call_function", run, (value, *rest), {})
         return check(value, *rest)
 
+    READ_ONLY_EFFECTS.add(run)  # it raises or not; it writes nothing
     return has_side_effect(run)
 
 
@@ -122,6 +123,16 @@ def check_variadic_keys(
         )
 
 
+def _same(value: Any, expected: Any) -> bool:
+    """Whether an argument is the value it was fixed to (``is``, then ``==``)."""
+    if value is expected:
+        return True
+    try:
+        return bool(value == expected)
+    except Exception:  # == that does not give a bool (tensors, arrays): not the same
+        return False
+
+
 class FixedArgument:
     """Checks that an argument fixed by ``concrete_args`` still gets the value it was traced with.
 
@@ -140,20 +151,12 @@ class FixedArgument:
     def __call__(self, value: Any) -> Any:
         if isinstance(value, Proxy):  # traced again: record the check, do not run it
             return value.tracer.create_proxy("call_function", self, (value,), {})
-        if not self._matches(value):
+        if not _same(value, self.expected):
             raise ValueError(
                 f"argument {self.name!r} was fixed to {self.expected!r} when this module was "
                 f"traced (concrete_args), but {value!r} was passed; retrace to use another value"
             )
         return None
-
-    def _matches(self, value: Any) -> bool:
-        if value is self.expected:
-            return True
-        try:
-            return bool(value == self.expected)
-        except Exception:  # == that does not give a bool (tensors, arrays): not the same
-            return False
 
     def __repr__(self) -> str:
         return f"FixedArgument({self.name}={self.expected!r})"
@@ -186,7 +189,7 @@ class FlattenedInput:
                 f"{value!r} has the structure {spec}; pass it in the traced structure or retrace"
             )
         for index, expected in self.fixed.items():
-            if not FixedArgument(f"{self.name}", expected)._matches(leaves[index]):
+            if not _same(leaves[index], expected):
                 raise ValueError(
                     f"entry {index} of argument {self.name!r} (flattened) was fixed to "
                     f"{expected!r} when this module was traced (concrete_args), but "
@@ -196,3 +199,8 @@ class FlattenedInput:
 
     def __repr__(self) -> str:
         return f"FlattenedInput({self.name}: {self.spec})"
+
+
+# Fixed-argument and flattened-input checks raise or not; they write nothing (the passes may
+# reorder and merge around them).
+READ_ONLY_EFFECT_TYPES.update((FixedArgument, FlattenedInput))

@@ -171,7 +171,12 @@ class Interpreter:
                 f"({', '.join(n.name for n in placeholders)}) but {len(args_list)} arguments "
                 "were given"
             )
-        return self.run(initial_env=_take_inputs(placeholders, args_list))
+        # The list holds the placeholders' own values: nothing to process on the way in. (No
+        # local name for the inputs: run must hold the only reference to free them early.)
+        result = self.run(
+            initial_env=_take_inputs(placeholders, args_list), enable_io_processing=False
+        )
+        return self.graph.process_outputs(result)
 
     def _bind_opcode_methods(self) -> dict[str, Any]:
         # Bound once per run, so run_node pays one dict lookup per node and

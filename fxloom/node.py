@@ -165,9 +165,10 @@ class Node:
     ``users`` (the nodes that use this one, in insertion order), ``prev`` and
     ``next`` (neighbours in the graph's list).
 
-    Passes may set attributes of their own (``node.tag = "quantize"``). Like
-    torch.fx, copies (``node_copy``, ``graph_copy``, deep copies and pickles of
-    a graph) leave them behind: ``meta`` is what travels with a node.
+    Passes may set attributes of their own (``node.tag = "quantize"``). As in
+    torch.fx, copies (``node_copy``, ``graph_copy``, deep copies of a graph)
+    leave them behind and pickling a graph keeps them; ``meta`` travels with
+    every copy.
     """
 
     __slots__ = (
@@ -614,12 +615,12 @@ def _freeze(a: Any, inputs: dict[Node, None], owner: Node | None) -> Any:
     return entry.frozen.unflatten([_freeze(c, inputs, owner) for c in children], context)
 
 
-def _map_nodes(a: Any, on_node: Callable[[Node], Any], on_other: Callable[[Any], Any]) -> Any:
+def _map_nodes(a: Any, on_node: Callable[[Node], Any]) -> Any:
     """``a`` as node arguments store it, each node replaced by ``on_node(node)``.
 
     ``tree_map(fn, a, mode="frozen")`` with nodes and ``_LEAF_TYPES`` values
     tested inline (``map_arg`` runs it on every argument that is not a flat
-    tuple, e.g. in each rewrite): ``on_other`` gets the remaining leaves.
+    tuple, e.g. in each rewrite); other leaves come back as they are.
     """
     t = type(a)
     if t is Node:
@@ -628,9 +629,9 @@ def _map_nodes(a: Any, on_node: Callable[[Node], Any], on_other: Callable[[Any],
         return a
     entry = container_type(t)
     if entry is None:
-        return on_other(a)
+        return a
     children, context = entry.flatten(a)
-    return entry.frozen.unflatten([_map_nodes(c, on_node, on_other) for c in children], context)
+    return entry.frozen.unflatten([_map_nodes(c, on_node) for c in children], context)
 
 
 def _check_argument_value(a: Any, owner: Node | None) -> None:
@@ -702,4 +703,4 @@ def map_arg(a: Argument, fn: Callable[[Node], Argument]) -> Argument:
             return tuple(mapped)
     elif t is immutable_dict and not a:
         return a
-    return _map_nodes(a, fn, lambda x: fn(x) if isinstance(x, Node) else x)
+    return _map_nodes(a, fn)

@@ -332,6 +332,15 @@ def test_the_interpreter_without_io_processing_runs_on_the_leaves():
     assert_close(flat, [torch.full((2,), 3.0), torch.full((2,), 30.0)])
 
 
+def test_boxed_run_takes_the_leaves_and_rebuilds_the_output_structure():
+    # The boxed list holds one value per placeholder (the leaves): only the output is processed.
+    ours, _ = both_pytree_modules()
+    (pair, scale) = pytree_inputs()
+    leaves = [pair["a"], *pair["b"], scale]
+    assert_close(fx.Interpreter(ours).boxed_run(leaves), expected_pytree_output())
+    assert leaves == []
+
+
 def test_a_transformed_pytree_graph_keeps_its_signature_as_torch_fx():
     ours, theirs = both_pytree_modules()
     for transformed in (fx.Transformer(ours).transform(), torch.fx.Transformer(theirs).transform()):

@@ -409,8 +409,13 @@ def test_forward_assigned_on_an_instance_overrides_the_generated_one():
 
 
 def test_a_dropped_graph_module_is_freed_without_the_cycle_collector():
-    # Its class refers back to it only weakly (_instance_ref).
-    gm = fx.GraphModule(torch.nn.Module(), relu_graph())
+    # Its class refers back to it only weakly (_instance_ref), and so does each mirror of
+    # submodules (fxloom._mirrored_modules), here on the module and on the parent "seq".
+    root = torch.nn.Module()
+    root.seq = torch.nn.Sequential(torch.nn.ReLU())
+    g = fx.Graph()
+    g.output(g.call_module("seq.0", (g.placeholder("x"),)))
+    gm = fx.GraphModule(root, g)
     gm(torch.ones(1))
     ref = weakref.ref(gm)
     gc.disable()

@@ -34,6 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": (
         "fxloom.immutable_collections",
         "fxloom.pytree",
+        "fxloom._mirrored_modules",
         "fxloom.attr_path",
         "fxloom.ops",
     ),
@@ -49,7 +50,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._namespace",
         "fxloom._graph_pickle",
         "fxloom._to_folder",
-        "fxloom._mirrored_modules",
     ),
     "capture": (
         "fxloom.proxy",

@@ -30,9 +30,9 @@ module                what it knows, and how to extend it
 Tables keyed by function are matched by identity; tables keyed by module class along the
 class's MRO; method names by string.
 
-Layering: ``fxloom.ops`` sits below everything else in fxloom: it depends on torch and the
-standard library only (and its modules on each other), so the IR, capture and the passes can
-all read it. It reads nodes and modules it is given but imports no other part of fxloom at
-module level (annotations name ``Node`` for type checkers only; ``GraphModule`` registers its
+Layering: ``fxloom.ops`` is in fxloom's foundation layer, below the IR: it depends on torch,
+the standard library and the other foundation modules (``fxloom.pytree``) only, so the IR,
+capture and the passes can all read it. It reads nodes and modules it is given but imports
+nothing above it (annotations name ``Node`` for type checkers only; ``GraphModule`` registers its
 ``__call__`` in ``signatures.FORWARD_BINDING_CALLS`` itself). ``fxloom.passes._effects`` combines ``mutation`` and ``effects`` over a graph.
 """

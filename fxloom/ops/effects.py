@@ -52,7 +52,6 @@ __all__ = [
     "FRESH_RESULT_FUNCTIONS",
     "FRESH_RESULT_METHODS",
     "FRESH_RESULT_MODULES",
-    "call_argument",
     "is_random_call",
     "module_is_pure",
     "module_is_random",
@@ -63,7 +62,7 @@ __all__ = [
 NodePredicate = Callable[["Node"], bool]
 
 
-def call_argument(node: Node, index: int, name: str, default: Any) -> Any:
+def _call_argument(node: Node, index: int, name: str, default: Any) -> Any:
     """The argument ``name`` of a call, given by keyword or at position ``index``, or ``default``."""
     if name in node.kwargs:
         return node.kwargs[name]
@@ -72,12 +71,12 @@ def call_argument(node: Node, index: int, name: str, default: Any) -> Any:
 
 def _unless_false(index: int, name: str, default: bool) -> NodePredicate:
     # ``training``-style flags: random unless the flag is literally False.
-    return lambda node: call_argument(node, index, name, default) is not False
+    return lambda node: _call_argument(node, index, name, default) is not False
 
 
 def _unless_zero(index: int, name: str) -> NodePredicate:
     # ``dropout_p``-style rates: random unless the rate is literally zero.
-    return lambda node: call_argument(node, index, name, 0.0) not in (0, 0.0)
+    return lambda node: _call_argument(node, index, name, 0.0) not in (0, 0.0)
 
 
 # ------------------------------------------------------------------ randomness
@@ -158,8 +157,9 @@ def _produces_tensor(node: Node) -> bool:
 
 # target -> None or predicate(node): the result never shares storage with an input.
 FRESH_RESULT_FUNCTIONS: dict[Any, NodePredicate | None] = {
-    **dict.fromkeys((operator.add, operator.mul, operator.and_, operator.or_), _produces_tensor),
-    operator.xor: _produces_tensor,
+    **dict.fromkeys(
+        (operator.add, operator.mul, operator.and_, operator.or_, operator.xor), _produces_tensor
+    ),
     **dict.fromkeys(
         (
             operator.sub,

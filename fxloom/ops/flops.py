@@ -102,9 +102,7 @@ def numel(meta: Any) -> int:
 
 def tensor_metas(meta: Any) -> list[Any]:
     """The tensor descriptions in ``meta`` (one, or any nesting of them), in order."""
-    if describes_tensor(meta):
-        return [meta]
-    # A TensorMetadata is a NamedTuple, yet one tensor: the walk stops at it.
+    # A TensorMetadata is a NamedTuple, yet one tensor: the walk stops at it (also at the top).
     leaves = tree_leaves(meta, is_leaf=describes_tensor)
     return [leaf for leaf in leaves if describes_tensor(leaf)]
 

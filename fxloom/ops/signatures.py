@@ -38,6 +38,7 @@ __all__ = [
     "method_candidates",
     "module_signature",
     "FORWARD_BINDING_CALLS",
+    "BUILTIN_CALLABLE_TYPES",
 ]
 
 # ``__call__`` implementations that bind their arguments to ``forward`` unchanged (a module
@@ -57,10 +58,13 @@ SIGNATURES: dict[Any, inspect.Signature | Callable[..., Any]] = {
     F.fractional_max_pool3d: F.fractional_max_pool3d_with_indices,
 }
 
-_BUILTIN_KINDS = (
-    types.BuiltinFunctionType,
+# Callables implemented in C (``torch.relu``, ``torch.Tensor.add``, ``x.__add__``): no Python
+# code, and often no signature ``inspect`` can read.
+BUILTIN_CALLABLE_TYPES = (
+    types.BuiltinFunctionType,  # also types.BuiltinMethodType
     types.MethodDescriptorType,
     types.WrapperDescriptorType,
+    types.MethodWrapperType,
 )
 
 
@@ -129,7 +133,7 @@ def function_candidates(target: Any) -> tuple[list[Candidate], Probe | None] | N
         return [Candidate(schema_signature(target._schema, self_name="self"))], None
     if isinstance(target, (type, torch._ops.OpOverloadPacket)):
         return None  # constructors and unresolved overload packets: left alone
-    if not isinstance(target, _BUILTIN_KINDS):
+    if not isinstance(target, BUILTIN_CALLABLE_TYPES):
         signature = _python_signature(target)
         return ([Candidate(signature)], None) if signature is not None else None
     if not getattr(target, "__module__", "").startswith("torch"):
@@ -143,7 +147,7 @@ def method_candidates(name: str) -> tuple[list[Candidate], Probe | None] | None:
     method = getattr(torch.Tensor, name, None)
     if method is None:
         return None
-    if not isinstance(method, _BUILTIN_KINDS):
+    if not isinstance(method, BUILTIN_CALLABLE_TYPES):
         signature = _python_signature(method)
         if signature is None or not signature.parameters:
             return None

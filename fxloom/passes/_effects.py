@@ -12,8 +12,8 @@ Shared by ``cse``, ``const_fold``, ``dce`` and ``normalize``. The knowledge is i
 ``AliasClasses`` combines the last two over a graph: values that may share storage are put in
 one class, and a class is *mutated* if any write reaches it.
 
-Depends on: the IR, ``fxloom.ops`` and ``fxloom.guards`` (whose run-time checks are registered
-as read-only effects here: ops sits below the tracer and cannot name them).
+Depends on: the IR and ``fxloom.ops`` (the run-time checks of ``fxloom.guards`` register
+themselves there as read-only effects).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from fxloom import attr_path, guards
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import _LEAF_TYPES, Node
 from fxloom.ops.effects import (
@@ -32,27 +32,10 @@ from fxloom.ops.effects import (
     module_returns_fresh,
     returns_fresh_call,
 )
-from fxloom.ops.mutation import (
-    READ_ONLY_EFFECT_TYPES,
-    READ_ONLY_EFFECTS,
-    is_read_only_effect,
-    writes_only_first_argument,
-)
+from fxloom.ops.mutation import is_read_only_effect, writes_only_first_argument
 from fxloom.pytree import container_type, tree_any, tree_leaves
 
 __all__ = ["AliasClasses", "Effects", "attribute_key", "check_graph_module", "is_literal"]
-
-# The checks traced code carries raise or not; they write nothing.
-READ_ONLY_EFFECTS.update(
-    (
-        guards.check_guard,
-        guards.check_tensor_input,
-        guards.check_length,
-        guards.check_variadic_length,
-        guards.check_variadic_keys,
-    )
-)
-READ_ONLY_EFFECT_TYPES.add(guards.FixedArgument)
 
 
 def is_literal(value: Any) -> bool:
@@ -107,11 +90,6 @@ class Effects:
             self._pure_modules[target] = pure
         return pure
 
-    # ---------------------------------------------------------------- purity
-    def is_impure(self, node: Node) -> bool:
-        """``Node.is_impure`` (one place to refine it for the passes)."""
-        return node.is_impure()
-
     # ------------------------------------------------------------ randomness
     def is_random(self, node: Node) -> bool:
         """Whether ``node`` draws random numbers (dropout in training, ``torch.rand``, ...)."""
@@ -138,7 +116,7 @@ class Effects:
             if self.is_pure_module(node.target):
                 return None
             return (*node.all_input_nodes, attribute_key(node.target))
-        if op not in ("call_function", "call_method") or not self.is_impure(node):
+        if op not in ("call_function", "call_method") or not node.is_impure():
             return None
         if node.meta.get("is_impure"):
             return tuple(node.all_input_nodes)

@@ -129,7 +129,7 @@ def _is_constant_call(node: Node, effects: Effects) -> bool:
     op = node.op
     if op not in ("call_function", "call_method", "call_module"):
         return False
-    if effects.is_impure(node) or effects.is_random(node):
+    if node.is_impure() or effects.is_random(node):
         return False
     if node.kwargs.get("requires_grad") is True:  # a new leaf for autograd on every call
         return False

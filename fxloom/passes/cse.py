@@ -86,7 +86,7 @@ def _find_duplicates(graph: Any, effects: Effects) -> dict[Node, Node]:
 
 
 def _mergeable(node: Node, effects: Effects, aliases: AliasClasses) -> bool:
-    if node.op not in _MERGEABLE_OPS or effects.is_impure(node) or effects.is_random(node):
+    if node.op not in _MERGEABLE_OPS or node.is_impure() or effects.is_random(node):
         return False
     if node.op == "call_module" and not effects.is_pure_module(node.target):
         return False

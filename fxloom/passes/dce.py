@@ -119,7 +119,7 @@ def _dead_nodes(graph: Any, is_kept: Callable[[Node], bool]) -> dict[Node, None]
 
 
 def _impure_or_random(effects: Effects) -> Callable[[Node], bool]:
-    return lambda node: effects.is_impure(node) or effects.is_random(node)
+    return lambda node: node.is_impure() or effects.is_random(node)
 
 
 def _delete_unused_submodules(gm: GraphModule) -> list[str]:

@@ -28,7 +28,7 @@ from fxloom.tracing.frames import short_location, user_frame
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer
 
-__all__ = ["to_bool", "length", "to_python", "iterate", "unpack_length"]
+__all__ = ["to_bool", "length", "to_python", "iterate"]
 
 
 def to_bool(tracer: Tracer, obj: Proxy) -> bool:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from fxloom.tracer import Tracer
     from fxloom.tracing.patches import Gate
 
-__all__ = ["Unknown", "values_of", "clone_tensors", "bind_examples", "ModuleState", "ExampleRun"]
+__all__ = ["bind_examples", "ExampleRun"]
 
 
 class Unknown(Exception):

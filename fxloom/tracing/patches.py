@@ -173,10 +173,11 @@ def recording(
 
     @functools.wraps(original)
     def record(*args: Any, **kwargs: Any) -> Any:
-        tracer = tracer_of(args, kwargs) or (_active_tracers[-1] if _active_tracers else None)
+        found = tracer_of(args, kwargs)  # the tracer of a proxy among the arguments, if any
+        tracer = found or (_active_tracers[-1] if _active_tracers else None)
         if tracer is None or not tracer._patches.gate.open:
             return original(*args, **kwargs)
-        if always or holds_proxy(args) or holds_proxy(kwargs):
+        if always or found is not None:
             if method:
                 return tracer.create_proxy("call_function", args[0], args[1:], kwargs)
             return tracer.create_proxy("call_function", original, args, kwargs)
@@ -315,9 +316,11 @@ class TracePatches:
             # constants.
             return original_module_call(module, *args, **kwargs)
         forward = module.forward
-        self._autowrap_globals(getattr(forward, "__globals__", None))
-        if isinstance(module, GraphModule):
-            self._wrap_in_generated_code(forward.__globals__)
+        globals_dict = getattr(forward, "__globals__", None)
+        if globals_dict is not None and id(globals_dict) not in self._scanned:
+            self._autowrap_globals(globals_dict)  # marks them scanned: this runs once per module
+            if isinstance(module, GraphModule):
+                self._wrap_in_generated_code(globals_dict)
         self._watch_attribute_writes(type(module))
         return tracer.call_module(module, forward, args, kwargs)
 

@@ -36,6 +36,7 @@ from fxloom.guards import (
     check_variadic_keys,
     check_variadic_length,
 )
+from fxloom.ops.signatures import BUILTIN_CALLABLE_TYPES
 from fxloom.proxy import TraceError
 from fxloom.pytree import tree_any, tree_flatten, tree_unflatten
 from fxloom.tracing.patches import recording
@@ -64,16 +65,6 @@ class _PlaceholderMarker:
 PH = _PlaceholderMarker()
 
 
-# Functions implemented in C: no Python code to trace into.
-_BUILTIN_KINDS = (
-    types.BuiltinFunctionType,
-    types.BuiltinMethodType,
-    types.MethodDescriptorType,
-    types.WrapperDescriptorType,
-    types.MethodWrapperType,
-)
-
-
 def root_function(
     root: torch.nn.Module | Callable[..., Any], traced_func_name: str
 ) -> tuple[torch.nn.Module, Callable[..., Any], bool]:
@@ -92,7 +83,7 @@ def root_function(
                 "the method to trace"
             )
         return root, fn, True
-    if isinstance(root, _BUILTIN_KINDS):
+    if isinstance(root, BUILTIN_CALLABLE_TYPES):
         return torch.nn.Module(), _recorded_builtin(root), False
     if callable(root):
         return torch.nn.Module(), root, False
