@@ -60,9 +60,9 @@ def test_a_traced_zoo_model_scripts_and_matches_eager_and_torch_fx(name):
     ours = scripted(fx.symbolic_trace(model))
     with torch.no_grad():
         assert_close(ours(*args), model(*args))
-        theirs = torch_fx_scripted(model)
-        if theirs is not None:  # torch.fx's own output does not always script (see below)
-            assert_close(ours(*args), theirs(*args))
+        # torch.fx's own output of these models does not script (see below): its traced
+        # module runs in Python.
+        assert_close(ours(*args), torch.fx.symbolic_trace(model)(*args))
 
 
 def torch_fx_scripted(model: torch.nn.Module) -> torch.jit.ScriptModule | None:
@@ -140,6 +140,7 @@ def test_a_transformed_graph_module_still_scripts():
         if node.op == "call_module" and isinstance(gm.get_submodule(node.target), torch.nn.ReLU):
             node.op, node.target = "call_function", torch.sigmoid
     gm.recompile()
+    assert sum(node.target is torch.sigmoid for node in gm.graph.nodes) == 2
     (x,) = mlp_tiny_inputs()
     assert_close(scripted(gm)(x), gm(x))
 

@@ -122,14 +122,13 @@ def test_patched_functions_run_eagerly_while_example_values_are_computed():
     assert_close(fx.GraphModule(model, graph)(x), model(x))
 
 
-def patched_objects() -> dict[str, object]:
-    return {
-        "torch.zeros": torch.zeros,
-        "math.sqrt": math.sqrt,
-        "MakesZeros.__call__": MakesZeros.__dict__.get("__call__", "inherited"),
-        "MakesZeros.__getattr__": MakesZeros.__dict__.get("__getattr__", "inherited"),
-        "MakesZeros.__setattr__": MakesZeros.__dict__.get("__setattr__", "inherited"),
-    }
+def patched_objects(*classes: type) -> dict[str, object]:
+    """torch.zeros, math.sqrt, and the module methods tracing patches on each of ``classes``."""
+    found: dict[str, object] = {"torch.zeros": torch.zeros, "math.sqrt": math.sqrt}
+    for cls in classes:
+        for name in ("__call__", "__getattr__", "__setattr__"):
+            found[f"{cls.__name__}.{name}"] = cls.__dict__.get(name, "inherited")
+    return found
 
 
 def test_a_failure_while_example_values_are_computed_restores_every_patch():
@@ -143,10 +142,10 @@ def test_a_failure_while_example_values_are_computed_restores_every_patch():
             super().__init__()
             self.leaf = FailsOnExamples()
 
-    before = patched_objects()
+    before = patched_objects(Net, FailsOnExamples)
     with pytest.raises(fx.TraceError, match="on the example inputs failed"):
         LeafMakesZeros().trace(Net(), example_inputs=(torch.ones(3),))
-    assert patched_objects() == before
+    assert patched_objects(Net, FailsOnExamples) == before
     # ... and tracing works as before afterwards: nothing is left half-suspended.
     gm = fx.symbolic_trace(lambda x: torch.zeros(3) + math.sqrt(x.shape[0]))
     targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
