@@ -281,11 +281,7 @@ class Tracer:
         if isinstance(attr_val, torch.Tensor):
             path = self._root_index.tensor_path(attr_val)
             if path is not None:
-                proxy = parameter_proxy_cache.get(path)
-                if proxy is None:
-                    proxy = self.create_proxy("get_attr", path, (), {})
-                    parameter_proxy_cache[path] = proxy
-                return proxy
+                return self._cached_get_attr(path, parameter_proxy_cache)
         return attr_val
 
     def module_at(self, path: str) -> torch.nn.Module:
@@ -436,11 +432,14 @@ class Tracer:
         return self._get_attr_node(path)
 
     def _get_attr_node(self, path: str) -> Node:
-        proxy = self._parameter_proxy_cache.get(path)
+        return self._cached_get_attr(path, self._parameter_proxy_cache).node
+
+    def _cached_get_attr(self, path: str, cache: dict[str, Proxy]) -> Proxy:
+        """One ``get_attr`` proxy per path and trace: a parameter read twice is one node."""
+        proxy = cache.get(path)
         if proxy is None:
-            proxy = self.create_proxy("get_attr", path, (), {})
-            self._parameter_proxy_cache[path] = proxy
-        return proxy.node
+            proxy = cache[path] = self.create_proxy("get_attr", path, (), {})
+        return proxy
 
     # ======================================================== conversions
     def trace_error(
