@@ -75,10 +75,12 @@ class PyTreeCodeGen(CodeGen):
         if not leaves:
             return header
         # A parameter prints as "x: T = default"; only its name is bound here.
-        names = [leaf.split(":")[0].split("=")[0].strip() for leaf in leaves]
-        arguments = "(" + "".join(f"{p}, " for p in params).rstrip() + ")"  # (a, b,) or (a,)
+        leaf_names = [leaf.split(":")[0].split("=")[0].strip() for leaf in leaves]
+        # (a, b,) or (a,): parameters by name (``*args``, ``b=None`` and ``c: T`` included).
+        names = [p.split("=")[0].split(":")[0].strip().lstrip("*") for p in params]
+        arguments = "(" + "".join(f"{name}, " for name in names).rstrip() + ")"
         return (
-            f"{header}\n    {', '.join(names)}, = "
+            f"{header}\n    {', '.join(leaf_names)}, = "
             f"pytree.tree_flatten_spec({arguments}, self._in_spec)"
         )
 

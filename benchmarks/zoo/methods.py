@@ -11,6 +11,7 @@ tracers get the fixed values as ``concrete_args``; torch.export gets them as con
     torch.fx          torch.fx.symbolic_trace (no example inputs: torch.fx has none)
     torch.export      torch.export.export(strict=False).module(); its node count is of the
                       ATen-level graph, so compare it with the others only loosely
+    fxloom.export     fxloom.export.export(...).module(), called as torch.export is (ATen level)
 
 Depends on: torch, fxloom. torch.fx and torch.export are imported here only as comparisons.
 """
@@ -27,6 +28,7 @@ import torch.fx
 from torch import nn
 
 import fxloom
+import fxloom.export
 
 # Non-tensor flags fixed for every model that has them: tensors (or tuples of them) out.
 FLAGS = {
@@ -87,9 +89,18 @@ def capture_torch_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
     return Captured(lambda given: module(**given, **flags), len(program.graph.nodes))
 
 
+def capture_fxloom_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
+    # Called as torch.export is: the same kwargs, the same flags.
+    flags = {k: v for k, v in fixed_args(model, inputs).items() if k in FLAGS}
+    program = fxloom.export.export(model, args=(), kwargs={**inputs, **flags})
+    module = program.module()
+    return Captured(lambda given: module(**given, **flags), len(program.graph.nodes))
+
+
 METHODS: dict[str, Callable[[nn.Module, dict[str, Any]], Captured]] = {
     "fxloom": capture_fxloom,
     "fxloom-autoleaf": capture_fxloom_autoleaf,
     "torch.fx": capture_torch_fx,
     "torch.export": capture_torch_export,
+    "fxloom.export": capture_fxloom_export,
 }

@@ -1,0 +1,58 @@
+"""Export: sound, operator-level, functional capture of a module (the Export IR of the seeds).
+
+``export(module, args, kwargs)`` runs the module once on stand-in tensors
+(shapes, dtypes and devices, no data) and records every ATen operator it
+dispatches. The result, an ``ExportedProgram``, is functional (no operator
+writes its inputs; state the program writes comes out as extra outputs),
+takes its parameters, buffers and constants as inputs, and carries the
+spec's metadata on every node::
+
+    >>> import torch
+    >>> from fxloom.export import export
+    >>> ep = export(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU()), (torch.randn(3, 4),))
+    >>> ep.graph_signature.parameters
+    ['0.weight', '0.bias']
+    >>> x = torch.randn(3, 4)
+    >>> torch.allclose(ep.module()(x), torch.relu(x @ ep.state_dict["0.weight"].T + ep.state_dict["0.bias"]))
+    True
+
+Nothing here uses torch.export, torch._dynamo, make_fx, FakeTensorMode or
+torch's functionalization: the stand-ins, the capture and the functional
+rewrite are fxloom's own (``stand_in``, ``capture``, ``functionalize``).
+"""
+
+from fxloom.export.capture import ExportError
+from fxloom.export.dims import Dim
+from fxloom.export.exporter import export
+from fxloom.export.functionalize import UnsupportedOpError
+from fxloom.export.program import ExportedProgram
+from fxloom.export.signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+)
+from fxloom.export.stand_in import DataDependentError, StandIn
+from fxloom.export.verifier import ExportVerifierError, verify
+
+__all__ = [
+    "ConstantArgument",
+    "DataDependentError",
+    "Dim",
+    "ExportError",
+    "ExportGraphSignature",
+    "ExportVerifierError",
+    "ExportedProgram",
+    "InputKind",
+    "InputSpec",
+    "OutputKind",
+    "OutputSpec",
+    "StandIn",
+    "TensorArgument",
+    "UnsupportedOpError",
+    "export",
+    "verify",
+]

@@ -1,0 +1,387 @@
+"""The dispatch capture: run a program on stand-ins and record every operator it dispatches.
+
+``Capture`` receives each ATen operator call (through a dispatch mode, so
+factory calls like ``torch.zeros(3)`` are seen too, and through
+``StandIn.__torch_dispatch__``) and records it as a ``call_function`` node
+whose target is the operator overload, functionally:
+
+* every live tensor the program holds is tracked by a ``Value``: the node
+  that computes it now, and its ``Storage`` (the memory it shares with other
+  tensors: a base and its views);
+* a write (``add_``, ``out=``, a running-statistics update) is recorded as the
+  functional operator, and the written tensor's storage takes the new value;
+  a write through a view is carried back to the base with the view's scatter
+  (``functionalize.SCATTERS``);
+* a storage's other views are stale after a write: the next time the program
+  reads one, it is recomputed from the base's new value by replaying its view
+  operators.
+
+So the recorded graph mutates nothing, and a storage that belongs to the
+program's state or inputs tells, at the end, whether and how it was written.
+
+Depends on ``fxloom.graph``, ``stand_in``, ``functionalize`` and ``provenance``.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._C import DispatchKey, DispatchKeySet, _ExcludeDispatchKeyGuard
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fxloom.export.functionalize import (
+    SCATTERS,
+    UNARY_INVERSES,
+    OpKind,
+    UnsupportedOpError,
+    ViewStep,
+    classify,
+)
+from fxloom.export.provenance import Provenance
+from fxloom.export.stand_in import (
+    DataDependentError,
+    StandIn,
+    compute_meta,
+    device_of_result,
+    wrap,
+)
+from fxloom.graph import Graph
+from fxloom.node import Node
+
+__all__ = ["Capture", "ExportError"]
+
+aten = torch.ops.aten
+# Excluded to run an operator on a stand-in itself rather than send it to the capture.
+_PYTHON_KEYS = DispatchKeySet(DispatchKey.Python) | DispatchKeySet(DispatchKey.PythonTLSSnapshot)
+
+
+class ExportError(RuntimeError):
+    """Export cannot capture the program as asked; the message names the operator and the line."""
+
+
+class Storage:
+    """Memory shared by a base tensor and its views: the node computing its current contents."""
+
+    __slots__ = ("node", "version", "meta", "device", "initial")
+
+    def __init__(self, node: Node, base: StandIn) -> None:
+        self.node = node  # the base's value now
+        self.initial = node  # its value when the program started (placeholders: itself)
+        self.version = 0  # bumped by every write
+        self.meta = base._meta  # the base's meta tensor (its shape and strides)
+        self.device = base.device
+
+
+@dataclass
+class Value:
+    """A tensor the program holds: the node computing it, as of its storage's ``version``."""
+
+    stand_in: StandIn
+    node: Node
+    storage: Storage
+    chain: tuple[ViewStep, ...] = ()  # the view operators from the storage's base to it
+    version: int = 0
+
+
+@dataclass
+class Constant:
+    """A real tensor the program used that is not a parameter or buffer (lifted to an input)."""
+
+    name: str
+    tensor: torch.Tensor
+    node: Node
+
+
+class _AllOperators(TorchDispatchMode):
+    """Sends every operator, with or without stand-in arguments, to the capture."""
+
+    def __init__(self, capture: Capture) -> None:
+        super().__init__()
+        self.capture = capture
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return self.capture.dispatch(func, args, kwargs or {})
+
+
+@dataclass
+class Capture:
+    """The graph being recorded and the values the program holds; see the module docstring."""
+
+    provenance: Provenance
+    constant_names: dict[int, str] = field(default_factory=dict)  # id(tensor) -> attribute path
+    graph: Graph = field(default_factory=Graph)
+    values: dict[int, Value] = field(default_factory=dict)  # id(stand-in) -> Value
+    constants: dict[int, Constant] = field(default_factory=dict)  # id(real tensor) -> Constant
+    decompositions: dict[Any, Any] = field(default_factory=dict)
+    _meta: dict[str, Any] = field(default_factory=dict)  # provenance of the operator being recorded
+
+    # --------------------------------------------------------------- inputs
+    def placeholder(self, name: str, example: Any) -> tuple[Node, Any]:
+        """A graph input standing for ``example``; a tensor gets a tracked stand-in."""
+        node = self.graph.placeholder(name)
+        if not isinstance(example, torch.Tensor):
+            node.meta["val"] = example
+            return node, example
+        stand_in = StandIn.like(example)
+        node.meta["val"] = stand_in
+        self._track(stand_in, node)
+        return node, stand_in
+
+    def _track(self, stand_in: StandIn, node: Node) -> Value:
+        value = Value(stand_in, node, Storage(node, stand_in))
+        self.values[id(stand_in)] = value
+        return value
+
+    def constant(self, tensor: torch.Tensor) -> StandIn:
+        """The stand-in of a real tensor the program uses, lifted to a constant input once."""
+        found = self.constants.get(id(tensor))
+        if found is None:
+            name = self.constant_names.get(id(tensor)) or f"lifted_tensor_{len(self.constants)}"
+            node = self.graph.placeholder("c_" + name.replace(".", "_"))
+            node.meta["val"] = StandIn.like(tensor)
+            found = self.constants[id(tensor)] = Constant(name, tensor, node)
+            self._track(node.meta["val"], node)
+        return found.node.meta["val"]
+
+    # ------------------------------------------------------------- dispatch
+    def mode(self) -> _AllOperators:
+        return _AllOperators(self)
+
+    def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Record one operator call from the program and return its stand-in result."""
+        decomposition = self.decompositions.get(func)
+        if decomposition is not None:
+            with self.mode():
+                return decomposition(*args, **kwargs)
+        kind = classify(func)
+        self._meta = self.provenance.stamp()
+        if func is aten.lift_fresh.default:  # torch.tensor(data): the data is a constant
+            return self._input(args[0])
+        args, kwargs = self._inputs(args), self._inputs(kwargs)
+        try:
+            return _HANDLERS[kind.kind](self, func, kind, args, kwargs)
+        except (DataDependentError, UnsupportedOpError) as err:
+            raise self.error(str(err)) from None
+
+    def error(self, message: str) -> ExportError:
+        trace = self._meta.get("stack_trace") or self.provenance.stack_trace()
+        where = f"\n{trace.rstrip()}" if trace else ""
+        return ExportError(f"{message}{where}")
+
+    def _input(self, value: Any) -> Any:
+        if isinstance(value, StandIn):
+            if id(value) not in self.values:
+                raise ExportError(
+                    f"{value} belongs to another export (a node's meta['val']?): it has no "
+                    "value in this program; pass real tensors to export"
+                )
+            return value
+        return self.constant(value)
+
+    def _inputs(self, tree: Any) -> Any:
+        """``args``/``kwargs`` with real tensors lifted to constants (lists one level deep)."""
+        if type(tree) is dict:
+            return {k: self._inputs(v) for k, v in tree.items()}
+        if type(tree) in (tuple, list):
+            return type(tree)(
+                self._input(v) if isinstance(v, torch.Tensor) else self._inputs(v) for v in tree
+            )
+        return self._input(tree) if isinstance(tree, torch.Tensor) else tree
+
+    # ------------------------------------------------------------- reading
+    def read(self, stand_in: StandIn) -> Node:
+        """The node computing ``stand_in`` now (recomputing a view whose base was written)."""
+        value = self.values[id(stand_in)]
+        storage = value.storage
+        if value.version != storage.version:
+            value.node = self._replay(storage, value.chain)[0]
+            value.version = storage.version
+        return value.node
+
+    def _replay(self, storage: Storage, chain: tuple[ViewStep, ...]) -> tuple[Node, torch.Tensor]:
+        node, meta = storage.node, storage.meta
+        for step in chain:
+            node, meta = self._view_step(step, node, meta, storage.device)
+        return node, meta
+
+    def _view_step(
+        self, step: ViewStep, node: Node, meta: torch.Tensor, device: torch.device
+    ) -> tuple[Node, Any]:
+        out = step.func(meta, *step.args, **step.kwargs)
+        node = self._node(step.func, (node, *step.args), step.kwargs, wrap(out, device))
+        if step.index is not None:
+            out = out[step.index]
+            node = self._node(operator.getitem, (node, step.index), {}, wrap(out, device))
+        return node, out
+
+    def _arg(self, value: Any) -> Any:
+        if isinstance(value, StandIn):
+            return self.read(value)
+        if type(value) in (tuple, list):
+            return type(value)(self._arg(v) for v in value)
+        return value
+
+    # ------------------------------------------------------------- recording
+    def _node(self, func: Any, args: tuple, kwargs: dict, val: Any) -> Node:
+        name = "getitem" if func is operator.getitem else func._opname
+        node = self.graph.create_node("call_function", func, args, kwargs, name=name)
+        node.meta.update(self._meta)
+        node.meta["val"] = val
+        return node
+
+    def emit(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Record a functional call and return stand-ins for its result, each tracked anew."""
+        meta_out = compute_meta(func, args, kwargs)
+        node = self._node(func, self._arg(args), {k: self._arg(v) for k, v in kwargs.items()}, None)
+        device = device_of_result(func, args, kwargs)
+        result = wrap(meta_out, device)
+        node.meta["val"] = result
+        if isinstance(result, StandIn):
+            self._track(result, node)
+        elif isinstance(result, (tuple, list)):
+            for index, item in enumerate(result):
+                if isinstance(item, StandIn):
+                    self._track(item, self._node(operator.getitem, (node, index), {}, item))
+        return result
+
+    def write(self, target: StandIn, new: StandIn) -> None:
+        """``target``'s memory now holds ``new``: its storage (and base) takes the value."""
+        value = self.values[id(target)]
+        if new.dtype != target.dtype:  # in-place keeps the written tensor's dtype
+            new = self.emit(aten._to_copy.default, (new,), {"dtype": target.dtype})
+        if new.shape != target.shape:
+            new = self.emit(aten.expand.default, (new, list(target.shape)), {})
+        new_node = self.read(new)
+        storage = value.storage
+        if value.chain:
+            storage.node = self._scatter_back(storage, value.chain, new_node)
+        else:
+            storage.node = new_node
+        storage.version += 1
+        value.node, value.version = new_node, storage.version
+
+    def _scatter_back(self, storage: Storage, chain: tuple[ViewStep, ...], new: Node) -> Node:
+        """The base's value with ``new`` written where the view ``chain`` reads."""
+        device = storage.device
+        bases = [(storage.node, storage.meta)]
+        for step in chain[:-1]:
+            bases.append(self._view_step(step, *bases[-1], device))
+        src = new
+        for step, (base, base_meta) in zip(reversed(chain), reversed(bases)):
+            scatter = SCATTERS.get(step.func)
+            if scatter is None:
+                raise UnsupportedOpError(
+                    f"a write through a view made by {step.func} cannot be carried back to the "
+                    "tensor it views; write to a copy (.clone()) or extend "
+                    "fxloom.export.functionalize.SCATTERS"
+                )
+            src_meta = src.meta["val"]._meta
+            if step.func in UNARY_INVERSES:
+                func, extra = scatter(step, base_meta)
+                out = func(src_meta, *extra)
+                src = self._node(func, (src, *extra), {}, wrap(out, device))
+                continue
+            found = scatter(step, base_meta)
+            if found is None:  # same elements, another shape
+                if tuple(src_meta.shape) != tuple(base_meta.shape):
+                    shape = list(base_meta.shape)
+                    out = aten.view.default(src_meta.contiguous(), shape)
+                    src = self._node(aten.view.default, (src, shape), {}, wrap(out, device))
+                continue
+            func, extra = found
+            out = func(base_meta, src_meta, *extra)
+            src = self._node(func, (base, src, *extra), {}, wrap(out, device))
+        return src
+
+
+# ------------------------------------------------------------------ handlers by OpKind.kind
+
+
+def _functional(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
+    return capture.emit(func, args, kwargs)
+
+
+def _view(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
+    base = capture.values[id(args[0])]
+    capture.read(args[0])
+    result = capture.emit(func, args, kwargs)
+    outputs = result if isinstance(result, (tuple, list)) else (result,)
+    for index, item in enumerate(outputs):
+        if isinstance(item, StandIn):
+            value = capture.values[id(item)]
+            step = ViewStep(func, args[1:], kwargs, index if outputs is result else None)
+            value.storage, value.chain = base.storage, (*base.chain, step)
+            value.version = base.storage.version
+    return result
+
+
+def _inplace(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
+    result = capture.emit(kind.functional, args, kwargs)
+    capture.write(args[0], result)
+    return args[0]
+
+
+def _out(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
+    outs = [kwargs[name] for name in kind.written]
+    inputs = {k: v for k, v in kwargs.items() if k not in kind.written}
+    result = capture.emit(kind.functional, args, inputs)
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for target, new in zip(outs, results):
+        capture.write(target, new)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _mutable(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
+    if kind.writes is not None and not kind.writes(args, kwargs):
+        return capture.emit(func, args, kwargs)
+    result = capture.emit(kind.functional, args, kwargs)
+    returned = len(func._schema.returns)
+    positions = {a.name: i for i, a in enumerate(func._schema.arguments)}
+    for name, new in zip(kind.written, result[returned:]):
+        position = positions[name]
+        target = args[position] if position < len(args) else kwargs.get(name)
+        if isinstance(target, StandIn) and isinstance(new, StandIn):
+            capture.write(target, new)
+    return result[0] if returned == 1 else tuple(result[:returned])
+
+
+def _metadata(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
+    """``x.unsqueeze_(0)``: ``x`` becomes the view ``unsqueeze(x, 0)`` of the same memory."""
+    target = args[0]
+    value = capture.values[id(target)]
+    if not value.chain and value.node.op == "placeholder":
+        raise capture.error(
+            f"{func} changes the shape of an input or of the module's state in place, which an "
+            "exported program cannot do to its caller's tensors; use the out-of-place form"
+        )
+    view = _view(capture, kind.functional, classify(kind.functional), args, kwargs)
+    with _ExcludeDispatchKeyGuard(_PYTHON_KEYS):  # the stand-in's own sizes and strides
+        func(target, *args[1:], **kwargs)
+    target._meta = view._meta
+    became = capture.values.pop(id(view))
+    value.node, value.chain, value.version = became.node, became.chain, became.version
+    return target
+
+
+def _refused(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
+    hint = (
+        "export knows shapes, not data: keep the value a tensor (torch.where instead of "
+        "an if on it); data-dependent values arrive with dynamic shapes"
+        if "data" in kind.reason
+        else "change the program as suggested"
+    )
+    raise capture.error(f"{func} {kind.reason}; {hint}")
+
+
+_HANDLERS = {
+    "functional": _functional,
+    "view": _view,
+    "inplace": _inplace,
+    "out": _out,
+    "mutable": _mutable,
+    "metadata": _metadata,
+    "refused": _refused,
+}

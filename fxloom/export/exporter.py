@@ -1,0 +1,373 @@
+"""``export(module, args, kwargs)``: capture a module's forward as an ``ExportedProgram``.
+
+The steps: lift the module's state (parameters ``p_*``, buffers ``b_*``) and
+the user's inputs to placeholders with stand-ins for values; put the
+stand-ins in the module in place of its state; run the forward under the
+capture (``capture.Capture``), which records every operator functionally;
+then read off the outputs: first the state and inputs the program wrote, then
+what it returned. Tensors the program holds that are not state become
+constants (``c_*``). The module is unchanged afterwards, whatever happens.
+
+Depends on the IR, ``fxloom.pytree`` and the rest of ``fxloom.export``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from fxloom import pytree
+from fxloom.export.capture import Capture, ExportError, Storage
+from fxloom.export.dims import Dim
+from fxloom.export.program import ExportedProgram
+from fxloom.export.provenance import Provenance
+from fxloom.export.signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+)
+from fxloom.export.stand_in import StandIn
+from fxloom.export.verifier import verify
+from fxloom.graph_module import GraphModule
+from fxloom.node import Node
+
+__all__ = ["export", "ExportError"]
+
+_WRITE_KIND = {
+    InputKind.PARAMETER: OutputKind.PARAMETER_MUTATION,
+    InputKind.BUFFER: OutputKind.BUFFER_MUTATION,
+    InputKind.USER_INPUT: OutputKind.USER_INPUT_MUTATION,
+}
+
+
+def export(
+    mod: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool = False,
+) -> ExportedProgram:
+    """Capture ``mod``'s forward on ``args``/``kwargs`` as an operator-level, functional program.
+
+    ``args`` is a tuple and ``kwargs`` a dict of the forward's inputs: tensors
+    and structures of them (tuples, lists, dicts, named tuples, registered
+    dataclasses and classes), and other values, which the program is fixed to.
+    The result is sound for inputs of the examples' shapes and dtypes:
+    ``ep.module()`` checks that. ``strict`` is accepted for torch.export
+    compatibility; fxloom always runs the real forward (non-strict).
+
+        >>> import torch
+        >>> from fxloom.export import export
+        >>> class Scale(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return x * 2 + 1
+        >>> print(export(Scale(), (torch.ones(3),)).graph)
+        graph():
+            %x : [num_users=1] = placeholder[target=x]
+            %mul : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%x, 2), kwargs = {})
+            %add : [num_users=1] = call_function[target=torch.ops.aten.add.Tensor](args = (%mul, 1), kwargs = {})
+            return (add,)
+    """
+    _check_call(mod, args, kwargs, dynamic_shapes)
+    kwargs = dict(kwargs or {})
+    arg_names, bound = _bind(mod, tuple(args), kwargs)
+    provenance = Provenance(mod, stop=sys._getframe())
+    capture = Capture(provenance, constant_names=_tensor_attributes(mod))
+    input_specs: list[InputSpec] = []
+    state = _lift_state(mod, capture, input_specs)
+    user_values = []
+    for name, value in zip(arg_names, bound):
+        user_values.append(_lift_user_input(name, value, capture, input_specs))
+    call_args, call_kwargs = _call_arguments(mod, arg_names, user_values, len(args))
+    with _swapped(mod, state), _exporting(), provenance.active(), capture.mode(), _active(capture):
+        result = mod(*call_args, **call_kwargs)
+    graph_signature, out_spec = _finish(capture, input_specs, result)
+    _, in_spec = pytree.tree_flatten(tuple(bound))
+    state_dict, constants = _state_values(mod, input_specs, capture)
+    return ExportedProgram(
+        GraphModule(torch.nn.Module(), capture.graph),
+        graph_signature,
+        state_dict,
+        constants,
+        in_spec=in_spec,
+        out_spec=out_spec,
+        arg_names=_declared_names(mod, arg_names),
+        example_inputs=(tuple(args), kwargs),
+        verifier=verify,
+    )
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def _check_call(mod: Any, args: Any, kwargs: Any, dynamic_shapes: Any) -> None:
+    if not isinstance(mod, torch.nn.Module):
+        raise TypeError(
+            f"export takes an nn.Module, got {type(mod).__name__}; wrap a function in a "
+            "module whose forward calls it"
+        )
+    if not isinstance(args, tuple):
+        raise TypeError(
+            f"export's args must be a tuple of the forward's inputs, got {type(args).__name__}"
+            " (write (x,) for one input)"
+        )
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"export's kwargs must be a dict, got {type(kwargs).__name__}")
+    if any(isinstance(leaf, Dim) for leaf in pytree.tree_leaves(dynamic_shapes)):
+        raise NotImplementedError(
+            "dynamic_shapes with Dim entries: symbolic sizes are not supported yet; export "
+            "with static shapes (dynamic_shapes=None) and export again for other shapes"
+        )
+
+
+def _bind(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[list[str], list[Any]]:
+    """forward's parameter names and the value each gets (defaults filled in)."""
+    signature = inspect.signature(mod.forward)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as err:
+        raise TypeError(
+            f"export: the inputs do not fit {type(mod).__name__}.forward: {err}"
+        ) from None
+    bound.apply_defaults()
+    return list(bound.arguments), list(bound.arguments.values())
+
+
+def _declared_names(mod: torch.nn.Module, names: list[str]) -> list[str]:
+    """forward's parameters as declared: ``*args`` and ``**kwargs`` keep their stars."""
+    parameters = inspect.signature(mod.forward).parameters
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    declared = []
+    for name in names:
+        parameter = parameters[name]
+        default = parameter.default
+        # A default the generated code can spell keeps the call optional, as it is in forward.
+        if default is not parameter.empty and type(default) in _LITERALS:
+            name = f"{name}={default!r}"
+        declared.append(stars.get(parameter.kind, "") + name)
+    return declared
+
+
+_LITERALS = (type(None), bool, int, float, str)
+
+
+def _call_arguments(
+    mod: torch.nn.Module, names: list[str], values: list[Any], positional: int
+) -> tuple[tuple, dict]:
+    """The stand-in inputs as the forward takes them: ``*args`` and ``**kwargs`` expanded."""
+    call_args: list[Any] = []
+    call_kwargs: dict[str, Any] = {}
+    parameters = inspect.signature(mod.forward).parameters
+    for index, (name, value) in enumerate(zip(names, values)):
+        kind = parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            call_args.extend(value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            call_kwargs.update(value)
+        elif kind is inspect.Parameter.KEYWORD_ONLY or index >= positional:
+            call_kwargs[name] = value
+        else:
+            call_args.append(value)
+    return tuple(call_args), call_kwargs
+
+
+def _lift_user_input(name: str, value: Any, capture: Capture, specs: list[InputSpec]) -> Any:
+    """Placeholders for the leaves of one forward input; the input rebuilt of stand-ins."""
+    leaves, spec = pytree.tree_flatten(value)
+    single = spec.is_leaf()
+    lifted = []
+    for index, leaf in enumerate(leaves):
+        node, stand_in = capture.placeholder(name if single else f"{name}_{index}", leaf)
+        arg = (
+            TensorArgument(node.name)
+            if isinstance(leaf, torch.Tensor)
+            else ConstantArgument(node.name, leaf)
+        )
+        specs.append(InputSpec(InputKind.USER_INPUT, arg))
+        lifted.append(stand_in)
+    return pytree.tree_unflatten(lifted, spec)
+
+
+# ------------------------------------------------------------------ state
+
+
+def _lift_state(
+    mod: torch.nn.Module, capture: Capture, specs: list[InputSpec]
+) -> dict[str, StandIn]:
+    """Placeholders for parameters then buffers (a tied tensor once); name -> stand-in."""
+    state: dict[str, StandIn] = {}
+    seen: dict[int, StandIn] = {}
+    non_persistent = _non_persistent_buffers(mod)
+    members = [
+        (InputKind.PARAMETER, "p_", mod.named_parameters(remove_duplicate=False)),
+        (InputKind.BUFFER, "b_", mod.named_buffers(remove_duplicate=False)),
+    ]
+    for kind, prefix, named in members:
+        for name, tensor in named:
+            if tensor is None:
+                continue
+            if id(tensor) in seen:
+                state[name] = seen[id(tensor)]
+                continue
+            node, stand_in = capture.placeholder(prefix + name.replace(".", "_"), tensor)
+            persistent = None if kind is InputKind.PARAMETER else name not in non_persistent
+            specs.append(InputSpec(kind, TensorArgument(node.name), name, persistent))
+            state[name] = seen[id(tensor)] = stand_in
+    return state
+
+
+def _non_persistent_buffers(mod: torch.nn.Module) -> set[str]:
+    return {
+        f"{path}.{name}" if path else name
+        for path, module in mod.named_modules(remove_duplicate=False)
+        for name in module._non_persistent_buffers_set
+    }
+
+
+def _tensor_attributes(mod: torch.nn.Module) -> dict[int, str]:
+    """Plain tensor attributes (not parameters or buffers): id -> path, for constants' names."""
+    found: dict[int, str] = {}
+    for path, module in mod.named_modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and id(value) not in found:
+                found[id(value)] = f"{path}.{name}" if path else name
+    return found
+
+
+@contextlib.contextmanager
+def _swapped(mod: torch.nn.Module, state: dict[str, StandIn]) -> Iterator[None]:
+    """The module's state replaced by stand-ins for the duration, put back on every path."""
+    saved = []
+    try:
+        for name, stand_in in state.items():
+            owner_path, _, field = name.rpartition(".")
+            owner = mod.get_submodule(owner_path)
+            table = owner._parameters if field in owner._parameters else owner._buffers
+            saved.append((table, field, table[field]))
+            table[field] = stand_in
+        yield
+    finally:
+        for table, field, original in reversed(saved):
+            table[field] = original
+
+
+@contextlib.contextmanager
+def _exporting() -> Iterator[None]:
+    """``torch.compiler.is_compiling()``/``is_exporting()`` answer True, as under torch.export.
+
+    Libraries ask these to skip shortcuts that read data (transformers' mask helpers check
+    ``mask.all()`` otherwise), which a capture on shapes alone cannot follow.
+    """
+    compiler = torch.compiler
+    saved = compiler._is_compiling_flag, compiler._is_exporting_flag
+    compiler._is_compiling_flag = compiler._is_exporting_flag = True
+    try:
+        yield
+    finally:
+        compiler._is_compiling_flag, compiler._is_exporting_flag = saved
+
+
+@contextlib.contextmanager
+def _active(capture: Capture) -> Iterator[None]:
+    previous = StandIn.active
+    StandIn.active = capture.dispatch
+    try:
+        yield
+    finally:
+        StandIn.active = previous
+
+
+def _state_values(
+    mod: torch.nn.Module, specs: list[InputSpec], capture: Capture
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``state_dict`` (parameters, persistent buffers) and ``constants`` (the rest), by target."""
+    state_dict: dict[str, torch.Tensor] = {}
+    constants: dict[str, torch.Tensor] = {}
+    for spec in specs:
+        if spec.kind is InputKind.PARAMETER:
+            state_dict[spec.target] = mod.get_parameter(spec.target)
+        elif spec.kind is InputKind.BUFFER:
+            table = state_dict if spec.persistent else constants
+            table[spec.target] = mod.get_buffer(spec.target)
+    for constant in capture.constants.values():
+        constants[constant.name] = constant.tensor
+    return state_dict, constants
+
+
+# ------------------------------------------------------------------ outputs
+
+
+def _finish(
+    capture: Capture, input_specs: list[InputSpec], result: Any
+) -> tuple[ExportGraphSignature, pytree.TreeSpec]:
+    """The output node (writes, then the user's outputs), constants in place, dead code gone."""
+    graph = capture.graph
+    leaves, out_spec = pytree.tree_flatten(result)
+    user_outputs = [_output_value(capture, leaf) for leaf in leaves]
+    placeholders = graph.find_nodes(op="placeholder")
+    output_specs, written = [], []
+    for spec, node in zip(input_specs, placeholders):
+        storage = _storage_of(capture, node)
+        if storage is None or storage.node is storage.initial:
+            continue
+        target = spec.target if spec.kind is not InputKind.USER_INPUT else node.name
+        written.append(storage.node)
+        output_specs.append(OutputSpec(_WRITE_KIND[spec.kind], TensorArgument(""), target))
+    _place_constants(capture, input_specs)
+    graph.output(tuple(written + user_outputs))
+    graph.eliminate_dead_code()
+    output_specs = [
+        OutputSpec(spec.kind, TensorArgument(node.name), spec.target)
+        for spec, node in zip(output_specs, written)
+    ]
+    for value in user_outputs:
+        arg = TensorArgument(value.name) if isinstance(value, Node) else ConstantArgument("", value)
+        output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, arg))
+    graph.lint()
+    return ExportGraphSignature(input_specs, output_specs), out_spec
+
+
+def _output_value(capture: Capture, leaf: Any) -> Any:
+    if isinstance(leaf, torch.Tensor):
+        return capture.read(capture._input(leaf))
+    return leaf
+
+
+def _storage_of(capture: Capture, placeholder: Node) -> Storage | None:
+    val = placeholder.meta.get("val")
+    value = capture.values.get(id(val)) if isinstance(val, StandIn) else None
+    return value.storage if value is not None else None
+
+
+def _place_constants(capture: Capture, input_specs: list[InputSpec]) -> None:
+    """Constant placeholders (made as they were met) go after the buffers, before user inputs."""
+    if not capture.constants:
+        return
+    first_user = next(
+        (
+            node
+            for spec, node in zip(input_specs, capture.graph.find_nodes(op="placeholder"))
+            if spec.kind is InputKind.USER_INPUT
+        ),
+        None,
+    )
+    if first_user is None:  # before the first operator (constants were made among them)
+        first_user = next((n for n in capture.graph.nodes if n.op != "placeholder"), None)
+    at = len([s for s in input_specs if s.kind is not InputKind.USER_INPUT])
+    for offset, constant in enumerate(capture.constants.values()):
+        if first_user is not None:
+            first_user.prepend(constant.node)
+        spec = InputSpec(
+            InputKind.CONSTANT_TENSOR, TensorArgument(constant.node.name), constant.name
+        )
+        input_specs.insert(at + offset, spec)

@@ -1,0 +1,97 @@
+"""The rules an exported program keeps (the Export IR specification), checked on every export.
+
+* only ``placeholder``, ``call_function``, ``get_attr`` (of submodules) and one
+  ``output`` last; placeholders first, as many as the signature's inputs and
+  named as it says; the output as long as the signature's outputs;
+* every ``call_function`` target is an operator overload that mutates nothing
+  (or ``operator.getitem`` picking one result of a multi-result operator);
+* every operator node carries the metadata the spec lists: ``val``,
+  ``stack_trace``, ``nn_module_stack``; placeholders carry ``val``.
+
+A broken rule raises ``ExportVerifierError`` naming the node and the rule.
+
+Depends on the IR and ``signature``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fxloom.export.signature import ConstantArgument
+
+if TYPE_CHECKING:
+    from fxloom.export.program import ExportedProgram
+
+__all__ = ["verify", "ExportVerifierError", "ALLOWED_FUNCTIONS"]
+
+# call_function targets allowed besides operator overloads.
+ALLOWED_FUNCTIONS: set[Any] = {operator.getitem}
+_OPERATOR_METADATA = ("val", "stack_trace", "nn_module_stack")
+
+
+class ExportVerifierError(RuntimeError):
+    """An exported graph breaks a rule of the Export IR; the message names the node and rule."""
+
+
+def verify(ep: ExportedProgram) -> None:
+    """Check every rule of the module docstring on ``ep``; raise ``ExportVerifierError`` if one fails."""
+    graph = ep.graph
+    nodes = list(graph.nodes)
+    signature = ep.graph_signature
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if nodes[: len(placeholders)] != placeholders:
+        late = next(n for n in nodes[len(placeholders) :] if n.op == "placeholder")
+        _fail(late, "placeholders must come first, before every other node")
+    if len(placeholders) != len(signature.input_specs):
+        raise ExportVerifierError(
+            f"the graph has {len(placeholders)} placeholders but the signature lists "
+            f"{len(signature.input_specs)} inputs"
+        )
+    for node, spec in zip(placeholders, signature.input_specs):
+        if node.name != spec.arg.name:
+            _fail(node, f"the signature names this input {spec.arg.name!r} (inputs in order)")
+        if "val" not in node.meta:
+            _fail(node, "a placeholder needs meta['val'] (what the input is)")
+    outputs = [n for n in nodes if n.op == "output"]
+    if len(outputs) != 1 or nodes[-1] is not outputs[0]:
+        raise ExportVerifierError("an exported graph has exactly one output node, and it is last")
+    returned = outputs[0].args[0] if outputs[0].args else ()
+    if len(returned) != len(signature.output_specs):
+        _fail(
+            outputs[0],
+            f"it returns {len(returned)} values but the signature lists "
+            f"{len(signature.output_specs)} outputs",
+        )
+    for value, spec in zip(returned, signature.output_specs):
+        name = getattr(value, "name", None)
+        if not isinstance(spec.arg, ConstantArgument) and name != spec.arg.name:
+            _fail(outputs[0], f"output {spec} is returned as {value!r}")
+    for node in nodes:
+        _check_node(ep, node)
+
+
+def _check_node(ep: ExportedProgram, node: Any) -> None:
+    if node.op in ("placeholder", "output"):
+        return
+    if node.op == "get_attr":
+        if not isinstance(getattr(ep.graph_module, node.target, None), torch.nn.Module):
+            _fail(node, "get_attr may only read submodules (state is passed in as inputs)")
+        return
+    if node.op != "call_function":
+        _fail(node, f"op {node.op!r} is not allowed in an exported graph (call_function only)")
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        if target._schema.is_mutable:
+            _fail(node, f"{target} mutates its inputs; exported graphs are functional")
+    elif target not in ALLOWED_FUNCTIONS and not isinstance(target, torch._ops.HigherOrderOperator):
+        _fail(node, f"target {target!r} is not an operator overload (torch.ops.*.*)")
+    for key in _OPERATOR_METADATA:
+        if key not in node.meta:
+            _fail(node, f"meta[{key!r}] is missing (every operator node carries it)")
+
+
+def _fail(node: Any, rule: str) -> None:
+    raise ExportVerifierError(f"%{node.name}: {rule}")
