@@ -153,6 +153,10 @@ class Capture:
     def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Record one operator call from the program and return its stand-in result."""
         decomposition = self.decompositions.get(func)
+        if decomposition is None and _is_composite(func):
+            # Only reached below autograd (inside a decomposition), where torch does not break
+            # composite operators up itself.
+            decomposition = func.decompose
         if decomposition is not None:
             with self.mode():
                 return decomposition(*args, **kwargs)
@@ -297,6 +301,19 @@ class Capture:
         return src
 
 
+_composite: dict[Any, bool] = {}
+
+
+def _is_composite(func: Any) -> bool:
+    """Whether ``func`` is defined in terms of other operators (CompositeImplicitAutograd)."""
+    found = _composite.get(func)
+    if found is None:
+        found = _composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), DispatchKey.CompositeImplicitAutograd
+        )
+    return found
+
+
 # ------------------------------------------------------------------ handlers by OpKind.kind
 
 
@@ -306,7 +323,11 @@ def _functional(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: 
 
 def _view(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
     base = capture.values[id(args[0])]
-    capture.read(args[0])
+    node = capture.read(args[0])
+    if func is aten.alias.default:  # the same value under another name: no node needed
+        result = StandIn(func(args[0]._meta), args[0].device)
+        capture.values[id(result)] = Value(result, node, base.storage, base.chain, base.version)
+        return result
     result = capture.emit(func, args, kwargs)
     outputs = result if isinstance(result, (tuple, list)) else (result,)
     for index, item in enumerate(outputs):
@@ -336,7 +357,9 @@ def _out(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -
 
 def _mutable(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
     if kind.writes is not None and not kind.writes(args, kwargs):
-        return capture.emit(func, args, kwargs)
+        if kind.otherwise is None:
+            return capture.emit(func, args, kwargs)
+        return capture.emit(*kind.otherwise(args, kwargs))
     result = capture.emit(kind.functional, args, kwargs)
     returned = len(func._schema.returns)
     positions = {a.name: i for i, a in enumerate(func._schema.arguments)}

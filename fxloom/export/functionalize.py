@@ -61,8 +61,10 @@ class OpKind:
     functional: Any = None  # the operator recorded instead (inplace, out, mutable)
     written: tuple[str, ...] = ()  # names of the arguments it writes
     reason: str = ""  # why it is refused
-    # mutable only: whether this call writes (given args, kwargs); else it is functional
+    # mutable only: whether this call writes (given args, kwargs); when it does not, the
+    # functional call to record instead: (args, kwargs) -> (operator, args, kwargs)
     writes: Callable[[tuple, dict], bool] | None = None
+    otherwise: Callable[[tuple, dict], tuple[Any, tuple, dict]] | None = None
 
 
 # In-place or mutating operators whose functional form is not found by the naming rules.
@@ -84,6 +86,14 @@ def _training(args: tuple, kwargs: dict) -> bool:
     return bool(args[5] if len(args) > 5 else kwargs.get("training"))
 
 
+def _batch_norm_inference(args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """native_batch_norm in eval mode is the (functional) no-training operator."""
+    names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum")
+    bound = dict(zip((*names, "eps"), args)) | kwargs
+    inputs = tuple(bound[name] for name in names if name != "training")
+    return aten._native_batch_norm_legit_no_training.default, (*inputs, bound["eps"]), {}
+
+
 # Operators whose schema does not say what they write: native_batch_norm updates the running
 # statistics in training mode.
 UNDECLARED_WRITES: dict[Any, OpKind] = {
@@ -92,6 +102,7 @@ UNDECLARED_WRITES: dict[Any, OpKind] = {
         aten._native_batch_norm_legit_functional.default,
         ("running_mean", "running_var"),
         writes=_training,
+        otherwise=_batch_norm_inference,
     ),
 }
 

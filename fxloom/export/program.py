@@ -74,6 +74,7 @@ class ExportedProgram:
         self.arg_names = arg_names  # forward's parameter names, in order
         self.example_inputs = example_inputs
         self.range_constraints = range_constraints or {}
+        self.verifier = verifier
         if verifier is not None:
             verifier(self)
 
@@ -90,6 +91,18 @@ class ExportedProgram:
         if kind is InputKind.CONSTANT_TENSOR or spec_target not in self.state_dict:
             return self.constants[spec_target]
         return self.state_dict[spec_target]
+
+    def validate(self) -> None:
+        """Check the Export IR's rules again (after editing the graph by hand, say)."""
+        if self.verifier is not None:
+            self.verifier(self)
+
+    def run_decompositions(self, table: dict[Any, Any] | None = None) -> ExportedProgram:
+        """A new program with the operators in ``table`` (default: torch's core ATen set)
+        replaced by their decompositions; see ``fxloom.export.decompose``."""
+        from fxloom.export.decompose import run_decompositions
+
+        return run_decompositions(self, table)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(

@@ -1,0 +1,127 @@
+"""``run_decompositions``: re-capture an exported program with operators broken into simpler ones.
+
+An exported graph holds the operators the program dispatched, some of them
+large (``aten.native_batch_norm``, ``aten.t``). A backend with a small
+operator set asks for them in terms of smaller ones: ``run_decompositions``
+runs the exported graph again on stand-ins, under a capture that replaces
+each operator found in a decomposition table by its definition there, and
+records what that definition dispatches. The default table is torch's core
+ATen set (``torch._decomp.core_aten_decompositions()``, operator definitions
+written in Python); pass your own ``{OpOverload: function}`` to choose::
+
+    >>> import torch
+    >>> from fxloom.export import export
+    >>> ep = export(torch.nn.Linear(3, 2), (torch.randn(4, 3),))
+    >>> sorted({str(n.target) for n in ep.graph.find_nodes(op="call_function")})
+    ['aten.addmm.default', 'aten.t.default']
+    >>> core = ep.run_decompositions()
+    >>> sorted({str(n.target) for n in core.graph.find_nodes(op="call_function")})
+    ['aten.addmm.default', 'aten.permute.default']
+
+Every new node keeps the metadata (stack trace, module stack, source
+function) of the node it came from. The program's signature is unchanged,
+but for the names of the output nodes.
+
+Depends on ``capture``, ``program`` and ``signature``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from fxloom.export.capture import Capture
+from fxloom.export.program import ExportedProgram
+from fxloom.export.signature import ExportGraphSignature, OutputSpec, TensorArgument
+from fxloom.export.stand_in import StandIn
+from fxloom.graph_module import GraphModule
+from fxloom.node import Node, map_arg
+
+__all__ = ["run_decompositions", "default_decompositions"]
+
+_META_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn")
+
+
+def default_decompositions() -> dict[Any, Any]:
+    """torch's table down to the core ATen operator set (imported on first use: it is large)."""
+    from torch._decomp import core_aten_decompositions
+
+    return dict(core_aten_decompositions())
+
+
+class _FromNode:
+    """Provenance for a re-capture: every recorded node inherits the metadata of the node
+    being re-run."""
+
+    def __init__(self) -> None:
+        self.node: Node | None = None
+
+    def stamp(self) -> dict[str, Any]:
+        if self.node is None:
+            return {}
+        return {key: self.node.meta[key] for key in _META_KEYS if key in self.node.meta}
+
+    def stack_trace(self) -> str:
+        return self.stamp().get("stack_trace", "")
+
+
+def run_decompositions(ep: ExportedProgram, table: dict[Any, Any] | None = None) -> ExportedProgram:
+    """A new program equal to ``ep``, with the operators in ``table`` replaced by their
+    decompositions (default: torch's core ATen table). ``ep`` is left as it was."""
+    source = _FromNode()
+    capture = Capture(source, decompositions=default_decompositions() if table is None else table)
+    env: dict[Node, Any] = {}
+    for node in ep.graph.find_nodes(op="placeholder"):
+        new, env[node] = capture.placeholder(node.name, node.meta.get("val"))
+        new.meta.update({k: node.meta[k] for k in _META_KEYS if k in node.meta})
+    previous = StandIn.active
+    StandIn.active = capture.dispatch
+    try:
+        with capture.mode():
+            outputs = _rerun(ep, capture, source, env)
+    finally:
+        StandIn.active = previous
+    graph = capture.graph
+    results = [capture.read(v) if isinstance(v, StandIn) else v for v in outputs]
+    graph.output(tuple(results))
+    graph.eliminate_dead_code()
+    graph.lint()
+    specs = [
+        OutputSpec(spec.kind, TensorArgument(result.name), spec.target)
+        if isinstance(result, Node)
+        else spec
+        for spec, result in zip(ep.graph_signature.output_specs, results)
+    ]
+    return ExportedProgram(
+        GraphModule(ep.graph_module, graph),
+        ExportGraphSignature(list(ep.graph_signature.input_specs), specs),
+        ep.state_dict,
+        ep.constants,
+        in_spec=ep.in_spec,
+        out_spec=ep.out_spec,
+        arg_names=ep.arg_names,
+        example_inputs=ep.example_inputs,
+        range_constraints=ep.range_constraints,
+        verifier=ep.verifier,
+    )
+
+
+def _rerun(
+    ep: ExportedProgram, capture: Capture, source: _FromNode, env: dict[Node, Any]
+) -> list[Any]:
+    """Run ``ep``'s operators on stand-ins under ``capture``; the output's values."""
+    load = env.__getitem__
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            return [load(v) if isinstance(v, Node) else v for v in node.args[0]]
+        if node.op != "call_function":
+            raise ValueError(f"%{node.name}: run_decompositions re-runs call_function nodes only")
+        source.node = node
+        args, kwargs = map_arg(node.args, load), map_arg(node.kwargs, load)
+        if node.target is operator.getitem:
+            env[node] = args[0][args[1]]
+        else:
+            env[node] = node.target(*args, **kwargs)
+    return []
