@@ -14,15 +14,17 @@ written once. fxloom never imports ``torch.jit``: only the user's scripting does
 Depends on torch only.
 """
 
-from typing import List, Optional, Union  # noqa: UP035 - TorchScript reads these annotations
+from typing import Any, List, Optional, Union  # noqa: UP035 - TorchScript reads these annotations
 
 import torch
 from torch import Tensor
 
-# What each kind of value a guard checks can be inside a scripted forward.
+# What each kind of value a guard checks can be inside a scripted forward. ``Any`` takes every
+# type (a fixed argument may be an Optional[Tensor]); ``Optional[Any]``, not ``Any``, lets
+# ``is None`` see a None.
 Number = Union[Tensor, bool, int, float]  # noqa: UP007
-Sized = Union[List[int], List[Tensor], Tensor]  # noqa: UP006, UP007 - x.shape, x.unbind(0), x
 Literal = Optional[Union[bool, int, float, str]]  # noqa: UP007, UP045
+AnyOrNone = Optional[Any]  # noqa: UP045
 
 
 # ---------------------------------------------- messages (called from Python and TorchScript)
@@ -82,12 +84,19 @@ def _as_int(value: Number) -> int:
     return int(value)
 
 
-def _length(value: Sized) -> int:
+def _length(value: Any) -> int | None:
+    """The number of elements of what was unpacked or iterated; None for a tuple, whose
+    length is part of its TorchScript type (``values, indices = x.max(0)``), so compiling
+    the forward checked it."""
+    if isinstance(value, Tensor):
+        return value.size(0)
     if isinstance(value, List[int]):  # noqa: UP006 - TorchScript refines on typing.List
         return len(value)
     if isinstance(value, List[Tensor]):  # noqa: UP006
         return len(value)
-    return value.size(0)
+    if isinstance(value, List[float]):  # noqa: UP006
+        return len(value)
+    return None
 
 
 # ---------------------------------------------- the twins
@@ -115,15 +124,15 @@ def check_float(value: Number, expected: float, where: str) -> None:
         raise RuntimeError(specialized_message("float", where, str(expected), str(actual)))
 
 
-def check_len(value: Sized, expected: int, where: str) -> None:
+def check_len(value: Any, expected: int, where: str) -> None:
     actual = _length(value)
-    if actual != expected:
+    if actual is not None and actual != expected:
         raise RuntimeError(specialized_message("len", where, str(expected), str(actual)))
 
 
-def check_length(value: Sized, expected: int, where: str) -> None:
+def check_length(value: Any, expected: int, where: str) -> None:
     actual = _length(value)
-    if actual != expected:
+    if actual is not None and actual != expected:
         raise ValueError(length_message(expected, where, actual))
 
 
@@ -135,22 +144,40 @@ def check_tensor_input(value: Tensor, dtype: torch.dtype, ndim: int, name: str) 
         raise TypeError(tensor_input_message(name, traced, got))
 
 
-def _same_literal(value: Literal, expected: Literal) -> bool:
-    if value is None or expected is None:
-        return value is None and expected is None
-    if isinstance(value, str) or isinstance(expected, str):
-        if isinstance(value, str) and isinstance(expected, str):
+def _same_literal(value: AnyOrNone, expected: Literal) -> bool:
+    """``value == expected`` as Python compares them (``1 == 1.0 == True``; a tensor is no literal)."""
+    if expected is None:
+        return value is None
+    if isinstance(expected, str):
+        if isinstance(value, str):
             return value == expected
         return False
-    return _as_float(value) == _as_float(expected)  # 1 == 1.0 == True, as in Python
+    # One refinement per test: TorchScript does not refine ``Any`` through ``or``.
+    if isinstance(value, bool):
+        return _as_float(value) == _as_float(expected)
+    if isinstance(value, int):
+        return _as_float(value) == _as_float(expected)
+    if isinstance(value, float):
+        return _as_float(value) == _as_float(expected)
+    return False
 
 
-def _literal_text(value: Literal) -> str:
+def _literal_text(value: AnyOrNone) -> str:
+    if value is None:
+        return "None"
     if isinstance(value, str):
         return f"'{value}'"  # as Python's repr prints it
-    return str(value)
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(value)
+    if isinstance(value, Tensor):
+        return "a tensor"
+    return "another value"
 
 
-def check_fixed(value: Literal, expected: Literal, name: str) -> None:
+def check_fixed(value: AnyOrNone, expected: Literal, name: str) -> None:
     if not _same_literal(value, expected):
         raise ValueError(fixed_message(name, _literal_text(expected), _literal_text(value)))

@@ -241,6 +241,20 @@ def test_an_unpack_guard_raises_in_the_scripted_module_with_its_message():
     assert scripted(gm)([2, 5]) == 10
 
 
+def top_and_halves(x: torch.Tensor) -> torch.Tensor:
+    values, indices = x.max(0)  # a tuple: TorchScript knows its length from its type
+    first, second = x.chunk(2)  # a list: its length is checked at run time
+    return values + indices + first + second
+
+
+def test_unpacked_tuples_and_lists_script_as_torch_fx_traces_them():
+    gm = fx.symbolic_trace(top_and_halves)
+    assert gm.code.count("check_length(") == 2
+    x = torch.randn(2, 3)
+    assert_close(scripted(gm)(x), top_and_halves(x))
+    assert_close(scripted(gm)(x), torch.fx.symbolic_trace(top_and_halves)(x))
+
+
 class Switchable(torch.nn.Module):
     def forward(self, x: torch.Tensor, scale: float = 2.0, relu: bool = True) -> torch.Tensor:
         if relu:
@@ -275,6 +289,20 @@ def test_an_unannotated_argument_fixed_to_a_literal_is_annotated_with_its_type()
     gm = fx.symbolic_trace(shift, concrete_args={"offset": 3})
     assert "offset: int = 3" in gm.code
     assert_close(scripted(gm)(torch.zeros(2)), torch.full((2,), 3.0))
+
+
+def masked(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    return x if mask is None else x * mask
+
+
+def test_an_optional_argument_fixed_to_none_scripts_and_refuses_a_tensor():
+    gm = fx.symbolic_trace(masked, concrete_args={"mask": None})
+    assert "check_fixed(mask, None, 'mask')" in gm.code
+    x = torch.randn(3)
+    assert_close(scripted(gm)(x), torch.fx.symbolic_trace(masked, concrete_args={"mask": None})(x))
+    expected = "argument 'mask' was fixed to None when this module was traced"
+    assert expected in error_of(gm, x, torch.ones(3))
+    assert expected in error_of(scripted(gm), x, torch.ones(3))
 
 
 def test_an_argument_fixed_to_an_object_is_checked_but_does_not_script():
