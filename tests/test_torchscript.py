@@ -10,6 +10,7 @@ import io
 import math
 import pickle
 import warnings
+from typing import Optional
 
 import pytest
 import torch
@@ -121,6 +122,19 @@ def test_the_traced_signature_annotations_reach_torchscript():
     s = scripted(fx.symbolic_trace(Annotated()))
     assert_close(s(torch.ones(2), 3), torch.full((2,), 3.0))
     assert "int" in str(s.forward.schema)
+
+
+class OptionalBias(torch.nn.Module):
+    def forward(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return x + 1 if bias is None else x + bias
+
+
+def test_optional_annotations_script():
+    # Printed typing.Optional[torch.Tensor]: TorchScript reads no typing.Union with a None.
+    gm = fx.symbolic_trace(OptionalBias(), concrete_args={"bias": None})
+    assert "bias: typing.Optional[torch.Tensor] = None" in gm.code
+    x = torch.randn(3)
+    assert_close(scripted(gm)(x), OptionalBias()(x))
 
 
 # As the torch.fx documentation suggests: ``len`` of a traced value is recorded as a call.
