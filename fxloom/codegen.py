@@ -572,8 +572,10 @@ class _Emitter:
         origin = typing.get_origin(t)
         if origin is None:
             return self._global(t)
+        if origin is typing.Union and type(None) in typing.get_args(t):
+            return self._optional_annotation(t)
         args = [self._annotation(a) for a in typing.get_args(t)]
-        if origin is typing.Union:  # Optional[T] is Union[T, None]
+        if origin is typing.Union:
             head = f"{self._module_global('typing', typing)}.Union"
         elif isinstance(t, types.GenericAlias):
             head = self._global(origin)
@@ -585,6 +587,13 @@ class _Emitter:
         if not args:
             return f"{head}[()]" if origin is tuple and getattr(t, "__args__", None) == () else head
         return f"{head}[{', '.join(args)}]"
+
+    def _optional_annotation(self, t: Any) -> str:
+        """``typing.Optional[T]`` for ``Union[T, None]``: TorchScript parses ``typing.Union``
+        with a None member as no type, and ``Optional`` reads better."""
+        rest = tuple(a for a in typing.get_args(t) if a is not type(None))
+        inner = rest[0] if len(rest) == 1 else typing.Union[rest]  # noqa: UP007 - built, not written
+        return f"{self._module_global('typing', typing)}.Optional[{self._annotation(inner)}]"
 
 
 # --------------------------------------------------------------------- helpers

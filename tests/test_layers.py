@@ -55,6 +55,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.proxy",
         "fxloom.tracer",
         "fxloom.guards",
+        "fxloom._guards_torchscript",
         "fxloom.autoleaf",
         "fxloom.tracing",
         "fxloom.export",

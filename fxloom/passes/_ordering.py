@@ -49,15 +49,8 @@ CALL_OPS = frozenset({"call_function", "call_method", "call_module"})
 
 # call_function targets that are impure only so that dead-code elimination keeps them: they
 # read their arguments and raise or not, so they need no place among other side effects.
-ORDER_FREE_TARGETS: set[Any] = {
-    guards.check_guard,
-    guards.check_length,
-    guards.check_tensor_input,
-    guards.check_variadic_keys,
-    guards.check_variadic_length,
-    guards.FixedArgument,  # a type: its instances are the targets
-    torch._assert,
-}
+# Classes among them stand for their instances (``guards.FixedArgument``).
+ORDER_FREE_TARGETS: set[Any] = {*guards.GUARDS, torch._assert}
 
 
 class SplitError(RuntimeError):

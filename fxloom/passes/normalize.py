@@ -81,7 +81,7 @@ def normalize_args(gm: GraphModule, *, fill_defaults: bool = False) -> GraphModu
       says it is not, or the name is also found on ``str``, ``tuple``, ``dict``... and
       nothing (``meta["val"]``, ``meta["tensor_meta"]``, an annotation) says it is one;
     * a module with forward hooks (hooks see positional arguments) or its own ``__call__``;
-    * fxloom's guards (``check_guard``...), kept readable.
+    * fxloom's guards (``check_bool``...), kept readable.
 
     Where signatures come from, and how the C++ ones are checked against torch's Python
     binding without running anything: see ``fxloom.ops.signatures``. Register more in
@@ -210,7 +210,7 @@ class _ArgumentNormalizer:
 
     # ------------------------------------------------------------ candidates
     def _function_candidates(self, target: Any) -> Any:
-        if _is_guard(target):
+        if guards.is_guard(target):
             return None
         try:
             if target not in self._functions:
@@ -487,8 +487,3 @@ def _receiver_is_tensor(node: Node, root: nn.Module) -> bool:
     if receiver.op == "get_attr":
         return isinstance(attr_path.find(root, receiver.target), torch.Tensor)
     return False
-
-
-def _is_guard(target: Any) -> bool:
-    """Whether ``target`` is one of fxloom's run-time checks (a function or a ``FixedArgument``)."""
-    return guards.__name__ in (getattr(target, "__module__", None), type(target).__module__)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fxloom.guards import check_guard, check_length
+from fxloom.guards import SPECIALIZATION_GUARDS, check_length
 from fxloom.proxy import NO_VALUE, PENDING, Proxy
 from fxloom.tracing.frames import short_location, user_frame
 
@@ -132,9 +132,15 @@ def _variadic_parameter(obj: Proxy) -> str | None:
 
 def _specialize(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
     """``convert(example value)``, plus a graph guard that it stays so at run time."""
+    guard = SPECIALIZATION_GUARDS.get(convert)
+    if guard is None:
+        raise TypeError(
+            f"no run-time guard for specialising on {convert!r}; register one in "
+            "fxloom.guards.SPECIALIZATION_GUARDS (conversion -> check(value, expected, where))"
+        )
     expected = convert(obj.value)
     where = short_location(user_frame())
-    tracer.create_proxy("call_function", check_guard, (obj, convert, expected, where), {}, "guard")
+    tracer.create_proxy("call_function", guard, (obj, expected, where), {}, "guard")
     return expected
 
 

@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom.guards import (
-    FixedArgument,
     FlattenedInput,
+    check_fixed,
     check_variadic_keys,
     check_variadic_length,
+    fixed_argument_guard,
 )
 from fxloom.ops.signatures import BUILTIN_CALLABLE_TYPES
 from fxloom.proxy import TraceError
@@ -290,9 +291,8 @@ def _variadic_keyword(
     )
     for key in fixed:
         given = stars.get(key, entries[key])
-        tracer.create_proxy(
-            "call_function", FixedArgument(key, entries[key]), (given,), {}, "guard"
-        )
+        guard, expected = fixed_argument_guard(key, entries[key])
+        tracer.create_proxy("call_function", guard, (given, *expected), {}, "guard")
     return {key: stars[key] if value is PH else value for key, value in entries.items()}
 
 
@@ -302,12 +302,16 @@ def _fixed_argument(
     """An input fixed to ``value``: tracing sees ``value``; the code checks it at run time.
 
     It stays in the signature, defaulting to ``value`` when that is a
-    literal and no parameter without a default follows it.
+    literal and no parameter without a default follows it. Unannotated and
+    fixed to a bool, int, float or str, it is annotated with that type (the
+    only one it may take), which TorchScript needs to script the signature.
     """
+    guard, expected = fixed_argument_guard(param.name, value)
+    if type_expr is None and guard is check_fixed and value is not None:
+        type_expr = type(value)
     default = (value,) if may_default and _is_literal(value) else ()
     placeholder = tracer.create_proxy("placeholder", param.name, default, {}, type_expr=type_expr)
-    check = FixedArgument(param.name, value)
-    tracer.create_proxy("call_function", check, (placeholder,), {}, "guard")
+    tracer.create_proxy("call_function", guard, (placeholder, *expected), {}, "guard")
     return value
 
 
