@@ -45,6 +45,9 @@ class Captured:
 
     run: Callable[[dict[str, Any]], Any]
     nodes: int
+    # Exported programs: the node count after run_decompositions() (core ATen), computed
+    # after the capture is timed.
+    core_nodes: Callable[[], int] | None = None
 
 
 def fixed_args(model: nn.Module, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +89,11 @@ def capture_torch_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
     flags = {k: v for k, v in fixed_args(model, inputs).items() if k in FLAGS}
     program = torch.export.export(model, args=(), kwargs={**inputs, **flags}, strict=False)
     module = program.module()
-    return Captured(lambda given: module(**given, **flags), len(program.graph.nodes))
+    return Captured(
+        lambda given: module(**given, **flags),
+        len(program.graph.nodes),
+        lambda: len(program.run_decompositions().graph.nodes),
+    )
 
 
 def capture_fxloom_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
@@ -94,7 +101,11 @@ def capture_fxloom_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
     flags = {k: v for k, v in fixed_args(model, inputs).items() if k in FLAGS}
     program = fxloom.export.export(model, args=(), kwargs={**inputs, **flags})
     module = program.module()
-    return Captured(lambda given: module(**given, **flags), len(program.graph.nodes))
+    return Captured(
+        lambda given: module(**given, **flags),
+        len(program.graph.nodes),
+        lambda: len(program.run_decompositions().graph.nodes),
+    )
 
 
 METHODS: dict[str, Callable[[nn.Module, dict[str, Any]], Captured]] = {

@@ -31,7 +31,8 @@ NOTES = (
     "of the output matches eager (rtol 1e-4, atol 1e-5). Capture time includes fxloom's "
     "code generation; first = the first capture in the worker's fresh process (libraries "
     "imported, one-time costs paid inside), warm = the best of 5 more. Runtime ratio = captured / eager, medians of 10 calls, one thread. "
-    "torch.export's node counts are of its ATen-level graph."
+    "torch.export's and fxloom.export's node counts are of their ATen-level graphs; "
+    "core = after `run_decompositions()` (torch's core ATen table)."
 )
 
 
@@ -97,7 +98,11 @@ def cell(result: Result | None) -> str:
     if result is None:
         return ""
     if result["status"] == "ok":
-        return f"ok {result['capture_s'] * 1e3:.0f} ms, {result['nodes']} n, {result['runtime_ratio']:.2f}x"
+        core = f" ({result['core_nodes']} core)" if "core_nodes" in result else ""
+        return (
+            f"ok {result['capture_s'] * 1e3:.0f} ms, {result['nodes']} n{core}, "
+            f"{result['runtime_ratio']:.2f}x"
+        )
     if result["status"] == "mismatch":
         return "mismatch: " + escape(result["message"])[:60]
     eager = "eager fails: " if result.get("stage") == "eager" else ""
@@ -160,6 +165,66 @@ def targets(results: list[Result]) -> list[str]:
                 f"= {ours / theirs:.2f}x (median of per-model ratios "
                 f"{median(ratios.values()):.2f}x: {each})",
             )
+        )
+    return lines + export_targets(by_key, models, members)
+
+
+def export_targets(
+    by_key: dict[tuple[str, str], Result], models: list[str], members: dict[str, list[str]]
+) -> list[str]:
+    """Issue 11's targets: fxloom.export against torch.export on the same models."""
+    if not any(method == "fxloom.export" for _, method in by_key):
+        return []
+
+    def ok(model: str, method: str) -> bool:
+        return by_key.get((model, method), {}).get("status") == "ok"
+
+    lines = []
+    behind = [
+        f
+        for f in FAMILIES
+        if sum(ok(m, "fxloom.export") for m in members[f])
+        < sum(ok(m, "torch.export") for m in members[f])
+    ]
+    ours_ok = sum(ok(m, "fxloom.export") for m in models)
+    theirs_ok = sum(ok(m, "torch.export") for m in models)
+    lines.append(
+        mark(
+            not behind,
+            f"fxloom.export correct at least as often as torch.export on every family "
+            f"({ours_ok} vs {theirs_ok} of {len(models)})"
+            + (f"; behind on {', '.join(behind)}" if behind else ""),
+        )
+    )
+    both = [m for m in models if ok(m, "fxloom.export") and ok(m, "torch.export")]
+    for key, label in (("capture_warm_s", "warm"), ("capture_s", "first in a fresh process")):
+        timed = [
+            m
+            for m in both
+            if key in by_key[m, "fxloom.export"] and key in by_key[m, "torch.export"]
+        ]
+        if not timed:
+            continue
+        ratios = [by_key[m, "fxloom.export"][key] / by_key[m, "torch.export"][key] for m in timed]
+        lines.append(
+            mark(
+                median(ratios) <= 0.5,
+                f"fxloom.export time ({label}) <= 0.5x torch.export's, median of per-model "
+                f"ratios on the {len(timed)} models both export: {median(ratios):.2f}x "
+                f"(range {min(ratios):.2f}-{max(ratios):.2f})",
+            )
+        )
+    counted = [m for m in both if "core_nodes" in by_key[m, "fxloom.export"]]
+    counted = [m for m in counted if "core_nodes" in by_key[m, "torch.export"]]
+    if counted:
+        ours = [by_key[m, "fxloom.export"]["core_nodes"] for m in counted]
+        theirs = [by_key[m, "torch.export"]["core_nodes"] for m in counted]
+        equal = sum(a == b for a, b in zip(ours, theirs))
+        lines.append(
+            f"- nodes after run_decompositions(), median over {len(counted)} models: "
+            f"fxloom.export {median(ours):.0f}, torch.export {median(theirs):.0f}; equal on "
+            f"{equal}, fewer on {sum(a < b for a, b in zip(ours, theirs))}, more on "
+            f"{sum(a > b for a, b in zip(ours, theirs))}"
         )
     return lines
 
@@ -241,7 +306,7 @@ def write(results: list[Result], run: dict[str, Any], path: Path, readme: Path |
         "",
         "## fxloom failures",
         "",
-        *failures(results, ("fxloom", "fxloom-autoleaf")),
+        *failures(results, ("fxloom", "fxloom-autoleaf", "fxloom.export")),
         "",
         "## Captured, but specialised",
         "",

@@ -24,6 +24,7 @@ Depends on ``fxloom.graph``, ``stand_in``, ``functionalize`` and ``provenance``.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +117,7 @@ class Capture:
     values: dict[int, Value] = field(default_factory=dict)  # id(stand-in) -> Value
     constants: dict[int, Constant] = field(default_factory=dict)  # id(real tensor) -> Constant
     decompositions: dict[Any, Any] = field(default_factory=dict)
+    reserved_names: set[str] = field(default_factory=set)  # constant names already taken
     _meta: dict[str, Any] = field(default_factory=dict)  # provenance of the operator being recorded
 
     # --------------------------------------------------------------- inputs
@@ -139,12 +141,27 @@ class Capture:
         """The stand-in of a real tensor the program uses, lifted to a constant input once."""
         found = self.constants.get(id(tensor))
         if found is None:
-            name = self.constant_names.get(id(tensor)) or f"lifted_tensor_{len(self.constants)}"
-            node = self.graph.placeholder("c_" + name.replace(".", "_"))
+            name = self.constant_names.get(id(tensor)) or self._fresh_constant_name()
+            self.reserved_names.add(name)
+            # Placeholders stay first: before the first operator, if there is one yet.
+            first_operator = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+            place = (
+                self.graph.inserting_before(first_operator)
+                if first_operator is not None
+                else contextlib.nullcontext()
+            )
+            with place:
+                node = self.graph.placeholder("c_" + name.replace(".", "_"))
             node.meta["val"] = StandIn.like(tensor)
             found = self.constants[id(tensor)] = Constant(name, tensor, node)
             self._track(node.meta["val"], node)
         return found.node.meta["val"]
+
+    def _fresh_constant_name(self) -> str:
+        index = len(self.constants)
+        while f"lifted_tensor_{index}" in self.reserved_names:
+            index += 1
+        return f"lifted_tensor_{index}"
 
     # ------------------------------------------------------------- dispatch
     def mode(self) -> _AllOperators:

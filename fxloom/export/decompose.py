@@ -30,7 +30,10 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import torch
+
 from fxloom.export.capture import Capture
+from fxloom.export.exporter import place_constants
 from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import ExportGraphSignature, OutputSpec, TensorArgument
 from fxloom.export.stand_in import StandIn
@@ -38,6 +41,8 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
 
 __all__ = ["run_decompositions", "default_decompositions"]
+
+aten = torch.ops.aten
 
 _META_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn")
 
@@ -69,7 +74,11 @@ def run_decompositions(ep: ExportedProgram, table: dict[Any, Any] | None = None)
     """A new program equal to ``ep``, with the operators in ``table`` replaced by their
     decompositions (default: torch's core ATen table). ``ep`` is left as it was."""
     source = _FromNode()
-    capture = Capture(source, decompositions=default_decompositions() if table is None else table)
+    capture = Capture(
+        source,
+        decompositions=default_decompositions() if table is None else table,
+        reserved_names=set(ep.constants),
+    )
     env: dict[Node, Any] = {}
     for node in ep.graph.find_nodes(op="placeholder"):
         new, env[node] = capture.placeholder(node.name, node.meta.get("val"))
@@ -85,6 +94,8 @@ def run_decompositions(ep: ExportedProgram, table: dict[Any, Any] | None = None)
     results = [capture.read(v) if isinstance(v, StandIn) else v for v in outputs]
     graph.output(tuple(results))
     graph.eliminate_dead_code()
+    input_specs = list(ep.graph_signature.input_specs)
+    place_constants(capture, input_specs)  # tensors the decompositions made
     graph.lint()
     specs = [
         OutputSpec(spec.kind, TensorArgument(result.name), spec.target)
@@ -94,9 +105,9 @@ def run_decompositions(ep: ExportedProgram, table: dict[Any, Any] | None = None)
     ]
     return ExportedProgram(
         GraphModule(ep.graph_module, graph),
-        ExportGraphSignature(list(ep.graph_signature.input_specs), specs),
+        ExportGraphSignature(input_specs, specs),
         ep.state_dict,
-        ep.constants,
+        {**ep.constants, **{c.name: c.tensor for c in capture.constants.values()}},
         in_spec=ep.in_spec,
         out_spec=ep.out_spec,
         arg_names=ep.arg_names,
@@ -120,8 +131,22 @@ def _rerun(
             raise ValueError(f"%{node.name}: run_decompositions re-runs call_function nodes only")
         source.node = node
         args, kwargs = map_arg(node.args, load), map_arg(node.kwargs, load)
-        if node.target is operator.getitem:
+        target = node.target
+        if target is operator.getitem:
             env[node] = args[0][args[1]]
-        else:
-            env[node] = node.target(*args, **kwargs)
+            continue
+        if target is aten.view.default and not _viewable(*args):
+            # A decomposition laid its result out otherwise than the operator it replaced did;
+            # the graph is functional, so a reshape (a copy where needed) computes the same.
+            target = aten.reshape.default
+        env[node] = target(*args, **kwargs)
     return []
+
+
+def _viewable(tensor: Any, shape: Any) -> bool:
+    """Whether ``tensor`` (a stand-in) can be viewed as ``shape`` with its strides."""
+    try:
+        tensor._meta.view(shape)
+    except RuntimeError:
+        return False
+    return True

@@ -323,9 +323,9 @@ def _finish(
         target = spec.target if spec.kind is not InputKind.USER_INPUT else node.name
         written.append(storage.node)
         output_specs.append(OutputSpec(_WRITE_KIND[spec.kind], TensorArgument(""), target))
-    _place_constants(capture, input_specs)
     graph.output(tuple(written + user_outputs))
     graph.eliminate_dead_code()
+    place_constants(capture, input_specs)
     output_specs = [
         OutputSpec(spec.kind, TensorArgument(node.name), spec.target)
         for spec, node in zip(output_specs, written)
@@ -349,8 +349,13 @@ def _storage_of(capture: Capture, placeholder: Node) -> Storage | None:
     return value.storage if value is not None else None
 
 
-def _place_constants(capture: Capture, input_specs: list[InputSpec]) -> None:
-    """Constant placeholders (made as they were met) go after the buffers, before user inputs."""
+def place_constants(capture: Capture, input_specs: list[InputSpec]) -> None:
+    """Constant placeholders (made as they were met, after the others) move before the user
+    inputs and get their input specs; those nothing reads (after dead-code elimination) go."""
+    for key, constant in list(capture.constants.items()):
+        if not constant.node.users:
+            capture.graph.erase_node(constant.node)
+            del capture.constants[key]
     if not capture.constants:
         return
     first_user = next(
@@ -361,8 +366,6 @@ def _place_constants(capture: Capture, input_specs: list[InputSpec]) -> None:
         ),
         None,
     )
-    if first_user is None:  # before the first operator (constants were made among them)
-        first_user = next((n for n in capture.graph.nodes if n.op != "placeholder"), None)
     at = len([s for s in input_specs if s.kind is not InputKind.USER_INPUT])
     for offset, constant in enumerate(capture.constants.values()):
         if first_user is not None:

@@ -567,3 +567,20 @@ def test_hugging_face_models_export_and_match_eager(name):
     expected = [v for v in (expected.values() if isinstance(expected, dict) else expected)]
     got = [v for v in (got.values() if isinstance(got, dict) else got)]
     assert_close(got[0], expected[0], rtol=1e-4, atol=1e-5)
+
+
+class MakesATensor(nn.Module):
+    def forward(self, x):
+        return torch.tensor([1.0, 2.0, 3.0]) * 2 + x
+
+
+def test_a_tensor_made_in_forward_is_a_constant_placed_among_the_inputs():
+    ep = export(MakesATensor(), (torch.randn(3),))
+    assert [(s.kind.name, s.target) for s in ep.graph_signature.input_specs] == [
+        ("CONSTANT_TENSOR", "lifted_tensor_0"),
+        ("USER_INPUT", None),
+    ]
+    assert_close(ep.constants["lifted_tensor_0"], torch.tensor([1.0, 2.0, 3.0]))
+    x = torch.randn(3)
+    assert_close(ep.module()(x), MakesATensor()(x))
+    assert_close(ep.run_decompositions().module()(x), MakesATensor()(x))
