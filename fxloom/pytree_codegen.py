@@ -79,10 +79,12 @@ class PyTreeCodeGen(CodeGen):
         # (a, b,) or (a,): parameters by name (``*args``, ``b=None`` and ``c: T`` included).
         names = [p.split("=")[0].split(":")[0].strip().lstrip("*") for p in params]
         arguments = "(" + "".join(f"{name}, " for name in names).rstrip() + ")"
-        return (
-            f"{header}\n    {', '.join(leaf_names)}, = "
-            f"pytree.tree_flatten_spec({arguments}, self._in_spec)"
-        )
+        return f"{header}\n    {', '.join(leaf_names)}, = {self.flatten_inputs(arguments, names)}"
+
+    def flatten_inputs(self, arguments: str, names: list[str]) -> str:
+        """The expression flattening the tuple of parameters ``arguments`` (override to check
+        them another way; bind what it uses in ``additional_globals``)."""
+        return f"pytree.tree_flatten_spec({arguments}, self._in_spec)"
 
     def generate_output(self, output_args: Any, *, repr_fn: Any = None) -> str:
         if self.pytree_info.out_spec is None:

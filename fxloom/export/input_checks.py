@@ -5,7 +5,10 @@ tensor of another shape or dtype, or another value for an input that export
 fixed (an int, a flag), fails with a message naming the input rather than
 computing something else.
 
-Depends on ``fxloom.ops.mutation``.
+``flatten_inputs`` does the same for the structure of the inputs (the
+module takes the nested inputs the program was exported with).
+
+Depends on ``fxloom.ops.mutation``, ``fxloom.pytree`` and ``fxloom.pytree_codegen``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from typing import Any
 
 import torch
 
+from fxloom import pytree
 from fxloom.ops.mutation import READ_ONLY_EFFECTS, has_side_effect
+from fxloom.pytree_codegen import PyTreeCodeGen
 
-__all__ = ["check_tensor", "check_value"]
+__all__ = ["check_tensor", "check_value", "flatten_inputs", "ExportedCodeGen"]
 
 
 @has_side_effect
@@ -56,3 +61,36 @@ def check_value(value: Any, expected: Any, name: str) -> None:
 
 
 READ_ONLY_EFFECTS.update((check_tensor, check_value))
+
+
+def flatten_inputs(values: tuple, spec: pytree.TreeSpec, names: tuple[str, ...]) -> list[Any]:
+    """The leaves of the forward's arguments ``values``, which must have the structure ``spec``;
+    else a ``ValueError`` naming the argument, what it is and what was exported."""
+    try:
+        return pytree.tree_flatten_spec(values, spec)
+    except ValueError:
+        pass
+    for name, value, expected in zip(names, values, spec.children):
+        try:
+            pytree.tree_flatten_spec(value, expected)
+        except ValueError as err:
+            raise ValueError(
+                f"input {name!r}: the program was exported with the structure {expected}, "
+                f"but {_describe(value)} was passed ({err}); pass it as exported, or export again"
+            ) from None
+    raise ValueError(f"the inputs do not have the exported structure {spec}")
+
+
+def _describe(value: Any) -> str:
+    _, spec = pytree.tree_flatten(value)
+    return f"a {type(value).__name__} {spec}" if not spec.is_leaf() else f"a {type(value).__name__}"
+
+
+class ExportedCodeGen(PyTreeCodeGen):
+    """``PyTreeCodeGen`` whose forward refuses inputs of another structure by name."""
+
+    def flatten_inputs(self, arguments: str, names: list[str]) -> str:
+        return f"flatten_inputs({arguments}, self._in_spec, {tuple(names)!r})"
+
+    def additional_globals(self) -> list[tuple[str, Any]]:
+        return [*super().additional_globals(), ("flatten_inputs", flatten_inputs)]

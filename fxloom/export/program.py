@@ -27,13 +27,13 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
-from fxloom.export.input_checks import check_tensor, check_value
+from fxloom.export.input_checks import ExportedCodeGen, check_tensor, check_value
 from fxloom.export.signature import ExportGraphSignature, InputKind, OutputKind
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.pytree import TreeSpec
-from fxloom.pytree_codegen import PyTreeCodeGen, PyTreeInfo
+from fxloom.pytree_codegen import PyTreeInfo
 
 __all__ = ["ExportedProgram"]
 
@@ -164,7 +164,7 @@ class ExportedProgram:
             else:
                 user_outputs.append(value)
         graph.output(tuple(user_outputs))
-        graph.set_codegen(PyTreeCodeGen(PyTreeInfo(self.arg_names, self.in_spec, self.out_spec)))
+        graph.set_codegen(ExportedCodeGen(PyTreeInfo(self.arg_names, self.in_spec, self.out_spec)))
         gm = GraphModule(root, graph, class_name="ExportedModule")
         gm._in_spec, gm._out_spec = self.in_spec, self.out_spec
         return gm
@@ -200,8 +200,12 @@ def _placeholder_named(graph: Graph, name: str) -> Node:
 
 def _check_input(graph: Graph, placeholder: Node, val: Any) -> None:
     """A call checking that the input has what the export saw: a tensor's shape and dtype."""
+    # Named for the input, so the checks' own names stay free for the functions.
+    name = f"check_{placeholder.name}"
     if isinstance(val, torch.Tensor):
         args = (placeholder, tuple(val.shape), val.dtype, placeholder.name)
-        graph.call_function(check_tensor, args)
+        graph.create_node("call_function", check_tensor, args, {}, name=name)
     else:
-        graph.call_function(check_value, (placeholder, val, placeholder.name))
+        graph.create_node(
+            "call_function", check_value, (placeholder, val, placeholder.name), {}, name=name
+        )
