@@ -103,6 +103,12 @@ class _AllOperators(TorchDispatchMode):
         super().__init__()
         self.capture = capture
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Else torch wraps the handler to keep torch.compile out of it, importing torch._dynamo
+        # (2 s) on the first operator; nothing is compiled inside an export.
+        return False
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         return self.capture.dispatch(func, args, kwargs or {})
 
