@@ -31,9 +31,9 @@ estimate of a forward pass: allocator rounding, workspace memory and autograd's 
 are not included.
 
 **Exported programs.** ``analyze_cost(ep)`` takes an ``ExportedProgram`` (``fxloom.export``) and
-costs its ATen graph (formulas in ``fxloom.ops.aten_flops``): inputs are the user's only (the
-lifted parameters, buffers and constants are the program's own; see ``ShapeProp``), and left
-out, the shapes export recorded (``node.meta["val"]``) are used. The placeholders lifting state
+costs its ATen graph (formulas in ``fxloom.ops.aten_flops``). Its inputs are the user's only
+(the lifted parameters, buffers and constants are the program's own; see ``ShapeProp``); without
+inputs, the shapes export recorded (``node.meta["val"]``) are used. The placeholders lifting state
 count as weights, under the module that owns them (``conv1`` for ``conv1.weight``), not as
 inputs; operators whose result shares its input's memory (by their schema, ``aten.view``,
 ``aten.t``) are views. A model costs the same FLOPs traced or exported where the two graphs
@@ -47,7 +47,8 @@ What it does to the module: like ``ShapeProp``, it writes ``node.meta["tensor_me
 ``node.meta["type"]`` (unless ``mode="recorded"``); every other key, node names, the graph and
 the module are unchanged.
 
-Depends on: ``fxloom.passes.shape_prop``; rich for tables.
+Depends on: ``fxloom.passes.shape_prop``; ``fxloom.export``'s program (through ``_exported``);
+rich for tables.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom.export.program import ExportedProgram
 from fxloom.node import Node
 from fxloom.ops.flops import (
     FLOP_FORMULAS,
@@ -103,7 +105,7 @@ MODES = ("auto", "meta", "real", "recorded")
 
 
 def analyze_cost(
-    module: torch.nn.Module, *args: Any, mode: str = "auto", **kwargs: Any
+    module: torch.nn.Module | ExportedProgram, *args: Any, mode: str = "auto", **kwargs: Any
 ) -> CostReport:
     """The cost of running ``module``'s graph on ``args``/``kwargs`` (see the module docstring).
 
@@ -191,7 +193,9 @@ def _stands_in(value: Any) -> bool:
 class _CostCounter:
     """Walks the graph once, costing each node, then sums up memory (two linear passes)."""
 
-    def __init__(self, module: torch.nn.Module | Any, mode: str, notes: list[str]) -> None:
+    def __init__(
+        self, module: torch.nn.Module | ExportedProgram, mode: str, notes: list[str]
+    ) -> None:
         self.model_name = type(module).__name__
         self.lifted = lifted_state(module)  # an exported program's state, by placeholder name
         self.root = graph_module_of(module)

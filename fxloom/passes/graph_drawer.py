@@ -36,7 +36,8 @@ out.svg``.
 ``nn_module_stack`` for module boxes, ``stack_trace`` with ``parse_stack_trace``. Nothing is
 written; the graph, its node names and the module are left as they were.
 
-Depends on: the IR, ``torch.nn``; rendering needs the ``dot`` program, never a Python package.
+Depends on: the IR, ``torch.nn``, ``fxloom.export``'s program (through ``_exported``);
+rendering needs the ``dot`` program, never a Python package.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
+from fxloom.export.program import ExportedProgram
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -150,7 +152,7 @@ class FxGraphDrawer:
 
     def __init__(
         self,
-        graph_module: GraphModule | Any,
+        graph_module: GraphModule | ExportedProgram,
         name: str,
         ignore_getattr: bool = False,
         ignore_parameters_and_buffers: bool = False,

@@ -34,8 +34,8 @@ constants are bound to the program's own tensors, so only the user inputs are pa
 ``ep.module()`` (by position or by name). In meta mode an input left out falls back to what
 export recorded for it, ``node.meta["val"]``: ``ShapeProp(ep).propagate_meta()`` re-derives every
 shape from the export's examples, and ``ShapeProp(ep.graph_module).propagate_meta()`` works
-too. Give a user input another shape to see the program at another size (export specialises
-the graph to its examples' shapes, so only where the operators allow it).
+too. An exported graph is specialised to its examples' shapes (its views carry their sizes): for
+another input shape, export again.
 
 What the pass does to a module: ``node.meta["tensor_meta"]`` and ``node.meta["type"]`` are
 added or overwritten on every node that runs (all of them, unless ``run`` is given an
@@ -55,6 +55,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom.export.program import ExportedProgram
 from fxloom.interpreter import Interpreter
 from fxloom.node import Node, Target
 from fxloom.passes._exported import graph_module_of, lifted_state
@@ -176,7 +177,9 @@ class ShapeProp(Interpreter):
         output (32, 8) Tensor
     """
 
-    def __init__(self, module: torch.nn.Module | Any, garbage_collect_values: bool = True) -> None:
+    def __init__(
+        self, module: torch.nn.Module | ExportedProgram, garbage_collect_values: bool = True
+    ) -> None:
         # An ExportedProgram: its graph module runs, its lifted state is bound by the pass.
         self._lifted = {name: lifted.tensor for name, lifted in lifted_state(module).items()}
         super().__init__(graph_module_of(module), garbage_collect_values)
