@@ -91,6 +91,32 @@ def test_demo_runs_the_passes_and_draws_a_graph(demo_run, demo_dir) -> None:
     assert list(demo_dir.glob("resnet_tiny.*"))  # .svg, or .dot where Graphviz is missing
 
 
+def test_demo_exports_a_model_and_checks_the_program_against_eager(demo_run) -> None:
+    result = demo_run
+    assert result.returncode == 0, result.stdout + result.stderr
+    exported = result.stdout[result.stdout.index("Export a model to ATen operators") :]
+    exported = " ".join(exported.split())  # rich wraps long lines at the pipe's 80 columns
+    assert "inputs: 29 parameters, 27 buffers, 1 user input" in exported  # the signature summary
+    assert "torch.ops.aten.convolution.default(x, p_conv1_weight" in exported
+    assert "(the same as the traced graph's)" in exported  # cost on the exported program
+    assert "ep.module() matches eager: True" in exported
+
+
+def test_an_exported_program_that_differs_from_eager_fails_the_demo(monkeypatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from fxloom.cli import demo, demo_export
+
+    monkeypatch.setattr(demo_export, "matches_eager", lambda *args: False)
+    console = Console(file=io.StringIO(), width=100, no_color=True)
+    state = demo.DemoState(console=console, results_match=True, traced_match=True)
+    demo_export.export_model(state)
+    assert demo._summarise(state) == 1
+    assert "MISMATCH: the exported program differ" in console.file.getvalue()
+
+
 def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch, tmp_path) -> None:
     import io
 
@@ -192,3 +218,47 @@ def test_a_demo_mismatch_is_exit_code_1(monkeypatch, capsys) -> None:
     monkeypatch.setattr(fxloom.cli.demo, "run", lambda console=None, drawing_dir=None: 1)
     assert cli.main(["demo"]) == 1
     assert capsys.readouterr().err == ""  # a mismatch, not an error
+
+
+@pytest.fixture(scope="module")
+def export_run() -> subprocess.CompletedProcess:
+    """One `fxloom export mlp_tiny --check` run, shared by the tests that read its output."""
+    return run_fxloom("export", "mlp_tiny", "--check")
+
+
+def test_export_prints_a_summary_the_programs_code_and_its_graph_signature(export_run) -> None:
+    result = export_run
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = "mlp_tiny: 17 nodes, 9 operator calls; inputs: 6 parameters, 1 user input"
+    assert result.stdout.startswith(summary)
+    assert "def forward(self, p_layers_0_weight," in result.stdout
+    assert "torch.ops.aten.addmm.default(" in result.stdout
+    signature = result.stdout[result.stdout.index("Graph signature:") :]
+    assert "p_layers_0_weight: PARAMETER target='layers.0.weight'" in signature
+    assert "x: USER_INPUT" in signature and "addmm_2: USER_OUTPUT" in signature
+
+
+def test_export_check_compares_the_program_with_eager(export_run) -> None:
+    assert "ep.module() matches eager PyTorch on the example inputs: True" in export_run.stdout
+
+
+def test_export_graph_prints_the_graph_in_the_irs_text_form() -> None:
+    result = run_fxloom("export", "mlp_tiny", "--graph")
+    assert result.returncode == 0, result.stderr
+    assert "%x : [num_users=1] = placeholder[target=x]" in result.stdout
+    assert "def forward" not in result.stdout
+
+
+def test_export_of_a_factory_without_example_inputs_says_how_to_give_them(capsys) -> None:
+    assert cli.main(["export", "fxloom.zoo.mlp:mlp_tiny"]) == cli.EXIT_FAILURE
+    error_output = capsys.readouterr().err
+    assert "comes with no example inputs" in error_output
+    assert "return (model, example_inputs)" in error_output
+
+
+def test_export_check_exits_1_when_the_program_differs_from_eager(monkeypatch, capsys) -> None:
+    from fxloom.cli import export
+
+    monkeypatch.setattr(export, "matches_eager", lambda *args: False)
+    assert cli.main(["export", "mlp_tiny", "--check"]) == 1
+    assert "matches eager PyTorch on the example inputs: False" in capsys.readouterr().out

@@ -4,7 +4,8 @@ Usage: ``fxloom COMMAND [options]`` (or ``python -m fxloom COMMAND``). Run ``fxl
 
 This module holds the parser, the subcommand table and ``main``; each command's work lives in
 a module of its own beside it: ``demo`` (the guided tour, with its pass steps in
-``demo_passes``), ``cost`` and ``draw`` (both read their MODEL argument with ``model_spec``).
+``demo_passes``), ``cost``, ``draw`` and ``export`` (all three read their MODEL argument with
+``model_spec``).
 Nothing in the library imports from this package (tests/test_layers.py checks).
 
 Subcommands are rows of one table, ``SUBCOMMANDS``. To add one, write a ``_run_<name>(args)``
@@ -92,6 +93,18 @@ def _add_draw_arguments(parser: argparse.ArgumentParser) -> None:
     draw.add_arguments(parser)
 
 
+def _run_export(args: argparse.Namespace) -> int:
+    from fxloom.cli import export
+
+    return export.run(args)
+
+
+def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    from fxloom.cli import export
+
+    export.add_arguments(parser)
+
+
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         name="cost",
@@ -153,6 +166,27 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         add_arguments=_add_draw_arguments,
     ),
     Subcommand(
+        name="export",
+        summary="export a model to ATen operators; print the program and its graph signature",
+        description=(
+            "Export MODEL with fxloom.export.export on its example inputs: run it once on\n"
+            "stand-in tensors (shapes, no data) and record every ATen operator, as a\n"
+            "functional program whose parameters, buffers and constants are inputs.\n"
+            "Print a summary (nodes, operator calls, inputs and outputs by kind), the\n"
+            "program's Python code (--graph: its graph) and its graph signature: what\n"
+            "each input lifts (PARAMETER target='conv1.weight') and what each output is.\n\n"
+            "MODEL is an embedded zoo model (mlp_tiny, resnet_tiny, transformer_tiny,\n"
+            "resnet50) or package.module:factory, a function returning\n"
+            "(module, example_inputs) with the inputs as a tuple or a dict.\n\n"
+            "examples:\n"
+            "  fxloom export mlp_tiny\n"
+            "  fxloom export resnet_tiny --graph\n"
+            "  fxloom export transformer_tiny --check"
+        ),
+        run=_run_export,
+        add_arguments=_add_export_arguments,
+    ),
+    Subcommand(
         name="version",
         summary="print the versions of fxloom, torch and Python",
         description="Print the installed versions of fxloom, torch and Python on one line.",
@@ -185,8 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "examples:\n"
-            "  fxloom demo       walk through building and running a graph\n"
-            "  fxloom version    show versions for a bug report\n\n"
+            "  fxloom demo             walk through building and running a graph\n"
+            "  fxloom export mlp_tiny  print a model's exported program and its signature\n"
+            "  fxloom version          show versions for a bug report\n\n"
             "Run 'fxloom COMMAND --help' for the details of a command."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -8,8 +8,9 @@ graphs automatically: ``fxloom.symbolic_trace`` traces two embedded models from
 ``fxloom.zoo`` (``mlp_tiny``, ``resnet_tiny``, ``transformer_tiny``), shows their graphs and code, and checks the
 traced modules against the models run eagerly. Last, the passes (``fxloom.cli.demo_passes``):
 shapes propagated into ``node.meta``, a cost table for ResNet-50, batch norms fused into
-convolutions (with the latency change), and a drawing of a graph. The final verdict covers
-every check.
+convolutions (with the latency change), and a drawing of a graph; then export
+(``fxloom.cli.demo_export``): a zoo model exported to ATen operators, its signature summary,
+its cost, and ``ep.module()`` checked against eager. The final verdict covers every check.
 
 Each step is a function of the shared ``DemoState``; ``STEPS`` lists them in order. To extend
 the tour (passes, export, ...), write a step function and add a row to ``STEPS``.
@@ -37,7 +38,7 @@ from torch import nn
 
 import fxloom
 from fxloom import zoo
-from fxloom.cli import demo_passes
+from fxloom.cli import demo_export, demo_passes
 
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
@@ -93,6 +94,7 @@ class DemoState:
     traced: dict[str, TracedModel] = field(default_factory=dict)  # by zoo model name
     traced_match: bool | None = None
     passes_match: bool = True  # False once a transformed model differs from eager
+    export_match: bool = True  # False when an exported program differs from eager
     drawing_dir: Path = field(default_factory=lambda: Path("fxloom-demo"))
 
 
@@ -252,6 +254,7 @@ STEPS: tuple[Step, ...] = (
     Step("Count FLOPs, parameters and memory: ResNet-50", demo_passes.count_cost),
     Step("Fuse batch norms into convolutions: ResNet-50", demo_passes.fuse_batch_norms),
     Step("Draw a traced graph", demo_passes.draw_graph),
+    Step(f"Export a model to ATen operators: {demo_export.EXPORT_MODEL}", demo_export.export_model),
 )
 
 
@@ -273,10 +276,11 @@ def run(console: Console | None = None, drawing_dir: str | Path = "fxloom-demo")
 
 
 def _summarise(state: DemoState) -> int:
-    if state.results_match and state.traced_match and state.passes_match:
+    if state.results_match and state.traced_match and state.passes_match and state.export_match:
         message = (
             "The generated code ran: the hand-built graph, the traced "
-            f"{', '.join(state.traced)} and the fused model match eager PyTorch."
+            f"{', '.join(state.traced)}, the fused model and the exported program match eager "
+            "PyTorch."
         )
         state.console.print(Panel(message, title="OK", border_style="green", expand=False))
         return 0
@@ -286,6 +290,7 @@ def _summarise(state: DemoState) -> int:
             ("the hand-built GraphModule", state.results_match),
             ("the traced zoo models", state.traced_match),
             ("the fused model", state.passes_match),
+            ("the exported program", state.export_match),
         )
         if not ok
     ]

@@ -1,4 +1,4 @@
-"""The MODEL argument of ``fxloom cost`` and ``fxloom draw``: load, trace, propagate shapes.
+"""The MODEL argument of ``fxloom cost``, ``draw`` and ``export``: load, trace, propagate shapes.
 
 A MODEL is either the name of an embedded reference model (``fxloom.zoo``: ``resnet_tiny``,
 ``transformer_tiny``, ...) or ``package.module:factory``, a function called with no

@@ -16,7 +16,9 @@ Conventions (the ones fvcore and ptflops use for "MACs"):
 
 ``FLOP_FORMULAS`` maps a key to a formula: a ``call_function`` target (``torch.matmul``,
 ``operator.add``), a ``call_method`` name (``"matmul"``; ``"add_"`` falls back to ``"add"``), or
-an ``nn.Module`` class for ``call_module`` (subclasses match through their MRO). A formula
+an ``nn.Module`` class for ``call_module`` (subclasses match through their MRO), or an ATen
+operator (``torch.ops.aten.addmm``, the packet, for all its overloads; or one overload): the
+targets of exported graphs, registered in ``fxloom.ops.aten_flops``. A formula
 takes an ``OpShapes`` (the node's arguments with each node replaced by its ``tensor_meta``,
 its output's ``tensor_meta``, and the module for ``call_module``) and returns a ``FlopCount``
 (or an int: FLOPs without MACs). Add your own with ``register_flop_formula``:
@@ -146,8 +148,9 @@ FLOP_FORMULAS: dict[Any, Formula] = {}
 def register_flop_formula(*targets: Any) -> Callable[[Formula], Formula]:
     """Decorator: use the decorated formula for each of ``targets`` (replacing any before).
 
-    A target is a ``call_function`` callable, a ``call_method`` name, or an ``nn.Module``
-    class. See the module docstring for an example.
+    A target is a ``call_function`` callable, a ``call_method`` name, an ``nn.Module``
+    class, or an ATen operator (a packet such as ``torch.ops.aten.addmm``, or one overload).
+    See the module docstring for an example.
     """
     if not targets:
         raise TypeError("register_flop_formula needs at least one target")
@@ -190,6 +193,9 @@ def find_flop_formula(op: str, target: Any, module: nn.Module | None = None) -> 
         return None
     if formula is not None:
         return formula
+    packet = getattr(target, "overloadpacket", None)  # ATen: aten.add.Tensor -> aten.add
+    if packet is not None:
+        return FLOP_FORMULAS.get(packet)
     if getattr(target, "__objclass__", None) is torch._C.TensorBase:  # torch.Tensor.add
         return find_flop_formula("call_method", target.__name__)
     if isinstance(target, type) and issubclass(target, (tuple, list, dict)):
@@ -561,3 +567,8 @@ def _multihead_attention(op: OpShapes) -> FlopCount:
         2 * (projections + output_projection) + biases + core.flops,
         projections + output_projection + core.macs,
     )
+
+
+# ATen operators (exported graphs) register their rows in the same table; imported last, as it
+# builds on the rows and name lists above.
+from fxloom.ops import aten_flops  # noqa: E402, F401

@@ -119,7 +119,8 @@ class CostReport:
         """Totals per module path cut to ``depth`` components (``None``: full paths).
 
         ``depth=1`` gives the root's children (``layer1``, ``fc``); ``depth=2`` their children
-        (``layer1.0``). Rows come in the order their first node appears in the graph.
+        (``layer1.0``). Rows come in the order their first node appears in the graph (the
+        placeholders lifting an exported program's weights, all at its top, aside).
 
         >>> import torch, fxloom
         >>> from fxloom.passes.cost import analyze_cost
@@ -134,7 +135,8 @@ class CostReport:
         if depth is not None and depth < 1:
             raise ValueError(f"depth must be at least 1 (or None for full paths), got {depth}")
         groups: dict[str, list[NodeCost]] = {}
-        for node in self.nodes:
+        weights_last = sorted(self.nodes, key=_lifts_weights)  # stable: graph order otherwise
+        for node in weights_last:
             groups.setdefault(_cut(node.module_path, depth), []).append(node)
         return [self._module_row(path, nodes) for path, nodes in groups.items()]
 
@@ -191,6 +193,11 @@ class CostReport:
         if by == "node":
             return _node_table(self, top)
         raise ValueError(f"by must be 'module' or 'node', got {by!r}")
+
+
+def _lifts_weights(node: NodeCost) -> bool:
+    """Whether ``node`` is a placeholder of an exported program that lifts weights."""
+    return node.op == "placeholder" and bool(node.weights)
 
 
 def _cut(path: str, depth: int | None) -> str:

@@ -146,8 +146,16 @@ def argument_rows(node: Node, skip_node_names: bool) -> list[str]:
 
 
 def target_row(node: Node) -> str:
-    target = qualified_name(node.target) if node.op == "call_function" else str(node.target)
-    return f"{node.op}[target={target}]"
+    """``call_function[target=torch.relu]``; ATen operators by their short name
+    (``aten.convolution.default``): an exported graph calls nothing else."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        shown = str(target)
+    elif node.op == "call_function":
+        shown = qualified_name(target)
+    else:
+        shown = str(target)
+    return f"{node.op}[target={shown}]"
 
 
 def module_row(module: torch.nn.Module | None) -> str:

@@ -30,6 +30,16 @@ buffers) are accounted separately, and ``report.peak_memory_bytes`` adds them up
 estimate of a forward pass: allocator rounding, workspace memory and autograd's saved tensors
 are not included.
 
+**Exported programs.** ``analyze_cost(ep)`` takes an ``ExportedProgram`` (``fxloom.export``) and
+costs its ATen graph (formulas in ``fxloom.ops.aten_flops``). Its inputs are the user's only
+(the lifted parameters, buffers and constants are the program's own; see ``ShapeProp``); without
+inputs, the shapes export recorded (``node.meta["val"]``) are used. The placeholders lifting state
+count as weights, under the module that owns them (``conv1`` for ``conv1.weight``), not as
+inputs; operators whose result shares its input's memory (by their schema, ``aten.view``,
+``aten.t``) are views. A model costs the same FLOPs traced or exported where the two graphs
+compute the same things (export decomposes ``F.linear`` into ``t`` and ``addmm``, which count
+what ``Linear`` does).
+
 **Module paths** come from ``node.meta["nn_module_stack"]`` (the innermost module a traced node
 ran in) and, for ``call_module`` nodes, the target; nodes of the root itself are ``(root)``.
 
@@ -37,7 +47,8 @@ What it does to the module: like ``ShapeProp``, it writes ``node.meta["tensor_me
 ``node.meta["type"]`` (unless ``mode="recorded"``); every other key, node names, the graph and
 the module are unchanged.
 
-Depends on: ``fxloom.passes.shape_prop``; rich for tables.
+Depends on: ``fxloom.passes.shape_prop``; ``fxloom.export``'s program (through ``_exported``);
+rich for tables.
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom.export.program import ExportedProgram
 from fxloom.node import Node
 from fxloom.ops.flops import (
     FLOP_FORMULAS,
@@ -61,8 +73,15 @@ from fxloom.ops.flops import (
     register_flop_formula,
     tensor_metas,
 )
-from fxloom.ops.mutation import is_inplace_function, is_inplace_name, module_is_inplace
+from fxloom.ops.mutation import (
+    is_inplace_function,
+    is_inplace_name,
+    module_is_inplace,
+    schema_aliased_arguments,
+    schema_is_mutable,
+)
 from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
+from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes._meta_device import is_shape_spec
 from fxloom.passes.shape_prop import ShapeProp, ShapePropError, TensorMetadata
 from fxloom.pytree import tree_any, tree_map
@@ -86,7 +105,7 @@ MODES = ("auto", "meta", "real", "recorded")
 
 
 def analyze_cost(
-    module: torch.nn.Module, *args: Any, mode: str = "auto", **kwargs: Any
+    module: torch.nn.Module | ExportedProgram, *args: Any, mode: str = "auto", **kwargs: Any
 ) -> CostReport:
     """The cost of running ``module``'s graph on ``args``/``kwargs`` (see the module docstring).
 
@@ -174,12 +193,19 @@ def _stands_in(value: Any) -> bool:
 class _CostCounter:
     """Walks the graph once, costing each node, then sums up memory (two linear passes)."""
 
-    def __init__(self, module: torch.nn.Module, mode: str, notes: list[str]) -> None:
-        self.root = module
+    def __init__(
+        self, module: torch.nn.Module | ExportedProgram, mode: str, notes: list[str]
+    ) -> None:
+        self.model_name = type(module).__name__
+        self.lifted = lifted_state(module)  # an exported program's state, by placeholder name
+        self.root = graph_module_of(module)
         self.mode = mode
         self.notes = notes
-        self.modules = dict(module.named_modules())
-        self.weight_names = _canonical_weight_names(module)
+        self.modules = dict(self.root.named_modules())
+        self.weight_names = _canonical_weight_names(self.root)
+        self.parameter_names = {
+            lifted.target for lifted in self.lifted.values() if lifted.is_parameter
+        }
         self.weight_sizes: dict[str, tuple[int, int]] = {}
         self.not_counted: dict[str, list[str]] = {}
         self.shares_memory_with: dict[Node, Node] = {}  # view / in-place node -> its input
@@ -189,9 +215,11 @@ class _CostCounter:
         costs = [self.node_cost(node) for node in graph.nodes]
         peak, peak_node = _peak_activation(graph, costs, self.shares_memory_with)
         weights = {name for cost in costs for name in cost.weights}
-        placeholders = graph.find_nodes(op="placeholder")
+        placeholders = [
+            node for node in graph.find_nodes(op="placeholder") if node.name not in self.lifted
+        ]
         return CostReport(
-            model=type(self.root).__name__,
+            model=self.model_name,
             mode=self.mode,
             nodes=costs,
             inputs=[_describe_input(node) for node in placeholders if "tensor_meta" in node.meta],
@@ -216,6 +244,10 @@ class _CostCounter:
             "module_path": _module_path(node),
         }
         out = node.meta.get("tensor_meta")
+        lifted = self.lifted.get(node.name) if node.op == "placeholder" else None
+        if lifted is not None:  # an exported program's weight, owned by its module
+            base["module_path"] = lifted.target.rpartition(".")[0]
+            return NodeCost(**base, **self.weight_figures(iter([(lifted.target, lifted.tensor)])))
         if node.op == "placeholder":  # counted in report.input_bytes, not as a node's work
             return NodeCost(**base)
         if node.op == "get_attr":
@@ -262,7 +294,8 @@ class _CostCounter:
         names, params, nbytes = [], 0, 0
         for path, tensor in tensors:
             name = self.weight_names.get(id(tensor), path)
-            size = tensor.numel() if isinstance(tensor, torch.nn.Parameter) else 0
+            is_parameter = isinstance(tensor, torch.nn.Parameter) or name in self.parameter_names
+            size = tensor.numel() if is_parameter else 0
             self.weight_sizes[name] = (size, tensor.numel() * tensor.element_size())
             names.append(name)
             params += size
@@ -287,13 +320,18 @@ class _CostCounter:
     @staticmethod
     def _is_view(node: Node, module: torch.nn.Module | None) -> bool:
         key = _table_key(node, module)
-        if key in VIEW_OPS:
+        if key in VIEW_OPS or _is_aten_view(key):
             return True
         if key in VIEW_IF_CONTIGUOUS:
             first = _first_input(node)
             meta = first.meta.get("tensor_meta") if first is not None else None
             return isinstance(meta, TensorMetadata) and meta.memory_format is not None
         return False
+
+
+def _is_aten_view(target: Any) -> bool:
+    """Whether ``target`` is an ATen overload returning a view of its input (not writing it)."""
+    return bool(schema_aliased_arguments(target)) and not schema_is_mutable(target)
 
 
 def _table_key(node: Node, module: torch.nn.Module | None) -> Any:

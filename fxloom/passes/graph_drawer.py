@@ -22,6 +22,11 @@ Leaf modules also show their parameters and buffers as small boxes feeding them.
     >>> "kwargs: {min: 0.0, max: 1.0}" in dot.source
     True
 
+An exported program (``fxloom.export``) draws too: ``FxGraphDrawer(ep, "net")`` draws its ATen
+graph, its operators by their short names (``aten.convolution.default``), and the placeholders
+that lift parameters, buffers and constants as parameter and buffer boxes inside the box of
+the module owning them (``ignore_parameters_and_buffers`` leaves them out).
+
 ``dot.write("net.svg")`` (or ``drawer.write("net.svg")``) renders it with Graphviz's ``dot``
 program, which must be installed for any format but DOT source itself (``.dot``); see
 ``fxloom.passes._dot`` for rendering and escaping. From the shell: ``fxloom draw MODEL -o
@@ -31,7 +36,8 @@ out.svg``.
 ``nn_module_stack`` for module boxes, ``stack_trace`` with ``parse_stack_trace``. Nothing is
 written; the graph, its node names and the module are left as they were.
 
-Depends on: the IR, ``torch.nn``; rendering needs the ``dot`` program, never a Python package.
+Depends on: the IR, ``torch.nn``, ``fxloom.export``'s program (through ``_exported``);
+rendering needs the ``dot`` program, never a Python package.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
+from fxloom.export.program import ExportedProgram
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -58,6 +65,7 @@ from fxloom.passes._dot import (
     quote_id,
 )
 from fxloom.passes._drawing_labels import DTYPE_ABBREVIATIONS, format_tensor_meta
+from fxloom.passes._exported import LiftedTensor, graph_module_of, lifted_state
 
 __all__ = [
     "DTYPE_ABBREVIATIONS",
@@ -110,11 +118,11 @@ class FxGraphDrawer:
     """Draw a ``GraphModule`` (and the ``GraphModule`` submodules it calls) with Graphviz.
 
     Args:
-        graph_module: the module whose graph to draw.
+        graph_module: the module whose graph to draw, or an ``ExportedProgram``.
         name: the name of the drawing; submodule drawings are named ``{name}_{target}``.
         ignore_getattr: leave out ``get_attr`` nodes and their edges.
         ignore_parameters_and_buffers: leave out the parameter and buffer boxes drawn beside
-            each leaf ``call_module``.
+            each leaf ``call_module`` (and an exported program's lifted state).
         skip_node_names_in_args: show nodes in argument summaries as a dot (the edges say
             which), and leave out a summary that holds only nodes.
         parse_stack_trace: add the user's ``file:line code`` recorded in
@@ -144,7 +152,7 @@ class FxGraphDrawer:
 
     def __init__(
         self,
-        graph_module: GraphModule,
+        graph_module: GraphModule | ExportedProgram,
         name: str,
         ignore_getattr: bool = False,
         ignore_parameters_and_buffers: bool = False,
@@ -158,6 +166,8 @@ class FxGraphDrawer:
         rankdir: str = "TB",
         max_label_width: int = 72,
     ) -> None:
+        lifted = lifted_state(graph_module)  # an ExportedProgram's lifted state, else empty
+        graph_module = graph_module_of(graph_module)
         if not isinstance(getattr(graph_module, "graph", None), Graph):
             raise TypeError(
                 f"FxGraphDrawer draws an fxloom GraphModule, got a {type(graph_module).__name__}; "
@@ -177,12 +187,12 @@ class FxGraphDrawer:
             max_label_width=max_label_width,
         )
         self._dot_graphs: dict[str, DotGraph] = {}
-        pending = deque([(name, graph_module)])
+        pending = deque([(name, graph_module, lifted)])
         while pending:  # a work-list: GraphModule submodules get drawings of their own
-            drawing_name, module = pending.popleft()
-            self._dot_graphs[drawing_name] = _draw(module, drawing_name, options)
+            drawing_name, module, lifted_here = pending.popleft()
+            self._dot_graphs[drawing_name] = _draw(module, drawing_name, options, lifted_here)
             for target, submodule in _called_graph_modules(module):
-                pending.append((f"{drawing_name}_{target}", submodule))
+                pending.append((f"{drawing_name}_{target}", submodule, {}))
 
     def get_dot_graph(self, submod_name: str | None = None) -> DotGraph:
         """The main drawing, or with ``submod_name`` the drawing of that called submodule."""
@@ -243,11 +253,22 @@ class _Cluster:
     children: dict[str, _Cluster] = field(default_factory=dict)
 
 
-def _draw(module: torch.nn.Module, name: str, options: _Options) -> DotGraph:
+def _draw(
+    module: torch.nn.Module, name: str, options: _Options, lifted: Mapping[str, LiftedTensor]
+) -> DotGraph:
     root = _Cluster("", "")
     cluster_count = [0]
+    hidden = frozenset(lifted) if options.ignore_parameters_and_buffers else frozenset()
+    owner_types = _module_type_names(module.graph) if lifted and options.clusters else {}
     for node in module.graph.nodes:
-        if options.ignore_getattr and node.op == "get_attr":
+        if (options.ignore_getattr and node.op == "get_attr") or node.name in hidden:
+            continue
+        state = lifted.get(node.name) if node.op == "placeholder" else None
+        if state is not None:  # inside the box of the module owning it
+            scopes = _owner_scopes(state.target, owner_types) if options.clusters else ()
+            _cluster_for(root, scopes, cluster_count).items.append(
+                _lifted_statement(node, state, options)
+            )
             continue
         scopes = _module_scopes(node, module) if options.clusters else ()
         cluster = _cluster_for(root, scopes, cluster_count)
@@ -260,7 +281,7 @@ def _draw(module: torch.nn.Module, name: str, options: _Options) -> DotGraph:
     header = [line.format(shape=quote_id(options.shape)) for line in _GRAPH_HEADER]
     lines += [f"  {line}" for line in header]
     _emit_items(root.items, lines, indent="  ")
-    lines += _edge_statements(module.graph, options)
+    lines += _edge_statements(module.graph, options, hidden)
     lines.append("}")
     return DotGraph(name, "\n".join(lines) + "\n")
 
@@ -283,6 +304,22 @@ def _module_scopes(node: Node, root: torch.nn.Module) -> tuple[tuple[str, str], 
     if node.op == "call_module":
         scopes = [scope for scope in scopes if scope[0] != node.target]
     return tuple(scopes)
+
+
+def _module_type_names(graph: Graph) -> dict[str, str]:
+    """Type names of the modules the nodes ran in, by path (from ``nn_module_stack``)."""
+    names: dict[str, str] = {}
+    for node in graph.nodes:
+        for key, value in node.meta.get("nn_module_stack", {}).items():
+            path, type_name = _scope_entry(key, value)
+            names.setdefault(path, type_name)
+    return names
+
+
+def _owner_scopes(target: str, type_names: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The scopes of the module owning the state at ``target`` (``layers.0.conv1.weight``)."""
+    paths = attr_path.prefixes(target)[:-1]
+    return tuple((path, type_names.get(path, "")) for path in paths)
 
 
 def _scope_entry(key: str, value: Any) -> tuple[str, str]:
@@ -346,13 +383,21 @@ def _weight_statements(node: Node, module: torch.nn.Module, options: _Options) -
     return statements
 
 
-def _edge_statements(graph: Graph, options: _Options) -> list[str]:
+def _lifted_statement(node: Node, state: LiftedTensor, options: _Options) -> str:
+    kind = "parameter" if state.is_parameter else "buffer"  # constants are drawn as buffers
+    rows = [node.name, f"{state.kind.name.lower()} {state.target}"]
+    label = labels.html_table(rows, options.max_label_width)
+    color = quote_id(options.colors.get(kind, "#ffffff"))
+    return f"{quote_id(node.name)} [label=<{label}>, fillcolor={color}, fontsize=8]"
+
+
+def _edge_statements(graph: Graph, options: _Options, hidden: frozenset[str]) -> list[str]:
     statements = []
     for user in graph.nodes:
         if options.ignore_getattr and user.op == "get_attr":
             continue
         for source in user.all_input_nodes:
-            if options.ignore_getattr and source.op == "get_attr":
+            if (options.ignore_getattr and source.op == "get_attr") or source.name in hidden:
                 continue
             edge = f"  {quote_id(source.name)} -> {quote_id(user.name)}"
             shape = labels.edge_label(source, user) if options.show_shapes else None

@@ -28,13 +28,23 @@ where the CPU kernel lays its output out differently from the meta kernel, ``MET
 naming the node: give it a ``META_FUNCTIONS`` entry, or propagate in real mode. (The first meta
 run in a process takes a few seconds more while torch loads its Python meta kernels.)
 
+**Exported programs.** ``ShapeProp(ep)`` takes an ``ExportedProgram`` (``fxloom.export``) and
+runs its ATen graph, ``ep.graph_module``: the placeholders that lift parameters, buffers and
+constants are bound to the program's own tensors, so only the user inputs are passed, as to
+``ep.module()`` (by position or by name). In meta mode an input left out falls back to what
+export recorded for it, ``node.meta["val"]``: ``ShapeProp(ep).propagate_meta()`` re-derives every
+shape from the export's examples, and ``ShapeProp(ep.graph_module).propagate_meta()`` works
+too. An exported graph is specialised to its examples' shapes (its views carry their sizes): for
+another input shape, export again.
+
 What the pass does to a module: ``node.meta["tensor_meta"]`` and ``node.meta["type"]`` are
 added or overwritten on every node that runs (all of them, unless ``run`` is given an
 ``initial_env``); every other key is kept; node names, the graph and the module are unchanged.
 The metadata is written only once the whole graph has run: a run that fails leaves every
 node's ``meta`` as it was.
 
-Depends on: ``fxloom.interpreter``; ``torch.func`` for meta mode.
+Depends on: ``fxloom.interpreter``; ``torch.func`` for meta mode; ``fxloom.export``'s program
+and signature (through ``_exported``) for exported programs.
 """
 
 from __future__ import annotations
@@ -45,8 +55,10 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom.export.program import ExportedProgram
 from fxloom.interpreter import Interpreter
 from fxloom.node import Node, Target
+from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes._meta_device import META_FUNCTIONS, MetaRunner, meta_input
 from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any, tree_map
 
@@ -165,8 +177,12 @@ class ShapeProp(Interpreter):
         output (32, 8) Tensor
     """
 
-    def __init__(self, module: torch.nn.Module, garbage_collect_values: bool = True) -> None:
-        super().__init__(module, garbage_collect_values)
+    def __init__(
+        self, module: torch.nn.Module | ExportedProgram, garbage_collect_values: bool = True
+    ) -> None:
+        # An ExportedProgram: its graph module runs, its lifted state is bound by the pass.
+        self._lifted = {name: lifted.tensor for name, lifted in lifted_state(module).items()}
+        super().__init__(graph_module_of(module), garbage_collect_values)
         self._bound: dict[str, Any] | None = None  # inputs by placeholder target, while running
         self._meta_runner: MetaRunner | None = None  # set while running on the meta device
         self._meta_cache = MetaRunner()  # kept between runs: meta twins of weights
@@ -190,7 +206,7 @@ class ShapeProp(Interpreter):
         >>> ShapeProp(gm).propagate_meta(torch.Size([4096, 3, 224, 224])).shape
         torch.Size([4096, 8, 111, 111])
         """
-        bound = self._bind_inputs(args, kwargs, "propagate_meta")
+        bound = self._bind_inputs(args, kwargs, "propagate_meta", recorded_defaults=True)
         for name, value in bound.items():
             bound[name] = self._to_meta(name, value)
         self._bound = bound
@@ -264,9 +280,17 @@ class ShapeProp(Interpreter):
 
     # ------------------------------------------------------------------ helpers
     def _bind_inputs(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], method: str
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        method: str,
+        recorded_defaults: bool = False,
     ) -> dict[str, Any]:
-        """Map every placeholder target to its input: by position, by name, or its default."""
+        """Map every placeholder target to its input: by position, by name, or its default.
+
+        Lifted state of an exported program is bound to the program's tensors; with
+        ``recorded_defaults``, an input given no value takes its ``meta["val"]``.
+        """
         bound: dict[str, Any] = {}
         names: list[str] = []
         used = 0  # positional arguments taken so far
@@ -280,6 +304,9 @@ class ShapeProp(Interpreter):
             if target.startswith("*"):
                 bound[target], used = tuple(args[used:]), len(args)
                 continue
+            if target in self._lifted:  # never taken by position: the user inputs are
+                bound[target] = extra.pop(target) if target in extra else self._lifted[target]
+                continue
             names.append(target)
             if used < len(args):
                 if target in extra:
@@ -289,6 +316,8 @@ class ShapeProp(Interpreter):
                 bound[target] = extra.pop(target)
             elif node.args:
                 bound[target] = node.args[0]  # the placeholder's default
+            elif recorded_defaults and "val" in node.meta:
+                bound[target] = node.meta["val"]  # what export recorded for it
         _check_binding(method, names, bound, len(args) - used, extra, variadic_keywords)
         if variadic_keywords is not None:
             bound[variadic_keywords] = extra
