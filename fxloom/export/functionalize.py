@@ -82,27 +82,44 @@ _DATA_DEPENDENT = {
 }
 
 
-def _training(args: tuple, kwargs: dict) -> bool:
-    return bool(args[5] if len(args) > 5 else kwargs.get("training"))
+_BATCH_NORM_ARGS = (
+    "input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"
+)  # fmt: skip
 
 
-def _batch_norm_inference(args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
-    """native_batch_norm in eval mode is the (functional) no-training operator."""
-    names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum")
-    bound = dict(zip((*names, "eps"), args)) | kwargs
-    inputs = tuple(bound[name] for name in names if name != "training")
-    return aten._native_batch_norm_legit_no_training.default, (*inputs, bound["eps"]), {}
+def _batch_norm_bound(args: tuple, kwargs: dict) -> dict[str, Any]:
+    return dict(zip(_BATCH_NORM_ARGS, args)) | kwargs
+
+
+def _updates_statistics(args: tuple, kwargs: dict) -> bool:
+    bound = _batch_norm_bound(args, kwargs)
+    return bool(bound.get("training")) and bound.get("running_mean") is not None
+
+
+def _batch_norm_without_update(args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """native_batch_norm when it writes nothing: in eval mode the no-training operator, in
+    training mode without running statistics the no-statistics one."""
+    b = _batch_norm_bound(args, kwargs)
+    if not b.get("training"):
+        inputs = (b["input"], b["weight"], b["bias"], b["running_mean"], b["running_var"])
+        return (
+            aten._native_batch_norm_legit_no_training.default,
+            (*inputs, b["momentum"], b["eps"]),
+            {},
+        )
+    inputs = (b["input"], b["weight"], b["bias"], True, b["momentum"], b["eps"])
+    return aten._native_batch_norm_legit.no_stats, inputs, {}
 
 
 # Operators whose schema does not say what they write: native_batch_norm updates the running
-# statistics in training mode.
+# statistics in training mode (when it has them).
 UNDECLARED_WRITES: dict[Any, OpKind] = {
     aten.native_batch_norm.default: OpKind(
         "mutable",
         aten._native_batch_norm_legit_functional.default,
         ("running_mean", "running_var"),
-        writes=_training,
-        otherwise=_batch_norm_inference,
+        writes=_updates_statistics,
+        otherwise=_batch_norm_without_update,
     ),
 }
 

@@ -584,3 +584,12 @@ def test_a_tensor_made_in_forward_is_a_constant_placed_among_the_inputs():
     x = torch.randn(3)
     assert_close(ep.module()(x), MakesATensor()(x))
     assert_close(ep.run_decompositions().module()(x), MakesATensor()(x))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_batch_norm_without_running_statistics_writes_nothing(train):
+    model = nn.BatchNorm2d(4, track_running_stats=False).train(train)
+    x = torch.randn(2, 4, 3, 3)
+    ep = export(model, (x,))
+    assert ep.graph_signature.buffers_to_mutate == {}
+    assert_close(ep.module()(x), model(x))
