@@ -64,6 +64,7 @@ class ExportedProgram:
         example_inputs: tuple[tuple, dict] | None = None,
         range_constraints: dict[Any, Any] | None = None,
         verifier: Callable[[ExportedProgram], None] | None = None,
+        module_hierarchy: dict[str, type] | None = None,
     ) -> None:
         self.graph_module = graph_module
         self.graph_signature = graph_signature
@@ -74,6 +75,9 @@ class ExportedProgram:
         self.arg_names = arg_names  # forward's parameter names, in order
         self.example_inputs = example_inputs
         self.range_constraints = range_constraints or {}
+        # The source model's modules, {path: class} in named_modules order ("" the root):
+        # unflatten rebuilds this tree, modules that ran no operator included.
+        self.module_hierarchy = module_hierarchy or {}
         if verifier is not None:
             verifier(self)
 
