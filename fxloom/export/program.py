@@ -11,7 +11,7 @@ exported with::
     >>> from fxloom.export import export
     >>> ep = export(torch.nn.Linear(3, 2), (torch.randn(4, 3),))
     >>> [str(s) for s in ep.graph_signature.input_specs]
-    ["p_weight: PARAMETER target='weight'", "p_bias: PARAMETER target='bias'", 'input: USER_INPUT']
+    ["p_weight: PARAMETER target='weight'", "p_bias: PARAMETER target='bias'", 'input_1: USER_INPUT']
     >>> ep.module()(torch.ones(4, 3)).shape
     torch.Size([4, 2])
 

@@ -12,7 +12,7 @@ weight and which is the user's tensor. The signature does, in order::
     p_weight: PARAMETER target='weight'
     p_bias: PARAMETER target='bias'
     >>> ep.graph_signature.buffers_to_mutate
-    {'add': 'num_batches_tracked', 'getitem_3': 'running_mean', 'getitem_4': 'running_var'}
+    {'getitem_3': 'running_mean', 'getitem_4': 'running_var', 'add': 'num_batches_tracked'}
 
 Input kinds: ``PARAMETER``, ``BUFFER``, ``CONSTANT_TENSOR`` (tensors the
 program holds that are neither), ``USER_INPUT``. Output kinds: the writes
