@@ -75,7 +75,8 @@ class ExportedProgram:
         self.arg_names = arg_names  # forward's parameter names, in order
         self.example_inputs = example_inputs
         self.range_constraints = range_constraints or {}
-        # The source model's modules, {path: class} in named_modules order ("" the root):
+        # The source model's modules, {path: class} in named_modules order ("" the root,
+        # a module registered twice under both names):
         # unflatten rebuilds this tree, modules that ran no operator included.
         self.module_hierarchy = module_hierarchy or {}
         if verifier is not None:

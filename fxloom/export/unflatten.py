@@ -155,7 +155,7 @@ def _call_of(
             break  # recorded after this module returned (a view re-read): its caller's
         _resume(running, caller)
         path = entry[0]
-        if caller.path and not path.startswith(caller.path + "."):
+        if _below(path, caller.path) is None:
             raise _not_a_child(path, caller.path, node)
         caller = _Call(entry, caller)
         running.append(caller)
@@ -191,6 +191,7 @@ class _Context:
         placeholders = ep.graph.find_nodes(op="placeholder")
         specs = ep.graph_signature.input_specs
         self.state = {n: s.target for n, s in zip(placeholders, specs) if s.kind in _STATE_KINDS}
+        self.state_by_target = {target: node for node, target in self.state.items()}
         self.placeholders = {node.name: node for node in placeholders}
         self.writes: dict[Node, list[Node]] = {}  # new value -> the placeholders it is written to
         self.late_writes: list[tuple[Node, Node]] = []  # (target, value) written at the end
@@ -217,7 +218,7 @@ class _Context:
     def _written(self, spec: Any) -> Node:
         if spec.kind is OutputKind.USER_INPUT_MUTATION:
             return self.placeholders[spec.target]
-        return next(node for node, target in self.state.items() if target == spec.target)
+        return self.state_by_target[spec.target]
 
     def used_outside(self, node: Node, call: _Call) -> bool:
         for user in node.users:
@@ -275,9 +276,9 @@ class _Builder:
         if found is not None:
             return found
         target = self.context.state.get(node)
-        path = self.call.path
-        if target is not None and (not path or target.startswith(path + ".")):
-            value = self.graph.get_attr(target[len(path) + 1 :] if path else target)
+        owned = _below(target, self.call.path) if target is not None else None
+        if owned is not None:
+            value = self.graph.get_attr(owned)
             value.meta = dict(node.meta)
         else:
             value = self._input(node)
@@ -305,8 +306,7 @@ class _Builder:
     def call_child(self, call: _Call) -> None:
         child = _Builder(call, self.context).build()
         self.context.record(call, child)
-        path = self.call.path
-        target = call.path[len(path) + 1 :] if path else call.path
+        target = _below(call.path, self.call.path)
         result = self.graph.call_module(target, tuple(self.read(n) for n in child.inputs))
         if len(child.exports) == 1:
             self.values[child.exports[0]] = result
@@ -354,6 +354,13 @@ class _RootBuilder(_Builder):
         results = list(output[0].args[0]) if output else []
         specs = self.ep.graph_signature.output_specs
         return [r for s, r in zip(specs, results) if s.kind is OutputKind.USER_OUTPUT]
+
+
+def _below(path: str, module: str) -> str | None:
+    """``path`` as reached from the module at ``module`` (None: not inside it)."""
+    if not module:
+        return path
+    return path[len(module) + 1 :] if path.startswith(module + ".") else None
 
 
 def _structure(graph: Graph) -> list[tuple]:

@@ -118,6 +118,23 @@ def test_parameters_are_read_by_the_module_that_owns_them():
     assert dict(tree.named_buffers()).keys() == dict(model.named_buffers()).keys()
 
 
+def test_a_module_registered_under_two_names_keeps_both_as_torch_export_unflatten_does():
+    class Aliased(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = torch.nn.Linear(3, 3)
+            self.second = self.first
+
+        def forward(self, x):
+            return self.second(x).relu()
+
+    model, x = Aliased(), torch.randn(2, 3)
+    ours = unflatten(export(model, (x,)))
+    theirs = torch.export.unflatten(torch.export.export(model, (x,)))
+    assert module_names(ours) == module_names(theirs) == ["", "first", "second"]
+    assert_close(ours(x), model(x))
+
+
 def test_a_module_that_ran_no_operator_is_an_empty_module_at_its_path():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).eval()
     tree = unflatten(export(model, (torch.randn(1, 2),)))
@@ -282,6 +299,53 @@ def test_batch_norm_updates_as_ep_module_does():
     assert_close(dict(by_tree.named_buffers()), dict(by_module.named_buffers()))
 
 
+class Writer(torch.nn.Module):
+    """Writes its input and its buffer: ``x += 1``, ``buf = y``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(3))
+
+    def forward(self, x, y):
+        x.add_(1)
+        self.buf.copy_(y)
+        return x * 2
+
+
+class WritesInASubmodule(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writer = Writer()
+
+    def forward(self, x, y):
+        return self.writer(x, y) + self.writer.buf
+
+
+def test_writes_to_inputs_and_buffers_in_a_submodule_happen_as_in_eager():
+    x, y = torch.randn(3), torch.randn(3)
+    eager = WritesInASubmodule()
+    tree = unflatten(export(WritesInASubmodule(), (x.clone(), y)))
+    x_eager, x_tree = x.clone(), x.clone()
+    assert_close(tree(x_tree, y), eager(x_eager, y))
+    assert_close(x_tree, x_eager)
+    assert_close(tree.writer.buf, y)
+
+
+def test_a_write_of_an_input_as_it_is_happens_at_the_end_of_the_root():
+    ep = export(WritesInASubmodule(), (torch.randn(3), torch.randn(3)))
+    output = ep.graph.find_nodes(op="output")[0]
+    written = [spec.target for spec in ep.graph_signature.output_specs]
+    y = ep.graph.find_nodes(op="placeholder", target="y")[0]
+    results = list(output.args[0])
+    results[written.index("writer.buf")] = y  # as a capture could record buf.copy_(y)
+    output.args = (tuple(results),)
+    tree = unflatten(ep)
+    assert tree.graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default)
+    y_value = torch.randn(3)
+    tree(torch.randn(3), y_value)
+    assert_close(tree.writer.buf, y_value)
+
+
 # ------------------------------------------------------------------ how calls are found
 
 
@@ -295,6 +359,15 @@ def test_a_node_recorded_after_its_module_returned_goes_to_the_caller():
     assert late.name in [n.name for n in tree.graph.nodes]
     x = torch.randn(2, 3)
     assert_close(tree(x), model(x))
+
+
+def test_without_the_module_hierarchy_the_tree_holds_the_modules_that_ran():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).eval()
+    ep = export(model, (torch.randn(1, 2),))
+    ep.module_hierarchy = {}  # as for a program built by other means
+    tree = unflatten(ep)
+    assert module_names(tree) == ["", "0"]
+    assert type(tree).__name__ == "UnflattenedModule"
 
 
 def test_stacks_not_shared_between_nodes_split_by_equal_neighbours():
