@@ -79,7 +79,15 @@ def unflatten(ep: ExportedProgram) -> torch.nn.Module:
 
     Named as the source model's modules, it computes what ``ep.module()``
     computes, taking and returning the same structures; see the module
-    docstring for an example and for how calls are found.
+    docstring for how calls are found. Raises ``UnflattenError`` naming the
+    module where calls cannot be rebuilt as a tree.
+
+        >>> import torch
+        >>> from fxloom.export import export, unflatten
+        >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout())
+        >>> tree = unflatten(export(model.eval(), (torch.ones(1, 2),)))
+        >>> [(name, type(m).__name__) for name, m in tree.named_modules()]
+        [('', 'Sequential'), ('0', 'Linear'), ('1', 'Module')]
     """
     root_call, owner = _split(ep.graph)
     context = _Context(ep, owner)

@@ -9,6 +9,7 @@ of one module, buffer writes, and the cases that are refused with the module nam
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import torch
 import torch.export
 from torch.testing import assert_close
 
-from fxloom.export import export, unflatten
+from fxloom.export import ExportedProgram, export, unflatten
 from fxloom.export.unflatten import UnflattenError
 from fxloom.graph_module import GraphModule
 from fxloom.zoo import resnet_tiny, resnet_tiny_inputs, transformer_tiny, transformer_tiny_inputs
@@ -32,6 +33,13 @@ def zoo_model(name: str) -> tuple[torch.nn.Module, tuple]:
     build, inputs = ZOO[name]
     torch.manual_seed(0)
     return build().eval(), tuple(inputs())
+
+
+@functools.cache
+def exported(name: str) -> tuple[torch.nn.Module, tuple, ExportedProgram]:
+    """A zoo model, its inputs and its export, shared by the tests that only read them."""
+    model, args = zoo_model(name)
+    return model, args, export(model, args)
 
 
 def module_names(module: torch.nn.Module) -> list[str]:
@@ -67,31 +75,32 @@ class Twice(torch.nn.Module):
 
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_module_tree_is_the_source_models(name):
-    model, args = zoo_model(name)
-    assert module_names(unflatten(export(model, args))) == module_names(model)
+    model, _, ep = exported(name)
+    assert module_names(unflatten(ep)) == module_names(model)
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_module_names_and_calls_match_torch_export_unflatten(name):
-    model, args = zoo_model(name)
-    ours = unflatten(export(model, args))
+    model, args, ep = exported(name)
+    ours = unflatten(ep)
     theirs = torch.export.unflatten(torch.export.export(model, args))
     assert module_names(ours) == module_names(theirs)
     assert called(ours) == called(theirs)
 
 
 def test_submodules_are_graph_modules_named_for_their_class():
-    model, args = zoo_model("resnet_tiny")
-    tree = unflatten(export(model, args))
+    model, _, ep = exported("resnet_tiny")
+    tree = unflatten(ep)
     block = tree.get_submodule("layers.1")
     assert isinstance(block, GraphModule)
     assert type(block).__name__ == type(model.get_submodule("layers.1")).__name__
     assert type(tree).__name__ == type(model).__name__
 
 
-def test_each_submodule_graph_holds_only_its_own_operators():
-    model, args = zoo_model("transformer_tiny")
-    for path, module in graphs(unflatten(export(model, args))).items():
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_each_submodule_graph_holds_only_its_own_operators(name):
+    _, _, ep = exported(name)
+    for path, module in graphs(unflatten(ep)).items():
         for node in module.graph.find_nodes(op="call_function"):
             stack = node.meta.get("nn_module_stack")
             if stack is None:  # a check or a getitem of a child's results
@@ -101,15 +110,13 @@ def test_each_submodule_graph_holds_only_its_own_operators():
 
 
 def test_children_are_called_by_their_name_relative_to_the_caller():
-    model, args = zoo_model("transformer_tiny")
-    tree = unflatten(export(model, args))
+    tree = unflatten(exported("transformer_tiny")[2])
     assert called(tree)["blocks.0.attention"] == ["qkv", "out"]
     assert called(tree)[""][2:4] == ["blocks.0", "blocks.1"]
 
 
 def test_parameters_are_read_by_the_module_that_owns_them():
-    model, args = zoo_model("resnet_tiny")
-    ep = export(model, args)
+    model, _, ep = exported("resnet_tiny")
     tree = unflatten(ep)
     conv = tree.get_submodule("layers.0.conv1")
     assert [n.target for n in conv.graph.find_nodes(op="get_attr")] == ["weight"]
@@ -147,8 +154,7 @@ def test_a_module_that_ran_no_operator_is_an_empty_module_at_its_path():
 
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_computes_what_eager_and_ep_module_compute(name):
-    model, args = zoo_model(name)
-    ep = export(model, args)
+    model, args, ep = exported(name)
     with torch.no_grad():
         got = unflatten(ep)(*args)
         assert_close(got, model(*args))
@@ -156,8 +162,8 @@ def test_computes_what_eager_and_ep_module_compute(name):
 
 
 def test_a_submodule_runs_on_its_own():
-    model, args = zoo_model("resnet_tiny")
-    block = unflatten(export(model, args)).get_submodule("layers.0")
+    model, _, ep = exported("resnet_tiny")
+    block = unflatten(ep).get_submodule("layers.0")
     (placeholder,) = block.graph.find_nodes(op="placeholder")
     x = torch.randn(placeholder.meta["val"].shape)  # the shape it was exported for
     with torch.no_grad():
@@ -178,8 +184,7 @@ def test_takes_and_returns_what_ep_module_does():
 
 
 def test_inputs_are_checked_as_ep_module_checks_them():
-    model, args = zoo_model("resnet_tiny")
-    tree = unflatten(export(model, args))
+    tree = unflatten(exported("resnet_tiny")[2])
     with pytest.raises(ValueError, match="input 'x'.*exported for shape"):
         tree(torch.randn(1, 3, 5, 5))
 
