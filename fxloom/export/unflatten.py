@@ -268,7 +268,10 @@ class _Builder:
         self.run_items()
         self.exports = [n for n in self.defined if self.context.used_outside(n, self.call)]
         values = [self.values[n] for n in self.exports]
-        self.graph.output(values[0] if len(values) == 1 else tuple(values))
+        if len(values) == 1:
+            self.graph.output(values[0])
+        else:  # None for a call that only writes state, as its forward returns
+            self.graph.output(tuple(values) if values else None)
         return self
 
     def run_items(self) -> None:

@@ -360,6 +360,30 @@ def test_writes_to_inputs_and_buffers_in_a_submodule_happen_as_in_eager():
     assert_close(tree.writer.buf, y)
 
 
+def test_a_submodule_that_only_writes_its_buffer_is_still_called():
+    class Counter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self) -> None:
+            self.calls.add_(1)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counter = Counter()
+
+        def forward(self, x):
+            self.counter()
+            return x * 2
+
+    tree = unflatten(export(Model(), (torch.ones(2),)))
+    tree(torch.ones(2))
+    assert tree.counter() is None
+    assert tree.counter.calls.item() == 2
+
+
 def test_a_write_of_an_input_as_it_is_happens_at_the_end_of_the_root():
     ep = export(WritesInASubmodule(), (torch.randn(3), torch.randn(3)))
     output = ep.graph.find_nodes(op="output")[0]
