@@ -41,9 +41,9 @@ returns, its children's included, so ``self.lin(self.lin(x))`` is two calls of
 graph built by other means), consecutive nodes with equal entries are one call.
 A module called more than once has one graph, so its calls must run the same
 operators; otherwise ``unflatten`` raises naming the module (torch.export's
-``unflatten`` keeps one graph per call there). A node recorded after its
-module returned (export re-reading a view while collecting the outputs) goes
-to the caller still running.
+``unflatten`` keeps one graph per call there). A node whose entry names a
+call that had returned before it (a capture re-recording a view with the
+metadata of an earlier operator) goes to the innermost call still running.
 
 Depends on the IR, ``fxloom.attr_path``, ``fxloom.pytree_codegen`` and ``program``.
 """
@@ -203,7 +203,8 @@ class _Context:
         self.placeholders = {node.name: node for node in placeholders}
         self.writes: dict[Node, list[Node]] = {}  # new value -> the placeholders it is written to
         self.late_writes: list[tuple[Node, Node]] = []  # (target, value) written at the end
-        self.returned: set[Node] = set()  # nodes the program returns to the user
+        self.user_outputs: list[Any] = []  # what the program returns: nodes and constants
+        self.returned: set[Node] = set()  # the nodes among them
         self.graphs: dict[str, _Builder] = {}  # path -> its first call's builder
         self._structures: dict[str, list[tuple]] = {}
         self.calls: dict[str, int] = {}
@@ -214,6 +215,7 @@ class _Context:
         results = list(output[0].args[0]) if output else []
         for spec, value in zip(ep.graph_signature.output_specs, results):
             if spec.kind is OutputKind.USER_OUTPUT:
+                self.user_outputs.append(value)
                 if isinstance(value, Node):
                     self.returned.add(value)
                 continue
@@ -352,19 +354,13 @@ class _RootBuilder(_Builder):
         for target, value in self.context.late_writes:
             self.graph.call_function(aten.copy_.default, (self.read(target), self.read(value)))
         outputs = [
-            self.read(spec_value) if isinstance(spec_value, Node) else spec_value
-            for spec_value in self._user_outputs()
+            self.read(value) if isinstance(value, Node) else value
+            for value in self.context.user_outputs
         ]
         self.graph.output(tuple(outputs))
         info = PyTreeInfo(self.ep.arg_names, self.ep.in_spec, self.ep.out_spec)
         self.graph.set_codegen(PyTreeCodeGen(info))
         return self
-
-    def _user_outputs(self) -> list[Any]:
-        output = self.ep.graph.find_nodes(op="output")
-        results = list(output[0].args[0]) if output else []
-        specs = self.ep.graph_signature.output_specs
-        return [r for s, r in zip(specs, results) if s.kind is OutputKind.USER_OUTPUT]
 
 
 def _below(path: str, module: str) -> str | None:
