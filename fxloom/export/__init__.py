@@ -36,6 +36,7 @@ from fxloom.export.signature import (
     TensorArgument,
 )
 from fxloom.export.stand_in import DataDependentError, StandIn
+from fxloom.export.unflatten import unflatten
 from fxloom.export.verifier import ExportVerifierError, verify
 
 __all__ = [
@@ -54,5 +55,6 @@ __all__ = [
     "TensorArgument",
     "UnsupportedOpError",
     "export",
+    "unflatten",
     "verify",
 ]

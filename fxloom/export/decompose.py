@@ -113,6 +113,7 @@ def run_decompositions(ep: ExportedProgram, table: dict[Any, Any] | None = None)
         arg_names=ep.arg_names,
         example_inputs=ep.example_inputs,
         range_constraints=ep.range_constraints,
+        module_hierarchy=ep.module_hierarchy,
         verifier=ep.verifier,
     )
 

@@ -104,6 +104,9 @@ def export(
         arg_names=_declared_names(mod, arg_names),
         example_inputs=(tuple(args), kwargs),
         verifier=verify,
+        module_hierarchy={
+            path: type(module) for path, module in mod.named_modules(remove_duplicate=False)
+        },
     )
 
 

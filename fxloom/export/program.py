@@ -64,6 +64,7 @@ class ExportedProgram:
         example_inputs: tuple[tuple, dict] | None = None,
         range_constraints: dict[Any, Any] | None = None,
         verifier: Callable[[ExportedProgram], None] | None = None,
+        module_hierarchy: dict[str, type] | None = None,
     ) -> None:
         self.graph_module = graph_module
         self.graph_signature = graph_signature
@@ -75,6 +76,10 @@ class ExportedProgram:
         self.example_inputs = example_inputs
         self.range_constraints = range_constraints or {}
         self.verifier = verifier
+        # The source model's modules, {path: class} in named_modules order ("" the root,
+        # a module registered twice under both names):
+        # unflatten rebuilds this tree, modules that ran no operator included.
+        self.module_hierarchy = module_hierarchy or {}
         if verifier is not None:
             verifier(self)
 

@@ -87,6 +87,13 @@ class StandIn(torch.Tensor):
             return StandIn.active(func, args, kwargs)
         return run_on_meta(func, args, kwargs)
 
+    def __deepcopy__(self, memo: dict) -> StandIn:
+        # Without autograd history (which torch refuses to deep-copy): a description copies.
+        meta = self._meta.detach()
+        copied = StandIn(meta.requires_grad_(self.requires_grad), self.device)
+        memo[id(self)] = copied
+        return copied
+
     # Tensor's __reduce_ex__ would read the storage: a stand-in pickles as its description.
     def __reduce_ex__(self, protocol: int) -> Any:
         return (_rebuild, (tuple(self.shape), self.stride(), self.dtype, str(self.device)))

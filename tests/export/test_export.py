@@ -593,3 +593,14 @@ def test_batch_norm_without_running_statistics_writes_nothing(train):
     ep = export(model, (x,))
     assert ep.graph_signature.buffers_to_mutate == {}
     assert_close(ep.module()(x), model(x))
+
+
+def test_the_module_of_a_program_deep_copies_and_pickles():
+    import copy
+    import pickle
+
+    model = LinearBN().eval()
+    module = export(model, (torch.randn(5, 4),)).module()
+    x = torch.randn(5, 4)
+    assert_close(copy.deepcopy(module)(x), model(x))
+    assert_close(pickle.loads(pickle.dumps(module))(x), model(x))
