@@ -1475,3 +1475,15 @@ def test_every_operation_has_an_nn_module_stack_even_at_the_root_level():
     assert stacks["lin"] == {"lin": ("lin", nn.Linear)}
     assert stacks["add"] == {}
     assert stacks["x"] is None and stacks["output"] is None
+
+
+def test_a_namespace_patched_at_once_is_put_back_as_it_was():
+    from fxloom.tracing.patcher import Patcher
+
+    namespace = {"kept": 1, "patched": 2}
+    patcher = Patcher()
+    patcher.patch_namespace(namespace, {"patched": 20, "added": 30})
+    patcher.patch_namespace(namespace, {"patched": 200})  # already patched: keeps the first
+    assert namespace == {"kept": 1, "patched": 20, "added": 30}
+    patcher.restore()
+    assert namespace == {"kept": 1, "patched": 2}

@@ -380,9 +380,17 @@ class TracePatches:
         if id(module) in self._scanned:
             return
         self._scanned.add(id(module))
-        for name, value in list(vars(module).items()):
-            if id(value) in self._autowrap_ids and not name.startswith("_"):
-                self._patcher.patch_attr(module, name, recording(value))
+        ids = self._autowrap_ids
+        replacements = {
+            name: recording(value)
+            for name, value in vars(module).items()
+            if id(value) in ids and not name.startswith("_")
+        }
+        if type(module) is types.ModuleType:  # setattr stores in vars(module): patch it at once
+            self._patcher.patch_namespace(vars(module), replacements)
+            return
+        for name, replacement in replacements.items():  # a module class may hook setattr
+            self._patcher.patch_attr(module, name, replacement)
 
     def _refusing_transform(self, transform: Callable[..., Any], name: str) -> Callable[..., Any]:
         """``transform`` (``torch.vmap``) whose transformed functions refuse proxies."""
