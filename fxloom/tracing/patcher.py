@@ -8,6 +8,7 @@ and runs these originals where a module must run eagerly). Depends on torch only
 
 from __future__ import annotations
 
+from types import BuiltinFunctionType
 from typing import Any
 
 import torch
@@ -105,6 +106,8 @@ class Patcher:
 
 def unwrapped(fn: Any) -> Any:
     """The function behind one of our tracing wrappers (a trace started inside a trace)."""
+    if type(fn) is BuiltinFunctionType:  # no attributes of its own: no wrapper (most asked)
+        return fn
     while hasattr(fn, "__fxloom_original__"):
         fn = fn.__fxloom_original__
     return fn
