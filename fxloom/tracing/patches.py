@@ -5,8 +5,9 @@ While a trace runs:
 * the classes of the root's modules get a ``__call__`` that hands the call to
   ``Tracer.call_module`` and, where their modules hold parameters or buffers
   (or the class has a ``__getattr__`` of its own), a ``__getattr__`` that
-  hands parameter reads to ``Tracer.getattr``; a class whose forward runs on proxies also gets a
-  ``__setattr__`` that notes assignments of traced values, to undo them;
+  hands parameter reads to ``Tracer.getattr``; a class whose forward runs on
+  proxies also gets a ``__setattr__`` that notes assignments of traced values,
+  to undo them;
 * functions registered with ``fxloom.wrap`` (or ``torch.fx.wrap``, see
   ``fx_interop``, which also sets torch.fx's tracing flag), those of the autowrap modules
   (``math``) reached from the traced code's globals, TorchScript functions and
