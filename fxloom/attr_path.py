@@ -177,7 +177,7 @@ def install(
             source = _member(source, name)
         if index >= depth:  # missing from here on, so nothing below can be in the way
             child = torch.nn.Module()
-            child.training = getattr(source, "training", True)
+            child.__dict__["training"] = getattr(source, "training", True)  # a plain attribute
             if type(owner._modules) is MirroredModules:  # a GraphModule's parents mirror too
                 mirror(child)
             owner._modules[name] = child
@@ -287,10 +287,11 @@ def _describe(owner: torch.nn.Module, name: str, held: str) -> str:
 
 def _kind_of(value: Any, as_buffer: bool) -> str:
     """How ``value`` is held: a parameter, a submodule, a buffer (with ``as_buffer``) or an attribute."""
-    if isinstance(value, torch.nn.Parameter):
-        return "parameter"
+    # Module first: an isinstance check against Parameter runs Python code (its metaclass).
     if isinstance(value, torch.nn.Module):
         return "submodule"
+    if isinstance(value, torch.nn.Parameter):
+        return "parameter"
     if as_buffer and isinstance(value, torch.Tensor):
         return "buffer"
     return "attribute"

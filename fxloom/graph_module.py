@@ -204,21 +204,20 @@ class GraphModule(torch.nn.Module):
         if not isinstance(graph, Graph):
             raise TypeError(f"GraphModule needs an fxloom.Graph, got {type(graph).__name__}")
         self._set_class_name(class_name)
+        state = self.__dict__  # plain attributes: see _invalidate
         if isinstance(root, torch.nn.Module):
-            self.training = root.training
-            for op in ("get_attr", "call_module"):
-                for node in graph.find_nodes(op=op):
-                    _copy_attr_from_module(root, self, node)
+            state["training"] = root.training
+            copy_attr = _copy_attr_from_module
         elif isinstance(root, dict):
-            for op in ("get_attr", "call_module"):
-                for node in graph.find_nodes(op=op):
-                    _copy_attr_from_dict(root, self, node)
+            copy_attr = _copy_attr_from_dict
         else:
             raise TypeError(
                 f"GraphModule's root must be an nn.Module or a dict of qualified names, "
                 f"got {type(root).__name__}"
             )
-        self.meta: dict[str, Any] = {}
+        for node in _first_node_per_target(graph):
+            copy_attr(root, self, node)
+        state["meta"] = {}
         self.graph = graph
 
     def _set_class_name(self, class_name: str) -> None:
@@ -238,15 +237,20 @@ class GraphModule(torch.nn.Module):
             raise TypeError(
                 f"GraphModule.graph must be an fxloom.Graph, got {type(graph).__name__}"
             )
-        self._graph = graph
+        self.__dict__["_graph"] = graph
         graph.owning_module = self
         self._invalidate()
 
     def _invalidate(self) -> None:
-        self._code: PythonCode | None = None
-        self._compiled_graph: Graph | None = None
-        self._compiled_version = -1
-        self._source_file: str | None = None
+        # Plain attributes are written to __dict__, as nn.Module.__setattr__ would end up
+        # doing after checking whether each is a parameter, module or buffer (microseconds
+        # a name, and construction and recompilation are benchmarked against torch.fx).
+        self.__dict__.update(
+            _code=None,  # PythonCode | None
+            _compiled_graph=None,  # Graph | None
+            _compiled_version=-1,
+            _source_file=None,  # str | None
+        )
 
     def _ensure_current(self) -> None:
         graph = self._graph
@@ -262,13 +266,16 @@ class GraphModule(torch.nn.Module):
         forward, filename = _compile_forward(code, type(self).__name__)
         type(self)._generated_forward = forward
         pytree_info = getattr(graph._codegen, "pytree_info", None)
+        state = self.__dict__  # plain attributes: see _invalidate
         if pytree_info is not None:  # read by the generated code as self._in_spec, as in torch.fx
-            self._in_spec = pytree_info.in_spec
-            self._out_spec = pytree_info.out_spec
-        self._code = code
-        self._compiled_graph = graph
-        self._compiled_version = graph._version
-        self._source_file = filename
+            state["_in_spec"] = pytree_info.in_spec
+            state["_out_spec"] = pytree_info.out_spec
+        state.update(
+            _code=code,
+            _compiled_graph=graph,
+            _compiled_version=graph._version,
+            _source_file=filename,
+        )
         return code
 
     @property
@@ -404,6 +411,21 @@ def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -
 
 
 # -------------------------------------------------------- copying attributes
+def _first_node_per_target(graph: Graph) -> list[Any]:
+    """The get_attr nodes, then the call_module nodes, in graph order, one per target.
+
+    A target used by several nodes (a module called twice) is copied once.
+    """
+    first = []
+    for op in ("get_attr", "call_module"):
+        seen: set[str] = set()
+        for node in graph.find_nodes(op=op):
+            if node.target not in seen:
+                seen.add(node.target)
+                first.append(node)
+    return first
+
+
 def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) -> None:
     target: str = node.target
     constants = node.graph.constants

@@ -1475,3 +1475,43 @@ def test_every_operation_has_an_nn_module_stack_even_at_the_root_level():
     assert stacks["lin"] == {"lin": ("lin", nn.Linear)}
     assert stacks["add"] == {}
     assert stacks["x"] is None and stacks["output"] is None
+
+
+def test_a_namespace_patched_at_once_is_put_back_as_it_was():
+    from fxloom.tracing.patcher import Patcher
+
+    namespace = {"kept": 1, "patched": 2}
+    patcher = Patcher()
+    patcher.patch_namespace(namespace, {"patched": 20, "added": 30})
+    patcher.patch_namespace(namespace, {"patched": 200})  # already patched: keeps the first
+    assert namespace == {"kept": 1, "patched": 20, "added": 30}
+    patcher.restore()
+    assert namespace == {"kept": 1, "patched": 2}
+
+
+class MaybeWeighted(nn.Module):
+    def __init__(self, weighted: bool) -> None:
+        super().__init__()
+        if weighted:
+            self.weight = nn.Parameter(torch.ones(2))
+
+    def forward(self, x):
+        return x
+
+
+class ReadsOneOfTwo(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.plain = MaybeWeighted(False)  # listed first: its class still holds a parameter
+        self.weighted = MaybeWeighted(True)
+
+    def forward(self, x):
+        return self.plain(x) * self.weighted.weight
+
+
+def test_a_parameter_is_read_as_get_attr_when_another_module_of_its_class_holds_none():
+    model = ReadsOneOfTwo()
+    ours = [(n.op, n.target) for n in fx.symbolic_trace(model).graph.nodes]
+    theirs = [(n.op, n.target) for n in torch.fx.symbolic_trace(model).graph.nodes]
+    assert ("get_attr", "weighted.weight") in ours
+    assert ours == theirs

@@ -59,6 +59,27 @@ def test_a_reused_tracer_shares_no_state_between_traces():
     assert all(user.graph is second for n in get_attrs for user in n.users)
 
 
+class SharedLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(nn.ReLU(), nn.Linear(2, 2))
+        self.head = self.blocks[1]  # reachable twice: the first path names it
+        self.alias = self.blocks
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+
+def test_submodule_paths_name_each_module_by_its_first_path_as_torch_fx_does():
+    root = SharedLayer()
+    tracer = fx.Tracer()
+    graph = tracer.trace(root)
+    fx_paths = {module: name for name, module in root.named_modules()}  # torch.fx's index
+    assert list(tracer.submodule_paths.items()) == list(fx_paths.items())
+    targets = [n.target for n in graph.find_nodes(op="call_module")]
+    assert targets == ["blocks.0", "blocks.1", "blocks.1"]  # head is called as blocks.1
+
+
 def test_a_tracer_that_has_not_traced_has_an_empty_root_and_graph():
     tracer = fx.Tracer()
     assert isinstance(tracer.root, nn.Module) and len(tracer.graph.nodes) == 0

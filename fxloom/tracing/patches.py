@@ -3,9 +3,11 @@
 While a trace runs:
 
 * the classes of the root's modules get a ``__call__`` that hands the call to
-  ``Tracer.call_module`` and a ``__getattr__`` that hands parameter reads to
-  ``Tracer.getattr``; a class whose forward runs on proxies also gets a
-  ``__setattr__`` that notes assignments of traced values, to undo them;
+  ``Tracer.call_module`` and, where their modules hold parameters or buffers
+  (or the class has a ``__getattr__`` of its own), a ``__getattr__`` that
+  hands parameter reads to ``Tracer.getattr``; a class whose forward runs on
+  proxies also gets a ``__setattr__`` that notes assignments of traced values,
+  to undo them;
 * functions registered with ``fxloom.wrap`` (or ``torch.fx.wrap``, see
   ``fx_interop``, which also sets torch.fx's tracing flag), those of the autowrap modules
   (``math``) reached from the traced code's globals, TorchScript functions and
@@ -236,9 +238,16 @@ class TracePatches:
         # Patched on the classes of the root's modules, not on nn.Module: a class
         # attribute set on nn.Module invalidates the type caches of every module class
         # loaded (hundreds with transformers imported), which dominates small traces.
-        for cls in {type(module) for module in tracer.submodule_paths}:
+        # Replacing a class's special method costs microseconds (CPython updates the
+        # slots of its subclasses), so __getattr__ is left alone on classes whose modules
+        # here hold no parameter or buffer themselves: it would read nothing but submodules
+        # and plain attributes, which tracing passes through unchanged.
+        modules = tracer.submodule_paths
+        holders = {type(module) for module in modules if module._parameters or module._buffers}
+        for cls in {type(module) for module in modules}:
             patcher.patch_attr(cls, "__call__", module_call)
-            patcher.patch_attr(cls, "__getattr__", module_getattr)
+            if cls in holders or cls.__getattr__ is not original_module_getattr:
+                patcher.patch_attr(cls, "__getattr__", module_getattr)
         self._watch_attribute_writes(type(tracer.root))
         self._wrap_registered()
         self._answer_tensor_isinstance()
@@ -253,9 +262,11 @@ class TracePatches:
         for owner in (torch, torch.func):
             transform = unwrapped(owner.vmap)
             patcher.patch_attr(owner, "vmap", self._refusing_transform(transform, "torch.vmap"))
-        for name in TENSOR_FACTORIES:
-            original = unwrapped(getattr(torch, name))
-            patcher.patch_attr(torch, name, recording(original, always=True))
+        factories = {
+            name: recording(unwrapped(getattr(torch, name)), always=True)
+            for name in TENSOR_FACTORIES
+        }
+        patcher.patch_namespace(vars(torch), factories)  # torch is a plain module: as setattr
         self._autowrap_globals(fn_globals)
         if isinstance(tracer.root, GraphModule):
             self._wrap_in_generated_code(fn_globals)
@@ -380,9 +391,17 @@ class TracePatches:
         if id(module) in self._scanned:
             return
         self._scanned.add(id(module))
-        for name, value in list(vars(module).items()):
-            if id(value) in self._autowrap_ids and not name.startswith("_"):
-                self._patcher.patch_attr(module, name, recording(value))
+        ids = self._autowrap_ids
+        replacements = {
+            name: recording(value)
+            for name, value in vars(module).items()
+            if id(value) in ids and not name.startswith("_")
+        }
+        if type(module) is types.ModuleType:  # setattr stores in vars(module): patch it at once
+            self._patcher.patch_namespace(vars(module), replacements)
+            return
+        for name, replacement in replacements.items():  # a module class may hook setattr
+            self._patcher.patch_attr(module, name, replacement)
 
     def _refusing_transform(self, transform: Callable[..., Any], name: str) -> Callable[..., Any]:
         """``transform`` (``torch.vmap``) whose transformed functions refuse proxies."""

@@ -30,9 +30,7 @@ class RootIndex:
     def __init__(self, root: torch.nn.Module) -> None:
         self.root = root
         # module -> qualified name (the first, when a module is reachable by several).
-        self.submodule_paths: dict[torch.nn.Module, str] = {}
-        for name, module in root.named_modules(remove_duplicate=False):
-            self.submodule_paths.setdefault(module, name)
+        self.submodule_paths: dict[torch.nn.Module, str] = _first_paths(root)
         self._tensor_paths: dict[int, str] | None = None
         self._script_object_paths: dict[int, str] | None = None
         self._modules_by_path: dict[str, torch.nn.Module] | None = None
@@ -84,3 +82,31 @@ class RootIndex:
         # attr_path reads a module's own tables and __dict__ before any __getattr__, so the
         # patched one (which would answer with proxies) is never asked for what exists.
         return attr_path.get(self.root, path)
+
+
+def _first_paths(root: torch.nn.Module) -> dict[torch.nn.Module, str]:
+    """Each module under ``root`` (``""`` for itself) -> its first qualified name, in
+    ``named_modules`` order.
+
+    A walk of ``_modules`` with a stack: ``named_modules`` nests a generator per
+    level, and every trace builds this. A module reached again (shared, or a
+    cycle) is not entered again: everything under it already has a name.
+    """
+    paths: dict[torch.nn.Module, str] = {}
+    stack = [(root, "")]
+    while stack:
+        module, path = stack.pop()
+        if module in paths:
+            continue
+        paths[module] = path
+        children = module._modules
+        if children:
+            prefix = f"{path}." if path else ""
+            stack.extend(
+                [
+                    (child, prefix + name)
+                    for name, child in reversed(children.items())
+                    if child is not None
+                ]
+            )
+    return paths
