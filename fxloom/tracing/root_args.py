@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -383,8 +384,24 @@ def _is_literal(value: Any) -> bool:
     return (t is tuple or t is list) and all(_is_literal(v) for v in value)
 
 
+# Evaluating string annotations (``from __future__ import annotations``) costs more than the
+# rest of a small trace's set-up: once per function. Weak: functions come and go.
+_annotations_of: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
 def _annotations(fn: Callable[..., Any]) -> dict[str, Any]:
+    function = getattr(fn, "__func__", fn)
     try:
-        return dict(inspect.get_annotations(fn, eval_str=True))
-    except Exception:  # unresolvable string annotations: keep none rather than fail tracing
-        return {}
+        found = _annotations_of.get(function)
+    except TypeError:  # not weak-referenceable
+        found = None
+    if found is None:
+        try:
+            found = dict(inspect.get_annotations(fn, eval_str=True))
+        except Exception:  # unresolvable string annotations: keep none rather than fail tracing
+            found = {}
+        try:
+            _annotations_of[function] = found
+        except TypeError:
+            pass
+    return dict(found)
