@@ -99,6 +99,8 @@ def cell(result: Result | None) -> str:
         return ""
     if result["status"] == "ok":
         core = f" ({result['core_nodes']} core)" if "core_nodes" in result else ""
+        if "core_error" in result:
+            core = f" (run_decompositions fails: {escape(result['core_error'])[:50]})"
         return (
             f"ok {result['capture_s'] * 1e3:.0f} ms, {result['nodes']} n{core}, "
             f"{result['runtime_ratio']:.2f}x"
@@ -257,7 +259,9 @@ def specialisations(models: list[str]) -> list[str]:
 def overall_block(results: list[Result], methods: list[str], run: dict[str, Any]) -> list[str]:
     return [
         f"Model zoo ({len({r['model'] for r in results})} models: Hugging Face architectures from "
-        f"tiny configs with random weights, and fxloom.zoo), `{run['command']}`, {run['date']}:",
+        f"tiny configs with random weights, and fxloom.zoo), "
+        + "; ".join(f"`{r['command']}`, {r['date']}" for r in run.get("history", [run]))
+        + ":",
         "",
         *summary_table(results, methods, by_family=False),
         "",
@@ -272,9 +276,15 @@ def write(results: list[Result], run: dict[str, Any], path: Path, readme: Path |
     lines = [
         "# Model zoo: capture methods side by side",
         "",
-        f"Machine: {run['machine']}; {run['versions']}. Date: {run['date']}. "
-        f"Command: `{run['command']}` ({run['pairs']} pairs, {run['jobs']} at a time, "
-        f"{run['elapsed_s'] / 60:.1f} min). Each (model, method) pair runs in a fresh subprocess.",
+        f"Machine: {run['machine']}; {run['versions']}. Each (model, method) pair runs in a "
+        "fresh subprocess. Runs whose results this report holds (a later run replaces the "
+        "pairs it measured):",
+        "",
+        *(
+            f"- {r['date']}: `{r['command']}` ({r['pairs']} pairs, {r['jobs']} at a time, "
+            f"{r['elapsed_s'] / 60:.1f} min)"
+            for r in run.get("history", [run])
+        ),
         "",
         NOTES,
         "",

@@ -112,11 +112,28 @@ def run_all(pairs: list[tuple[str, str]], timeout: float, jobs: int) -> list[dic
     return results
 
 
+def _history(
+    previous: dict[str, Any] | None, run: dict[str, Any], methods: set[str], models: set[str]
+) -> list[dict[str, Any]]:
+    """The runs the results come from: earlier ones still holding pairs, then this one."""
+    earlier = (previous or {}).get("history") or ([previous] if previous else [])
+    kept = []
+    for entry in earlier:
+        entry = {k: v for k, v in entry.items() if k != "history"}
+        covered = entry.get("methods"), entry.get("models")
+        if covered[0] is not None and set(covered[0]) <= methods and set(covered[1]) <= models:
+            continue  # every pair it measured was measured again
+        kept.append(entry)
+    this = {k: v for k, v in run.items() if k != "history"}
+    return [*kept, {**this, "methods": sorted(methods), "models": sorted(models)}]
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     results = load_results()
+    previous = json.loads(RESULTS_JSON.read_text())["run"] if RESULTS_JSON.exists() else None
     if args.report_only:
-        run_info = json.loads(RESULTS_JSON.read_text())["run"]
+        run_info = previous
     else:
         pairs = [(model, method) for model in args.models for method in args.methods]
         start = time.perf_counter()
@@ -133,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
             "jobs": args.jobs,
             "elapsed_s": round(time.perf_counter() - start, 1),
         }
+        run_info["history"] = _history(previous, run_info, set(args.methods), set(args.models))
     ordered = [results[key] for key in sorted(results, key=report.sort_key)]
     RESULTS_JSON.write_text(json.dumps({"run": run_info, "results": ordered}, indent=1) + "\n")
     report.write(ordered, run_info, RESULTS_MD, README)

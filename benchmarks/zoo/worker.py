@@ -119,13 +119,18 @@ def measure(model_name: str, method: str) -> dict[str, Any]:
         result["nodes"] = captured.nodes
         if result["capture_s"] < WARM_LIMIT_S:
             result["capture_warm_s"] = warm_capture_seconds(capture, model, inputs)
-        if captured.core_nodes is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result["core_nodes"] = captured.core_nodes()
     except Exception as error:  # any failure to capture is a result, not a crash
         result.update(stage="capture", **error_record(error))
         return result
+    if captured.core_nodes is not None:
+        # Decomposing is a step after the capture: its failure is noted, the capture stands.
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result["core_nodes"] = captured.core_nodes()
+        except Exception as error:
+            record = error_record(error)
+            result["core_error"] = f"{record['error']}: {record['message'][:120]}"
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
