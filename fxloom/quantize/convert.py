@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 from collections.abc import Iterator
 
@@ -67,7 +68,8 @@ def convert(prepared: GraphModule) -> GraphModule:
     >>> prepared = prepare(model, (torch.randn(2, 4),))
     >>> _ = prepared(torch.randn(8, 4))                      # calibration
     >>> print(convert(prepared).code.strip())
-    def forward(self, input_1):
+    def forward(self, input):
+        input_1 = input
         quantize_per_tensor = torch.quantize_per_tensor(input_1, 0.0..., ..., torch.quint8);  input_1 = None
         _0 = getattr(self, "0")(quantize_per_tensor);  quantize_per_tensor = None
         dequantize = _0.dequantize();  _0 = None
@@ -76,6 +78,7 @@ def convert(prepared: GraphModule) -> GraphModule:
     plan = _plan_of(prepared)
     if plan.config.mode == "static":
         _check_calibrated(prepared, plan)
+        plan = _without_nonfinite_int8(prepared, plan)
     gm = copy.deepcopy(prepared)
     del gm.meta["quantize"]
     with quantized_engine(plan.config.engine):
@@ -131,6 +134,39 @@ def _check_calibrated(prepared: GraphModule, plan: QuantPlan) -> None:
     )
 
 
+def _without_nonfinite_int8(prepared: GraphModule, plan: QuantPlan) -> QuantPlan:
+    """The plan with int8 operators that read or make inf/nan values moved to float."""
+    demoted: dict[str, str] = {}
+    for node in prepared.graph.find_nodes(op="call_module"):
+        if node.target not in plan.observers or not prepared.get_submodule(node.target).nonfinite:
+            continue
+        value = node.args[0]
+        why = f"%{value.name} holds inf or nan in calibration, which int8 cannot represent"
+        producer = _int8_producer(plan, value.name)
+        for name in [user.name for user in node.users] + [producer]:
+            decision = plan.decisions.get(name)
+            if decision is not None and decision.kind == "int8":
+                demoted.setdefault(name, why)
+    if not demoted:
+        return plan
+    decisions = dict(plan.decisions)
+    fused_relu = dict(plan.fused_relu)
+    for name, why in demoted.items():
+        decisions[name] = dataclasses.replace(decisions[name], kind="float", reason=why)
+        relu = fused_relu.pop(name, None)
+        if relu is not None:
+            decisions[relu] = dataclasses.replace(decisions[relu], kind="shared", reason="")
+    return dataclasses.replace(plan, decisions=decisions, fused_relu=fused_relu)
+
+
+def _int8_producer(plan: QuantPlan, value: str) -> str:
+    """The int8 operator whose output ``value`` is (its fused ReLU's output counts), or ``value``."""
+    for op, relu in plan.fused_relu.items():
+        if relu == value:
+            return op
+    return value
+
+
 def _observed_value(prepared: GraphModule, plan: QuantPlan, observer: str) -> str:
     value = plan.observers[observer]
     decision = plan.decisions.get(value)
@@ -169,7 +205,11 @@ class _StaticConversion:
                 self._dequantize_inputs(node)
         if self.engine in FLOAT_IO_ENGINES:
             self._lower_float_io()
-        return self._remove_redundant_pairs()
+        removed = self._remove_redundant_pairs()
+        for quantize in self.graph.find_nodes(op="call_function", target=torch.quantize_per_tensor):
+            if not quantize.users:  # its float users read the float value itself
+                self.graph.erase_node(quantize)
+        return removed
 
     def _observer(self, node: Node) -> None:
         value = node.args[0]

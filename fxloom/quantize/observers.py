@@ -28,7 +28,8 @@ point 0 for qint8, 128 or 64 for quint8): weights use it, so products need no ze
 correction.
 
 Observers also answer to the attributes torch's quantized modules read from an observer
-(``dtype``, ``qscheme``, ``ch_axis``, ``calculate_qparams``), so a torch module's
+(``dtype``, ``qscheme``, ``ch_axis``, ``quant_min``/``quant_max``,
+``calculate_qparams``), so a torch module's
 ``from_float`` can use them.
 
 Depends on: torch.
@@ -64,7 +65,9 @@ class Observer(nn.Module):
     """Base class: an identity module with a ``qparams()`` from what it has seen.
 
     Subclasses implement ``observe(x)`` and ``value_range()``; ``seen`` counts the tensors
-    observed, so a converter can refuse an observer that never ran.
+    observed, so a converter can refuse an observer that never ran. Values that int8 cannot
+    hold (inf, nan: an attention mask) are observed as 0 and flagged in ``nonfinite``, so a
+    converter can keep their operators in float.
     """
 
     def __init__(
@@ -81,17 +84,34 @@ class Observer(nn.Module):
         self.eps = eps
         self.ch_axis: int | None = None
         self.register_buffer("seen", torch.tensor(0, dtype=torch.long))
+        self.register_buffer("nonfinite", torch.tensor(False))  # saw inf or nan
 
     @property
     def qscheme(self) -> torch.qscheme:
         return torch.per_tensor_symmetric if self.symmetric else torch.per_tensor_affine
 
+    @property
+    def quant_min(self) -> int:
+        return quantized_range(self.dtype, self.reduce_range)[0]
+
+    @property
+    def quant_max(self) -> int:
+        return quantized_range(self.dtype, self.reduce_range)[1]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
             with torch.no_grad():
-                self.observe(x.detach())
+                self.observe(self._finite(x.detach()))
             self.seen += 1
         return x
+
+    def _finite(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` with inf and nan as 0, noting that there were some (int8 holds neither)."""
+        finite = torch.isfinite(x)
+        if bool(finite.all()):
+            return x
+        self.nonfinite.fill_(True)
+        return torch.where(finite, x, torch.zeros((), dtype=x.dtype))
 
     def observe(self, x: torch.Tensor) -> None:
         raise NotImplementedError

@@ -202,7 +202,7 @@ def _calls(node: Node, key: Any) -> str:
 
 
 def _kernel_name(kernel: Any) -> str:
-    return str(getattr(kernel, "__name__", kernel)).replace(".", "::", 1)
+    return getattr(kernel, "_qualified_op_name", getattr(kernel, "__name__", repr(kernel)))
 
 
 def _hashable(value: Any) -> bool:

@@ -11,7 +11,8 @@ Steps, each leaving the user's model untouched:
 4. plan (``plan.plan_static`` or ``plan_dynamic``);
 5. insert an observer module (``<value>_observer``) after every value the plan observes.
 
-Observers return their input, so the prepared model's outputs are exactly the model's.
+Observers return their input, so the prepared model's outputs are exactly the model's (up
+to float rounding where batch norms were folded into the layer before them).
 
 node.meta: reads ``nn_module_stack``; writes ``tensor_meta``/``type`` (shape propagation);
 observer nodes get no meta. ``prepared.meta["quantize"]`` holds the ``QuantPlan``.
@@ -58,7 +59,8 @@ def prepare(
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
     >>> prepared = prepare(model, (torch.randn(2, 4),))
     >>> print(prepared.code.strip())
-    def forward(self, input_1):
+    def forward(self, input):
+        input_1 = input
         input_1_observer = self.input_1_observer(input_1);  input_1 = None
         _0 = getattr(self, "0")(input_1_observer);  input_1_observer = None
         _1 = getattr(self, "1")(_0);  _0 = None
