@@ -11,8 +11,12 @@ Static mode, node by node in graph order (on a copy of the prepared model):
 * an operator that reads an int8 value but has no int8 kernel gets ``value.dequantize()``
   (one per value, shared by its float users), as does the output;
 * dropout and ``nn.Identity`` are erased (nothing in eval mode);
-* finally a ``quantize_per_tensor(x.dequantize(), s, z)`` that restores exactly ``x`` (same
-  scale and zero point) is replaced by ``x``.
+* on x86/FBGEMM, ``layer(quantize(x)).dequantize()`` (an int8 Linear between float
+  neighbours) becomes one float-in/float-out int8 kernel (``table.FLOAT_IO``).
+
+No ``dequantize -> quantize`` pair is ever left: an int8 value flows as it is from one int8
+operator to the next (through dropout, pooling, reshapes, ReLU), and a float user of a value
+that was quantized from float reads the float value itself, never a dequantized copy.
 
 Dynamic mode swaps each planned Linear/LSTM/GRU for its ``table.DYNAMIC_MODULES`` twin.
 
@@ -84,17 +88,18 @@ def convert(prepared: GraphModule) -> GraphModule:
     with quantized_engine(plan.config.engine):
         if plan.config.mode == "static":
             conversion = _StaticConversion(gm, plan)
-            removed, kernels = conversion.run(), conversion.kernels
+            conversion.run()
+            kernels = conversion.kernels
         else:
             _convert_dynamic(gm, plan)
-            removed, kernels = 0, {}
+            kernels = {}
     for name in plan.observers:
         if hasattr(gm, name):
             gm.delete_submodule(name)
     gm.graph.lint()
     gm.delete_all_unused_submodules()
     gm.recompile()
-    gm.meta["quantize_report"] = QuantReport.of(plan, removed, kernels)
+    gm.meta["quantize_report"] = QuantReport.of(plan, kernels)
     return gm
 
 
@@ -188,7 +193,7 @@ class _StaticConversion:
         self.by_name = {node.name: node for node in self.graph.nodes}
         self.kernels: dict[str, str] = {}  # node -> the kernel it ended up with, if not planned
 
-    def run(self) -> int:
+    def run(self) -> None:
         for node in list(self.graph.nodes):
             if node in self.erased:
                 continue
@@ -205,11 +210,9 @@ class _StaticConversion:
                 self._dequantize_inputs(node)
         if self.engine in FLOAT_IO_ENGINES:
             self._lower_float_io()
-        removed = self._remove_redundant_pairs()
         for quantize in self.graph.find_nodes(op="call_function", target=torch.quantize_per_tensor):
             if not quantize.users:  # its float users read the float value itself
                 self.graph.erase_node(quantize)
-        return removed
 
     def _observer(self, node: Node) -> None:
         value = node.args[0]
@@ -292,23 +295,6 @@ class _StaticConversion:
                 self._erase(source, source.args[0])
             del self.qparams[node]
             self.kernels[node.name] = f"{type(module).__name__} float in/out (one int8 kernel)"
-
-    def _remove_redundant_pairs(self) -> int:
-        """``quantize_per_tensor(x.dequantize(), s, z)`` is ``x`` when ``x`` has ``s, z``."""
-        removed = 0
-        for quantize in self.graph.find_nodes(op="call_function", target=torch.quantize_per_tensor):
-            source = quantize.args[0]
-            if not (isinstance(source, Node) and source.target == "dequantize"):
-                continue
-            value = source.args[0]
-            if self.qparams.get(value) != self.qparams.get(quantize):
-                continue
-            quantize.replace_all_uses_with(value)
-            self.graph.erase_node(quantize)
-            if not source.users:
-                self.graph.erase_node(source)
-            removed += 1
-        return removed
 
     def _params(self, observer_name: str) -> QParams:
         scale, zero_point = self.gm.get_submodule(observer_name).qparams()

@@ -39,24 +39,21 @@ LABELS = {
 
 @dataclass(frozen=True)
 class QuantReport:
-    """One row per decided node, in graph order; ``removed_pairs`` dequantize/quantize pairs."""
+    """One row per decided node, in graph order."""
 
     mode: str
     engine: str
     rows: tuple[Decision, ...]
-    removed_pairs: int = 0
 
     @classmethod
-    def of(
-        cls, plan: QuantPlan, removed_pairs: int = 0, kernels: dict[str, str] | None = None
-    ) -> QuantReport:
+    def of(cls, plan: QuantPlan, kernels: dict[str, str] | None = None) -> QuantReport:
         """The plan's decisions; ``kernels``: the kernel convert chose instead, by node."""
         kernels = kernels or {}
         rows = tuple(
             dataclasses.replace(row, reason=kernels[row.node]) if row.node in kernels else row
             for row in plan.decisions.values()
         )
-        return cls(plan.config.mode, plan.config.engine, rows, removed_pairs)
+        return cls(plan.config.mode, plan.config.engine, rows)
 
     @property
     def quantized(self) -> list[Decision]:
@@ -71,10 +68,9 @@ class QuantReport:
         return LABELS.get(row.kind, row.kind)
 
     def summary(self) -> str:
-        pairs = f", {self.removed_pairs} dequantize/quantize pairs removed"
         return (
             f"{self.mode} int8, engine {self.engine}: {len(self.quantized)} int8, "
-            f"{len(self.in_float)} float" + (pairs if self.removed_pairs else "")
+            f"{len(self.in_float)} float"
         )
 
     def table_rows(self) -> list[tuple[str, str, str, str]]:
