@@ -83,7 +83,7 @@ def convert(prepared: GraphModule) -> GraphModule:
     if plan.config.mode == "static":
         _check_calibrated(prepared, plan)
         plan = _without_nonfinite_int8(prepared, plan)
-    gm = copy.deepcopy(prepared)
+    gm = _copy_for_conversion(prepared, plan)
     del gm.meta["quantize"]
     with quantized_engine(plan.config.engine):
         if plan.config.mode == "static":
@@ -101,6 +101,21 @@ def convert(prepared: GraphModule) -> GraphModule:
     gm.recompile()
     gm.meta["quantize_report"] = QuantReport.of(plan, kernels)
     return gm
+
+
+def _copy_for_conversion(prepared: GraphModule, plan: QuantPlan) -> GraphModule:
+    """A copy of ``prepared`` that shares the modules convert replaces or removes.
+
+    Those are only read (their weights quantized) and never installed in the copy, whose
+    containers are new objects: copying their float weights would be wasted time and memory.
+    """
+    memo: dict[int, object] = {}
+    replaced = [name for name, row in plan.decisions.items() if row.kind in ("int8", "dynamic")]
+    targets = {node.name: node.target for node in prepared.graph.find_nodes(op="call_module")}
+    for name in [*plan.observers, *(targets[n] for n in replaced if n in targets)]:
+        module = prepared.get_submodule(name)
+        memo[id(module)] = module
+    return copy.deepcopy(prepared, memo)
 
 
 @contextlib.contextmanager

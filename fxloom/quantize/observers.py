@@ -107,8 +107,10 @@ class Observer(nn.Module):
 
     def _finite(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` with inf and nan as 0, noting that there were some (int8 holds neither)."""
+        if bool(torch.isfinite(x.sum())):  # one pass; inf and nan propagate into the sum
+            return x
         finite = torch.isfinite(x)
-        if bool(finite.all()):
+        if bool(finite.all()):  # the sum overflowed, the values are fine
             return x
         self.nonfinite.fill_(True)
         return torch.where(finite, x, torch.zeros((), dtype=x.dtype))
@@ -275,9 +277,15 @@ class HistogramObserver(Observer):
         return torch.linspace(self.min_val.item(), self.max_val.item(), self.bins + 1).double()
 
     def value_range(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.method == "percentile":
-            return self._percentile_range()
-        return self._mse_range()
+        # The search runs on a few thousand numbers: waking torch's thread pool for each of
+        # its small operations costs far more than it saves (0.5 ms here, 150 ms on a loaded
+        # two-core machine).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._percentile_range() if self.method == "percentile" else self._mse_range()
+        finally:
+            torch.set_num_threads(threads)
 
     def _percentile_range(self) -> tuple[torch.Tensor, torch.Tensor]:
         cumulative = torch.cumsum(self.histogram, 0) / self.histogram.sum()

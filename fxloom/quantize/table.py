@@ -223,7 +223,9 @@ DYNAMIC_MODULES: dict[type, Callable[[nn.Module, Callable[[], Observer]], nn.Mod
 def quantize_weight(weight: torch.Tensor, observer: Observer) -> torch.Tensor:
     """``weight`` as an int8 tensor with the observer's scales (one per channel or per tensor)."""
     weight = weight.detach().float()
-    observer(weight)
+    with torch.no_grad():
+        observer.observe(weight)  # weights are finite: no need for the forward's check
+    observer.seen += 1
     scale, zero_point = observer.qparams()
     if observer.ch_axis is not None:
         return torch.quantize_per_channel(weight, scale, zero_point, observer.ch_axis, torch.qint8)
