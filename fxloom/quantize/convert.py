@@ -175,7 +175,8 @@ def _without_nonfinite_int8(prepared: GraphModule, plan: QuantPlan) -> QuantPlan
         decisions[name] = dataclasses.replace(decisions[name], kind="float", reason=why)
         relu = fused_relu.pop(name, None)
         if relu is not None:
-            decisions[relu] = dataclasses.replace(decisions[relu], kind="shared", reason="")
+            why_float = f"its input %{name} is float"
+            decisions[relu] = dataclasses.replace(decisions[relu], kind="float", reason=why_float)
     return dataclasses.replace(plan, decisions=decisions, fused_relu=fused_relu)
 
 

@@ -6,7 +6,8 @@ propagation) and decides, node by node in graph order:
     int8      an operator of ``STATIC_OPS`` (config permitting): its tensor inputs are
               quantized, its output observed
     fused     a ReLU folded into the int8 operator before it (its only user)
-    shared    an operator of ``SHARES_QPARAMS``: int8 when its input is, float otherwise
+    shared    an operator of ``SHARES_QPARAMS`` whose input is int8: it computes on int8
+              (one whose input is float is planned float)
     float     no int8 kernel, or the config leaves it in float
     identity  dropout and ``nn.Identity``: nothing in eval mode; convert erases them
 
@@ -159,6 +160,9 @@ def _place_observers(gm: GraphModule, plan: QuantPlan) -> None:
             first = node.args[0] if node.args else None
             if isinstance(first, Node) and first.name in int8:
                 int8.add(node.name)
+            else:
+                decision.kind = "float"
+                decision.reason = "its input is float (on int8 it would keep its input's scale)"
 
 
 def _choose(node: Node, gm: GraphModule, config: QuantConfig) -> tuple[QuantSpec | None, str]:

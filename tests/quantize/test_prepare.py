@@ -129,7 +129,7 @@ def test_an_operator_left_in_float() -> None:
     import operator
 
     plan = kinds(prepare(model, inputs, QuantConfig().set_operator(operator.add, None)))
-    assert plan["add"] == "float" and plan["relu"] == "shared"
+    assert plan["add"] == "float" and plan["relu"] == "float"  # a float input: float ReLU
 
 
 def test_the_most_specific_setting_wins() -> None:
