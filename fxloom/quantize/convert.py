@@ -304,7 +304,10 @@ class _StaticConversion:
             if source.target is not torch.quantize_per_tensor or user.target != "dequantize":
                 continue
             _, scale, zero_point, _ = source.args
-            self.gm.add_submodule(node.target, make(module, scale, zero_point))
+            twin = make(module, scale, zero_point)
+            if twin is None:
+                continue
+            self.gm.add_submodule(node.target, twin)
             node.args = (source.args[0],)
             self._erase(user, node)
             if not source.users:

@@ -184,8 +184,20 @@ class LinearFloatIO(nn.Module):
         )
 
 
-# int8 module class -> its float-in/float-out twin (module, input scale, input zero point)
-FLOAT_IO: dict[type, Callable[[nn.Module, float, int], nn.Module]] = {nnq.Linear: LinearFloatIO}
+def _linear_float_io(linear: nnq.Linear, scale: float, zero_point: int) -> nn.Module | None:
+    # The kernel saves dequantizing the output but quantizes its input more slowly than
+    # torch.quantize_per_tensor does (measured with FBGEMM, batch 256: 17768 -> 512 is 25%
+    # slower, 512 -> 17768 8% faster, small layers equal): worth it unless the input is wider.
+    if linear.in_features > linear.out_features:
+        return None
+    return LinearFloatIO(linear, scale, zero_point)
+
+
+# int8 module class -> its float-in/float-out twin (module, input scale, input zero point),
+# or None where the twin would be slower
+FLOAT_IO: dict[type, Callable[[nn.Module, float, int], nn.Module | None]] = {
+    nnq.Linear: _linear_float_io
+}
 FLOAT_IO_ENGINES = ("x86", "fbgemm")  # the engines whose packed weights implement FLOAT_IO
 
 
