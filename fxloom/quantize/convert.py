@@ -12,7 +12,11 @@ Static mode, node by node in graph order (on a copy of the prepared model):
   (one per value, shared by its float users), as does the output;
 * dropout and ``nn.Identity`` are erased (nothing in eval mode);
 * on x86/FBGEMM, ``layer(quantize(x)).dequantize()`` (an int8 Linear between float
-  neighbours) becomes one float-in/float-out int8 kernel (``table.FLOAT_IO``).
+  neighbours) becomes one float-in/float-out int8 kernel where that is faster
+  (``table.FLOAT_IO``).
+
+An int8 operator whose input or output held inf or nan during calibration (an attention
+mask) is converted in float instead, and the report says why.
 
 No ``dequantize -> quantize`` pair is ever left: an int8 value flows as it is from one int8
 operator to the next (through dropout, pooling, reshapes, ReLU), and a float user of a value
