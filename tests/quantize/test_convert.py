@@ -29,6 +29,7 @@ from fxloom import zoo
 from fxloom.quantize import (
     QuantConfig,
     QuantizeError,
+    QuantSpec,
     calibrate,
     convert,
     prepare,
@@ -262,3 +263,31 @@ def test_an_operator_table_row_added_by_a_user_is_used() -> None:
         SHARES_QPARAMS.discard(nn.Hardtanh)
     assert {row.node: row.kind for row in report(prepared).rows}["_1"] == "shared"
     _ = operator  # (operator is used by the config tests in test_prepare)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        QuantSpec(activation="minmax"),
+        QuantSpec(activation="moving_average"),
+        QuantSpec(activation="histogram_percentile"),
+        QuantSpec(symmetric=True),
+        QuantSpec(per_channel=False),
+    ],
+    ids=["minmax", "moving-average", "percentile", "symmetric", "per-tensor"],
+)
+def test_every_observer_and_scheme_converts_within_the_bounds(spec: QuantSpec) -> None:
+    model, _, _, int8 = quantized("deeprec_tiny", QuantConfig(global_spec=spec))
+    x = held_out("deeprec_tiny")
+    with torch.no_grad():
+        ref, out = model(x), int8(x)
+    max_error, min_cosine = BOUNDS["deeprec_tiny"]
+    assert relative_error(out, ref) < max_error and cosine(out, ref) > min_cosine
+
+
+def test_symmetric_activations_are_centred_on_the_middle_of_quint8() -> None:
+    model, _, _, int8 = quantized(
+        "deeprec_tiny", QuantConfig(global_spec=QuantSpec(symmetric=True))
+    )
+    quantizes = int8.graph.find_nodes(op="call_function", target=torch.quantize_per_tensor)
+    assert {q.args[2] for q in quantizes} == {64}  # 7-bit range (x86): 0..127, zero at 64
