@@ -122,16 +122,13 @@ def _propagate_shapes(gm: GraphModule, inputs: tuple | dict) -> None:
 def _insert_observers(gm: GraphModule, plan: QuantPlan) -> None:
     graph = gm.graph
     engine = plan.config.engine
-    placeholders = graph.find_nodes(op="placeholder")
     for node in list(graph.nodes):
         spec = plan.observed.get(node.name)
         if spec is None:
             continue
         name = _free_name(gm, f"{node.name}_observer")
         gm.add_submodule(name, spec.activation_observer(engine))
-        # Inputs are observed after the last placeholder: the signature stays in one piece.
-        where = placeholders[-1] if node.op == "placeholder" else node
-        with graph.inserting_after(where):
+        with graph.inserting_after(node):
             observer = graph.call_module(name, (node,))
         node.replace_all_uses_with(observer, functools.partial(operator.is_not, observer))
         plan.observers[name] = node.name

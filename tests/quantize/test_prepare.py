@@ -190,3 +190,24 @@ def test_calibrating_a_model_prepare_did_not_make_is_refused() -> None:
     model, inputs = zoo.build("mlp_tiny")
     with pytest.raises(QuantizeError, match="prepare"):
         calibrate(fxloom.symbolic_trace(model), [inputs], progress=False)
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.left, self.right = nn.Linear(8, 4), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.left(x) + self.right(y)
+
+
+def test_every_input_of_a_model_with_several_is_observed_where_it_is() -> None:
+    from fxloom.quantize import convert
+
+    model = TwoInputs().eval()
+    example = (torch.randn(2, 8), torch.randn(2, 8))
+    prepared = prepare(model, example)
+    assert {"x", "y"} <= set(observers(prepared))
+    int8 = convert(calibrate(prepared, [example] * 3, progress=False))
+    with torch.no_grad():
+        assert torch.allclose(int8(*example), model(*example), atol=0.1)
