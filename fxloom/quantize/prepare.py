@@ -97,10 +97,11 @@ def _trace(model: torch.nn.Module, inputs: tuple | dict) -> GraphModule:
     except Exception as err:
         raise QuantizeError(
             f"prepare() could not trace {type(model).__name__} with fxloom.symbolic_trace: "
-            f"{type(err).__name__}: {err}\nQuantization works on the traced graph. Make the "
-            "untraceable submodule a leaf (subclass fxloom.Tracer and override "
-            "is_leaf_module; it then stays in float), or trace the model yourself "
-            "(concrete_args, autoleaf=True) and pass the GraphModule to prepare()"
+            f"{type(err).__name__}: {err}\nQuantization works on the traced graph: trace the "
+            "model yourself and pass the GraphModule to prepare(), with "
+            "fxloom.symbolic_trace(model, autoleaf=True) (an untraceable submodule stays one "
+            "module, run in float), concrete_args for flags, or a Tracer whose "
+            "is_leaf_module keeps the culprit a module"
         ) from err
 
 

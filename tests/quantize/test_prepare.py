@@ -176,7 +176,7 @@ def test_a_model_that_does_not_trace_is_a_clear_error() -> None:
         prepare(GoesThroughNumpy().eval(), (torch.randn(2, 4),))
     message = str(info.value)
     assert "could not trace GoesThroughNumpy" in message
-    assert "leaf" in message and "pass the GraphModule" in message
+    assert "autoleaf=True" in message and "pass the GraphModule" in message
     assert info.value.__cause__ is not None  # the tracer's error, with its source line
 
 
@@ -211,3 +211,22 @@ def test_every_input_of_a_model_with_several_is_observed_where_it_is() -> None:
     int8 = convert(calibrate(prepared, [example] * 3, progress=False))
     with torch.no_grad():
         assert torch.allclose(int8(*example), model(*example), atol=0.1)
+
+
+class WithAnUntraceablePart(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.part = GoesThroughNumpy()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.part(x))
+
+
+def test_the_fix_the_error_suggests_works_the_untraceable_part_runs_in_float() -> None:
+    model, example = WithAnUntraceablePart().eval(), (torch.randn(2, 4),)
+    with pytest.raises(QuantizeError):
+        prepare(model, example)
+    prepared = prepare(fxloom.symbolic_trace(model, autoleaf=True), example)
+    rows = {row.node: row for row in report(prepared).rows}
+    assert rows["part"].kind == "float" and rows["head"].kind == "int8"
