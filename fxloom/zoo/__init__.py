@@ -11,7 +11,7 @@ one-line description; ``build(name)`` returns a fresh model in eval mode with it
 
 Weights and inputs depend only on ``seed`` (default 0), never on the global RNG, which is left
 untouched. The models live one family per file: ``mlp.py``, ``resnet.py``, ``resnet50.py``,
-``transformer.py``.
+``transformer.py``, ``deeprec.py``, ``cnn.py``.
 To add one, write its builder and inputs factory there and add a ``ZooModel`` row below.
 
 Depends on: torch.
@@ -25,6 +25,8 @@ from typing import Any
 
 from torch import nn
 
+from fxloom.zoo.cnn import cnn_small, cnn_small_inputs
+from fxloom.zoo.deeprec import deeprec, deeprec_inputs, deeprec_tiny, deeprec_tiny_inputs
 from fxloom.zoo.mlp import mlp_tiny, mlp_tiny_inputs
 from fxloom.zoo.resnet import resnet_tiny, resnet_tiny_inputs
 from fxloom.zoo.resnet50 import resnet50, resnet50_inputs
@@ -69,6 +71,24 @@ MODELS: dict[str, ZooModel] = {
             "pre-norm encoder: hand-written 2-head attention, optional mask",
             transformer_tiny,
             transformer_tiny_inputs,
+        ),
+        ZooModel(
+            "deeprec",
+            "DeepRecommender autoencoder (the paper's quantization model): 17768-item Linear+SELU stack",
+            deeprec,
+            deeprec_inputs,
+        ),
+        ZooModel(
+            "deeprec_tiny",
+            "DeepRecommender autoencoder at 256 items: Linear+SELU, dropout on the code",
+            deeprec_tiny,
+            deeprec_tiny_inputs,
+        ),
+        ZooModel(
+            "cnn_small",
+            "small CNN: Conv+BN+ReLU, max pool, a residual block, pooled linear head",
+            cnn_small,
+            cnn_small_inputs,
         ),
     )
 }

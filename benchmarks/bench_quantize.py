@@ -1,0 +1,322 @@
+"""Post-training quantization benchmark (torch.fx paper, 6.2.1 and Appendix B): fxloom
+against torch's own FX quantization, in one run.
+
+The model is the paper's DeepRecommender (``fxloom.zoo.build("deeprec")``: 17768 items ->
+512 -> 512 -> 1024 -> 512 -> 512 -> 17768, Linear + SELU, seeded random weights, eval mode)
+on the CPU, with sparse rating vectors as data. Both libraries quantize the same model on
+the same calibration batches for the same engine (x86 by default): fxloom with
+``fxloom.quantize.prepare/calibrate/convert`` and its default config, torch with
+``torch.ao.quantization.quantize_fx.prepare_fx/convert_fx`` and
+``get_default_qconfig_mapping(engine)``. Three parts:
+
+    latency  one forward under torch.no_grad() of fp32 (eager), fxloom int8 and torch FX
+             int8, at batch 1, 16, 64 and 256. Targets: fxloom int8 >= 3x faster than fp32
+             at batch 1 (the paper: 3.3x, 0.0777 s -> 0.0222 s, on a Xeon Gold 6138), and
+             fxloom int8 / torch FX int8 <= 1 at every batch size.
+    error    relative error and cosine similarity of each int8 model against fp32 on
+             held-out data (256 rows never seen in calibration). Target: fxloom's error <=
+             torch's.
+    phases   prepare / calibrate / convert durations of each library (the paper: 44 ms /
+             590 ms / 3.8 s).
+
+Every latency is the best of several runs, the variants taking turns to go first, with the
+garbage collector off inside timed regions; ratios are also given "paired" (the median over
+repeats of runs timed next to each other), which a busy, shared machine disturbs less.
+
+    python benchmarks/bench_quantize.py                   # the paper's model, all batch sizes
+    python benchmarks/bench_quantize.py --quick           # smoke run: 256 items, batch 1 and 16
+    python benchmarks/bench_quantize.py --threads 1       # torch.set_num_threads(1)
+    python benchmarks/bench_quantize.py --engine qnnpack
+    python benchmarks/bench_quantize.py --record          # append the tables to RESULTS.md
+
+torch.ao's FX quantization is imported here only as the comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import torch
+from torch import nn
+
+if __package__ in (None, ""):  # run as a script: this checkout's fxloom and `benchmarks`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (  # noqa: E402
+    Samples,
+    cpu_count,
+    freeze_startup_heap,
+    load_average,
+    machine_line,
+    publish,
+    rotated,
+    timed,
+    timed_call,
+)
+from fxloom import zoo  # noqa: E402
+from fxloom.quantize import QuantConfig, calibrate, convert, prepare  # noqa: E402
+from fxloom.quantize.convert import quantized_engine  # noqa: E402
+from fxloom.zoo.deeprec import ratings  # noqa: E402
+
+SPEEDUP_TARGET = 3.0  # fp32 / fxloom int8 at batch 1
+RATIO_TARGET = 1.0  # fxloom int8 / torch FX int8
+VARIANTS = ("fp32", "fxloom", "torch")
+LIBRARIES = ("fxloom", "torch")
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str  # zoo name
+    items: int
+    batch_sizes: tuple[int, ...]
+    repeats: dict[int, int]  # batch size -> latency repeats
+    phase_repeats: int
+    calibration_batches: int
+    engine: str
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    if args.quick:
+        return Settings("deeprec_tiny", 256, (1, 16), {1: 2, 16: 2}, 1, 2, args.engine)
+    batches = tuple(args.batch_sizes)
+    repeats = {batch: 30 if batch == 1 else 15 if batch <= 16 else 7 for batch in batches}
+    return Settings("deeprec", 17768, batches, repeats, 3, 16, args.engine)
+
+
+# ----------------------------------------------------------------------------- quantizers
+def fxloom_phases(model: nn.Module, example: tuple, data: list, engine: str):
+    config = QuantConfig(engine=engine)
+    prepare_s, prepared = timed_call(lambda: prepare(model, example, config))
+    calibrate_s, _ = timed_call(lambda: calibrate(prepared, data, progress=False))
+    convert_s, quantized = timed_call(lambda: convert(prepared))
+    return (prepare_s, calibrate_s, convert_s), quantized
+
+
+def torch_phases(model: nn.Module, example: tuple, data: list, engine: str):
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    mapping = get_default_qconfig_mapping(engine)
+    prepare_s, prepared = timed_call(lambda: prepare_fx(copy.deepcopy(model), mapping, example))
+
+    def run_calibration() -> None:
+        with torch.no_grad():
+            for batch in data:
+                prepared(batch)
+
+    calibrate_s = timed(run_calibration)
+    convert_s, quantized = timed_call(lambda: convert_fx(prepared))
+    return (prepare_s, calibrate_s, convert_s), quantized
+
+
+QUANTIZERS: dict[str, Callable] = {"fxloom": fxloom_phases, "torch": torch_phases}
+
+
+@dataclass
+class PhaseRow:
+    best: dict[str, tuple[float, float, float]]  # library -> (prepare, calibrate, convert)
+
+
+def run_phases(config: Settings, model: nn.Module, data: list) -> tuple[PhaseRow, dict]:
+    example = (ratings(1, config.items, seed=0),)
+    runs: dict[str, list[tuple[float, float, float]]] = {lib: [] for lib in LIBRARIES}
+    models: dict[str, nn.Module] = {}
+    for rep in range(config.phase_repeats):
+        for lib in rotated(list(LIBRARIES), rep):
+            durations, models[lib] = QUANTIZERS[lib](model, example, data, config.engine)
+            runs[lib].append(durations)
+    best = {lib: tuple(min(run[i] for run in runs[lib]) for i in range(3)) for lib in LIBRARIES}
+    for lib in LIBRARIES:
+        p, c, v = (seconds * 1e3 for seconds in best[lib])
+        print(f"phases {lib:7} prepare {p:8.1f} ms  calibrate {c:8.1f} ms  convert {v:8.1f} ms")
+    return PhaseRow(best), models
+
+
+# ----------------------------------------------------------------------------- error
+@dataclass
+class ErrorRow:
+    relative: dict[str, float]
+    cosine: dict[str, float]
+
+
+def run_error(config: Settings, model: nn.Module, models: dict) -> ErrorRow:
+    held_out = ratings(256, config.items, seed=100)
+    with torch.no_grad():
+        ref = model(held_out)
+        outs = {lib: models[lib](held_out) for lib in LIBRARIES}
+    relative = {lib: float((out - ref).norm() / ref.norm()) for lib, out in outs.items()}
+    cosine = {
+        lib: float(torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0))
+        for lib, out in outs.items()
+    }
+    for lib in LIBRARIES:
+        print(f"error  {lib:7} relative {relative[lib]:.4f}  cosine {cosine[lib]:.6f}")
+    return ErrorRow(relative, cosine)
+
+
+# ----------------------------------------------------------------------------- latency
+@dataclass
+class LatencyRow:
+    batch: int
+    best: dict[str, float]  # variant -> seconds
+    paired: float  # median of fxloom / torch per repeat
+    paired_speedup: float  # median of fp32 / fxloom per repeat
+    spread: float
+
+
+def run_latency(
+    config: Settings, model: nn.Module, models: dict, samples: Samples
+) -> list[LatencyRow]:
+    variants = {"fp32": model, **models}
+    rows = []
+    for batch in config.batch_sizes:
+        x = ratings(batch, config.items, seed=7)
+        prefix = f"latency b{batch}"
+        with torch.no_grad():
+            for variant in variants.values():  # warm-up
+                variant(x)
+            for rep in range(config.repeats[batch]):
+                for name in rotated(list(VARIANTS), rep):
+                    variant = variants[name]
+                    samples.add(f"{prefix} {name}", timed(lambda v=variant, x=x: v(x)))
+        best = {name: samples.best(f"{prefix} {name}") for name in VARIANTS}
+        row = LatencyRow(
+            batch,
+            best,
+            samples.paired_ratio(f"{prefix} fxloom", f"{prefix} torch"),
+            1.0 / samples.paired_ratio(f"{prefix} fxloom", f"{prefix} fp32"),
+            max(samples.spread(f"{prefix} {name}") for name in VARIANTS),
+        )
+        rows.append(row)
+        print(
+            f"latency batch {batch:4}  fp32 {best['fp32'] * 1e3:8.2f} ms  fxloom "
+            f"{best['fxloom'] * 1e3:8.2f} ms  torch {best['torch'] * 1e3:8.2f} ms  speedup "
+            f"{best['fp32'] / best['fxloom']:.2f}x  fxloom/torch {best['fxloom'] / best['torch']:.3f}"
+            f" (paired {row.paired:.3f})",
+            flush=True,
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------- tables
+def latency_table(rows: list[LatencyRow], config: Settings) -> list[str]:
+    lines = [
+        "### Post-training quantization: latency",
+        "",
+        f"{config.model} ({config.items} items), engine {config.engine}, CPU, milliseconds "
+        "per forward (best run) under `torch.no_grad()`. Speedup = fp32 / fxloom int8 "
+        f"(target >= {SPEEDUP_TARGET} at batch 1; the paper: 3.3x at batch 1, 1.1x at 256). "
+        f"fxloom / torch compares the two int8 models (target <= {RATIO_TARGET}, judged on "
+        "*paired*: the median of per-repeat ratios).",
+        "",
+        "| batch | fp32 | fxloom int8 | torch FX int8 | speedup: best | paired "
+        "| fxloom / torch: best | paired | target | spread |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in rows:
+        t = {name: seconds * 1e3 for name, seconds in row.best.items()}
+        meets = row.paired <= RATIO_TARGET and (row.batch != 1 or row.paired_speedup >= 3)
+        lines.append(
+            f"| {row.batch} | {t['fp32']:.2f} | {t['fxloom']:.2f} | {t['torch']:.2f} "
+            f"| {t['fp32'] / t['fxloom']:.2f}x | {row.paired_speedup:.2f}x "
+            f"| {t['fxloom'] / t['torch']:.3f} | {row.paired:.3f} "
+            f"| {'meets' if meets else '**misses**'} | {row.spread * 100:.0f}% |"
+        )
+    return lines
+
+
+def quality_table(error: ErrorRow, phases: PhaseRow, config: Settings) -> list[str]:
+    def ms(lib: str, i: int) -> str:
+        return f"{phases.best[lib][i] * 1e3:.0f}"
+
+    verdict = "meets" if error.relative["fxloom"] <= error.relative["torch"] else "**misses**"
+    return [
+        "### Post-training quantization: error and phase durations",
+        "",
+        "Error of each int8 model against fp32 on 256 held-out rows (relative: "
+        "||int8 - fp32|| / ||fp32||; target: fxloom <= torch). Phases: milliseconds (best of "
+        f"{config.phase_repeats}) for prepare (from the model; torch's includes its deep "
+        f"copy), calibrate ({config.calibration_batches} batches of 32 rows) and convert "
+        "(the paper: 44 / 590 / 3800 ms on its model and machine).",
+        "",
+        "| library | relative error | cosine | prepare | calibrate | convert |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {lib} | {error.relative[lib]:.4f} | {error.cosine[lib]:.6f} | {ms(lib, 0)} "
+            f"| {ms(lib, 1)} | {ms(lib, 2)} |"
+            for lib in LIBRARIES
+        ),
+        "",
+        f"Error target: {verdict}.",
+    ]
+
+
+def markdown(
+    latency: list[LatencyRow],
+    error: ErrorRow,
+    phases: PhaseRow,
+    config: Settings,
+    command: str,
+    loads: tuple[float, float],
+) -> str:
+    repeats = ", ".join(f"batch {b}: {n}" for b, n in config.repeats.items())
+    lines = [
+        f"## Post-training quantization — {date.today().isoformat()}",
+        "",
+        f"{machine_line()}. `{command}`; {torch.get_num_threads()} torch threads. Best of N "
+        f"runs ({repeats}), rotating which variant goes first; garbage collector off inside "
+        "timed regions.",
+        "",
+        *latency_table(latency, config),
+        "",
+        *quality_table(error, phases, config),
+        "",
+        f"Noise: 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after the run "
+        f"({cpu_count()} cores); spread = how far the median run is above the best.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- main
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="256 items, batch 1 and 16 (smoke)")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16, 64, 256])
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
+    parser.add_argument("--engine", choices=("x86", "fbgemm", "qnnpack"), default="x86")
+    parser.add_argument("--record", action="store_true", help="append the tables to RESULTS.md")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", message=".*quantiz.*")  # torch's torchao migration notes
+    warnings.filterwarnings("ignore", message=".*torchao.*")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = settings(args)
+    freeze_startup_heap()
+    model, _ = zoo.build(config.model)
+    data = [ratings(32, config.items, seed) for seed in range(1, config.calibration_batches + 1)]
+    load_before = load_average()
+    with quantized_engine(config.engine):
+        phases, models = run_phases(config, model, data)
+        error = run_error(config, model, models)
+        latency = run_latency(config, model, models, Samples())
+    command = "python benchmarks/bench_quantize.py" + (" --quick" if args.quick else "")
+    if not args.quick and tuple(args.batch_sizes) != (1, 16, 64, 256):
+        command += " --batch-sizes " + " ".join(map(str, args.batch_sizes))
+    if args.threads:
+        command += f" --threads {args.threads}"
+    if args.engine != "x86":
+        command += f" --engine {args.engine}"
+    table = markdown(latency, error, phases, config, command, (load_before, load_average()))
+    publish(table, args.record)
+
+
+if __name__ == "__main__":
+    main()

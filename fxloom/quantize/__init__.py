@@ -1,0 +1,71 @@
+"""Post-training quantization on the graph (the torch.fx paper, section 6.2.1).
+
+Three phases, as the paper describes them::
+
+    prepared = prepare(model, example_inputs, config)  # trace, fuse, insert observers
+    calibrate(prepared, batches)                       # observers record value ranges
+    quantized = convert(prepared)                      # int8 weights, quantized kernels
+
+``prepare`` traces a plain module with ``fxloom.symbolic_trace``, folds batch norms
+(``fxloom.passes.fuse``), and puts observers on the values that will be int8. The prepared
+model computes exactly what the model does. ``convert`` swaps layers for torch's quantized
+CPU modules (``torch.ao.nn.quantized``), quantizes at the borders of int8 regions,
+dequantizes before operators without an int8 kernel, and removes dequantize/quantize pairs
+that cancel. ``QuantConfig(mode="dynamic")`` instead quantizes Linear/LSTM/GRU weights and
+quantizes activations at run time (no calibration). ``report(quantized)`` says what became
+int8 and what stayed float, and why::
+
+    >>> import torch
+    >>> from fxloom.quantize import prepare, calibrate, convert, report
+    >>> model = torch.nn.Sequential(
+    ...     torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
+    ... ).eval()
+    >>> prepared = prepare(model, (torch.randn(8, 16),))
+    >>> _ = calibrate(prepared, [torch.randn(8, 16) for _ in range(4)], progress=False)
+    >>> quantized = convert(prepared)
+    >>> x = torch.randn(8, 16)
+    >>> error = (quantized(x) - model(x)).norm() / model(x).norm()
+    >>> bool(error < 0.05)
+    True
+    >>> [row.calls for row in report(quantized).quantized]
+    ['Linear 0', 'Linear 2']
+
+Modules: ``observers`` (what observes), ``config`` (what to quantize, how), ``table`` (the
+quantized replacements: extend it for your layers), ``plan`` (decisions per node),
+``prepare``, ``calibrate``, ``convert``, ``report``.
+
+Depends on: the IR, the tracer's entry point, ``fxloom.passes`` (fuse, shape_prop), torch's
+quantized kernels.
+"""
+
+from __future__ import annotations
+
+from fxloom.quantize.calibrate import calibrate
+from fxloom.quantize.config import QuantConfig, QuantSpec
+from fxloom.quantize.convert import convert
+from fxloom.quantize.errors import QuantizeError
+from fxloom.quantize.observers import (
+    HistogramObserver,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    Observer,
+    PerChannelMinMaxObserver,
+)
+from fxloom.quantize.prepare import prepare
+from fxloom.quantize.report import QuantReport, report
+
+__all__ = [
+    "HistogramObserver",
+    "MinMaxObserver",
+    "MovingAverageMinMaxObserver",
+    "Observer",
+    "PerChannelMinMaxObserver",
+    "QuantConfig",
+    "QuantReport",
+    "QuantSpec",
+    "QuantizeError",
+    "calibrate",
+    "convert",
+    "prepare",
+    "report",
+]

@@ -1,0 +1,179 @@
+"""What to quantize and how: ``QuantSpec`` (one setting) and ``QuantConfig`` (who gets which).
+
+A ``QuantSpec`` says how an operator is quantized: the observer for its activations, the
+observer for its weights (per-channel or per-tensor, symmetric or affine). ``None`` in its
+place means "leave it in float". ``QuantConfig`` chooses a spec for each node, the most
+specific setting winning::
+
+    module path  >  module type  >  operator  >  global
+
+A module path applies to the module and everything called inside it (``"decoder"`` covers
+``"decoder.0"``); the longest matching path wins. A module type applies to modules of exactly
+that class and to what runs inside them. An operator is the function a ``call_function``
+node calls (``torch.add``, ``operator.add``, ``F.relu``) or a method name (``"relu"``)::
+
+    >>> import torch
+    >>> from fxloom.quantize import QuantConfig
+    >>> config = QuantConfig(engine="x86")
+    >>> config = config.set_module_path("decoder", None)          # decoder stays in float
+    >>> config = config.set_module_type(torch.nn.Conv2d, config.global_spec.with_(per_channel=False))
+    >>> config.engine, config.mode
+    ('x86', 'static')
+
+``mode="dynamic"`` quantizes weights ahead of time and activations at run time (per batch, no
+calibration): Linear, LSTM and GRU layers only, for models whose time goes there.
+
+Engines: ``"x86"`` and ``"fbgemm"`` (server CPUs: per-channel weights, activations in 7 bits
+so the kernels' 16-bit sums cannot overflow) and ``"qnnpack"`` (ARM/mobile: per-tensor
+weights, full 8-bit activations).
+
+Depends on: torch, ``observers``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fxloom.quantize.observers import (
+    HistogramObserver,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    Observer,
+    PerChannelMinMaxObserver,
+)
+
+__all__ = ["ACTIVATION_OBSERVERS", "ENGINES", "QuantConfig", "QuantSpec"]
+
+ENGINES = ("x86", "fbgemm", "qnnpack")
+MODES = ("static", "dynamic")
+
+# name -> observer class for activations (QuantSpec.activation); add your own.
+ACTIVATION_OBSERVERS: dict[str, Callable[..., Observer]] = {
+    "minmax": MinMaxObserver,
+    "moving_average": MovingAverageMinMaxObserver,
+    "histogram_mse": lambda **kw: HistogramObserver(method="mse", **kw),
+    "histogram_percentile": lambda **kw: HistogramObserver(method="percentile", **kw),
+}
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """How one operator is quantized.
+
+    activation: a name of ``ACTIVATION_OBSERVERS`` (``"histogram_mse"`` by default, as torch's
+        x86 default uses a histogram).
+    symmetric: activations centred on zero (weights are always symmetric, as the int8
+        kernels require).
+    per_channel: one weight scale per output channel (``False``: one per tensor); ``None``:
+        as the engine prefers (x86/FBGEMM per channel, QNNPACK per tensor).
+    reduce_range: activations in 7 bits; ``None``: as the engine needs it (x86/FBGEMM).
+    """
+
+    activation: str = "histogram_mse"
+    symmetric: bool = False
+    per_channel: bool | None = None
+    reduce_range: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.activation not in ACTIVATION_OBSERVERS:
+            raise ValueError(
+                f"QuantSpec(activation={self.activation!r}): choose one of "
+                f"{', '.join(ACTIVATION_OBSERVERS)} (or add yours to ACTIVATION_OBSERVERS)"
+            )
+
+    def with_(self, **changes: Any) -> QuantSpec:
+        """A copy with ``changes`` (``spec.with_(per_channel=False)``)."""
+        return dataclasses.replace(self, **changes)
+
+    def activation_observer(self, engine: str) -> Observer:
+        reduce_range = self.reduce_range
+        if reduce_range is None:
+            reduce_range = engine in ("x86", "fbgemm")
+        return ACTIVATION_OBSERVERS[self.activation](
+            dtype=torch.quint8, symmetric=self.symmetric, reduce_range=reduce_range
+        )
+
+    def weight_observer(self, engine: str, ch_axis: int = 0) -> Observer:
+        per_channel = self.per_channel
+        if per_channel is None:
+            per_channel = engine != "qnnpack"
+        if per_channel:
+            return PerChannelMinMaxObserver(ch_axis=ch_axis)
+        return MinMaxObserver(dtype=torch.qint8, symmetric=True)
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """Which nodes are quantized, with which ``QuantSpec`` (``None``: left in float).
+
+    Each ``set_*`` returns a new config (the config is a value, safe to share).
+    """
+
+    engine: str = "x86"
+    mode: str = "static"
+    global_spec: QuantSpec | None = field(default_factory=QuantSpec)
+    module_paths: dict[str, QuantSpec | None] = field(default_factory=dict)
+    module_types: dict[type, QuantSpec | None] = field(default_factory=dict)
+    operators: dict[Any, QuantSpec | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"QuantConfig(engine={self.engine!r}): choose one of {ENGINES}")
+        if self.mode not in MODES:
+            raise ValueError(f"QuantConfig(mode={self.mode!r}): choose one of {MODES}")
+
+    def set_global(self, spec: QuantSpec | None) -> QuantConfig:
+        return dataclasses.replace(self, global_spec=spec)
+
+    def set_module_path(self, path: str, spec: QuantSpec | None) -> QuantConfig:
+        return dataclasses.replace(self, module_paths={**self.module_paths, path: spec})
+
+    def set_module_type(self, module_type: type, spec: QuantSpec | None) -> QuantConfig:
+        return dataclasses.replace(self, module_types={**self.module_types, module_type: spec})
+
+    def set_operator(self, operator: Any, spec: QuantSpec | None) -> QuantConfig:
+        return dataclasses.replace(self, operators={**self.operators, operator: spec})
+
+    def choose(
+        self, paths: list[str], types: list[type], operator: Any
+    ) -> tuple[QuantSpec | None, str]:
+        """The spec for a node and which setting gave it.
+
+        ``paths``/``types``: the modules the node runs in, outermost first, its own last.
+        """
+        best = _longest_matching_path(self.module_paths, paths)
+        if best is not None:
+            return self.module_paths[best], f"module path {best!r}"
+        for module_type in reversed(types):
+            if module_type in self.module_types:
+                return self.module_types[module_type], f"module type {module_type.__name__}"
+        if operator is not None and _hashable(operator) and operator in self.operators:
+            return self.operators[operator], f"operator {_name(operator)}"
+        return self.global_spec, "global"
+
+
+def _longest_matching_path(settings: dict[str, Any], paths: list[str]) -> str | None:
+    matches = [
+        setting
+        for setting in settings
+        for path in paths
+        if path == setting or path.startswith(setting + ".") or setting == ""
+    ]
+    return max(matches, key=len) if matches else None
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _name(operator: Any) -> str:
+    return operator if isinstance(operator, str) else getattr(operator, "__name__", repr(operator))

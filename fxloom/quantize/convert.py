@@ -1,0 +1,341 @@
+"""``convert``: the calibrated model with int8 weights and torch's quantized CPU kernels.
+
+Static mode, node by node in graph order (on a copy of the prepared model):
+
+* an observer of a float value becomes ``torch.quantize_per_tensor(value, scale, zero_point,
+  torch.quint8)`` (the border into an int8 region); an observer of an int8 operator's output
+  goes, its scale and zero point given to the operator;
+* an int8 operator's module is swapped for the quantized module of ``table.STATIC_OPS`` (its
+  weight quantized by the spec's weight observer, per channel or per tensor), a function for
+  its int8 kernel with the output scale and zero point; a fused ReLU is erased;
+* an operator that reads an int8 value but has no int8 kernel gets ``value.dequantize()``
+  (one per value, shared by its float users), as does the output;
+* dropout and ``nn.Identity`` are erased (nothing in eval mode);
+* on x86/FBGEMM, ``layer(quantize(x)).dequantize()`` (an int8 Linear between float
+  neighbours) becomes one float-in/float-out int8 kernel where that is faster
+  (``table.FLOAT_IO``).
+
+An int8 operator whose input or output held inf or nan during calibration (an attention
+mask) is converted in float instead, and the report says why.
+
+No ``dequantize -> quantize`` pair is ever left: an int8 value flows as it is from one int8
+operator to the next (through dropout, pooling, reshapes, ReLU), and a float user of a value
+that was quantized from float reads the float value itself, never a dequantized copy.
+
+Dynamic mode swaps each planned Linear/LSTM/GRU for its ``table.DYNAMIC_MODULES`` twin.
+
+node.meta: swapped nodes keep theirs (``tensor_meta`` still describes the float value);
+new quantize/dequantize nodes have none. ``converted.meta["quantize_report"]`` holds the
+``QuantReport``. Weights are packed for the config's engine, which is made current
+(``torch.backends.quantized.engine``) while converting and left as the user set it after.
+
+Depends on: the IR, ``plan``, ``table``, ``report``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+from collections.abc import Iterator
+
+import torch
+
+from fxloom.graph_module import GraphModule
+from fxloom.node import Node
+from fxloom.quantize.errors import QuantizeError
+from fxloom.quantize.plan import QuantPlan, table_key
+from fxloom.quantize.report import QuantReport
+from fxloom.quantize.table import (
+    DYNAMIC_MODULES,
+    FLOAT_IO,
+    FLOAT_IO_ENGINES,
+    STATIC_OPS,
+    QuantizedModule,
+    quantize_weight,
+)
+
+__all__ = ["convert", "quantized_engine"]
+
+QParams = tuple[float, int]
+
+
+def convert(prepared: GraphModule) -> GraphModule:
+    """The int8 model of a prepared (and, in static mode, calibrated) model.
+
+    ``prepared`` is left as it was. See the module docstring for what changes.
+
+    Raises:
+        QuantizeError: ``prepared`` does not come from ``prepare()``, or an observer has seen
+            no data (calibrate first); nothing is converted.
+
+    >>> import torch
+    >>> from fxloom.quantize import prepare, convert
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    >>> prepared = prepare(model, (torch.randn(2, 4),))
+    >>> _ = prepared(torch.randn(8, 4))                      # calibration
+    >>> print(convert(prepared).code.strip())
+    def forward(self, input):
+        input_1 = input
+        quantize_per_tensor = torch.quantize_per_tensor(input_1, 0.0..., ..., torch.quint8);  input_1 = None
+        _0 = getattr(self, "0")(quantize_per_tensor);  quantize_per_tensor = None
+        dequantize = _0.dequantize();  _0 = None
+        return dequantize
+    """
+    plan = _plan_of(prepared)
+    if plan.config.mode == "static":
+        _check_calibrated(prepared, plan)
+        plan = _without_nonfinite_int8(prepared, plan)
+    gm = _copy_for_conversion(prepared, plan)
+    del gm.meta["quantize"]
+    with quantized_engine(plan.config.engine):
+        if plan.config.mode == "static":
+            conversion = _StaticConversion(gm, plan)
+            conversion.run()
+            kernels = conversion.kernels
+        else:
+            _convert_dynamic(gm, plan)
+            kernels = {}
+    for name in plan.observers:
+        if hasattr(gm, name):
+            gm.delete_submodule(name)
+    gm.graph.lint()
+    gm.delete_all_unused_submodules()
+    gm.recompile()
+    gm.meta["quantize_report"] = QuantReport.of(plan, kernels)
+    return gm
+
+
+def _copy_for_conversion(prepared: GraphModule, plan: QuantPlan) -> GraphModule:
+    """A copy of ``prepared`` that shares the modules convert replaces or removes.
+
+    Those are only read (their weights quantized) and never installed in the copy, whose
+    containers are new objects: copying their float weights would be wasted time and memory.
+    """
+    memo: dict[int, object] = {}
+    replaced = [name for name, row in plan.decisions.items() if row.kind in ("int8", "dynamic")]
+    targets = {node.name: node.target for node in prepared.graph.find_nodes(op="call_module")}
+    for name in [*plan.observers, *(targets[n] for n in replaced if n in targets)]:
+        module = prepared.get_submodule(name)
+        memo[id(module)] = module
+    return copy.deepcopy(prepared, memo)
+
+
+@contextlib.contextmanager
+def quantized_engine(engine: str) -> Iterator[None]:
+    """Make ``engine`` torch's current quantized engine inside the block."""
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = before
+
+
+def _plan_of(prepared: GraphModule) -> QuantPlan:
+    plan = getattr(prepared, "meta", {}).get("quantize")
+    if not isinstance(plan, QuantPlan):
+        raise QuantizeError(
+            f"convert() takes the model fxloom.quantize.prepare() returned, but this "
+            f"{type(prepared).__name__} has no quantization plan (meta['quantize']); "
+            "call prepare(model, example_inputs) first"
+        )
+    return plan
+
+
+def _check_calibrated(prepared: GraphModule, plan: QuantPlan) -> None:
+    idle = [name for name in plan.observers if not prepared.get_submodule(name).seen]
+    if not idle:
+        return
+    culprits = [_observed_value(prepared, plan, name) for name in idle[:3]]
+    more = f" (and {len(idle) - 3} more)" if len(idle) > 3 else ""
+    raise QuantizeError(
+        f"convert() needs the scale and zero point of every observed value, but the "
+        f"observers of {', '.join(culprits)}{more} have seen no data. Calibrate first: "
+        "fxloom.quantize.calibrate(prepared, batches), or call prepared(...) on "
+        "representative inputs (every branch you will run); nothing was converted"
+    )
+
+
+def _without_nonfinite_int8(prepared: GraphModule, plan: QuantPlan) -> QuantPlan:
+    """The plan with int8 operators that read or make inf/nan values moved to float."""
+    demoted: dict[str, str] = {}
+    for node in prepared.graph.find_nodes(op="call_module"):
+        if node.target not in plan.observers or not prepared.get_submodule(node.target).nonfinite:
+            continue
+        value = node.args[0]
+        why = f"%{value.name} holds inf or nan in calibration, which int8 cannot represent"
+        producer = _int8_producer(plan, value.name)
+        for name in [user.name for user in node.users] + [producer]:
+            decision = plan.decisions.get(name)
+            if decision is not None and decision.kind == "int8":
+                demoted.setdefault(name, why)
+    if not demoted:
+        return plan
+    decisions = dict(plan.decisions)
+    fused_relu = dict(plan.fused_relu)
+    for name, why in demoted.items():
+        decisions[name] = dataclasses.replace(decisions[name], kind="float", reason=why)
+        relu = fused_relu.pop(name, None)
+        if relu is not None:
+            why_float = f"its input %{name} is float"
+            decisions[relu] = dataclasses.replace(decisions[relu], kind="float", reason=why_float)
+    return dataclasses.replace(plan, decisions=decisions, fused_relu=fused_relu)
+
+
+def _int8_producer(plan: QuantPlan, value: str) -> str:
+    """The int8 operator whose output ``value`` is (its fused ReLU's output counts), or ``value``."""
+    for op, relu in plan.fused_relu.items():
+        if relu == value:
+            return op
+    return value
+
+
+def _observed_value(prepared: GraphModule, plan: QuantPlan, observer: str) -> str:
+    value = plan.observers[observer]
+    decision = plan.decisions.get(value)
+    return f"%{value} ({decision.calls})" if decision else f"%{value}"
+
+
+class _StaticConversion:
+    """One static conversion of ``gm`` (a copy of the prepared model), in graph order."""
+
+    def __init__(self, gm: GraphModule, plan: QuantPlan) -> None:
+        self.gm = gm
+        self.graph = gm.graph
+        self.plan = plan
+        self.engine = plan.config.engine
+        self.qparams: dict[Node, QParams] = {}  # int8 values -> (scale, zero_point)
+        self.dequantized: dict[Node, Node] = {}
+        self.erased: set[Node] = set()
+        self.observer_of = {value: name for name, value in plan.observers.items()}
+        self.by_name = {node.name: node for node in self.graph.nodes}
+        self.kernels: dict[str, str] = {}  # node -> the kernel it ended up with, if not planned
+
+    def run(self) -> None:
+        for node in list(self.graph.nodes):
+            if node in self.erased:
+                continue
+            if node.op == "call_module" and node.target in self.plan.observers:
+                self._observer(node)
+                continue
+            decision = self.plan.decisions.get(node.name)
+            kind = decision.kind if decision else None
+            if kind == "identity" and node.args and isinstance(node.args[0], Node):
+                self._erase(node, node.args[0])
+            elif kind == "int8":
+                self._int8(node)
+            elif not self._stays_int8(node, kind):
+                self._dequantize_inputs(node)
+        if self.engine in FLOAT_IO_ENGINES:
+            self._lower_float_io()
+        for quantize in self.graph.find_nodes(op="call_function", target=torch.quantize_per_tensor):
+            if not quantize.users:  # its float users read the float value itself
+                self.graph.erase_node(quantize)
+
+    def _observer(self, node: Node) -> None:
+        value = node.args[0]
+        if value in self.qparams:  # the operator before emits int8 with these parameters
+            self._erase(node, value)
+            return
+        scale, zero_point = self._params(node.target)
+        with self.graph.inserting_before(node):
+            quantize = self.graph.call_function(
+                torch.quantize_per_tensor, (value, scale, zero_point, torch.quint8)
+            )
+        self._erase(node, quantize)
+        self.qparams[quantize] = (scale, zero_point)
+
+    def _int8(self, node: Node) -> None:
+        relu_name = self.plan.fused_relu.get(node.name)
+        relu = self.by_name[relu_name] if relu_name else None
+        output = relu if relu is not None else node
+        params = self._params(self.observer_of[output.name])
+        entry = STATIC_OPS[table_key(node, self.gm)]
+        if isinstance(entry, QuantizedModule):
+            self._swap_module(node, entry, params, relu is not None)
+        else:
+            kernel = entry.relu_kernel if relu is not None else entry.kernel
+            node.target = kernel
+            node.args = (*node.args[:2], *params)
+        if relu is not None:
+            self._erase(relu, node)
+        self.qparams[node] = params
+
+    def _swap_module(self, node: Node, entry: QuantizedModule, params: QParams, relu: bool) -> None:
+        module = self.gm.get_submodule(node.target)
+        spec = self.plan.decisions[node.name].spec
+        observer = spec.weight_observer(self.engine, entry.weight_axis)
+        quantized = entry.make(module, quantize_weight(module.weight, observer), relu)
+        quantized.scale, quantized.zero_point = params
+        self.gm.add_submodule(node.target, quantized)
+
+    def _stays_int8(self, node: Node, kind: str | None) -> bool:
+        """A node that computes on its int8 input as it is (and passes the parameters on)."""
+        if kind not in ("shared", None) or node.op in ("placeholder", "get_attr", "output"):
+            return False
+        first = node.args[0] if node.args else None
+        if kind is None:  # not a float tensor: sizes and shapes may be read off int8 values
+            return node.op == "call_method" and node.target in ("size", "dim")
+        if first in self.qparams:
+            self.qparams[node] = self.qparams[first]
+            return True
+        return False
+
+    def _dequantize_inputs(self, node: Node) -> None:
+        for value in node.all_input_nodes:
+            if value in self.qparams:
+                node.replace_input_with(value, self._dequantized(value))
+
+    def _dequantized(self, value: Node) -> Node:
+        if value.target is torch.quantize_per_tensor:  # the float value itself is at hand
+            return value.args[0]
+        if value not in self.dequantized:
+            with self.graph.inserting_after(value):
+                self.dequantized[value] = self.graph.call_method("dequantize", (value,))
+        return self.dequantized[value]
+
+    def _lower_float_io(self) -> None:
+        """``layer(quantize(x)).dequantize()`` -> ``float_io_layer(x)`` for ``FLOAT_IO`` layers."""
+        for node in self.graph.find_nodes(op="call_module"):
+            module = self.gm.get_submodule(node.target)
+            make = FLOAT_IO.get(type(module))
+            source = node.args[0] if len(node.args) == 1 else None
+            if make is None or not isinstance(source, Node) or len(node.users) != 1:
+                continue
+            (user,) = node.users
+            if source.target is not torch.quantize_per_tensor or user.target != "dequantize":
+                continue
+            _, scale, zero_point, _ = source.args
+            twin = make(module, scale, zero_point)
+            if twin is None:
+                continue
+            self.gm.add_submodule(node.target, twin)
+            node.args = (source.args[0],)
+            self._erase(user, node)
+            if not source.users:
+                self._erase(source, source.args[0])
+            del self.qparams[node]
+            self.kernels[node.name] = f"{type(module).__name__} float in/out (one int8 kernel)"
+
+    def _params(self, observer_name: str) -> QParams:
+        scale, zero_point = self.gm.get_submodule(observer_name).qparams()
+        return float(scale), int(zero_point)
+
+    def _erase(self, node: Node, replacement: Node) -> None:
+        node.replace_all_uses_with(replacement)
+        self.graph.erase_node(node)
+        self.erased.add(node)
+
+
+def _convert_dynamic(gm: GraphModule, plan: QuantPlan) -> None:
+    engine = plan.config.engine
+    for node in gm.graph.find_nodes(op="call_module"):
+        decision = plan.decisions.get(node.name)
+        if decision is None or decision.kind != "dynamic":
+            continue
+        module = gm.get_submodule(node.target)
+        make = DYNAMIC_MODULES[type(module)]
+        weight_observer = functools.partial(decision.spec.weight_observer, engine)
+        gm.add_submodule(node.target, make(module, weight_observer))

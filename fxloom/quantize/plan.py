@@ -1,0 +1,217 @@
+"""The quantization plan: for every node, int8 or float and why; where observers go.
+
+``plan_static(gm, config)`` reads the graph (with ``meta["tensor_meta"]`` from a shape
+propagation) and decides, node by node in graph order:
+
+    int8      an operator of ``STATIC_OPS`` (config permitting): its tensor inputs are
+              quantized, its output observed
+    fused     a ReLU folded into the int8 operator before it (its only user)
+    shared    an operator of ``SHARES_QPARAMS`` whose input is int8: it computes on int8
+              (one whose input is float is planned float)
+    float     no int8 kernel, or the config leaves it in float
+    identity  dropout and ``nn.Identity``: nothing in eval mode; convert erases them
+
+and where an observer must watch a value: after every int8 operator (or its fused ReLU),
+and on every float value an int8 operator reads (to quantize it there). ``plan_dynamic``
+picks the Linear/LSTM/GRU modules of ``DYNAMIC_MODULES`` instead, and needs no observers.
+
+Only nodes whose value is a float tensor get a decision (sizes, flags, masks do not).
+
+Depends on: the IR, ``config``, ``table``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fxloom.graph_module import GraphModule
+from fxloom.node import Node
+from fxloom.quantize.config import QuantConfig, QuantSpec
+from fxloom.quantize.table import (
+    DYNAMIC_MODULES,
+    IDENTITY_IN_EVAL,
+    RELU,
+    SHARES_QPARAMS,
+    STATIC_OPS,
+    QuantizedFunction,
+    QuantizedModule,
+)
+
+__all__ = ["Decision", "QuantPlan", "plan_dynamic", "plan_static", "table_key"]
+
+NO_KERNEL = (
+    "no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)"
+)
+
+
+@dataclass
+class Decision:
+    """What happens to one node: ``kind`` (int8, fused, shared, float, identity, dynamic)."""
+
+    node: str
+    calls: str  # what the node calls, for people: "Linear encoder.0", "torch.add"
+    kind: str
+    reason: str
+    spec: QuantSpec | None = None
+
+
+@dataclass
+class QuantPlan:
+    """The decisions of ``prepare``, kept in ``prepared.meta["quantize"]`` for ``convert``."""
+
+    config: QuantConfig
+    decisions: dict[str, Decision] = field(default_factory=dict)  # node name -> decision
+    fused_relu: dict[str, str] = field(default_factory=dict)  # int8 op -> its ReLU
+    observed: dict[str, QuantSpec] = field(default_factory=dict)  # value node -> spec
+    observers: dict[str, str] = field(default_factory=dict)  # observer module -> value node
+
+
+def table_key(node: Node, gm: GraphModule) -> Any:
+    """What the tables are keyed by: a module's class, the function, or the method name."""
+    if node.op == "call_module":
+        return type(gm.get_submodule(node.target))
+    return node.target
+
+
+def plan_static(gm: GraphModule, config: QuantConfig) -> QuantPlan:
+    plan = QuantPlan(config)
+    for node in gm.graph.nodes:
+        if node.op in ("call_module", "call_function", "call_method") and _float_tensor(node):
+            plan.decisions[node.name] = _decide_static(node, gm, config)
+    _fuse_relus(gm, plan)
+    _place_observers(gm, plan)
+    return plan
+
+
+def plan_dynamic(gm: GraphModule, config: QuantConfig) -> QuantPlan:
+    plan = QuantPlan(config)
+    for node in gm.graph.find_nodes(op="call_module"):
+        key = table_key(node, gm)
+        if key not in DYNAMIC_MODULES:
+            continue
+        spec, source = _choose(node, gm, config)
+        if spec is None:
+            decision = Decision(node.name, _calls(node, key), "float", _float_by(source))
+        else:
+            decision = Decision(
+                node.name, _calls(node, key), "dynamic", "int8 weights, activations per batch"
+            )
+            decision.spec = spec
+        plan.decisions[node.name] = decision
+    return plan
+
+
+def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision:
+    key = table_key(node, gm)
+    calls = _calls(node, key)
+    if isinstance(key, type) and key in IDENTITY_IN_EVAL:
+        return Decision(node.name, calls, "identity", "returns its input in eval mode")
+    spec, source = _choose(node, gm, config)
+    entry = STATIC_OPS.get(key) if _hashable(key) else None
+    if spec is None:
+        return Decision(node.name, calls, "float", _float_by(source))
+    if isinstance(entry, QuantizedModule):
+        return Decision(node.name, calls, "int8", entry.kernel, spec)
+    if isinstance(entry, QuantizedFunction):
+        if len(_tensor_inputs(node)) == 2 and not node.kwargs:
+            return Decision(node.name, calls, "int8", _kernel_name(entry.kernel), spec)
+        return Decision(node.name, calls, "float", "its int8 kernel takes two tensors, no scalar")
+    if _hashable(key) and key in SHARES_QPARAMS:
+        return Decision(node.name, calls, "shared", "computes on int8 with its input's scale", spec)
+    return Decision(node.name, calls, "float", NO_KERNEL)
+
+
+def _fuse_relus(gm: GraphModule, plan: QuantPlan) -> None:
+    """An int8 operator whose only user is a ReLU computes both (``LinearReLU``, ``add_relu``)."""
+    for node in gm.graph.nodes:
+        decision = plan.decisions.get(node.name)
+        if decision is None or decision.kind != "int8" or len(node.users) != 1:
+            continue
+        if not STATIC_OPS[table_key(node, gm)].fuses_relu:
+            continue
+        (user,) = node.users
+        user_decision = plan.decisions.get(user.name)
+        if user_decision is None or user_decision.kind != "shared":
+            continue
+        if table_key(user, gm) in RELU and user.args[:1] == (node,) and not _inplace(user):
+            plan.fused_relu[node.name] = user.name
+            user_decision.kind = "fused"
+            user_decision.reason = f"fused into %{node.name}"
+
+
+def _place_observers(gm: GraphModule, plan: QuantPlan) -> None:
+    """Walk the graph tracking which values will be int8; note the values to observe."""
+    int8: set[str] = set()
+    for node in gm.graph.nodes:
+        decision = plan.decisions.get(node.name)
+        if decision is None or decision.kind == "fused":
+            continue
+        if decision.kind == "int8":
+            for value in _tensor_inputs(node):
+                if value.name not in int8:
+                    plan.observed.setdefault(value.name, decision.spec)
+            produced = plan.fused_relu.get(node.name, node.name)
+            int8.update({node.name, produced})
+            plan.observed[produced] = decision.spec
+        elif decision.kind == "shared":
+            first = node.args[0] if node.args else None
+            if isinstance(first, Node) and first.name in int8:
+                int8.add(node.name)
+            else:
+                decision.kind = "float"
+                decision.reason = "its input is float (on int8 it would keep its input's scale)"
+
+
+def _choose(node: Node, gm: GraphModule, config: QuantConfig) -> tuple[QuantSpec | None, str]:
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [path for path, _ in stack.values()]
+    types = [cls for _, cls in stack.values() if isinstance(cls, type)]
+    if node.op == "call_module" and node.target not in paths:
+        paths.append(node.target)
+        types.append(type(gm.get_submodule(node.target)))
+    operator = None if node.op == "call_module" else node.target
+    return config.choose(paths, types, operator)
+
+
+def _float_by(source: str) -> str:
+    return f"the config leaves it in float ({source})"
+
+
+def _float_tensor(node: Node) -> bool:
+    meta = node.meta.get("tensor_meta")
+    dtype = getattr(meta, "dtype", None)
+    return isinstance(dtype, torch.dtype) and dtype.is_floating_point
+
+
+def _tensor_inputs(node: Node) -> list[Node]:
+    return [arg for arg in node.args if isinstance(arg, Node) and _float_tensor(arg)]
+
+
+def _inplace(node: Node) -> bool:
+    return bool(node.kwargs.get("inplace")) or (len(node.args) > 1 and node.args[1] is True)
+
+
+def _calls(node: Node, key: Any) -> str:
+    if node.op == "call_module":
+        return f"{key.__name__} {node.target}"
+    if node.op == "call_method":
+        return f".{node.target}()"
+    module = getattr(key, "__module__", None) or ""
+    name = getattr(key, "__name__", repr(key))
+    prefix = {"_operator": "operator.", "torch": "torch.", "torch.nn.functional": "F."}
+    return prefix.get(module, f"{module}." if module else "") + name
+
+
+def _kernel_name(kernel: Any) -> str:
+    return getattr(kernel, "_qualified_op_name", getattr(kernel, "__name__", repr(kernel)))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

@@ -1,0 +1,143 @@
+"""``prepare``: trace, fuse, plan, and insert observers; the result computes what the model does.
+
+Steps, each leaving the user's model untouched:
+
+1. trace the model with ``fxloom.symbolic_trace`` unless it is a ``GraphModule`` already
+   (if that fails, trace again with the example inputs, so control flow on sizes or flags
+   follows them under run-time guards);
+2. fold batch norms into the convolutions and linear layers before them
+   (``fxloom.passes.fuse.fuse``, which works on a copy);
+3. run the example inputs once through ``ShapeProp`` to learn which values are float tensors;
+4. plan (``plan.plan_static`` or ``plan_dynamic``);
+5. insert an observer module (``<value>_observer``) after every value the plan observes.
+
+Observers return their input, so the prepared model's outputs are exactly the model's (up
+to float rounding where batch norms were folded into the layer before them).
+
+node.meta: reads ``nn_module_stack``; writes ``tensor_meta``/``type`` (shape propagation);
+observer nodes get no meta. ``prepared.meta["quantize"]`` holds the ``QuantPlan``.
+
+Depends on: the IR, the tracer (entry point only), ``passes.fuse``, ``passes.shape_prop``.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+import torch
+
+from fxloom.graph_module import GraphModule
+from fxloom.passes.fuse import fuse
+from fxloom.passes.shape_prop import ShapeProp
+from fxloom.quantize.config import QuantConfig
+from fxloom.quantize.errors import QuantizeError
+from fxloom.quantize.plan import QuantPlan, plan_dynamic, plan_static
+
+__all__ = ["prepare"]
+
+
+def prepare(
+    model: torch.nn.Module,
+    example_inputs: tuple[Any, ...] | dict[str, Any],
+    config: QuantConfig | None = None,
+) -> GraphModule:
+    """A traced copy of ``model`` with observers, ready to calibrate and ``convert``.
+
+    Args:
+        model: an ``nn.Module`` in eval mode (traced here) or a ``GraphModule``.
+        example_inputs: the positional inputs of one forward (a tuple), or inputs by name.
+        config: what to quantize and how; ``QuantConfig()`` (static, x86) by default.
+
+    Raises:
+        QuantizeError: the model is in training mode, does not trace, or does not run on
+            ``example_inputs``; the message says which and what to do.
+
+    >>> import torch
+    >>> from fxloom.quantize import prepare
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    >>> prepared = prepare(model, (torch.randn(2, 4),))
+    >>> print(prepared.code.strip())
+    def forward(self, input):
+        input_1 = input
+        input_1_observer = self.input_1_observer(input_1);  input_1 = None
+        _0 = getattr(self, "0")(input_1_observer);  input_1_observer = None
+        _1 = getattr(self, "1")(_0);  _0 = None
+        _1_observer = self._1_observer(_1);  _1 = None
+        return _1_observer
+    """
+    config = QuantConfig() if config is None else config
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"prepare() takes an nn.Module, got {type(model).__name__}")
+    if model.training:
+        raise QuantizeError(
+            f"prepare() quantizes for inference, but the model ({type(model).__name__}) is in "
+            "training mode; call .eval() on it first"
+        )
+    inputs = example_inputs if isinstance(example_inputs, dict) else tuple(example_inputs)
+    gm = model if isinstance(model, GraphModule) else _trace(model, inputs)
+    gm = fuse(gm)  # a copy: the caller's model and GraphModule stay as they were
+    _propagate_shapes(gm, inputs)
+    plan = plan_static(gm, config) if config.mode == "static" else plan_dynamic(gm, config)
+    _insert_observers(gm, plan)
+    gm.meta["quantize"] = plan
+    return gm
+
+
+def _trace(model: torch.nn.Module, inputs: tuple | dict) -> GraphModule:
+    from fxloom.tracer import symbolic_trace  # passes use only the tracer's entry point
+
+    try:
+        return symbolic_trace(model)
+    except Exception:  # control flow on inputs: trace again, following the examples
+        pass
+    try:
+        return symbolic_trace(model, example_inputs=inputs)
+    except Exception as err:
+        raise QuantizeError(
+            f"prepare() could not trace {type(model).__name__} with fxloom.symbolic_trace: "
+            f"{type(err).__name__}: {err}\nQuantization works on the traced graph: trace the "
+            "model yourself and pass the GraphModule to prepare(), with "
+            "fxloom.symbolic_trace(model, autoleaf=True) (an untraceable submodule stays one "
+            "module, run in float), concrete_args for flags, or a Tracer whose "
+            "is_leaf_module keeps the culprit a module"
+        ) from err
+
+
+def _propagate_shapes(gm: GraphModule, inputs: tuple | dict) -> None:
+    try:
+        with torch.no_grad():
+            if isinstance(inputs, dict):
+                ShapeProp(gm).propagate(**inputs)
+            else:
+                ShapeProp(gm).propagate(*inputs)
+    except Exception as err:
+        raise QuantizeError(
+            f"prepare() ran the example inputs through the traced model to find its float "
+            f"tensors, and that failed: {type(err).__name__}: {err}\nPass example_inputs "
+            "that the model's forward accepts (a tuple of positional inputs, or a dict by name)"
+        ) from err
+
+
+def _insert_observers(gm: GraphModule, plan: QuantPlan) -> None:
+    graph = gm.graph
+    engine = plan.config.engine
+    for node in list(graph.nodes):
+        spec = plan.observed.get(node.name)
+        if spec is None:
+            continue
+        name = _free_name(gm, f"{node.name}_observer")
+        gm.add_submodule(name, spec.activation_observer(engine))
+        with graph.inserting_after(node):
+            observer = graph.call_module(name, (node,))
+        node.replace_all_uses_with(observer, functools.partial(operator.is_not, observer))
+        plan.observers[name] = node.name
+    gm.recompile()
+
+
+def _free_name(gm: GraphModule, name: str) -> str:
+    candidate, suffix = name, 1
+    while hasattr(gm, candidate):
+        candidate, suffix = f"{name}_{suffix}", suffix + 1
+    return candidate

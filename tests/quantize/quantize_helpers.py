@@ -1,0 +1,24 @@
+"""Error measures and data for the quantization tests (imported by them; see conftest.py).
+
+- ``relative_error(out, ref)``: ``||out - ref|| / ||ref||``; ``cosine(out, ref)``.
+- ``batches(make, count)``: ``count`` batches ``make(seed)`` for seeds 1..count (calibration);
+  held-out data uses seeds from 100 on, never seen in calibration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out - ref).norm() / ref.norm())
+
+
+def cosine(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0))
+
+
+def batches(make: Callable[[int], torch.Tensor], count: int, first: int = 1) -> list:
+    return [make(seed) for seed in range(first, first + count)]
