@@ -1,0 +1,106 @@
+"""``MetadataMode``: run torch operators for their results' metadata only, on stand-ins.
+
+Tracing with example inputs answers most questions a program asks of its
+values (shapes, dtypes, devices, ranks, how many items a tuple holds) from
+metadata alone. Inside this dispatch mode every operator runs on
+``StandIn`` tensors (``fxloom.export.stand_in``), whose meta kernels compute
+sizes, strides and dtypes without touching data. Real tensors an operator
+meets (parameters, buffers, constants, tensors a module makes) are read as
+stand-ins of themselves, made once per tensor; an in-place operator gets a
+fresh stand-in instead, so the real tensor and the cached stand-in both stay
+as they were. Nothing real is computed or changed::
+
+    >>> import torch
+    >>> from fxloom.export.stand_in import StandIn
+    >>> weight = torch.ones(4, 3)
+    >>> with MetadataMode():
+    ...     y = StandIn.like(torch.ones(2, 3)) @ weight.T
+    ...     _ = weight.add_(1)
+    >>> y, weight[0, 0].item()
+    (StandIn(size=(2, 4), dtype=torch.float32, device=cpu), 1.0)
+
+An operator whose result depends on data (``nonzero``, ``.item()``) raises
+``DataDependentError``; the caller computes that value for real instead.
+
+Depends on ``fxloom.export.stand_in``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fxloom.export.stand_in import StandIn, run_on_meta
+
+__all__ = ["MetadataMode", "holds_tensor"]
+
+
+class MetadataMode(TorchDispatchMode):
+    """Operators on stand-ins, real tensors read as stand-ins; see the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # id(real tensor) -> (the tensor, kept alive so its id is not reused; its stand-in)
+        self._stand_ins: dict[int, tuple[torch.Tensor, StandIn]] = {}
+
+    def stand_in_of(self, tensor: torch.Tensor) -> StandIn:
+        """The stand-in a real tensor is read as (made on first use)."""
+        if type(tensor) is StandIn:
+            return tensor
+        entry = self._stand_ins.get(id(tensor))
+        if entry is None:
+            entry = (tensor, StandIn.like(tensor))
+            self._stand_ins[id(tensor)] = entry
+        return entry[1]
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        convert = _fresh_stand_in if func._schema.is_mutable else self.stand_in_of
+        args = tuple(_tensors_to_stand_ins(arg, convert) for arg in args)
+        kwargs = {
+            key: _tensors_to_stand_ins(value, convert) for key, value in (kwargs or {}).items()
+        }
+        if _is_factory(func, args, kwargs) and kwargs.get("device") is None:
+            # run_on_meta points ``device=`` at the meta device and reports this one.
+            kwargs["device"] = torch.get_default_device()
+        return run_on_meta(func, args, kwargs)
+
+
+def _fresh_stand_in(tensor: torch.Tensor) -> StandIn:
+    return tensor if type(tensor) is StandIn else StandIn.like(tensor)
+
+
+def _tensors_to_stand_ins(value: Any, convert: Any) -> Any:
+    """Operator arguments with tensors as stand-ins (lists of tensors are one deep)."""
+    if isinstance(value, torch.Tensor):
+        return convert(value)
+    if type(value) in (list, tuple):
+        return type(value)(_tensors_to_stand_ins(item, convert) for item in value)
+    return value
+
+
+# OverloadPacket-independent: the schema says whether an operator takes ``device=``.
+_takes_device: dict[Any, bool] = {}
+
+
+def _is_factory(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``func`` makes a tensor from nothing (``zeros``, ``arange``): no tensor inputs, a device."""
+    takes_device = _takes_device.get(func)
+    if takes_device is None:
+        takes_device = any(arg.name == "device" for arg in func._schema.arguments)
+        _takes_device[func] = takes_device
+    return takes_device and not holds_tensor((args, kwargs))
+
+
+def holds_tensor(value: Any) -> bool:
+    """Whether a value (a tensor, or tuples/lists/dicts of values) contains a tensor."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(holds_tensor(item) for item in value)
+    if isinstance(value, dict):
+        return any(holds_tensor(item) for item in value.values())
+    return False
