@@ -44,6 +44,7 @@ class MetadataMode(TorchDispatchMode):
         super().__init__()
         # id(real tensor) -> (the tensor, kept alive so its id is not reused; its stand-in)
         self._stand_ins: dict[int, tuple[torch.Tensor, StandIn]] = {}
+        self._results: dict[Any, Any] = {}  # operator call's metadata -> its result
 
     def stand_in_of(self, tensor: torch.Tensor) -> StandIn:
         """The stand-in a real tensor is read as (made on first use)."""
@@ -58,15 +59,77 @@ class MetadataMode(TorchDispatchMode):
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
-        convert = _fresh_stand_in if func._schema.is_mutable else self.stand_in_of
+        kwargs = kwargs or {}
+        if func._schema.is_mutable:
+            # Fresh stand-ins, so that an in-place change of metadata (unsqueeze_) reaches
+            # no cached stand-in and no meta tensor shared through ``_results``.
+            return self._on_meta(func, args, kwargs, _fresh_stand_in)
+        # Operators live as long as torch: their ids are stable (and hash faster than they do).
+        key = _metadata_key((torch.get_default_dtype(), args, kwargs))
+        if key is not None:
+            key = (id(func), key)
+        if key is None:
+            return self._on_meta(func, args, kwargs, self.stand_in_of)
+        result = self._results.get(key)
+        if result is None:
+            result = self._on_meta(func, args, kwargs, self.stand_in_of)
+            if not _holds_only_tensors(result):
+                return result
+            self._results[key] = result
+        return _rewrapped(result)
+
+    def _on_meta(self, func: Any, args: tuple, kwargs: dict, convert: Any) -> Any:
         args = tuple(_tensors_to_stand_ins(arg, convert) for arg in args)
-        kwargs = {
-            key: _tensors_to_stand_ins(value, convert) for key, value in (kwargs or {}).items()
-        }
+        kwargs = {key: _tensors_to_stand_ins(value, convert) for key, value in kwargs.items()}
         if _is_factory(func, args, kwargs) and kwargs.get("device") is None:
             # run_on_meta points ``device=`` at the meta device and reports this one.
             kwargs["device"] = torch.get_default_device()
         return run_on_meta(func, args, kwargs)
+
+
+# Memo of results: an operator's result metadata follows from its inputs' metadata and its
+# other arguments (a transformer's layers repeat the same operators on the same shapes, and
+# torch's meta kernels are Python, ~0.5 ms each). Tensors are keyed by what a meta kernel reads.
+_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout)
+
+
+def _metadata_key(value: Any) -> Any:
+    """A hashable key of an operator call's metadata, or None if an argument has none."""
+    if isinstance(value, torch.Tensor):
+        return (
+            tuple(value.shape),
+            value.stride(),
+            value.storage_offset(),
+            value.dtype,
+            value.device,
+            value.layout,
+        )
+    if isinstance(value, (tuple, list)):
+        keys = tuple(_metadata_key(item) for item in value)
+        return None if None in keys else (type(value), keys)
+    if isinstance(value, dict):
+        keys = tuple((name, _metadata_key(item)) for name, item in value.items())
+        return None if any(key is None for _, key in keys) else keys
+    if isinstance(value, _SCALARS) or isinstance(value, torch.memory_format):
+        return (type(value), value)  # the type too: x + 1 and x + 1.0 differ in dtype
+    return None
+
+
+def _holds_only_tensors(result: Any) -> bool:
+    if isinstance(result, torch.Tensor):
+        return True
+    if isinstance(result, (tuple, list)):
+        return all(item is None or _holds_only_tensors(item) for item in result)
+    return False
+
+
+def _rewrapped(result: Any) -> Any:
+    """New stand-ins over the meta tensors of a remembered result (new objects, like a real run)."""
+    if isinstance(result, StandIn):
+        return StandIn(result._meta, result.device)
+    if isinstance(result, (tuple, list)):
+        return type(result)(_rewrapped(item) for item in result)
+    return result
 
 
 def _fresh_stand_in(tensor: torch.Tensor) -> StandIn:
@@ -82,16 +145,16 @@ def _tensors_to_stand_ins(value: Any, convert: Any) -> Any:
     return value
 
 
-# OverloadPacket-independent: the schema says whether an operator takes ``device=``.
-_takes_device: dict[Any, bool] = {}
+# id(operator) -> whether its schema has a ``device=`` argument.
+_takes_device: dict[int, bool] = {}
 
 
 def _is_factory(func: Any, args: tuple, kwargs: dict) -> bool:
     """Whether ``func`` makes a tensor from nothing (``zeros``, ``arange``): no tensor inputs, a device."""
-    takes_device = _takes_device.get(func)
+    takes_device = _takes_device.get(id(func))
     if takes_device is None:
         takes_device = any(arg.name == "device" for arg in func._schema.arguments)
-        _takes_device[func] = takes_device
+        _takes_device[id(func)] = takes_device
     return takes_device and not holds_tensor((args, kwargs))
 
 
