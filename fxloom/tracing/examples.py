@@ -211,16 +211,31 @@ class ExampleRun:
         if self.closed:  # values not computed while tracing never will be
             return NO_VALUE
         with self._running():
-            steps = self.steps
             while proxy._value is PENDING:
-                index = max(self.stand_in_next, self.real_next)
-                if index >= len(steps):  # a PENDING proxy this run never queued
-                    proxy._value = NO_VALUE
-                    break
-                self.stand_in_next = index + 1
-                step = steps[index]
-                step[0]._value = self._on_stand_ins(step)
+                with self.mode:  # entered once for many steps: entering costs as much as a step
+                    needs_data = self._stand_ins_until(proxy)
+                if needs_data is not None:  # outside the mode: real tensors compute for real
+                    needs_data._value = self._run_real_until(needs_data)
         return proxy._value
+
+    def _stand_ins_until(self, proxy: Proxy) -> Proxy | None:
+        """Run steps on stand-ins until ``proxy`` has its value, or until a step's result
+        needs data (nonzero, .item()) or fails on stand-ins: that step's proxy is returned."""
+        steps = self.steps
+        while proxy._value is PENDING:
+            index = max(self.stand_in_next, self.real_next)
+            if index >= len(steps):  # a PENDING proxy this run never queued
+                proxy._value = NO_VALUE
+                break
+            self.stand_in_next = index + 1
+            step = steps[index]
+            try:
+                step[0]._value = self._on_stand_ins(step)
+            except TraceError:
+                raise
+            except Exception:  # DataDependentError, or a failure the real run will explain
+                return step[0]
+        return None
 
     def _on_stand_ins(self, step: Step) -> Any:
         try:
@@ -228,13 +243,7 @@ class ExampleRun:
             kwarg_values = values_of(step[4])
         except Unknown:
             return NO_VALUE
-        try:
-            with self.mode:
-                return self._apply(step[1], step[2], arg_values, kwarg_values)
-        except TraceError:
-            raise
-        except Exception:  # needs data (DataDependentError) or fails: the real run decides
-            return self._run_real_until(step[0])
+        return self._apply(step[1], step[2], arg_values, kwarg_values)
 
     # ----------------------------------------------------------------- the real run
     def data_of(self, proxy: Proxy) -> Any:

@@ -21,6 +21,9 @@ as they were. Nothing real is computed or changed::
 
 An operator whose result depends on data (``nonzero``, ``.item()``) raises
 ``DataDependentError``; the caller computes that value for real instead.
+Results are remembered by the metadata of the call (``_RESULTS``), so a
+model's repeated layers, and a model traced again, cost one meta kernel call
+per distinct operator call.
 
 Depends on ``fxloom.export.stand_in``.
 """
@@ -44,7 +47,6 @@ class MetadataMode(TorchDispatchMode):
         super().__init__()
         # id(real tensor) -> (the tensor, kept alive so its id is not reused; its stand-in)
         self._stand_ins: dict[int, tuple[torch.Tensor, StandIn]] = {}
-        self._results: dict[Any, Any] = {}  # operator call's metadata -> its result
 
     def stand_in_of(self, tensor: torch.Tensor) -> StandIn:
         """The stand-in a real tensor is read as (made on first use)."""
@@ -62,56 +64,67 @@ class MetadataMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if func._schema.is_mutable:
             # Fresh stand-ins, so that an in-place change of metadata (unsqueeze_) reaches
-            # no cached stand-in and no meta tensor shared through ``_results``.
-            return self._on_meta(func, args, kwargs, _fresh_stand_in)
-        # Operators live as long as torch: their ids are stable (and hash faster than they do).
-        key = _metadata_key((torch.get_default_dtype(), args, kwargs))
-        if key is not None:
-            key = (id(func), key)
-        if key is None:
-            return self._on_meta(func, args, kwargs, self.stand_in_of)
-        result = self._results.get(key)
+            # no cached stand-in and no meta tensor shared through ``_RESULTS``.
+            factory = _is_factory(func, args, kwargs)
+            return self._on_meta(func, args, kwargs, _fresh_stand_in, factory)
+        factory = _is_factory(func, args, kwargs)
+        key = None if factory else _metadata_key((torch.get_default_dtype(), args, kwargs))
+        if key is None:  # a factory's device is the default one: not remembered
+            return self._on_meta(func, args, kwargs, self.stand_in_of, factory)
+        key = (id(func), key)  # operators live as long as torch: their ids are stable
+        result = _RESULTS.get(key)
         if result is None:
-            result = self._on_meta(func, args, kwargs, self.stand_in_of)
+            result = self._on_meta(func, args, kwargs, self.stand_in_of, factory)
             if not _holds_only_tensors(result):
                 return result
-            self._results[key] = result
+            if len(_RESULTS) >= _RESULTS_LIMIT:
+                _RESULTS.clear()
+            _RESULTS[key] = result
         return _rewrapped(result)
 
-    def _on_meta(self, func: Any, args: tuple, kwargs: dict, convert: Any) -> Any:
+    def _on_meta(self, func: Any, args: tuple, kwargs: dict, convert: Any, factory: bool) -> Any:
         args = tuple(_tensors_to_stand_ins(arg, convert) for arg in args)
         kwargs = {key: _tensors_to_stand_ins(value, convert) for key, value in kwargs.items()}
-        if _is_factory(func, args, kwargs) and kwargs.get("device") is None:
+        if factory and kwargs.get("device") is None:
             # run_on_meta points ``device=`` at the meta device and reports this one.
             kwargs["device"] = torch.get_default_device()
         return run_on_meta(func, args, kwargs)
 
 
-# Memo of results: an operator's result metadata follows from its inputs' metadata and its
-# other arguments (a transformer's layers repeat the same operators on the same shapes, and
-# torch's meta kernels are Python, ~0.5 ms each). Tensors are keyed by what a meta kernel reads.
-_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout)
+# Results remembered by the metadata of the call: an operator's result metadata follows from
+# its inputs' metadata, its other arguments and the default dtype (a transformer's
+# layers repeat the same operators on the same shapes, a model is traced again with the same
+# examples, and torch's meta kernels are Python, ~0.5 ms each). Process-wide, like torch's own
+# fake tensor cache: results are meta tensors, which hold no memory; cleared when full.
+# (operator id, metadata key) -> a stand-in result, never handed out (``_rewrapped``).
+_RESULTS: dict[Any, Any] = {}
+_RESULTS_LIMIT = 20_000
+# Argument types keyed by value, with their type: x + 1 and x + 1.0 differ in dtype, and
+# 1 == 1.0 == True as dict keys. Plain ints (sizes, dims) are the common case: keyed bare.
+_SCALARS = frozenset(
+    {float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format}
+)
 
 
 def _metadata_key(value: Any) -> Any:
     """A hashable key of an operator call's metadata, or None if an argument has none."""
+    kind = type(value)
+    if kind is int:
+        return value
+    if kind in _SCALARS:
+        return (kind, value)
+    if kind is tuple or kind is list:
+        keys = []
+        for item in value:
+            key = _metadata_key(item)
+            if key is None:
+                return None
+            keys.append(key)
+        return (kind, *keys)
     if isinstance(value, torch.Tensor):
-        return (
-            tuple(value.shape),
-            value.stride(),
-            value.storage_offset(),
-            value.dtype,
-            value.device,
-            value.layout,
-        )
-    if isinstance(value, (tuple, list)):
-        keys = tuple(_metadata_key(item) for item in value)
-        return None if None in keys else (type(value), keys)
-    if isinstance(value, dict):
-        keys = tuple((name, _metadata_key(item)) for name, item in value.items())
-        return None if any(key is None for _, key in keys) else keys
-    if isinstance(value, _SCALARS) or isinstance(value, torch.memory_format):
-        return (type(value), value)  # the type too: x + 1 and x + 1.0 differ in dtype
+        return (value.shape, value.stride(), value.storage_offset(), value.dtype, value.device)
+    if kind is dict:
+        return _metadata_key(list(value.items()))
     return None
 
 
@@ -133,7 +146,7 @@ def _rewrapped(result: Any) -> Any:
 
 
 def _fresh_stand_in(tensor: torch.Tensor) -> StandIn:
-    return tensor if type(tensor) is StandIn else StandIn.like(tensor)
+    return StandIn.like(tensor)
 
 
 def _tensors_to_stand_ins(value: Any, convert: Any) -> Any:
