@@ -349,5 +349,7 @@ class ExampleRun:
         """End of the trace: put the module state back; compute and record nothing more."""
         self.closed = True
         self.steps.clear()
+        self.placeholders.clear()
+        self.mode = MetadataMode()  # let go of the real tensors the stand-in run read
         if self.state is not None:
             self.state.restore()
