@@ -246,3 +246,13 @@ def test_the_stand_in_run_changes_no_parameter_or_buffer_of_the_model():
     assert type(model.counter.calls) is torch.Tensor  # its own buffer back, not a stand-in
     after = model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def test_a_sparse_example_which_no_stand_in_describes_runs_for_real():
+    def fn(x):
+        dense = x.to_dense()
+        return dense * 2 if dense.dim() == 2 else dense
+
+    sparse = torch.eye(3).to_sparse()
+    gm = fx.symbolic_trace(fn, example_inputs=(sparse,))
+    assert_close(gm(sparse), torch.eye(3) * 2)

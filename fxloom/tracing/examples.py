@@ -136,6 +136,11 @@ class ModuleState:
             torch.set_rng_state(self.rng)
 
 
+def _has_stand_in(tensor: torch.Tensor) -> bool:
+    """Whether a stand-in can describe ``tensor`` (dense, strided, not quantized)."""
+    return tensor.layout is torch.strided and not tensor.is_quantized
+
+
 # One recorded operation: (its proxy, kind, target, args, kwargs).
 Step = tuple[Proxy, str, Target, tuple, dict]
 
@@ -192,7 +197,9 @@ class ExampleRun:
             )
 
     def _stand_in_of_leaf(self, leaf: Any) -> Any:
-        return StandIn.like(leaf) if isinstance(leaf, torch.Tensor) else leaf
+        if isinstance(leaf, torch.Tensor) and _has_stand_in(leaf):
+            return StandIn.like(leaf)
+        return leaf  # a sparse or quantized example: operations on it will run for real
 
     def record(self, proxy: Proxy, kind: str, target: Target, args: tuple, kwargs: dict) -> None:
         if self.closed:
