@@ -36,5 +36,5 @@ def test_bench_graph_small_size_runs() -> None:
 def test_bench_examples_zoo_part_runs_on_a_tiny_model() -> None:
     result = run_benchmark("bench_examples.py", "--parts", "zoo", "--models", "mlp_tiny")
     assert result.returncode == 0, result.stderr
-    assert "### zoo, fxloom capture (warm)" in result.stdout
+    assert "### zoo, fxloom capture: warm (first)" in result.stdout
     assert "| mlp_tiny | " in result.stdout
