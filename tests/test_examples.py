@@ -256,3 +256,15 @@ def test_a_sparse_example_which_no_stand_in_describes_runs_for_real():
     sparse = torch.eye(3).to_sparse()
     gm = fx.symbolic_trace(fn, example_inputs=(sparse,))
     assert_close(gm(sparse), torch.eye(3) * 2)
+
+
+def test_whether_a_tuple_of_tensors_is_empty_needs_no_data():
+    def fn(x):
+        parts = x.split(2)
+        return parts[0] * 2 if parts else x
+
+    example = torch.randn(4)
+    with RealCalls() as calls:
+        gm = fx.symbolic_trace(fn, example_inputs=(example,))
+    assert calls.names == []
+    assert_close(gm(example), example[:2] * 2)

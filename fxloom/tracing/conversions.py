@@ -35,7 +35,8 @@ __all__ = ["to_bool", "length", "to_python", "iterate"]
 
 def to_bool(tracer: Tracer, obj: Proxy) -> bool:
     """``bool(obj)``: the example's branch under a guard, refused without examples."""
-    if obj.value is NO_VALUE:
+    value = obj.value
+    if value is NO_VALUE:
         raise tracer.trace_error(
             "symbolically traced variables cannot be used as inputs to control flow",
             hint=(
@@ -44,6 +45,8 @@ def to_bool(tracer: Tracer, obj: Proxy) -> bool:
                 "or pass example_inputs so the branch is specialised under a run-time guard"
             ),
         )
+    if isinstance(value, (tuple, list, dict)):  # whether it is empty: the stand-ins know
+        return _specialize(tracer, obj, bool, value)
     return _specialize(tracer, obj, bool, tracer.example_data(obj))
 
 
