@@ -268,3 +268,35 @@ def test_whether_a_tuple_of_tensors_is_empty_needs_no_data():
         gm = fx.symbolic_trace(fn, example_inputs=(example,))
     assert calls.names == []
     assert_close(gm(example), example[:2] * 2)
+
+
+class Trim(torch.nn.Module):
+    """A leaf that reads data to decide its output's size."""
+
+    def forward(self, x):
+        return x[: int(x.sum().item()) % 3 + 1]
+
+
+class TrimThenProject(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trim = Trim()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(self.trim(x))
+        return y.relu() if y.shape[0] == 2 else y  # a size only the data decides
+
+
+class TrimLeafTracer(fx.Tracer):
+    def is_leaf_module(self, m, qualified_name):
+        return isinstance(m, Trim) or super().is_leaf_module(m, qualified_name)
+
+
+def test_only_the_operation_that_needs_data_runs_for_real_and_the_rest_on_stand_ins():
+    model, example = TrimThenProject(), torch.ones(4, 4)  # sum 16: two rows kept
+    with RealCalls() as calls:
+        graph = TrimLeafTracer().trace(model, example_inputs=(example,))
+    assert "sum" in calls.names  # the leaf ran for real
+    assert "addmm" not in calls.names and "linear" not in calls.names  # the projection did not
+    assert [n.target for n in graph.nodes if n.op == "call_method"] == ["relu"]
