@@ -198,13 +198,17 @@ class Proxy:
     being edited, to write new nodes with ordinary operators.
 
     When tracing with example inputs, ``value`` is the value this proxy takes
-    for them (``NO_VALUE`` otherwise); the tracer uses it to answer questions a
-    program asks about its tensors (``x.dim()``, ``x.dtype``) and to specialise
-    control flow under a run-time guard. It is computed on first read: a
-    program that never asks costs no more to trace than without examples.
+    for them (``NO_VALUE`` otherwise), with every tensor a ``StandIn`` (shape,
+    dtype, device, no data); the tracer uses it to answer questions a program
+    asks about its tensors (``x.dim()``, ``x.dtype``). Where control flow
+    depends on data, the tracer asks for the real value
+    (``Tracer.example_data``) and specialises under a run-time guard. Both are
+    computed on first read: a program that never asks costs no more to trace
+    than without examples.
     """
 
-    __slots__ = ("node", "tracer", "_value")
+    # _data: the real example value, when the examples had to run for real (PENDING until then)
+    __slots__ = ("node", "tracer", "_value", "_data")
 
     def __init__(self, node: Node, tracer: Tracer | None = None) -> None:
         if tracer is None:
@@ -214,6 +218,7 @@ class Proxy:
         self.node = node
         self.tracer = tracer
         self._value = NO_VALUE
+        self._data = PENDING
 
     @property
     def value(self) -> Any:
@@ -333,6 +338,7 @@ class Attribute(Proxy):
         self.tracer = root.tracer
         self._lazy_node: Node | None = None
         self._value = NO_VALUE if root._value is NO_VALUE else PENDING
+        self._data = PENDING
 
     def _attribute_value(self) -> Any:
         value = self._value

@@ -319,11 +319,17 @@ class Tracer:
         return Proxy(node, self)
 
     def example_value(self, proxy: Proxy) -> Any:
-        """``proxy``'s value for the example inputs, computed now if not yet
-        (``NO_VALUE`` when tracing without examples)."""
+        """``proxy``'s value for the example inputs, tensors as stand-ins (metadata, no data),
+        computed now if not yet (``NO_VALUE`` when tracing without examples)."""
         if self._example_run is None:
             return NO_VALUE
         return self._example_run.value_of(proxy)
+
+    def example_data(self, proxy: Proxy) -> Any:
+        """``proxy``'s value for the example inputs with real tensors, for control flow on data."""
+        if self._example_run is None:
+            return NO_VALUE
+        return self._example_run.data_of(proxy)
 
     def create_node(
         self,

@@ -31,3 +31,10 @@ def test_bench_graph_small_size_runs() -> None:
     result = run_benchmark("bench_graph.py", "--sizes", "100")
     assert result.returncode == 0, result.stderr
     assert "## Graph operations" in result.stdout
+
+
+def test_bench_examples_zoo_part_runs_on_a_tiny_model() -> None:
+    result = run_benchmark("bench_examples.py", "--parts", "zoo", "--models", "mlp_tiny")
+    assert result.returncode == 0, result.stderr
+    assert "### zoo, fxloom capture: warm (first)" in result.stdout
+    assert "| mlp_tiny | " in result.stdout

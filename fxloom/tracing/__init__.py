@@ -14,7 +14,9 @@ patches        what one trace patches (module calls and attribute reads, wrapped
                makes every patch stand aside while example values are computed
 conversions    ``bool``/``len``/``int``/``iter`` of a proxy (``to_bool``, ``length``,
                ``to_python``, ``iter``) and the run-time guards they record
-examples       example inputs: binding them, computing values on demand
+examples       example inputs: binding them, computing values on demand (on stand-ins,
+               for real where a question needs data)
+metadata_mode  running operators on stand-ins for their results' metadata only
 constants      tensors captured as graph constants (``_tensor_constant0``, ...)
 root_index     where the root's modules, parameters and buffers are
 module_stack   which modules the trace is inside (``nn_module_stack``)

@@ -3,7 +3,9 @@
 A traced value has no Python value while tracing. Without example inputs
 these conversions are refused with an error naming the line and a fix; with
 them, the example's value is used and a run-time guard is recorded that raises
-if another input would come out differently. Unpacking into a fixed number of
+if another input would come out differently. Sizes come from the stand-ins
+(``len(x)``, ``int(x.shape[0])``, a loop over rows); only a value that holds
+a tensor (``bool(x.sum() > 0)``) is computed for real (``Tracer.example_data``). Unpacking into a fixed number of
 names (``a, b = x.shape``) needs no value: the count is read from the caller's
 bytecode and guarded. ``Tracer.to_bool``, ``length``, ``to_python`` and
 ``iter`` delegate here.
@@ -33,7 +35,8 @@ __all__ = ["to_bool", "length", "to_python", "iterate"]
 
 def to_bool(tracer: Tracer, obj: Proxy) -> bool:
     """``bool(obj)``: the example's branch under a guard, refused without examples."""
-    if obj.value is NO_VALUE:
+    value = obj.value
+    if value is NO_VALUE:
         raise tracer.trace_error(
             "symbolically traced variables cannot be used as inputs to control flow",
             hint=(
@@ -42,7 +45,9 @@ def to_bool(tracer: Tracer, obj: Proxy) -> bool:
                 "or pass example_inputs so the branch is specialised under a run-time guard"
             ),
         )
-    return _specialize(tracer, obj, bool)
+    if isinstance(value, (tuple, list, dict)):  # whether it is empty: the stand-ins know
+        return _specialize(tracer, obj, bool, value)
+    return _specialize(tracer, obj, bool, tracer.example_data(obj))
 
 
 def length(tracer: Tracer, obj: Proxy) -> int:
@@ -56,7 +61,7 @@ def length(tracer: Tracer, obj: Proxy) -> int:
         )
     if isinstance(value, (torch.Size, tuple, list)):  # a rank or a tuple's arity: fixed
         return len(value)
-    return _specialize(tracer, obj, len)
+    return _specialize(tracer, obj, len, value)  # a tensor's length is a size: no data needed
 
 
 def to_python(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
@@ -70,7 +75,7 @@ def to_python(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
             "example_inputs to specialise on it under a run-time guard",
             kind=TypeError,  # what Python raises for int(obj) where obj has no __int__
         )
-    return _specialize(tracer, obj, convert)
+    return _specialize(tracer, obj, convert, tracer.example_data(obj))
 
 
 def iterate(tracer: Tracer, obj: Proxy) -> Iterator[Proxy]:
@@ -89,7 +94,7 @@ def iterate(tracer: Tracer, obj: Proxy) -> Iterator[Proxy]:
             return iter([obj[i] for i in range(len(value))])
         if isinstance(value, torch.Size):  # the rank, fixed by the input guards
             return iter([obj[i] for i in range(len(value))])
-        return _iterate_rows(tracer, obj, len(value))
+        return _iterate_rows(tracer, obj, value)
     count = unpack_length(user_frame())
     if count is not None:
         _check_unpack(tracer, obj, count)
@@ -130,15 +135,17 @@ def _variadic_parameter(obj: Proxy) -> str | None:
     return None
 
 
-def _specialize(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
-    """``convert(example value)``, plus a graph guard that it stays so at run time."""
+def _specialize(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any], value: Any) -> Any:
+    """``convert(value)`` (``obj``'s example value), plus a graph guard that it stays so at run
+    time. ``value`` has real tensors where ``convert`` reads data (``bool``, ``int``), stand-ins
+    are enough where it reads a size (``len``)."""
     guard = SPECIALIZATION_GUARDS.get(convert)
     if guard is None:
         raise TypeError(
             f"no run-time guard for specialising on {convert!r}; register one in "
             "fxloom.guards.SPECIALIZATION_GUARDS (conversion -> check(value, expected, where))"
         )
-    expected = convert(obj.value)
+    expected = convert(value)
     where = short_location(user_frame())
     tracer.create_proxy("call_function", guard, (obj, expected, where), {}, "guard")
     return expected
@@ -149,12 +156,12 @@ def _check_unpack(tracer: Tracer, obj: Proxy, count: int) -> None:
     tracer.create_proxy("call_function", check_length, (obj, count, where), {}, "guard")
 
 
-def _iterate_rows(tracer: Tracer, obj: Proxy, count: int) -> Iterator[Proxy]:
+def _iterate_rows(tracer: Tracer, obj: Proxy, value: Any) -> Iterator[Proxy]:
     """Rows of a tensor, lazily: only a loop that runs to the end depends on the length,
     so only then is a guard on it recorded (code that peeks at the first row does not)."""
-    for i in range(count):
+    for i in range(len(value)):
         yield obj[i]
-    _specialize(tracer, obj, len)
+    _specialize(tracer, obj, len, value)
 
 
 # Weak: generated forwards come and go, their code objects must not be kept alive here.
