@@ -96,7 +96,8 @@ class OutputSpec:
 
     def __str__(self) -> str:
         target = "" if self.target is None else f" target={self.target!r}"
-        return f"{self.arg.name}: {self.kind.name}{target}"
+        name = self.arg.name or repr(getattr(self.arg, "value", None))  # a constant: its value
+        return f"{name}: {self.kind.name}{target}"
 
 
 @dataclass

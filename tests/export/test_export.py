@@ -604,3 +604,41 @@ def test_the_module_of_a_program_deep_copies_and_pickles():
     x = torch.randn(5, 4)
     assert_close(copy.deepcopy(module)(x), model(x))
     assert_close(pickle.loads(pickle.dumps(module))(x), model(x))
+
+
+def test_non_tensor_and_repeated_outputs_keep_their_places():
+    class Mixed(nn.Module):
+        def forward(self, x, n: int = 3):
+            return x, x, x.shape[0] * n, None, x.view(-1)
+
+    x = torch.randn(2, 3)
+    ep = export(Mixed(), (x,))
+    assert [str(s) for s in ep.graph_signature.output_specs] == [
+        "x: USER_OUTPUT",
+        "x: USER_OUTPUT",
+        "6: USER_OUTPUT",
+        "None: USER_OUTPUT",
+        "view: USER_OUTPUT",
+    ]
+    got = ep.module()(x)
+    assert got[2] == 6 and got[3] is None and torch.equal(got[4], x.view(-1))
+
+
+def test_a_buffer_written_twice_is_one_mutation_with_the_final_value():
+    class Counts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x):
+            self.count += 1
+            self.count.add_(x.sum())
+            return x * self.count
+
+    model = Counts()
+    ep = export(model, (torch.ones(2),))
+    assert list(ep.graph_signature.buffers_to_mutate.values()) == ["count"]
+    assert model.count == 0  # export ran nothing for real
+    module = ep.module()
+    assert_close(module(torch.ones(2)), torch.full((2,), 3.0))
+    assert module.count == 3
