@@ -35,8 +35,9 @@ __all__ = ["StandIn", "DataDependentError"]
 _META = torch.device("meta")
 
 
-class DataDependentError(RuntimeError):
-    """An operator needed the data of a value that export only knows the shape of."""
+class DataDependentError(NotImplementedError):
+    """An operator needed the data of a value that only its metadata is known of (a
+    ``NotImplementedError``, as torch's missing meta kernels raise, and so a ``RuntimeError``)."""
 
 
 class StandIn(torch.Tensor):
@@ -65,15 +66,16 @@ class StandIn(torch.Tensor):
         super().__init__()
 
     @classmethod
-    def like(cls, tensor: torch.Tensor) -> StandIn:
-        """A stand-in with ``tensor``'s size, strides, dtype, device and ``requires_grad``."""
+    def like(cls, tensor: torch.Tensor, device: torch.device | None = None) -> StandIn:
+        """A stand-in with ``tensor``'s size, strides, dtype, device (or ``device``) and
+        ``requires_grad``."""
         meta = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device=_META)
         if tensor.storage_offset():
             meta = torch.empty(
                 tensor.storage_offset() + _extent(tensor), dtype=tensor.dtype, device=_META
             ).as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
         meta.requires_grad_(tensor.requires_grad and tensor.is_floating_point())
-        return cls(meta, tensor.device)
+        return cls(meta, tensor.device if device is None else device)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         return f"StandIn(size={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"

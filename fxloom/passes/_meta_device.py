@@ -1,37 +1,40 @@
-"""Running graph nodes on the meta device: shapes, dtypes and strides without data or compute.
+"""Running graph nodes in meta mode: shapes, dtypes and strides without data or compute.
 
-A meta tensor has a shape, dtype and strides but no storage, and PyTorch's meta kernels compute
-an operator's output metadata without touching data. ``MetaRunner`` holds what a meta run of one
-module needs and reuses it from run to run:
+Meta mode runs on stand-ins (``fxloom.export.stand_in``): tensors with a shape, dtype and
+strides but no storage, whose operators torch's meta kernels answer, under
+``fxloom.tracing.metadata_mode.MetadataMode``, which reads every real tensor an operator meets
+(parameters, buffers) as a stand-in of itself and makes tensor factories return stand-ins, so
+the real weights are never copied and never touched. What is left to this module:
 
-* inputs (``meta_input``): tensors become meta tensors of the same shape, dtype, strides and
-  ``requires_grad``; ``(shape, dtype)`` pairs and ``torch.Size`` values become empty meta tensors;
-* attributes read by ``get_attr``: a meta twin of each parameter or buffer, made once per target;
-* modules called by ``call_module``: run with ``torch.func.functional_call`` on meta twins of
-  their parameters and buffers (made once per module), so the real weights are never copied
-  and never touched;
-* device arguments (``x.to(device=torch.device("cpu"))``, ``device="cpu"``, ``x.cpu()``): sent
-  to the meta device, so values stay on it;
-* ``META_FUNCTIONS``: call_function targets that run differently on the meta device, because
-  their meta kernel is missing or lays its output out unlike the CPU kernel does. Add an entry
+* inputs (``meta_input``): tensors become stand-ins of the same shape, dtype, strides and
+  ``requires_grad``; ``(shape, dtype)`` pairs and ``torch.Size`` values become stand-ins too;
+* device arguments (``x.to(device=torch.device("cuda"))``, ``device="cuda"``, ``x.cuda()``):
+  sent to the stand-ins' device, so a CPU-only machine can propagate shapes of a program
+  written for another device;
+* ``META_FUNCTIONS``: call_function targets that run differently in meta mode, because their
+  meta kernel is missing or lays its output out unlike the CPU kernel does. Add an entry
   (same signature as the target) for an operator of your own that has no meta kernel.
 
-Depends on: torch (meta tensors, ``torch.func.functional_call``); ``fxloom.pytree``.
+Depends on: torch (meta tensors); ``fxloom.pytree``; ``fxloom.export.stand_in``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend
 
+from fxloom.export.stand_in import StandIn
 from fxloom.pytree import tree_any, tree_map
 
 __all__ = ["META_FUNCTIONS", "MetaRunner", "meta_input", "is_shape_spec"]
 
 META = torch.device("meta")
+# Where meta mode's stand-ins say they live: every device in the graph is sent here (shapes do not
+# depend on the device, and a CPU-only machine can propagate a program written for CUDA).
+STAND_IN_DEVICE = torch.device("cpu")
 # Methods that only move a tensor between devices: on the meta device they leave it where it is.
 _DEVICE_MOVES = frozenset({"cpu", "cuda", "pin_memory"})
 
@@ -90,20 +93,27 @@ def is_shape_spec(value: Any) -> bool:
 
 
 def meta_input(value: Any, name: str) -> Any:
-    """``value`` with every tensor and shape spec in it replaced by a meta tensor.
+    """``value`` with every tensor and shape spec in it replaced by a stand-in.
 
-    Containers (``fxloom.pytree``'s) are rebuilt in its ``"plain"`` form;
-    ``name`` (the graph input) is used in errors only.
+    Stand-ins (``fxloom.export.stand_in``) have a tensor's shape, strides, dtype and
+    ``requires_grad`` and no data; a spec's stand-in is on the CPU. Containers
+    (``fxloom.pytree``'s) are rebuilt in its ``"plain"`` form; ``name`` (the graph input) is
+    used in errors only.
     """
 
     def to_meta(leaf: Any) -> Any:
         if is_shape_spec(leaf):
             if isinstance(leaf, torch.Size):
-                return torch.empty(leaf, device=META)
+                return StandIn.like(torch.empty(leaf, device=META), STAND_IN_DEVICE)
             shape, dtype = leaf
-            return torch.empty(tuple(shape), dtype=dtype, device=META)
+            return StandIn.like(
+                torch.empty(tuple(shape), dtype=dtype, device=META), STAND_IN_DEVICE
+            )
+        if isinstance(leaf, StandIn):
+            return leaf
         if isinstance(leaf, torch.Tensor):
-            return meta_twin(leaf, name)
+            meta_twin(leaf, name)  # refuses what has no meta form (quantized tensors)
+            return StandIn.like(leaf, STAND_IN_DEVICE)
         return leaf
 
     return tree_map(to_meta, value, mode="plain", is_leaf=is_shape_spec)
@@ -129,45 +139,9 @@ def meta_twin(tensor: torch.Tensor, what: str) -> torch.Tensor:
     return twin
 
 
-def _meta_value(value: Any, what: str) -> Any:
-    """A module attribute on the meta device: tensors twinned, anything else as it is."""
-    if isinstance(value, torch.Tensor):
-        return meta_twin(value, what)
-    return value
-
-
 class MetaRunner:
-    """Meta-device counterparts of a module's attributes and submodules, cached per target.
-
-    A cached twin is reused while the module still holds the same object at that target, and
-    remade when it has been replaced.
-    """
-
-    def __init__(self) -> None:
-        self._attributes: dict[str, tuple[Any, Any]] = {}  # target -> (real value, meta value)
-        self._module_states: dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor]]] = {}
-
-    def attribute(self, target: str, value: Any) -> Any:
-        """The meta twin of ``value``, the module attribute at ``target``."""
-        cached = self._attributes.get(target)
-        if cached is not None and cached[0] is value:
-            return cached[1]
-        twin = _meta_value(value, f"attribute {target!r}")
-        self._attributes[target] = (value, twin)
-        return twin
-
-    def call_module(
-        self, target: str, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """``module(*args, **kwargs)`` with its parameters and buffers replaced by meta twins."""
-        cached = self._module_states.get(target)
-        if cached is None or cached[0] is not module:
-            cached = (module, _meta_state(module, target))
-            self._module_states[target] = cached
-        state = cached[1]
-        if not state:  # nothing to replace: a plain call is cheaper than functional_call
-            return module(*args, **kwargs)
-        return torch.func.functional_call(module, state, args, kwargs)
+    """How meta mode treats devices: moves between devices are no-ops, and every device named in
+    the graph becomes the stand-ins' device (``STAND_IN_DEVICE``)."""
 
     @staticmethod
     def method_on_meta(name: str, args: tuple[Any, ...]) -> bool:
@@ -185,10 +159,12 @@ class MetaRunner:
         """
         args = tuple(_device_to_meta(arg) for arg in args)
         if method == "to" and len(args) > 1 and isinstance(args[1], str):
-            args = (args[0], META, *args[2:])
+            args = (args[0], STAND_IN_DEVICE, *args[2:])
         if kwargs:
             kwargs = {
-                key: META if key == "device" and value is not None else _device_to_meta(value)
+                key: STAND_IN_DEVICE
+                if key == "device" and value is not None
+                else _device_to_meta(value)
                 for key, value in kwargs.items()
             }
         return args, kwargs
@@ -197,21 +173,8 @@ class MetaRunner:
 def _device_to_meta(value: Any) -> Any:
     if not tree_any(_is_device, value):
         return value  # the usual case: nothing to rebuild
-    return tree_map(lambda leaf: META if _is_device(leaf) else leaf, value)
+    return tree_map(lambda leaf: STAND_IN_DEVICE if _is_device(leaf) else leaf, value)
 
 
 def _is_device(value: Any) -> bool:
     return isinstance(value, torch.device)
-
-
-def _meta_state(module: torch.nn.Module, target: str) -> dict[str, torch.Tensor]:
-    """Meta twins of ``module``'s parameters and buffers, by name (tied ones once)."""
-    state: dict[str, torch.Tensor] = {}
-    named: Sequence[tuple[str, torch.Tensor]] = [
-        *module.named_parameters(),
-        *module.named_buffers(),
-    ]
-    for name, tensor in named:
-        if tensor.device.type != "meta":
-            state[name] = meta_twin(tensor, f"{target}.{name}")
-    return state

@@ -13,20 +13,23 @@
   earlier run is removed.
 * ``meta["type"]``: the Python type of the node's value.
 
-**Meta mode.** ``ShapeProp(gm).propagate_meta(*specs)`` does the same on the meta device: no
-data, no compute, no memory beyond the graph's metadata; a ResNet-50 at batch 256 takes a few
-tens of milliseconds. Inputs may be tensors (on any device; only their shape, dtype, strides and
-``requires_grad`` are used), ``(shape, dtype)`` pairs, or ``torch.Size`` values (float32).
-Submodules run with meta twins of their parameters and buffers (made once per module and
-reused by later runs); the real weights are neither copied nor touched. Devices named in the
-graph (``x.to("cpu")``, ``device=...``) become the meta device, and tensor factories make meta
-tensors. Meta mode records what a real run on the CPU records (``tensor_meta`` holds no device):
-where the CPU kernel lays its output out differently from the meta kernel, ``META_FUNCTIONS``
-(a table keyed by call_function target, which users can extend) runs a stand-in, as for
-``F.scaled_dot_product_attention``. An operator with no meta kernel, or one that needs the data
-(``nonzero``, ``.item()``, ``.tolist()``, a branch on a value), raises a ``ShapePropError``
-naming the node: give it a ``META_FUNCTIONS`` entry, or propagate in real mode. (The first meta
-run in a process takes a few seconds more while torch loads its Python meta kernels.)
+**Meta mode.** ``ShapeProp(gm).propagate_meta(*specs)`` does the same on stand-ins
+(``fxloom.export.stand_in``: tensors with metadata and no data, the ones export and tracing with
+example inputs use): no data, no compute, no memory beyond the graph's metadata; a ResNet-50 at
+any batch takes a few milliseconds, as results are remembered by the metadata of each call, so
+repeated layers cost one meta kernel call. Inputs may be tensors (on any device; only their
+shape, dtype, strides and ``requires_grad`` are used), ``(shape, dtype)`` pairs, or
+``torch.Size`` values (float32). Weights are read as stand-ins of themselves; the real weights
+are neither copied nor touched, and in-place updates (batch norm statistics) reach no real
+tensor. Devices named in the graph (``x.to("cuda")``, ``device=...``) become the CPU, and tensor
+factories make stand-ins. The output is returned as meta tensors. Meta mode records what a real
+run on the CPU records (``tensor_meta`` holds no device): where the CPU kernel lays its output
+out differently from the meta kernel, ``META_FUNCTIONS`` (a table keyed by call_function
+target, which users can extend) runs a stand-in, as for ``F.scaled_dot_product_attention``. An
+operator with no meta kernel, or one that needs the data (``nonzero``, ``.item()``,
+``.tolist()``, a branch on a value), raises a ``ShapePropError`` naming the node: give it a
+``META_FUNCTIONS`` entry, or propagate in real mode. (The first meta run in a process takes a
+few seconds more while torch loads its Python meta kernels.)
 
 **Exported programs.** ``ShapeProp(ep)`` takes an ``ExportedProgram`` (``fxloom.export``) and
 runs its ATen graph, ``ep.graph_module``: the placeholders that lift parameters, buffers and
@@ -43,7 +46,7 @@ added or overwritten on every node that runs (all of them, unless ``run`` is giv
 The metadata is written only once the whole graph has run: a run that fails leaves every
 node's ``meta`` as it was.
 
-Depends on: ``fxloom.interpreter``; ``torch.func`` for meta mode; ``fxloom.export``'s program
+Depends on: ``fxloom.interpreter``; ``fxloom.tracing.metadata_mode`` for meta mode; ``fxloom.export``'s program
 and signature (through ``_exported``) for exported programs.
 """
 
@@ -56,11 +59,13 @@ import torch
 from fxloom import attr_path
 from fxloom._format import qualified_name
 from fxloom.export.program import ExportedProgram
+from fxloom.export.stand_in import StandIn
 from fxloom.interpreter import Interpreter
 from fxloom.node import Node, Target
 from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes._meta_device import META_FUNCTIONS, MetaRunner, meta_input
 from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any, tree_map
+from fxloom.tracing.metadata_mode import MetadataMode
 
 __all__ = [
     "META_FUNCTIONS",
@@ -148,6 +153,10 @@ def _describe(value: Any) -> Any:
     return tree_map(_tensor_metadata, value, mode="plain")
 
 
+def _meta_form(value: Any) -> Any:
+    return value._meta if isinstance(value, StandIn) else value
+
+
 def _tensor_metadata(value: Any) -> Any:
     return extract_tensor_metadata(value) if isinstance(value, torch.Tensor) else value
 
@@ -184,8 +193,7 @@ class ShapeProp(Interpreter):
         self._lifted = {name: lifted.tensor for name, lifted in lifted_state(module).items()}
         super().__init__(graph_module_of(module), garbage_collect_values)
         self._bound: dict[str, Any] | None = None  # inputs by placeholder target, while running
-        self._meta_runner: MetaRunner | None = None  # set while running on the meta device
-        self._meta_cache = MetaRunner()  # kept between runs: meta twins of weights
+        self._meta_runner: MetaRunner | None = None  # set while running in meta mode
         self._recorded: dict[Node, Any] = {}
 
     # ---------------------------------------------------------------- entry points
@@ -210,10 +218,14 @@ class ShapeProp(Interpreter):
         for name, value in bound.items():
             bound[name] = self._to_meta(name, value)
         self._bound = bound
-        self._meta_runner = self._meta_cache
+        self._meta_runner = MetaRunner()
         try:
-            with torch.device("meta"):  # tensor factories in the graph make meta tensors too
-                return self.run()
+            # Every operator runs on stand-ins: weights and other real tensors are read as
+            # stand-ins of themselves, tensor factories make stand-ins, nothing real changes.
+            with MetadataMode():
+                result = self.run()
+            # What meta mode has always returned: meta tensors (a stand-in's own form).
+            return tree_map(_meta_form, result, mode="plain")
         finally:
             self._bound = None
             self._meta_runner = None
@@ -239,7 +251,8 @@ class ShapeProp(Interpreter):
         except Exception as error:
             raise ShapePropError(self._explain_failure(n, error)) from error
         # Described now, while the value is alive (the interpreter may release it right after).
-        self._recorded[n] = (_describe(value) if _holds_tensor(value) else None, type(value))
+        value_type = torch.Tensor if type(value) is StandIn else type(value)
+        self._recorded[n] = (_describe(value) if _holds_tensor(value) else None, value_type)
         return value
 
     def placeholder(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -249,11 +262,8 @@ class ShapeProp(Interpreter):
         return self._bound[str(target)]
 
     def get_attr(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The attribute at ``target``; on the meta device, its meta twin."""
-        value = super().get_attr(target, args, kwargs)
-        if self._meta_runner is None:
-            return value
-        return self._meta_runner.attribute(str(target), value)
+        """The attribute at ``target`` (in meta mode, operators read it as a stand-in)."""
+        return super().get_attr(target, args, kwargs)
 
     def call_function(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``target(*args, **kwargs)``; on the meta device, with devices sent to meta."""
@@ -272,11 +282,8 @@ class ShapeProp(Interpreter):
         return super().call_method(target, args, kwargs)
 
     def call_module(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Call the submodule; on the meta device, with meta twins of its weights."""
-        if self._meta_runner is None:
-            return super().call_module(target, args, kwargs)
-        module = self.fetch_attr(str(target))
-        return self._meta_runner.call_module(str(target), module, args, kwargs)
+        """Call the submodule (in meta mode its weights are read as stand-ins)."""
+        return super().call_module(target, args, kwargs)
 
     # ------------------------------------------------------------------ helpers
     def _bind_inputs(
@@ -401,6 +408,8 @@ def _summarise(value: Any) -> str:
     """A short description of argument values: tensors as ``Tensor[2, 3] float32 (meta)``."""
     if isinstance(value, torch.Tensor):
         device = f" ({value.device.type})" if value.device.type != "cpu" else ""
+        if isinstance(value, StandIn):  # meta mode: no data
+            device = " (stand-in)"
         shape = ", ".join(str(size) for size in value.shape)
         return f"Tensor[{shape}] {str(value.dtype).removeprefix('torch.')}{device}"
     entry = container_type(type(value))

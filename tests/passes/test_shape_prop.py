@@ -243,7 +243,7 @@ def test_an_op_without_a_meta_kernel_names_the_node_and_suggests_real_mode():
     assert (
         "%nonzero" in message
         and "torch.nonzero" in message
-        and "Tensor[4] float32 (meta)" in message
+        and "Tensor[4] float32 (stand-in)" in message
     )
     assert "real mode" in message and "META_FUNCTIONS" in message
     assert isinstance(caught.value.__cause__, NotImplementedError)
