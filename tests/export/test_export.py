@@ -642,3 +642,31 @@ def test_a_buffer_written_twice_is_one_mutation_with_the_final_value():
     module = ep.module()
     assert_close(module(torch.ones(2)), torch.full((2,), 3.0))
     assert module.count == 3
+
+
+class Span:
+    """A user class registered as a container: its tensors are inputs, its label is fixed."""
+
+    def __init__(self, start: torch.Tensor, end: torch.Tensor, label: str) -> None:
+        self.start, self.end, self.label = start, end, label
+
+
+fxloom.pytree.register_pytree_node(
+    Span,
+    lambda span: ([span.start, span.end], span.label),
+    lambda children, label: Span(*children, label),
+)
+
+
+def test_a_user_registered_container_is_flattened_in_and_rebuilt_out():
+    class Widen(nn.Module):
+        def forward(self, span: Span) -> Span:
+            return Span(span.start - 1, span.end + 1, span.label.upper())
+
+    span = Span(torch.zeros(2), torch.ones(2), "a")
+    ep = export(Widen(), (span,))
+    assert [s.arg.name for s in ep.graph_signature.input_specs] == ["span_0", "span_1"]
+    out = ep.module()(Span(torch.ones(2), torch.ones(2), "a"))
+    assert isinstance(out, Span) and out.label == "A"
+    assert_close(out.start, torch.zeros(2))
+    assert_close(out.end, torch.full((2,), 2.0))
