@@ -70,9 +70,14 @@ class QuantPlan:
 
 
 def table_key(node: Node, gm: GraphModule) -> Any:
-    """What the tables are keyed by: a module's class, the function, or the method name."""
+    """What the tables are keyed by: a module's class, the function, or the method name.
+
+    A layer for quantization-aware training stands for the float class it was made from
+    (its ``float_class``: ``qat_modules``).
+    """
     if node.op == "call_module":
-        return type(gm.get_submodule(node.target))
+        cls = type(gm.get_submodule(node.target))
+        return getattr(cls, "float_class", cls)
     return node.target
 
 
