@@ -33,10 +33,13 @@ int8 and what stayed float, and why::
 ``prepare_qat(model, example_inputs)`` is the same with fake quantization instead of
 observers, for fine-tuning with int8 rounding in the loop before the same ``convert``.
 
+``prepare`` also takes an ``fxloom.export`` program: its weighted ATen operators become
+layers again (``exported.lift_layers``) and the same flow follows.
+
 Modules: ``observers`` (what observes), ``config`` (what to quantize, how), ``table`` (the
 quantized replacements: extend it for your layers), ``plan`` (decisions per node),
 ``prepare``, ``calibrate``, ``convert``, ``report``; for QAT ``fake_quantize``, ``qat_modules``,
-``qat``.
+``qat``; ``exported``.
 
 Depends on: the IR, the tracer's entry point, ``fxloom.passes`` (fuse, shape_prop), torch's
 quantized kernels.

@@ -204,6 +204,8 @@ def _calls(node: Node, key: Any) -> str:
         return f"{key.__name__} {node.target}"
     if node.op == "call_method":
         return f".{node.target}()"
+    if isinstance(key, torch._ops.OpOverload):
+        return str(key)  # aten.elu.default
     module = getattr(key, "__module__", None) or ""
     name = getattr(key, "__name__", repr(key))
     prefix = {"_operator": "operator.", "torch": "torch.", "torch.nn.functional": "F."}

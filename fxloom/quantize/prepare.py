@@ -34,6 +34,7 @@ from fxloom.passes.fuse import fuse
 from fxloom.passes.shape_prop import ShapeProp
 from fxloom.quantize.config import QuantConfig
 from fxloom.quantize.errors import QuantizeError
+from fxloom.quantize.exported import is_exported_program, lift_layers
 from fxloom.quantize.observers import Observer
 from fxloom.quantize.plan import QuantPlan, plan_dynamic, plan_static
 
@@ -48,7 +49,9 @@ def prepare(
     """A traced copy of ``model`` with observers, ready to calibrate and ``convert``.
 
     Args:
-        model: an ``nn.Module`` in eval mode (traced here) or a ``GraphModule``.
+        model: an ``nn.Module`` in eval mode (traced here), a ``GraphModule``, or an
+            ``fxloom.export`` program (its weighted operators lifted to layers:
+            ``quantize.exported``).
         example_inputs: the positional inputs of one forward (a tuple), or inputs by name.
         config: what to quantize and how; ``QuantConfig()`` (static, x86) by default.
 
@@ -70,6 +73,8 @@ def prepare(
         return _1_observer
     """
     config = QuantConfig() if config is None else config
+    if is_exported_program(model):  # its operator-level graph, weighted operators as layers
+        model = lift_layers(model.module()).eval()
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"prepare() takes an nn.Module, got {type(model).__name__}")
     if model.training:
