@@ -11,6 +11,7 @@ traced model):
     aten.convolution(x, w, b, ..., groups)       -> nn.Conv1d/2d/3d (not transposed)
       followed by aten._native_batch_norm_legit_no_training(...)[0]
                                                  -> the same conv, the batch norm folded in
+    aten.max_pool2d_with_indices(...)[0]         -> aten.max_pool2d (indices unused)
 
 Everything else stays an ATen call; ``table`` lists the ATen operators with int8 kernels
 (``aten.add.Tensor``, ``aten.relu.default``, views, ...). ``prepare(ep, example_inputs)`` does
@@ -226,9 +227,25 @@ def _is(value: Any, target: Any) -> bool:
     return isinstance(value, Node) and value.op == "call_function" and value.target is target
 
 
-# ATen operator -> how to lift it to a layer (does nothing where the pattern does not match)
+def _max_pool_without_indices(gm: GraphModule, node: Node) -> None:
+    """``max_pool2d_with_indices(...)[0]``, indices unused -> ``max_pool2d`` (an int8 kernel)."""
+    users = list(node.users)
+    if len(users) != 1 or users[0].target is not operator.getitem or users[0].args[1] != 0:
+        return
+    (user,) = users
+    with gm.graph.inserting_before(node):
+        pool = gm.graph.call_function(aten.max_pool2d.default, node.args, node.kwargs)
+    pool.meta = dict(user.meta)
+    user.replace_all_uses_with(pool)
+    gm.graph.erase_node(user)
+    gm.graph.erase_node(node)
+
+
+# ATen operator -> how to lift it to a layer, or to an operator with an int8 kernel (each
+# does nothing where its pattern does not match)
 LIFTS: dict[Any, Callable[[GraphModule, Node], None]] = {
     aten.addmm.default: _lift_addmm,
     aten.linear.default: _lift_linear,
     aten.convolution.default: _lift_convolution,
+    aten.max_pool2d_with_indices.default: _max_pool_without_indices,
 }
