@@ -117,6 +117,32 @@ def test_an_exported_program_that_differs_from_eager_fails_the_demo(monkeypatch)
     assert "MISMATCH: the exported program differ" in console.file.getvalue()
 
 
+def test_demo_quantizes_a_model_and_reports_its_speedup_error_and_float_fallbacks(demo_run) -> None:
+    result = demo_run
+    assert result.returncode == 0, result.stdout + result.stderr
+    quantized = result.stdout[result.stdout.index("Quantize a model to int8: deeprec_tiny") :]
+    quantized = " ".join(quantized.split())
+    assert "latency on the example: fp32 " in quantized and "error against fp32" in quantized
+    assert "static int8, engine x86: 6 int8, 5 float" in quantized
+    assert "within relative error 0.1 and cosine 0.99 of fp32: True" in quantized
+    assert "the int8 model is close to fp32" in quantized  # the final verdict
+
+
+def test_an_int8_model_far_from_fp32_fails_the_demo(monkeypatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from fxloom.cli import demo, demo_quantize
+
+    monkeypatch.setattr(demo_quantize, "MAX_RELATIVE_ERROR", 0.0)
+    console = Console(file=io.StringIO(), width=100, no_color=True)
+    state = demo.DemoState(console=console, results_match=True, traced_match=True)
+    demo_quantize.quantize_model(state)
+    assert demo._summarise(state) == 1
+    assert "the int8 deeprec_tiny (too far from fp32)" in console.file.getvalue()
+
+
 def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch, tmp_path) -> None:
     import io
 

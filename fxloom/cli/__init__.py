@@ -4,8 +4,8 @@ Usage: ``fxloom COMMAND [options]`` (or ``python -m fxloom COMMAND``). Run ``fxl
 
 This module holds the parser, the subcommand table and ``main``; each command's work lives in
 a module of its own beside it: ``demo`` (the guided tour, with its pass steps in
-``demo_passes``), ``cost``, ``draw`` and ``export`` (all three read their MODEL argument with
-``model_spec``).
+``demo_passes``), ``cost``, ``draw``, ``export`` and ``quantize`` (all four read their MODEL
+argument with ``model_spec``).
 Nothing in the library imports from this package (tests/test_layers.py checks).
 
 Subcommands are rows of one table, ``SUBCOMMANDS``. To add one, write a ``_run_<name>(args)``
@@ -105,6 +105,18 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_arguments(parser)
 
 
+def _run_quantize(args: argparse.Namespace) -> int:
+    from fxloom.cli import quantize
+
+    return quantize.run(args)
+
+
+def _add_quantize_arguments(parser: argparse.ArgumentParser) -> None:
+    from fxloom.cli import quantize
+
+    quantize.add_arguments(parser)
+
+
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         name="cost",
@@ -185,6 +197,30 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         ),
         run=_run_export,
         add_arguments=_add_export_arguments,
+    ),
+    Subcommand(
+        name="quantize",
+        summary="quantize a model to int8; print its speedup, its error and what stayed float",
+        description=(
+            "Quantize MODEL with fxloom.quantize: static mode (default) prepares it\n"
+            "(fuses batch norms, inserts observers), calibrates it on --batches random\n"
+            "batches shaped like its example inputs (or on --data FILE.pt) and converts\n"
+            "it to torch's int8 kernels; dynamic mode quantizes Linear/LSTM/GRU weights\n"
+            "and quantizes activations at run time (no calibration). Then prints the fp32\n"
+            "and int8 latency on the example inputs (one thread), the int8 output's\n"
+            "relative error and cosine similarity against fp32, and the report: each\n"
+            "operator int8 or float, and why.\n\n"
+            "MODEL is an embedded zoo model (deeprec_tiny, cnn_small, resnet_tiny, ...)\n"
+            "or package.module:factory, a function returning (module, example_inputs)\n"
+            "with the inputs as a tuple or a dict.\n\n"
+            "examples:\n"
+            "  fxloom quantize deeprec_tiny\n"
+            "  fxloom quantize cnn_small --engine qnnpack --batches 16 --batch-size 4\n"
+            "  fxloom quantize deeprec --mode dynamic\n"
+            "  fxloom quantize mypkg.models:build --data calibration.pt --batch-size 32"
+        ),
+        run=_run_quantize,
+        add_arguments=_add_quantize_arguments,
     ),
     Subcommand(
         name="version",

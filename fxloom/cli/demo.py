@@ -10,7 +10,9 @@ traced modules against the models run eagerly. Last, the passes (``fxloom.cli.de
 shapes propagated into ``node.meta``, a cost table for ResNet-50, batch norms fused into
 convolutions (with the latency change), and a drawing of a graph; then export
 (``fxloom.cli.demo_export``): a zoo model exported to ATen operators, its signature summary,
-its cost, and ``ep.module()`` checked against eager. The final verdict covers every check.
+its cost, and ``ep.module()`` checked against eager; last, quantization
+(``fxloom.cli.demo_quantize``): a zoo model to int8, its speedup, error and report. The final
+verdict covers every check.
 
 Each step is a function of the shared ``DemoState``; ``STEPS`` lists them in order. To extend
 the tour (passes, export, ...), write a step function and add a row to ``STEPS``.
@@ -38,7 +40,7 @@ from torch import nn
 
 import fxloom
 from fxloom import zoo
-from fxloom.cli import demo_export, demo_passes
+from fxloom.cli import demo_export, demo_passes, demo_quantize
 
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
@@ -95,6 +97,7 @@ class DemoState:
     traced_match: bool | None = None
     passes_match: bool = True  # False once a transformed model differs from eager
     export_match: bool = True  # False when an exported program differs from eager
+    quantize_match: bool = True  # False when the int8 model is too far from fp32
     drawing_dir: Path = field(default_factory=lambda: Path("fxloom-demo"))
 
 
@@ -255,6 +258,7 @@ STEPS: tuple[Step, ...] = (
     Step("Fuse batch norms into convolutions: ResNet-50", demo_passes.fuse_batch_norms),
     Step("Draw a traced graph", demo_passes.draw_graph),
     Step(f"Export a model to ATen operators: {demo_export.EXPORT_MODEL}", demo_export.export_model),
+    Step(f"Quantize a model to int8: {demo_quantize.QUANTIZE_MODEL}", demo_quantize.quantize_model),
 )
 
 
@@ -276,11 +280,12 @@ def run(console: Console | None = None, drawing_dir: str | Path = "fxloom-demo")
 
 
 def _summarise(state: DemoState) -> int:
-    if state.results_match and state.traced_match and state.passes_match and state.export_match:
+    checks = (state.results_match, state.traced_match, state.passes_match, state.export_match)
+    if all(checks) and state.quantize_match:
         message = (
             "The generated code ran: the hand-built graph, the traced "
             f"{', '.join(state.traced)}, the fused model and the exported program match eager "
-            "PyTorch."
+            "PyTorch; the int8 model is close to fp32."
         )
         state.console.print(Panel(message, title="OK", border_style="green", expand=False))
         return 0
@@ -294,6 +299,8 @@ def _summarise(state: DemoState) -> int:
         )
         if not ok
     ]
+    if not state.quantize_match:
+        failed.append(f"the int8 {demo_quantize.QUANTIZE_MODEL} (too far from fp32)")
     message = f"MISMATCH: {' and '.join(failed)} differ from eager PyTorch."
     state.console.print(Panel(message, title="FAILED", border_style="red", expand=False))
     return 1

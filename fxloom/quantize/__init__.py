@@ -30,9 +30,16 @@ int8 and what stayed float, and why::
     >>> [row.calls for row in report(quantized).quantized]
     ['Linear 0', 'Linear 2']
 
+``prepare_qat(model, example_inputs)`` is the same with fake quantization instead of
+observers, for fine-tuning with int8 rounding in the loop before the same ``convert``.
+
+``prepare`` also takes an ``fxloom.export`` program: its weighted ATen operators become
+layers again (``exported.lift_layers``) and the same flow follows.
+
 Modules: ``observers`` (what observes), ``config`` (what to quantize, how), ``table`` (the
 quantized replacements: extend it for your layers), ``plan`` (decisions per node),
-``prepare``, ``calibrate``, ``convert``, ``report``.
+``prepare``, ``calibrate``, ``convert``, ``report``; for QAT ``fake_quantize``, ``qat_modules``,
+``qat``; ``exported``.
 
 Depends on: the IR, the tracer's entry point, ``fxloom.passes`` (fuse, shape_prop), torch's
 quantized kernels.
@@ -52,6 +59,7 @@ from fxloom.quantize.observers import (
     PerChannelMinMaxObserver,
 )
 from fxloom.quantize.prepare import prepare
+from fxloom.quantize.qat import prepare_qat
 from fxloom.quantize.report import QuantReport, report
 
 __all__ = [
@@ -67,5 +75,6 @@ __all__ = [
     "calibrate",
     "convert",
     "prepare",
+    "prepare_qat",
     "report",
 ]

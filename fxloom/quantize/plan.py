@@ -70,9 +70,14 @@ class QuantPlan:
 
 
 def table_key(node: Node, gm: GraphModule) -> Any:
-    """What the tables are keyed by: a module's class, the function, or the method name."""
+    """What the tables are keyed by: a module's class, the function, or the method name.
+
+    A layer for quantization-aware training stands for the float class it was made from
+    (its ``float_class``: ``qat_modules``).
+    """
     if node.op == "call_module":
-        return type(gm.get_submodule(node.target))
+        cls = type(gm.get_submodule(node.target))
+        return getattr(cls, "float_class", cls)
     return node.target
 
 
@@ -199,6 +204,8 @@ def _calls(node: Node, key: Any) -> str:
         return f"{key.__name__} {node.target}"
     if node.op == "call_method":
         return f".{node.target}()"
+    if isinstance(key, torch._ops.OpOverload):
+        return str(key)  # aten.elu.default
     module = getattr(key, "__module__", None) or ""
     name = getattr(key, "__name__", repr(key))
     prefix = {"_operator": "operator.", "torch": "torch.", "torch.nn.functional": "F."}

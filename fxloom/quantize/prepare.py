@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,6 +34,8 @@ from fxloom.passes.fuse import fuse
 from fxloom.passes.shape_prop import ShapeProp
 from fxloom.quantize.config import QuantConfig
 from fxloom.quantize.errors import QuantizeError
+from fxloom.quantize.exported import is_exported_program, lift_layers
+from fxloom.quantize.observers import Observer
 from fxloom.quantize.plan import QuantPlan, plan_dynamic, plan_static
 
 __all__ = ["prepare"]
@@ -46,7 +49,9 @@ def prepare(
     """A traced copy of ``model`` with observers, ready to calibrate and ``convert``.
 
     Args:
-        model: an ``nn.Module`` in eval mode (traced here) or a ``GraphModule``.
+        model: an ``nn.Module`` in eval mode (traced here), a ``GraphModule``, or an
+            ``fxloom.export`` program (its weighted operators lifted to layers:
+            ``quantize.exported``).
         example_inputs: the positional inputs of one forward (a tuple), or inputs by name.
         config: what to quantize and how; ``QuantConfig()`` (static, x86) by default.
 
@@ -68,6 +73,8 @@ def prepare(
         return _1_observer
     """
     config = QuantConfig() if config is None else config
+    if is_exported_program(model):  # its operator-level graph, weighted operators as layers
+        model = lift_layers(model.module()).eval()
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"prepare() takes an nn.Module, got {type(model).__name__}")
     if model.training:
@@ -120,7 +127,10 @@ def _propagate_shapes(gm: GraphModule, inputs: tuple | dict) -> None:
         ) from err
 
 
-def _insert_observers(gm: GraphModule, plan: QuantPlan) -> None:
+def _insert_observers(
+    gm: GraphModule, plan: QuantPlan, wrap: Callable[[Observer], torch.nn.Module] | None = None
+) -> None:
+    """An observer after every observed value (``wrap(observer)`` in its place if given)."""
     graph = gm.graph
     engine = plan.config.engine
     for node in list(graph.nodes):
@@ -128,10 +138,11 @@ def _insert_observers(gm: GraphModule, plan: QuantPlan) -> None:
         if spec is None:
             continue
         name = _free_name(gm, f"{node.name}_observer")
-        gm.add_submodule(name, spec.activation_observer(engine))
+        observer = spec.activation_observer(engine)
+        gm.add_submodule(name, observer if wrap is None else wrap(observer))
         with graph.inserting_after(node):
-            observer = graph.call_module(name, (node,))
-        node.replace_all_uses_with(observer, functools.partial(operator.is_not, observer))
+            observing = graph.call_module(name, (node,))
+        node.replace_all_uses_with(observing, functools.partial(operator.is_not, observing))
         plan.observers[name] = node.name
     gm.recompile()
 

@@ -52,6 +52,8 @@ from torch import nn
 
 from fxloom.quantize.observers import Observer
 
+aten = torch.ops.aten
+
 __all__ = [
     "DYNAMIC_MODULES",
     "FLOAT_IO",
@@ -131,9 +133,12 @@ STATIC_OPS: dict[Any, QuantizedModule | QuantizedFunction] = {
     torch.add: QuantizedFunction(torch.ops.quantized.add, torch.ops.quantized.add_relu),
     operator.mul: QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu),
     torch.mul: QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu),
+    # exported programs (``quantize.exported`` lifts their weighted operators to layers)
+    aten.add.Tensor: QuantizedFunction(torch.ops.quantized.add, torch.ops.quantized.add_relu),
+    aten.mul.Tensor: QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu),
 }
 
-RELU: set[Any] = {nn.ReLU, F.relu, torch.relu, "relu"}
+RELU: set[Any] = {nn.ReLU, F.relu, torch.relu, "relu", aten.relu.default}
 
 SHARES_QPARAMS: set[Any] = {
     *RELU,
@@ -153,6 +158,12 @@ SHARES_QPARAMS: set[Any] = {
     operator.getitem,
     *("flatten", "view", "reshape", "contiguous", "permute", "transpose", "squeeze"),
     *("unsqueeze", "chunk", "split", "size", "dim"),
+    aten.view.default,
+    aten.reshape.default,
+    aten.flatten.using_ints,
+    aten.mean.dim,
+    aten.adaptive_avg_pool2d.default,
+    aten.max_pool2d.default,
 }
 
 IDENTITY_IN_EVAL: set[type] = {nn.Dropout, nn.Identity}
