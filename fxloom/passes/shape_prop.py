@@ -58,6 +58,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom.codegen import CodeGen
 from fxloom.export.program import ExportedProgram
 from fxloom.export.stand_in import StandIn
 from fxloom.interpreter import Interpreter
@@ -199,7 +200,7 @@ class ShapeProp(Interpreter):
     # ---------------------------------------------------------------- entry points
     def propagate(self, *args: Any, **kwargs: Any) -> Any:
         """Run on ``args``/``kwargs`` (real tensors); record metadata; return the output."""
-        self._bound = self._bind_inputs(args, kwargs, "propagate")
+        self._bound = self._bind_inputs(self._flattened(args, kwargs), kwargs, "propagate")
         try:
             return self.run()
         finally:
@@ -214,6 +215,7 @@ class ShapeProp(Interpreter):
         >>> ShapeProp(gm).propagate_meta(torch.Size([4096, 3, 224, 224])).shape
         torch.Size([4096, 8, 111, 111])
         """
+        args = self._flattened(args, kwargs)
         bound = self._bind_inputs(args, kwargs, "propagate_meta", recorded_defaults=True)
         for name, value in bound.items():
             bound[name] = self._to_meta(name, value)
@@ -234,7 +236,11 @@ class ShapeProp(Interpreter):
         """``Interpreter.run``, then write the recorded metadata into the nodes' ``meta``."""
         self._recorded = {}
         try:
-            result = super().run(*args, initial_env=initial_env, **options)
+            if self._bound is None:
+                result = super().run(*args, initial_env=initial_env, **options)
+            else:  # inputs bound by placeholder already: only the output is processed
+                result = super().run(initial_env=initial_env, enable_io_processing=False)
+                result = self.graph.process_outputs(result)
             for node, value in self._recorded.items():
                 _store(node, value)
             return result
@@ -286,6 +292,13 @@ class ShapeProp(Interpreter):
         return super().call_module(target, args, kwargs)
 
     # ------------------------------------------------------------------ helpers
+    def _flattened(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """The placeholders' values for a graph taking nested inputs (a pytree ``CodeGen``,
+        ``ExportedProgram.module()``): ``args`` as its generated code flattens them."""
+        if kwargs or type(self.graph._codegen).process_inputs is CodeGen.process_inputs:
+            return args
+        return tuple(self.graph.process_inputs(*args))
+
     def _bind_inputs(
         self,
         args: tuple[Any, ...],

@@ -226,3 +226,17 @@ def test_the_graph_module_alone_draws_too() -> None:
     _, _, ep = _exported_resnet()
     source = FxGraphDrawer(ep.graph_module, "resnet").get_dot_graph().source
     assert "placeholder[target=p_conv1_weight]" in source
+
+
+def test_shape_propagation_runs_on_the_module_of_a_program_with_nested_inputs():
+    class Pairwise(torch.nn.Module):
+        def forward(self, pair):
+            return {"sum": pair[0] + pair[1], "first": pair[0]}
+
+    pair = (torch.randn(2, 3), torch.randn(2, 3))
+    module = export(Pairwise(), (pair,)).module()
+    out = ShapeProp(module).propagate(pair)
+    assert set(out) == {"sum", "first"}
+    assert ShapeProp(module).propagate_meta(pair)["sum"].shape == (2, 3)
+    add = next(n for n in module.graph.nodes if n.target is torch.ops.aten.add.Tensor)
+    assert add.meta["tensor_meta"].shape == (2, 3)
