@@ -10,6 +10,8 @@ example's values.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import sympy
 import torch
@@ -110,6 +112,12 @@ def test_max_min_sum_modulo_power_and_negation():
     assert str(s0 % 3) == "Mod(s0, 3)"
     assert (s0**2).node.hint() == 16
     assert str(-s0) == "-s0"
+
+
+def test_rounding_a_symfloat_gives_a_symint():
+    s0 = size_symint(ShapeEnv(), 5)
+    assert str(math.ceil(s0 / 2)) == "ceiling(s0/2)" and math.ceil(s0 / 2).node.hint() == 3
+    assert str(torch.sym_int(s0 / 2)) == "floor(s0/2)"
 
 
 def test_comparisons_are_symbools_until_asked_for_a_bool():
@@ -411,3 +419,54 @@ def test_a_user_fallback_is_used_before_the_cpp_kernel(monkeypatch):
     s0 = size_symint(ShapeEnv(), 4)
     compute_symbolic_meta(aten.view.default, (meta(s0, 6), [-1]), {})
     assert calls == [[-1]]
+
+
+def evaluated(sizes, values: dict) -> tuple[int, ...]:
+    """Sizes (ints or SymInts) with their symbols set to ``values`` (symbol name -> int)."""
+    result = []
+    for size in sizes:
+        if isinstance(size, torch.SymInt):
+            expression = size.node.expr
+            size = int(expression.subs({s: values[s.name] for s in expression.free_symbols}))
+        result.append(size)
+    return tuple(result)
+
+
+@pytest.fixture(scope="module")
+def torch_fake_results():
+    """torch's own answer for TRANSFORMER_OPS: fake tensors over torch's ShapeEnv (the comparison)."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
+
+    torch_env = TorchShapeEnv()
+    a = torch_env.create_unspecified_symint_and_symbol(4, ConstantSource("a"), DimDynamic.DYNAMIC)
+    b = torch_env.create_unspecified_symint_and_symbol(6, ConstantSource("b"), DimDynamic.DYNAMIC)
+    names = {str(a): "s0", str(b): "s1"}
+    results = {}
+    # The cases build their tensors with `meta`; under FakeTensorMode, torch's fake tensors.
+    with FakeTensorMode(shape_env=torch_env), pytest.MonkeyPatch.context() as patch:
+        patch.setitem(
+            globals(), "meta", lambda *sizes, dtype=torch.float32: torch.empty(*sizes, dtype=dtype)
+        )
+        for name, case in TRANSFORMER_OPS.items():
+            func, args, kwargs = run(case, a, b)
+            kwargs = {key: "cpu" if value == "meta" else value for key, value in kwargs.items()}
+            results[name] = first_tensor(func(*args, **kwargs))
+    return results, names
+
+
+@pytest.mark.parametrize("name", list(TRANSFORMER_OPS))
+def test_symbolic_sizes_and_strides_agree_with_torchs_fake_tensors_at_other_sizes(
+    name, torch_fake_results
+):
+    torch_results, torch_names = torch_fake_results
+    env = ShapeEnv()
+    s0, s1 = size_symint(env, 4), size_symint(env, 6)
+    ours = first_tensor(compute_symbolic_meta(*run(TRANSFORMER_OPS[name], s0, s1)))
+    theirs = torch_results[name]
+    for values in ({"s0": 4, "s1": 6}, {"s0": 3, "s1": 5}, {"s0": 9, "s1": 2}):
+        torch_values = {symbol: values[ours_name] for symbol, ours_name in torch_names.items()}
+        assert evaluated(ours.shape, values) == evaluated(theirs.shape, torch_values)
+        assert evaluated(ours.stride(), values) == evaluated(theirs.stride(), torch_values)
