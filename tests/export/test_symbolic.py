@@ -199,8 +199,10 @@ def test_a_divisibility_guard_lets_floor_division_simplify():
 def test_asking_for_an_int_specialises_the_size_to_the_example():
     env = ShapeEnv()
     s0 = size_symint(env, 4)
+    symbol = expr(s0)
     assert int(s0) == 4
     assert str(env.guards[0].expr) == "Eq(s0, 4)"
+    assert env.range_of(symbol) == (4, 4)
     assert str(s0 + 1) == "5"
 
 

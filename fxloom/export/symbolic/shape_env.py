@@ -365,6 +365,9 @@ class ShapeEnv:
     def _transfer_range(self, symbol, solution, fact, location, code) -> None:
         """The range of an eliminated symbol constrains the symbol of its replacement."""
         lower, upper = self.range_of(symbol)
+        if solution.is_Number:  # specialised: its range is that one value
+            self._narrow(symbol, solution, solution, fact, location, code)
+            return
         if len(solution.free_symbols) != 1:
             return
         (other,) = solution.free_symbols
