@@ -85,6 +85,9 @@ class ShapeEnv:
         self.guards: list[Guard] = []
         self.deferred_assertions: list[Guard] = []
         self.version = 0  # bumped when a fact changes what simplification gives
+        # Meta kernels ask the same questions on every call: answers per version.
+        self._answers: dict[tuple[sympy.Basic, bool], bool | None] = {}
+        self._answers_version = 0
         self._counters = {"s": 0, "i": 0}
 
     # ---- symbols
@@ -181,6 +184,15 @@ class ShapeEnv:
 
     def static_value(self, expr: sympy.Basic, *, size_oblivious: bool = False) -> bool | None:
         """True/False when ranges and facts decide the condition ``expr``, else None."""
+        if self._answers_version != self.version:  # facts changed: answers may too
+            self._answers.clear()
+            self._answers_version = self.version
+        key = (expr, size_oblivious)
+        if key not in self._answers:
+            self._answers[key] = self._static_value(expr, size_oblivious)
+        return self._answers[key]
+
+    def _static_value(self, expr: sympy.Basic, size_oblivious: bool) -> bool | None:
         expr = self.simplify(expr)
         if expr in (sympy.true, sympy.false):
             return bool(expr)
@@ -278,15 +290,15 @@ class ShapeEnv:
     def _state(self) -> tuple:
         ranges = {symbol: (info.lower, info.upper) for symbol, info in self.symbols.items()}
         collections = (dict(self.replacements), set(self.divisible), set(self.facts))
-        return ranges, collections, len(self.guards), len(self.deferred_assertions), self.version
+        return ranges, collections, len(self.guards), len(self.deferred_assertions)
 
     def _restore(self, saved: tuple) -> None:
-        ranges, collections, guards, deferred, version = saved
+        ranges, collections, guards, deferred = saved
         for symbol, (lower, upper) in ranges.items():
             self.symbols[symbol].lower, self.symbols[symbol].upper = lower, upper
         self.replacements, self.divisible, self.facts = collections
         del self.guards[guards:], self.deferred_assertions[deferred:]
-        self.version = version + 1  # simplified expressions cached meanwhile are stale
+        self.version += 1  # a new version: what was simplified meanwhile is stale
 
     # ---- learning facts
 

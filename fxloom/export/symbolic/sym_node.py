@@ -24,6 +24,7 @@ Depends on sympy and the ShapeEnv.
 from __future__ import annotations
 
 import builtins
+import functools
 import operator
 from collections.abc import Callable
 
@@ -35,6 +36,7 @@ from fxloom.export.symbolic.shape_env import ShapeEnv
 __all__ = ["SymNode", "size_symint", "unbacked_symint", "wrap_expr"]
 
 PyType = type
+_EXPRESSION_CACHE_SIZE = 8192
 
 
 class SymNode:
@@ -218,6 +220,10 @@ def _result_type(kind: str, a: SymNode, b: SymNode | None) -> PyType:
 
 
 def _define_binary(name: str, on_expr: Callable, on_value: Callable, kind: str) -> None:
+    # Meta kernels repeat the same size arithmetic (strides, broadcasting checks) on
+    # every call; building sympy relations is what costs, so results are remembered.
+    on_expr = functools.lru_cache(maxsize=_EXPRESSION_CACHE_SIZE)(on_expr)
+
     def method(self: SymNode, other: SymNode) -> SymNode:
         hint = (
             None if self._hint is None or other._hint is None else on_value(self._hint, other._hint)
@@ -231,6 +237,8 @@ def _define_binary(name: str, on_expr: Callable, on_value: Callable, kind: str) 
 
 
 def _define_unary(name: str, on_expr: Callable, on_value: Callable, kind: str) -> None:
+    on_expr = functools.lru_cache(maxsize=_EXPRESSION_CACHE_SIZE)(on_expr)
+
     def method(self: SymNode) -> SymNode:
         hint = None if self._hint is None else on_value(self._hint)
         return SymNode(on_expr(self.expr), self.env, _result_type(kind, self, None), hint)
