@@ -300,6 +300,16 @@ def test_rollback_on_error_undoes_guards_and_facts():
     assert str(s0 * 1) == "s0"
 
 
+def test_expressions_simplified_inside_a_rolled_back_block_are_simplified_again():
+    env = ShapeEnv()
+    s0 = size_symint(env, 4)
+    with pytest.raises(RuntimeError), env.rollback_on_error():
+        int(s0)  # specialises s0 to 4 ...
+        assert str(s0) == "4"
+        raise RuntimeError("... then the kernel refused")
+    assert str(s0) == "s0"
+
+
 def test_a_protocol_method_fxloom_lacks_is_a_clear_attribute_error():
     node = size_symint(ShapeEnv(), 4).node
     assert isinstance(node, SymNode)
