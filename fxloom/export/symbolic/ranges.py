@@ -1,0 +1,105 @@
+"""Interval bounds of a sympy expression over symbols with integer ranges.
+
+``bounds(expr, ranges)`` gives an inclusive ``(low, high)`` (sympy numbers, ``oo``
+for unbounded) that every value of ``expr`` lies in when each symbol lies in its
+range. The rules are a table keyed by sympy type (``BOUND_RULES``); an expression
+of a type not in the table is unbounded, never wrongly bounded. The shape
+environment uses it to decide guards without recording them.
+
+Depends on sympy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import sympy
+
+__all__ = ["Bounds", "bounds", "BOUND_RULES"]
+
+Bounds = tuple[sympy.Expr, sympy.Expr]
+_UNBOUNDED: Bounds = (-sympy.oo, sympy.oo)
+
+
+def _products(a: Bounds, b: Bounds) -> Bounds:
+    # 0 * oo is nan in sympy; a product with a zero end is zero.
+    corners = [x * y if x != 0 and y != 0 else sympy.S.Zero for x in a for y in b]
+    return min(corners), max(corners)
+
+
+def _add(args: list[Bounds]) -> Bounds:
+    return sympy.Add(*(lo for lo, _ in args)), sympy.Add(*(hi for _, hi in args))
+
+
+def _mul(args: list[Bounds]) -> Bounds:
+    result: Bounds = (sympy.S.One, sympy.S.One)
+    for arg in args:
+        result = _products(result, arg)
+    return result
+
+
+def _pow(args: list[Bounds]) -> Bounds:
+    (base_lo, base_hi), (exp_lo, exp_hi) = args
+    if exp_lo != exp_hi or not exp_lo.is_Integer or exp_lo < 0 or base_lo < 0:
+        return _UNBOUNDED
+    return base_lo**exp_lo, base_hi**exp_lo  # monotone for a non-negative base
+
+
+def _floor(args: list[Bounds]) -> Bounds:
+    ((lo, hi),) = args
+    return sympy.floor(lo), sympy.floor(hi)
+
+
+def _ceiling(args: list[Bounds]) -> Bounds:
+    ((lo, hi),) = args
+    return sympy.ceiling(lo), sympy.ceiling(hi)
+
+
+def _mod(args: list[Bounds]) -> Bounds:
+    # Python's modulo by a positive divisor lies in [0, divisor - 1], and is the
+    # dividend itself when that is already below every possible divisor.
+    (dividend_lo, dividend_hi), (div_lo, div_hi) = args
+    if div_lo <= 0:
+        return _UNBOUNDED
+    if dividend_lo >= 0 and dividend_hi < div_lo:
+        return dividend_lo, dividend_hi
+    return sympy.S.Zero, div_hi - 1
+
+
+def _max(args: list[Bounds]) -> Bounds:
+    return max(lo for lo, _ in args), max(hi for _, hi in args)
+
+
+def _min(args: list[Bounds]) -> Bounds:
+    return min(lo for lo, _ in args), min(hi for _, hi in args)
+
+
+# sympy type -> rule from the bounds of the arguments to the bounds of the whole.
+BOUND_RULES: dict[type, Callable[[list[Bounds]], Bounds]] = {
+    sympy.Add: _add,
+    sympy.Mul: _mul,
+    sympy.Pow: _pow,
+    sympy.floor: _floor,
+    sympy.ceiling: _ceiling,
+    sympy.Mod: _mod,
+    sympy.Max: _max,
+    sympy.Min: _min,
+}
+
+
+def bounds(expr: sympy.Basic, ranges: Mapping[sympy.Symbol, Bounds]) -> Bounds:
+    """Inclusive bounds of ``expr`` given each symbol's range.
+
+    >>> import sympy
+    >>> s0 = sympy.Symbol("s0", integer=True)
+    >>> bounds(2 * s0 + 1, {s0: (sympy.Integer(2), sympy.oo)})
+    (5, oo)
+    """
+    if expr.is_Number:
+        return expr, expr
+    if expr.is_Symbol:
+        return ranges.get(expr, _UNBOUNDED)
+    rule = BOUND_RULES.get(type(expr))
+    if rule is None:
+        return _UNBOUNDED
+    return rule([bounds(arg, ranges) for arg in expr.args])

@@ -1,0 +1,498 @@
+"""``ShapeEnv``: the one object that owns symbolic sizes, their ranges and what guards taught.
+
+A capture creates one ``ShapeEnv``. It hands out symbols (``s0``, ``s1`` for input
+sizes, ``i0`` for data-dependent values), keeps each symbol's inclusive range and
+the example's value (the *hint*), and decides guards: a condition on symbols is
+answered from the ranges and the facts learned so far when it can be (nothing is
+recorded), otherwise it is answered with the example's value and recorded as a
+``Guard`` with the user's line, and what it implies becomes a fact:
+
+* ``s1 == s0`` (or ``s1 == 2*s0``): ``s1`` is replaced by ``s0`` (``2*s0``) everywhere;
+* ``s0 >= 3``, ``s0 < 10``: the range of ``s0`` shrinks;
+* ``s0 % 2 == 0``: ``s0`` is known divisible by 2 (``(s0 // 2) * 2`` simplifies to ``s0``);
+* anything else is kept as a fact and answers the same question later.
+
+A symbol declared by the user (a ``Dim``) must keep its whole range: a guard that
+would narrow it, specialise it, tie it to another ``Dim`` or require divisibility
+raises ``ConstraintViolationError`` naming the Dim, its range, the condition and the
+line, with the fix. Everything else asks this object; nothing re-derives ranges.
+
+    >>> env = ShapeEnv()
+    >>> s0 = env.create_symbol(4, dim_name="batch", min=2, max=64)
+    >>> env.static_value(s0 >= 1)
+    True
+    >>> env.evaluate(s0 * 2 > 3, hint=True)  # decided from the range: no guard
+    True
+    >>> env.guards
+    []
+
+Depends on sympy, ``ranges`` and fxloom.tracing.frames (the user's line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import sympy
+import torch
+from sympy.logic.boolalg import BooleanAtom, BooleanFunction
+
+from fxloom.export.symbolic.errors import ConstraintViolationError, DataDependentGuardError
+from fxloom.export.symbolic.ranges import Bounds, bounds
+from fxloom.tracing.frames import describe_frame, is_plumbing
+
+__all__ = ["ShapeEnv", "Guard", "SymbolInfo"]
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_RELATIONS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
+
+
+@dataclass(slots=True)
+class SymbolInfo:
+    """What the environment knows of one symbol; ``hint`` is None for data-dependent ones."""
+
+    symbol: sympy.Symbol
+    hint: int | None
+    lower: sympy.Expr
+    upper: sympy.Expr
+    dim_name: str | None  # the user's Dim: its range is a promise the program must keep
+    source: str | None  # where the value comes from, e.g. "x.size(0)"
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A condition that held for the example and that the captured program relies on."""
+
+    expr: sympy.Basic
+    location: str | None  # the user's "file:line"
+    code: str  # the user's source line
+
+    def __str__(self) -> str:
+        return f"{self.expr}  # {self.location}: {self.code.strip()}"
+
+
+class ShapeEnv:
+    """Symbols, their ranges and hints, facts learned from guards, and simplification."""
+
+    def __init__(self) -> None:
+        self.symbols: dict[sympy.Symbol, SymbolInfo] = {}
+        self.replacements: dict[sympy.Symbol, sympy.Expr] = {}
+        self.divisible: set[tuple[sympy.Expr, sympy.Integer]] = set()
+        self.facts: set[sympy.Basic] = set()
+        self.guards: list[Guard] = []
+        self.deferred_assertions: list[Guard] = []
+        self.version = 0  # bumped when a fact changes what simplification gives
+        # Meta kernels ask the same questions on every call: answers per version.
+        self._answers: dict[tuple[sympy.Basic, bool], bool | None] = {}
+        self._answers_version = 0
+        self._counters = {"s": 0, "i": 0}
+
+    # ---- symbols
+
+    def create_symbol(
+        self,
+        hint: int,
+        *,
+        min: int = 2,
+        max: int | None = None,
+        dim_name: str | None = None,
+        source: str | None = None,
+    ) -> sympy.Symbol:
+        """A new size symbol ``s<n>`` with the example's value ``hint``, in ``[min, max]``.
+
+        The default range ``[2, oo)`` is torch.export's for sizes: 0 and 1 are
+        special-cased by many kernels, so an example of size 0 or 1 cannot stand for
+        the others. ``dim_name`` marks the range as the user's (a ``Dim``).
+        """
+        upper = sympy.oo if max is None else sympy.Integer(max)
+        if not min <= hint <= upper:
+            name = dim_name or source or "a size"
+            raise ValueError(
+                f"the example's value {hint} of {name} lies outside its range [{min}, {upper}]"
+            )
+        return self._new_symbol("s", hint, min, upper, dim_name, source)
+
+    def create_unbacked_symbol(
+        self, *, min: int = 0, max: int | None = None, source: str | None = None
+    ) -> sympy.Symbol:
+        """A new symbol ``i<n>`` for a value read from tensor data: it has no example value."""
+        upper = sympy.oo if max is None else sympy.Integer(max)
+        return self._new_symbol("i", None, min, upper, None, source)
+
+    def _new_symbol(self, prefix, hint, lower, upper, dim_name, source) -> sympy.Symbol:
+        name = f"{prefix}{self._counters[prefix]}"
+        self._counters[prefix] += 1
+        sign = {"positive": True} if lower >= 1 else {"nonnegative": True} if lower >= 0 else {}
+        symbol = sympy.Symbol(name, integer=True, **sign)
+        self.symbols[symbol] = SymbolInfo(
+            symbol, hint, sympy.Integer(lower), upper, dim_name, source
+        )
+        return symbol
+
+    def range_of(self, symbol: sympy.Symbol) -> Bounds:
+        """The inclusive ``(min, max)`` of ``symbol`` as known now."""
+        info = self.symbols[symbol]
+        return info.lower, info.upper
+
+    def ranges(self, *, size_oblivious: bool = False) -> dict[sympy.Symbol, Bounds]:
+        """Every symbol's range; size-oblivious reasoning takes data-dependent sizes as ``>= 2``."""
+        result = {}
+        for symbol, info in self.symbols.items():
+            lower = info.lower
+            if size_oblivious and info.hint is None and lower >= 0:
+                lower = sympy.Max(lower, 2)
+            result[symbol] = (lower, info.upper)
+        return result
+
+    def hint_of(self, expr: sympy.Basic) -> int | float | bool | None:
+        """The value of ``expr`` for the example, or None if it depends on tensor data."""
+        values = {s: info.hint for s, info in self.symbols.items() if info.hint is not None}
+        value = sympy.sympify(expr).xreplace({s: sympy.Integer(v) for s, v in values.items()})
+        if value.free_symbols:
+            return None
+        return _python_value(value)
+
+    # ---- simplification
+
+    def simplify(self, expr: sympy.Basic) -> sympy.Basic:
+        """``expr`` with equal symbols replaced and divisibility facts applied."""
+        expr = sympy.sympify(expr)
+        if self.replacements:
+            expr = expr.xreplace(self.replacements)
+        if self.divisible:
+            expr = expr.replace(
+                lambda e: isinstance(e, (sympy.Mod, sympy.floor)), self._apply_divisibility
+            )
+        return expr
+
+    def _apply_divisibility(self, expr: sympy.Basic) -> sympy.Basic:
+        if isinstance(expr, sympy.Mod):
+            return sympy.S.Zero if tuple(expr.args) in self.divisible else expr
+        numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
+        if denominator.is_Integer and (numerator, denominator) in self.divisible:
+            return numerator / denominator  # floor(s0 / 2) is s0 / 2 when 2 divides s0
+        return expr
+
+    def bounds(self, expr: sympy.Basic, *, size_oblivious: bool = False) -> Bounds:
+        """Inclusive bounds of ``expr`` over the ranges of its symbols."""
+        return bounds(self.simplify(expr), self.ranges(size_oblivious=size_oblivious))
+
+    # ---- deciding guards
+
+    def static_value(self, expr: sympy.Basic, *, size_oblivious: bool = False) -> bool | None:
+        """True/False when ranges and facts decide the condition ``expr``, else None."""
+        if self._answers_version != self.version:  # facts changed: answers may too
+            self._answers.clear()
+            self._answers_version = self.version
+        key = (expr, size_oblivious)
+        if key not in self._answers:
+            self._answers[key] = self._static_value(expr, size_oblivious)
+        return self._answers[key]
+
+    def _static_value(self, expr: sympy.Basic, size_oblivious: bool) -> bool | None:
+        expr = self.simplify(expr)
+        if expr in (sympy.true, sympy.false):
+            return bool(expr)
+        if expr in self.facts:
+            return True
+        if sympy.Not(expr) in self.facts:
+            return False
+        if isinstance(expr, _RELATIONS):
+            return self._decide_relation(expr, size_oblivious)
+        return self._decide_logic(expr, size_oblivious)
+
+    def _decide_relation(self, rel: sympy.Basic, size_oblivious: bool) -> bool | None:
+        difference = sympy.expand(rel.lhs - rel.rhs)
+        if difference.is_Number:
+            return bool(rel.func(difference, 0))
+        ranges = self.ranges(size_oblivious=size_oblivious)
+        decide = _RELATION_DECISIONS[rel.func]
+        decided = decide(*bounds(difference, ranges))
+        if decided is None:
+            # Interval bounds lose that both terms share a symbol: s0*s1 - s0 is
+            # unbounded, its factored form s0*(s1 - 1) is not.
+            decided = decide(*bounds(sympy.factor(difference), ranges))
+        return decided
+
+    def _decide_logic(self, expr: sympy.Basic, size_oblivious: bool) -> bool | None:
+        if isinstance(expr, sympy.Not):
+            inner = self.static_value(expr.args[0], size_oblivious=size_oblivious)
+            return None if inner is None else not inner
+        if isinstance(expr, (sympy.And, sympy.Or)):
+            values = [self.static_value(arg, size_oblivious=size_oblivious) for arg in expr.args]
+            absorbing = isinstance(expr, sympy.Or)  # True decides an Or, False an And
+            if absorbing in values:
+                return absorbing
+            return None if None in values else not absorbing
+        return None
+
+    def evaluate(self, expr: sympy.Basic, hint, *, size_oblivious: bool = False):
+        """Decide a guard: statically when possible, else record it with the example's answer.
+
+        ``expr`` is a condition (answered True/False) or a number-valued expression
+        (answered with its value: the program specialised to ``hint``). ``hint`` is
+        the example's answer, None when the expression depends on tensor data.
+        """
+        expr = self.simplify(expr)
+        if not _is_condition(expr):
+            return self._evaluate_number(expr, hint)
+        known = self.static_value(expr, size_oblivious=size_oblivious)
+        if known is not None:
+            return known
+        location, code = _user_location()
+        if hint is None:
+            raise _data_dependent(expr, location, code)
+        holds = expr if hint else sympy.Not(expr)
+        self._learn(holds, location, code)
+        self.guards.append(Guard(holds, location, code))
+        return bool(hint)
+
+    def _evaluate_number(self, expr: sympy.Expr, hint):
+        if expr.is_Number:
+            return _python_value(expr)
+        location, code = _user_location()
+        if hint is None:
+            raise _data_dependent(expr, location, code)
+        holds = sympy.Eq(expr, hint)
+        self._learn(holds, location, code)
+        self.guards.append(Guard(holds, location, code))
+        return hint
+
+    def defer_assertion(self, expr: sympy.Basic) -> bool:
+        """Assume ``expr`` (a ``torch._check``-style promise): a fact now, a runtime check later."""
+        expr = self.simplify(expr)
+        if self.static_value(expr) is True:
+            return True
+        location, code = _user_location()
+        self._learn(expr, location, code)
+        self.deferred_assertions.append(Guard(expr, location, code))
+        return True
+
+    # ---- trying things
+
+    @contextlib.contextmanager
+    def rollback_on_error(self) -> Iterator[None]:
+        """Undo every guard, fact and range change made inside the block if it raises.
+
+        An attempt that fails half-way (a C++ kernel that guarded on a size, then
+        refused symbolic sizes) must not leave its guards behind.
+        """
+        saved = self._state()
+        try:
+            yield
+        except BaseException:
+            self._restore(saved)
+            raise
+
+    def _state(self) -> tuple:
+        ranges = {symbol: (info.lower, info.upper) for symbol, info in self.symbols.items()}
+        collections = (dict(self.replacements), set(self.divisible), set(self.facts))
+        return ranges, collections, len(self.guards), len(self.deferred_assertions)
+
+    def _restore(self, saved: tuple) -> None:
+        ranges, collections, guards, deferred = saved
+        for symbol, (lower, upper) in ranges.items():
+            self.symbols[symbol].lower, self.symbols[symbol].upper = lower, upper
+        self.replacements, self.divisible, self.facts = collections
+        del self.guards[guards:], self.deferred_assertions[deferred:]
+        self.version += 1  # a new version: what was simplified meanwhile is stale
+
+    # ---- learning facts
+
+    def _learn(self, fact: sympy.Basic, location: str | None, code: str) -> None:
+        if isinstance(fact, sympy.Eq):
+            self._learn_equality(fact, location, code)
+        elif isinstance(fact, (sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)):
+            self._learn_bound(fact, location, code)
+        self.facts.add(fact)
+        self.version += 1
+
+    def _learn_equality(self, fact: sympy.Eq, location, code) -> None:
+        difference = sympy.expand(fact.lhs - fact.rhs)
+        if isinstance(difference, sympy.Mod) or isinstance(-difference, sympy.Mod):
+            self._learn_divisibility(
+                difference if isinstance(difference, sympy.Mod) else -difference,
+                fact,
+                location,
+                code,
+            )
+            return
+        solved = self._solve_for_one_symbol(difference)
+        if solved is None:
+            return
+        symbol, solution = solved
+        self._refuse_if_declared(symbol, fact, location, code, solution=solution)
+        self._transfer_range(symbol, solution, fact, location, code)
+        self.replacements = {
+            s: e.xreplace({symbol: solution}) for s, e in self.replacements.items()
+        }
+        self.replacements[symbol] = solution
+
+    def _solve_for_one_symbol(self, difference: sympy.Expr):
+        """``(symbol, solution)`` for ``difference == 0``, eliminating a user-free, newest symbol."""
+        order = sorted(difference.free_symbols, key=self._elimination_rank)
+        for symbol in order:
+            coefficient = difference.coeff(symbol)
+            rest = sympy.expand(difference - coefficient * symbol)
+            if coefficient in (1, -1) and symbol not in rest.free_symbols:
+                return symbol, sympy.expand(-rest / coefficient)
+        return None
+
+    def _elimination_rank(self, symbol: sympy.Symbol):
+        info = self.symbols.get(symbol)
+        declared = info is not None and info.dim_name is not None
+        return (declared, -int(symbol.name[1:]) if symbol.name[1:].isdigit() else 0)
+
+    def _learn_divisibility(self, mod: sympy.Mod, fact, location, code) -> None:
+        dividend, divisor = mod.args
+        for symbol in dividend.free_symbols:
+            self._refuse_if_declared(symbol, fact, location, code)
+        self.divisible.add((dividend, divisor))
+
+    def _learn_bound(self, fact, location, code) -> None:
+        # Normalise to `e >= 0` over the integers.
+        difference = sympy.expand(fact.lhs - fact.rhs)
+        nonnegative = {
+            sympy.Ge: difference,
+            sympy.Gt: difference - 1,
+            sympy.Le: -difference,
+            sympy.Lt: -difference - 1,
+        }[fact.func]
+        if len(nonnegative.free_symbols) != 1:
+            return
+        (symbol,) = nonnegative.free_symbols
+        slope = nonnegative.coeff(symbol)
+        offset = sympy.expand(nonnegative - slope * symbol)
+        if not (slope.is_Integer and offset.is_Number) or slope == 0:
+            return
+        limit = -offset / slope
+        if slope > 0:
+            self._narrow(symbol, sympy.ceiling(limit), None, fact, location, code)
+        else:
+            self._narrow(symbol, None, sympy.floor(limit), fact, location, code)
+
+    def _transfer_range(self, symbol, solution, fact, location, code) -> None:
+        """The range of an eliminated symbol constrains the symbol of its replacement."""
+        lower, upper = self.range_of(symbol)
+        if solution.is_Number:  # specialised: its range is that one value
+            self._narrow(symbol, solution, solution, fact, location, code)
+            return
+        if len(solution.free_symbols) != 1:
+            return
+        (other,) = solution.free_symbols
+        slope = solution.coeff(other)
+        offset = sympy.expand(solution - slope * other)
+        if not (slope.is_Integer and slope > 0 and offset.is_Number):
+            return
+        self._narrow(
+            other,
+            sympy.ceiling((lower - offset) / slope),
+            sympy.floor((upper - offset) / slope),
+            fact,
+            location,
+            code,
+        )
+
+    def _narrow(self, symbol, lower, upper, fact, location, code) -> None:
+        info = self.symbols[symbol]
+        new_lower = info.lower if lower is None else sympy.Max(info.lower, lower)
+        new_upper = info.upper if upper is None else sympy.Min(info.upper, upper)
+        if (new_lower, new_upper) == (info.lower, info.upper):
+            return
+        self._refuse_if_declared(symbol, fact, location, code, new_range=(new_lower, new_upper))
+        if new_lower > new_upper:
+            raise ValueError(
+                f"{fact} leaves no value for {symbol} in [{info.lower}, {info.upper}] at {location}"
+            )
+        info.lower, info.upper = new_lower, new_upper
+
+    def _refuse_if_declared(
+        self, symbol, fact, location, code, *, solution=None, new_range=None
+    ) -> None:
+        info = self.symbols.get(symbol)
+        if info is None or info.dim_name is None:
+            return
+        declared = (info.lower, info.upper)
+        advice = _advice(info, solution, new_range, self.symbols)
+        message = (
+            f"Dim {info.dim_name!r} ({symbol}) was declared with range [{declared[0]}, {declared[1]}], "
+            f"but the program requires {fact} at {location or 'an unknown line'}:{code or ''}\n"
+            f"{advice}"
+        )
+        raise ConstraintViolationError(
+            message,
+            symbol=symbol,
+            dim_name=info.dim_name,
+            declared=declared,
+            condition=fact,
+            location=location,
+        )
+
+
+def _advice(info: SymbolInfo, solution, new_range, symbols) -> str:
+    name = info.dim_name
+    if new_range is not None:
+        low, high = new_range
+        high_text = "" if high == sympy.oo else f", max={high}"
+        return f"Fix: declare Dim({name!r}, min={low}{high_text}), or change the program."
+    if solution is not None and solution.is_Number:
+        return f"Fix: the program specialises {name} to {solution}; make that dimension static (drop {name!r} from dynamic_shapes)."
+    if solution is not None:
+        named = solution.xreplace(
+            {s: sympy.Symbol(i.dim_name or s.name) for s, i in symbols.items()}
+        )
+        return f"Fix: use one Dim for both sizes, or the derived Dim {name} = {named}."
+    return f"Fix: {name} must be a multiple here; declare it as a derived Dim (e.g. 2 * Dim('{name}_half'))."
+
+
+_RELATION_DECISIONS = {
+    sympy.Eq: lambda low, high: (
+        True if low == high == 0 else False if low > 0 or high < 0 else None
+    ),
+    sympy.Ne: lambda low, high: (
+        False if low == high == 0 else True if low > 0 or high < 0 else None
+    ),
+    sympy.Gt: lambda low, high: True if low > 0 else False if high <= 0 else None,
+    sympy.Ge: lambda low, high: True if low >= 0 else False if high < 0 else None,
+    sympy.Lt: lambda low, high: True if high < 0 else False if low >= 0 else None,
+    sympy.Le: lambda low, high: True if high <= 0 else False if low > 0 else None,
+}
+
+
+def _is_condition(expr: sympy.Basic) -> bool:
+    # A sympy Symbol is also a Boolean; conditions are relations and logic.
+    return isinstance(expr, (sympy.Rel, BooleanFunction, BooleanAtom))
+
+
+def _python_value(value: sympy.Basic):
+    if value in (sympy.true, sympy.false):
+        return bool(value)
+    if value.is_Integer:
+        return int(value)
+    return float(value)
+
+
+def _user_location() -> tuple[str | None, str]:
+    """The user's ``file:line`` and source line: the first frame outside fxloom and torch."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (is_plumbing(filename) or filename.startswith(_TORCH_DIR)):
+            break
+        frame = frame.f_back
+    location, code = describe_frame(frame)
+    return location, code.strip()
+
+
+def _data_dependent(expr, location, code) -> DataDependentGuardError:
+    return DataDependentGuardError(
+        f"the program branches on {expr}, which depends on tensor data, at {location}: {code}\n"
+        "Fix: state what you know with torch._check(...) before this line, or branch with fxloom.cond.",
+        condition=expr,
+        location=location,
+    )
