@@ -6,9 +6,9 @@ exported programs; used by the tests and ``bench_quantize.py``, never by ``fxloo
 weights, histogram observers, 8-bit activations), calibration on ``data``, ``convert_pt2e``.
 The result is PT2E's *reference* model: quantize/dequantize pairs around float operators, meant
 to be lowered by ``torch.compile`` (inductor) into int8 kernels; run eagerly it computes in
-float on the rounded values. X86InductorQuantizer leaves some operators unannotated (on
-cnn_small: the residual add and what follows it, and the classifier's output), so they stay in
-float.
+float on the rounded values. X86InductorQuantizer quantizes the inputs and weights of
+linear/conv layers and leaves their outputs in float where the next operator is not annotated
+(SELU in deeprec_tiny; cnn_small's residual add, what follows it, and the classifier's output).
 
 torchao 0.18 is pure Python for this and depends on nothing (``pip install torchao
 --no-deps``); its compiled extensions for CUDA kernels fail to load on a CPU-only torch with a
