@@ -18,6 +18,15 @@ the same calibration batches for the same engine (x86 by default): fxloom with
              torch's.
     phases   prepare / calibrate / convert durations of each library (the paper: 44 ms /
              590 ms / 3.8 s).
+    exported the same model as an exported program: fxloom's quantizer on ``fxloom.export``'s
+             program against torch's PT2E flow (torchao's ``prepare_pt2e``/``convert_pt2e``
+             with X86InductorQuantizer, ``benchmarks/pt2e_peer.py``) on torch.export's, both
+             run eagerly: latency at the same batch sizes and error on the held-out rows.
+             PT2E's converted module is a reference quantize/dequantize graph meant for
+             torch.compile (inductor) to lower into int8 kernels, which this benchmark does
+             not do; eagerly it computes in float. Exported programs have static shapes, so
+             each batch size gets its own program, calibrated on the same rows in batches of
+             that size. Skipped (with a note) when torchao is not installed.
 
 Every latency is the best of several runs, the variants taking turns to go first, with the
 garbage collector off inside timed regions; ratios are also given "paired" (the median over
@@ -29,7 +38,7 @@ repeats of runs timed next to each other), which a busy, shared machine disturbs
     python benchmarks/bench_quantize.py --engine qnnpack
     python benchmarks/bench_quantize.py --record          # append the tables to RESULTS.md
 
-torch.ao's FX quantization is imported here only as the comparison.
+torch.ao's FX quantization, torch.export and torchao are imported here only as the comparison.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ from benchmarks._common import (  # noqa: E402
     timed_call,
 )
 from fxloom import zoo  # noqa: E402
+from fxloom.export import export  # noqa: E402
 from fxloom.quantize import QuantConfig, calibrate, convert, prepare  # noqa: E402
 from fxloom.quantize.convert import quantized_engine  # noqa: E402
 from fxloom.zoo.deeprec import ratings  # noqa: E402
@@ -205,6 +215,115 @@ def run_latency(
     return rows
 
 
+# ----------------------------------------------------------------------------- exported programs
+EXPORTED = ("fp32", "fxloom", "pt2e")
+
+
+@dataclass
+class ExportedRow:
+    batch: int
+    best: dict[str, float]  # variant -> seconds
+    paired: float  # median of fxloom / pt2e per repeat
+
+
+def exported_int8(model: nn.Module, x: torch.Tensor, data: list, engine: str) -> dict:
+    """fxloom's and PT2E's int8 programs exported at ``x``'s shape, calibrated on ``data``'s
+    rows in batches of that size (repeated when there are fewer rows than one batch)."""
+    from benchmarks.pt2e_peer import pt2e_int8
+
+    rows = torch.cat(data)
+    rows = rows.repeat(-(-len(x) // len(rows)), 1)  # at least one full batch (--quick: 64 rows)
+    example, chunks = (x,), [chunk for chunk in rows.split(len(x)) if len(chunk) == len(x)]
+    prepared = prepare(export(model, example), example, QuantConfig(engine=engine))
+    calibrate(prepared, chunks, progress=False)
+    return {"fxloom": convert(prepared), "pt2e": pt2e_int8(model, example, chunks)}
+
+
+def run_exported(config: Settings, model: nn.Module, data: list, samples: Samples):
+    """Error rows ({variant: (relative, cosine)}) and latency rows of the exported programs."""
+    held_out = ratings(256, config.items, seed=100)
+    with torch.no_grad():
+        ref = model(held_out)
+        outs = {
+            k: m(held_out) for k, m in exported_int8(model, held_out, data, config.engine).items()
+        }
+    error = {
+        side: (
+            float((out - ref).norm() / ref.norm()),
+            float(nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0)),
+        )
+        for side, out in outs.items()
+    }
+    for side, (relative, cos) in error.items():
+        print(f"exported error  {side:7} relative {relative:.4f}  cosine {cos:.6f}")
+    rows = []
+    for batch in config.batch_sizes:
+        x = ratings(batch, config.items, seed=7)
+        variants = {"fp32": model, **exported_int8(model, x, data, config.engine)}
+        prefix = f"exported b{batch}"
+        with torch.no_grad():
+            for variant in variants.values():  # warm-up
+                variant(x)
+            for rep in range(config.repeats[batch]):
+                for name in rotated(list(EXPORTED), rep):
+                    variant = variants[name]
+                    samples.add(f"{prefix} {name}", timed(lambda v=variant, x=x: v(x)))
+        best = {name: samples.best(f"{prefix} {name}") for name in EXPORTED}
+        rows.append(
+            ExportedRow(batch, best, samples.paired_ratio(f"{prefix} fxloom", f"{prefix} pt2e"))
+        )
+        print(
+            f"exported batch {batch:4}  fp32 {best['fp32'] * 1e3:8.2f} ms  fxloom "
+            f"{best['fxloom'] * 1e3:8.2f} ms  pt2e {best['pt2e'] * 1e3:8.2f} ms  "
+            f"fxloom/pt2e {best['fxloom'] / best['pt2e']:.3f} (paired {rows[-1].paired:.3f})",
+            flush=True,
+        )
+    return error, rows
+
+
+def exported_table(error: dict | None, rows: list[ExportedRow], config: Settings) -> list[str]:
+    heading = "### Post-training quantization: exported programs, fxloom against PT2E"
+    if error is None:
+        return [heading, "", "Not run: torchao (torch's PT2E quantization) is not installed."]
+    lines = [
+        heading,
+        "",
+        f"{config.model} exported (fxloom.export / torch.export) at each batch size and "
+        "quantized: fxloom's quantizer on the exported program against PT2E "
+        "(torchao `prepare_pt2e`/`convert_pt2e`, X86InductorQuantizer), same calibration rows. "
+        "Both run eagerly under `torch.no_grad()`, milliseconds per forward (best run). "
+        "PT2E's converted module is a reference quantize/dequantize graph meant for "
+        "torch.compile (inductor) to lower into int8 kernels, which this benchmark does not "
+        "do: eagerly it computes in float on rounded values, so its latency here is not "
+        "PT2E's deployed speed.",
+        "",
+        "| batch | fp32 | fxloom int8 (exported) | PT2E reference (eager) "
+        "| fxloom / PT2E: best | paired |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        t = {name: seconds * 1e3 for name, seconds in row.best.items()}
+        lines.append(
+            f"| {row.batch} | {t['fp32']:.2f} | {t['fxloom']:.2f} | {t['pt2e']:.2f} "
+            f"| {t['fxloom'] / t['pt2e']:.3f} | {row.paired:.3f} |"
+        )
+    lines += [
+        "",
+        "Error against fp32 on the 256 held-out rows (programs exported at batch 256):",
+        "",
+        "| library | relative error | cosine |",
+        "|---|---:|---:|",
+        *(f"| {side} | {rel:.4f} | {cos:.6f} |" for side, (rel, cos) in error.items()),
+    ]
+    return lines
+
+
+def torchao_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torchao") is not None
+
+
 # ----------------------------------------------------------------------------- tables
 def latency_table(rows: list[LatencyRow], config: Settings) -> list[str]:
     lines = [
@@ -262,6 +381,7 @@ def markdown(
     latency: list[LatencyRow],
     error: ErrorRow,
     phases: PhaseRow,
+    exported: tuple[dict | None, list[ExportedRow]],
     config: Settings,
     command: str,
     loads: tuple[float, float],
@@ -277,6 +397,8 @@ def markdown(
         *latency_table(latency, config),
         "",
         *quality_table(error, phases, config),
+        "",
+        *exported_table(*exported, config),
         "",
         f"Noise: 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after the run "
         f"({cpu_count()} cores); spread = how far the median run is above the best.",
@@ -307,6 +429,9 @@ def main() -> None:
         phases, models = run_phases(config, model, data)
         error = run_error(config, model, models)
         latency = run_latency(config, model, models, Samples())
+        exported = (None, [])
+        if torchao_installed():
+            exported = run_exported(config, model, data, Samples())
     command = "python benchmarks/bench_quantize.py" + (" --quick" if args.quick else "")
     if not args.quick and tuple(args.batch_sizes) != (1, 16, 64, 256):
         command += " --batch-sizes " + " ".join(map(str, args.batch_sizes))
@@ -314,7 +439,9 @@ def main() -> None:
         command += f" --threads {args.threads}"
     if args.engine != "x86":
         command += f" --engine {args.engine}"
-    table = markdown(latency, error, phases, config, command, (load_before, load_average()))
+    table = markdown(
+        latency, error, phases, exported, config, command, (load_before, load_average())
+    )
     publish(table, args.record)
 
 
