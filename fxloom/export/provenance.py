@@ -18,7 +18,6 @@ Depends on ``fxloom.tracing.module_stack`` and ``fxloom.tracing.frames``.
 from __future__ import annotations
 
 import linecache
-import os
 import sys
 import types
 from typing import Any
@@ -26,17 +25,12 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from fxloom.tracing.frames import is_plumbing
+from fxloom.tracing.frames import is_library
 from fxloom.tracing.module_stack import ModuleStack
 
 __all__ = ["Provenance"]
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _TORCH_NN = "torch.nn."
-
-
-def _is_library(filename: str) -> bool:
-    return filename.startswith(_TORCH_DIR) or is_plumbing(filename)
 
 
 class _TorchFunctions(TorchFunctionMode):
@@ -102,7 +96,7 @@ class Provenance:
         frames = []
         frame = sys._getframe(2)
         while frame is not None and frame is not self._stop:
-            if not _is_library(frame.f_code.co_filename):
+            if not is_library(frame.f_code.co_filename):
                 frames.append((frame.f_code, frame.f_lineno, frame.f_globals))
             frame = frame.f_back
         key = tuple((code, line) for code, line, _ in frames)

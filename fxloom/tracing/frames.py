@@ -14,7 +14,15 @@ import types
 
 import torch
 
-__all__ = ["user_frame", "describe_frame", "short_location", "innermost_user_frame", "is_plumbing"]
+__all__ = [
+    "user_frame",
+    "describe_frame",
+    "short_location",
+    "innermost_user_frame",
+    "is_plumbing",
+    "is_library",
+    "program_frame",
+]
 
 _FXLOOM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -40,6 +48,21 @@ def is_plumbing(filename: str) -> bool:
     if filename.startswith(_FXLOOM_DIR):
         return not filename.startswith(_FXLOOM_USER_CODE)
     return filename.startswith(_PLUMBING)
+
+
+def is_library(filename: str) -> bool:
+    """Whether a frame of ``filename`` is any of torch's or fxloom's own code (stricter than
+    ``is_plumbing``): below the dispatcher, as export records, everything in torch is library."""
+    return filename.startswith(_TORCH_DIR) or is_plumbing(filename)
+
+
+def program_frame(skip: int = 1) -> types.FrameType | None:
+    """The innermost frame of the user's program when torch's internals may be on the stack
+    (an operator's decomposition, a meta kernel): torch's and fxloom's frames are skipped."""
+    frame = sys._getframe(skip)
+    while frame is not None and is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
 
 
 def user_frame(skip: int = 1) -> types.FrameType | None:

@@ -32,21 +32,18 @@ Depends on sympy, ``ranges`` and fxloom.tracing.frames (the user's line).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import sympy
-import torch
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from fxloom.export.symbolic.errors import ConstraintViolationError, DataDependentGuardError
 from fxloom.export.symbolic.ranges import Bounds, bounds
-from fxloom.tracing.frames import describe_frame, is_plumbing
+from fxloom.tracing.frames import describe_frame, program_frame
 
 __all__ = ["ShapeEnv", "Guard", "SymbolInfo"]
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _RELATIONS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
 
 
@@ -477,15 +474,7 @@ def _python_value(value: sympy.Basic):
 
 def _user_location() -> tuple[str | None, str]:
     """The user's ``file:line`` and source line: the first frame outside fxloom and torch."""
-    import sys
-
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (is_plumbing(filename) or filename.startswith(_TORCH_DIR)):
-            break
-        frame = frame.f_back
-    location, code = describe_frame(frame)
+    location, code = describe_frame(program_frame(2))
     return location, code.strip()
 
 
