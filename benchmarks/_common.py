@@ -130,6 +130,17 @@ def load_average() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
+def noise_line(loads: tuple[float, float], detail: str) -> str:
+    """The "Noise:" sentence under a recorded table: load before and after, then ``detail``."""
+    return (
+        f"Noise: 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after the run "
+        f"({cpu_count()} cores){detail}"
+    )
+
+
+SPREAD_IS = "; spread = how far the median run is above the best."
+
+
 def commit() -> str:
     """The checkout's short commit, '+' if fxloom/ has uncommitted changes; '?' without git."""
     try:

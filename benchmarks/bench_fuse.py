@@ -53,12 +53,13 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
+    SPREAD_IS,
     Samples,
     compute_nodes,
-    cpu_count,
     freeze_startup_heap,
     load_average,
     machine_line,
+    noise_line,
     publish,
     rotated,
     timed,
@@ -263,8 +264,7 @@ def markdown(
         "",
         *pass_table(pass_row),
         "",
-        f"Noise: 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after the run "
-        f"({cpu_count()} cores); spread = how far the median run is above the best.",
+        noise_line(loads, SPREAD_IS),
         "",
     ]
     return "\n".join(lines)

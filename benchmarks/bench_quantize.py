@@ -58,12 +58,13 @@ from torch import nn
 if __package__ in (None, ""):  # run as a script: this checkout's fxloom and `benchmarks`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
+    SPREAD_IS,
     Samples,
-    cpu_count,
     freeze_startup_heap,
     load_average,
     machine_line,
+    noise_line,  # noqa: E402
     publish,
     rotated,
     timed,
@@ -400,8 +401,7 @@ def markdown(
         "",
         *exported_table(*exported, config),
         "",
-        f"Noise: 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after the run "
-        f"({cpu_count()} cores); spread = how far the median run is above the best.",
+        noise_line(loads, SPREAD_IS),
         "",
     ]
     return "\n".join(lines)

@@ -52,10 +52,10 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks._common import (
     Samples,
     compute_nodes,
-    cpu_count,
     freeze_startup_heap,
     load_average,
     machine_line,
+    noise_line,
     publish,
     rotated,
     timed,
@@ -503,10 +503,12 @@ def markdown(results: dict[str, list], samples: Samples, loads: tuple, quick: bo
         lines += tables[part](rows) + [""]
     label, spread = samples.noisiest()
     lines += [
-        f"Noise: 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after the run "
-        f"({cpu_count()} cores). Spread of the median run over the best run: "
-        f"{samples.typical_spread() * 100:.0f}% typically, {spread * 100:.0f}% at most "
-        f"({label}); the tables show best runs.",
+        noise_line(
+            loads,
+            ". Spread of the median run over the best run: "
+            f"{samples.typical_spread() * 100:.0f}% typically, {spread * 100:.0f}% at most "
+            f"({label}); the tables show best runs.",
+        ),
         "",
     ]
     return "\n".join(lines)
