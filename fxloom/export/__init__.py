@@ -16,9 +16,9 @@ spec's metadata on every node::
     >>> torch.allclose(ep.module()(x), torch.relu(x @ ep.state_dict["0.weight"].T + ep.state_dict["0.bias"]))
     True
 
-Nothing here uses torch.export, torch._dynamo, make_fx, FakeTensorMode or
-torch's functionalization: the stand-ins, the capture and the functional
-rewrite are fxloom's own (``stand_in``, ``capture``, ``functionalize``).
+The stand-ins, the capture and the functional rewrite are fxloom's own
+(``stand_in``, ``capture``, ``functionalize``); none of torch's export,
+compiler, fake-tensor or functionalization machinery is used.
 """
 
 from fxloom.export.capture import ExportError

@@ -105,7 +105,7 @@ class _AllOperators(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # Else torch wraps the handler to keep torch.compile out of it, importing torch._dynamo
+        # Else torch wraps the handler to keep torch.compile out of it, importing its compiler
         # (2 s) on the first operator; nothing is compiled inside an export.
         return False
 
