@@ -5,10 +5,10 @@ these conversions are refused with an error naming the line and a fix; with
 them, the example's value is used and a run-time guard is recorded that raises
 if another input would come out differently. Sizes come from the stand-ins
 (``len(x)``, ``int(x.shape[0])``, a loop over rows); only a value that holds
-a tensor (``bool(x.sum() > 0)``) is computed for real (``Tracer.example_data``). Unpacking into a fixed number of
-names (``a, b = x.shape``) needs no value: the count is read from the caller's
-bytecode and guarded. ``Tracer.to_bool``, ``length``, ``to_python`` and
-``iter`` delegate here.
+a tensor (``bool(x.sum() > 0)``) is computed for real (``Tracer.example_data``).
+Unpacking into a fixed number of names (``a, b = x.shape``) needs no value:
+the count is read from the caller's bytecode and guarded. ``Tracer.to_bool``,
+``length``, ``to_python`` and ``iter`` delegate here.
 
 Depends on ``fxloom.proxy``, ``fxloom.guards`` and ``frames``.
 """

@@ -36,6 +36,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxloom.export.stand_in import StandIn, run_on_meta
+from fxloom.pytree import tree_any
 
 __all__ = ["MetadataMode", "holds_tensor"]
 
@@ -62,12 +63,11 @@ class MetadataMode(TorchDispatchMode):
         self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        factory = _is_factory(func, args, kwargs)
         if func._schema.is_mutable:
             # Fresh stand-ins, so that an in-place change of metadata (unsqueeze_) reaches
             # no cached stand-in and no meta tensor shared through ``_RESULTS``.
-            factory = _is_factory(func, args, kwargs)
-            return self._on_meta(func, args, kwargs, _fresh_stand_in, factory)
-        factory = _is_factory(func, args, kwargs)
+            return self._on_meta(func, args, kwargs, StandIn.like, factory)
         key = None if factory else _metadata_key((torch.get_default_dtype(), args, kwargs))
         if key is None:  # a factory's device is the default one: not remembered
             return self._on_meta(func, args, kwargs, self.stand_in_of, factory)
@@ -145,10 +145,6 @@ def _rewrapped(result: Any) -> Any:
     return result
 
 
-def _fresh_stand_in(tensor: torch.Tensor) -> StandIn:
-    return StandIn.like(tensor)
-
-
 def _tensors_to_stand_ins(value: Any, convert: Any) -> Any:
     """Operator arguments with tensors as stand-ins (lists of tensors are one deep)."""
     if isinstance(value, torch.Tensor):
@@ -172,11 +168,9 @@ def _is_factory(func: Any, args: tuple, kwargs: dict) -> bool:
 
 
 def holds_tensor(value: Any) -> bool:
-    """Whether a value (a tensor, or tuples/lists/dicts of values) contains a tensor."""
-    if isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (tuple, list)):
-        return any(holds_tensor(item) for item in value)
-    if isinstance(value, dict):
-        return any(holds_tensor(item) for item in value.values())
-    return False
+    """Whether a value (a tensor, or a pytree of values) contains a tensor."""
+    return tree_any(_is_tensor, value)
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
