@@ -97,11 +97,8 @@ def convert(prepared: GraphModule) -> GraphModule:
         else:
             _convert_dynamic(gm, plan)
             kernels = {}
-    for name in plan.observers:
-        if hasattr(gm, name):
-            gm.delete_submodule(name)
     gm.graph.lint()
-    gm.delete_all_unused_submodules()
+    gm.delete_all_unused_submodules()  # the observers, and the float layers swapped out
     gm.recompile()
     gm.meta["quantize_report"] = QuantReport.of(plan, kernels)
     return gm
@@ -148,7 +145,7 @@ def _check_calibrated(prepared: GraphModule, plan: QuantPlan) -> None:
     idle = [name for name in plan.observers if not prepared.get_submodule(name).seen]
     if not idle:
         return
-    culprits = [_observed_value(prepared, plan, name) for name in idle[:3]]
+    culprits = [_observed_value(plan, name) for name in idle[:3]]
     more = f" (and {len(idle) - 3} more)" if len(idle) > 3 else ""
     raise QuantizeError(
         f"convert() needs the scale and zero point of every observed value, but the "
@@ -192,7 +189,7 @@ def _int8_producer(plan: QuantPlan, value: str) -> str:
     return value
 
 
-def _observed_value(prepared: GraphModule, plan: QuantPlan, observer: str) -> str:
+def _observed_value(plan: QuantPlan, observer: str) -> str:
     value = plan.observers[observer]
     decision = plan.decisions.get(value)
     return f"%{value} ({decision.calls})" if decision else f"%{value}"

@@ -209,18 +209,7 @@ def _free_path(gm: GraphModule, path: str) -> str:
         return path
     if type(current) is nn.Module and not any(True for _ in current.children()):
         return path
-    suffix = 1
-    while _has(gm, f"{path}_{suffix}"):
-        suffix += 1
-    return f"{path}_{suffix}"
-
-
-def _has(gm: GraphModule, path: str) -> bool:
-    try:
-        gm.get_submodule(path)
-    except AttributeError:
-        return False
-    return True
+    return attr_path.free_name(gm, path)
 
 
 def _is(value: Any, target: Any) -> bool:

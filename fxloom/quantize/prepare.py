@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.passes.fuse import fuse
 from fxloom.passes.shape_prop import ShapeProp
@@ -137,7 +138,7 @@ def _insert_observers(
         spec = plan.observed.get(node.name)
         if spec is None:
             continue
-        name = _free_name(gm, f"{node.name}_observer")
+        name = attr_path.free_name(gm, f"{node.name}_observer")
         observer = spec.activation_observer(engine)
         gm.add_submodule(name, observer if wrap is None else wrap(observer))
         with graph.inserting_after(node):
@@ -145,10 +146,3 @@ def _insert_observers(
         node.replace_all_uses_with(observing, functools.partial(operator.is_not, observing))
         plan.observers[name] = node.name
     gm.recompile()
-
-
-def _free_name(gm: GraphModule, name: str) -> str:
-    candidate, suffix = name, 1
-    while hasattr(gm, candidate):
-        candidate, suffix = f"{name}_{suffix}", suffix + 1
-    return candidate

@@ -37,6 +37,7 @@ Depends on: torch (its quantized CPU modules and kernels: torch.ao.nn.quantized)
 
 from __future__ import annotations
 
+import copy
 import operator
 import types
 from collections.abc import Callable
@@ -223,17 +224,11 @@ def _dynamic_rnn(cls: type) -> Callable[[nn.Module, Callable[[], Observer]], nn.
     def make(module: nn.Module, weight_observer: Callable[[], Observer]) -> nn.Module:
         # torch's from_float reads the weight observer from ``module.qconfig.weight``; give it
         # ours on a shallow copy, so the float module is not modified.
-        shim = _shallow_copy(module)
+        shim = copy.copy(module)
         shim.qconfig = types.SimpleNamespace(weight=weight_observer, activation=None)
         return cls.from_float(shim)
 
     return make
-
-
-def _shallow_copy(module: nn.Module) -> nn.Module:
-    copied = module.__class__.__new__(module.__class__)
-    copied.__dict__ = dict(module.__dict__)
-    return copied
 
 
 DYNAMIC_MODULES: dict[type, Callable[[nn.Module, Callable[[], Observer]], nn.Module]] = {
