@@ -28,7 +28,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom.export.input_checks import ExportedCodeGen, check_tensor, check_value
-from fxloom.export.signature import ExportGraphSignature, InputKind, OutputKind
+from fxloom.export.signature import STATE_KINDS, ExportGraphSignature, InputKind, OutputKind
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -39,8 +39,6 @@ __all__ = ["ExportedProgram"]
 
 aten = torch.ops.aten
 
-# Inputs that are the program's state: attributes of the module again once unlifted.
-_STATE_KINDS = {InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR}
 _WRITES = {
     OutputKind.BUFFER_MUTATION,
     OutputKind.PARAMETER_MUTATION,
@@ -127,7 +125,7 @@ class ExportedProgram:
         root = torch.nn.Module()
         placeholders = {}
         for node, spec in zip(self.graph.find_nodes(op="placeholder"), self._input_specs()):
-            if spec.kind in _STATE_KINDS:
+            if spec.kind in STATE_KINDS:
                 tensor = self.tensor_of(spec.target, spec.kind)
                 buffer = spec.kind is InputKind.BUFFER
                 attr_path.install(
@@ -144,7 +142,7 @@ class ExportedProgram:
         for old, new in placeholders.items():
             _check_input(graph, new, old.meta.get("val"))
         for node, spec in zip(self.graph.find_nodes(op="placeholder"), self._input_specs()):
-            if spec.kind in _STATE_KINDS:
+            if spec.kind in STATE_KINDS:
                 values[node] = get = graph.get_attr(spec.target)
                 get.meta = dict(node.meta)
         output = None

@@ -30,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "InputKind",
+    "STATE_KINDS",
     "OutputKind",
     "TensorArgument",
     "ConstantArgument",
@@ -44,6 +45,10 @@ class InputKind(enum.Enum):
     PARAMETER = enum.auto()
     BUFFER = enum.auto()
     CONSTANT_TENSOR = enum.auto()
+
+
+# Inputs that are the program's state (lifted attributes of the module), not the user's.
+STATE_KINDS = frozenset({InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR})
 
 
 class OutputKind(enum.Enum):

@@ -57,7 +57,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom.export.program import ExportedProgram, _check_input
-from fxloom.export.signature import InputKind, OutputKind
+from fxloom.export.signature import STATE_KINDS, InputKind, OutputKind
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
@@ -66,8 +66,6 @@ from fxloom.pytree_codegen import PyTreeCodeGen, PyTreeInfo
 __all__ = ["UnflattenError", "unflatten"]
 
 aten = torch.ops.aten
-
-_STATE_KINDS = {InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR}
 
 
 class UnflattenError(RuntimeError):
@@ -198,7 +196,7 @@ class _Context:
         self.owner = owner
         placeholders = ep.graph.find_nodes(op="placeholder")
         specs = ep.graph_signature.input_specs
-        self.state = {n: s.target for n, s in zip(placeholders, specs) if s.kind in _STATE_KINDS}
+        self.state = {n: s.target for n, s in zip(placeholders, specs) if s.kind in STATE_KINDS}
         self.state_by_target = {target: node for node, target in self.state.items()}
         self.placeholders = {node.name: node for node in placeholders}
         self.writes: dict[Node, list[Node]] = {}  # new value -> the placeholders it is written to
@@ -345,7 +343,7 @@ class _RootBuilder(_Builder):
         placeholders = self.ep.graph.find_nodes(op="placeholder")
         inputs = {}
         for node, spec in zip(placeholders, self.ep.graph_signature.input_specs):
-            if spec.kind not in _STATE_KINDS:
+            if spec.kind not in STATE_KINDS:
                 inputs[node] = self.values[node] = self.graph.placeholder(node.name)
                 inputs[node].meta = dict(node.meta)
         for old, new in inputs.items():
@@ -414,7 +412,7 @@ def _assemble(ep: ExportedProgram, context: _Context, root: _RootBuilder) -> Gra
         module = modules[path] if path in modules else torch.nn.Module()  # ran no operator
         attr_path.install(tree, path, module)
     for spec in ep.graph_signature.input_specs:
-        if spec.kind in _STATE_KINDS:
+        if spec.kind in STATE_KINDS:
             attr_path.install(
                 tree,
                 spec.target,

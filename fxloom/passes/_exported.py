@@ -17,11 +17,9 @@ from typing import Any
 import torch
 
 from fxloom.export.program import ExportedProgram
-from fxloom.export.signature import InputKind
+from fxloom.export.signature import STATE_KINDS, InputKind
 
 __all__ = ["LiftedTensor", "graph_module_of", "lifted_state"]
-
-_STATE_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
 
 @dataclass(frozen=True)
@@ -58,5 +56,5 @@ def lifted_state(module: Any) -> dict[str, LiftedTensor]:
             spec.target, module.tensor_of(spec.target, spec.kind), spec.kind
         )
         for spec in module.graph_signature.input_specs
-        if spec.kind in _STATE_KINDS
+        if spec.kind in STATE_KINDS
     }

@@ -112,31 +112,20 @@ def meta_input(value: Any, name: str) -> Any:
         if isinstance(leaf, StandIn):
             return leaf
         if isinstance(leaf, torch.Tensor):
-            meta_twin(leaf, name)  # refuses what has no meta form (quantized tensors)
+            _refuse_quantized(leaf, name)
             return StandIn.like(leaf, STAND_IN_DEVICE)
         return leaf
 
     return tree_map(to_meta, value, mode="plain", is_leaf=is_shape_spec)
 
 
-def meta_twin(tensor: torch.Tensor, what: str) -> torch.Tensor:
-    """A meta tensor with ``tensor``'s shape, strides, dtype and ``requires_grad``.
-
-    Parameters stay parameters (so ``node.meta['type']`` matches a real run).
-    """
+def _refuse_quantized(tensor: torch.Tensor, what: str) -> None:
+    """Raise for a quantized tensor, which has no meta form (and so no stand-in)."""
     if tensor.is_quantized:
         raise NotImplementedError(
             f"{what} is a quantized tensor ({tensor.qscheme()}), which the meta device cannot "
             "hold; propagate shapes in real mode: ShapeProp(gm).propagate(*real_inputs)"
         )
-    if tensor.device.type == "meta":
-        return tensor
-    twin = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device=META)
-    if isinstance(tensor, torch.nn.Parameter):
-        return torch.nn.Parameter(twin, requires_grad=tensor.requires_grad)
-    if tensor.requires_grad:
-        twin.requires_grad_(True)
-    return twin
 
 
 class MetaRunner:

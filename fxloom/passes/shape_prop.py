@@ -267,10 +267,6 @@ class ShapeProp(Interpreter):
             return super().placeholder(target, args, kwargs)
         return self._bound[str(target)]
 
-    def get_attr(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The attribute at ``target`` (in meta mode, operators read it as a stand-in)."""
-        return super().get_attr(target, args, kwargs)
-
     def call_function(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``target(*args, **kwargs)``; on the meta device, with devices sent to meta."""
         if self._meta_runner is not None:
@@ -286,10 +282,6 @@ class ShapeProp(Interpreter):
                 return args[0]
             args, kwargs = runner.to_meta_device(args, kwargs, method=str(target))
         return super().call_method(target, args, kwargs)
-
-    def call_module(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Call the submodule (in meta mode its weights are read as stand-ins)."""
-        return super().call_module(target, args, kwargs)
 
     # ------------------------------------------------------------------ helpers
     def _flattened(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
