@@ -65,8 +65,8 @@ from fxloom.interpreter import Interpreter
 from fxloom.node import Node, Target
 from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes._meta_device import META_FUNCTIONS, MetaRunner, meta_input
-from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any, tree_map
-from fxloom.tracing.metadata_mode import MetadataMode
+from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_map
+from fxloom.tracing.metadata_mode import MetadataMode, holds_tensor
 
 __all__ = [
     "META_FUNCTIONS",
@@ -135,14 +135,6 @@ def _quantization_parameters(tensor: torch.Tensor) -> dict[str, Any]:
         "zero_point": tensor.q_per_channel_zero_points().tolist(),
         "axis": tensor.q_per_channel_axis(),
     }
-
-
-def _holds_tensor(value: Any) -> bool:
-    return tree_any(_is_tensor, value)
-
-
-def _is_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
 
 
 def _describe(value: Any) -> Any:
@@ -258,7 +250,7 @@ class ShapeProp(Interpreter):
             raise ShapePropError(self._explain_failure(n, error)) from error
         # Described now, while the value is alive (the interpreter may release it right after).
         value_type = torch.Tensor if type(value) is StandIn else type(value)
-        self._recorded[n] = (_describe(value) if _holds_tensor(value) else None, value_type)
+        self._recorded[n] = (_describe(value) if holds_tensor(value) else None, value_type)
         return value
 
     def placeholder(self, target: Target, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
