@@ -18,10 +18,12 @@ from typing import Any
 import torch
 
 from fxloom import pytree
+from fxloom.graph import Graph
+from fxloom.node import Node
 from fxloom.ops.mutation import READ_ONLY_EFFECTS, has_side_effect
 from fxloom.pytree_codegen import PyTreeCodeGen
 
-__all__ = ["check_tensor", "check_value", "flatten_inputs", "ExportedCodeGen"]
+__all__ = ["check_tensor", "check_value", "add_input_check", "flatten_inputs", "ExportedCodeGen"]
 
 
 @has_side_effect
@@ -94,3 +96,17 @@ class ExportedCodeGen(PyTreeCodeGen):
 
     def additional_globals(self) -> list[tuple[str, Any]]:
         return [*super().additional_globals(), ("flatten_inputs", flatten_inputs)]
+
+
+def add_input_check(graph: Graph, placeholder: Node, val: Any) -> None:
+    """Add to ``graph`` a call checking that ``placeholder``'s input is what the export saw
+    (``val``): a tensor's shape and dtype, or the value itself."""
+    # Named for the input, so the checks' own names stay free for the functions.
+    name = f"check_{placeholder.name}"
+    if isinstance(val, torch.Tensor):
+        args = (placeholder, tuple(val.shape), val.dtype, placeholder.name)
+        graph.create_node("call_function", check_tensor, args, {}, name=name)
+    else:
+        graph.create_node(
+            "call_function", check_value, (placeholder, val, placeholder.name), {}, name=name
+        )

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
-from fxloom.export.input_checks import ExportedCodeGen, check_tensor, check_value
+from fxloom.export.input_checks import ExportedCodeGen, add_input_check
 from fxloom.export.signature import STATE_KINDS, ExportGraphSignature, InputKind, OutputKind
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
@@ -140,7 +140,7 @@ class ExportedProgram:
             new.meta = dict(node.meta)
             values[node] = new
         for old, new in placeholders.items():
-            _check_input(graph, new, old.meta.get("val"))
+            add_input_check(graph, new, old.meta.get("val"))
         for node, spec in zip(self.graph.find_nodes(op="placeholder"), self._input_specs()):
             if spec.kind in STATE_KINDS:
                 values[node] = get = graph.get_attr(spec.target)
@@ -199,16 +199,3 @@ def _placeholder_named(graph: Graph, name: str) -> Node:
         if node.name == name:
             return node
     raise KeyError(name)
-
-
-def _check_input(graph: Graph, placeholder: Node, val: Any) -> None:
-    """A call checking that the input has what the export saw: a tensor's shape and dtype."""
-    # Named for the input, so the checks' own names stay free for the functions.
-    name = f"check_{placeholder.name}"
-    if isinstance(val, torch.Tensor):
-        args = (placeholder, tuple(val.shape), val.dtype, placeholder.name)
-        graph.create_node("call_function", check_tensor, args, {}, name=name)
-    else:
-        graph.create_node(
-            "call_function", check_value, (placeholder, val, placeholder.name), {}, name=name
-        )

@@ -56,7 +56,8 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
-from fxloom.export.program import ExportedProgram, _check_input
+from fxloom.export.input_checks import add_input_check
+from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import STATE_KINDS, InputKind, OutputKind
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
@@ -347,7 +348,7 @@ class _RootBuilder(_Builder):
                 inputs[node] = self.values[node] = self.graph.placeholder(node.name)
                 inputs[node].meta = dict(node.meta)
         for old, new in inputs.items():
-            _check_input(self.graph, new, old.meta.get("val"))
+            add_input_check(self.graph, new, old.meta.get("val"))
         self.run_items()
         for target, value in self.context.late_writes:
             self.graph.call_function(aten.copy_.default, (self.read(target), self.read(value)))
