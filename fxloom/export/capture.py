@@ -33,6 +33,7 @@ import torch
 from torch._C import DispatchKey, DispatchKeySet, _ExcludeDispatchKeyGuard
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fxloom.export.data_dependent import DATA_DEPENDENT_RULES, MASK_REWRITES
 from fxloom.export.functionalize import (
     SCATTERS,
     UNARY_INVERSES,
@@ -42,6 +43,8 @@ from fxloom.export.functionalize import (
     classify,
 )
 from fxloom.export.provenance import Provenance
+from fxloom.export.runtime_asserts import assert_deferred
+from fxloom.export.size_nodes import SizeNodes
 from fxloom.export.stand_in import (
     DataDependentError,
     StandIn,
@@ -49,6 +52,8 @@ from fxloom.export.stand_in import (
     device_of_result,
     wrap,
 )
+from fxloom.export.symbolic import ShapeEnv
+from fxloom.export.symbolic.meta import compute_symbolic_meta
 from fxloom.graph import Graph
 from fxloom.node import Node
 
@@ -124,16 +129,31 @@ class Capture:
     constants: dict[int, Constant] = field(default_factory=dict)  # id(real tensor) -> Constant
     decompositions: dict[Any, Any] = field(default_factory=dict)
     reserved_names: set[str] = field(default_factory=set)  # constant names already taken
+    shape_env: ShapeEnv = field(default_factory=ShapeEnv)
+    # Whether any size is symbolic: operators then compute their metadata symbolically.
+    symbolic: bool = False
+    asserted: int = 0  # how many of the ShapeEnv's deferred assertions have a node
     _meta: dict[str, Any] = field(default_factory=dict)  # provenance of the operator being recorded
 
+    def __post_init__(self) -> None:
+        self.sizes = SizeNodes(self.graph, self.shape_env, lambda: self._meta)
+
     # --------------------------------------------------------------- inputs
-    def placeholder(self, name: str, example: Any) -> tuple[Node, Any]:
-        """A graph input standing for ``example``; a tensor gets a tracked stand-in."""
+    def placeholder(
+        self, name: str, example: Any, sizes: list[Any] | None = None
+    ) -> tuple[Node, Any]:
+        """A graph input standing for ``example``; a tensor gets a tracked stand-in, whose
+        sizes are ``sizes`` (ints and ``torch.SymInt``) when given."""
         node = self.graph.placeholder(name)
         if not isinstance(example, torch.Tensor):
             node.meta["val"] = example
             return node, example
-        stand_in = StandIn.like(example)
+        if sizes is not None:
+            stand_in = StandIn.with_sizes(example, sizes)
+            self.symbolic = True
+        else:
+            stand_in = StandIn.like(example)
+        self.sizes.bind_sizes(node, stand_in.shape)
         node.meta["val"] = stand_in
         self._track(stand_in, node)
         return node, stand_in
@@ -175,6 +195,8 @@ class Capture:
 
     def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Record one operator call from the program and return its stand-in result."""
+        if len(self.shape_env.deferred_assertions) > self.asserted:
+            assert_deferred(self)  # torch._check(...) promises made since the last operator
         decomposition = self.decompositions.get(func)
         if decomposition is None and _is_composite(func):
             # Only reached below autograd (inside a decomposition), where torch does not break
@@ -183,6 +205,12 @@ class Capture:
         if decomposition is not None:
             with self.mode():
                 return decomposition(*args, **kwargs)
+        rewrite = MASK_REWRITES.get(func)
+        if rewrite is not None:
+            with self.mode():
+                result = rewrite(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
         kind = classify(func)
         self._meta = self.provenance.stamp()
         if func is aten.lift_fresh.default:  # torch.tensor(data): the data is a constant
@@ -237,19 +265,30 @@ class Capture:
     def _view_step(
         self, step: ViewStep, node: Node, meta: torch.Tensor, device: torch.device
     ) -> tuple[Node, Any]:
-        out = step.func(meta, *step.args, **step.kwargs)
-        node = self._node(step.func, (node, *step.args), step.kwargs, wrap(out, device))
+        out = self._on_meta(step.func, (meta, *step.args), step.kwargs)
+        node = self._node(
+            step.func, (node, *self._arg(step.args)), self._arg(step.kwargs), wrap(out, device)
+        )
         if step.index is not None:
             out = out[step.index]
             node = self._node(operator.getitem, (node, step.index), {}, wrap(out, device))
         return node, out
 
     def _arg(self, value: Any) -> Any:
+        """``value`` for a node's arguments: nodes for stand-ins and symbolic sizes."""
         if isinstance(value, StandIn):
             return self.read(value)
         if type(value) in (tuple, list):
             return type(value)(self._arg(v) for v in value)
-        return value
+        if type(value) is dict:
+            return {k: self._arg(v) for k, v in value.items()}
+        return self.sizes.value(value)
+
+    def _on_meta(self, func: Any, args: tuple, kwargs: dict | None = None) -> Any:
+        """``func`` on meta tensors (the metadata of its result), symbolically if sizes are."""
+        if self.symbolic:
+            return compute_symbolic_meta(func, args, kwargs or {})
+        return func(*args, **(kwargs or {}))
 
     # ------------------------------------------------------------- recording
     def _node(self, func: Any, args: tuple, kwargs: dict, val: Any) -> Node:
@@ -261,8 +300,8 @@ class Capture:
 
     def emit(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Record a functional call and return stand-ins for its result, each tracked anew."""
-        meta_out = compute_meta(func, args, kwargs)
-        node = self._node(func, self._arg(args), {k: self._arg(v) for k, v in kwargs.items()}, None)
+        meta_out = compute_meta(func, args, kwargs, symbolic=self.symbolic)
+        node = self._node(func, self._arg(args), self._arg(kwargs), None)
         device = device_of_result(func, args, kwargs)
         result = wrap(meta_out, device)
         node.meta["val"] = result
@@ -308,19 +347,21 @@ class Capture:
             src_meta = src.meta["val"]._meta
             if step.func in UNARY_INVERSES:
                 func, extra = scatter(step, base_meta)
-                out = func(src_meta, *extra)
-                src = self._node(func, (src, *extra), {}, wrap(out, device))
+                out = self._on_meta(func, (src_meta, *extra))
+                src = self._node(func, (src, *self._arg(extra)), {}, wrap(out, device))
                 continue
             found = scatter(step, base_meta)
             if found is None:  # same elements, another shape
                 if tuple(src_meta.shape) != tuple(base_meta.shape):
                     shape = list(base_meta.shape)
-                    out = aten.view.default(src_meta.contiguous(), shape)
-                    src = self._node(aten.view.default, (src, shape), {}, wrap(out, device))
+                    out = self._on_meta(aten.view.default, (src_meta.contiguous(), shape))
+                    src = self._node(
+                        aten.view.default, (src, self._arg(shape)), {}, wrap(out, device)
+                    )
                 continue
             func, extra = found
-            out = func(base_meta, src_meta, *extra)
-            src = self._node(func, (base, src, *extra), {}, wrap(out, device))
+            out = self._on_meta(func, (base_meta, src_meta, *extra))
+            src = self._node(func, (base, src, *self._arg(extra)), {}, wrap(out, device))
         return src
 
 
@@ -412,6 +453,30 @@ def _metadata(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: di
     return target
 
 
+def _data_dependent(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
+    """An operator whose result's sizes or value come from data: new unbacked symbols."""
+    capture.symbolic = True
+    rule = DATA_DEPENDENT_RULES[func]
+    meta_args = [arg._meta if isinstance(arg, StandIn) else arg for arg in args]
+    meta_out = rule(capture.shape_env, *meta_args, **kwargs)
+    node = capture._node(func, capture._arg(args), capture._arg(kwargs), None)
+    if not isinstance(meta_out, torch.Tensor | tuple):  # a scalar read from data
+        node.meta["val"] = meta_out
+        capture.sizes.bind_scalar(meta_out.node.expr.free_symbols.pop(), node)
+        return meta_out
+    result = wrap(meta_out, device_of_result(func, args, kwargs))
+    node.meta["val"] = result
+    if isinstance(result, StandIn):
+        capture._track(result, node)
+        capture.sizes.bind_sizes(node, result.shape)
+        return result
+    for index, item in enumerate(result):
+        item_node = capture._node(operator.getitem, (node, index), {}, item)
+        capture._track(item, item_node)
+        capture.sizes.bind_sizes(item_node, item.shape)
+    return result
+
+
 def _refused(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: dict) -> Any:
     hint = (
         "export knows shapes, not data: keep the value a tensor (torch.where instead of "
@@ -429,5 +494,6 @@ _HANDLERS = {
     "out": _out,
     "mutable": _mutable,
     "metadata": _metadata,
+    "data_dependent": _data_dependent,
     "refused": _refused,
 }

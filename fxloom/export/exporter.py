@@ -23,9 +23,11 @@ import torch
 
 from fxloom import pytree
 from fxloom.export.capture import Capture, ExportError, Storage
-from fxloom.export.dims import Dim
+from fxloom.export.dynamic_shapes import resolve_dynamic_shapes
+from fxloom.export.input_sizes import InputSizes
 from fxloom.export.program import ExportedProgram
 from fxloom.export.provenance import Provenance
+from fxloom.export.runtime_asserts import assert_deferred, assert_input_guards
 from fxloom.export.signature import (
     ConstantArgument,
     ExportGraphSignature,
@@ -36,6 +38,7 @@ from fxloom.export.signature import (
     TensorArgument,
 )
 from fxloom.export.stand_in import StandIn
+from fxloom.export.symbolic.ranges import ValueRange
 from fxloom.export.verifier import verify
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -82,15 +85,20 @@ def export(
     kwargs = dict(kwargs or {})
     arg_names, bound = _bind(mod, tuple(args), kwargs)
     provenance = Provenance(mod, stop=sys._getframe())
+    leaf_dims = iter(resolve_dynamic_shapes(arg_names, bound, dynamic_shapes))
     capture = Capture(provenance, constant_names=_tensor_attributes(mod))
+    sizes = InputSizes(capture.shape_env)
     input_specs: list[InputSpec] = []
     state = _lift_state(mod, capture, input_specs)
     user_values = []
     for name, value in zip(arg_names, bound):
-        user_values.append(_lift_user_input(name, value, capture, input_specs))
+        lifted = _lift_user_input(name, value, capture, input_specs, leaf_dims, sizes)
+        user_values.append(lifted)
     call_args, call_kwargs = _call_arguments(mod, arg_names, user_values, len(args))
     with _swapped(mod, state), _exporting(), provenance.active(), capture.mode(), _active(capture):
         result = mod(*call_args, **call_kwargs)
+    assert_deferred(capture)
+    assert_input_guards(capture)
     graph_signature, out_spec = _finish(capture, input_specs, result)
     _, in_spec = pytree.tree_flatten(tuple(bound))
     state_dict, constants = _state_values(mod, input_specs, capture)
@@ -107,7 +115,20 @@ def export(
         module_hierarchy={
             path: type(module) for path, module in mod.named_modules(remove_duplicate=False)
         },
+        range_constraints=_range_constraints(capture, sizes),
+        shape_env=capture.shape_env,
     )
+
+
+def _range_constraints(capture: Capture, sizes: InputSizes) -> dict[Any, ValueRange]:
+    """Each symbol the program still has (not replaced by another): its declared range if
+    a Dim declared one, else the range the program left it."""
+    env = capture.shape_env
+    return {
+        symbol: sizes.declared.get(symbol) or ValueRange(info.lower, info.upper)
+        for symbol, info in env.symbols.items()
+        if symbol not in env.replacements
+    }
 
 
 # ------------------------------------------------------------------ arguments
@@ -126,11 +147,6 @@ def _check_call(mod: Any, args: Any, kwargs: Any, dynamic_shapes: Any) -> None:
         )
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"export's kwargs must be a dict, got {type(kwargs).__name__}")
-    if any(isinstance(leaf, Dim) for leaf in pytree.tree_leaves(dynamic_shapes)):
-        raise NotImplementedError(
-            "dynamic_shapes with Dim entries: symbolic sizes are not supported yet; export "
-            "with static shapes (dynamic_shapes=None) and export again for other shapes"
-        )
 
 
 def _bind(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[list[str], list[Any]]:
@@ -184,13 +200,24 @@ def _call_arguments(
     return tuple(call_args), call_kwargs
 
 
-def _lift_user_input(name: str, value: Any, capture: Capture, specs: list[InputSpec]) -> Any:
-    """Placeholders for the leaves of one forward input; the input rebuilt of stand-ins."""
+def _lift_user_input(
+    name: str,
+    value: Any,
+    capture: Capture,
+    specs: list[InputSpec],
+    leaf_dims: Iterator[dict[int, Any]],
+    sizes: InputSizes,
+) -> Any:
+    """Placeholders for the leaves of one forward input; the input rebuilt of stand-ins.
+    ``leaf_dims`` gives each leaf's dynamic dimensions, in order."""
     leaves, spec = pytree.tree_flatten(value)
     single = spec.is_leaf()
     lifted = []
     for index, leaf in enumerate(leaves):
-        node, stand_in = capture.placeholder(name if single else f"{name}_{index}", leaf)
+        path = name if single else f"{name}_{index}"
+        dims = next(leaf_dims)
+        leaf_sizes = sizes.of(path, leaf, dims) if isinstance(leaf, torch.Tensor) else None
+        node, stand_in = capture.placeholder(path, leaf, leaf_sizes)
         arg = (
             TensorArgument(node.name)
             if isinstance(leaf, torch.Tensor)

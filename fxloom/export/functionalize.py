@@ -17,8 +17,10 @@ operator and answers with an ``OpKind``:
 * ``metadata``: makes a tensor another view of its memory (``unsqueeze_``,
   ``as_strided_``); recorded as the view (``unsqueeze``), which the tensor
   becomes;
-* ``refused``: gives a tensor other memory (``resize_``) or needs data
-  (``_local_scalar_dense`` behind ``.item()``).
+* ``data_dependent``: its result's size or value comes from data (``nonzero``,
+  ``.item()``): described with new symbols (``data_dependent.DATA_DEPENDENT_RULES``);
+* ``refused``: gives a tensor other memory (``resize_``) or needs data with no
+  rule to describe the result without it (``torch.equal``).
 
 A write through a view must update the view's base: ``SCATTERS`` says, for each
 view operator, how to put a new value for the view back into the base
@@ -35,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from fxloom.export.data_dependent import DATA_DEPENDENT_RULES
 
 __all__ = [
     "OpKind",
@@ -57,7 +61,7 @@ class UnsupportedOpError(RuntimeError):
 class OpKind:
     """How an operator touches its inputs; see the module docstring."""
 
-    kind: str  # functional | view | inplace | out | mutable | metadata | refused
+    kind: str  # functional | view | inplace | out | mutable | metadata | data_dependent | refused
     functional: Any = None  # the operator recorded instead (inplace, out, mutable)
     written: tuple[str, ...] = ()  # names of the arguments it writes
     reason: str = ""  # why it is refused
@@ -74,10 +78,9 @@ FUNCTIONAL_TWINS: dict[Any, Any] = {
     aten.detach_.default: aten.detach.default,
 }
 
-# Operators that need a value's data: export knows only its metadata.
+# Operators that need a value's data and have no rule for describing their result without it
+# (those with one, ``nonzero`` or ``.item()``, are in ``data_dependent.DATA_DEPENDENT_RULES``).
 _DATA_DEPENDENT = {
-    aten._local_scalar_dense.default: ".item(), bool(), int() or float() of a tensor",
-    aten.is_nonzero.default: "bool() of a tensor",
     aten.equal.default: "torch.equal",
 }
 
@@ -137,6 +140,8 @@ def classify(func: Any) -> OpKind:
 def _classify(func: Any) -> OpKind:
     if func in UNDECLARED_WRITES:
         return UNDECLARED_WRITES[func]
+    if func in DATA_DEPENDENT_RULES:
+        return OpKind("data_dependent")
     if func in _DATA_DEPENDENT:
         return OpKind("refused", reason=f"needs the data of a tensor ({_DATA_DEPENDENT[func]})")
     schema = func._schema

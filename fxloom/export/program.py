@@ -63,6 +63,7 @@ class ExportedProgram:
         range_constraints: dict[Any, Any] | None = None,
         verifier: Callable[[ExportedProgram], None] | None = None,
         module_hierarchy: dict[str, type] | None = None,
+        shape_env: Any = None,
     ) -> None:
         self.graph_module = graph_module
         self.graph_signature = graph_signature
@@ -78,6 +79,8 @@ class ExportedProgram:
         # a module registered twice under both names):
         # unflatten rebuilds this tree, modules that ran no operator included.
         self.module_hierarchy = module_hierarchy or {}
+        # The symbols of the sizes in meta["val"] (a ShapeEnv), for passes that capture again.
+        self.shape_env = shape_env
         if verifier is not None:
             verifier(self)
 

@@ -20,15 +20,17 @@ that capture (``fxloom.export.capture``), which records it; outside a capture
 a stand-in just computes its result's metadata, like above. Anything that
 needs data (``.item()``, printing the values, ``nonzero``) is refused.
 
-Depends on nothing of fxloom.
+Depends on ``fxloom.export.symbolic.meta`` (operators on symbolic sizes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
+
+from fxloom.export.symbolic.meta import REFUSALS, SymbolicMetaError, compute_symbolic_meta
 
 __all__ = ["StandIn", "DataDependentError"]
 
@@ -77,6 +79,26 @@ class StandIn(torch.Tensor):
         meta.requires_grad_(tensor.requires_grad and tensor.is_floating_point())
         return cls(meta, tensor.device if device is None else device)
 
+    @classmethod
+    def with_sizes(cls, tensor: torch.Tensor, sizes: Sequence[Any]) -> StandIn:
+        """A stand-in for ``tensor`` whose sizes are ``sizes`` (ints or ``torch.SymInt``), laid out
+        densely in the order of ``tensor``'s strides (contiguous, channels-last, transposed...)."""
+        if not _is_dense(tensor):
+            raise ValueError(
+                f"an input of shape {list(tensor.shape)} and strides {list(tensor.stride())} "
+                "does not cover its memory densely; dynamic sizes need a dense example "
+                "(pass x.contiguous())"
+            )
+        strides: list[Any] = [1] * tensor.dim()
+        running: Any = 1
+        # Innermost first: the dimension with the smallest stride (ties: the later one).
+        for dim in sorted(range(tensor.dim()), key=lambda d: (tensor.stride(d), -d)):
+            strides[dim] = running
+            running = running * sizes[dim]
+        meta = torch.empty_strided(sizes, strides, dtype=tensor.dtype, device=_META)
+        meta.requires_grad_(tensor.requires_grad and tensor.is_floating_point())
+        return cls(meta, tensor.device)
+
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         return f"StandIn(size={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
 
@@ -104,6 +126,16 @@ class StandIn(torch.Tensor):
 def _rebuild(size: tuple, stride: tuple, dtype: torch.dtype, device: str) -> StandIn:
     meta = torch.empty_strided(size, stride, dtype=dtype, device=_META)
     return StandIn(meta, torch.device(device))
+
+
+def _is_dense(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s elements fill a block of memory without gaps (in some dim order)."""
+    expected = 1
+    for dim in sorted(range(tensor.dim()), key=lambda d: (tensor.stride(d), -d)):
+        if tensor.size(dim) != 1 and tensor.stride(dim) != expected:
+            return False
+        expected *= tensor.size(dim)
+    return True
 
 
 def _extent(tensor: torch.Tensor) -> int:
@@ -137,19 +169,25 @@ def device_of_result(func: Any, args: tuple, kwargs: dict) -> torch.device:
     return torch.get_default_device()
 
 
-def compute_meta(func: Any, args: tuple, kwargs: dict) -> Any:
+def compute_meta(func: Any, args: tuple, kwargs: dict, *, symbolic: bool = False) -> Any:
     """Run ``func`` on the meta tensors behind ``args``: the result's metadata, no data.
 
     A ``device=`` argument is pointed at the meta device (the real device is
-    reported by the wrapping stand-in). Operators whose result depends on data
-    raise ``DataDependentError``.
+    reported by the wrapping stand-in). With ``symbolic``, sizes may be
+    ``torch.SymInt`` and operators whose C++ meta kernel refuses them run their
+    Python definition (``fxloom.export.symbolic.meta``). Operators whose result
+    depends on data raise ``DataDependentError``.
     """
     meta_args = [_metas(arg) for arg in args]
     meta_kwargs = {key: _metas(value) for key, value in kwargs.items()}
     if "device" in meta_kwargs:
         meta_kwargs["device"] = _META
     try:
+        if symbolic:
+            return compute_symbolic_meta(func, tuple(meta_args), meta_kwargs)
         return func(*meta_args, **meta_kwargs)
+    except SymbolicMetaError:
+        raise
     except NotImplementedError as err:
         raise DataDependentError(
             f"{func} needs the data of its input to know its result (its output size or value "
@@ -162,8 +200,10 @@ def wrap(meta_result: Any, device: torch.device) -> Any:
     """Stand-ins for the meta tensors in an operator's result."""
     if isinstance(meta_result, torch.Tensor):
         return StandIn(meta_result, device)
-    if isinstance(meta_result, (tuple, list)):
-        return type(meta_result)(wrap(item, device) for item in meta_result)
+    if isinstance(meta_result, list):
+        return [wrap(item, device) for item in meta_result]
+    if isinstance(meta_result, tuple):  # a named tuple of a Python definition, too: plain
+        return tuple(wrap(item, device) for item in meta_result)
     return meta_result
 
 
@@ -173,4 +213,10 @@ def run_on_meta(func: Any, args: tuple, kwargs: dict) -> Any:
         raise DataDependentError(
             "a StandIn has no data: .item(), bool() and printing its values are not possible"
         )
-    return wrap(compute_meta(func, args, kwargs), device_of_result(func, args, kwargs))
+    try:
+        meta = compute_meta(func, args, kwargs)
+    except RuntimeError as err:  # a C++ kernel refusing symbolic sizes: their Python definition
+        if not any(refusal in str(err) for refusal in REFUSALS):
+            raise
+        meta = compute_meta(func, args, kwargs, symbolic=True)
+    return wrap(meta, device_of_result(func, args, kwargs))

@@ -4,7 +4,8 @@
   ``output`` last; placeholders first, as many as the signature's inputs and
   named as it says; the output as long as the signature's outputs;
 * every ``call_function`` target is an operator overload that mutates nothing
-  (or ``operator.getitem`` picking one result of a multi-result operator);
+  (or ``operator.getitem`` picking one result of a multi-result operator, or
+  the arithmetic of symbolic sizes: ``operator.mul``, ``torch.sym_max``...);
 * every operator node carries the metadata the spec lists: ``val``,
   ``stack_trace``, ``nn_module_stack``; placeholders carry ``val``.
 
@@ -21,14 +22,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom.export.signature import ConstantArgument
+from fxloom.export.size_nodes import SIZE_FUNCTIONS
 
 if TYPE_CHECKING:
     from fxloom.export.program import ExportedProgram
 
 __all__ = ["verify", "ExportVerifierError", "ALLOWED_FUNCTIONS"]
 
-# call_function targets allowed besides operator overloads.
-ALLOWED_FUNCTIONS: set[Any] = {operator.getitem}
+# call_function targets allowed besides operator overloads: picking one result of a
+# multi-result operator, and the arithmetic of symbolic sizes.
+ALLOWED_FUNCTIONS: set[Any] = {operator.getitem, *SIZE_FUNCTIONS}
 _OPERATOR_METADATA = ("val", "stack_trace", "nn_module_stack")
 
 

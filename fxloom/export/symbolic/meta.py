@@ -27,7 +27,6 @@ Depends on torch's decomposition tables (operator definitions) and the ShapeEnv.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +42,7 @@ __all__ = ["compute_symbolic_meta", "SYMBOLIC_META_FALLBACKS", "SymbolicMetaErro
 SYMBOLIC_META_FALLBACKS: dict[Any, Callable[..., Any]] = {}
 
 # What torch says when a C++ kernel needs concrete sizes.
-_REFUSALS = (
+REFUSALS = (
     "symbolic sizes",
     "SymIntArrayRef expected to contain only concrete integers",
     "dispatch_on_subclass called with NO overloaded args",  # TensorImpl::sizes() on symbolic sizes
@@ -58,11 +57,17 @@ class SymbolicMetaError(NotImplementedError):
 def compute_symbolic_meta(func: Any, args: tuple, kwargs: dict) -> Any:
     """``func(*args, **kwargs)`` on meta tensors with ``torch.SymInt`` sizes, symbolic results."""
     if func not in _NEEDS_PYTHON_DEFINITION and func not in SYMBOLIC_META_FALLBACKS:
+        env = _shape_env(args, kwargs)
         try:
-            with _rollback(args, kwargs):
+            if env is None:
+                return func(*args, **kwargs)
+            # A C++ kernel that would fix a size to the example's value (an int read of a
+            # SymInt) is stopped, and the Python definition, which may keep it symbolic, runs.
+            refuse = python_definition(func) is not None
+            with env.rollback_on_error(), env.specialization_refused(refuse):
                 return func(*args, **kwargs)
         except RuntimeError as error:
-            if not any(refusal in str(error) for refusal in _REFUSALS):
+            if not any(refusal in str(error) for refusal in REFUSALS):
                 raise
             _NEEDS_PYTHON_DEFINITION.add(func)
     definition = python_definition(func)
@@ -98,13 +103,13 @@ class _SymbolicMetaMode(TorchDispatchMode):
         return compute_symbolic_meta(func, args, kwargs or {})
 
 
-def _rollback(args: tuple, kwargs: dict):
-    """The ShapeEnv's rollback of the first symbolic size among the arguments (if any)."""
+def _shape_env(args: tuple, kwargs: dict):
+    """The ShapeEnv of the first symbolic size among the arguments, or None."""
     for leaf in pytree.tree_leaves((args, kwargs)):
         node = _sym_node_of(leaf)
         if node is not None:
-            return node.env.rollback_on_error()
-    return contextlib.nullcontext()
+            return node.env
+    return None
 
 
 def _sym_node_of(value: Any):

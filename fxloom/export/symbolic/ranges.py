@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 import sympy
 
-__all__ = ["Bounds", "bounds", "BOUND_RULES"]
+__all__ = ["Bounds", "bounds", "BOUND_RULES", "ValueRange"]
 
 Bounds = tuple[sympy.Expr, sympy.Expr]
 _UNBOUNDED: Bounds = (-sympy.oo, sympy.oo)
@@ -103,3 +103,41 @@ def bounds(expr: sympy.Basic, ranges: Mapping[sympy.Symbol, Bounds]) -> Bounds:
     if rule is None:
         return _UNBOUNDED
     return rule([bounds(arg, ranges) for arg in expr.args])
+
+
+class ValueRange:
+    """The inclusive range of values a symbol may take, as ``range_constraints`` reports it.
+
+    >>> ValueRange(2, 1024), ValueRange(0, None)
+    (VR[2, 1024], VR[0, inf])
+    """
+
+    __slots__ = ("lower", "upper")
+
+    def __init__(self, lower, upper) -> None:
+        self.lower = _plain(lower)
+        self.upper = _plain(upper)
+
+    def __contains__(self, value) -> bool:
+        return self.lower <= value <= self.upper
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ValueRange) and (self.lower, self.upper) == (
+            other.lower,
+            other.upper,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.lower, self.upper))
+
+    def __repr__(self) -> str:
+        return f"VR[{self.lower}, {self.upper}]"
+
+
+def _plain(bound):
+    """A range end as a Python number: an int, or +-inf for an unbounded end."""
+    if bound is None:
+        return float("inf")
+    if bound in (sympy.oo, -sympy.oo):
+        return float(bound)
+    return int(bound)

@@ -42,7 +42,16 @@ from fxloom.export.symbolic.errors import ConstraintViolationError, DataDependen
 from fxloom.export.symbolic.ranges import Bounds, bounds
 from fxloom.tracing.frames import describe_frame, program_frame
 
-__all__ = ["ShapeEnv", "Guard", "SymbolInfo"]
+__all__ = ["ShapeEnv", "Guard", "SymbolInfo", "SpecializationRefused"]
+
+
+class SpecializationRefused(RuntimeError):
+    """A kernel asked for a symbolic size's value inside ``specialization_refused`` (the message
+    says "symbolic sizes", which is how ``compute_symbolic_meta`` tells a refusal)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} (refused: it would specialise symbolic sizes)")
+
 
 _RELATIONS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
 
@@ -85,7 +94,8 @@ class ShapeEnv:
         # Meta kernels ask the same questions on every call: answers per version.
         self._answers: dict[tuple[sympy.Basic, bool], bool | None] = {}
         self._answers_version = 0
-        self._counters = {"s": 0, "i": 0}
+        self._counters = {"s": 0, "i": 0, "f": 0}
+        self._refusing_specialization = False
 
     # ---- symbols
 
@@ -113,19 +123,29 @@ class ShapeEnv:
         return self._new_symbol("s", hint, min, upper, dim_name, source)
 
     def create_unbacked_symbol(
-        self, *, min: int = 0, max: int | None = None, source: str | None = None
+        self,
+        *,
+        min: int | None = 0,
+        max: int | None = None,
+        real: bool = False,
+        source: str | None = None,
     ) -> sympy.Symbol:
-        """A new symbol ``i<n>`` for a value read from tensor data: it has no example value."""
+        """A new symbol for a value read from tensor data: it has no example value.
+
+        Integers are ``i<n>`` (``min=None``: unbounded below), real numbers ``f<n>``.
+        """
+        lower = -sympy.oo if min is None else sympy.Integer(min)
         upper = sympy.oo if max is None else sympy.Integer(max)
-        return self._new_symbol("i", None, min, upper, None, source)
+        return self._new_symbol("f" if real else "i", None, lower, upper, None, source)
 
     def _new_symbol(self, prefix, hint, lower, upper, dim_name, source) -> sympy.Symbol:
         name = f"{prefix}{self._counters[prefix]}"
         self._counters[prefix] += 1
         sign = {"positive": True} if lower >= 1 else {"nonnegative": True} if lower >= 0 else {}
-        symbol = sympy.Symbol(name, integer=True, **sign)
+        kind = {"real": True} if prefix == "f" else {"integer": True}
+        symbol = sympy.Symbol(name, **kind, **sign)
         self.symbols[symbol] = SymbolInfo(
-            symbol, hint, sympy.Integer(lower), upper, dim_name, source
+            symbol, hint, sympy.sympify(lower), upper, dim_name, source
         )
         return symbol
 
@@ -226,6 +246,12 @@ class ShapeEnv:
             return None if None in values else not absorbing
         return None
 
+    def implied_by_ranges(self, expr: sympy.Basic) -> bool:
+        """Whether the symbols' ranges alone make the condition ``expr`` hold (no other facts)."""
+        if isinstance(expr, _RELATIONS):
+            return self._decide_relation(expr, False) is True
+        return False
+
     def evaluate(self, expr: sympy.Basic, hint, *, size_oblivious: bool = False):
         """Decide a guard: statically when possible, else record it with the example's answer.
 
@@ -241,7 +267,7 @@ class ShapeEnv:
             return known
         location, code = _user_location()
         if hint is None:
-            raise _data_dependent(expr, location, code)
+            raise self._data_dependent(expr, location, code)
         holds = expr if hint else sympy.Not(expr)
         self._learn(holds, location, code)
         self.guards.append(Guard(holds, location, code))
@@ -250,9 +276,13 @@ class ShapeEnv:
     def _evaluate_number(self, expr: sympy.Expr, hint):
         if expr.is_Number:
             return _python_value(expr)
+        if self._refusing_specialization:
+            raise SpecializationRefused(
+                f"a kernel asked for the value of {expr}, which would fix symbolic sizes"
+            )
         location, code = _user_location()
         if hint is None:
-            raise _data_dependent(expr, location, code)
+            raise self._data_dependent(expr, location, code)
         holds = sympy.Eq(expr, hint)
         self._learn(holds, location, code)
         self.guards.append(Guard(holds, location, code))
@@ -268,7 +298,32 @@ class ShapeEnv:
         self.deferred_assertions.append(Guard(expr, location, code))
         return True
 
+    def _data_dependent(self, expr, location, code) -> DataDependentGuardError:
+        unbacked = sorted(
+            (s for s in expr.free_symbols if self.symbols[s].hint is None), key=lambda s: s.name
+        )
+        read = ", ".join(f"{s} from {self.symbols[s].source or 'tensor data'}" for s in unbacked)
+        return DataDependentGuardError(
+            f"the program branches on {expr}, which depends on tensor data ({read}), at "
+            f"{location}: {code}\n"
+            "Fix: state what you know with torch._check(...) before this line, or branch "
+            "with fxloom.cond(pred, true_fn, false_fn, operands).",
+            condition=expr,
+            location=location,
+        )
+
     # ---- trying things
+
+    @contextlib.contextmanager
+    def specialization_refused(self, refuse: bool = True) -> Iterator[None]:
+        """Inside the block (if ``refuse``), asking for a symbolic size as a number raises
+        ``SpecializationRefused`` instead of fixing it to the example's value."""
+        saved = self._refusing_specialization
+        self._refusing_specialization = refuse
+        try:
+            yield
+        finally:
+            self._refusing_specialization = saved
 
     @contextlib.contextmanager
     def rollback_on_error(self) -> Iterator[None]:
@@ -304,6 +359,11 @@ class ShapeEnv:
             self._learn_equality(fact, location, code)
         elif isinstance(fact, (sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)):
             self._learn_bound(fact, location, code)
+        # What the learners above could not turn into a range or a replacement (a product,
+        # a sum of two Dims, s0 != 3) is still a promise the declared ranges do not make.
+        declared = [s for s in fact.free_symbols if self._is_declared(s)]
+        if declared and len(declared) == len(fact.free_symbols):
+            self._refuse_if_declared(declared[0], fact, location, code)
         self.facts.add(fact)
         self.version += 1
 
@@ -337,6 +397,10 @@ class ShapeEnv:
             if coefficient in (1, -1) and symbol not in rest.free_symbols:
                 return symbol, sympy.expand(-rest / coefficient)
         return None
+
+    def _is_declared(self, symbol: sympy.Symbol) -> bool:
+        info = self.symbols.get(symbol)
+        return info is not None and info.dim_name is not None
 
     def _elimination_rank(self, symbol: sympy.Symbol):
         info = self.symbols.get(symbol)
@@ -413,7 +477,7 @@ class ShapeEnv:
         if info is None or info.dim_name is None:
             return
         declared = (info.lower, info.upper)
-        advice = _advice(info, solution, new_range, self.symbols)
+        advice = _advice(info, fact, solution, new_range, self.symbols)
         message = (
             f"Dim {info.dim_name!r} ({symbol}) was declared with range [{declared[0]}, {declared[1]}], "
             f"but the program requires {fact} at {location or 'an unknown line'}:{code or ''}\n"
@@ -429,7 +493,7 @@ class ShapeEnv:
         )
 
 
-def _advice(info: SymbolInfo, solution, new_range, symbols) -> str:
+def _advice(info: SymbolInfo, fact, solution, new_range, symbols) -> str:
     name = info.dim_name
     if new_range is not None:
         low, high = new_range
@@ -442,7 +506,9 @@ def _advice(info: SymbolInfo, solution, new_range, symbols) -> str:
             {s: sympy.Symbol(i.dim_name or s.name) for s, i in symbols.items()}
         )
         return f"Fix: use one Dim for both sizes, or the derived Dim {name} = {named}."
-    return f"Fix: {name} must be a multiple here; declare it as a derived Dim (e.g. 2 * Dim('{name}_half'))."
+    if fact.has(sympy.Mod):
+        return f"Fix: {name} must be a multiple here; declare it as a derived Dim (e.g. 2 * Dim('{name}_half'))."
+    return f"Fix: the declared range does not promise this; make {name} static (drop it from dynamic_shapes), or change the program."
 
 
 _RELATION_DECISIONS = {
@@ -476,12 +542,3 @@ def _user_location() -> tuple[str | None, str]:
     """The user's ``file:line`` and source line: the first frame outside fxloom and torch."""
     location, code = describe_frame(program_frame(2))
     return location, code.strip()
-
-
-def _data_dependent(expr, location, code) -> DataDependentGuardError:
-    return DataDependentGuardError(
-        f"the program branches on {expr}, which depends on tensor data, at {location}: {code}\n"
-        "Fix: state what you know with torch._check(...) before this line, or branch with fxloom.cond.",
-        condition=expr,
-        location=location,
-    )

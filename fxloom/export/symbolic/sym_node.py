@@ -126,6 +126,12 @@ class SymNode:
     def wrap_bool(self, value: bool) -> SymNode:
         return SymNode(sympy.true if value else sympy.false, self.env, bool, value)
 
+    @property
+    def shape_env(self) -> _ShapeEnvView:
+        # torch's Python helpers (guard_or_false, statically_known_true) ask the node's
+        # ``shape_env`` to decide; the view answers those questions through our ShapeEnv.
+        return _ShapeEnvView(self.env)
+
     def clone(self) -> SymNode:
         return self
 
@@ -211,6 +217,29 @@ class SymNode:
 
     def int_(self) -> int:
         return self.guard_int()
+
+
+class _ShapeEnvView:
+    """The questions torch's Python helpers ask ``node.shape_env``, answered by a ``ShapeEnv``."""
+
+    __slots__ = ("env",)
+
+    def __init__(self, env: ShapeEnv) -> None:
+        self.env = env
+
+    def evaluate_sym_node(self, node: SymNode, size_oblivious: bool = False, fallback_value=None):
+        if fallback_value is not None:
+            return node._guard_or(fallback_value)
+        return node.guard_size_oblivious() if size_oblivious else node.guard_bool()
+
+    def _maybe_evaluate_static(self, expr, *args, **kwargs):
+        return self.env.static_value(expr)
+
+    def __getattr__(self, name: str):
+        raise AttributeError(
+            f"fxloom's ShapeEnv does not answer {name!r}, which torch asked of a symbolic "
+            "size's shape_env; add it to _ShapeEnvView in fxloom/export/symbolic/sym_node.py"
+        )
 
 
 def _result_type(kind: str, a: SymNode, b: SymNode | None) -> PyType:

@@ -1,0 +1,214 @@
+"""The graph nodes that compute symbolic sizes: where each symbol is read, and its arithmetic.
+
+Under dynamic shapes an operator's size arguments are ``torch.SymInt`` values:
+``x.view(x.shape[0] * 4, -1)`` passes ``4*s0``. The graph must compute that
+value from its inputs when it runs, so ``SizeNodes`` turns a symbolic value's
+expression into nodes:
+
+* each symbol has a *source*: an input size (``s0`` is dimension 0 of ``x``:
+  ``aten.sym_size.int(x, 0)``), a data-dependent size (``i0`` is dimension 0
+  of ``nonzero``'s result) or a scalar read from data (``i1`` is the result
+  of ``aten._local_scalar_dense``);
+* an expression is built from its symbols with Python's operators, one node
+  per sympy operation (``SYMPY_OPERATORS``), each node made once per expression.
+
+A node for a symbol is only made when something uses it, at that point of
+the graph, so the graph reads the sizes it needs where it needs them.
+
+Depends on sympy, the IR and ``symbolic``.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+
+from fxloom.export.symbolic import ShapeEnv, wrap_expr
+from fxloom.graph import Graph
+from fxloom.node import Node
+
+__all__ = ["SizeNodes", "SYMPY_OPERATORS", "SIZE_FUNCTIONS", "is_symbolic"]
+
+aten = torch.ops.aten
+
+# sympy operation -> the Python function computing it on ints and bools (folded over
+# the arguments left to right when there are more than two).
+SYMPY_OPERATORS: dict[type, Callable[..., Any]] = {
+    sympy.Add: operator.add,
+    sympy.Mul: operator.mul,
+    sympy.Mod: operator.mod,
+    sympy.Pow: operator.pow,
+    sympy.Max: torch.sym_max,
+    sympy.Min: torch.sym_min,
+    sympy.Eq: operator.eq,
+    sympy.Ne: operator.ne,
+    sympy.Lt: operator.lt,
+    sympy.Le: operator.le,
+    sympy.Gt: operator.gt,
+    sympy.Ge: operator.ge,
+    sympy.And: operator.and_,
+    sympy.Or: operator.or_,
+    sympy.Not: torch.sym_not,
+}
+
+# Every function a size node may call (the verifier's allowance for exported graphs).
+SIZE_FUNCTIONS: frozenset[Callable[..., Any]] = frozenset(
+    {*SYMPY_OPERATORS.values(), operator.sub, operator.neg, operator.floordiv, operator.truediv}
+)
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def is_symbolic(value: Any) -> bool:
+    """Whether ``value`` is a symbolic scalar whose value is not a known constant."""
+    if not isinstance(value, _SYMBOLIC):
+        return False
+    expr = value.node.expr
+    return not (expr.is_Number or expr in (sympy.true, sympy.false))
+
+
+class SizeNodes:
+    """Sources of symbols and nodes of expressions for one graph; see the module docstring."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        env: ShapeEnv,
+        stamp: Callable[[], dict],
+        simplify: Callable[[sympy.Basic], sympy.Basic] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.env = env
+        self.stamp = stamp  # metadata (provenance) for each new node
+        # Everything the environment knows, by default; assertions must not use the very
+        # facts they check (s0 % 2 is 0 once s0 is known even).
+        self.simplify = env.simplify if simplify is None else simplify
+        self.sources: dict[sympy.Symbol, tuple[Node, int | None]] = {}
+        self._nodes: dict[sympy.Basic, Node] = {}
+
+    def bind_size(self, symbol: sympy.Symbol, tensor: Node, dim: int) -> None:
+        """``symbol`` is dimension ``dim`` of ``tensor``'s value (the first binding wins)."""
+        self.sources.setdefault(symbol, (tensor, dim))
+
+    def bind_scalar(self, symbol: sympy.Symbol, scalar: Node) -> None:
+        """``symbol`` is the value ``scalar`` computes."""
+        self.sources.setdefault(symbol, (scalar, None))
+        self._nodes[symbol] = scalar
+
+    def bind_sizes(self, tensor: Node, sizes: Any) -> None:
+        """Bind each size of ``sizes`` that is a bare symbol to its dimension of ``tensor``."""
+        for dim, size in enumerate(sizes):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                self.bind_size(size.node.expr, tensor, dim)
+
+    def value(self, value: Any) -> Any:
+        """``value`` for a node's arguments: a node for a symbolic scalar, else ``value``."""
+        if not isinstance(value, _SYMBOLIC):
+            return value
+        expr = value.node.expr
+        if expr in (sympy.true, sympy.false):
+            return bool(expr)
+        if expr.is_Number:
+            return int(expr) if isinstance(value, torch.SymInt) else float(expr)
+        return self.node(expr)
+
+    def node(self, expr: sympy.Basic) -> Any:
+        """The node computing ``expr`` (made once), or a Python number for a constant."""
+        expr = self.simplify(expr)
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Number:
+            return float(expr)
+        if expr in (sympy.true, sympy.false):
+            return bool(expr)
+        found = self._nodes.get(expr)
+        if found is None:
+            found = self._nodes[expr] = self._build(expr)
+        return found
+
+    # ------------------------------------------------------------------ building
+    def _build(self, expr: sympy.Basic) -> Node:
+        if expr.is_Symbol:
+            return self._read_symbol(expr)
+        if isinstance(expr, (sympy.floor, sympy.ceiling)):
+            return self._rounded_division(expr)
+        if isinstance(expr, sympy.Add):
+            return self._sum(expr)
+        if isinstance(expr, sympy.Mul):
+            return self._product(expr)
+        function = SYMPY_OPERATORS.get(type(expr))
+        if function is None:
+            raise NotImplementedError(
+                f"the size expression {expr} ({type(expr).__name__}) has no graph form; add its "
+                "sympy type to fxloom.export.size_nodes.SYMPY_OPERATORS"
+            )
+        args = [self.node(arg) for arg in expr.args]
+        result = args[0]
+        for arg in args[1:]:
+            result = self._call(function, (result, arg))
+        if len(args) == 1:
+            result = self._call(function, (result,))
+        return result
+
+    def _read_symbol(self, symbol: sympy.Symbol) -> Node:
+        source = self.sources.get(symbol)
+        if source is None:
+            raise RuntimeError(
+                f"the size {symbol} has no source in the graph (no input dimension or "
+                "data-dependent value defines it); this is a bug in fxloom's export"
+            )
+        tensor, dim = source
+        node = self.graph.create_node(
+            "call_function", aten.sym_size.int, (tensor, dim), {}, name="sym_size_int"
+        )
+        node.meta.update(self.stamp())
+        node.meta["val"] = wrap_expr(self.env, symbol)
+        return node
+
+    def _sum(self, expr: sympy.Add) -> Node:
+        # Terms with a negative coefficient are subtracted: s0 - 1 rather than s0 + -1.
+        positive = [t for t in expr.args if not t.could_extract_minus_sign()]
+        negative = [-t for t in expr.args if t.could_extract_minus_sign()]
+        if not positive:
+            return self._call(operator.neg, (self.node(sympy.Add(*negative)),))
+        result = self.node(positive[0])
+        for term in positive[1:]:
+            result = self._call(operator.add, (result, self.node(term)))
+        for term in negative:
+            result = self._call(operator.sub, (result, self.node(term)))
+        return result
+
+    def _product(self, expr: sympy.Mul) -> Node:
+        numerator, denominator = sympy.fraction(expr)
+        if denominator != 1:  # s0/2 as a float (floor(s0/2) is handled as floor division)
+            return self._call(operator.truediv, (self.node(numerator), self.node(denominator)))
+        coefficient, rest = expr.as_coeff_Mul()
+        factors = [*sympy.Mul.make_args(rest)] + ([coefficient] if coefficient != 1 else [])
+        result = self.node(factors[0])
+        for factor in factors[1:]:
+            result = self._call(operator.mul, (result, self.node(factor)))
+        return result
+
+    def _rounded_division(self, expr: sympy.Basic) -> Node:
+        numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
+        if denominator == 1:  # floor of an integer expression is itself
+            return self.node(numerator)
+        if isinstance(expr, sympy.ceiling):  # ceil(a / b) == -((-a) // b)
+            floored = self._call(operator.floordiv, (self.node(-numerator), self.node(denominator)))
+            return self._call(operator.neg, (floored,))
+        return self._call(operator.floordiv, (self.node(numerator), self.node(denominator)))
+
+    def _call(self, function: Callable, args: tuple, name: str | None = None) -> Node:
+        node = self.graph.create_node(
+            "call_function", function, args, {}, name=name or function.__name__.strip("_")
+        )
+        node.meta.update(self.stamp())
+        # The value is the function run on the arguments' symbolic values: a SymInt (SymBool)
+        # of the same expression, without deciding anything.
+        values = [arg.meta["val"] if isinstance(arg, Node) else arg for arg in args]
+        node.meta["val"] = function(*values)
+        return node
