@@ -150,10 +150,11 @@ class Capture:
             return node, example
         if sizes is not None:
             stand_in = StandIn.with_sizes(example, sizes)
-            self.symbolic = True
         else:
-            stand_in = StandIn.like(example)
-        self.sizes.bind_sizes(node, stand_in.shape)
+            stand_in = StandIn.like(example)  # a stand-in (meta["val"]) keeps its symbolic sizes
+        if any(isinstance(size, torch.SymInt) for size in stand_in.shape):
+            self.symbolic = True
+            self.sizes.bind_sizes(node, stand_in.shape)
         node.meta["val"] = stand_in
         self._track(stand_in, node)
         return node, stand_in

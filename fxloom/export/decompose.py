@@ -36,7 +36,7 @@ from fxloom.export.capture import Capture
 from fxloom.export.exporter import place_constants
 from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import ExportGraphSignature, OutputSpec, TensorArgument
-from fxloom.export.stand_in import StandIn
+from fxloom.export.stand_in import StandIn, compute_meta, has_symbolic_sizes
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
 
@@ -79,6 +79,14 @@ def run_decompositions(ep: ExportedProgram, table: dict[Any, Any] | None = None)
         decompositions=default_decompositions() if table is None else table,
         reserved_names=set(ep.constants),
     )
+    if ep.shape_env is not None:  # the same symbols: the sizes in meta["val"] are theirs
+        capture = Capture(
+            source,
+            decompositions=capture.decompositions,
+            reserved_names=capture.reserved_names,
+            shape_env=ep.shape_env,
+        )
+        capture.asserted = len(ep.shape_env.deferred_assertions)  # already in the graph
     env: dict[Node, Any] = {}
     for node in ep.graph.find_nodes(op="placeholder"):
         new, env[node] = capture.placeholder(node.name, node.meta.get("val"))
@@ -114,6 +122,7 @@ def run_decompositions(ep: ExportedProgram, table: dict[Any, Any] | None = None)
         example_inputs=ep.example_inputs,
         range_constraints=ep.range_constraints,
         module_hierarchy=ep.module_hierarchy,
+        shape_env=ep.shape_env,
         verifier=ep.verifier,
     )
 
@@ -136,6 +145,12 @@ def _rerun(
         if target is operator.getitem:
             env[node] = args[0][args[1]]
             continue
+        if target is aten._assert_scalar.default:  # a check, not an operator to decompose
+            check = capture.graph.create_node(
+                "call_function", target, (capture.sizes.value(args[0]), args[1]), {}, name=node.name
+            )
+            check.meta.update(node.meta)
+            continue
         if target is aten.view.default and not _viewable(*args):
             # A decomposition laid its result out otherwise than the operator it replaced did;
             # the graph is functional, so a reshape (a copy where needed) computes the same.
@@ -147,7 +162,7 @@ def _rerun(
 def _viewable(tensor: Any, shape: Any) -> bool:
     """Whether ``tensor`` (a stand-in) can be viewed as ``shape`` with its strides."""
     try:
-        tensor._meta.view(shape)
-    except RuntimeError:
+        compute_meta(aten.view.default, (tensor, shape), {}, symbolic=has_symbolic_sizes((tensor,)))
+    except (RuntimeError, ValueError):  # Python definitions raise ValueError
         return False
     return True

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from fxloom.export.symbolic.meta import REFUSALS, SymbolicMetaError, compute_symbolic_meta
+from fxloom.export.symbolic.meta import SymbolicMetaError, compute_symbolic_meta
 
 __all__ = ["StandIn", "DataDependentError"]
 
@@ -213,10 +213,21 @@ def run_on_meta(func: Any, args: tuple, kwargs: dict) -> Any:
         raise DataDependentError(
             "a StandIn has no data: .item(), bool() and printing its values are not possible"
         )
-    try:
-        meta = compute_meta(func, args, kwargs)
-    except RuntimeError as err:  # a C++ kernel refusing symbolic sizes: their Python definition
-        if not any(refusal in str(err) for refusal in REFUSALS):
-            raise
-        meta = compute_meta(func, args, kwargs, symbolic=True)
+    meta = compute_meta(func, args, kwargs, symbolic=has_symbolic_sizes(args))
     return wrap(meta, device_of_result(func, args, kwargs))
+
+
+def has_symbolic_sizes(args: tuple) -> bool:
+    """Whether ``args`` (lists one level deep) hold a symbolic size or a stand-in with some."""
+    for arg in args:
+        if isinstance(arg, StandIn):
+            if arg._meta._has_symbolic_sizes_strides:
+                return True
+        elif isinstance(arg, _SYMBOLIC_SCALARS):
+            return True
+        elif isinstance(arg, (list, tuple)) and has_symbolic_sizes(arg):
+            return True
+    return False
+
+
+_SYMBOLIC_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool)

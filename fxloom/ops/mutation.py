@@ -93,6 +93,8 @@ _PROFILER_RANGES = [
 READ_ONLY_EFFECTS: set[Any] = {
     builtins.print,
     torch._assert,
+    torch.ops.aten._assert_scalar.default,  # exported programs' runtime assertions
+    torch.ops.aten._assert_async.msg,
     torch.manual_seed,  # changes the random stream, which random nodes account for
     *_PROFILER_RANGES,
     *(getattr(packet, overload) for packet in _PROFILER_RANGES for overload in packet.overloads()),

@@ -122,6 +122,8 @@ def _metadata_key(value: Any) -> Any:
             keys.append(key)
         return (kind, *keys)
     if isinstance(value, torch.Tensor):
+        if value._has_symbolic_sizes_strides:  # symbolic sizes: what they mean changes
+            return None
         return (value.shape, value.stride(), value.storage_offset(), value.dtype, value.device)
     if kind is dict:
         return _metadata_key(list(value.items()))

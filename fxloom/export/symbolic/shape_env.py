@@ -369,13 +369,9 @@ class ShapeEnv:
 
     def _learn_equality(self, fact: sympy.Eq, location, code) -> None:
         difference = sympy.expand(fact.lhs - fact.rhs)
-        if isinstance(difference, sympy.Mod) or isinstance(-difference, sympy.Mod):
-            self._learn_divisibility(
-                difference if isinstance(difference, sympy.Mod) else -difference,
-                fact,
-                location,
-                code,
-            )
+        _, term = difference.as_coeff_Mul()  # 3*Mod(s0, 2) == 0 says what Mod(s0, 2) == 0 does
+        if isinstance(term, sympy.Mod):
+            self._learn_divisibility(term, fact, location, code)
             return
         solved = self._solve_for_one_symbol(difference)
         if solved is None:
