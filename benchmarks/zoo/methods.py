@@ -12,6 +12,9 @@ tracers get the fixed values as ``concrete_args``; torch.export gets them as con
     torch.export      torch.export.export(strict=False).module(); its node count is of the
                       ATen-level graph, so compare it with the others only loosely
     fxloom.export     fxloom.export.export(...).module(), called as torch.export is (ATen level)
+    torch.export-dynamic / fxloom.export-dynamic
+                      the two exports with dimension 0 of every tensor input a shared
+                      Dim("batch"); the program must also be correct at another batch size
 
 Depends on: torch, fxloom. torch.fx and torch.export are imported here only as comparisons.
 """
@@ -108,10 +111,46 @@ def capture_fxloom_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
     )
 
 
+def batch_dynamic_shapes(inputs: dict[str, Any], flags: dict[str, Any], dim: Any) -> dict:
+    """``dynamic_shapes`` with dimension 0 of every tensor input one shared ``dim("batch")``
+    (the same form for torch.export and fxloom.export); flags and scalars stay static."""
+    batch = dim("batch")
+    shapes: dict[str, Any] = {name: None for name in flags}
+    for name, value in inputs.items():
+        is_batched = isinstance(value, torch.Tensor) and value.dim() > 0
+        shapes[name] = {0: batch} if is_batched else None
+    return shapes
+
+
+def capture_torch_export_dynamic(model: nn.Module, inputs: dict[str, Any]) -> Captured:
+    flags = {k: v for k, v in fixed_args(model, inputs).items() if k in FLAGS}
+    shapes = batch_dynamic_shapes(inputs, flags, torch.export.Dim)
+    program = torch.export.export(
+        model, args=(), kwargs={**inputs, **flags}, dynamic_shapes=shapes, strict=False
+    )
+    module = program.module()
+    return Captured(lambda given: module(**given, **flags), len(program.graph.nodes))
+
+
+def capture_fxloom_export_dynamic(model: nn.Module, inputs: dict[str, Any]) -> Captured:
+    flags = {k: v for k, v in fixed_args(model, inputs).items() if k in FLAGS}
+    shapes = batch_dynamic_shapes(inputs, flags, fxloom.export.Dim)
+    program = fxloom.export.export(
+        model, args=(), kwargs={**inputs, **flags}, dynamic_shapes=shapes
+    )
+    module = program.module()
+    return Captured(lambda given: module(**given, **flags), len(program.graph.nodes))
+
+
+# Methods whose program must also compute eager's result at another batch size.
+DYNAMIC_BATCH = {"torch.export-dynamic", "fxloom.export-dynamic"}
+
 METHODS: dict[str, Callable[[nn.Module, dict[str, Any]], Captured]] = {
     "fxloom": capture_fxloom,
     "fxloom-autoleaf": capture_fxloom_autoleaf,
     "torch.fx": capture_torch_fx,
     "torch.export": capture_torch_export,
     "fxloom.export": capture_fxloom_export,
+    "torch.export-dynamic": capture_torch_export_dynamic,
+    "fxloom.export-dynamic": capture_fxloom_export_dynamic,
 }

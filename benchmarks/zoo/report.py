@@ -101,9 +101,11 @@ def cell(result: Result | None) -> str:
         core = f" ({result['core_nodes']} core)" if "core_nodes" in result else ""
         if "core_error" in result:
             core = f" (run_decompositions fails: {escape(result['core_error'])[:50]})"
+        second = result.get("second_batch", "ok")
+        second = "" if second == "ok" else f"; batch 5: {escape(second)[:50]}"
         return (
             f"ok {result['capture_s'] * 1e3:.0f} ms, {result['nodes']} n{core}, "
-            f"{result['runtime_ratio']:.2f}x"
+            f"{result['runtime_ratio']:.2f}x{second}"
         )
     if result["status"] == "mismatch":
         return "mismatch: " + escape(result["message"])[:60]
@@ -168,63 +170,71 @@ def targets(results: list[Result]) -> list[str]:
                 f"{median(ratios.values()):.2f}x: {each})",
             )
         )
-    return lines + export_targets(by_key, models, members)
+    return (
+        lines
+        + export_targets(by_key, models, members)
+        + export_targets(by_key, models, members, dynamic=True)
+    )
 
 
 def export_targets(
-    by_key: dict[tuple[str, str], Result], models: list[str], members: dict[str, list[str]]
+    by_key: dict[tuple[str, str], Result],
+    models: list[str],
+    members: dict[str, list[str]],
+    dynamic: bool = False,
 ) -> list[str]:
-    """Issue 11's targets: fxloom.export against torch.export on the same models."""
-    if not any(method == "fxloom.export" for _, method in by_key):
+    """fxloom.export against torch.export on the same models (issue 11), or both with a
+    dynamic batch dimension (issue 12), where correct also means correct at a second batch."""
+    suffix = "-dynamic" if dynamic else ""
+    ours_name, theirs_name = "fxloom.export" + suffix, "torch.export" + suffix
+    if not any(method == ours_name for _, method in by_key):
         return []
 
     def ok(model: str, method: str) -> bool:
-        return by_key.get((model, method), {}).get("status") == "ok"
+        result = by_key.get((model, method), {})
+        second = result.get("second_batch", "ok") if dynamic else "ok"
+        return result.get("status") == "ok" and second == "ok"
 
     lines = []
     behind = [
         f
         for f in FAMILIES
-        if sum(ok(m, "fxloom.export") for m in members[f])
-        < sum(ok(m, "torch.export") for m in members[f])
+        if sum(ok(m, ours_name) for m in members[f]) < sum(ok(m, theirs_name) for m in members[f])
     ]
-    ours_ok = sum(ok(m, "fxloom.export") for m in models)
-    theirs_ok = sum(ok(m, "torch.export") for m in models)
+    ours_ok = sum(ok(m, ours_name) for m in models)
+    theirs_ok = sum(ok(m, theirs_name) for m in models)
     lines.append(
         mark(
             not behind,
-            f"fxloom.export correct at least as often as torch.export on every family "
+            f"{ours_name} correct{' at both batch sizes' if dynamic else ''} at least as often as "
+            f"{theirs_name} on every family "
             f"({ours_ok} vs {theirs_ok} of {len(models)})"
             + (f"; behind on {', '.join(behind)}" if behind else ""),
         )
     )
-    both = [m for m in models if ok(m, "fxloom.export") and ok(m, "torch.export")]
+    both = [m for m in models if ok(m, ours_name) and ok(m, theirs_name)]
     for key, label in (("capture_warm_s", "warm"), ("capture_s", "first in a fresh process")):
-        timed = [
-            m
-            for m in both
-            if key in by_key[m, "fxloom.export"] and key in by_key[m, "torch.export"]
-        ]
+        timed = [m for m in both if key in by_key[m, ours_name] and key in by_key[m, theirs_name]]
         if not timed:
             continue
-        ratios = [by_key[m, "fxloom.export"][key] / by_key[m, "torch.export"][key] for m in timed]
+        ratios = [by_key[m, ours_name][key] / by_key[m, theirs_name][key] for m in timed]
         lines.append(
             mark(
                 median(ratios) <= 0.5,
-                f"fxloom.export time ({label}) <= 0.5x torch.export's, median of per-model "
+                f"{ours_name} time ({label}) <= 0.5x {theirs_name}'s, median of per-model "
                 f"ratios on the {len(timed)} models both export: {median(ratios):.2f}x "
                 f"(range {min(ratios):.2f}-{max(ratios):.2f})",
             )
         )
-    counted = [m for m in both if "core_nodes" in by_key[m, "fxloom.export"]]
-    counted = [m for m in counted if "core_nodes" in by_key[m, "torch.export"]]
+    counted = [m for m in both if "core_nodes" in by_key[m, ours_name]]
+    counted = [m for m in counted if "core_nodes" in by_key[m, theirs_name]]
     if counted:
-        ours = [by_key[m, "fxloom.export"]["core_nodes"] for m in counted]
-        theirs = [by_key[m, "torch.export"]["core_nodes"] for m in counted]
+        ours = [by_key[m, ours_name]["core_nodes"] for m in counted]
+        theirs = [by_key[m, theirs_name]["core_nodes"] for m in counted]
         equal = sum(a == b for a, b in zip(ours, theirs))
         lines.append(
             f"- nodes after run_decompositions(), median over {len(counted)} models: "
-            f"fxloom.export {median(ours):.0f}, torch.export {median(theirs):.0f}; equal on "
+            f"{ours_name} {median(ours):.0f}, {theirs_name} {median(theirs):.0f}; equal on "
             f"{equal}, fewer on {sum(a < b for a, b in zip(ours, theirs))}, more on "
             f"{sum(a > b for a, b in zip(ours, theirs))}"
         )
@@ -238,11 +248,17 @@ def mark(met: bool, text: str) -> str:
 def failures(results: list[Result], methods: Iterable[str]) -> list[str]:
     lines = []
     for r in results:
-        if r["method"] in methods and r["status"] != "ok":
+        if r["method"] not in methods:
+            continue
+        if r["status"] != "ok":
             where = f" at `{r['where']}`" if r.get("where") else ""
             what = r.get("error", "mismatch")
             lines.append(
                 f"- {r['model']} ({r['method']}): {what}: {escape(r.get('message', ''))}{where}"
+            )
+        elif r.get("second_batch", "ok") != "ok":
+            lines.append(
+                f"- {r['model']} ({r['method']}): wrong at batch 5: {escape(r['second_batch'])}"
             )
     return lines or ["- none"]
 
@@ -316,7 +332,7 @@ def write(results: list[Result], run: dict[str, Any], path: Path, readme: Path |
         "",
         "## fxloom failures",
         "",
-        *failures(results, ("fxloom", "fxloom-autoleaf", "fxloom.export")),
+        *failures(results, ("fxloom", "fxloom-autoleaf", "fxloom.export", "fxloom.export-dynamic")),
         "",
         "## Captured, but specialised",
         "",

@@ -147,7 +147,25 @@ def measure(model_name: str, method: str) -> dict[str, Any]:
         return result
     result.update(status="ok", eager_s=eager_s, captured_s=captured_s)
     result["runtime_ratio"] = captured_s / eager_s
+    if method in methods.DYNAMIC_BATCH:
+        result["second_batch"] = second_batch(spec, model, captured)
     return result
+
+
+SECOND_BATCH = 5  # the examples' batch is 2
+
+
+def second_batch(spec: registry.ModelSpec, model: torch.nn.Module, captured: Any) -> str:
+    """ "ok" if the captured program computes eager's result at another batch size, else why not."""
+    inputs = spec.make_inputs(SECOND_BATCH, spec.example[1])
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = methods.run_eager(model, inputs)
+            return compare(captured.run(inputs), expected) or "ok"
+    except Exception as error:
+        record = error_record(error)
+        return f"{record['error']}: {record['message'][:200]}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -121,13 +121,16 @@ def export(
 
 
 def _range_constraints(capture: Capture, sizes: InputSizes) -> dict[Any, ValueRange]:
-    """Each symbol the program still has (not replaced by another): its declared range if
-    a Dim declared one, else the range the program left it."""
+    """Each symbol the program still has (not replaced by another, not dropped): its declared
+    range if a Dim declared one, else the range the program left it."""
     env = capture.shape_env
+    sources = capture.sizes.sources
     return {
         symbol: sizes.declared.get(symbol) or ValueRange(info.lower, info.upper)
         for symbol, info in env.symbols.items()
         if symbol not in env.replacements
+        # a data-dependent value the program dropped (dead code) is not one of its sizes
+        and not (symbol in sources and sources[symbol][0]._erased)
     }
 
 

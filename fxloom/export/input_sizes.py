@@ -94,5 +94,6 @@ class InputSizes:
             source=source,
         )
         self.declared[size.node.expr] = ValueRange(dim.min, dim.max)
+        self.env.symbols[size.node.expr].declared = (dim.min, dim.max)
         self._symbols[id(dim)] = size
         return size

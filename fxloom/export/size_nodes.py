@@ -162,6 +162,8 @@ class SizeNodes:
                 "data-dependent value defines it); this is a bug in fxloom's export"
             )
         tensor, dim = source
+        if dim is None:  # a scalar read from data: the node computing it
+            return tensor
         node = self.graph.create_node(
             "call_function", aten.sym_size.int, (tensor, dim), {}, name="sym_size_int"
         )

@@ -111,6 +111,13 @@ class StandIn(torch.Tensor):
             return StandIn.active(func, args, kwargs)
         return run_on_meta(func, args, kwargs)
 
+    def tolist(self) -> Any:
+        """Nested lists of ``.item()`` of each element (torch's ``tolist`` reads the data a
+        stand-in does not have; under export each element becomes a data-dependent value)."""
+        if self.dim() == 0:
+            return self.item()
+        return [element.tolist() for element in self.unbind(0)]
+
     def __deepcopy__(self, memo: dict) -> StandIn:
         # Without autograd history (which torch refuses to deep-copy): a description copies.
         meta = self._meta.detach()

@@ -66,6 +66,8 @@ class SymbolInfo:
     upper: sympy.Expr
     dim_name: str | None  # the user's Dim: its range is a promise the program must keep
     source: str | None  # where the value comes from, e.g. "x.size(0)"
+    # The user's range when it differs from the one reasoned with (a Dim(min=0) reasons >= 2).
+    declared: tuple[int, int | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +261,7 @@ class ShapeEnv:
         (answered with its value: the program specialised to ``hint``). ``hint`` is
         the example's answer, None when the expression depends on tensor data.
         """
-        expr = self.simplify(expr)
+        expr = _normalized(self.simplify(expr))
         if not _is_condition(expr):
             return self._evaluate_number(expr, hint)
         known = self.static_value(expr, size_oblivious=size_oblivious)
@@ -282,7 +284,7 @@ class ShapeEnv:
             )
         location, code = _user_location()
         if hint is None:
-            raise self._data_dependent(expr, location, code)
+            raise self._data_dependent(expr, location, code, as_number=True)
         holds = sympy.Eq(expr, hint)
         self._learn(holds, location, code)
         self.guards.append(Guard(holds, location, code))
@@ -298,16 +300,26 @@ class ShapeEnv:
         self.deferred_assertions.append(Guard(expr, location, code))
         return True
 
-    def _data_dependent(self, expr, location, code) -> DataDependentGuardError:
+    def _data_dependent(self, expr, location, code, as_number=False) -> DataDependentGuardError:
         unbacked = sorted(
             (s for s in expr.free_symbols if self.symbols[s].hint is None), key=lambda s: s.name
         )
         read = ", ".join(f"{s} from {self.symbols[s].source or 'tensor data'}" for s in unbacked)
+        if as_number:  # int(n), range(n), a list index: a Python number is asked for
+            what = f"needs {expr} as a Python number"
+            fix = (
+                "keep it symbolic: use n = t.item() and pass n to operators (torch.zeros(n), "
+                "x[:n]), with torch._check(...) for what you know of it"
+            )
+        else:
+            what = f"branches on {expr}"
+            fix = (
+                "state what you know with torch._check(...) before this line, or branch "
+                "with fxloom.cond(pred, true_fn, false_fn, operands)"
+            )
         return DataDependentGuardError(
-            f"the program branches on {expr}, which depends on tensor data ({read}), at "
-            f"{location}: {code}\n"
-            "Fix: state what you know with torch._check(...) before this line, or branch "
-            "with fxloom.cond(pred, true_fn, false_fn, operands).",
+            f"the program {what}, which depends on tensor data ({read}), at "
+            f"{location}: {code}\nFix: {fix}.",
             condition=expr,
             location=location,
         )
@@ -472,11 +484,12 @@ class ShapeEnv:
         info = self.symbols.get(symbol)
         if info is None or info.dim_name is None:
             return
-        declared = (info.lower, info.upper)
+        declared = info.declared or (info.lower, info.upper)
         advice = _advice(info, fact, solution, new_range, self.symbols)
+        high = "oo" if declared[1] in (None, sympy.oo) else declared[1]
         message = (
-            f"Dim {info.dim_name!r} ({symbol}) was declared with range [{declared[0]}, {declared[1]}], "
-            f"but the program requires {fact} at {location or 'an unknown line'}:{code or ''}\n"
+            f"Dim {info.dim_name!r} ({symbol}) was declared with range [{declared[0]}, {high}], "
+            f"but the program requires {fact} at {location or 'an unknown line'}: {code or ''}\n"
             f"{advice}"
         )
         raise ConstraintViolationError(
@@ -493,6 +506,8 @@ def _advice(info: SymbolInfo, fact, solution, new_range, symbols) -> str:
     name = info.dim_name
     if new_range is not None:
         low, high = new_range
+        if info.declared is not None and low == info.lower:  # the lower end is not the issue
+            low = info.declared[0]
         high_text = "" if high == sympy.oo else f", max={high}"
         return f"Fix: declare Dim({name!r}, min={low}{high_text}), or change the program."
     if solution is not None and solution.is_Number:
@@ -519,6 +534,15 @@ _RELATION_DECISIONS = {
     sympy.Lt: lambda low, high: True if high < 0 else False if low >= 0 else None,
     sympy.Le: lambda low, high: True if high <= 0 else False if low > 0 else None,
 }
+
+
+def _normalized(expr: sympy.Basic) -> sympy.Basic:
+    """``3*Mod(s0, 2) == 0`` as ``Mod(s0, 2) == 0``: a relation to zero without its factor."""
+    if isinstance(expr, (sympy.Eq, sympy.Ne)) and expr.rhs == 0:
+        coefficient, term = expr.lhs.as_coeff_Mul()
+        if coefficient.is_Number and coefficient != 0 and coefficient != 1:
+            return expr.func(term, 0)
+    return expr
 
 
 def _is_condition(expr: sympy.Basic) -> bool:
