@@ -193,7 +193,7 @@ def _describe(value: Any) -> str:
 def _leaf_dims(value: Any, entry: Any, where: str, uses: list[_Use]) -> dict[int, Spec]:
     """``{dimension: spec}`` of a tensor's entry (ints and None dropped); records the uses."""
     if not isinstance(value, torch.Tensor):
-        if entry is not None and entry != Dim.STATIC:
+        if entry is not None and not _is_static(entry):
             raise DynamicShapesError(
                 f"input {where!r}: dynamic_shapes gives {entry!r} for a "
                 f"{type(value).__name__}, but only tensor dimensions can be dynamic (export "
@@ -245,7 +245,7 @@ def _indexed(entry: Any, shape: tuple[int, ...], where: str) -> list[tuple[int, 
 
 def _checked_spec(spec: Any, size: int, where: str, index: int) -> Spec | None:
     """The spec if the dimension may be dynamic; None for a static one (checked against the example)."""
-    if spec is None or spec == Dim.STATIC:
+    if spec is None or _is_static(spec):
         return None
     if isinstance(spec, (Dim, DimHint)):
         return spec
@@ -260,6 +260,10 @@ def _checked_spec(spec: Any, size: int, where: str, index: int) -> Spec | None:
         f"input {where!r}: dynamic_shapes gives {spec!r} for dimension {index}; each "
         f"dimension's entry is {_SPEC_KINDS}"
     )
+
+
+def _is_static(spec: Any) -> bool:
+    return isinstance(spec, DimHint) and spec.kind == "STATIC"
 
 
 # ---------------------------------------------------------------- the examples
