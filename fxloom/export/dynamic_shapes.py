@@ -29,7 +29,8 @@ a dimension the tensor lacks, a spec on a value that is not a tensor, an example
 size outside a Dim's range or of 0 or 1 (operators special-case those), a Dim
 whose examples disagree, a derived dim its example does not fit, two different
 Dims of one name. Two ``Dim`` objects with the same name and range are one Dim
-(as in torch.export); the result holds the first.
+(as in torch.export); the result holds the first. ``symbol_range`` gives the
+range the symbol of a dynamic dimension takes.
 
 Depends on ``fxloom.pytree`` and ``dims``.
 """
@@ -45,7 +46,7 @@ import torch
 from fxloom import pytree
 from fxloom.export.dims import DerivedDim, Dim, DimHint
 
-__all__ = ["DynamicShapesError", "resolve_dynamic_shapes"]
+__all__ = ["DynamicShapesError", "resolve_dynamic_shapes", "symbol_range"]
 
 Spec = Dim | DimHint  # a DerivedDim is a Dim
 _SPEC_KINDS = "None, an int, a Dim, a derived Dim (2 * d), Dim.AUTO, Dim.STATIC or Dim.DYNAMIC"
@@ -83,6 +84,22 @@ def resolve_dynamic_shapes(
         _match(value, entry, name, leaves, uses)
     _Examples().check(uses)
     return [dict(sorted(leaf.items())) for leaf in leaves]
+
+
+def symbol_range(spec: Spec) -> tuple[int, int | None]:
+    """The inclusive range of the symbol a dynamic dimension gets: ``(min, max or None)``.
+
+    The spec's range with sizes 0 and 1 left out (the example had none of them, and a
+    program traced on a larger size may not hold for them); a derived dim's symbol is
+    its root's::
+
+        >>> symbol_range(Dim("batch", max=64)), symbol_range(2 * Dim("seq", min=8))
+        ((2, 64), (8, None))
+    """
+    if isinstance(spec, DerivedDim):
+        spec = spec.root
+    low = spec.min or 0
+    return max(low, 2), spec.max
 
 
 # ---------------------------------------------------------------- structure

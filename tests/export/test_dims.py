@@ -16,7 +16,7 @@ import torch.export
 
 from fxloom import pytree
 from fxloom.export import DerivedDim, Dim, DimHint, DynamicShapesError, dims
-from fxloom.export.dynamic_shapes import resolve_dynamic_shapes
+from fxloom.export.dynamic_shapes import resolve_dynamic_shapes, symbol_range
 
 # ----------------------------------------------------------------------- Dim
 
@@ -225,6 +225,21 @@ def test_a_dim_of_the_same_name_and_range_is_the_first_one_as_in_torch_export():
     inputs = {"x": torch.ones(4), "y": torch.ones(4)}
     resolved = resolve(inputs, {"x": {0: first}, "y": {0: 2 * second - 4}})
     assert resolved[0][0] is first and resolved[1][0].root is first
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (Dim("batch"), (2, None)),
+        (Dim("batch", min=0, max=64), (2, 64)),
+        (Dim("batch", min=8, max=64), (8, 64)),
+        (2 * Dim("seq", min=3, max=9) + 1, (3, 9)),
+        (Dim.AUTO, (2, None)),
+        (Dim.DYNAMIC(max=16), (2, 16)),
+    ],
+)
+def test_a_dynamic_dimension_symbol_ranges_from_two_or_the_declared_min(spec, expected):
+    assert symbol_range(spec) == expected
 
 
 # ----------------------------------------------------------------------- mistakes
