@@ -18,6 +18,9 @@ trees*: an int, a symbol's name (a string), or a tuple ``(operation, *operands)`
 Operations: ``add``, ``mul`` (any number of operands), ``pow`` (an integer
 exponent), ``floordiv`` (by an integer), ``floor``, ``ceiling``, ``mod``,
 ``max``, ``min``, ``abs``, and ``("frac", p, q)`` for the rational ``p/q``.
+Conditions on sizes (a guard such as ``s0 % 2 == 0``) encode the same way, with
+``eq``, ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``and``, ``or``, ``not`` and
+``True``/``False``; ``evaluate_condition`` answers them.
 Evaluation uses ``fractions.Fraction`` (no floats, no ``eval``). The encoders
 (by sympy type) and evaluators (by operation) are tables: a new operation is
 one entry in each.
@@ -37,6 +40,7 @@ import sympy
 __all__ = [
     "SizeTree",
     "SizeTreeError",
+    "evaluate_condition",
     "evaluate_size",
     "exact_value",
     "linear_form",
@@ -57,6 +61,8 @@ class SizeTreeError(TypeError):
 
 def size_tree(expr: sympy.Basic) -> SizeTree:
     """``expr`` (integers, rationals, symbols and the operations above) as a size tree."""
+    if expr in (sympy.true, sympy.false):
+        return bool(expr)
     if expr.is_Integer:
         return int(expr)
     if expr.is_Rational:
@@ -66,7 +72,7 @@ def size_tree(expr: sympy.Basic) -> SizeTree:
     encode = ENCODERS.get(type(expr))
     if encode is None:
         raise SizeTreeError(
-            f"the size {expr} uses {type(expr).__name__}, which fxloom cannot check at call "
+            f"{expr} uses {type(expr).__name__}, which fxloom cannot check at call "
             "time; add an encoder to fxloom.export.size_trees.ENCODERS (and an evaluator)"
         )
     return encode(expr)
@@ -102,6 +108,15 @@ ENCODERS: dict[type, Callable[[sympy.Basic], SizeTree]] = {
     sympy.Max: lambda e: ("max", *_operands(e)),
     sympy.Min: lambda e: ("min", *_operands(e)),
     sympy.Abs: lambda e: ("abs", *_operands(e)),
+    sympy.Eq: lambda e: ("eq", *_operands(e)),
+    sympy.Ne: lambda e: ("ne", *_operands(e)),
+    sympy.Lt: lambda e: ("lt", *_operands(e)),
+    sympy.Le: lambda e: ("le", *_operands(e)),
+    sympy.Gt: lambda e: ("gt", *_operands(e)),
+    sympy.Ge: lambda e: ("ge", *_operands(e)),
+    sympy.And: lambda e: ("and", *_operands(e)),
+    sympy.Or: lambda e: ("or", *_operands(e)),
+    sympy.Not: lambda e: ("not", *_operands(e)),
 }
 
 
@@ -114,6 +129,11 @@ def evaluate_size(tree: SizeTree, values: Mapping[str, int]) -> int:
     if value.denominator != 1:
         raise ValueError(f"the size {size_text(tree)} is {value}, not an integer, for {values}")
     return int(value)
+
+
+def evaluate_condition(tree: SizeTree, values: Mapping[str, int]) -> bool:
+    """Whether the condition ``tree`` holds for the symbols' ``values``."""
+    return bool(exact_value(tree, values))
 
 
 def exact_value(tree: SizeTree, values: Mapping[str, int]) -> Fraction:
@@ -144,6 +164,16 @@ EVALUATORS: dict[str, Callable[[list[Fraction]], Fraction]] = {
     "max": max,
     "min": min,
     "abs": lambda xs: abs(xs[0]),
+    # Conditions: 1 for true, 0 for false.
+    "eq": lambda xs: Fraction(xs[0] == xs[1]),
+    "ne": lambda xs: Fraction(xs[0] != xs[1]),
+    "lt": lambda xs: Fraction(xs[0] < xs[1]),
+    "le": lambda xs: Fraction(xs[0] <= xs[1]),
+    "gt": lambda xs: Fraction(xs[0] > xs[1]),
+    "ge": lambda xs: Fraction(xs[0] >= xs[1]),
+    "and": lambda xs: Fraction(all(xs)),
+    "or": lambda xs: Fraction(any(xs)),
+    "not": lambda xs: Fraction(not xs[0]),
 }
 
 
@@ -187,7 +217,7 @@ def linear_form(
 def size_text(tree: SizeTree, names: Mapping[str, str] | None = None) -> str:
     """``tree`` as readable text, symbols renamed by ``names`` (a symbol to its Dim's name)."""
     names = names or {}
-    if isinstance(tree, int):
+    if isinstance(tree, int):  # True and False too
         return str(tree)
     if isinstance(tree, str):
         return names.get(tree, tree)
@@ -231,6 +261,20 @@ def _mul_text(operands: list, texts: list[str]) -> str:
     return "*".join(_grouped(operand, text) for operand, text in zip(operands, texts))
 
 
+def _relation(symbol: str) -> Callable[[list, list[str]], str]:
+    return lambda operands, texts: f" {symbol} ".join(texts)
+
+
+def _logic(word: str) -> Callable[[list, list[str]], str]:
+    def text(operands: list, texts: list[str]) -> str:
+        return f" {word} ".join(
+            f"({t})" if isinstance(o, tuple) and o[0] in ("and", "or") else t
+            for o, t in zip(operands, texts)
+        )
+
+    return text
+
+
 PRINTERS: dict[str, Callable[[list, list[str]], str]] = {
     "add": _add_text,
     "mul": _mul_text,
@@ -239,4 +283,13 @@ PRINTERS: dict[str, Callable[[list, list[str]], str]] = {
     ),
     "floordiv": lambda ops, texts: f"{_grouped(ops[0], texts[0])}//{texts[1]}",
     "mod": lambda ops, texts: f"{_grouped(ops[0], texts[0])} % {_grouped(ops[1], texts[1])}",
+    "eq": _relation("=="),
+    "ne": _relation("!="),
+    "lt": _relation("<"),
+    "le": _relation("<="),
+    "gt": _relation(">"),
+    "ge": _relation(">="),
+    "and": _logic("and"),
+    "or": _logic("or"),
+    "not": lambda ops, texts: f"not ({texts[0]})",
 }

@@ -20,6 +20,7 @@ import torch
 from fxloom.export.input_checks import add_input_check, add_size_check, check_tensor
 from fxloom.export.size_trees import (
     SizeTreeError,
+    evaluate_condition,
     evaluate_size,
     exact_value,
     size_text,
@@ -101,6 +102,26 @@ def test_an_expression_no_tree_encodes_is_refused_saying_where_to_add_it():
 )
 def test_a_size_tree_prints_with_the_users_dim_names(expr, text):
     assert size_text(size_tree(expr), {"s0": "batch"}) == text
+
+
+@pytest.mark.parametrize(
+    ("condition", "tree", "text"),
+    [
+        (sympy.Eq(sympy.Mod(s0, 2), 0), ("eq", ("mod", "s0", 2), 0), "s0 % 2 == 0"),
+        (sympy.Ne(s0, 1), ("ne", "s0", 1), "s0 != 1"),
+        (s0 < s1, ("lt", "s0", "s1"), "s0 < s1"),
+        (
+            sympy.And(s0 >= 3, s1 <= 10),
+            ("and", ("ge", "s0", 3), ("le", "s1", 10)),
+            "s0 >= 3 and s1 <= 10",
+        ),
+    ],
+)
+def test_conditions_on_sizes_encode_evaluate_and_print_too(condition, tree, text):
+    assert size_tree(condition) == tree
+    assert size_text(tree) == text
+    for a, b in [(2, 3), (3, 11), (8, 5)]:
+        assert evaluate_condition(tree, {"s0": a, "s1": b}) == bool(condition.subs({s0: a, s1: b}))
 
 
 # ----------------------------------------------------------------------- check_tensor
