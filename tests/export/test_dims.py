@@ -398,3 +398,29 @@ def test_two_different_dims_of_one_name_are_refused():
 def test_dynamic_shapes_of_another_type_is_refused():
     with pytest.raises(DynamicShapesError, match="got a str"):
         resolve({"x": torch.ones(4)}, "x")
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, y):
+        return x.sum() + y.sum()
+
+
+@pytest.mark.parametrize(
+    ("shapes", "make_spec"),
+    [
+        (((4,), (3,)), lambda D: (lambda b: {"x": {0: b}, "y": {0: b}})(D("b"))),
+        (((4,), (8,)), lambda D: (lambda b: {"x": {0: b}, "y": {0: 2 * b + 1}})(D("b"))),
+        (((4,), (3,)), lambda D: {"x": {0: D("b", min=5)}, "y": None}),
+        (((1,), (3,)), lambda D: {"x": {0: D.DYNAMIC}, "y": None}),
+        (((4,), (3,)), lambda D: {"z": {0: D("b")}}),
+    ],
+    ids=["one-dim-two-sizes", "derived-off-its-root", "outside-range", "dynamic-size-one", "name"],
+)
+def test_mistakes_torch_export_refuses_are_refused_before_capture(shapes, make_spec):
+    inputs = {"x": torch.ones(shapes[0]), "y": torch.ones(shapes[1])}
+    with pytest.raises(Exception):  # noqa: B017 (torch raises several types)
+        torch.export.export(
+            TwoInputs(), tuple(inputs.values()), dynamic_shapes=make_spec(torch.export.Dim)
+        )
+    with pytest.raises(DynamicShapesError):
+        resolve(inputs, make_spec(Dim))
