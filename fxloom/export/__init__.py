@@ -22,7 +22,8 @@ compiler, fake-tensor or functionalization machinery is used.
 """
 
 from fxloom.export.capture import ExportError
-from fxloom.export.dims import Dim
+from fxloom.export.dims import DerivedDim, Dim, DimHint, dims
+from fxloom.export.dynamic_shapes import DynamicShapesError
 from fxloom.export.exporter import export
 from fxloom.export.functionalize import UnsupportedOpError
 from fxloom.export.program import ExportedProgram
@@ -42,7 +43,10 @@ from fxloom.export.verifier import ExportVerifierError, verify
 __all__ = [
     "ConstantArgument",
     "DataDependentError",
+    "DerivedDim",
     "Dim",
+    "DimHint",
+    "DynamicShapesError",
     "ExportError",
     "ExportGraphSignature",
     "ExportVerifierError",
@@ -54,6 +58,7 @@ __all__ = [
     "StandIn",
     "TensorArgument",
     "UnsupportedOpError",
+    "dims",
     "export",
     "unflatten",
     "verify",

@@ -6,9 +6,13 @@ fixed (an int, a flag), fails with a message naming the input rather than
 computing something else.
 
 ``flatten_inputs`` does the same for the structure of the inputs (the
-module takes the nested inputs the program was exported with).
+module takes the nested inputs the program was exported with). A dimension
+exported as dynamic is any size here (``check_tensor`` takes its expression as
+text); ``size_checks.check_sizes``, added by ``add_size_check``, then checks
+the symbolic sizes against each other and their ranges.
 
-Depends on ``fxloom.ops.mutation``, ``fxloom.pytree`` and ``fxloom.pytree_codegen``.
+Depends on ``fxloom.ops.mutation``, ``fxloom.pytree``, ``fxloom.pytree_codegen`` and
+``size_checks``.
 """
 
 from __future__ import annotations
@@ -18,17 +22,30 @@ from typing import Any
 import torch
 
 from fxloom import pytree
+from fxloom.export.size_checks import add_size_check, check_sizes, size_expr
 from fxloom.graph import Graph
 from fxloom.node import Node
 from fxloom.ops.mutation import READ_ONLY_EFFECTS, has_side_effect
 from fxloom.pytree_codegen import PyTreeCodeGen
 
-__all__ = ["check_tensor", "check_value", "add_input_check", "flatten_inputs", "ExportedCodeGen"]
+__all__ = [
+    "ExportedCodeGen",
+    "add_input_check",
+    "add_size_check",
+    "check_sizes",
+    "check_tensor",
+    "check_value",
+    "flatten_inputs",
+]
 
 
 @has_side_effect
-def check_tensor(value: Any, shape: tuple[int, ...], dtype: torch.dtype, name: str) -> None:
-    """Raise unless ``value`` is a tensor of ``shape`` and ``dtype``."""
+def check_tensor(value: Any, shape: tuple[int | str, ...], dtype: torch.dtype, name: str) -> None:
+    """Raise unless ``value`` is a tensor of ``dtype`` whose sizes are ``shape``'s ints.
+
+    A string in ``shape`` is a symbolic size (its expression, e.g. ``"2*s0"``): any size
+    passes here, ``check_sizes`` checks it against the others.
+    """
     if not isinstance(value, torch.Tensor):
         raise TypeError(
             f"input {name!r}: the program was exported with a tensor here, got "
@@ -38,18 +55,34 @@ def check_tensor(value: Any, shape: tuple[int, ...], dtype: torch.dtype, name: s
         raise TypeError(
             f"input {name!r}: the program was exported with dtype {dtype}, got {value.dtype}"
         )
-    if tuple(value.shape) != shape:
-        differing = [
-            f"dimension {dim}: {got} instead of {expected}"
-            for dim, (expected, got) in enumerate(zip(shape, value.shape))
-            if expected != got
-        ]
-        where = f" ({differing[0]})" if differing else ""
-        raise ValueError(
-            f"input {name!r}: the program was exported for shape {list(shape)}, got "
-            f"{list(value.shape)}{where}; export again with an example of this shape (dynamic "
-            "shapes are not supported yet)"
+    sizes = value.shape
+    if tuple(sizes) == shape:  # every size static and right: the common case, first
+        return
+    if len(sizes) == len(shape) and all(
+        expected == got or isinstance(expected, str) for expected, got in zip(shape, sizes)
+    ):
+        return
+    differing = [
+        f"dimension {dim}: {got} instead of {expected}"
+        for dim, (expected, got) in enumerate(zip(shape, sizes))
+        if expected != got and not isinstance(expected, str)
+    ]
+    if len(sizes) != len(shape):
+        where, fix = "", "export again with an example of this shape"
+    else:
+        where = f" ({differing[0]})"
+        fix = (
+            "export again with an example of this shape, or declare this dimension dynamic "
+            "with dynamic_shapes"
         )
+    raise ValueError(
+        f"input {name!r}: the program was exported for shape {_shape_text(shape)}, got "
+        f"{list(sizes)}{where}; {fix}"
+    )
+
+
+def _shape_text(shape: tuple[int | str, ...]) -> str:
+    return f"[{', '.join(str(size) for size in shape)}]"
 
 
 @has_side_effect
@@ -104,9 +137,16 @@ def add_input_check(graph: Graph, placeholder: Node, val: Any) -> None:
     # Named for the input, so the checks' own names stay free for the functions.
     name = f"check_{placeholder.name}"
     if isinstance(val, torch.Tensor):
-        args = (placeholder, tuple(val.shape), val.dtype, placeholder.name)
+        shape = tuple(_static_or_text(size) for size in val.shape)
+        args = (placeholder, shape, val.dtype, placeholder.name)
         graph.create_node("call_function", check_tensor, args, {}, name=name)
     else:
         graph.create_node(
             "call_function", check_value, (placeholder, val, placeholder.name), {}, name=name
         )
+
+
+def _static_or_text(size: Any) -> int | str:
+    """A size as ``check_tensor`` takes it: an int, or a symbolic size's expression as text."""
+    expr = size_expr(size)
+    return int(size) if expr is None else str(expr)
