@@ -31,6 +31,7 @@ from fxloom.pytree_codegen import PyTreeCodeGen
 __all__ = [
     "ExportedCodeGen",
     "add_input_check",
+    "add_input_checks",
     "add_size_check",
     "check_sizes",
     "check_tensor",
@@ -150,3 +151,17 @@ def _static_or_text(size: Any) -> int | str:
     """A size as ``check_tensor`` takes it: an int, or a symbolic size's expression as text."""
     expr = size_expr(size)
     return int(size) if expr is None else str(expr)
+
+
+def add_input_checks(
+    graph: Graph,
+    inputs: dict[Node, Node],
+    ranges: dict[Any, tuple[int, int | None, str | None]],
+) -> None:
+    """The checks an exported module runs on its inputs: one per input (``add_input_check``)
+    against the export's placeholder it stands for (``inputs``: exported -> new), then one
+    of the symbolic sizes against each other and ``ranges`` (``add_size_check``)."""
+    for old, new in inputs.items():
+        add_input_check(graph, new, old.meta.get("val"))
+    vals = [old.meta.get("val") for old in inputs]
+    add_size_check(graph, list(inputs.values()), vals, ranges)

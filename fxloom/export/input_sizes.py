@@ -11,8 +11,8 @@ turns those into the ``torch.SymInt`` sizes of the inputs' stand-ins:
     >>> from fxloom.export.symbolic import ShapeEnv
     >>> sizes = InputSizes(ShapeEnv())
     >>> seq = Dim("seq", max=512)
-    >>> sizes.of("x", torch.ones(3, 8), {1: seq}), sizes.of("y", torch.ones(8), {0: seq})
-    ([3, s0], [s0])
+    >>> sizes.of("x", torch.ones(3, 8), {1: seq}), sizes.of("y", torch.ones(17), {0: 2 * seq + 1})
+    ([3, s0], [2*s0 + 1])
 
 A Dim's symbol reasons as if the size were at least 2 whatever the Dim's
 ``min`` (sizes 0 and 1 are special cases in many operators; the program is
@@ -30,7 +30,8 @@ from typing import Any
 import sympy
 import torch
 
-from fxloom.export.dims import Dim
+from fxloom.export.dims import DerivedDim, Dim, DimHint
+from fxloom.export.dynamic_shapes import symbol_range
 from fxloom.export.symbolic import ShapeEnv, size_symint, wrap_expr
 from fxloom.export.symbolic.ranges import ValueRange
 
@@ -55,14 +56,13 @@ class InputSizes:
             sizes[index] = self._size(f"{path}.size({index})", tensor.shape[index], spec)
         return sizes if any(isinstance(size, torch.SymInt) for size in sizes) else None
 
-    def _size(self, source: str, example: int, spec: Any) -> Any:
+    def _size(self, source: str, example: int, spec: Dim | DimHint) -> Any:
+        if isinstance(spec, DerivedDim):  # coefficient * root + offset
+            root = self._named(spec.root, spec.root_value(example), source)
+            return wrap_expr(self.env, spec.coefficient * root.node.expr + spec.offset)
         if isinstance(spec, Dim):
             return self._named(spec, example, source)
-        if hasattr(spec, "root"):  # a derived dim: coefficient * root + offset
-            root_example = (example - spec.offset) // spec.coefficient
-            root = self._named(spec.root, root_example, source)
-            return wrap_expr(self.env, spec.coefficient * root.node.expr + spec.offset)
-        hint = getattr(spec, "name", str(spec)).rpartition(".")[2].upper()
+        hint = spec.kind
         if hint == "STATIC":
             return example
         if example < 2:  # 0 and 1 are special cases: an AUTO dimension stays static
@@ -74,7 +74,11 @@ class InputSizes:
             self.made_static.append(f"{source} = {example}")
             return example
         declared = source if hint == "DYNAMIC" else None
-        return size_symint(self.env, example, min=2, dim_name=declared, source=source)
+        low, high = symbol_range(spec)
+        size = size_symint(self.env, example, min=low, max=high, dim_name=declared, source=source)
+        if spec.min is not None or spec.max is not None:  # a ranged hint reports its range
+            self.declared[size.node.expr] = ValueRange(spec.min or 0, spec.max)
+        return size
 
     def _named(self, dim: Dim, example: int, source: str) -> torch.SymInt:
         found = self._symbols.get(id(dim))
@@ -85,11 +89,12 @@ class InputSizes:
                 f"{source}: the example's size {example} for Dim {dim.__name__!r} is special-"
                 "cased by many operators (sizes 0 and 1); pass an example of size >= 2"
             )
+        low, high = symbol_range(dim)
         size = size_symint(
             self.env,
             example,
-            min=max(dim.min, 2),
-            max=dim.max,
+            min=low,
+            max=high,
             dim_name=dim.__name__,
             source=source,
         )

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
-from fxloom.export.input_checks import ExportedCodeGen, add_input_check
+from fxloom.export.input_checks import ExportedCodeGen, add_input_checks
 from fxloom.export.signature import STATE_KINDS, ExportGraphSignature, InputKind, OutputKind
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
@@ -98,6 +98,21 @@ class ExportedProgram:
             return self.constants[spec_target]
         return self.state_dict[spec_target]
 
+    def size_ranges(self) -> dict[Any, tuple[int, int | None, str | None]]:
+        """Each symbol of ``range_constraints``: ``(min, max or None, the user's Dim name)``,
+        what the exported module checks the inputs' sizes against."""
+        symbols = self.shape_env.symbols if self.shape_env is not None else {}
+        ranges = {}
+        for symbol, value_range in self.range_constraints.items():
+            info = symbols.get(symbol)
+            upper = value_range.upper
+            ranges[symbol] = (
+                int(value_range.lower) if value_range.lower != float("-inf") else None,
+                None if upper == float("inf") else int(upper),
+                info.dim_name if info is not None else None,
+            )
+        return ranges
+
     def validate(self) -> None:
         """Check the Export IR's rules again (after editing the graph by hand, say)."""
         if self.verifier is not None:
@@ -142,8 +157,7 @@ class ExportedProgram:
             placeholders[node] = new = graph.placeholder(node.name)
             new.meta = dict(node.meta)
             values[node] = new
-        for old, new in placeholders.items():
-            add_input_check(graph, new, old.meta.get("val"))
+        add_input_checks(graph, placeholders, self.size_ranges())
         for node, spec in zip(self.graph.find_nodes(op="placeholder"), self._input_specs()):
             if spec.kind in STATE_KINDS:
                 values[node] = get = graph.get_attr(spec.target)

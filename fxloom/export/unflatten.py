@@ -56,7 +56,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
-from fxloom.export.input_checks import add_input_check
+from fxloom.export.input_checks import add_input_checks
 from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import STATE_KINDS, InputKind, OutputKind
 from fxloom.graph import Graph
@@ -347,8 +347,7 @@ class _RootBuilder(_Builder):
             if spec.kind not in STATE_KINDS:
                 inputs[node] = self.values[node] = self.graph.placeholder(node.name)
                 inputs[node].meta = dict(node.meta)
-        for old, new in inputs.items():
-            add_input_check(self.graph, new, old.meta.get("val"))
+        add_input_checks(self.graph, inputs, self.ep.size_ranges())
         self.run_items()
         for target, value in self.context.late_writes:
             self.graph.call_function(aten.copy_.default, (self.read(target), self.read(value)))
