@@ -121,7 +121,26 @@ def _cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> tuple[list[A
     tracer = _tracer_of(pred, operands)
     if tracer is not None:
         return trace_cond(tracer, pred, true_fn, false_fn, operands)
+    if _is_description(pred):
+        return _described(true_fn, false_fn, operands)
     return pytree.tree_flatten((true_fn if bool(pred) else false_fn)(*operands))
+
+
+def _is_description(pred: Any) -> bool:
+    """Whether ``pred`` is a tensor without data (a stand-in or a meta tensor)."""
+    from fxloom.export.stand_in import StandIn
+
+    return isinstance(pred, StandIn) or (isinstance(pred, torch.Tensor) and pred.is_meta)
+
+
+def _described(true_fn: Any, false_fn: Any, operands: Any) -> tuple[list[Any], Any]:
+    """The output's description where the branch is not known (ShapeProp in meta mode): both
+    branches run, must agree, and the true branch's output stands for both."""
+    true_out = output_leaves(true_fn(*operands), "true_fn")
+    problem = branch_mismatch(true_out, output_leaves(false_fn(*operands), "false_fn"))
+    if problem is not None:
+        raise ValueError(problem)
+    return true_out
 
 
 def _active_capture() -> Any:
@@ -322,8 +341,7 @@ def trace_cond(
         branch = _TracedBranch(role)
         with _tracing_into(tracer, branch):
             inputs = [
-                tracer.proxy(branch.graph.placeholder(_input_name(leaf, i)))
-                for i, leaf in enumerate(operand_leaves)
+                _branch_input(tracer, branch, leaf, i) for i, leaf in enumerate(operand_leaves)
             ]
             leaves, spec = output_leaves(fn(*pytree.tree_unflatten(inputs, operand_spec)), role)
             branch.graph.output(tuple(tracer.create_arg(leaf) for leaf in leaves))
@@ -347,5 +365,11 @@ def trace_cond(
     return [node[i] for i in range(len(leaves))], spec
 
 
-def _input_name(leaf: Any, index: int) -> str:
-    return leaf.node.name if isinstance(leaf, Proxy) else f"operand_{index}"
+def _branch_input(tracer: Tracer, branch: _TracedBranch, leaf: Any, index: int) -> Proxy:
+    """A proxy for operand ``leaf`` inside the branch; with example inputs, it has the
+    operand's example value, so the branch can ask about shapes and dtypes too."""
+    name = leaf.node.name if isinstance(leaf, Proxy) else f"operand_{index}"
+    proxy = tracer.proxy(branch.graph.placeholder(name))
+    if isinstance(leaf, Proxy):
+        proxy.value = leaf.value  # NO_VALUE when tracing without examples
+    return proxy

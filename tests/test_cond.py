@@ -212,3 +212,21 @@ def test_tracer_error_on_data_dependent_control_flow_names_cond_and_dynamic_shap
     message = str(info.value)
     assert "fxloom.cond(pred, true_fn, false_fn, operands)" in message
     assert "dynamic_shapes" in message
+
+
+def test_trace_with_example_inputs_lets_branches_ask_about_their_operands():
+    def f(x):
+        return cond(x.sum() > 0, lambda x: x[:1] if x.dim() == 2 else x, lambda x: x[1:], (x,))
+
+    gm = symbolic_trace(f, example_inputs=(POSITIVE,))
+    assert torch.equal(gm(POSITIVE), POSITIVE[:1])
+    assert torch.equal(gm(NEGATIVE), NEGATIVE[1:])
+
+
+def test_shape_propagation_on_stand_ins_describes_the_output_without_choosing():
+    from fxloom.passes.shape_prop import ShapeProp
+
+    gm = symbolic_trace(Gate())
+    ShapeProp(gm).propagate_meta(POSITIVE)
+    (node,) = cond_nodes(gm)
+    assert node.meta["tensor_meta"][0].shape == (2, 3)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import operator
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -42,6 +42,11 @@ from fxloom.node import Node
 __all__ = ["BranchCapture", "active_capture", "capture_cond"]
 
 ALLOWED_FUNCTIONS.add(cond_op)  # an exported graph may call it
+
+# A branch's capture records its own graph and values; the rest of a capture (provenance,
+# decompositions, constants' names, and what later work adds, like a shape environment) is
+# the parent's, shared.
+_OWN = frozenset({"graph", "values", "constants", "reserved_names", "_meta"})
 
 
 def active_capture() -> Capture | None:
@@ -140,13 +145,8 @@ def _capture_branch(
     parent: Capture, role: str, fn: Callable[..., Any], operands: list[StandIn], spec: Any
 ) -> tuple[BranchCapture, tuple[list[StandIn], Any]]:
     """Run ``fn`` on the operands under a child capture; the capture and the output leaves."""
-    branch = BranchCapture(
-        parent.provenance,
-        constant_names=parent.constant_names,
-        decompositions=parent.decompositions,
-        parent=parent,
-        role=role,
-    )
+    shared = {f.name: getattr(parent, f.name) for f in fields(Capture) if f.name not in _OWN}
+    branch = BranchCapture(**shared, parent=parent, role=role)
     for operand in operands:
         node = branch.graph.placeholder(parent.read(operand).name)
         node.meta["val"] = operand
