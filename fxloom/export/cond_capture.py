@@ -76,6 +76,7 @@ class BranchCapture(Capture):
         node = self.graph.placeholder(self.parent.read(outer).name)
         node.meta["val"] = outer
         self._track(outer, node)
+        _bind_sizes(self, node, outer)
         self.lifted.append(outer)
         return outer
 
@@ -96,6 +97,7 @@ def capture_cond(
 ) -> tuple[list[StandIn], pytree.TreeSpec]:
     """Record ``cond(pred, true_fn, false_fn, operands)`` into ``parent``: the output leaves
     (tracked stand-ins of the parent) and their structure."""
+    parent._meta = parent.provenance.stamp()  # the cond's line: its nodes' and errors' source
     pred_node = _predicate(parent, pred)
     if isinstance(pred_node, bool):
         return pytree.tree_flatten((true_fn if pred_node else false_fn)(*operands))
@@ -119,26 +121,32 @@ def capture_cond(
 def _predicate(parent: Capture, pred: Any) -> Node | bool:
     """The node computing ``pred`` in ``parent``, or its value where it is known statically."""
     if isinstance(pred, torch.SymBool):
-        known = pred.node.maybe_as_bool() if hasattr(pred.node, "maybe_as_bool") else None
-        if known is not None:
-            return known
-        return symbolic_predicate(parent, pred)
+        known = pred.node.maybe_as_bool()
+        return known if known is not None else symbolic_predicate(parent, pred)
     return parent.read(parent._input(pred))
 
 
-def symbolic_predicate(parent: Capture, pred: torch.SymBool) -> Node:
+def symbolic_predicate(parent: Capture, pred: torch.SymBool) -> Node | bool:
     """The node computing a symbolic shape test (``x.shape[0] > 4`` under dynamic shapes).
 
-    Left to the capture's symbolic sizes (issue 12): when ``Capture`` offers
-    ``scalar_node(sym)`` (the node computing a SymInt/SymBool), it is used here.
+    Symbolic sizes (issue 12) give a capture ``sizes`` (``SizeNodes``), whose
+    ``value(sym)`` is the node computing a SymInt/SymBool from the inputs' sizes.
     """
-    scalar_node = getattr(parent, "scalar_node", None)
-    if scalar_node is None:
+    sizes = getattr(parent, "sizes", None)
+    if sizes is None:
         raise parent.error(
             f"cond on the symbolic shape test {pred} needs the capture to record symbolic "
             "sizes, which it does not yet; use a tensor predicate (x.new_tensor(...)) for now"
         )
-    return scalar_node(pred)
+    return sizes.value(pred)
+
+
+def _bind_sizes(capture: Capture, node: Node, stand_in: StandIn) -> None:
+    """Symbols in ``stand_in``'s sizes are read from ``node`` in ``capture``'s graph (under
+    symbolic sizes: a branch reads them from its own inputs, not from the parent's)."""
+    sizes = getattr(capture, "sizes", None)
+    if sizes is not None:
+        sizes.bind_sizes(node, stand_in.shape)
 
 
 def _capture_branch(
@@ -151,6 +159,7 @@ def _capture_branch(
         node = branch.graph.placeholder(parent.read(operand).name)
         node.meta["val"] = operand
         branch._track(operand, node)
+        _bind_sizes(branch, node, operand)
     with _recording_into(parent, branch):
         result = fn(*pytree.tree_unflatten(operands, spec))
         leaves, out_spec = branch_output_leaves(result, role)
@@ -198,7 +207,6 @@ def _record_node(
     operands: list[StandIn],
     outputs: tuple[list[StandIn], Any],
 ) -> tuple[list[StandIn], Any]:
-    parent._meta = parent.provenance.stamp()
     args = (
         pred,
         *(parent.graph.get_attr(name) for name in names),
@@ -208,5 +216,7 @@ def _record_node(
     results = tuple(wrap(leaf._meta, leaf.device) for leaf in leaves)
     node = parent._node(cond_op, args, {}, results)
     for index, result in enumerate(results):
-        parent._track(result, parent._node(operator.getitem, (node, index), {}, result))
+        getitem = parent._node(operator.getitem, (node, index), {}, result)
+        parent._track(result, getitem)
+        _bind_sizes(parent, getitem, result)
     return list(results), spec

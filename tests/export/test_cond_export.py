@@ -267,3 +267,21 @@ def test_a_string_pred_is_refused():
 
     with pytest.raises(TypeError, match="pred must be a bool.*got str 'x > 0'"):
         export(Text(), (POSITIVE,))
+
+
+def test_a_mismatch_error_shows_the_line_calling_cond():
+    model = branches(lambda x: x, lambda x: x.double())
+    with pytest.raises(
+        ExportError, match=r"dtype(.|\n)*return fxloom.cond\(x.sum\(\) > 0, true_fn"
+    ):
+        export(model, (POSITIVE,))
+
+
+def test_a_branch_writing_a_tensor_from_outside_in_place_is_refused():
+    class Outer(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            return fxloom.cond(x.sum() > 0, lambda x: y.mul_(2) + x, lambda x: x, (x,))
+
+    with pytest.raises(ExportError, match="true_fn writes in place to %mul"):
+        export(Outer(), (POSITIVE,))
