@@ -7,6 +7,7 @@ a cond node reading two subgraph modules, with lifted parameters as extra operan
 
 from __future__ import annotations
 
+import operator
 import re
 
 import pytest
@@ -15,7 +16,7 @@ import torch.export
 from torch import nn
 
 import fxloom
-from fxloom.export import ExportedProgram, ExportError, export
+from fxloom.export import Dim, ExportedProgram, ExportError, export
 
 POSITIVE = torch.ones(2, 3)
 NEGATIVE = -torch.ones(2, 3)
@@ -285,3 +286,31 @@ def test_a_branch_writing_a_tensor_from_outside_in_place_is_refused():
 
     with pytest.raises(ExportError, match="true_fn writes in place to %mul"):
         export(Outer(), (POSITIVE,))
+
+
+class ShapeTest(nn.Module):
+    """A symbolic shape test as the predicate (under dynamic shapes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.full((3,), 2.0))
+
+    def forward(self, x):
+        return fxloom.cond(
+            x.shape[0] > 4, lambda x: x.view(x.shape[0] * 3), lambda x: (x * self.w).view(-1), (x,)
+        )
+
+
+def test_a_symbolic_shape_test_becomes_the_node_computing_it():
+    batch = Dim("batch", min=2, max=64)
+    try:
+        ep = export(ShapeTest(), (torch.ones(5, 3),), dynamic_shapes={"x": {0: batch}})
+    except NotImplementedError as err:  # before symbolic sizes reach export (issue 12)
+        pytest.skip(str(err))
+    (node,) = cond_nodes(ep.graph_module)
+    pred = node.args[0]
+    assert pred.target is operator.gt and pred.args[0].target is torch.ops.aten.sym_size.int
+    model = ShapeTest()
+    for rows in (3, 8):  # one input per branch
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(ep.graph_module(model.w, x)[0], model(x))
