@@ -261,12 +261,9 @@ def output_leaves(result: Any, role: str) -> tuple[list[Any], Any]:
 def order_placeholders(graph: Graph, ordered: list[Node]) -> None:
     """Move ``ordered`` (placeholders of ``graph``) to the front, in that order."""
     chosen = set(ordered)
-    anchor = next((n for n in graph.nodes if n not in chosen), None)
+    anchor = next(n for n in graph.nodes if n not in chosen)  # the output at the latest
     for node in ordered:
-        if anchor is None:
-            graph._root.prepend(node)  # an empty rest: append at the end
-        else:
-            anchor.prepend(node)
+        anchor.prepend(node)
 
 
 def free_branch_names(graph: Graph, taken: Callable[[str], bool] = lambda name: False) -> tuple:
