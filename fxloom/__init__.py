@@ -16,6 +16,7 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 """
 
 from fxloom.codegen import CodeGen, CodegenError, PythonCode
+from fxloom.cond import cond, cond_op
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Interpreter, Transformer
@@ -37,6 +38,8 @@ __all__ = [
     "Tracer",
     "symbolic_trace",
     "wrap",
+    "cond",
+    "cond_op",
     "CodeGen",
     "CodegenError",
     "Graph",

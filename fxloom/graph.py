@@ -13,9 +13,10 @@ Invariants (checked by ``Graph.lint``):
 graph may name when the root module does not hold them. A frontend that meets
 a tensor in the program (a global, a closure; a Proxy built by hand times a
 tensor) records ``get_attr _tensor_constant0`` and keeps the tensor here, so
-the user's module is never modified. Filled by frontends only; carried by
-``deepcopy`` and pickling; a ``GraphModule`` built from the graph registers
-each as a buffer.
+the user's module is never modified. The branches of ``fxloom.cond`` live
+here too, as ``GraphModule``s (``true_graph_0``). Filled by frontends only;
+carried by ``deepcopy`` and pickling; a ``GraphModule`` built from the graph
+registers each tensor as a buffer, each module as a submodule.
 
 Example — build ``relu(x + 1)`` by hand::
 

@@ -430,7 +430,11 @@ def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) ->
     target: str = node.target
     constants = node.graph.constants
     if node.op == "get_attr" and target in constants:  # captured by a tracer
-        gm.register_buffer(target, constants[target])
+        value = constants[target]
+        if isinstance(value, torch.nn.Module):  # a branch of fxloom.cond
+            attr_path.install(gm, target, value)
+        else:
+            gm.register_buffer(target, value)
         return
     value = attr_path.find(root, target)
     if value is attr_path.MISSING:

@@ -57,6 +57,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.guards",
         "fxloom._guards_torchscript",
         "fxloom.autoleaf",
+        "fxloom.cond",
         "fxloom.tracing",
         "fxloom.export",
     ),

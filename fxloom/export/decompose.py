@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.export.capture import Capture
 from fxloom.export.exporter import place_constants
 from fxloom.export.program import ExportedProgram
@@ -137,6 +138,9 @@ def _rerun(
             continue
         if node.op == "output":
             return [load(v) if isinstance(v, Node) else v for v in node.args[0]]
+        if node.op == "get_attr":  # a cond's branch: cond_op re-captures it, decomposed too
+            env[node] = attr_path.find(ep.graph_module, node.target)
+            continue
         if node.op != "call_function":
             raise ValueError(f"%{node.name}: run_decompositions re-runs call_function nodes only")
         source.node = node

@@ -185,6 +185,7 @@ class ExportedProgram:
                 user_outputs.append(value)
         graph.output(tuple(user_outputs))
         graph.set_codegen(ExportedCodeGen(PyTreeInfo(self.arg_names, self.in_spec, self.out_spec)))
+        graph.constants.update(self.graph.constants)  # cond's branches (fxloom.cond)
         gm = GraphModule(root, graph, class_name="ExportedModule")
         gm._in_spec, gm._out_spec = self.in_spec, self.out_spec
         return gm

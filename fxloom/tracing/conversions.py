@@ -40,9 +40,12 @@ def to_bool(tracer: Tracer, obj: Proxy) -> bool:
         raise tracer.trace_error(
             "symbolically traced variables cannot be used as inputs to control flow",
             hint=(
-                "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
-                "(fxloom.wrap), fix its input with concrete_args, trace with autoleaf=True, "
-                "or pass example_inputs so the branch is specialised under a run-time guard"
+                "to keep both branches, write fxloom.cond(pred, true_fn, false_fn, operands); "
+                "for a test on sizes (x.shape[0] > 4), fxloom.export.export with "
+                "dynamic_shapes keeps it symbolic; else make the module doing this a leaf "
+                "(Tracer.is_leaf_module), wrap the function (fxloom.wrap), fix its input with "
+                "concrete_args, trace with autoleaf=True, or pass example_inputs so the branch "
+                "is specialised under a run-time guard"
             ),
         )
     if isinstance(value, (tuple, list, dict)):  # whether it is empty: the stand-ins know
