@@ -303,14 +303,13 @@ class ShapeTest(nn.Module):
 
 def test_a_symbolic_shape_test_becomes_the_node_computing_it():
     batch = Dim("batch", min=2, max=64)
-    try:
-        ep = export(ShapeTest(), (torch.ones(5, 3),), dynamic_shapes={"x": {0: batch}})
-    except NotImplementedError as err:  # before symbolic sizes reach export (issue 12)
-        pytest.skip(str(err))
+    ep = export(ShapeTest(), (torch.ones(5, 3),), dynamic_shapes={"x": {0: batch}})
     (node,) = cond_nodes(ep.graph_module)
     pred = node.args[0]
     assert pred.target is operator.gt and pred.args[0].target is torch.ops.aten.sym_size.int
     model = ShapeTest()
+    module = ep.module()
     for rows in (3, 8):  # one input per branch
         x = torch.randn(rows, 3)
         torch.testing.assert_close(ep.graph_module(model.w, x)[0], model(x))
+        torch.testing.assert_close(module(x), model(x))
