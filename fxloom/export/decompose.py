@@ -124,6 +124,7 @@ def run_decompositions(ep: ExportedProgram, table: dict[Any, Any] | None = None)
         range_constraints=ep.range_constraints,
         module_hierarchy=ep.module_hierarchy,
         shape_env=ep.shape_env,
+        shape_constraints=ep.shape_constraints,
         verifier=ep.verifier,
     )
 

@@ -28,6 +28,7 @@ from fxloom.export.input_sizes import InputSizes
 from fxloom.export.program import ExportedProgram
 from fxloom.export.provenance import Provenance
 from fxloom.export.runtime_asserts import assert_deferred, assert_input_guards
+from fxloom.export.shape_report import shape_constraints
 from fxloom.export.signature import (
     ConstantArgument,
     ExportGraphSignature,
@@ -117,6 +118,7 @@ def export(
         },
         range_constraints=_range_constraints(capture, sizes),
         shape_env=capture.shape_env,
+        shape_constraints=shape_constraints(capture.shape_env, sizes.made_static),
     )
 
 

@@ -64,6 +64,7 @@ class ExportedProgram:
         verifier: Callable[[ExportedProgram], None] | None = None,
         module_hierarchy: dict[str, type] | None = None,
         shape_env: Any = None,
+        shape_constraints: list[str] | None = None,
     ) -> None:
         self.graph_module = graph_module
         self.graph_signature = graph_signature
@@ -81,6 +82,8 @@ class ExportedProgram:
         self.module_hierarchy = module_hierarchy or {}
         # The symbols of the sizes in meta["val"] (a ShapeEnv), for passes that capture again.
         self.shape_env = shape_env
+        # What export derived about the input sizes, one line each (``shape_report``).
+        self.shape_constraints = shape_constraints or []
         if verifier is not None:
             verifier(self)
 
@@ -202,6 +205,7 @@ class ExportedProgram:
             + "\n\nGraph signature:\n"
             + textwrap.indent(str(self.graph_signature), "    ")
             + f"\nRange constraints: {self.range_constraints}\n"
+            + "".join(f"Shape constraint: {line}\n" for line in self.shape_constraints)
         )
 
     def __repr__(self) -> str:

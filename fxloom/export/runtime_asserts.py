@@ -21,33 +21,23 @@ from typing import TYPE_CHECKING
 import sympy
 import torch
 
+from fxloom.export.shape_report import describe_guard
 from fxloom.export.size_nodes import SizeNodes
 from fxloom.export.symbolic import Guard, ShapeEnv
 
 if TYPE_CHECKING:
     from fxloom.export.capture import Capture
 
-__all__ = ["assert_deferred", "assert_input_guards", "describe_condition"]
+__all__ = ["assert_deferred", "assert_input_guards"]
 
 aten = torch.ops.aten
-
-
-def describe_condition(env: ShapeEnv, guard: Guard) -> str:
-    """``Eq(Mod(s0, 2), 0) (s0 = x.size(0)) from model.py:12: h = x.view(2, -1)``."""
-    sources = ", ".join(
-        f"{symbol} = {env.symbols[symbol].source}"
-        for symbol in sorted(guard.expr.free_symbols, key=lambda s: s.name)
-        if env.symbols[symbol].source
-    )
-    where = f" from {guard.location}: {guard.code.strip()}" if guard.location else ""
-    return f"{guard.expr}" + (f" ({sources})" if sources else "") + where
 
 
 def _assert(sizes: SizeNodes, env: ShapeEnv, guard: Guard) -> None:
     condition = sizes.node(guard.expr)
     if isinstance(condition, bool):  # decided since: nothing to check
         return
-    message = f"the exported program requires {describe_condition(env, guard)}"
+    message = f"the exported program requires {describe_guard(env, guard, where=', from ')}"
     node = sizes.graph.create_node(
         "call_function",
         aten._assert_scalar.default,

@@ -435,8 +435,8 @@ class ShapeEnv:
         (symbol,) = nonnegative.free_symbols
         slope = nonnegative.coeff(symbol)
         offset = sympy.expand(nonnegative - slope * symbol)
-        if not (slope.is_Integer and offset.is_Number) or slope == 0:
-            return
+        if not (slope.is_Rational and offset.is_Number) or slope == 0:
+            return  # s0/2 >= 3 bounds s0 too (a rational slope, after a divisibility fact)
         limit = -offset / slope
         if slope > 0:
             self._narrow(symbol, sympy.ceiling(limit), None, fact, location, code)

@@ -1,0 +1,73 @@
+"""What an export learned about its input sizes, in the user's words.
+
+With ``Dim.AUTO`` export decides what stays dynamic: a size the program needs to
+be one value becomes static, two sizes it needs equal become one symbol, a size
+it needs even or at least 3 keeps that as a condition. ``shape_constraints`` lists
+each such decision with the line that forced it, named by the inputs' sizes
+(``y.size(0) == x.size(0)``) rather than by symbols, for ``ExportedProgram``'s
+report::
+
+    x.size(0) % 2 == 0   # model.py:12: h = x.view(-1, 2, 8)
+    y.size(0) == x.size(0)   # model.py:14: return h + y
+
+Depends on sympy and ``symbolic``.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from fxloom.export.symbolic import Guard, ShapeEnv
+
+__all__ = ["shape_constraints", "describe_guard"]
+
+_RELATION_TEXT = {
+    sympy.Eq: "==",
+    sympy.Ne: "!=",
+    sympy.Lt: "<",
+    sympy.Le: "<=",
+    sympy.Gt: ">",
+    sympy.Ge: ">=",
+}
+
+
+def shape_constraints(env: ShapeEnv, made_static: list[str]) -> list[str]:
+    """One line per guard on the inputs' sizes (data-dependent ones are runtime assertions),
+    then the ``Dim.AUTO`` dimensions left static by their example."""
+    lines = []
+    for guard in env.guards:
+        symbols = guard.expr.free_symbols
+        if symbols and all(env.symbols[s].hint is not None for s in symbols):
+            lines.append(describe_guard(env, guard))
+    lines.extend(
+        f"{entry}: static (Dim.AUTO with an example of size 0 or 1)" for entry in made_static
+    )
+    return lines
+
+
+def describe_guard(env: ShapeEnv, guard: Guard, *, where: str = "   # ") -> str:
+    """``x.size(0) % 2 == 0   # model.py:12: <line>``: input sizes by name, data-dependent
+    values as their symbols with where they come from (``i0 >= 1 (i0 from nonzero)``)."""
+    names = {}
+    unbacked = []
+    for symbol in sorted(guard.expr.free_symbols, key=lambda s: s.name):
+        info = env.symbols[symbol]
+        if info.hint is not None and info.source:
+            names[symbol] = sympy.Symbol(info.source)
+        elif info.hint is None:
+            unbacked.append(f"{symbol} from {info.source or 'tensor data'}")
+    expr = guard.expr
+    if type(expr) in _RELATION_TEXT:
+        lhs, rhs = (side.xreplace(names) for side in expr.args)
+        text = f"{_text(lhs)} {_RELATION_TEXT[type(expr)]} {_text(rhs)}"
+    else:
+        text = _text(expr.xreplace(names))
+    if unbacked:
+        text += f" ({', '.join(unbacked)})"
+    return text + (f"{where}{guard.location}: {guard.code.strip()}" if guard.location else "")
+
+
+def _text(expr: sympy.Basic) -> str:
+    if isinstance(expr, sympy.Mod):
+        return f"{_text(expr.args[0])} % {_text(expr.args[1])}"
+    return str(expr)
