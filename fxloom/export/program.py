@@ -198,7 +198,7 @@ class ExportedProgram:
 
     # ---------------------------------------------------------------- printing
     def __str__(self) -> str:
-        code = self.graph_module.graph.python_code("self", verbose=True).src
+        code = _code_with_branches(self.graph_module)
         return (
             "ExportedProgram:\n"
             + textwrap.indent(code.rstrip(), "    ")
@@ -221,3 +221,14 @@ def _placeholder_named(graph: Graph, name: str) -> Node:
         if node.name == name:
             return node
     raise KeyError(name)
+
+
+def _code_with_branches(gm: torch.nn.Module) -> str:
+    """The graph's code, then each subgraph it reads (a branch of cond) as a nested class."""
+    code = gm.graph.python_code("self", verbose=True).src.rstrip()
+    for node in gm.graph.find_nodes(op="get_attr"):
+        branch = getattr(gm, node.target, None)
+        if isinstance(getattr(branch, "graph", None), Graph):
+            body = textwrap.indent(_code_with_branches(branch), "    ")
+            code += f"\n\nclass {node.target}(torch.nn.Module):\n{body}"
+    return code

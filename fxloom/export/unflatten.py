@@ -311,6 +311,9 @@ class _Builder:
 
     def copy(self, node: Node) -> None:
         value = self.values[node] = self.graph.node_copy(node, self.read)
+        if node.op == "get_attr" and node.target in node.graph.constants:
+            # A branch of fxloom.cond: the module running it holds it.
+            self.graph.constants[node.target] = node.graph.constants[node.target]
         self.defined.append(node)
         for target in self.context.writes.get(node, ()):
             self.graph.call_function(aten.copy_.default, (self.read(target), value))
@@ -420,9 +423,11 @@ def _assemble(ep: ExportedProgram, context: _Context, root: _RootBuilder) -> Gra
                 as_buffer=spec.kind is InputKind.BUFFER,
                 persistent=spec.persistent is not False,
             )
-    for path, builder in context.graphs.items():
-        modules[path].graph = builder.graph
-    tree.graph = root.graph
+    graphs = [(modules[path], builder.graph) for path, builder in context.graphs.items()]
+    for module, graph in [*graphs, (tree, root.graph)]:
+        module.graph = graph
+        for name, branch in graph.constants.items():  # branches of fxloom.cond
+            attr_path.install(module, name, branch)
     tree._in_spec, tree._out_spec = ep.in_spec, ep.out_spec
     return tree
 

@@ -73,15 +73,20 @@ def verify(ep: ExportedProgram) -> None:
         if not isinstance(spec.arg, ConstantArgument) and name != spec.arg.name:
             _fail(outputs[0], f"output {spec} is returned as {value!r}")
     for node in nodes:
-        _check_node(ep, node)
+        _check_node(ep.graph_module, node)
 
 
-def _check_node(ep: ExportedProgram, node: Any) -> None:
+def _check_node(owner: torch.nn.Module, node: Any) -> None:
     if node.op in ("placeholder", "output"):
         return
     if node.op == "get_attr":
-        if not isinstance(getattr(ep.graph_module, node.target, None), torch.nn.Module):
+        subgraph = getattr(owner, node.target, None)
+        if not isinstance(subgraph, torch.nn.Module):
             _fail(node, "get_attr may only read submodules (state is passed in as inputs)")
+        branch_graph = getattr(subgraph, "graph", None)
+        if branch_graph is not None:  # a branch of cond: the same rules, inside
+            for inner in branch_graph.nodes:
+                _check_node(subgraph, inner)
         return
     if node.op != "call_function":
         _fail(node, f"op {node.op!r} is not allowed in an exported graph (call_function only)")

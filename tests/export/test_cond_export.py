@@ -100,6 +100,42 @@ def test_module_of_the_program_matches_eager_and_torch_on_either_branch(x):
     torch.testing.assert_close(ep.module()(x), reference.module()(x))
 
 
+@pytest.mark.parametrize("x", [POSITIVE, NEGATIVE], ids=["true", "false"])
+def test_unflatten_keeps_the_branches_in_the_module_calling_cond(x):
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = Gate()
+            self.post = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.post(self.gate(x))
+
+    from fxloom.export.unflatten import unflatten
+
+    model = Outer()
+    tree = unflatten(export(model, (POSITIVE,)))
+    assert isinstance(tree.gate.true_graph_0, torch.nn.Module)
+    torch.testing.assert_close(tree(x), model(x))
+
+
+def test_printing_the_program_shows_the_branches_code():
+    text = str(export(Gate(), (POSITIVE,)))
+    assert "class true_graph_0(torch.nn.Module):" in text
+    assert "class false_graph_0(torch.nn.Module):" in text and "aten.sub.Tensor" in text
+
+
+def test_the_verifier_checks_the_branch_graphs_too():
+    from fxloom.export.verifier import ExportVerifierError
+
+    ep = export(Gate(), (POSITIVE,))
+    branch = ep.graph_module.false_graph_0
+    add = next(n for n in branch.graph.nodes if n.op == "call_function")
+    add.target = torch.ops.aten.sub_.Tensor  # a write, which an exported graph may not hold
+    with pytest.raises(ExportVerifierError, match=r"mutates its inputs"):
+        ep.validate()
+
+
 def test_run_decompositions_decomposes_inside_the_branches():
     class Linear(nn.Module):
         def __init__(self) -> None:
