@@ -112,13 +112,17 @@ def capture_fxloom_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
 
 
 def batch_dynamic_shapes(inputs: dict[str, Any], flags: dict[str, Any], dim: Any) -> dict:
-    """``dynamic_shapes`` with dimension 0 of every tensor input one shared ``dim("batch")``
-    (the same form for torch.export and fxloom.export); flags and scalars stay static."""
+    """``dynamic_shapes`` with dimension 0 of every batched tensor input one shared
+    ``dim("batch")`` (the same form for torch.export and fxloom.export). An input is batched
+    if its dimension 0 has the first input's size (a shared attention mask is not); flags
+    and scalars stay static."""
     batch = dim("batch")
+    tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    size = tensors[0].shape[0] if tensors else None
     shapes: dict[str, Any] = {name: None for name in flags}
     for name, value in inputs.items():
-        is_batched = isinstance(value, torch.Tensor) and value.dim() > 0
-        shapes[name] = {0: batch} if is_batched else None
+        batched = isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == size
+        shapes[name] = {0: batch} if batched else None
     return shapes
 
 

@@ -619,15 +619,41 @@ def fxloom_zoo_specs() -> list[ModelSpec]:
 
     specs = []
     for entry in zoo.MODELS.values():
+        examples = entry.example_inputs()
+        example_batch = examples[0].shape[0]
 
         def make_inputs(batch: int, size: int, entry: Any = entry) -> Inputs:
             names = list(inspect.signature(entry.builder().forward).parameters)
-            return dict(zip(names, entry.example_inputs()))
+            inputs = entry.example_inputs()
+            first = inputs[0].shape[0]
+            return dict(zip(names, (_rebatched(x, first, batch) for x in inputs)))
 
         specs.append(
-            ModelSpec(entry.name, "fxloom-zoo", entry.builder, make_inputs, source="fxloom.zoo")
+            ModelSpec(
+                entry.name,
+                "fxloom-zoo",
+                entry.builder,
+                make_inputs,
+                example=(example_batch, 0),
+                other=(example_batch, 0),
+                source="fxloom.zoo",
+            )
         )
     return specs
+
+
+def _rebatched(example: Any, example_batch: int, batch: int) -> Any:
+    """``example`` with ``batch`` rows if its dimension 0 is the batch: new random values for
+    floating tensors, the example's rows repeated for the others (token ids, masks)."""
+    if not isinstance(example, torch.Tensor) or example.dim() == 0 or batch == example_batch:
+        return example
+    if example.shape[0] != example_batch:
+        return example  # not batched (a shared mask)
+    shape = (batch, *example.shape[1:])
+    if example.is_floating_point():
+        return noise(*shape, seed=batch).to(example.dtype)
+    repeats = (batch + example_batch - 1) // example_batch
+    return example.repeat(repeats, *([1] * (example.dim() - 1)))[:batch]
 
 
 SPECS: dict[str, ModelSpec] = {spec.name: spec for spec in [*HF_SPECS, *fxloom_zoo_specs()]}
