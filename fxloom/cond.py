@@ -181,11 +181,15 @@ def check_arguments(pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> No
             f"{type(operands).__name__} (write (x,) for one input)"
         )
     for index, leaf in enumerate(pytree.tree_leaves(operands)):
-        if not isinstance(leaf, (torch.Tensor, Proxy)):
+        if not isinstance(leaf, _OPERAND_TYPES):
             raise TypeError(
-                f"cond's operands must be tensors, got {type(leaf).__name__} {leaf!r} at "
-                f"position {index}; close over other values in the branch functions"
+                f"cond's operands must be tensors or sizes (ints), got {type(leaf).__name__} "
+                f"{leaf!r} at position {index}; close over other values in the branch functions"
             )
+
+
+# Tensors, and sizes (an export lifts a size read before the cond as an operand).
+_OPERAND_TYPES = (torch.Tensor, Proxy, int, float, torch.SymInt, torch.SymFloat)
 
 
 def branch_mismatch(true_out: tuple[list, Any], false_out: tuple[list, Any]) -> str | None:

@@ -82,8 +82,13 @@ def test_operands_must_be_a_tuple_or_list():
 
 def test_a_non_tensor_operand_is_refused():
     x = torch.ones(2)
-    with pytest.raises(TypeError, match="operands must be tensors, got int 3 at position 1"):
-        cond(True, lambda x, n: x, lambda x, n: x, (x, 3))
+    with pytest.raises(TypeError, match="operands must be tensors or sizes.*str 'a' at position 1"):
+        cond(True, lambda x, n: x, lambda x, n: x, (x, "a"))
+
+
+def test_a_size_may_be_an_operand():
+    x = torch.ones(2)
+    assert cond(False, lambda x, n: x * n, lambda x, n: x + n, (x, 3)).tolist() == [4.0, 4.0]
 
 
 # ------------------------------------------------------------------ symbolic_trace

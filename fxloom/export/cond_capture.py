@@ -35,6 +35,7 @@ from fxloom.cond import branch_mismatch, cond_op, free_branch_names, order_place
 from fxloom.cond import output_leaves as branch_output_leaves
 from fxloom.export.capture import Capture
 from fxloom.export.stand_in import StandIn, wrap
+from fxloom.export.symbolic import wrap_expr
 from fxloom.export.verifier import ALLOWED_FUNCTIONS
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -61,7 +62,12 @@ class BranchCapture(Capture):
 
     parent: Capture | None = None
     role: str = "true_fn"
-    lifted: list[StandIn] = field(default_factory=list)  # parent stand-ins, in order of first use
+    # Parent stand-ins and symbolic sizes (SymInt), in order of first use.
+    lifted: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.sizes.lift_symbol = self.lift_symbol  # a size the branch has no input for
 
     def _input(self, value: Any) -> Any:
         if isinstance(value, StandIn) and id(value) in self.values:
@@ -79,6 +85,23 @@ class BranchCapture(Capture):
         _bind_sizes(self, node, outer)
         self.lifted.append(outer)
         return outer
+
+    def lift_symbol(self, symbol: Any) -> Node:
+        """Make a size of the parent (``n = x.nonzero().shape[0]`` read before the cond) an
+        input of this branch: the cond node passes its value."""
+        outer = wrap_expr(self.shape_env, symbol)
+        node = self.graph.placeholder(self.parent.sizes.node(symbol).name)
+        node.meta["val"] = outer
+        self.sizes.bind_scalar(symbol, node)
+        self.lifted.append(outer)
+        return node
+
+    def lift_value(self, outer: Any) -> None:
+        """Lift a stand-in or a symbolic size another branch lifted."""
+        if isinstance(outer, StandIn):
+            self.lift(outer)
+        else:
+            self.lift_symbol(outer.node.expr)
 
     def write(self, target: StandIn, new: StandIn) -> None:
         initial = self.values[id(target)].storage.initial
@@ -110,7 +133,7 @@ def capture_cond(
     problem = branch_mismatch(*(outputs for _, outputs in branches))
     if problem is not None:
         raise parent.error(problem)
-    lifted = list({id(v): v for branch, _ in branches for v in branch.lifted}.values())
+    lifted = list({_key(v): v for branch, _ in branches for v in branch.lifted}.values())
     names = free_branch_names(parent.graph)
     for (branch, _), name in zip(branches, names):
         _finish_branch(branch, len(leaves), lifted)
@@ -190,14 +213,19 @@ def _recording_into(parent: Capture, branch: BranchCapture) -> Iterator[None]:
 
 def _finish_branch(branch: BranchCapture, operand_count: int, lifted: list[StandIn]) -> None:
     """Inputs in the cond node's order: operands, then every lifted value (unused ones too)."""
-    own = {id(value) for value in branch.lifted}
+    own = {_key(value) for value in branch.lifted}
     for outer in lifted:
-        if id(outer) not in own:
-            branch.lift(outer)
+        if _key(outer) not in own:
+            branch.lift_value(outer)
     placeholders = branch.graph.find_nodes(op="placeholder")
-    by_value = {id(node.meta["val"]): node for node in placeholders[operand_count:]}
-    ordered = list(placeholders[:operand_count]) + [by_value[id(v)] for v in lifted]
+    by_value = {_key(node.meta["val"]): node for node in placeholders[operand_count:]}
+    ordered = list(placeholders[:operand_count]) + [by_value[_key(v)] for v in lifted]
     order_placeholders(branch.graph, ordered)
+
+
+def _key(value: Any) -> Any:
+    """What identifies a lifted value: the stand-in itself, or a size's symbol."""
+    return id(value) if isinstance(value, StandIn) else value.node._expr
 
 
 def _record_node(
@@ -210,7 +238,10 @@ def _record_node(
     args = (
         pred,
         *(parent.graph.get_attr(name) for name in names),
-        tuple(parent.read(value) for value in operands),
+        tuple(
+            parent.read(value) if isinstance(value, StandIn) else parent.sizes.value(value)
+            for value in operands
+        ),
     )
     leaves, spec = outputs
     results = tuple(wrap(leaf._meta, leaf.device) for leaf in leaves)

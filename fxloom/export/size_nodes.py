@@ -88,6 +88,8 @@ class SizeNodes:
         # facts they check (s0 % 2 is 0 once s0 is known even).
         self.simplify = env.simplify if simplify is None else simplify
         self.sources: dict[sympy.Symbol, tuple[Node, int | None]] = {}
+        # Called for a symbol with no source here (a cond branch lifts its parent's sizes).
+        self.lift_symbol: Callable[[sympy.Symbol], Node] | None = None
         self._nodes: dict[sympy.Basic, Node] = {}
 
     def bind_size(self, symbol: sympy.Symbol, tensor: Node, dim: int) -> None:
@@ -156,6 +158,8 @@ class SizeNodes:
 
     def _read_symbol(self, symbol: sympy.Symbol) -> Node:
         source = self.sources.get(symbol)
+        if source is None and self.lift_symbol is not None:
+            return self.lift_symbol(symbol)
         if source is None:
             raise RuntimeError(
                 f"the size {symbol} has no source in the graph (no input dimension or "

@@ -349,3 +349,27 @@ def test_a_symbolic_shape_test_becomes_the_node_computing_it():
         x = torch.randn(rows, 3)
         torch.testing.assert_close(ep.graph_module(model.w, x)[0], model(x))
         torch.testing.assert_close(module(x), model(x))
+
+
+def test_a_data_dependent_size_read_before_cond_is_lifted_into_the_branches():
+    class Counts(nn.Module):
+        def forward(self, x):
+            n = x.nonzero().shape[0]
+            k = x.sum().item()
+            return fxloom.cond(
+                x.sum() > 0, lambda x: torch.zeros(n) + k, lambda x: torch.ones(n), (x,)
+            )
+
+    ep = export(Counts(), (torch.tensor([1.0, 0.0, 2.0]),))
+    (node,) = cond_nodes(ep.graph_module)
+    assert [a.target for a in node.args[3][1:]] == [
+        torch.ops.aten.sym_size.int,
+        torch.ops.aten._local_scalar_dense.default,
+    ]
+    module = ep.module()
+    for x in (
+        torch.tensor([1.0, 0.0, 2.0]),
+        torch.tensor([-1.0, 0.0, 0.0]),
+        torch.tensor([3.0, 4.0, 0.5]),
+    ):
+        torch.testing.assert_close(module(x), Counts()(x))
