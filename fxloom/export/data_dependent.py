@@ -129,27 +129,19 @@ def _index(x: torch.Tensor, indices: list[Any]) -> Any:
     return NotImplemented if expanded is None else aten.index.Tensor(x, expanded)
 
 
-def _index_put(x, indices, values, accumulate=False) -> Any:
-    expanded = _positions(indices)
-    return (
-        NotImplemented
-        if expanded is None
-        else aten.index_put.default(x, expanded, values, accumulate)
-    )
+def _put_with(put: Any) -> Callable[..., Any]:
+    """The rewrite of ``put`` (``index_put`` or its in-place form) with masks as positions."""
 
+    def rewrite(x, indices, values, accumulate=False) -> Any:
+        expanded = _positions(indices)
+        return NotImplemented if expanded is None else put(x, expanded, values, accumulate)
 
-def _index_put_(x, indices, values, accumulate=False) -> Any:
-    expanded = _positions(indices)
-    return (
-        NotImplemented
-        if expanded is None
-        else aten.index_put_.default(x, expanded, values, accumulate)
-    )
+    return rewrite
 
 
 # operator -> rewrite(*args, **kwargs): the call in data-independent pieces, or NotImplemented.
 MASK_REWRITES: dict[Any, Callable[..., Any]] = {
     aten.index.Tensor: _index,
-    aten.index_put.default: _index_put,
-    aten.index_put_.default: _index_put_,
+    aten.index_put.default: _put_with(aten.index_put.default),
+    aten.index_put_.default: _put_with(aten.index_put_.default),
 }

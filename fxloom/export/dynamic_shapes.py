@@ -314,11 +314,7 @@ class _Examples:
             raise DynamicShapesError(_small_size(use, "Dim.DYNAMIC"))
         low = 0 if hint.min is None else hint.min
         if not low <= use.size <= (use.size if hint.max is None else hint.max):
-            raise DynamicShapesError(
-                f"input {use.where!r}: dimension {use.index} is {use.size} in the example, "
-                f"outside the range {_range_text(low, hint.max)} of {hint!r}; pass an example "
-                "inside the range, or widen it"
-            )
+            raise DynamicShapesError(_outside(use, low, hint.max, repr(hint), "widen it"))
         return hint
 
     def _root(self, use: _Use, dim: Dim) -> Dim:
@@ -327,9 +323,13 @@ class _Examples:
             raise DynamicShapesError(_small_size(use, f"Dim {dim.__name__!r}"))
         if not _in_range(use.size, dim):
             raise DynamicShapesError(
-                f"input {use.where!r}: dimension {use.index} is {use.size} in the example, "
-                f"outside the range {_range_text(dim.min, dim.max)} of Dim {dim.__name__!r}; "
-                "pass an example inside the range, or declare the Dim's range to include it"
+                _outside(
+                    use,
+                    dim.min,
+                    dim.max,
+                    f"Dim {dim.__name__!r}",
+                    "declare the Dim's range to include it",
+                )
             )
         seen = self.values.setdefault(id(dim), (use.size, use))
         if seen[0] != use.size:
@@ -392,6 +392,13 @@ def _small_size(use: _Use, what: str) -> str:
 
 def _in_range(value: int, dim: Dim) -> bool:
     return dim.min <= value and (dim.max is None or value <= dim.max)
+
+
+def _outside(use: Any, low: int, high: int | None, what: str, fix: str) -> str:
+    return (
+        f"input {use.where!r}: dimension {use.index} is {use.size} in the example, outside "
+        f"the range {_range_text(low, high)} of {what}; pass an example inside the range, or {fix}"
+    )
 
 
 def _range_text(low: int, high: int | None) -> str:
