@@ -269,3 +269,42 @@ def test_branching_on_a_data_dependent_value_points_to_torch_check_and_cond():
         RuntimeError, match=r"(?s)depends on tensor data.*nonzero.*torch._check.*fxloom.cond"
     ):
         export(Branch(), (torch.randn(4),))
+
+
+def test_tolist_values_are_data_dependent_and_may_bound_a_slice():
+    class Head(nn.Module):
+        def forward(self, x, lengths):
+            n = lengths.tolist()[0]
+            torch._check(n >= 0)
+            torch._check(n <= x.shape[0])
+            return x[:n]
+
+    module = export(Head(), (torch.randn(8, 2), torch.tensor([3, 1]))).module()
+    x = torch.randn(8, 2)
+    torch.testing.assert_close(module(x, torch.tensor([5, 0])), x[:5])
+
+
+def test_auto_reports_what_the_program_derived_with_the_line():
+    class Mixed(nn.Module):
+        def forward(self, x, y):
+            return x.view(-1, 2, 3).sum(1) + y
+
+    ep = export(
+        Mixed(),
+        (torch.randn(8, 3), torch.randn(4, 3)),
+        dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}},
+    )
+    report = "\n".join(ep.shape_constraints)
+    assert "x.size(0) % 2 == 0" in report and "x.view(-1, 2, 3)" in report
+    assert "y.size(0) == x.size(0)/2" in report or "x.size(0)/2 == y.size(0)" in report
+    assert len(ep.range_constraints) == 1  # y's size is x's over two: one symbol left
+    assert "Shape constraint: x.size(0) % 2 == 0" in str(ep)
+
+
+def test_dim_dynamic_that_the_program_specialises_is_refused():
+    class Fixed(nn.Module):
+        def forward(self, x):
+            return x + torch.ones(4)
+
+    with pytest.raises(ConstraintViolationError, match=r"x.size\(0\).*make that dimension static"):
+        export(Fixed(), (torch.randn(4),), dynamic_shapes={"x": {0: Dim.DYNAMIC}})
