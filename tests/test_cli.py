@@ -100,6 +100,7 @@ def test_demo_exports_a_model_and_checks_the_program_against_eager(demo_run) -> 
     assert "torch.ops.aten.convolution.default(x, p_conv1_weight" in exported
     assert "(the same as the traced graph's)" in exported  # cost on the exported program
     assert "ep.module() matches eager: True" in exported
+    assert "one export" in exported and "batches 3, 8 match eager: True" in exported
 
 
 def test_an_exported_program_that_differs_from_eager_fails_the_demo(monkeypatch) -> None:
@@ -266,6 +267,14 @@ def test_export_prints_a_summary_the_programs_code_and_its_graph_signature(expor
 
 def test_export_check_compares_the_program_with_eager(export_run) -> None:
     assert "ep.module() matches eager PyTorch on the example inputs: True" in export_run.stdout
+
+
+def test_export_dynamic_batch_prints_the_range_constraints() -> None:
+    result = run_fxloom("export", "mlp_tiny", "--dynamic-batch", "--check")
+    assert result.returncode == 0, result.stderr
+    assert "Range constraints: {s0: VR[0, inf]}" in result.stdout
+    assert "sym_size" in result.stdout  # the batch is read from the input, not fixed
+    assert "matches eager PyTorch on the example inputs: True" in result.stdout
 
 
 def test_export_graph_prints_the_graph_in_the_irs_text_form() -> None:

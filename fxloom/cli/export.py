@@ -4,7 +4,8 @@ MODEL is a zoo name or ``package.module:factory`` (see ``fxloom.cli.model_spec``
 with ``fxloom.export.export`` on its example inputs (a tuple: positional, a dict: keyword). The
 command prints a one-line summary (``signature_summary``), the program's Python code (or, with
 ``--graph``, its graph in the IR's text form), and its graph signature: what each placeholder
-lifts and what each output is. ``--check`` also runs ``ep.module()`` on the example inputs and
+lifts and what each output is. ``--dynamic-batch`` exports with dimension 0 of the batched
+inputs dynamic (one ``Dim("batch")``) and prints the range and shape constraints. ``--check`` also runs ``ep.module()`` on the example inputs and
 compares it with the model run eagerly (exit code 1 when they differ).
 
 Depends on: ``fxloom.cli.model_spec``, ``fxloom.export``, rich.
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["add_arguments", "matches_eager", "run", "signature_summary"]
+__all__ = ["add_arguments", "batch_shapes", "matches_eager", "run", "signature_summary"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--graph",
         action="store_true",
         help="print the graph in the IR's text form instead of the generated Python code",
+    )
+    parser.add_argument(
+        "--dynamic-batch",
+        action="store_true",
+        help="make dimension 0 of every batched input one Dim('batch') (inputs whose "
+        "dimension 0 has the first input's size); prints the range and shape constraints",
     )
     parser.add_argument(
         "--check",
@@ -53,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             "the MODEL factory return (model, example_inputs)"
         )
     positional, keywords = _split(loaded.inputs)
-    ep = export(loaded.model, positional, keywords)
+    shapes = batch_shapes(loaded.model, positional, keywords) if args.dynamic_batch else None
+    ep = export(loaded.model, positional, keywords, dynamic_shapes=shapes)
     console = Console()
     if not console.is_terminal:
         console.width = 160  # a pipe or a file: don't fold the code into 80 columns
@@ -67,12 +75,36 @@ def run(args: argparse.Namespace) -> int:
     console.print()
     console.print(Text("Graph signature:", style="bold"))
     console.print(Text(str(ep.graph_signature)), soft_wrap=True)
+    if args.dynamic_batch:
+        console.print(Text(f"Range constraints: {ep.range_constraints}"), soft_wrap=True)
+        for line in ep.shape_constraints:
+            console.print(Text(f"Shape constraint: {line}"), soft_wrap=True)
     if not args.check:
         return 0
     matches = matches_eager(ep, loaded.model, positional, keywords)
     console.print()
     console.print(Text(f"ep.module() matches eager PyTorch on the example inputs: {matches}"))
     return 0 if matches else 1
+
+
+def batch_shapes(model: torch.nn.Module, positional: tuple, keywords: dict) -> dict[str, Any]:
+    """``dynamic_shapes`` making dimension 0 of every input with the first input's batch size
+    one ``Dim("batch")`` (by forward's parameter names)."""
+    import inspect
+
+    from fxloom.export import Dim
+
+    bound = inspect.signature(model.forward).bind(*positional, **keywords).arguments
+    tensors = [v for v in bound.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    if not tensors:
+        raise ValueError("--dynamic-batch: the model's example inputs hold no tensor")
+    size, batch = tensors[0].shape[0], Dim("batch")
+    return {
+        name: {0: batch}
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == size
+        else None
+        for name, value in bound.items()
+    }
 
 
 def signature_summary(ep: Any) -> str:
