@@ -1,0 +1,383 @@
+"""``lower``: run the parts of a model ONNX supports in ONNX Runtime, the rest in PyTorch.
+
+The torch.fx paper's lowering with automatic splitting (section 6.4), with ONNX Runtime as
+the backend. In steps:
+
+1. trace a plain module (``fxloom.symbolic_trace`` on the example inputs; a GraphModule is
+   used as it is) and propagate shapes (``ShapeProp``), which the translator reads;
+2. ask the translator about every operator (``unsupported_reason``) and gather the
+   supported ones into regions (``fxloom.passes.split_by_support``); unsupported operators
+   stay in the parent, which runs them in PyTorch between the regions;
+3. run the split module once on the examples, recording what each region receives and
+   returns;
+4. translate each region to ONNX on those inputs (``onnx_translate.translate``), check it
+   (``onnx.checker``), start its session, run it once, and put an ``OrtModule`` in its place.
+
+Which regions are lowered. A region whose operators do no arithmetic (its cost,
+``fxloom.passes.cost``, counts 0 FLOPs: a lone reshape, a getitem, a cat) stays in PyTorch,
+where it is free or one copy, while a call into ONNX Runtime costs microseconds and a copy of
+its outputs. A region whose translation, check, session or trial run fails also stays in
+PyTorch; the report says why. A model may thus end up with nothing lowered: that is
+reported, not raised.
+
+``check=True`` runs the eager model and the lowered one on the examples and records the
+largest absolute and relative errors in the report; outputs further apart than
+``torch.allclose(lowered, eager, rtol, atol)`` allows raise ``LoweringError`` (the defaults
+1e-3 and 1e-4 leave room for ONNX Runtime's own kernels and fusions in float32).
+
+The user's module is never modified: the result is a new GraphModule (sharing the
+parameters of the regions left in PyTorch), and on any error nothing was changed.
+
+Depends on: the tracer, ``fxloom.passes`` (shape_prop, split_by_support, cost),
+``fxloom.lower.onnx_translate``, ``fxloom.lower.runtime``; onnx and onnxruntime, imported
+when ``lower`` runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxloom.graph_module import GraphModule
+from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionReport
+from fxloom.lower.runtime import OrtModule, require
+from fxloom.node import Node
+from fxloom.pytree import tree_flatten
+
+__all__ = ["BACKENDS", "LoweringError", "lower"]
+
+BACKENDS = ("onnxruntime",)
+REGION_PREFIX = "_run_on_acc_"
+
+
+class LoweringError(RuntimeError):
+    """``lower`` could not produce a module equal to the eager one; the message says why."""
+
+
+def lower(
+    model_or_gm: nn.Module,
+    example_inputs: tuple[Any, ...] | dict[str, Any],
+    *,
+    backend: str = "onnxruntime",
+    check: bool = False,
+    dynamic_batch: bool = False,
+    threads: int | None = None,
+    concrete_args: dict[str, Any] | None = None,
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+) -> GraphModule:
+    """Lower the supported regions of a model to ONNX Runtime (see the module docstring).
+
+    Args:
+        model_or_gm: a module, traced here on ``example_inputs``, or a GraphModule.
+        example_inputs: a tuple of positional inputs or a dict by name.
+        backend: ``"onnxruntime"`` (the only one so far).
+        check: compare with eager PyTorch on the examples; raise past ``rtol``/``atol``.
+        dynamic_batch: dimension 0 of every region's inputs and outputs is left free.
+        threads: ONNX Runtime's threads per operator (default: ``torch.get_num_threads()``).
+        concrete_args: parameters fixed while tracing a plain module (``{"use_cache": False}``).
+
+    Returns:
+        A GraphModule calling an ``OrtModule`` per lowered region, with
+        ``lowering_report`` (a ``LoweringReport``) attached.
+
+    Example::
+
+        >>> import torch, fxloom
+        >>> from fxloom.lower.lower import lower
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()).eval()
+        >>> lowered = lower(model, (torch.randn(2, 4),), check=True)
+        >>> print(lowered.lowering_report.summary()[:62])
+        Sequential: 1 of 1 region in onnxruntime, 2 of 2 operators low
+        >>> x = torch.randn(2, 4)
+        >>> torch.allclose(lowered(x), model(x), atol=1e-6)
+        True
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"lower: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    require("onnx")
+    require("onnxruntime")
+    from fxloom.lower import onnx_translate
+    from fxloom.passes.split_by_support import split_by_support
+
+    inputs = _as_inputs(example_inputs)
+    gm = _traced(model_or_gm, inputs, concrete_args)
+    _propagate_shapes(gm, inputs)
+    reasons: dict[Node, str] = {}
+
+    def is_supported(node: Node) -> bool:
+        reason = onnx_translate.unsupported_reason(node, gm)
+        if reason is not None:
+            reasons[node] = reason
+        return reason is None
+
+    split, _ = split_by_support(gm, is_supported, prefix=REGION_PREFIX)
+    seen = _record_regions(split, inputs)
+    settings = {"intra_op_num_threads": threads}
+    regions = [
+        _lower_region(split, name, seen[name], dynamic_batch, settings)
+        for name in _region_names(split)
+        if name in seen  # a region never run on the examples (dead code) stays as it is
+    ]
+    split.recompile()
+    left = tuple(_left_node(node, reason) for node, reason in reasons.items())
+    report = LoweringReport(_model_name(model_or_gm), backend, tuple(regions), left)
+    if check:
+        report = _checked(model_or_gm, split, inputs, report, concrete_args, rtol, atol)
+    split.lowering_report = report
+    return split
+
+
+# ---------------------------------------------------------------- capture
+def _as_inputs(example_inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if isinstance(example_inputs, dict):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,), {}
+    raise TypeError(
+        "lower: example_inputs must be a tuple of positional inputs or a dict by name, got "
+        f"{type(example_inputs).__name__}"
+    )
+
+
+def _call(module: Callable[..., Any], inputs: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
+    args, kwargs = inputs
+    with torch.no_grad():
+        return module(*args, **kwargs)
+
+
+def _traced(
+    model: nn.Module, inputs: tuple[tuple, dict], concrete_args: dict[str, Any] | None
+) -> GraphModule:
+    if isinstance(model, GraphModule):
+        return model
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"lower: expected an nn.Module or a GraphModule, got {type(model)!r}")
+    from fxloom.tracer import Tracer
+
+    args, kwargs = inputs
+    tracer = Tracer(record_stack_traces=True)  # the report names the user's source lines
+    graph = tracer.trace(model, concrete_args, example_inputs=kwargs or args)
+    return GraphModule(tracer.root, graph, type(model).__name__)
+
+
+def _propagate_shapes(gm: GraphModule, inputs: tuple[tuple, dict]) -> None:
+    from fxloom.passes.shape_prop import ShapeProp
+
+    args, kwargs = inputs
+    with torch.no_grad():
+        ShapeProp(gm).propagate(*args, **kwargs)
+
+
+def _model_name(model: nn.Module) -> str:
+    return getattr(model, "_get_name", lambda: type(model).__name__)()
+
+
+# ---------------------------------------------------------------- regions
+def _region_names(split: GraphModule) -> list[str]:
+    return [name for name, _ in split.named_children() if name.startswith(REGION_PREFIX)]
+
+
+def _record_regions(split: GraphModule, inputs: tuple[tuple, dict]) -> dict[str, tuple]:
+    """Run ``split`` once; return each region's (inputs, output) on the examples."""
+    seen: dict[str, tuple] = {}
+    handles = []
+    for name in _region_names(split):
+
+        def record(module: nn.Module, args: tuple, output: Any, name: str = name) -> None:
+            seen[name] = (args, output)
+
+        handles.append(getattr(split, name).register_forward_hook(record))
+    try:
+        _call(split, inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+def _lower_region(
+    split: GraphModule, name: str, seen: tuple, dynamic_batch: bool, settings: dict
+) -> RegionReport:
+    region: GraphModule = getattr(split, name)
+    nodes = tuple(
+        n for n in region.graph.nodes if n.op in ("call_function", "call_method", "call_module")
+    )
+    names = tuple(n.name for n in nodes)
+    ops = dict(Counter(_op_name(n, region) for n in nodes))
+    why_not = _too_small(region)
+    if why_not is not None:
+        return RegionReport(name, names, ops, lowered=False, reason=why_not)
+    start = time.perf_counter()
+    try:
+        replacement = _ort_region(region, name, seen, dynamic_batch, settings)
+    except Exception as error:  # any failure keeps the region in PyTorch, reported
+        first = (str(error).strip().splitlines() or [""])[0]
+        reason = f"translation failed: {type(error).__name__}: {first}"
+        return RegionReport(name, names, ops, lowered=False, reason=reason)
+    setattr(split, name, replacement)
+    return RegionReport(
+        name, names, ops, lowered=True, translate_seconds=time.perf_counter() - start
+    )
+
+
+def _too_small(region: GraphModule) -> str | None:
+    """Why a region is not worth an ONNX Runtime call: it does no arithmetic."""
+    from fxloom.passes.cost import analyze_cost
+
+    try:
+        report = analyze_cost(region, mode="recorded")
+    except Exception:  # no cost known: lower it and let the measurements speak
+        return None
+    if report.flops == 0 and not report.not_counted:
+        return "no arithmetic, cheaper in PyTorch than a call into ONNX Runtime"
+    return None
+
+
+def _ort_region(
+    region: GraphModule, name: str, seen: tuple, dynamic_batch: bool, settings: dict
+) -> OrtModule:
+    """Translate, check, start and try one region; raise if any step fails."""
+    import onnx
+
+    from fxloom.lower.onnx_translate import translate
+
+    args, expected = seen
+    proto = translate(region, args, dynamic_batch=dynamic_batch)
+    onnx.checker.check_model(proto)
+    module = OrtModule(
+        proto.SerializeToString(),
+        name=name,
+        fixed_inputs={i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)},
+        **_output_layout(name, expected, len(proto.graph.output)),
+        **settings,
+    )
+    got, _ = tree_flatten(module(*args))
+    for position, (value, reference) in enumerate(zip(got, tree_flatten(expected)[0])):
+        _same_kind(name, position, value, reference)
+    return module
+
+
+def _output_layout(name: str, expected: Any, computed: int) -> dict[str, Any]:
+    """Which of the region's results ONNX computes, and which are Python numbers.
+
+    The translator emits every tensor; a Python number (a size) is either emitted as a 0-d
+    tensor or, when the examples fix it, folded away and returned as the example's value.
+    """
+    leaves, spec = tree_flatten(expected)
+    numbers = [i for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)]
+    if computed == len(leaves):
+        return {"output_spec": spec, "scalar_outputs": tuple(numbers)}
+    if computed == len(leaves) - len(numbers):
+        return {"output_spec": spec, "constant_outputs": {i: leaves[i] for i in numbers}}
+    raise LoweringError(
+        f"{name} returns {len(leaves)} values in PyTorch ({len(numbers)} of them numbers), its "
+        f"ONNX model {computed}"
+    )
+
+
+def _same_kind(name: str, position: int, value: Any, reference: Any) -> None:
+    if not isinstance(reference, torch.Tensor):
+        return
+    if value.dtype != reference.dtype or value.shape != reference.shape:
+        raise LoweringError(
+            f"{name} output {position}: ONNX Runtime gave {value.dtype} {tuple(value.shape)}, "
+            f"PyTorch {reference.dtype} {tuple(reference.shape)}"
+        )
+
+
+def _op_name(node: Node, module: nn.Module) -> str:
+    if node.op == "call_module":
+        return type(module.get_submodule(node.target)).__name__
+    if node.op == "call_method":
+        return str(node.target)
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def _left_node(node: Node, reason: str) -> LeftNode:
+    return LeftNode(node.name, _op_name(node, node.graph.owning_module), reason, _source(node))
+
+
+def _source(node: Node) -> str | None:
+    """The innermost frame of the node's stack trace: ``file.py:41: code``."""
+    trace = node.stack_trace
+    if not trace:
+        return None
+    lines = [line.strip() for line in trace.strip().splitlines()]
+    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
+    if not frames:
+        return lines[-1]
+    where = lines[frames[-1]]  # File "x.py", line 41, in forward
+    code = lines[frames[-1] + 1] if frames[-1] + 1 < len(lines) else ""
+    try:
+        file = where.split('"')[1].rsplit("/", 1)[-1]
+        line = where.split(", line ")[1].split(",")[0]
+    except IndexError:
+        return where
+    return f"{file}:{line}: {code}" if code else f"{file}:{line}"
+
+
+# ---------------------------------------------------------------- check
+def _checked(
+    model: nn.Module,
+    lowered: GraphModule,
+    inputs: tuple[tuple, dict],
+    report: LoweringReport,
+    concrete_args: dict[str, Any] | None,
+    rtol: float,
+    atol: float,
+) -> LoweringReport:
+    args, kwargs = inputs
+    expected = _call(model, (args, {**kwargs, **(concrete_args or {})}))
+    got = _call(lowered, inputs)
+    pairs = _tensor_pairs(got, expected)
+    max_abs = max_rel = 0.0
+    passed = True
+    for value, reference in pairs:
+        difference = (value.double() - reference.double()).abs()
+        scale = reference.double().abs().max().clamp(min=1e-12)
+        max_abs = max(max_abs, float(difference.max()) if difference.numel() else 0.0)
+        max_rel = max(max_rel, float(difference.max() / scale) if difference.numel() else 0.0)
+        passed = passed and torch.allclose(value.double(), reference.double(), rtol, atol)
+    result = CheckResult(max_abs, max_rel, passed, rtol, atol)
+    report = LoweringReport(report.model, report.backend, report.regions, report.left, result)
+    if not passed:
+        raise LoweringError(
+            f"the lowered {report.model} differs from eager PyTorch beyond rtol={rtol}, "
+            f"atol={atol} on the example inputs (max abs error {max_abs:.3g}); the regions "
+            f"below ran in ONNX Runtime: lower it again with check=False to inspect it, or "
+            f"report the operator at fault\n{report}"
+        )
+    return report
+
+
+def _tensor_pairs(got: Any, expected: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    got_leaves = [v for v in _leaves(got) if isinstance(v, torch.Tensor)]
+    expected_leaves = [v for v in _leaves(expected) if isinstance(v, torch.Tensor)]
+    if len(got_leaves) != len(expected_leaves):
+        raise LoweringError(
+            f"the lowered module returns {len(got_leaves)} tensors, eager PyTorch "
+            f"{len(expected_leaves)}"
+        )
+    for value, reference in zip(got_leaves, expected_leaves):
+        if value.shape != reference.shape or value.dtype != reference.dtype:
+            raise LoweringError(
+                f"the lowered module returns {value.dtype} {tuple(value.shape)} where eager "
+                f"PyTorch returns {reference.dtype} {tuple(reference.shape)}"
+            )
+    return list(zip(got_leaves, expected_leaves))
+
+
+def _leaves(output: Any) -> list[Any]:
+    """Every value in an output: tuples, lists, dicts, and Hugging Face's ModelOutput."""
+    if hasattr(output, "to_tuple"):
+        output = output.to_tuple()
+    leaves, _ = tree_flatten(output)
+    return leaves

@@ -1,0 +1,243 @@
+"""``OrtModule``: an ``nn.Module`` that runs one ONNX model with ONNX Runtime on the CPU.
+
+``fxloom.lower`` puts one in place of every region of a graph it translated to ONNX; the
+rest of the graph keeps running in PyTorch around it. The module holds the serialized model
+(bytes, so it pickles and deep-copies like any module) and creates its
+``onnxruntime.InferenceSession`` on first use, with the CPU provider and the thread and
+optimization settings given. ``forward`` takes torch tensors (Python numbers for inputs
+that are scalars) and returns torch tensors that share the memory ONNX Runtime filled
+(``torch.from_numpy``, no copy), rebuilt into the structure the region returned
+(``output_spec``: a tensor, a tuple, ...). Inputs of the wrong dtype, rank or fixed size
+are refused with an error naming the region and the input, before ONNX Runtime sees them.
+
+Inputs are handed over as NumPy views of the tensors (no copy for contiguous CPU tensors);
+``run`` copies the outputs once into NumPy arrays. (IOBinding would avoid that copy only
+with preallocated outputs, which needs their sizes ahead of the call.)
+
+Depends on: torch, numpy, ``fxloom.pytree``; onnxruntime, imported when a session is made
+(``require`` says to install ``fxloom[onnx]`` when it is missing).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fxloom.pytree import LEAF_SPEC, TreeSpec, tree_unflatten
+
+__all__ = ["OPTIMIZATION_LEVELS", "OrtModule", "OrtInputError", "require"]
+
+# ONNX Runtime's tensor type names (NodeArg.type) -> torch dtypes.
+ORT_DTYPES: dict[str, torch.dtype] = {
+    "tensor(float)": torch.float32,
+    "tensor(double)": torch.float64,
+    "tensor(float16)": torch.float16,
+    "tensor(int64)": torch.int64,
+    "tensor(int32)": torch.int32,
+    "tensor(int16)": torch.int16,
+    "tensor(int8)": torch.int8,
+    "tensor(uint8)": torch.uint8,
+    "tensor(bool)": torch.bool,
+}
+
+# graph_optimization_level by name -> the name of onnxruntime.GraphOptimizationLevel's member.
+OPTIMIZATION_LEVELS: dict[str, str] = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
+class OrtInputError(TypeError):
+    """An input to an ``OrtModule`` does not match what its ONNX model declares."""
+
+
+def require(module_name: str) -> ModuleType:
+    """Import ``onnx`` or ``onnxruntime``, or say which extra installs it.
+
+    >>> require("onnxruntime").__name__
+    'onnxruntime'
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as error:
+        raise ImportError(
+            f"fxloom.lower needs the {module_name!r} package, which is not installed: "
+            "pip install fxloom[onnx]"
+        ) from error
+
+
+class OrtModule(nn.Module):
+    """Run a serialized ONNX model with ONNX Runtime's CPU provider (see the module docstring).
+
+    Args:
+        model_bytes: ``onnx.ModelProto.SerializeToString()`` of the model.
+        name: the region's name, used in error messages and reports.
+        output_spec: the structure of the region's result (``fxloom.pytree``); the
+            default is a single tensor.
+        scalar_outputs: positions (among the flattened outputs) of values that are Python
+            numbers in PyTorch (a size read from a shape, say); ONNX Runtime's 0-d tensors
+            are returned there as numbers.
+        constant_outputs: positions of outputs the ONNX model does not compute because the
+            translator folded them (a size fixed by the examples), and their values.
+        fixed_inputs: positions of arguments the translator folded into the ONNX model
+            (Python numbers, flags), and the values it folded; a call with another value is
+            refused. The other arguments, in order, are the session's inputs.
+        intra_op_num_threads: threads inside an operator; None uses
+            ``torch.get_num_threads()``, so ONNX Runtime and PyTorch share the machine alike.
+        inter_op_num_threads: threads across operators (1: operators run in sequence).
+        graph_optimization_level: ``"disable"``, ``"basic"``, ``"extended"`` or ``"all"``.
+
+    Example::
+
+        >>> import onnx, torch
+        >>> from onnx import TensorProto, helper
+        >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+        >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+        >>> graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+        >>> opsets = [helper.make_opsetid("", 18)]
+        >>> model = helper.make_model(graph, opset_imports=opsets, ir_version=9)
+        >>> relu = OrtModule(model.SerializeToString(), name="relu_region")
+        >>> relu(torch.tensor([[-1.0, 2.0, -3.0, 4.0]]))
+        tensor([[0., 2., 0., 4.]])
+    """
+
+    def __init__(
+        self,
+        model_bytes: bytes,
+        *,
+        name: str = "onnx_region",
+        output_spec: TreeSpec = LEAF_SPEC,
+        scalar_outputs: tuple[int, ...] = (),
+        constant_outputs: dict[int, Any] | None = None,
+        fixed_inputs: dict[int, Any] | None = None,
+        intra_op_num_threads: int | None = None,
+        inter_op_num_threads: int = 1,
+        graph_optimization_level: str = "all",
+    ) -> None:
+        super().__init__()
+        if graph_optimization_level not in OPTIMIZATION_LEVELS:
+            raise ValueError(
+                f"graph_optimization_level must be one of {', '.join(OPTIMIZATION_LEVELS)}, "
+                f"got {graph_optimization_level!r}"
+            )
+        self.model_bytes = bytes(model_bytes)
+        self.name = name
+        self.output_spec = output_spec
+        self.scalar_outputs = tuple(scalar_outputs)
+        self.constant_outputs = dict(constant_outputs or {})
+        self.fixed_inputs = dict(fixed_inputs or {})
+        self.intra_op_num_threads = intra_op_num_threads
+        self.inter_op_num_threads = inter_op_num_threads
+        self.graph_optimization_level = graph_optimization_level
+        self._session: Any = None
+
+    # ------------------------------------------------------------------ session
+    @property
+    def session(self) -> Any:
+        """The ``onnxruntime.InferenceSession``, made on first use."""
+        if self._session is None:
+            self._session = self._make_session()
+        return self._session
+
+    def _make_session(self) -> Any:
+        ort = require("onnxruntime")
+        options = ort.SessionOptions()
+        threads = self.intra_op_num_threads
+        options.intra_op_num_threads = torch.get_num_threads() if threads is None else threads
+        options.inter_op_num_threads = self.inter_op_num_threads
+        level = OPTIMIZATION_LEVELS[self.graph_optimization_level]
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        session = ort.InferenceSession(
+            self.model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._input_names = [arg.name for arg in session.get_inputs()]
+        self._output_names = [arg.name for arg in session.get_outputs()]
+        return session
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A session cannot be pickled or copied; the copy makes its own on first use.
+        state = self.__dict__.copy()
+        state["_session"] = None
+        return state
+
+    # ------------------------------------------------------------------ running
+    def forward(self, *inputs: Any) -> Any:
+        session = self.session
+        declared = session.get_inputs()
+        fed = self._session_inputs(inputs)
+        if len(fed) != len(declared):
+            raise OrtInputError(
+                f"ONNX region {self.name} takes {len(declared) + len(self.fixed_inputs)} inputs "
+                f"({', '.join(self._input_names)} and {len(self.fixed_inputs)} fixed), "
+                f"got {len(inputs)}"
+            )
+        feeds = {arg.name: self._as_array(arg, value) for arg, value in zip(declared, fed)}
+        arrays = iter(session.run(self._output_names, feeds))
+        outputs: list[Any] = []
+        for position in range(self.output_spec.num_leaves):
+            if position in self.constant_outputs:
+                outputs.append(self.constant_outputs[position])
+            elif position in self.scalar_outputs:
+                outputs.append(next(arrays).item())
+            else:
+                outputs.append(torch.from_numpy(next(arrays)))
+        return tree_unflatten(outputs, self.output_spec)
+
+    def _session_inputs(self, inputs: tuple[Any, ...]) -> list[Any]:
+        """The arguments the session takes; the folded ones must keep their folded values."""
+        for position, folded in self.fixed_inputs.items():
+            given = inputs[position] if position < len(inputs) else None
+            if given != folded:
+                raise OrtInputError(
+                    f"ONNX region {self.name}: argument {position} was fixed to {folded!r} "
+                    f"when it was lowered, got {given!r}; lower the model on inputs that "
+                    "give this value"
+                )
+        return [value for i, value in enumerate(inputs) if i not in self.fixed_inputs]
+
+    def _as_array(self, arg: Any, value: Any) -> np.ndarray:
+        expected = ORT_DTYPES.get(arg.type)
+        if isinstance(value, (bool, int, float)) and expected is not None:
+            value = torch.tensor(value, dtype=expected)  # a size or a number fed as a 0-d tensor
+        if not isinstance(value, torch.Tensor):
+            raise OrtInputError(
+                f"ONNX region {self.name}: input {arg.name!r} must be a tensor, "
+                f"got {type(value).__name__}"
+            )
+        self._check_tensor(arg, value, expected)
+        return value.detach().cpu().contiguous().numpy()
+
+    def _check_tensor(self, arg: Any, value: torch.Tensor, expected: torch.dtype | None) -> None:
+        where = f"ONNX region {self.name}: input {arg.name!r}"
+        if expected is not None and value.dtype != expected:
+            raise OrtInputError(
+                f"{where} must be {expected}, got {value.dtype}; convert it (tensor.to({expected}))"
+                " or lower the model again on inputs of this dtype"
+            )
+        shape = arg.shape
+        if len(shape) != value.dim():
+            raise OrtInputError(
+                f"{where} must have {len(shape)} dimensions {_shape_text(shape)}, "
+                f"got shape {tuple(value.shape)}"
+            )
+        for axis, (size, got) in enumerate(zip(shape, value.shape)):
+            if isinstance(size, int) and size != got:
+                raise OrtInputError(
+                    f"{where} has size {got} in dimension {axis}, the model was lowered for "
+                    f"{_shape_text(shape)}; lower it on inputs of this shape"
+                    + (" or with dynamic_batch=True" if axis == 0 else "")
+                )
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, {len(self.model_bytes)} bytes of ONNX"
+
+
+def _shape_text(shape: list[Any]) -> str:
+    return "(" + ", ".join(str(s) if s is not None else "?" for s in shape) + ")"
