@@ -4,8 +4,8 @@ Usage: ``fxloom COMMAND [options]`` (or ``python -m fxloom COMMAND``). Run ``fxl
 
 This module holds the parser, the subcommand table and ``main``; each command's work lives in
 a module of its own beside it: ``demo`` (the guided tour, with its pass steps in
-``demo_passes``), ``cost``, ``draw``, ``export`` and ``quantize`` (all four read their MODEL
-argument with ``model_spec``).
+``demo_passes``), ``cost``, ``draw``, ``export``, ``lower`` and ``quantize`` (all five read their
+MODEL argument with ``model_spec``).
 Nothing in the library imports from this package (tests/test_layers.py checks).
 
 Subcommands are rows of one table, ``SUBCOMMANDS``. To add one, write a ``_run_<name>(args)``
@@ -105,6 +105,18 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_arguments(parser)
 
 
+def _run_lower(args: argparse.Namespace) -> int:
+    from fxloom.cli import lower
+
+    return lower.run(args)
+
+
+def _add_lower_arguments(parser: argparse.ArgumentParser) -> None:
+    from fxloom.cli import lower
+
+    lower.add_arguments(parser)
+
+
 def _run_quantize(args: argparse.Namespace) -> int:
     from fxloom.cli import quantize
 
@@ -197,6 +209,29 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         ),
         run=_run_export,
         add_arguments=_add_export_arguments,
+    ),
+    Subcommand(
+        name="lower",
+        summary="run a model's supported regions in ONNX Runtime; print the report and speedup",
+        description=(
+            "Lower MODEL with fxloom.lower: trace it on its example inputs, cut the graph\n"
+            "into regions of operators ONNX supports, translate each region to ONNX and\n"
+            "run it in ONNX Runtime (CPU), leaving the other operators in PyTorch between\n"
+            "the regions. Print the report (each region lowered or kept in PyTorch, each\n"
+            "operator left in PyTorch and why, with its source line) and the latency of\n"
+            "eager and lowered on the example inputs (median of interleaved runs).\n"
+            "--check compares lowered with eager and fails past the tolerance.\n"
+            "Needs the onnx extra: pip install fxloom[onnx].\n\n"
+            "MODEL is an embedded zoo model (resnet_tiny, resnet50, transformer_tiny, ...)\n"
+            "or package.module:factory, a function returning (module, example_inputs)\n"
+            "with the inputs as a tuple or a dict.\n\n"
+            "examples:\n"
+            "  fxloom lower resnet50 --check\n"
+            "  fxloom lower transformer_tiny --threads 1\n"
+            "  fxloom lower resnet_tiny --dynamic-batch"
+        ),
+        run=_run_lower,
+        add_arguments=_add_lower_arguments,
     ),
     Subcommand(
         name="quantize",

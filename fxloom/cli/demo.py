@@ -11,8 +11,9 @@ shapes propagated into ``node.meta``, a cost table for ResNet-50, batch norms fu
 convolutions (with the latency change), and a drawing of a graph; then export
 (``fxloom.cli.demo_export``): a zoo model exported to ATen operators, its signature summary,
 its cost, and ``ep.module()`` checked against eager; last, quantization
-(``fxloom.cli.demo_quantize``): a zoo model to int8, its speedup, error and report. The final
-verdict covers every check.
+(``fxloom.cli.demo_quantize``): a zoo model to int8, its speedup, error and report; and
+lowering (``fxloom.cli.demo_lower``): a zoo model run by ONNX Runtime, its speedup and its
+check against eager. The final verdict covers every check.
 
 Each step is a function of the shared ``DemoState``; ``STEPS`` lists them in order. To extend
 the tour (passes, export, ...), write a step function and add a row to ``STEPS``.
@@ -40,7 +41,7 @@ from torch import nn
 
 import fxloom
 from fxloom import zoo
-from fxloom.cli import demo_export, demo_passes, demo_quantize
+from fxloom.cli import demo_export, demo_lower, demo_passes, demo_quantize
 
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
@@ -98,6 +99,7 @@ class DemoState:
     passes_match: bool = True  # False once a transformed model differs from eager
     export_match: bool = True  # False when an exported program differs from eager
     quantize_match: bool = True  # False when the int8 model is too far from fp32
+    lower_match: bool = True  # False when the model lowered to ONNX Runtime differs from eager
     drawing_dir: Path = field(default_factory=lambda: Path("fxloom-demo"))
 
 
@@ -259,6 +261,7 @@ STEPS: tuple[Step, ...] = (
     Step("Draw a traced graph", demo_passes.draw_graph),
     Step(f"Export a model to ATen operators: {demo_export.EXPORT_MODEL}", demo_export.export_model),
     Step(f"Quantize a model to int8: {demo_quantize.QUANTIZE_MODEL}", demo_quantize.quantize_model),
+    Step(f"Lower a model to ONNX Runtime: {demo_lower.LOWER_MODEL}", demo_lower.lower_model),
 )
 
 
@@ -280,12 +283,18 @@ def run(console: Console | None = None, drawing_dir: str | Path = "fxloom-demo")
 
 
 def _summarise(state: DemoState) -> int:
-    checks = (state.results_match, state.traced_match, state.passes_match, state.export_match)
+    checks = (
+        state.results_match,
+        state.traced_match,
+        state.passes_match,
+        state.export_match,
+        state.lower_match,
+    )
     if all(checks) and state.quantize_match:
         message = (
             "The generated code ran: the hand-built graph, the traced "
-            f"{', '.join(state.traced)}, the fused model and the exported program match eager "
-            "PyTorch; the int8 model is close to fp32."
+            f"{', '.join(state.traced)}, the fused model, the exported program and the model "
+            "lowered to ONNX Runtime match eager PyTorch; the int8 model is close to fp32."
         )
         state.console.print(Panel(message, title="OK", border_style="green", expand=False))
         return 0
@@ -296,6 +305,7 @@ def _summarise(state: DemoState) -> int:
             ("the traced zoo models", state.traced_match),
             ("the fused model", state.passes_match),
             ("the exported program", state.export_match),
+            (f"the {demo_lower.LOWER_MODEL} lowered to ONNX Runtime", state.lower_match),
         )
         if not ok
     ]

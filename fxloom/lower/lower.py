@@ -60,7 +60,7 @@ class LoweringError(RuntimeError):
 
 
 def lower(
-    model_or_gm: nn.Module,
+    model_or_gm: nn.Module | Callable[..., Any],
     example_inputs: tuple[Any, ...] | dict[str, Any],
     *,
     backend: str = "onnxruntime",
@@ -74,7 +74,8 @@ def lower(
     """Lower the supported regions of a model to ONNX Runtime (see the module docstring).
 
     Args:
-        model_or_gm: a module, traced here on ``example_inputs``, or a GraphModule.
+        model_or_gm: a module or function, traced here on ``example_inputs``, or a
+            GraphModule.
         example_inputs: a tuple of positional inputs or a dict by name.
         backend: ``"onnxruntime"`` (the only one so far).
         check: compare with eager PyTorch on the examples; raise past ``rtol``/``atol``.
@@ -154,18 +155,18 @@ def _call(module: Callable[..., Any], inputs: tuple[tuple[Any, ...], dict[str, A
 
 
 def _traced(
-    model: nn.Module, inputs: tuple[tuple, dict], concrete_args: dict[str, Any] | None
+    model: Callable[..., Any], inputs: tuple[tuple, dict], concrete_args: dict[str, Any] | None
 ) -> GraphModule:
     if isinstance(model, GraphModule):
         return model
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"lower: expected an nn.Module or a GraphModule, got {type(model)!r}")
+    if not callable(model):
+        raise TypeError(f"lower: expected an nn.Module or a function, got {type(model)!r}")
     from fxloom.tracer import Tracer
 
     args, kwargs = inputs
     tracer = Tracer(record_stack_traces=True)  # the report names the user's source lines
     graph = tracer.trace(model, concrete_args, example_inputs=kwargs or args)
-    return GraphModule(tracer.root, graph, type(model).__name__)
+    return GraphModule(tracer.root, graph, _model_name(model))
 
 
 def _propagate_shapes(gm: GraphModule, inputs: tuple[tuple, dict]) -> None:
@@ -176,8 +177,10 @@ def _propagate_shapes(gm: GraphModule, inputs: tuple[tuple, dict]) -> None:
         ShapeProp(gm).propagate(*args, **kwargs)
 
 
-def _model_name(model: nn.Module) -> str:
-    return getattr(model, "_get_name", lambda: type(model).__name__)()
+def _model_name(model: Callable[..., Any]) -> str:
+    if isinstance(model, nn.Module):
+        return model._get_name()
+    return getattr(model, "__name__", type(model).__name__)
 
 
 # ---------------------------------------------------------------- regions
@@ -326,7 +329,7 @@ def _source(node: Node) -> str | None:
 
 # ---------------------------------------------------------------- check
 def _checked(
-    model: nn.Module,
+    model: Callable[..., Any],
     lowered: GraphModule,
     inputs: tuple[tuple, dict],
     report: LoweringReport,

@@ -1,0 +1,291 @@
+"""Lowering benchmark (torch.fx paper, section 6.4): eager PyTorch against the model lowered by
+``fxloom.lower`` and against ``torch.onnx.export`` + ONNX Runtime of the whole model, in one run.
+
+Models: ``fxloom.zoo``'s ResNet-50 (images 3x224x224) and a BERT-style model (the zoo
+registry's ``bert``: Hugging Face's BertModel from a tiny config, 64 tokens), at batch 1 and
+8, on the CPU, in eval mode under ``torch.no_grad()``. Three ways to run each:
+
+    eager     the model itself
+    fxloom    ``fxloom.lower.lower.lower(model, inputs)``: supported regions in ONNX Runtime,
+              the rest (if any) in PyTorch
+    torch.onnx  ``torch.onnx.export(model, ..., dynamo=False)`` of the whole model, run by the
+              same ``OrtModule`` (same session options, same tensor hand-over)
+
+ONNX Runtime gets the same threads as torch (``--threads``, default torch's setting), one
+inter-op thread and every graph optimization. Latency is the median of interleaved timed
+calls, the three taking turns to go first, garbage collector off inside timed regions.
+Targets: fxloom >= 1.5x faster than eager on ResNet-50 at batch 1, and within 10% of the
+torch.onnx path (``fxloom / torch.onnx <= 1.1``).
+
+Translation time: fxloom's whole ``lower`` (trace, shapes, split, translate, check, start the
+sessions, one trial run) next to ``torch.onnx.export`` (dynamo=False, and dynamo=True when it
+works) plus starting its session, once each, on the batch-1 inputs.
+
+    python benchmarks/bench_lower.py               # ResNet-50 and BERT, batch 1 and 8
+    python benchmarks/bench_lower.py --quick       # smoke run: resnet_tiny and BERT, batch 1
+    python benchmarks/bench_lower.py --record      # append the tables to RESULTS.md
+
+torch.onnx is imported here only as the comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+if __package__ in (None, ""):  # run as a script: this checkout's fxloom and `benchmarks`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (  # noqa: E402
+    SPREAD_IS,
+    Samples,
+    freeze_startup_heap,
+    load_average,
+    machine_line,
+    noise_line,
+    publish,
+    rotated,
+    timed,
+)
+from fxloom import zoo  # noqa: E402
+from fxloom.lower.lower import lower  # noqa: E402
+from fxloom.lower.runtime import OrtModule  # noqa: E402
+from fxloom.pytree import tree_flatten  # noqa: E402
+
+SIDES = ("eager", "fxloom", "torch.onnx")
+BERT_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class Settings:
+    models: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    repeats: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class LatencyRow:
+    model: str
+    batch: int
+    median: dict[str, float]  # seconds by side
+    max_error: float  # fxloom against eager, largest absolute difference
+    regions: str  # "1 region, 0 operators in PyTorch"
+
+
+@dataclass(frozen=True)
+class TranslationRow:
+    model: str
+    fxloom: float
+    torch_onnx: float
+    torch_onnx_dynamo: float | None  # None: dynamo=True failed
+
+
+class TupleOutputs(nn.Module):
+    """A model called with fixed keyword flags, returning its tensors as a tuple.
+
+    torch.onnx.export and the timing loop take positional tensors; Hugging Face models take
+    keywords and return a ModelOutput. All three sides run this same wrapper.
+    """
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...], flags: dict[str, Any]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = names
+        self.flags = flags
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        output = self.model(**dict(zip(self.names, inputs)), **self.flags)
+        return tuple(output) if isinstance(output, (tuple, list)) else (output,)
+
+
+def build(name: str, batch: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The model (same weights for every batch size) and its inputs at ``batch``."""
+    if name == "bert":
+        from benchmarks.zoo.methods import fixed_args
+        from benchmarks.zoo.registry import get
+
+        spec = get("bert")
+        model, inputs = spec.build_model(), spec.make_inputs(batch, BERT_TOKENS)
+        wrapped = TupleOutputs(model, tuple(inputs), {**fixed_args(model, inputs)})
+        return wrapped.eval(), tuple(inputs.values())
+    model, (example,) = zoo.build(name)
+    torch.manual_seed(batch)
+    return model.eval(), (torch.randn(batch, *example.shape[1:]),)
+
+
+# ----------------------------------------------------------------------------- the peer
+def torch_onnx_bytes(model: nn.Module, inputs: tuple, dynamo: bool) -> bytes:
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            program = torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+            program.save(buffer)
+        else:
+            torch.onnx.export(model, inputs, buffer, dynamo=False, opset_version=18)
+    return buffer.getvalue()
+
+
+def torch_onnx_module(model: nn.Module, inputs: tuple, threads: int, dynamo: bool) -> OrtModule:
+    with torch.no_grad():
+        _, spec = tree_flatten(model(*inputs))
+    module = OrtModule(
+        torch_onnx_bytes(model, inputs, dynamo),
+        name="torch.onnx",
+        output_spec=spec,
+        intra_op_num_threads=threads,
+    )
+    module.session  # noqa: B018  (started here, as lower starts its sessions)
+    return module
+
+
+# ----------------------------------------------------------------------------- measuring
+def run_translation(name: str, config: Settings) -> tuple[TranslationRow, nn.Module, nn.Module]:
+    model, inputs = build(name, 1)
+    fxloom_seconds = timed(lambda: lower(model, inputs, threads=config.threads))
+    peer_seconds = timed(lambda: torch_onnx_module(model, inputs, config.threads, False))
+    try:
+        dynamo_seconds: float | None = timed(
+            lambda: torch_onnx_module(model, inputs, config.threads, True)
+        )
+    except Exception as error:  # the report says it failed, the rest of the table stands
+        print(f"torch.onnx.export(dynamo=True) failed on {name}: {type(error).__name__}: {error}")
+        dynamo_seconds = None
+    return TranslationRow(name, fxloom_seconds, peer_seconds, dynamo_seconds), model, inputs
+
+
+def run_latency(name: str, batch: int, config: Settings) -> LatencyRow:
+    model, inputs = build(name, batch)
+    lowered = lower(model, inputs, threads=config.threads)
+    peer = torch_onnx_module(model, inputs, config.threads, dynamo=False)
+    calls: dict[str, Callable[[], Any]] = {
+        "eager": lambda: model(*inputs),
+        "fxloom": lambda: lowered(*inputs),
+        "torch.onnx": lambda: peer(*inputs),
+    }
+    samples = Samples()
+    with torch.no_grad():
+        for call in calls.values():  # warm up
+            call()
+        for repeat in range(config.repeats):
+            for side in rotated(list(SIDES), repeat):
+                samples.add(side, timed(calls[side]))
+        error = max_error(calls["fxloom"](), calls["eager"]())
+    report = lowered.lowering_report
+    regions = (
+        f"{len(report.lowered)} region{'s' * (len(report.lowered) != 1)}, "
+        f"{report.nodes_in_pytorch} operators in PyTorch"
+    )
+    median = {side: statistics.median(samples.runs[side]) for side in SIDES}
+    return LatencyRow(name, batch, median, error, regions)
+
+
+def max_error(got: Any, expected: Any) -> float:
+    pairs = zip(tree_flatten(got)[0], tree_flatten(expected)[0])
+    return max(float((a.double() - b.double()).abs().max()) for a, b in pairs)
+
+
+# ----------------------------------------------------------------------------- reporting
+def latency_table(rows: list[LatencyRow]) -> list[str]:
+    lines = [
+        "### Latency (median ms) and speedup",
+        "",
+        "| model | batch | eager | fxloom lowered | torch.onnx + ORT | fxloom vs eager "
+        "| fxloom / torch.onnx | max abs error | lowered |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        eager, ours, peer = (row.median[side] * 1e3 for side in SIDES)
+        lines.append(
+            f"| {row.model} | {row.batch} | {eager:.2f} | {ours:.2f} | {peer:.2f} "
+            f"| {eager / ours:.2f}x | {ours / peer:.2f} | {row.max_error:.1e} | {row.regions} |"
+        )
+    return lines
+
+
+def translation_table(rows: list[TranslationRow]) -> list[str]:
+    lines = [
+        "### Translation time (s, batch 1, once)",
+        "",
+        "| model | fxloom lower | torch.onnx.export (dynamo=False) | torch.onnx.export "
+        "(dynamo=True) |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        dynamo = "failed" if row.torch_onnx_dynamo is None else f"{row.torch_onnx_dynamo:.2f}"
+        lines.append(f"| {row.model} | {row.fxloom:.2f} | {row.torch_onnx:.2f} | {dynamo} |")
+    return lines
+
+
+def markdown(
+    latency: list[LatencyRow],
+    translation: list[TranslationRow],
+    config: Settings,
+    command: str,
+    loads: tuple[float, float],
+) -> str:
+    import onnxruntime
+
+    lines = [
+        f"## Lowering to ONNX Runtime — {date.today().isoformat()}",
+        "",
+        f"{machine_line()}; onnxruntime {onnxruntime.__version__}. `{command}`; "
+        f"{config.threads} torch and ONNX Runtime threads. Median of {config.repeats} "
+        "interleaved runs per side, rotating which goes first; garbage collector off inside "
+        "timed regions. Translation times include starting the ONNX Runtime sessions.",
+        "",
+        *latency_table(latency),
+        "",
+        *translation_table(translation),
+        "",
+        noise_line(loads, SPREAD_IS),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- main
+def settings(args: argparse.Namespace) -> Settings:
+    threads = torch.get_num_threads()
+    if args.quick:
+        return Settings(("resnet_tiny", "bert"), (1,), 5, threads)
+    return Settings(("resnet50", "bert"), tuple(args.batch_sizes), args.repeats, threads)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="resnet_tiny and BERT, batch 1")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--repeats", type=int, default=15, help="timed runs per side")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
+    parser.add_argument("--record", action="store_true", help="append the tables to RESULTS.md")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = settings(args)
+    freeze_startup_heap()
+    load_before = load_average()
+    translation = [run_translation(name, config)[0] for name in config.models]
+    latency = [run_latency(n, b, config) for n in config.models for b in config.batch_sizes]
+    command = "python benchmarks/bench_lower.py" + (" --quick" if args.quick else "")
+    if args.threads:
+        command += f" --threads {args.threads}"
+    publish(
+        markdown(latency, translation, config, command, (load_before, load_average())), args.record
+    )
+
+
+if __name__ == "__main__":
+    main()
