@@ -92,22 +92,23 @@ class TranslationRow:
     torch_onnx_dynamo: float | None  # None: dynamo=True failed
 
 
-class TupleOutputs(nn.Module):
-    """A model called with fixed keyword flags, returning its tensors as a tuple.
+class TextModel(nn.Module):
+    """A Hugging Face text model called with fixed keyword flags, returning a tuple of tensors.
 
     torch.onnx.export and the timing loop take positional tensors; Hugging Face models take
     keywords and return a ModelOutput. All three sides run this same wrapper.
     """
 
-    def __init__(self, model: nn.Module, names: tuple[str, ...], flags: dict[str, Any]) -> None:
+    def __init__(self, model: nn.Module, flags: dict[str, Any]) -> None:
         super().__init__()
         self.model = model
-        self.names = names
         self.flags = flags
 
-    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        output = self.model(**dict(zip(self.names, inputs)), **self.flags)
-        return tuple(output) if isinstance(output, (tuple, list)) else (output,)
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        output = self.model(input_ids=input_ids, attention_mask=attention_mask, **self.flags)
+        return output.to_tuple()  # a ModelOutput
 
 
 def build(name: str, batch: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -118,8 +119,8 @@ def build(name: str, batch: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 
         spec = get("bert")
         model, inputs = spec.build_model(), spec.make_inputs(batch, BERT_TOKENS)
-        wrapped = TupleOutputs(model, tuple(inputs), {**fixed_args(model, inputs)})
-        return wrapped.eval(), tuple(inputs.values())
+        wrapped = TextModel(model, fixed_args(model, inputs))
+        return wrapped.eval(), (inputs["input_ids"], inputs["attention_mask"])
     model, (example,) = zoo.build(name)
     torch.manual_seed(batch)
     return model.eval(), (torch.randn(batch, *example.shape[1:]),)

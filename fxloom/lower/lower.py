@@ -7,7 +7,8 @@ the backend. In steps:
    used as it is) and propagate shapes (``ShapeProp``), which the translator reads;
 2. ask the translator about every operator (``unsupported_reason``) and gather the
    supported ones into regions (``fxloom.passes.split_by_support``); unsupported operators
-   stay in the parent, which runs them in PyTorch between the regions;
+   stay in the parent, which runs them in PyTorch between the regions, and so do fxloom's
+   guards (the checks of what tracing assumed: cheap, and kept as checks);
 3. run the split module once on the examples, recording what each region receives and
    returns;
 4. translate each region to ONNX on those inputs (``onnx_translate.translate``), check it
@@ -35,6 +36,7 @@ when ``lower`` runs.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,6 +46,7 @@ import torch
 from torch import nn
 
 from fxloom.graph_module import GraphModule
+from fxloom.guards import is_guard
 from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionReport
 from fxloom.lower.runtime import OrtModule, require
 from fxloom.node import Node
@@ -110,8 +113,12 @@ def lower(
     gm = _traced(model_or_gm, inputs, concrete_args)
     _propagate_shapes(gm, inputs)
     reasons: dict[Node, str] = {}
+    guards: list[Node] = []
 
     def is_supported(node: Node) -> bool:
+        if node.op == "call_function" and is_guard(node.target):
+            guards.append(node)  # a check of what tracing assumed: cheap, and PyTorch's
+            return False
         reason = onnx_translate.unsupported_reason(node, gm)
         if reason is not None:
             reasons[node] = reason
@@ -127,7 +134,8 @@ def lower(
     ]
     split.recompile()
     left = tuple(_left_node(node, reason) for node, reason in reasons.items())
-    report = LoweringReport(_model_name(model_or_gm), backend, tuple(regions), left)
+    notes = (f"{len(guards)} guard(s) of tracing's assumptions run in PyTorch",) if guards else ()
+    report = LoweringReport(_model_name(model_or_gm), backend, tuple(regions), left, notes=notes)
     if check:
         report = _checked(model_or_gm, split, inputs, report, concrete_args, rtol, atol)
     split.lowering_report = report
@@ -349,8 +357,7 @@ def _checked(
         max_abs = max(max_abs, float(difference.max()) if difference.numel() else 0.0)
         max_rel = max(max_rel, float(difference.max() / scale) if difference.numel() else 0.0)
         passed = passed and torch.allclose(value.double(), reference.double(), rtol, atol)
-    result = CheckResult(max_abs, max_rel, passed, rtol, atol)
-    report = LoweringReport(report.model, report.backend, report.regions, report.left, result)
+    report = dataclasses.replace(report, check=CheckResult(max_abs, max_rel, passed, rtol, atol))
     if not passed:
         raise LoweringError(
             f"the lowered {report.model} differs from eager PyTorch beyond rtol={rtol}, "

@@ -80,7 +80,7 @@ def test_an_unsupported_operator_in_the_middle_leaves_two_regions_around_it():
     lowered = lower(model, inputs)
     assert ort_regions(lowered) == ["_run_on_acc_0", "_run_on_acc_1"]
     code = lowered.code
-    first, gate, second = (code.index(s) for s in ("_run_on_acc_0(", "spectral_gate(", "_acc_1("))
+    first, gate, second = (code.index(s) for s in ("_acc_0(x)", "spectral_gate =", "_acc_1("))
     assert first < gate < second  # PyTorch runs the gate between the two regions
     assert_close(eager(lowered, inputs), eager(model, inputs), rtol=1e-4, atol=1e-5)
 
@@ -139,7 +139,7 @@ def test_check_records_the_largest_error_against_eager():
 def test_check_raises_when_the_lowered_model_differs_from_eager():
     model, inputs = gated_mlp()
     with pytest.raises(LoweringError, match="differs from eager PyTorch"):
-        lower(model, inputs, check=True, rtol=0.0, atol=-1.0)  # no error is small enough
+        lower(model, inputs, check=True, rtol=0.0, atol=0.0)  # ORT rounds differently
 
 
 def test_the_users_module_is_unchanged():
