@@ -1,0 +1,268 @@
+"""ONNX translations of elementwise operators: unary functions, activations, arithmetic, compares.
+
+Each family is a table (the torch names of one operator, and its ONNX node) registered in a loop
+under its torch function, its ``F`` function, its Tensor method name and its ATen packet, which
+share one signature. Python numbers become constants of the dtype torch computes in (read from
+the node's ``tensor_meta``), so ``x + 1`` on an int64 tensor adds an int64 1.
+
+Depends on: ``onnx_ops`` (the table and helpers).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fxloom.lower.onnx_ops import (
+    UnsupportedArgument,
+    argument,
+    cast_to,
+    register,
+    result_dtype,
+)
+
+aten = torch.ops.aten
+
+
+def torch_keys(name: str, *, functional: bool = False) -> list[Any]:
+    """The keys an operator named ``name`` has: torch.name, F.name, "name" (method), aten.name."""
+    keys: list[Any] = [name]
+    for namespace in (torch, F) if functional else (torch,):
+        if hasattr(namespace, name):
+            keys.append(getattr(namespace, name))
+    if hasattr(aten, name):
+        keys.append(getattr(aten, name))
+    return keys
+
+
+# ---- unary: one ONNX node on the input, in the result's dtype ------------------------------
+
+UNARY_OPS = {
+    "relu": "Relu",
+    "sigmoid": "Sigmoid",
+    "tanh": "Tanh",
+    "exp": "Exp",
+    "log": "Log",
+    "sqrt": "Sqrt",
+    "abs": "Abs",
+    "neg": "Neg",
+    "sin": "Sin",
+    "cos": "Cos",
+    "erf": "Erf",
+    "floor": "Floor",
+    "ceil": "Ceil",
+    "reciprocal": "Reciprocal",
+    "sign": "Sign",
+    "logical_not": "Not",
+    "bitwise_not": "Not",
+}
+
+
+def unary(op_type: str) -> Any:
+    def translate_unary(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+        return ctx.node(op_type, [cast_to(ctx, args[0], ctx.dtype_of(node))])
+
+    return translate_unary
+
+
+for _name, _op_type in UNARY_OPS.items():
+    register(torch_keys(_name, functional=True))(unary(_op_type))
+register([operator.neg])(unary("Neg"))
+register([operator.invert])(unary("Not"))
+register([torch.rsqrt, "rsqrt", aten.rsqrt])(
+    lambda ctx, node, args, kwargs: ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.name(args[0])])])
+)
+
+
+# ---- activations made of a few nodes -------------------------------------------------------
+
+
+@register(torch_keys("gelu", functional=True))
+def translate_gelu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    x = ctx.name(args[0])
+    approximate = argument(args, kwargs, 1, "approximate", "none")
+    if ctx.opset >= 20:
+        return ctx.node("Gelu", [x], approximate=approximate)
+    dtype = ctx.dtype_of(node)
+    half_x = ctx.node("Mul", [x, ctx.constant(0.5, dtype=dtype)])
+    if approximate == "tanh":  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = ctx.node("Mul", [ctx.node("Mul", [x, x]), x])
+        inner = ctx.node("Add", [x, ctx.node("Mul", [cube, ctx.constant(0.044715, dtype=dtype)])])
+        scaled = ctx.node("Mul", [inner, ctx.constant(math.sqrt(2 / math.pi), dtype=dtype)])
+        curve = ctx.node("Tanh", [scaled])
+    else:  # 0.5 x (1 + erf(x / sqrt(2)))
+        curve = ctx.node("Erf", [ctx.node("Mul", [x, ctx.constant(1 / math.sqrt(2), dtype=dtype)])])
+    return ctx.node("Mul", [half_x, ctx.node("Add", [curve, ctx.constant(1.0, dtype=dtype)])])
+
+
+@register(torch_keys("silu", functional=True))
+def translate_silu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    x = ctx.name(args[0])
+    return ctx.node("Mul", [x, ctx.node("Sigmoid", [x])])
+
+
+@register(torch_keys("mish", functional=True))
+def translate_mish(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    x = ctx.name(args[0])
+    return ctx.node("Mul", [x, ctx.node("Tanh", [ctx.node("Softplus", [x])])])
+
+
+@register(torch_keys("softplus", functional=True))
+def translate_softplus(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    beta = argument(args, kwargs, 1, "beta", 1.0)
+    if beta != 1:
+        raise UnsupportedArgument(f"softplus with beta={beta} (only beta=1 is translated)")
+    return ctx.node("Softplus", [ctx.name(args[0])])
+
+
+@register(torch_keys("hardswish", functional=True))
+def translate_hardswish(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return ctx.node("HardSwish", [ctx.name(args[0])])
+
+
+@register(torch_keys("hardsigmoid", functional=True))
+def translate_hardsigmoid(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return ctx.node("HardSigmoid", [ctx.name(args[0])], alpha=1 / 6, beta=0.5)
+
+
+@register(torch_keys("leaky_relu", functional=True))
+def translate_leaky_relu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    slope = argument(args, kwargs, 1, "negative_slope", 0.01)
+    return ctx.node("LeakyRelu", [ctx.name(args[0])], alpha=float(slope))
+
+
+@register(torch_keys("elu", functional=True))
+def translate_elu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    alpha = argument(args, kwargs, 1, "alpha", 1.0)
+    return ctx.node("Elu", [ctx.name(args[0])], alpha=float(alpha))
+
+
+def clip(ctx: Any, node: Any, x: Any, low: Any, high: Any) -> str:
+    """``Clip`` of ``x`` to [low, high], either bound ``None``, in the result's dtype."""
+    dtype = ctx.dtype_of(node)
+    bounds = ["" if b is None else cast_to(ctx, b, dtype) for b in (low, high)]
+    return ctx.node("Clip", [cast_to(ctx, x, dtype), *bounds])
+
+
+@register([*torch_keys("clamp"), *torch_keys("clip"), "clamp_min", "clamp_max"])
+def translate_clamp(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    if node.target in ("clamp_max",):
+        return clip(ctx, node, args[0], None, argument(args, kwargs, 1, "max"))
+    low = argument(args, kwargs, 1, "min")
+    return clip(ctx, node, args[0], low, argument(args, kwargs, 2, "max"))
+
+
+@register(torch_keys("hardtanh", functional=True))
+def translate_hardtanh(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    low = argument(args, kwargs, 1, "min_val", -1.0)
+    return clip(ctx, node, args[0], low, argument(args, kwargs, 2, "max_val", 1.0))
+
+
+@register(torch_keys("relu6", functional=True))
+def translate_relu6(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return clip(ctx, node, args[0], 0.0, 6.0)
+
+
+# ---- binary: operands cast to the dtype torch computes in ----------------------------------
+
+ARITHMETIC_OPS = {
+    "add": ("Add", operator.add),
+    "sub": ("Sub", operator.sub),
+    "mul": ("Mul", operator.mul),
+    "div": ("Div", operator.truediv),
+    "pow": ("Pow", operator.pow),
+    "maximum": ("Max", None),
+    "minimum": ("Min", None),
+    "remainder": ("Mod", operator.mod),
+    "bitwise_and": ("And", operator.and_),
+    "bitwise_or": ("Or", operator.or_),
+    "logical_and": ("And", None),
+    "logical_or": ("Or", None),
+}
+
+COMPARISON_OPS = {
+    "eq": ("Equal", operator.eq),
+    "lt": ("Less", operator.lt),
+    "gt": ("Greater", operator.gt),
+    "le": ("LessOrEqual", operator.le),
+    "ge": ("GreaterOrEqual", operator.ge),
+}
+
+
+def arithmetic(op_type: str) -> Any:
+    def translate_arithmetic(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+        a, b = args[0], argument(args, kwargs, 1, "other")
+        dtype = ctx.dtype_of(node)
+        alpha = kwargs.get("alpha", 1)
+        if alpha != 1:  # torch.add(a, b, alpha=2) is a + 2 b
+            b = ctx.node("Mul", [cast_to(ctx, b, dtype), ctx.constant(alpha, dtype=dtype)])
+            return ctx.node(op_type, [cast_to(ctx, a, dtype), b])
+        if op_type == "Mod" and dtype.is_floating_point:
+            return ctx.node("Mod", [cast_to(ctx, a, dtype), cast_to(ctx, b, dtype)], fmod=0)
+        return ctx.node(op_type, [cast_to(ctx, a, dtype), cast_to(ctx, b, dtype)])
+
+    return translate_arithmetic
+
+
+def comparison(op_type: str, negate: bool = False) -> Any:
+    def translate_comparison(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+        a, b = args[0], argument(args, kwargs, 1, "other")
+        dtype = result_dtype(ctx, a, b)
+        compared = ctx.node(op_type, [cast_to(ctx, a, dtype), cast_to(ctx, b, dtype)])
+        return ctx.node("Not", [compared]) if negate else compared
+
+    return translate_comparison
+
+
+for _name, (_op_type, _python_op) in ARITHMETIC_OPS.items():
+    _keys = torch_keys(_name) + ([_python_op] if _python_op is not None else [])
+    register(_keys)(arithmetic(_op_type))
+register([torch.multiply, "multiply"])(arithmetic("Mul"))
+register([torch.subtract, "subtract"])(arithmetic("Sub"))
+for _name, (_op_type, _python_op) in COMPARISON_OPS.items():
+    register([*torch_keys(_name), _python_op])(comparison(_op_type))
+register([*torch_keys("ne"), operator.ne])(comparison("Equal", negate=True))
+
+
+@register(["div", torch.div, aten.div, operator.truediv, torch.true_divide, "true_divide"])
+def translate_div(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    mode = kwargs.get("rounding_mode")
+    dtype = ctx.dtype_of(node)
+    quotient = arithmetic("Div")(ctx, node, args, {})
+    if mode is None or (mode == "trunc" and not dtype.is_floating_point):
+        return quotient
+    if mode == "floor" and dtype.is_floating_point:
+        return ctx.node("Floor", [quotient])
+    raise UnsupportedArgument(f"division with rounding_mode={mode!r} on {dtype}")
+
+
+@register([operator.floordiv, torch.floor_divide, "floor_divide"])
+def translate_floordiv(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    dtype = ctx.dtype_of(node)
+    quotient = arithmetic("Div")(ctx, node, args, {})
+    # Integer Div truncates: the same as floor for the non-negative sizes it divides here.
+    return ctx.node("Floor", [quotient]) if dtype.is_floating_point else quotient
+
+
+@register([*torch_keys("where")])
+def translate_where(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    condition, a, b = (
+        args[0],
+        argument(args, kwargs, 1, "input"),
+        argument(args, kwargs, 2, "other"),
+    )
+    dtype = ctx.dtype_of(node)
+    bool_condition = cast_to(ctx, condition, torch.bool)
+    return ctx.node("Where", [bool_condition, cast_to(ctx, a, dtype), cast_to(ctx, b, dtype)])
+
+
+@register(torch_keys("masked_fill"))
+def translate_masked_fill(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    x, mask, value = args[0], argument(args, kwargs, 1, "mask"), argument(args, kwargs, 2, "value")
+    dtype = ctx.dtype_of(node)
+    bool_mask = cast_to(ctx, mask, torch.bool)
+    return ctx.node("Where", [bool_mask, cast_to(ctx, value, dtype), cast_to(ctx, x, dtype)])

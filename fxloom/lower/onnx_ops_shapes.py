@@ -1,0 +1,376 @@
+"""ONNX translations of operators that move data without computing: views, joins, splits, indexing.
+
+reshape/view/flatten, permute/transpose/t, unsqueeze/squeeze, expand, cat/stack,
+split/chunk, indexing (``x[:, 0]``, ``x[..., None]``), sizes (``x.size(0)``, ``x.shape``: only
+reached when they change with a dynamic batch; otherwise they are folded), casts (``to``,
+``type_as``, ``float()``...) and identities (``contiguous``, ``clone``, ``dropout``).
+Keys cover the torch function, the Tensor method and, where the signature matches, the ATen
+packet; ``onnx_ops_aten`` adds the ATen spellings that differ.
+
+Depends on: ``onnx_ops``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fxloom.lower.onnx_ops import (
+    UnsupportedArgument,
+    argument,
+    cast_to,
+    dims_list,
+    int_list,
+    normalized_dim,
+    onnx_dtype,
+    register,
+)
+from fxloom.node import Node
+
+aten = torch.ops.aten
+
+INT64_MAX = 2**63 - 1
+
+
+def sizes_argument(args: tuple, kwargs: dict, name: str = "size") -> Any:
+    """A size given as varargs (``x.view(2, 3)``) or as one sequence (``x.view((2, 3))``)."""
+    rest = args[1:]
+    if not rest:
+        return kwargs[name]
+    if len(rest) == 1 and isinstance(rest[0], (list, tuple, torch.Size, Node)):
+        return rest[0]
+    return list(rest)
+
+
+def rank_of(ctx: Any, value: Any) -> int:
+    return len(ctx.shape_of(value))
+
+
+# ---- reshapes --------------------------------------------------------------------------------
+
+
+@register(["view", "reshape", torch.reshape, aten.view, aten.reshape, aten._unsafe_view])
+def translate_reshape(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    shape = sizes_argument(args, kwargs, "shape" if "shape" in kwargs else "size")
+    if isinstance(shape, torch.dtype):
+        raise UnsupportedArgument(f"view as another dtype ({shape})")
+    return ctx.node("Reshape", [ctx.name(args[0]), int_list(ctx, shape)])
+
+
+@register(["view_as", "reshape_as"])
+def translate_view_as(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return ctx.node("Reshape", [ctx.name(args[0]), ctx.node("Shape", [ctx.name(args[1])])])
+
+
+@register(["flatten", torch.flatten])
+def translate_flatten(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    rank = rank_of(ctx, args[0])
+    start = normalized_dim(argument(args, kwargs, 1, "start_dim", 0), rank)
+    end = normalized_dim(argument(args, kwargs, 2, "end_dim", -1), rank)
+    return flatten(ctx, ctx.name(args[0]), ctx.shape_of(args[0]), start, end)
+
+
+def flatten(ctx: Any, x: str, shape: tuple[int, ...], start: int, end: int) -> str:
+    """Reshape merging dims start..end: 0 (copy) before them, so a dynamic batch survives."""
+    if start == 1 and end == len(shape) - 1:
+        return ctx.node("Flatten", [x], axis=1)
+    target = [0] * start + [-1] + list(shape[end + 1 :])
+    return ctx.node("Reshape", [x, int_list(ctx, target)])
+
+
+@register(["unflatten", torch.unflatten])
+def translate_unflatten(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    rank = rank_of(ctx, args[0])
+    dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank)
+    sizes = list(argument(args, kwargs, 2, "sizes"))
+    target = [0] * dim + sizes + list(ctx.shape_of(args[0])[dim + 1 :])
+    return ctx.node("Reshape", [ctx.name(args[0]), int_list(ctx, target)])
+
+
+# ---- transposes ------------------------------------------------------------------------------
+
+
+@register(["permute", torch.permute, aten.permute])
+def translate_permute(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    rank = rank_of(ctx, args[0])
+    dims = sizes_argument(args, kwargs, "dims")
+    return ctx.node("Transpose", [ctx.name(args[0])], perm=[normalized_dim(d, rank) for d in dims])
+
+
+@register(["transpose", torch.transpose, aten.transpose, "swapaxes", torch.swapaxes])
+def translate_transpose(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    rank = rank_of(ctx, args[0])
+    a = normalized_dim(argument(args, kwargs, 1, "dim0"), rank)
+    b = normalized_dim(argument(args, kwargs, 2, "dim1"), rank)
+    return transpose(ctx, ctx.name(args[0]), rank, a, b)
+
+
+def transpose(ctx: Any, x: str, rank: int, a: int, b: int) -> str:
+    perm = list(range(rank))
+    perm[a], perm[b] = perm[b], perm[a]
+    return ctx.node("Transpose", [x], perm=perm)
+
+
+@register(["t", torch.t, aten.t])
+def translate_t(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    rank = rank_of(ctx, args[0])
+    if rank < 2:
+        return ctx.node("Identity", [ctx.name(args[0])])
+    return transpose(ctx, ctx.name(args[0]), rank, 0, 1)
+
+
+# ---- adding and removing dims ----------------------------------------------------------------
+
+
+@register(["unsqueeze", torch.unsqueeze, aten.unsqueeze])
+def translate_unsqueeze(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]) + 1)
+    return ctx.node("Unsqueeze", [ctx.name(args[0]), ctx.constant([dim])])
+
+
+@register(["squeeze", torch.squeeze, aten.squeeze])
+def translate_squeeze(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    shape = ctx.shape_of(args[0])
+    dims = argument(args, kwargs, 1, "dim")
+    axes = range(len(shape)) if dims is None else dims_list(dims)
+    # torch leaves a dim that is not 1 alone; ONNX would refuse it.
+    kept = [normalized_dim(d, len(shape)) for d in axes]
+    kept = [d for d in kept if shape[d] == 1]
+    if not kept:
+        return ctx.node("Identity", [ctx.name(args[0])])
+    return ctx.node("Squeeze", [ctx.name(args[0]), ctx.constant(kept)])
+
+
+@register(["expand", aten.expand])
+def translate_expand(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    sizes = sizes_argument(args, kwargs, "size")
+    if not isinstance(sizes, Node):
+        # -1 keeps a dim; Expand broadcasts, so 1 does the same.
+        sizes = [1 if isinstance(s, int) and s == -1 else s for s in sizes]
+    return ctx.node("Expand", [ctx.name(args[0]), int_list(ctx, sizes)])
+
+
+@register(["expand_as"])
+def translate_expand_as(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return ctx.node("Expand", [ctx.name(args[0]), ctx.node("Shape", [ctx.name(args[1])])])
+
+
+@register(["repeat", aten.repeat])
+def translate_repeat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    repeats = list(sizes_argument(args, kwargs, "repeats"))
+    x = ctx.name(args[0])
+    extra = len(repeats) - rank_of(ctx, args[0])
+    if extra > 0:  # torch prepends dims of size 1 first
+        x = ctx.node("Unsqueeze", [x, ctx.constant(list(range(extra)))])
+    return ctx.node("Tile", [x, int_list(ctx, repeats)])
+
+
+# ---- joins and splits ------------------------------------------------------------------------
+
+
+@register([torch.cat, torch.concat, torch.concatenate, aten.cat, aten.concat])
+def translate_cat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    tensors = [t for t in argument(args, kwargs, 0, "tensors") if _non_empty(ctx, t)]
+    dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), len(ctx.shape_of(node)))
+    dtype = ctx.dtype_of(node)
+    return ctx.node("Concat", [cast_to(ctx, t, dtype) for t in tensors], axis=dim)
+
+
+def _non_empty(ctx: Any, tensor: Any) -> bool:
+    # torch.cat skips 1-D empty tensors of any length; ONNX Concat would refuse them.
+    return not (isinstance(tensor, Node) and ctx.shape_of(tensor) == (0,))
+
+
+@register([torch.stack, aten.stack])
+def translate_stack(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    tensors = argument(args, kwargs, 0, "tensors")
+    dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), len(ctx.shape_of(node)))
+    axis = ctx.constant([dim])
+    parts = [ctx.node("Unsqueeze", [cast_to(ctx, t, ctx.dtype_of(node)), axis]) for t in tensors]
+    return ctx.node("Concat", parts, axis=dim)
+
+
+@register(["split", torch.split, aten.split, aten.split_with_sizes])
+def translate_split(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    shape = ctx.shape_of(args[0])
+    size = argument(args, kwargs, 1, "split_size_or_sections", kwargs.get("split_size"))
+    size = kwargs.get("split_sizes", size)
+    dim = normalized_dim(argument(args, kwargs, 2, "dim", 0), len(shape))
+    if isinstance(size, int):
+        sizes = [min(size, shape[dim] - start) for start in range(0, shape[dim], size)]
+    else:
+        sizes = list(size)
+    return split(ctx, ctx.name(args[0]), sizes, dim)
+
+
+def split(ctx: Any, x: str, sizes: list[int], dim: int) -> tuple[str, ...]:
+    parts = ctx.node("Split", [x, ctx.constant(sizes)], outputs=len(sizes), axis=dim)
+    return parts if isinstance(parts, tuple) else (parts,)
+
+
+@register(["chunk", torch.chunk, aten.chunk])
+def translate_chunk(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    shape = ctx.shape_of(args[0])
+    chunks = argument(args, kwargs, 1, "chunks")
+    dim = normalized_dim(argument(args, kwargs, 2, "dim", 0), len(shape))
+    step = -(-shape[dim] // chunks)  # torch.chunk: ceil-sized pieces, the last one smaller
+    sizes = [min(step, shape[dim] - start) for start in range(0, shape[dim], step)]
+    return split(ctx, ctx.name(args[0]), sizes, dim)
+
+
+@register(["unbind", torch.unbind, aten.unbind])
+def translate_unbind(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    shape = ctx.shape_of(args[0])
+    dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), len(shape))
+    axis = ctx.constant([dim])
+    parts = split(ctx, ctx.name(args[0]), [1] * shape[dim], dim)
+    return tuple(ctx.node("Squeeze", [part, axis]) for part in parts)
+
+
+# ---- indexing --------------------------------------------------------------------------------
+
+
+def slice_axis(ctx: Any, x: str, axis: int, start: Any, stop: Any, step: Any) -> str:
+    """``x`` sliced along one axis, Python's bounds (``None`` for the default)."""
+    step = 1 if step is None else step
+    if isinstance(step, int) and step < 1:
+        raise UnsupportedArgument(f"a slice with step {step}")
+    start = 0 if start is None else start
+    stop = INT64_MAX if stop is None else min(stop, INT64_MAX) if isinstance(stop, int) else stop
+    bounds = [int_list(ctx, [start]), int_list(ctx, [stop]), ctx.constant([axis])]
+    return ctx.node("Slice", [x, *bounds, int_list(ctx, [step])])
+
+
+def select(ctx: Any, x: str, axis: int, index: Any) -> str:
+    """``x`` at one index along ``axis``, the axis removed (``Gather`` with a scalar index)."""
+    return ctx.node("Gather", [x, cast_to(ctx, index, torch.int64)], axis=axis)
+
+
+@register(operator.getitem)
+def translate_getitem(ctx: Any, node: Any, args: tuple, kwargs: dict) -> Any:
+    source, index = args
+    translated = ctx.env.get(source) if isinstance(source, Node) else None
+    if isinstance(translated, (tuple, list)):  # an item of a multi-output node (split, ...)
+        return translated[index]
+    if isinstance(index, Node):
+        return ctx.node("Gather", [ctx.name(source), cast_to(ctx, index, torch.int64)], axis=0)
+    indices = list(index) if isinstance(index, tuple) else [index]
+    rank = rank_of(ctx, source) if source.meta.get("tensor_meta") is not None else 1
+    return index_tensor(ctx, ctx.name(source), rank, indices)
+
+
+def index_tensor(ctx: Any, x: str, rank: int, indices: list[Any]) -> str:
+    """Basic indexing: ints, slices, ``None`` and one ``...``, left to right."""
+    if indices.count(Ellipsis) > 1:
+        raise UnsupportedArgument("an index with more than one '...'")
+    consumed = sum(1 for i in indices if i is not None and i is not Ellipsis)
+    axis = 0
+    for item in indices:
+        if item is Ellipsis:
+            axis += rank - consumed
+        elif item is None:
+            x = ctx.node("Unsqueeze", [x, ctx.constant([axis])])
+            axis += 1
+            rank += 1
+        elif isinstance(item, slice):
+            if item != slice(None):
+                x = slice_axis(ctx, x, axis, item.start, item.stop, item.step)
+            axis += 1
+        elif isinstance(item, (int, Node)):
+            x = select(ctx, x, axis, item)
+            rank -= 1
+        else:
+            raise UnsupportedArgument(f"an index of type {type(item).__name__}")
+    return x
+
+
+@register([aten.slice])
+def translate_aten_slice(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    rank = rank_of(ctx, args[0])
+    dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), rank)
+    start, stop = argument(args, kwargs, 2, "start"), argument(args, kwargs, 3, "end")
+    return slice_axis(ctx, ctx.name(args[0]), dim, start, stop, argument(args, kwargs, 4, "step"))
+
+
+@register(["select", torch.select, aten.select])
+def translate_select(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
+    return select(ctx, ctx.name(args[0]), dim, argument(args, kwargs, 2, "index"))
+
+
+@register(["narrow", torch.narrow])
+def translate_narrow(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
+    start, length = argument(args, kwargs, 2, "start"), argument(args, kwargs, 3, "length")
+    return slice_axis(ctx, ctx.name(args[0]), dim, start, start + length, 1)
+
+
+# ---- sizes (only reached when a dynamic batch makes them vary) -------------------------------
+
+
+@register(["size", aten.sym_size])
+def translate_size(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    shape = ctx.node("Shape", [ctx.name(args[0])])
+    dim = argument(args, kwargs, 1, "dim")
+    if dim is None:
+        return shape
+    return select(ctx, shape, 0, normalized_dim(dim, rank_of(ctx, args[0])))
+
+
+@register(builtins.getattr)
+def translate_getattr(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    if args[1] == "shape":
+        return ctx.node("Shape", [ctx.name(args[0])])
+    if args[1] in ("T", "mT"):
+        rank = rank_of(ctx, args[0])
+        return transpose(ctx, ctx.name(args[0]), rank, rank - 2, rank - 1)
+    raise UnsupportedArgument(f"the tensor attribute .{args[1]}")
+
+
+translate_getattr.refuses = lambda node, module: (  # type: ignore[attr-defined]
+    None if node.args[1] in ("shape", "T", "mT") else f"the tensor attribute .{node.args[1]}"
+)
+
+
+# ---- casts and identities --------------------------------------------------------------------
+
+CAST_METHODS = ["to", "type", "type_as", "float", "double", "half", "int", "long", "bool"]
+
+
+@register([*CAST_METHODS, aten._to_copy, aten.to, aten._to_copy.default])
+def translate_cast(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    """Any conversion: a Cast to the result's dtype (devices and memory formats are dropped)."""
+    dtype = ctx.dtype_of(node)
+    x = ctx.name(args[0])
+    if ctx.dtype_of(args[0]) == dtype:
+        return ctx.node("Identity", [x])
+    return ctx.node("Cast", [x], to=onnx_dtype(dtype))
+
+
+IDENTITY_KEYS = [
+    "contiguous",
+    "clone",
+    "detach",
+    torch.clone,
+    torch.detach,
+    aten.clone,
+    aten.detach,
+    aten.alias,
+    aten.lift_fresh_copy,
+    "cpu",
+    "cuda",
+    F.dropout,
+    F.dropout1d,
+    F.dropout2d,
+    torch.dropout,
+    aten.dropout,
+]
+
+
+@register(IDENTITY_KEYS)
+def translate_identity(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return ctx.node("Identity", [ctx.name(args[0])])

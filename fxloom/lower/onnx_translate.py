@@ -1,0 +1,486 @@
+"""Translate an fxloom graph into an ONNX model, and write it to a file (``to_onnx``).
+
+``translate(gm, example_inputs)`` runs the graph once on the examples (``ShapeProp``, which
+records every node's ``tensor_meta``), then walks it in order:
+
+* a placeholder holding a tensor becomes a graph input (named after the forward parameter);
+  the placeholders an exported program lifts (parameters, buffers, constants) become
+  initializers, as do ``get_attr`` tensors;
+* a node whose value the examples fix is folded into a Python value: sizes, dtypes, flags, and
+  tensors computed from no input (``torch.arange(seq_len)``, a mask built from weights). With
+  ``dynamic_batch`` the graph also runs at another batch size, and a size that changes with it
+  is computed in the ONNX graph (``Shape``, ``Gather``, ``Mul`` ...) instead;
+* fxloom's run-time guards are dropped (ONNX Runtime checks input types and ranks itself);
+* every other call node goes to its handler in ``ONNX_TRANSLATIONS`` (``onnx_ops``);
+* the output's tensors, flattened, become the graph outputs ``output_0``, ``output_1`` ...
+
+A node that cannot be translated is reported by ``unsupported_reason``; ``translate`` and
+``to_onnx`` raise one ``UnsupportedNodeError`` listing all of them with their source lines.
+
+onnx is imported when a function here is called, not when the module is imported.
+
+Depends on: ``fxloom.passes.shape_prop``, ``fxloom.export`` (programs), ``onnx_ops``; onnx.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any
+
+import torch
+
+from fxloom.export.program import ExportedProgram
+from fxloom.graph_module import GraphModule
+from fxloom.guards import is_guard
+from fxloom.lower.onnx_ops import (
+    UnsupportedArgument,
+    handler_for,
+    has_onnx_dtype,
+    onnx_dtype,
+)
+from fxloom.node import Node, map_arg
+from fxloom.passes._exported import graph_module_of, lifted_state
+from fxloom.passes.shape_prop import ShapeProp, TensorMetadata
+from fxloom.pytree import tree_leaves, tree_map
+
+__all__ = [
+    "TranslationContext",
+    "UnsupportedNodeError",
+    "to_onnx",
+    "translate",
+    "unsupported_reason",
+]
+
+ONNX_EXTRA_MESSAGE = "fxloom.lower needs onnx and onnxruntime: pip install fxloom[onnx]"
+
+
+class UnsupportedNodeError(RuntimeError):
+    """Some nodes of a graph have no ONNX translation; ``nodes`` lists ``(node, reason)``."""
+
+    def __init__(self, unsupported: list[tuple[Node, str]]) -> None:
+        self.nodes = unsupported
+        lines = [f"{len(unsupported)} node(s) cannot be translated to ONNX:"]
+        for node, reason in unsupported:
+            lines.append(f"  %{node.name} ({_target_text(node)}): {reason}")
+            where = _source_line(node)
+            if where:
+                lines.append(f"      at {where}")
+        lines.append(
+            "Register a handler in fxloom.lower.ONNX_TRANSLATIONS, or lower the model with "
+            "fxloom.lower.lower, which leaves unsupported nodes in PyTorch."
+        )
+        super().__init__("\n".join(lines))
+
+
+def require_onnx() -> Any:
+    """The onnx module; an ``ImportError`` naming the extra when it is missing."""
+    try:
+        import onnx
+    except ImportError as error:
+        raise ImportError(ONNX_EXTRA_MESSAGE) from error
+    if onnx is None:  # hidden, as tests do with sys.modules["onnx"] = None
+        raise ImportError(ONNX_EXTRA_MESSAGE)
+    return onnx
+
+
+class TranslationContext:
+    """What a handler sees while a graph is translated: names, new ONNX nodes, constants, meta.
+
+    ``name(value)`` is the ONNX value of an argument (a tensor node, or a Python number, list or
+    tensor made a constant); ``node(op_type, inputs, outputs=1, **attributes)`` appends an ONNX
+    node and returns its output name (a tuple when ``outputs > 1``); ``constant(value,
+    dtype=None)`` adds an initializer; ``shape_of(node)``/``dtype_of(node)`` read the node's
+    ``tensor_meta`` (a size computed in the graph is an int64 scalar); ``module(node)`` is the
+    submodule a call_module node calls.
+    """
+
+    def __init__(self, module: GraphModule, opset: int) -> None:
+        self.module_root = module
+        self.opset = opset
+        self.onnx_nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self.env: dict[Node, Any] = {}  # node -> its ONNX value name (a tuple for a tuple)
+        self.folded: dict[Node, Any] = {}  # node -> the Python value the examples fix
+        self.current: Node | None = None
+        self._tensor_names: dict[int, tuple[torch.Tensor, str]] = {}
+        self._counter = itertools.count()
+
+    def fresh(self, hint: str) -> str:
+        prefix = self.current.name if self.current is not None else "value"
+        return f"{prefix}__{hint}_{next(self._counter)}"
+
+    def name(self, value: Any, dtype: torch.dtype | None = None) -> str:
+        if isinstance(value, Node):
+            if value in self.folded:
+                return self.constant(self.folded[value], dtype=dtype)
+            return self.env[value]
+        return self.constant(value, dtype=dtype)
+
+    def node(
+        self, op_type: str, inputs: list[str], outputs: int = 1, *, domain: str = "", **attrs: Any
+    ) -> Any:
+        onnx = require_onnx()
+        names = [self.fresh(op_type.lower()) for _ in range(outputs)]
+        self.onnx_nodes.append(
+            onnx.helper.make_node(
+                op_type, list(inputs), names, name=names[0], domain=domain or None, **attrs
+            )
+        )
+        return names[0] if outputs == 1 else tuple(names)
+
+    def constant(self, value: Any, dtype: torch.dtype | None = None, name: str = "") -> str:
+        """An initializer holding ``value``; the same tensor object is stored once."""
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach()
+        else:
+            tensor = torch.tensor(value, dtype=dtype or _python_dtype(value))
+        if dtype is not None and tensor.dtype != dtype:
+            tensor = tensor.to(dtype)
+        known = self._tensor_names.get(id(tensor))
+        if known is not None and known[0] is tensor:
+            return known[1]
+        onnx_name = name or self.fresh("const")
+        self.initializers.append(_make_initializer(tensor, onnx_name))
+        self._tensor_names[id(tensor)] = (tensor, onnx_name)
+        return onnx_name
+
+    def shape_of(self, node: Node) -> tuple[int, ...]:
+        meta = node.meta.get("tensor_meta")
+        return tuple(meta.shape) if meta is not None else ()
+
+    def dtype_of(self, node: Node) -> torch.dtype:
+        meta = node.meta.get("tensor_meta")
+        return meta.dtype if meta is not None else torch.int64
+
+    def module(self, node: Node) -> torch.nn.Module:
+        return self.module_root.get_submodule(str(node.target))
+
+
+def translate(
+    gm: GraphModule | ExportedProgram,
+    example_inputs: tuple[Any, ...] | dict[str, Any],
+    *,
+    dynamic_batch: bool = False,
+    opset: int = 18,
+) -> Any:
+    """Translate ``gm`` (a GraphModule or an ExportedProgram) into an ``onnx.ModelProto``.
+
+    >>> import torch, fxloom
+    >>> from fxloom.lower import translate
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    >>> x = torch.randn(2, 4)
+    >>> proto = translate(fxloom.symbolic_trace(model, example_inputs=(x,)), (x,))
+    >>> [node.op_type for node in proto.graph.node]
+    ['Gemm', 'Relu', 'Identity']
+    """
+    onnx = require_onnx()
+    module = graph_module_of(gm)
+    folded, varying = _record_values(gm, example_inputs, dynamic_batch)
+    unsupported = _unsupported_nodes(module, folded)
+    if unsupported:
+        raise UnsupportedNodeError(unsupported)
+    ctx = TranslationContext(module, opset)
+    lifted = lifted_state(gm)
+    graph_inputs, outputs = [], []
+    for node in module.graph.nodes:
+        ctx.current = node
+        if node.op == "placeholder" and node.name in lifted:
+            ctx.env[node] = ctx.constant(lifted[node.name].tensor, name=node.name)
+        elif node in folded:
+            ctx.folded[node] = folded[node]
+        elif node.op == "placeholder":
+            graph_inputs.append(_input_value_info(onnx, node, dynamic_batch))
+            ctx.env[node] = graph_inputs[-1].name
+        elif node.op == "output":
+            outputs = _emit_outputs(onnx, ctx, node, varying)
+        elif node.op == "call_function" and is_guard(node.target):
+            continue
+        else:
+            ctx.env[node] = _translate_call(ctx, node)
+    graph = onnx.helper.make_graph(
+        ctx.onnx_nodes, type(module).__name__, graph_inputs, outputs, ctx.initializers
+    )
+    model = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", opset)], producer_name="fxloom"
+    )
+    model.ir_version = min(model.ir_version, 10)  # what current ONNX Runtime releases read
+    return model
+
+
+def unsupported_reason(node: Node, gm: GraphModule | ExportedProgram) -> str | None:
+    """Why ``node`` cannot be translated to ONNX, or ``None`` if it can.
+
+    Reads the node's ``tensor_meta`` when present (run ``ShapeProp`` first for dtype checks).
+
+    >>> import torch, fxloom
+    >>> from fxloom.lower import unsupported_reason
+    >>> gm = fxloom.symbolic_trace(lambda x: torch.sort(x).values.relu())
+    >>> [unsupported_reason(n, gm) for n in gm.graph.nodes if n.op == "call_function"][0]
+    'no ONNX translation for torch.sort (add one to fxloom.lower.ONNX_TRANSLATIONS)'
+    """
+    if node.op in ("placeholder", "output", "get_attr"):
+        return None
+    if node.op == "call_function" and is_guard(node.target):
+        return None
+    module = graph_module_of(gm)
+    called = module.get_submodule(str(node.target)) if node.op == "call_module" else None
+    handler = handler_for(node.op, node.target, called)
+    if handler is None:
+        return f"no ONNX translation for {_target_text(node)} (add one to fxloom.lower.ONNX_TRANSLATIONS)"
+    for meta in tensor_metas(node.meta.get("tensor_meta")):
+        if not has_onnx_dtype(meta.dtype):
+            return f"its result is a {meta.dtype} tensor, which ONNX has no element type for"
+    refuses = getattr(handler, "refuses", None)
+    return refuses(node, module) if refuses is not None else None
+
+
+def to_onnx(
+    model_or_gm: torch.nn.Module | GraphModule | ExportedProgram,
+    example_inputs: tuple[Any, ...] | dict[str, Any],
+    path: str | os.PathLike,
+    *,
+    dynamic_batch: bool = False,
+) -> Any:
+    """Write ``model_or_gm`` as one checked ONNX file at ``path``; return the ``ModelProto``.
+
+    A plain module is traced first (``fxloom.symbolic_trace`` with the examples); a graph with
+    any node ONNX cannot take raises ``UnsupportedNodeError`` listing each one and writes nothing.
+
+    >>> import tempfile, os, torch
+    >>> from fxloom.lower import to_onnx
+    >>> path = os.path.join(tempfile.mkdtemp(), "mlp.onnx")
+    >>> proto = to_onnx(torch.nn.Linear(4, 2), (torch.randn(3, 4),), path, dynamic_batch=True)
+    >>> import onnxruntime
+    >>> session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    >>> session.run(None, {"input": torch.randn(5, 4).numpy()})[0].shape
+    (5, 2)
+    """
+    onnx = require_onnx()
+    gm = _graph_of(model_or_gm, example_inputs)
+    proto = translate(gm, example_inputs, dynamic_batch=dynamic_batch)
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save_model(proto, os.fspath(path))
+    return proto
+
+
+# ---- steps ---------------------------------------------------------------------------------
+
+
+def _graph_of(model: Any, example_inputs: Any) -> GraphModule | ExportedProgram:
+    if isinstance(model, (GraphModule, ExportedProgram)):
+        return model
+    from fxloom.tracer import symbolic_trace
+
+    return symbolic_trace(model, example_inputs=example_inputs)
+
+
+class _ValueRecorder(ShapeProp):
+    """``ShapeProp`` that also sorts nodes into translated ones and folded ones, with values.
+
+    A node is translated when it is a tensor input, when its value changes with the batch
+    (``varying``, from a run at another batch size), or when it holds a tensor computed from a
+    translated node; every other node is folded and its value kept.
+    """
+
+    def __init__(self, gm: Any, lifted: set[str], varying: set[Node]) -> None:
+        super().__init__(gm)
+        self.lifted = lifted
+        self.varying = varying
+        self.translated: set[Node] = set()
+        self.values: dict[Node, Any] = {}
+
+    def run_node(self, n: Node) -> Any:
+        value = super().run_node(n)
+        if n.op == "output" or (n.op == "call_function" and is_guard(n.target)):
+            return value
+        if n.op == "placeholder":
+            computed = n.name not in self.lifted and _holds_tensor_value(value)
+        else:
+            depends = any(arg in self.translated for arg in n.all_input_nodes)
+            computed = n in self.varying or (depends and _holds_tensor_value(value))
+        if computed:
+            self.translated.add(n)
+        elif n.op != "placeholder" or n.name not in self.lifted:
+            self.values[n] = value
+        return value
+
+
+def _record_values(
+    gm: Any, example_inputs: Any, dynamic_batch: bool
+) -> tuple[dict[Node, Any], dict[Node, set[int]]]:
+    """Run ``gm`` on the examples: the folded values, and which dims vary with the batch.
+
+    With ``dynamic_batch`` a first run at batch + 1 finds the values that change with the batch
+    size (they are not folded); the examples run last, so ``tensor_meta`` is theirs.
+    """
+    module = graph_module_of(gm)
+    lifted = set(lifted_state(gm))
+    varying: set[Node] = set()
+    other_shapes: dict[Node, Any] = {}
+    if dynamic_batch:
+        other = _run(gm, lifted, set(), _grow_batch(example_inputs))
+        other_shapes = {n: n.meta.get("tensor_meta") for n in module.graph.nodes}
+        main = _run(gm, lifted, set(), example_inputs)
+        varying = {n for n, v in main.items() if not _holds_tensor_value(v)}
+        varying = {n for n in varying if n not in other or not _same(main[n], other[n])}
+    values = _run(gm, lifted, varying, example_inputs)
+    dims = {
+        n: _varying_dims(n.meta.get("tensor_meta"), other_shapes.get(n)) for n in module.graph.nodes
+    }
+    return values, dims
+
+
+def _run(gm: Any, lifted: set[str], varying: set[Node], example_inputs: Any) -> dict[Node, Any]:
+    recorder = _ValueRecorder(gm, lifted, varying)
+    if isinstance(example_inputs, dict):
+        recorder.propagate(**example_inputs)
+    else:
+        recorder.propagate(*example_inputs)
+    return recorder.values
+
+
+def tensor_metas(meta: Any) -> list[TensorMetadata]:
+    """The ``TensorMetadata`` in a node's ``tensor_meta`` (one, or a nesting of them)."""
+    return tree_leaves(meta, is_leaf=lambda v: isinstance(v, TensorMetadata))
+
+
+def _holds_tensor_value(value: Any) -> bool:
+    return any(isinstance(leaf, torch.Tensor) for leaf in tree_leaves(value))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(torch.equal(a, b))
+        )
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # values that cannot be compared: assume they differ
+        return False
+
+
+def _grow_batch(example_inputs: Any) -> Any:
+    """The examples with dimension 0 of every tensor one larger (its first row repeated)."""
+
+    def grow(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return torch.cat([value, value[:1]])
+        return value
+
+    return tree_map(grow, example_inputs, mode="plain")
+
+
+def _varying_dims(meta: Any, other: Any) -> set[int]:
+    if other is None or not hasattr(meta, "shape") or not hasattr(other, "shape"):
+        return set()
+    return {i for i, (a, b) in enumerate(zip(meta.shape, other.shape)) if a != b}
+
+
+def _unsupported_nodes(module: GraphModule, folded: dict[Node, Any]) -> list[tuple[Node, str]]:
+    found = []
+    for node in module.graph.nodes:
+        if node in folded:
+            continue
+        reason = unsupported_reason(node, module)
+        if reason is not None:
+            found.append((node, reason))
+    return found
+
+
+def _translate_call(ctx: TranslationContext, node: Node) -> Any:
+    called = ctx.module(node) if node.op == "call_module" else None
+    handler = handler_for(node.op, node.target, called)
+    args = map_arg(node.args, lambda n: _argument_value(ctx, n))
+    kwargs = map_arg(node.kwargs, lambda n: _argument_value(ctx, n))
+    try:
+        return handler(ctx, node, tuple(args), dict(kwargs))
+    except UnsupportedArgument as refusal:
+        raise UnsupportedNodeError([(node, str(refusal))]) from None
+
+
+def _argument_value(ctx: TranslationContext, node: Node) -> Any:
+    """A folded argument as its Python value; a translated one stays a node."""
+    return ctx.folded[node] if node in ctx.folded else node
+
+
+def _input_value_info(onnx: Any, node: Node, dynamic_batch: bool) -> Any:
+    meta = node.meta.get("tensor_meta")
+    shape: list[Any] = list(meta.shape)
+    if dynamic_batch and shape:
+        shape[0] = "batch"
+    name = str(node.target).lstrip("*")
+    return onnx.helper.make_tensor_value_info(name, onnx_dtype(meta.dtype), shape)
+
+
+def _emit_outputs(
+    onnx: Any, ctx: TranslationContext, node: Node, varying: dict[Node, set[int]]
+) -> list[Any]:
+    """``output_0``, ``output_1`` ...: the output's tensors, flattened, in order."""
+    outputs = []
+    for leaf in tree_leaves(node.args[0]):
+        if not isinstance(leaf, Node) or leaf.meta.get("tensor_meta") is None:
+            continue
+        names, metas = ctx.name(leaf), leaf.meta["tensor_meta"]
+        if isinstance(names, str):  # one tensor, else the items of a multi-output node
+            names, metas = (names,), (metas,)
+        for name, meta in zip(names, tensor_metas(metas)):
+            output = f"output_{len(outputs)}"
+            ctx.onnx_nodes.append(onnx.helper.make_node("Identity", [name], [output]))
+            shape: list[Any] = list(meta.shape)
+            for dim in varying.get(leaf, ()):
+                shape[dim] = "batch" if dim == 0 else None
+            outputs.append(
+                onnx.helper.make_tensor_value_info(output, onnx_dtype(meta.dtype), shape)
+            )
+    return outputs
+
+
+def _make_initializer(tensor: torch.Tensor, name: str) -> Any:
+    from onnx import numpy_helper
+
+    if tensor.dtype == torch.bfloat16:
+        raise UnsupportedArgument("bfloat16 constants are not supported by this translator")
+    return numpy_helper.from_array(tensor.cpu().contiguous().numpy(), name)
+
+
+def _python_dtype(value: Any) -> torch.dtype:
+    leaves = tree_leaves(value) if isinstance(value, (list, tuple)) else [value]
+    if any(isinstance(v, float) for v in leaves):
+        return torch.float32
+    if leaves and all(isinstance(v, bool) for v in leaves):
+        return torch.bool
+    return torch.int64
+
+
+def _target_text(node: Node) -> str:
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_module":
+        return f"module {node.target}"
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", str(target))
+    if module.startswith("torch"):
+        module = "torch" if module in ("torch", "torch._C._VariableFunctions") else module
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
+def _source_line(node: Node) -> str:
+    trace = node.meta.get("stack_trace") or ""
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    # The innermost frame: 'File "...", line N, in f' followed by the code line.
+    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
+    if not frames:
+        return lines[-1]
+    last = frames[-1]
+    code = lines[last + 1] if last + 1 < len(lines) else ""
+    return f"{lines[last]}: {code}" if code else lines[last]
