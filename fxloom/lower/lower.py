@@ -119,7 +119,10 @@ def lower(
         if node.op == "call_function" and is_guard(node.target):
             guards.append(node)  # a check of what tracing assumed: cheap, and PyTorch's
             return False
-        reason = onnx_translate.unsupported_reason(node, gm)
+        try:
+            reason = onnx_translate.unsupported_reason(node, gm)
+        except Exception as error:  # the translator cannot tell: PyTorch runs it, reported
+            reason = f"the translator could not judge it ({type(error).__name__}: {error})"
         if reason is not None:
             reasons[node] = reason
         return reason is None
