@@ -27,7 +27,9 @@ largest absolute and relative errors in the report; outputs further apart than
 1e-3 and 1e-4 leave room for ONNX Runtime's own kernels and fusions in float32).
 
 The user's module is never modified: the result is a new GraphModule (sharing the
-parameters of the regions left in PyTorch), and on any error nothing was changed.
+parameters of the regions left in PyTorch), and on any error nothing was changed. (A
+GraphModule given to ``lower`` gets the ``tensor_meta`` of its nodes recorded, as
+``ShapeProp`` does; its graph and code stay as they are.)
 
 Depends on: the tracer, ``fxloom.passes`` (shape_prop, split_by_support, cost),
 ``fxloom.lower.onnx_translate``, ``fxloom.lower.runtime``; onnx and onnxruntime, imported
@@ -112,22 +114,8 @@ def lower(
     inputs = _as_inputs(example_inputs)
     gm = _traced(model_or_gm, inputs, concrete_args)
     _propagate_shapes(gm, inputs)
-    reasons: dict[Node, str] = {}
-    guards: list[Node] = []
-
-    def is_supported(node: Node) -> bool:
-        if node.op == "call_function" and is_guard(node.target):
-            guards.append(node)  # a check of what tracing assumed: cheap, and PyTorch's
-            return False
-        try:
-            reason = onnx_translate.unsupported_reason(node, gm)
-        except Exception as error:  # the translator cannot tell: PyTorch runs it, reported
-            reason = f"the translator could not judge it ({type(error).__name__}: {error})"
-        if reason is not None:
-            reasons[node] = reason
-        return reason is None
-
-    split, _ = split_by_support(gm, is_supported, prefix=REGION_PREFIX)
+    support = _Support(gm, onnx_translate.unsupported_reason)
+    split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)
     seen = _record_regions(split, inputs)
     settings = {"intra_op_num_threads": threads}
     regions = [
@@ -135,9 +123,9 @@ def lower(
         for name in _region_names(split)
         if name in seen  # a region never run on the examples (dead code) stays as it is
     ]
-    split.recompile()
-    left = tuple(_left_node(node, reason) for node, reason in reasons.items())
-    notes = (f"{len(guards)} guard(s) of tracing's assumptions run in PyTorch",) if guards else ()
+    left = tuple(_left_node(node, reason) for node, reason in support.reasons.items())
+    guards = len(support.guards)
+    notes = (f"{guards} guard(s) of tracing's assumptions run in PyTorch",) if guards else ()
     report = LoweringReport(_model_name(model_or_gm), backend, tuple(regions), left, notes=notes)
     if check:
         report = _checked(model_or_gm, split, inputs, report, concrete_args, rtol, atol)
@@ -192,6 +180,46 @@ def _model_name(model: Callable[..., Any]) -> str:
     if isinstance(model, nn.Module):
         return model._get_name()
     return getattr(model, "__name__", type(model).__name__)
+
+
+# ---------------------------------------------------------------- support
+class _Support:
+    """``split_by_support``'s question, asked of the translator; keeps its reasons."""
+
+    def __init__(self, gm: GraphModule, unsupported_reason: Callable[..., str | None]) -> None:
+        self.gm = gm
+        self.unsupported_reason = unsupported_reason
+        self.reasons: dict[Node, str] = {}  # unsupported operators, in graph order
+        self.guards: list[Node] = []
+
+    def __call__(self, node: Node) -> bool:
+        if node.op == "call_function" and is_guard(node.target):
+            self.guards.append(node)  # a check of what tracing assumed: cheap, kept a check
+            return False
+        try:
+            reason = self._ask(node)
+        except Exception as error:  # the translator cannot tell: PyTorch runs it, reported
+            reason = f"the translator could not judge it ({type(error).__name__}: {error})"
+        if reason is not None:
+            self.reasons[node] = reason
+        return reason is None
+
+    def _ask(self, node: Node) -> str | None:
+        # A value with no tensor (a size) has no tensor_meta; the translator's
+        # unsupported_reason (2e76b7a) reads the missing key as one tensor without metadata,
+        # so it is asked with an empty tensor_meta, and the node's meta is put back.
+        if node.meta.get("tensor_meta") is not None:
+            return self.unsupported_reason(node, self.gm)
+        missing = object()
+        before = node.meta.get("tensor_meta", missing)
+        node.meta["tensor_meta"] = ()
+        try:
+            return self.unsupported_reason(node, self.gm)
+        finally:
+            if before is missing:
+                del node.meta["tensor_meta"]
+            else:
+                node.meta["tensor_meta"] = before
 
 
 # ---------------------------------------------------------------- regions

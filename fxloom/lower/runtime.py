@@ -93,6 +93,10 @@ class OrtModule(nn.Module):
             ``torch.get_num_threads()``, so ONNX Runtime and PyTorch share the machine alike.
         inter_op_num_threads: threads across operators (1: operators run in sequence).
         graph_optimization_level: ``"disable"``, ``"basic"``, ``"extended"`` or ``"all"``.
+        allow_spinning: let ONNX Runtime's worker threads spin, waiting for work, after a
+            call. Off by default: spinning threads take the cores that PyTorch needs for the
+            operators between regions (measured on 2 cores: eager ResNet-50 ran 2x slower
+            next to spinning sessions).
 
     Example::
 
@@ -120,6 +124,7 @@ class OrtModule(nn.Module):
         intra_op_num_threads: int | None = None,
         inter_op_num_threads: int = 1,
         graph_optimization_level: str = "all",
+        allow_spinning: bool = False,
     ) -> None:
         super().__init__()
         if graph_optimization_level not in OPTIMIZATION_LEVELS:
@@ -136,6 +141,7 @@ class OrtModule(nn.Module):
         self.intra_op_num_threads = intra_op_num_threads
         self.inter_op_num_threads = inter_op_num_threads
         self.graph_optimization_level = graph_optimization_level
+        self.allow_spinning = allow_spinning
         self._session: Any = None
 
     # ------------------------------------------------------------------ session
@@ -154,6 +160,9 @@ class OrtModule(nn.Module):
         options.inter_op_num_threads = self.inter_op_num_threads
         level = OPTIMIZATION_LEVELS[self.graph_optimization_level]
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        spinning = "1" if self.allow_spinning else "0"
+        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+        options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
         session = ort.InferenceSession(
             self.model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
         )
