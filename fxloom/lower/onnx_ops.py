@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "CONTAINER",
     "ONNX_TRANSLATIONS",
     "UnsupportedArgument",
     "handler_for",
@@ -53,6 +54,10 @@ __all__ = [
 Handler = Callable[..., Any]
 
 ONNX_TRANSLATIONS: dict[Any, Handler] = {}
+
+# The key of the handler for calls that build a container fxloom.pytree knows (a named tuple,
+# a Hugging Face ModelOutput): their classes are too many to list one by one.
+CONTAINER = "<container constructor>"
 
 
 class UnsupportedArgument(Exception):
@@ -116,6 +121,11 @@ def handler_for(op: str, target: Any, module: Any = None) -> Handler | None:
         return None
     if found is None and isinstance(target, torch._ops.OpOverload):
         found = ONNX_TRANSLATIONS.get(target.overloadpacket)
+    if found is None and op == "call_function" and isinstance(target, type):
+        from fxloom.pytree import container_type
+
+        if container_type(target) is not None:
+            found = ONNX_TRANSLATIONS.get(CONTAINER)
     return found
 
 

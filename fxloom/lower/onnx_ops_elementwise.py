@@ -21,6 +21,7 @@ from fxloom.lower.onnx_ops import (
     UnsupportedArgument,
     argument,
     cast_to,
+    int_list,
     register,
     result_dtype,
 )
@@ -57,6 +58,7 @@ UNARY_OPS = {
     "ceil": "Ceil",
     "reciprocal": "Reciprocal",
     "sign": "Sign",
+    "selu": "Selu",  # ONNX's default alpha and gamma are torch's constants
     "logical_not": "Not",
     "bitwise_not": "Not",
 }
@@ -196,6 +198,9 @@ COMPARISON_OPS = {
 def arithmetic(op_type: str) -> Any:
     def translate_arithmetic(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
         a, b = args[0], argument(args, kwargs, 1, "other")
+        if op_type == "Add" and issubclass(node.meta.get("type", object), tuple):
+            # size + (n,): joining sizes computed in the graph (a dynamic batch)
+            return ctx.node("Concat", [int_list(ctx, a), int_list(ctx, b)], axis=0)
         dtype = ctx.dtype_of(node)
         alpha = kwargs.get("alpha", 1)
         if alpha != 1:  # torch.add(a, b, alpha=2) is a + 2 b

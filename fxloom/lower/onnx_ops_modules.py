@@ -33,6 +33,7 @@ ACTIVATION_MODULES = {
     nn.ReLU: (elementwise.unary("Relu"), ()),
     nn.Sigmoid: (elementwise.unary("Sigmoid"), ()),
     nn.Tanh: (elementwise.unary("Tanh"), ()),
+    nn.SELU: (elementwise.unary("Selu"), ()),
     nn.GELU: (elementwise.translate_gelu, ("approximate",)),
     nn.SiLU: (elementwise.translate_silu, ()),
     nn.Mish: (elementwise.translate_mish, ()),

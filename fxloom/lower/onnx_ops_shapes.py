@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from fxloom.lower.onnx_ops import (
+    CONTAINER,
     UnsupportedArgument,
     argument,
     cast_to,
@@ -41,8 +42,10 @@ def sizes_argument(args: tuple, kwargs: dict, name: str = "size") -> Any:
     rest = args[1:]
     if not rest:
         return kwargs[name]
-    if len(rest) == 1 and isinstance(rest[0], (list, tuple, torch.Size, Node)):
-        return rest[0]
+    if isinstance(rest[0], (list, tuple, torch.Size)):
+        return rest[0]  # x.view((2, 3)), aten.view(x, [2, 3]), aten.expand(x, [2, 3], False)
+    if len(rest) == 1 and isinstance(rest[0], Node):
+        return rest[0]  # a whole size computed in the graph
     return list(rest)
 
 
@@ -256,11 +259,38 @@ def translate_getitem(ctx: Any, node: Any, args: tuple, kwargs: dict) -> Any:
     translated = ctx.env.get(source) if isinstance(source, Node) else None
     if isinstance(translated, (tuple, list)):  # an item of a multi-output node (split, ...)
         return translated[index]
-    if isinstance(index, Node):
-        return ctx.node("Gather", [ctx.name(source), cast_to(ctx, index, torch.int64)], axis=0)
     indices = list(index) if isinstance(index, tuple) else [index]
+    tensor_indices = [i for i in indices if _is_tensor_index(ctx, i)]
+    if tensor_indices:
+        if len(tensor_indices) != len(indices):
+            raise UnsupportedArgument("indexing that mixes tensors with slices, ints or None")
+        return gather_nd(ctx, ctx.name(source), indices)
     rank = rank_of(ctx, source) if source.meta.get("tensor_meta") is not None else 1
     return index_tensor(ctx, ctx.name(source), rank, indices)
+
+
+def _is_tensor_index(ctx: Any, index: Any) -> bool:
+    if isinstance(index, torch.Tensor):
+        return True
+    return isinstance(index, Node) and index.meta.get("tensor_meta") is not None
+
+
+def gather_nd(ctx: Any, x: str, indices: list[Any]) -> str:
+    """``x[i, j]`` for integer tensors ``i, j`` indexing the leading dims (broadcast together)."""
+    for index in indices:
+        dtype = index.dtype if isinstance(index, torch.Tensor) else ctx.dtype_of(index)
+        if dtype == torch.bool:
+            raise UnsupportedArgument("a boolean mask index (its result size depends on the data)")
+    names = [cast_to(ctx, i, torch.int64) for i in indices]
+    if len(names) == 1:
+        return ctx.node("Gather", [x, names[0]], axis=0)
+    total = names[0]
+    for name in names[1:]:  # the broadcast shape of all the indices: the shape of their sum
+        total = ctx.node("Add", [total, name])
+    shape = ctx.node("Shape", [total])
+    last = ctx.constant([-1])
+    stacked = [ctx.node("Unsqueeze", [ctx.node("Expand", [n, shape]), last]) for n in names]
+    return ctx.node("GatherND", [x, ctx.node("Concat", stacked, axis=-1)])
 
 
 def index_tensor(ctx: Any, x: str, rank: int, indices: list[Any]) -> str:
@@ -323,6 +353,9 @@ def translate_size(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 
 @register(builtins.getattr)
 def translate_getattr(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    packed = ctx.env.get(args[0]) if isinstance(args[0], Node) else None
+    if isinstance(packed, PackedValues):  # a field of a container built in the graph
+        return packed[packed.fields.index(args[1])]
     if args[1] == "shape":
         return ctx.node("Shape", [ctx.name(args[0])])
     if args[1] in ("T", "mT"):
@@ -331,9 +364,46 @@ def translate_getattr(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     raise UnsupportedArgument(f"the tensor attribute .{args[1]}")
 
 
-translate_getattr.refuses = lambda node, module: (  # type: ignore[attr-defined]
-    None if node.args[1] in ("shape", "T", "mT") else f"the tensor attribute .{node.args[1]}"
-)
+def getattr_refusal(node: Any, module: Any) -> str | None:
+    source = node.args[0]
+    if isinstance(source, Node) and isinstance(source.target, type):
+        return None  # a field of a container (see translate_container)
+    if node.args[1] in ("shape", "T", "mT"):
+        return None
+    return f"the tensor attribute .{node.args[1]}"
+
+
+translate_getattr.refuses = getattr_refusal  # type: ignore[attr-defined]
+
+
+# ---- containers built in the graph (named tuples, ModelOutput) -------------------------------
+
+
+class PackedValues(tuple):
+    """The ONNX names of a container's tensors in order, with the field each one fills."""
+
+    fields: tuple[Any, ...] = ()
+
+
+@register(CONTAINER)
+def translate_container(ctx: Any, node: Any, args: tuple, kwargs: dict) -> PackedValues:
+    """A container of tensors: its items (``None`` left out, as ModelOutput does)."""
+    names, fields = [], []
+    for field, value in [*enumerate(args), *kwargs.items()]:
+        if value is None:
+            continue
+        if not isinstance(value, (Node, torch.Tensor)):
+            raise UnsupportedArgument(f"a {type(value).__name__} in a container's field {field!r}")
+        names.append(ctx.name(value))
+        fields.append(field)
+    packed = PackedValues(names)
+    packed.fields = tuple(fields)
+    return packed
+
+
+@register("to_tuple")
+def translate_to_tuple(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple:
+    return tuple(ctx.name(args[0]))
 
 
 # ---- casts and identities --------------------------------------------------------------------
@@ -374,3 +444,32 @@ IDENTITY_KEYS = [
 @register(IDENTITY_KEYS)
 def translate_identity(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Identity", [ctx.name(args[0])])
+
+
+# ---- tensor factories (only reached when a dynamic batch sets their size) --------------------
+
+
+@register([torch.arange, aten.arange])
+def translate_arange(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    bounds = list(args) if args else [kwargs.get("start", 0), kwargs["end"]]
+    start, end, step = ([0, *bounds, 1] if len(bounds) == 1 else [*bounds, 1])[:3]
+    step = kwargs.get("step", step)
+    dtype = ctx.dtype_of(node)
+    return ctx.node("Range", [cast_to(ctx, v, dtype) for v in (start, end, step)])
+
+
+def filled(fill: Any) -> Any:
+    def translate_filled(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+        size = args[0] if len(args) == 1 or fill is None else list(args)
+        if isinstance(size, (list, tuple)) and len(size) == 1 and isinstance(size[0], list):
+            size = size[0]
+        value = argument(args, kwargs, 1, "fill_value") if fill is None else fill
+        scalar = ctx.constant(value, dtype=ctx.dtype_of(node))
+        return ctx.node("Expand", [scalar, int_list(ctx, size)])
+
+    return translate_filled
+
+
+register([torch.ones, aten.ones])(filled(1))
+register([torch.zeros, aten.zeros])(filled(0))
+register([torch.full, aten.full])(filled(None))

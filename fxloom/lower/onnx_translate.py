@@ -319,7 +319,14 @@ def _record_values(
     varying: set[Node] = set()
     other_shapes: dict[Node, Any] = {}
     if dynamic_batch:
-        other = _run(gm, lifted, set(), _grow_batch(example_inputs))
+        try:
+            other = _run(gm, lifted, set(), _grow_batch(example_inputs))
+        except Exception as error:
+            raise ValueError(
+                "dynamic_batch: the graph does not run with dimension 0 of every tensor input "
+                f"one larger ({error}); dynamic_batch needs dimension 0 of every input to be "
+                "the batch: translate without it, or pass only batched inputs"
+            ) from error
         other_shapes = {n: n.meta.get("tensor_meta") for n in module.graph.nodes}
         main = _run(gm, lifted, set(), example_inputs)
         varying = {n for n, v in main.items() if not _holds_tensor_value(v)}
@@ -342,7 +349,8 @@ def _run(gm: Any, lifted: set[str], varying: set[Node], example_inputs: Any) -> 
 
 def tensor_metas(meta: Any) -> list[TensorMetadata]:
     """The ``TensorMetadata`` in a node's ``tensor_meta`` (one, or a nesting of them)."""
-    return tree_leaves(meta, is_leaf=lambda v: isinstance(v, TensorMetadata))
+    leaves = tree_leaves(meta, is_leaf=lambda v: isinstance(v, TensorMetadata))
+    return [leaf for leaf in leaves if isinstance(leaf, TensorMetadata)]
 
 
 def _holds_tensor_value(value: Any) -> bool:
