@@ -197,29 +197,12 @@ class _Support:
             self.guards.append(node)  # a check of what tracing assumed: cheap, kept a check
             return False
         try:
-            reason = self._ask(node)
+            reason = self.unsupported_reason(node, self.gm)
         except Exception as error:  # the translator cannot tell: PyTorch runs it, reported
             reason = f"the translator could not judge it ({type(error).__name__}: {error})"
         if reason is not None:
             self.reasons[node] = reason
         return reason is None
-
-    def _ask(self, node: Node) -> str | None:
-        # A value with no tensor (a size) has no tensor_meta; the translator's
-        # unsupported_reason (2e76b7a) reads the missing key as one tensor without metadata,
-        # so it is asked with an empty tensor_meta, and the node's meta is put back.
-        if node.meta.get("tensor_meta") is not None:
-            return self.unsupported_reason(node, self.gm)
-        missing = object()
-        before = node.meta.get("tensor_meta", missing)
-        node.meta["tensor_meta"] = ()
-        try:
-            return self.unsupported_reason(node, self.gm)
-        finally:
-            if before is missing:
-                del node.meta["tensor_meta"]
-            else:
-                node.meta["tensor_meta"] = before
 
 
 # ---------------------------------------------------------------- regions
