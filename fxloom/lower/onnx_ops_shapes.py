@@ -356,6 +356,9 @@ def translate_getattr(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     packed = ctx.env.get(args[0]) if isinstance(args[0], Node) else None
     if isinstance(packed, PackedValues):  # a field of a container built in the graph
         return packed[packed.fields.index(args[1])]
+    fields = tuple_fields(args[0])
+    if isinstance(packed, tuple) and args[1] in fields:  # torch.sort(x).values
+        return packed[fields.index(args[1])]
     if args[1] == "shape":
         return ctx.node("Shape", [ctx.name(args[0])])
     if args[1] in ("T", "mT"):
@@ -364,10 +367,18 @@ def translate_getattr(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     raise UnsupportedArgument(f"the tensor attribute .{args[1]}")
 
 
+def tuple_fields(source: Any) -> tuple[str, ...]:
+    """The field names of a node whose value is a named tuple (``torch.return_types.sort``)."""
+    value_type = source.meta.get("type") if isinstance(source, Node) else None
+    return tuple(getattr(value_type, "__match_args__", ()))
+
+
 def getattr_refusal(node: Any, module: Any) -> str | None:
     source = node.args[0]
     if isinstance(source, Node) and isinstance(source.target, type):
         return None  # a field of a container (see translate_container)
+    if node.args[1] in tuple_fields(source):
+        return None
     if node.args[1] in ("shape", "T", "mT"):
         return None
     return f"the tensor attribute .{node.args[1]}"

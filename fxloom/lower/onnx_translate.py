@@ -105,6 +105,7 @@ class TranslationContext:
         self.current: Node | None = None
         self._tensor_names: dict[int, tuple[torch.Tensor, str]] = {}
         self._counter = itertools.count()
+        self._constant_names: set[str] = set()
 
     def fresh(self, hint: str) -> str:
         prefix = self.current.name if self.current is not None else "value"
@@ -113,7 +114,7 @@ class TranslationContext:
     def name(self, value: Any, dtype: torch.dtype | None = None) -> str:
         if isinstance(value, Node):
             if value in self.folded:
-                return self.constant(self.folded[value], dtype=dtype)
+                return self.constant(self.folded[value], dtype=dtype, name=value.name)
             return self.env[value]
         return self.constant(value, dtype=dtype)
 
@@ -140,7 +141,8 @@ class TranslationContext:
         known = self._tensor_names.get(id(tensor))
         if known is not None and known[0] is tensor:
             return known[1]
-        onnx_name = name or self.fresh("const")
+        onnx_name = name if name and name not in self._constant_names else self.fresh("const")
+        self._constant_names.add(onnx_name)
         self.initializers.append(_make_initializer(tensor, onnx_name))
         self._tensor_names[id(tensor)] = (tensor, onnx_name)
         return onnx_name
@@ -186,7 +188,7 @@ def translate(
     for node in module.graph.nodes:
         ctx.current = node
         if node.op == "placeholder" and node.name in lifted:
-            ctx.env[node] = ctx.constant(lifted[node.name].tensor, name=node.name)
+            ctx.folded[node] = lifted[node.name].tensor  # an initializer once a node reads it
         elif node in folded:
             ctx.folded[node] = folded[node]
         elif node.op == "placeholder":
@@ -268,11 +270,15 @@ def to_onnx(
 
 
 def _graph_of(model: Any, example_inputs: Any) -> GraphModule | ExportedProgram:
+    """A GraphModule or program as it is; a plain module traced, with its source lines."""
     if isinstance(model, (GraphModule, ExportedProgram)):
         return model
-    from fxloom.tracer import symbolic_trace
+    from fxloom.tracer import Tracer
 
-    return symbolic_trace(model, example_inputs=example_inputs)
+    # symbolic_trace with the examples, recording each node's source line for the errors.
+    tracer = Tracer(record_stack_traces=True)
+    graph = tracer.trace(model, example_inputs=example_inputs)
+    return GraphModule(tracer.root, graph, type(model).__name__)
 
 
 class _ValueRecorder(ShapeProp):
