@@ -351,6 +351,11 @@ def translate_size(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return select(ctx, shape, 0, normalized_dim(dim, rank_of(ctx, args[0])))
 
 
+@register(["dim", "ndimension"])
+def translate_dim(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return ctx.constant(rank_of(ctx, args[0]))  # ranks are fixed, even with a dynamic batch
+
+
 @register(builtins.getattr)
 def translate_getattr(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     packed = ctx.env.get(args[0]) if isinstance(args[0], Node) else None

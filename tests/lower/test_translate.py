@@ -428,3 +428,10 @@ def test_import_without_onnx_works_and_the_error_names_the_extra():
     )
     assert result.returncode == 0, result.stderr
     assert "pip install fxloom[onnx]" in result.stdout
+
+
+def test_flags_and_dtypes_read_from_tensors_are_supported_where_they_are_folded():
+    gm = fxloom.symbolic_trace(lambda x: x.to(x.dtype) * (x.dim() == 2), example_inputs=(x4(2, 3),))
+    fxloom.passes.shape_prop.ShapeProp(gm).propagate(x4(2, 3))
+    reasons = {n.name: unsupported_reason(n, gm) for n in gm.graph.nodes}
+    assert set(reasons.values()) == {None}
