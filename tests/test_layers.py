@@ -80,7 +80,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # them, and recognise the guard calls tracing records: they use capture's public entry
     # points. Capture never imports passes.
     "passes": frozenset({"foundation", "ir", "run", "capture"}),
-    "backends": frozenset({"foundation", "ir", "run", "passes"}),
+    # Backends take plain modules and exported programs (fxloom.lower traces the module it is
+    # given, translates an exported program, and leaves the guard calls tracing recorded in
+    # PyTorch): like passes, they use capture's public entry points.
+    "backends": frozenset({"foundation", "ir", "run", "capture", "passes"}),
     "persistence": frozenset({"foundation", "ir"}),
     "surface": frozenset(LAYERS) - {"surface"},
 }
