@@ -435,3 +435,22 @@ def test_flags_and_dtypes_read_from_tensors_are_supported_where_they_are_folded(
     fxloom.passes.shape_prop.ShapeProp(gm).propagate(x4(2, 3))
     reasons = {n.name: unsupported_reason(n, gm) for n in gm.graph.nodes}
     assert set(reasons.values()) == {None}
+
+
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        pytest.param(lambda x: F.dropout(x, 0.5), "dropout with training=True", id="dropout_on"),
+        pytest.param(lambda x: x[x > 0], "a boolean mask index", id="boolean_mask"),
+        pytest.param(
+            lambda x: x[torch.tensor([0, 1]), 1:], "mixes tensors with slices", id="mixed_index"
+        ),
+    ],
+)
+def test_unsupported_reason_names_the_argument_a_handler_refuses(fn, reason):
+    gm = fxloom.symbolic_trace(fn, example_inputs=(x4(3, 4),))
+    fxloom.passes.shape_prop.ShapeProp(gm).propagate(x4(3, 4))
+    reasons = [unsupported_reason(n, gm) for n in gm.graph.nodes]
+    assert any(r is not None and reason in r for r in reasons), reasons
+    with pytest.raises(UnsupportedNodeError, match=reason):
+        translate(gm, (x4(3, 4),))
