@@ -240,8 +240,6 @@ def translate_unbind(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[st
 def slice_axis(ctx: Any, x: str, axis: int, start: Any, stop: Any, step: Any) -> str:
     """``x`` sliced along one axis, Python's bounds (``None`` for the default)."""
     step = 1 if step is None else step
-    if isinstance(step, int) and step < 1:
-        raise UnsupportedArgument(f"a slice with step {step}")
     start = 0 if start is None else start
     stop = INT64_MAX if stop is None else min(stop, INT64_MAX) if isinstance(stop, int) else stop
     bounds = [int_list(ctx, [start]), int_list(ctx, [stop]), ctx.constant([axis])]
@@ -253,34 +251,54 @@ def select(ctx: Any, x: str, axis: int, index: Any) -> str:
     return ctx.node("Gather", [x, cast_to(ctx, index, torch.int64)], axis=axis)
 
 
-@register(operator.getitem)
+def getitem_refusal(node: Any, module: Any) -> str | None:
+    return index_refusal(node.args[1])
+
+
+@register(operator.getitem, refuses=getitem_refusal)
 def translate_getitem(ctx: Any, node: Any, args: tuple, kwargs: dict) -> Any:
     source, index = args
     translated = ctx.env.get(source) if isinstance(source, Node) else None
     if isinstance(translated, (tuple, list)):  # an item of a multi-output node (split, ...)
         return translated[index]
+    reason = index_refusal(index)
+    if reason is not None:
+        raise UnsupportedArgument(reason)
     indices = list(index) if isinstance(index, tuple) else [index]
-    tensor_indices = [i for i in indices if _is_tensor_index(ctx, i)]
-    if tensor_indices:
-        if len(tensor_indices) != len(indices):
-            raise UnsupportedArgument("indexing that mixes tensors with slices, ints or None")
+    if any(_is_tensor_index(i) for i in indices):
         return gather_nd(ctx, ctx.name(source), indices)
     rank = rank_of(ctx, source) if source.meta.get("tensor_meta") is not None else 1
     return index_tensor(ctx, ctx.name(source), rank, indices)
 
 
-def _is_tensor_index(ctx: Any, index: Any) -> bool:
+def index_refusal(index: Any) -> str | None:
+    """Why an index cannot be translated (reads only the index and its tensors' meta)."""
+    indices = list(index) if isinstance(index, tuple) else [index]
+    tensors = [i for i in indices if _is_tensor_index(i)]
+    if tensors and len(tensors) != len(indices):
+        return "indexing that mixes tensors with slices, ints or None"
+    if any(_index_dtype(i) == torch.bool for i in tensors):
+        return "a boolean mask index (its result size depends on the data)"
+    if indices.count(Ellipsis) > 1:
+        return "an index with more than one '...'"
+    steps = [i.step for i in indices if isinstance(i, slice) and isinstance(i.step, int)]
+    if any(step < 1 for step in steps):
+        return "a slice with a step below 1"
+    return None
+
+
+def _is_tensor_index(index: Any) -> bool:
     if isinstance(index, torch.Tensor):
         return True
     return isinstance(index, Node) and index.meta.get("tensor_meta") is not None
 
 
+def _index_dtype(index: Any) -> torch.dtype:
+    return index.dtype if isinstance(index, torch.Tensor) else index.meta["tensor_meta"].dtype
+
+
 def gather_nd(ctx: Any, x: str, indices: list[Any]) -> str:
     """``x[i, j]`` for integer tensors ``i, j`` indexing the leading dims (broadcast together)."""
-    for index in indices:
-        dtype = index.dtype if isinstance(index, torch.Tensor) else ctx.dtype_of(index)
-        if dtype == torch.bool:
-            raise UnsupportedArgument("a boolean mask index (its result size depends on the data)")
     names = [cast_to(ctx, i, torch.int64) for i in indices]
     if len(names) == 1:
         return ctx.node("Gather", [x, names[0]], axis=0)
@@ -295,8 +313,6 @@ def gather_nd(ctx: Any, x: str, indices: list[Any]) -> str:
 
 def index_tensor(ctx: Any, x: str, rank: int, indices: list[Any]) -> str:
     """Basic indexing: ints, slices, ``None`` and one ``...``, left to right."""
-    if indices.count(Ellipsis) > 1:
-        raise UnsupportedArgument("an index with more than one '...'")
     consumed = sum(1 for i in indices if i is not None and i is not Ellipsis)
     axis = 0
     for item in indices:
@@ -351,11 +367,19 @@ def translate_size(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return select(ctx, shape, 0, normalized_dim(dim, rank_of(ctx, args[0])))
 
 
+@register(["dim", "ndimension"])
+def translate_dim(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return ctx.constant(rank_of(ctx, args[0]))  # ranks are fixed, even with a dynamic batch
+
+
 @register(builtins.getattr)
 def translate_getattr(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     packed = ctx.env.get(args[0]) if isinstance(args[0], Node) else None
     if isinstance(packed, PackedValues):  # a field of a container built in the graph
         return packed[packed.fields.index(args[1])]
+    fields = tuple_fields(args[0])
+    if isinstance(packed, tuple) and args[1] in fields:  # torch.sort(x).values
+        return packed[fields.index(args[1])]
     if args[1] == "shape":
         return ctx.node("Shape", [ctx.name(args[0])])
     if args[1] in ("T", "mT"):
@@ -364,10 +388,18 @@ def translate_getattr(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     raise UnsupportedArgument(f"the tensor attribute .{args[1]}")
 
 
+def tuple_fields(source: Any) -> tuple[str, ...]:
+    """The field names of a node whose value is a named tuple (``torch.return_types.sort``)."""
+    value_type = source.meta.get("type") if isinstance(source, Node) else None
+    return tuple(getattr(value_type, "__match_args__", ()))
+
+
 def getattr_refusal(node: Any, module: Any) -> str | None:
     source = node.args[0]
     if isinstance(source, Node) and isinstance(source.target, type):
         return None  # a field of a container (see translate_container)
+    if node.args[1] in tuple_fields(source):
+        return None
     if node.args[1] in ("shape", "T", "mT"):
         return None
     return f"the tensor attribute .{node.args[1]}"
@@ -433,16 +465,30 @@ IDENTITY_KEYS = [
     aten.lift_fresh_copy,
     "cpu",
     "cuda",
-    F.dropout,
-    F.dropout1d,
-    F.dropout2d,
-    torch.dropout,
-    aten.dropout,
 ]
 
 
 @register(IDENTITY_KEYS)
 def translate_identity(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    return ctx.node("Identity", [ctx.name(args[0])])
+
+
+def dropout_refusal(node: Any, module: Any) -> str | None:
+    """Dropout that is on (F.dropout's ``training`` defaults to True) is random: refused."""
+    p = argument(node.args, node.kwargs, 1, "p", 0.5)
+    training = argument(node.args, node.kwargs, 2, "training", True)
+    if training is False or p == 0:
+        return None
+    return "dropout with training=True (pass training=False, or call model.eval() first)"
+
+
+@register(
+    [F.dropout, F.dropout1d, F.dropout2d, torch.dropout, aten.dropout], refuses=dropout_refusal
+)
+def translate_dropout(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    p = argument(args, kwargs, 1, "p", 0.5)
+    if argument(args, kwargs, 2, "training", True) and p != 0:
+        raise UnsupportedArgument(dropout_refusal(node, None) or "dropout with training=True")
     return ctx.node("Identity", [ctx.name(args[0])])
 
 

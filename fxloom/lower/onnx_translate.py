@@ -105,6 +105,7 @@ class TranslationContext:
         self.current: Node | None = None
         self._tensor_names: dict[int, tuple[torch.Tensor, str]] = {}
         self._counter = itertools.count()
+        self._constant_names: set[str] = set()
 
     def fresh(self, hint: str) -> str:
         prefix = self.current.name if self.current is not None else "value"
@@ -113,7 +114,7 @@ class TranslationContext:
     def name(self, value: Any, dtype: torch.dtype | None = None) -> str:
         if isinstance(value, Node):
             if value in self.folded:
-                return self.constant(self.folded[value], dtype=dtype)
+                return self.constant(self.folded[value], dtype=dtype, name=value.name)
             return self.env[value]
         return self.constant(value, dtype=dtype)
 
@@ -140,7 +141,8 @@ class TranslationContext:
         known = self._tensor_names.get(id(tensor))
         if known is not None and known[0] is tensor:
             return known[1]
-        onnx_name = name or self.fresh("const")
+        onnx_name = name if name and name not in self._constant_names else self.fresh("const")
+        self._constant_names.add(onnx_name)
         self.initializers.append(_make_initializer(tensor, onnx_name))
         self._tensor_names[id(tensor)] = (tensor, onnx_name)
         return onnx_name
@@ -186,7 +188,7 @@ def translate(
     for node in module.graph.nodes:
         ctx.current = node
         if node.op == "placeholder" and node.name in lifted:
-            ctx.env[node] = ctx.constant(lifted[node.name].tensor, name=node.name)
+            ctx.folded[node] = lifted[node.name].tensor  # an initializer once a node reads it
         elif node in folded:
             ctx.folded[node] = folded[node]
         elif node.op == "placeholder":
@@ -222,6 +224,8 @@ def unsupported_reason(node: Node, gm: GraphModule | ExportedProgram) -> str | N
     if node.op in ("placeholder", "output", "get_attr"):
         return None
     if node.op == "call_function" and is_guard(node.target):
+        return None
+    if _always_folded(node):
         return None
     module = graph_module_of(gm)
     called = module.get_submodule(str(node.target)) if node.op == "call_module" else None
@@ -268,25 +272,29 @@ def to_onnx(
 
 
 def _graph_of(model: Any, example_inputs: Any) -> GraphModule | ExportedProgram:
+    """A GraphModule or program as it is; a plain module traced, with its source lines."""
     if isinstance(model, (GraphModule, ExportedProgram)):
         return model
-    from fxloom.tracer import symbolic_trace
+    from fxloom.tracer import Tracer
 
-    return symbolic_trace(model, example_inputs=example_inputs)
+    # symbolic_trace with the examples, recording each node's source line for the errors.
+    tracer = Tracer(record_stack_traces=True)
+    graph = tracer.trace(model, example_inputs=example_inputs)
+    return GraphModule(tracer.root, graph, type(model).__name__)
 
 
 class _ValueRecorder(ShapeProp):
     """``ShapeProp`` that also sorts nodes into translated ones and folded ones, with values.
 
-    A node is translated when it is a tensor input, when its value changes with the batch
-    (``varying``, from a run at another batch size), or when it holds a tensor computed from a
-    translated node; every other node is folded and its value kept.
+    A node is translated when it is a tensor input, when it holds a tensor computed from a
+    translated node, or when its value differs from the one a run at another batch size gave
+    (``other``: that run's values; a dynamic batch); every other node is folded, its value kept.
     """
 
-    def __init__(self, gm: Any, lifted: set[str], varying: set[Node]) -> None:
+    def __init__(self, gm: Any, lifted: set[str], other: dict[Node, Any] | None) -> None:
         super().__init__(gm)
         self.lifted = lifted
-        self.varying = varying
+        self.other = other
         self.translated: set[Node] = set()
         self.values: dict[Node, Any] = {}
 
@@ -298,12 +306,17 @@ class _ValueRecorder(ShapeProp):
             computed = n.name not in self.lifted and _holds_tensor_value(value)
         else:
             depends = any(arg in self.translated for arg in n.all_input_nodes)
-            computed = n in self.varying or (depends and _holds_tensor_value(value))
+            computed = (depends and _holds_tensor_value(value)) or self._varies(n, value)
         if computed:
             self.translated.add(n)
         elif n.op != "placeholder" or n.name not in self.lifted:
             self.values[n] = value
         return value
+
+    def _varies(self, n: Node, value: Any) -> bool:
+        if self.other is None or _holds_tensor_value(value):
+            return False
+        return n not in self.other or not _same(value, self.other[n])
 
 
 def _record_values(
@@ -316,11 +329,11 @@ def _record_values(
     """
     module = graph_module_of(gm)
     lifted = set(lifted_state(gm))
-    varying: set[Node] = set()
+    other: dict[Node, Any] | None = None
     other_shapes: dict[Node, Any] = {}
     if dynamic_batch:
         try:
-            other = _run(gm, lifted, set(), _grow_batch(example_inputs))
+            other = _run(gm, lifted, None, _grow_batch(example_inputs))
         except Exception as error:
             raise ValueError(
                 "dynamic_batch: the graph does not run with dimension 0 of every tensor input "
@@ -328,23 +341,30 @@ def _record_values(
                 "the batch: translate without it, or pass only batched inputs"
             ) from error
         other_shapes = {n: n.meta.get("tensor_meta") for n in module.graph.nodes}
-        main = _run(gm, lifted, set(), example_inputs)
-        varying = {n for n, v in main.items() if not _holds_tensor_value(v)}
-        varying = {n for n in varying if n not in other or not _same(main[n], other[n])}
-    values = _run(gm, lifted, varying, example_inputs)
+    values = _run(gm, lifted, other, example_inputs)
     dims = {
         n: _varying_dims(n.meta.get("tensor_meta"), other_shapes.get(n)) for n in module.graph.nodes
     }
     return values, dims
 
 
-def _run(gm: Any, lifted: set[str], varying: set[Node], example_inputs: Any) -> dict[Node, Any]:
-    recorder = _ValueRecorder(gm, lifted, varying)
+def _run(gm: Any, lifted: set[str], other: dict[Node, Any] | None, example_inputs: Any) -> dict:
+    recorder = _ValueRecorder(gm, lifted, other)
     if isinstance(example_inputs, dict):
         recorder.propagate(**example_inputs)
     else:
         recorder.propagate(*example_inputs)
     return recorder.values
+
+
+# Values that never change with the batch size: translate folds them, whatever computes them.
+_FIXED_VALUE_TYPES = (bool, float, str, torch.dtype, torch.device, type(None))
+
+
+def _always_folded(node: Node) -> bool:
+    """Whether ``node``'s value (recorded by ShapeProp) is a flag, dtype or device: folded."""
+    value_type = node.meta.get("type")
+    return value_type is not None and issubclass(value_type, _FIXED_VALUE_TYPES)
 
 
 def tensor_metas(meta: Any) -> list[TensorMetadata]:

@@ -8,6 +8,10 @@ models and Hugging Face models from tiny configs, whose files are reloaded from 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -19,7 +23,18 @@ from torch import nn  # noqa: E402
 
 import fxloom  # noqa: E402
 import fxloom.export  # noqa: E402
-from fxloom.lower import translate  # noqa: E402
+from fxloom import zoo  # noqa: E402
+from fxloom.lower import (  # noqa: E402
+    ONNX_TRANSLATIONS,
+    UnsupportedNodeError,
+    to_onnx,
+    translate,
+    unsupported_reason,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout
+    sys.path.insert(0, str(ROOT))
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -217,3 +232,225 @@ def test_operator_translation_matches_eager(fn, inputs):
         fn.eval()
     with torch.no_grad():
         assert_translates(fn, *inputs)
+
+
+# ---- exported programs (ATen operators) -------------------------------------------------------
+
+
+class CausalAttention(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+EXPORTED = [
+    (
+        "conv_bn_relu_pools_linear",
+        nn.Sequential(
+            nn.Conv2d(3, 4, 3),
+            nn.BatchNorm2d(4),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.AvgPool2d(1),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(4, 3),
+        ),
+        (x4(),),
+    ),
+    (
+        "layernorm_gelu_softmax",
+        nn.Sequential(nn.LayerNorm(8), nn.GELU(), nn.Softmax(-1)),
+        (x4(2, 3, 8),),
+    ),
+    ("embedding", nn.Embedding(10, 4), (torch.tensor([[1, 2], [3, 4]]),)),
+    ("attention", CausalAttention(), (x4(1, 2, 4, 8), x4(1, 2, 4, 8), x4(1, 2, 4, 8))),
+    ("groupnorm", nn.GroupNorm(2, 4), (x4(2, 4, 3, 3),)),
+]
+
+
+@pytest.mark.parametrize("model, inputs", [pytest.param(m, i, id=name) for name, m, i in EXPORTED])
+def test_exported_program_translation_matches_eager(model, inputs):
+    model.eval()
+    program = fxloom.export.export(model, inputs)
+    proto = translate(program, inputs)
+    onnx.checker.check_model(proto, full_check=True)
+    (actual,) = run_onnx(proto, dict(zip([i.name for i in proto.graph.input], inputs)))
+    with torch.no_grad():
+        torch.testing.assert_close(actual, model(*inputs), rtol=RTOL, atol=ATOL)
+
+
+def test_exported_program_weights_become_initializers_only_when_read():
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    inputs = (x4(2, 4),)
+    proto = translate(fxloom.export.export(model, inputs), inputs)
+    initializers = {init.name for init in proto.graph.initializer}
+    assert "b_1_num_batches_tracked" not in initializers  # read by no node
+    assert [i.name for i in proto.graph.input] == ["input"]
+
+
+# ---- whole models, written by to_onnx and reloaded from the file ------------------------------
+
+
+def assert_file_matches_eager(path, model, inputs: dict, fixed: dict | None = None):
+    """Run the ONNX file at ``path`` with ONNX Runtime: the eager model's outputs."""
+    with torch.no_grad():
+        expected = flat_tensors(model(**inputs, **(fixed or {})))
+    actual = run_onnx(str(path), inputs)
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "resnet50", "transformer_tiny"])
+def test_zoo_model_file_runs_in_onnxruntime(name, tmp_path):
+    model, inputs = zoo.build(name)
+    model.eval()
+    if name == "resnet50":
+        inputs = tuple(t[:1] for t in inputs)  # batch 1
+    path = tmp_path / f"{name}.onnx"
+    to_onnx(model, inputs, path)
+    names = [i.name for i in onnx.load(str(path)).graph.input]
+    assert_file_matches_eager(path, lambda **kw: model(*kw.values()), dict(zip(names, inputs)))
+
+
+def test_dynamic_batch_file_runs_at_another_batch(tmp_path):
+    model, inputs = zoo.build("resnet_tiny")
+    model.eval()
+    path = tmp_path / "resnet_tiny.onnx"
+    proto = to_onnx(model, inputs, path, dynamic_batch=True)
+    assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert proto.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    bigger = torch.randn(5, *inputs[0].shape[1:])
+    assert_file_matches_eager(path, lambda x: model(x), {"x": bigger})
+
+
+def test_dynamic_batch_refuses_an_input_whose_dim_0_is_not_the_batch():
+    model, inputs = zoo.build("transformer_tiny")  # its second input is a (seq, seq) mask
+    gm = fxloom.symbolic_trace(model.eval(), example_inputs=inputs)
+    with pytest.raises(ValueError, match="dimension 0 of every input"):
+        translate(gm, inputs, dynamic_batch=True)
+
+
+HF_MODELS = ["bert", "distilbert", "gpt2", "vit"]
+
+
+def hf_traced(name):
+    pytest.importorskip("transformers")
+    from benchmarks.zoo.methods import fixed_args
+    from benchmarks.zoo.registry import get
+
+    spec = get(name)
+    model, inputs = spec.build()
+    fixed = fixed_args(model, inputs)
+    return spec, model, inputs, fixed, fxloom.symbolic_trace(model, fixed, example_inputs=inputs)
+
+
+@pytest.mark.parametrize("name", HF_MODELS)
+def test_hugging_face_model_file_runs_in_onnxruntime(name, tmp_path):
+    _, model, inputs, fixed, gm = hf_traced(name)
+    to_onnx(gm, inputs, tmp_path / "model.onnx")
+    assert_file_matches_eager(tmp_path / "model.onnx", model, inputs, fixed)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_hugging_face_dynamic_batch_file_runs_at_another_batch(name, tmp_path):
+    spec, model, inputs, fixed, gm = hf_traced(name)
+    to_onnx(gm, inputs, tmp_path / "model.onnx", dynamic_batch=True)
+    other = spec.make_inputs(spec.example[0] + 3, spec.example[1])
+    assert_file_matches_eager(tmp_path / "model.onnx", model, other, fixed)
+
+
+def test_same_outputs_as_torch_onnx_export(tmp_path):
+    model, inputs = zoo.build("resnet_tiny")
+    model.eval()
+    to_onnx(model, inputs, tmp_path / "fxloom.onnx")
+    torch.onnx.export(model, inputs, str(tmp_path / "torch.onnx"), dynamo=False)
+    (ours,) = run_onnx(str(tmp_path / "fxloom.onnx"), {"x": inputs[0]})
+    torch_input = onnx.load(str(tmp_path / "torch.onnx")).graph.input[0].name
+    (theirs,) = run_onnx(str(tmp_path / "torch.onnx"), {torch_input: inputs[0]})
+    torch.testing.assert_close(ours, theirs, rtol=RTOL, atol=ATOL)
+
+
+# ---- errors, the table, and onnx missing -----------------------------------------------------
+
+
+class SortsInTheMiddle(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        z = torch.sort(y, dim=-1).values
+        return torch.sigmoid(z)
+
+
+def test_unsupported_node_makes_to_onnx_raise_naming_it_and_its_line(tmp_path):
+    path = tmp_path / "never.onnx"
+    with pytest.raises(UnsupportedNodeError) as raised:
+        to_onnx(SortsInTheMiddle(), (x4(2, 3),), path)
+    message = str(raised.value)
+    assert "%sort (torch.sort): no ONNX translation" in message
+    assert "test_translate.py" in message and "torch.sort(y, dim=-1)" in message
+    assert [node.name for node, _ in raised.value.nodes] == ["sort"]
+    assert not path.exists()
+
+
+def test_unsupported_reason_is_none_for_supported_nodes():
+    gm = fxloom.symbolic_trace(SortsInTheMiddle())
+    reasons = {n.name: unsupported_reason(n, gm) for n in gm.graph.nodes}
+    assert reasons["relu"] is None and reasons["sigmoid"] is None
+    assert "no ONNX translation for torch.sort" in reasons["sort"]
+
+
+def test_unsupported_reason_names_training_mode():
+    gm = fxloom.symbolic_trace(nn.Sequential(nn.BatchNorm2d(3)).train())
+    (bn,) = [n for n in gm.graph.nodes if n.op == "call_module"]
+    assert "training mode" in unsupported_reason(bn, gm)
+
+
+def test_users_extend_the_table(monkeypatch):
+    def translate_sort(ctx, node, args, kwargs):  # the k smallest, k = the whole last dim
+        k = ctx.constant([ctx.shape_of(args[0])[-1]])
+        return ctx.node("TopK", [ctx.name(args[0]), k], outputs=2, largest=0)
+
+    monkeypatch.setitem(ONNX_TRANSLATIONS, torch.sort, translate_sort)
+    assert_translates(SortsInTheMiddle(), x4(2, 5))
+
+
+def test_import_without_onnx_works_and_the_error_names_the_extra():
+    script = (
+        "import sys; sys.modules['onnx'] = None; sys.modules['onnxruntime'] = None\n"
+        "import torch, fxloom, fxloom.lower\n"
+        "try:\n"
+        "    fxloom.lower.translate(fxloom.symbolic_trace(torch.nn.ReLU()), (torch.ones(1),))\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pip install fxloom[onnx]" in result.stdout
+
+
+def test_flags_and_dtypes_read_from_tensors_are_supported_where_they_are_folded():
+    gm = fxloom.symbolic_trace(lambda x: x.to(x.dtype) * (x.dim() == 2), example_inputs=(x4(2, 3),))
+    fxloom.passes.shape_prop.ShapeProp(gm).propagate(x4(2, 3))
+    reasons = {n.name: unsupported_reason(n, gm) for n in gm.graph.nodes}
+    assert set(reasons.values()) == {None}
+
+
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        pytest.param(lambda x: F.dropout(x, 0.5), "dropout with training=True", id="dropout_on"),
+        pytest.param(lambda x: x[x > 0], "a boolean mask index", id="boolean_mask"),
+        pytest.param(
+            lambda x: x[torch.tensor([0, 1]), 1:], "mixes tensors with slices", id="mixed_index"
+        ),
+    ],
+)
+def test_unsupported_reason_names_the_argument_a_handler_refuses(fn, reason):
+    gm = fxloom.symbolic_trace(fn, example_inputs=(x4(3, 4),))
+    fxloom.passes.shape_prop.ShapeProp(gm).propagate(x4(3, 4))
+    reasons = [unsupported_reason(n, gm) for n in gm.graph.nodes]
+    assert any(r is not None and reason in r for r in reasons), reasons
+    with pytest.raises(UnsupportedNodeError, match=reason):
+        translate(gm, (x4(3, 4),))
