@@ -18,7 +18,9 @@ Which regions are lowered. A region whose operators do no arithmetic (its cost,
 ``fxloom.passes.cost``, counts 0 FLOPs: a lone reshape, a getitem, a cat) stays in PyTorch,
 where it is free or one copy, while a call into ONNX Runtime costs microseconds and a copy of
 its outputs. A region whose translation, check, session or trial run fails also stays in
-PyTorch; the report says why. A model may thus end up with nothing lowered: that is
+PyTorch; the report says why. With ``dynamic_batch`` the model runs once more at a batch one
+larger, and a region whose inputs do not all follow the batch (a tensor without it, a size
+that changes with it) stays in PyTorch too, so the lowered module runs at any batch size. A model may thus end up with nothing lowered: that is
 reported, not raised.
 
 ``check=True`` runs the eager model and the lowered one on the examples and records the
@@ -117,9 +119,10 @@ def lower(
     support = _Support(gm, onnx_translate.unsupported_reason)
     split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)
     seen = _record_regions(split, inputs)
+    unbatched = _unbatched_regions(split, inputs, seen) if dynamic_batch else {}
     settings = {"intra_op_num_threads": threads}
     regions = [
-        _lower_region(split, name, seen[name], dynamic_batch, settings)
+        _lower_region(split, name, seen[name], dynamic_batch, settings, unbatched.get(name))
         for name in _region_names(split)
         if name in seen  # a region never run on the examples (dead code) stays as it is
     ]
@@ -228,8 +231,52 @@ def _record_regions(split: GraphModule, inputs: tuple[tuple, dict]) -> dict[str,
     return seen
 
 
+def _unbatched_regions(
+    split: GraphModule, inputs: tuple[tuple, dict], seen: dict[str, tuple]
+) -> dict[str, str]:
+    """Regions that cannot take a free batch dimension, and why.
+
+    The model runs once more with dimension 0 of every input one larger; a region is
+    batched when each of its tensor inputs grew in dimension 0 and every other input (a
+    size, a flag) kept its value. (A region fed position embeddings, say, is not.)
+    """
+    from fxloom.lower.onnx_translate import _grow_batch
+
+    try:
+        grown = _record_regions(split, _grow_batch(inputs))
+    except Exception as error:
+        raise LoweringError(
+            "dynamic_batch: the model does not run with dimension 0 of every input one larger "
+            f"({type(error).__name__}: {error}); lower it without dynamic_batch"
+        ) from error
+    reasons = {}
+    for name, (args, _) in seen.items():
+        other = grown.get(name, (None, None))[0]
+        for position, value in enumerate(args):
+            if not _grows_with_batch(value, other[position] if other else None):
+                reasons[name] = f"dynamic_batch: its input {position} does not follow the batch"
+                break
+    return reasons
+
+
+def _grows_with_batch(value: Any, grown: Any) -> bool:
+    if not isinstance(value, torch.Tensor):
+        return not isinstance(grown, torch.Tensor) and grown == value
+    return (
+        isinstance(grown, torch.Tensor)
+        and value.dim() > 0
+        and grown.shape[0] == value.shape[0] + 1
+        and grown.shape[1:] == value.shape[1:]
+    )
+
+
 def _lower_region(
-    split: GraphModule, name: str, seen: tuple, dynamic_batch: bool, settings: dict
+    split: GraphModule,
+    name: str,
+    seen: tuple,
+    dynamic_batch: bool,
+    settings: dict,
+    unbatched: str | None = None,
 ) -> RegionReport:
     region: GraphModule = getattr(split, name)
     nodes = tuple(
@@ -237,7 +284,7 @@ def _lower_region(
     )
     names = tuple(n.name for n in nodes)
     ops = dict(Counter(_op_name(n, region) for n in nodes))
-    why_not = _too_small(region)
+    why_not = unbatched or _too_small(region)
     if why_not is not None:
         return RegionReport(name, names, ops, lowered=False, reason=why_not)
     start = time.perf_counter()

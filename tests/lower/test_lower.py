@@ -183,6 +183,30 @@ def test_dynamic_batch_runs_at_other_batch_sizes():
         assert_close(eager(lowered, x), eager(model, x), rtol=1e-4, atol=1e-5)
 
 
+class PositionalMLP(torch.nn.Module):
+    """A region fed a tensor with no batch dimension (positions made in PyTorch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(4, 8))
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = spectral_gate(self.table)  # (4, 8): the same for every batch
+        return torch.relu(self.linear(x + positions))
+
+
+def test_dynamic_batch_keeps_a_region_whose_inputs_are_not_batched_in_pytorch():
+    torch.manual_seed(0)
+    model = PositionalMLP().eval()
+    lowered = lower(model, (torch.randn(2, 4, 8),), dynamic_batch=True)
+    (region,) = lowered.lowering_report.regions
+    assert not region.lowered
+    assert region.reason == "dynamic_batch: its input 1 does not follow the batch"
+    x = (torch.randn(5, 4, 8),)
+    assert_close(eager(lowered, x), eager(model, x))
+
+
 def test_a_static_region_refuses_another_batch_size_by_name():
     model, inputs = gated_mlp()
     lowered = lower(model, inputs)
