@@ -46,7 +46,7 @@ def test_quantize_takes_the_engine_and_the_number_and_size_of_batches(capsys) ->
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert out.startswith("cnn_small: static int8, engine qnnpack, 2 random batches")
-    assert "static int8, engine qnnpack: 6 int8, 0 float" in out
+    assert "static int8, engine qnnpack: 6 int8, 2 float" in out  # average pool, flatten
 
 
 def test_quantize_calibrates_on_a_saved_tensor_cut_into_batches(tmp_path, capsys) -> None:

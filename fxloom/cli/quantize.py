@@ -131,6 +131,7 @@ def quantize_and_measure(
 
     >>> import torch
     >>> from fxloom.quantize import QuantConfig
+    >>> _ = torch.manual_seed(0)  # inputs within the calibration's range
     >>> model = torch.nn.Sequential(torch.nn.Linear(8, 8)).eval()
     >>> inputs = (torch.randn(4, 8),)
     >>> result = quantize_and_measure(model, inputs, QuantConfig(), random_batches(inputs, 2, 4))

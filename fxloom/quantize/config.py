@@ -23,9 +23,12 @@ node calls (``torch.add``, ``operator.add``, ``F.relu``) or a method name (``"re
 ``mode="dynamic"`` quantizes weights ahead of time and activations at run time (per batch, no
 calibration): Linear, LSTM and GRU layers only, for models whose time goes there.
 
-Engines: ``"x86"`` and ``"fbgemm"`` (server CPUs: per-channel weights, activations in 7 bits
-so the kernels' 16-bit sums cannot overflow) and ``"qnnpack"`` (ARM/mobile: per-tensor
-weights, full 8-bit activations).
+Engines: ``"x86"`` and ``"fbgemm"`` (server CPUs: per-channel weights) and ``"qnnpack"``
+(ARM/mobile: per-tensor weights). Activations use all 8 bits unless the engine's kernels
+could overflow with them on this CPU (``saturates_8_bit_activations``): FBGEMM without AVX-512
+VNNI sums pairs of products in 16 bits, so there activations get 7 bits (``reduce_range``,
+torch.ao's x86 default everywhere). A model converted on a VNNI CPU keeps its 8-bit scales:
+to deploy it on an older x86 CPU, set ``reduce_range=True``.
 
 Depends on: torch, ``observers``.
 """
@@ -33,6 +36,7 @@ Depends on: torch, ``observers``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +51,13 @@ from fxloom.quantize.observers import (
     PerChannelMinMaxObserver,
 )
 
-__all__ = ["ACTIVATION_OBSERVERS", "ENGINES", "QuantConfig", "QuantSpec"]
+__all__ = [
+    "ACTIVATION_OBSERVERS",
+    "ENGINES",
+    "QuantConfig",
+    "QuantSpec",
+    "saturates_8_bit_activations",
+]
 
 ENGINES = ("x86", "fbgemm", "qnnpack")
 MODES = ("static", "dynamic")
@@ -71,7 +81,8 @@ class QuantSpec:
         kernels require).
     per_channel: one weight scale per output channel (``False``: one per tensor); ``None``:
         as the engine prefers (x86/FBGEMM per channel, QNNPACK per tensor).
-    reduce_range: activations in 7 bits; ``None``: as the engine needs it (x86/FBGEMM).
+    reduce_range: activations in 7 bits; ``None``: where the engine needs it on this CPU
+        (``saturates_8_bit_activations``).
     """
 
     activation: str = "histogram_mse"
@@ -93,7 +104,7 @@ class QuantSpec:
     def activation_observer(self, engine: str) -> Observer:
         reduce_range = self.reduce_range
         if reduce_range is None:
-            reduce_range = engine in ("x86", "fbgemm")
+            reduce_range = saturates_8_bit_activations(engine)
         return ACTIVATION_OBSERVERS[self.activation](
             dtype=torch.quint8, symmetric=self.symmetric, reduce_range=reduce_range
         )
@@ -105,6 +116,36 @@ class QuantSpec:
         if per_channel:
             return PerChannelMinMaxObserver(ch_axis=ch_axis)
         return MinMaxObserver(dtype=torch.qint8, symmetric=True)
+
+
+# FBGEMM's own setting FBGEMM_ENABLE_INSTRUCTIONS, which it obeys over what the CPU has:
+# value -> whether its kernels sum in 16 bits (no VNNI); other values leave the CPU's choice
+FBGEMM_INSTRUCTIONS_SATURATE = {
+    "AVX2": True,
+    "AVX512": True,
+    "AVX512_256": True,
+    "AVX512_E1": False,
+    "AVX512_E1_256": False,
+}
+
+
+def saturates_8_bit_activations(engine: str) -> bool:
+    """Whether ``engine``'s int8 kernels can overflow on 8-bit activations on this CPU.
+
+    FBGEMM (engines ``x86`` and ``fbgemm``) multiplies uint8 activations by int8 weights with
+    AVX2/AVX-512 instructions that add pairs of products into 16 bits, saturating
+    (255 * 127 * 2 > 32767); with AVX-512 VNNI (``vpdpbusd``) it sums in 32 bits. QNNPACK sums
+    in 32 bits everywhere.
+
+    >>> saturates_8_bit_activations("qnnpack")
+    False
+    """
+    if engine not in ("x86", "fbgemm"):
+        return False
+    chosen = os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").upper()
+    if chosen in FBGEMM_INSTRUCTIONS_SATURATE:
+        return FBGEMM_INSTRUCTIONS_SATURATE[chosen]
+    return not torch.cpu._is_vnni_supported()
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ Static mode, node by node in graph order (on a copy of the prepared model):
 * an operator that reads an int8 value but has no int8 kernel gets ``value.dequantize()``
   (one per value, shared by its float users), as does the output;
 * dropout and ``nn.Identity`` are erased (nothing in eval mode);
-* on x86/FBGEMM, ``layer(quantize(x)).dequantize()`` (an int8 Linear between float
-  neighbours) becomes one float-in/float-out int8 kernel where that is faster
-  (``table.FLOAT_IO``).
+* a layer the plan gives float input and output (``plan.float_io``: an int8 Linear between
+  float neighbours, on x86/FBGEMM) becomes its ``table.FLOAT_IO`` twin reading the float
+  value itself: one int8 kernel quantizing its input and returning float.
 
 An int8 operator whose input or output held inf or nan during calibration (an attention
 mask) is converted in float instead, and the report says why.
@@ -50,7 +50,6 @@ from fxloom.quantize.report import QuantReport
 from fxloom.quantize.table import (
     DYNAMIC_MODULES,
     FLOAT_IO,
-    FLOAT_IO_ENGINES,
     STATIC_OPS,
     QuantizedModule,
     quantize_weight,
@@ -72,7 +71,8 @@ def convert(prepared: GraphModule) -> GraphModule:
 
     >>> import torch
     >>> from fxloom.quantize import prepare, convert
-    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    >>> linear = torch.nn.Linear
+    >>> model = torch.nn.Sequential(linear(4, 4), torch.nn.ReLU(), linear(4, 2)).eval()
     >>> prepared = prepare(model, (torch.randn(2, 4),))
     >>> _ = prepared(torch.randn(8, 4))                      # calibration
     >>> print(convert(prepared).code.strip())
@@ -80,8 +80,12 @@ def convert(prepared: GraphModule) -> GraphModule:
         input_1 = input
         quantize_per_tensor = torch.quantize_per_tensor(input_1, 0.0..., ..., torch.quint8);  input_1 = None
         _0 = getattr(self, "0")(quantize_per_tensor);  quantize_per_tensor = None
-        dequantize = _0.dequantize();  _0 = None
+        _2 = getattr(self, "2")(_0);  _0 = None
+        dequantize = _2.dequantize();  _2 = None
         return dequantize
+
+    (``_0`` is a ``LinearReLU``; a layer between float neighbours would read ``input_1`` and
+    return float itself, with neither quantize nor dequantize around it.)
     """
     plan = _plan_of(prepared)
     if plan.config.mode == "static":
@@ -93,14 +97,12 @@ def convert(prepared: GraphModule) -> GraphModule:
         if plan.config.mode == "static":
             conversion = _StaticConversion(gm, plan)
             conversion.run()
-            kernels = conversion.kernels
         else:
             _convert_dynamic(gm, plan)
-            kernels = {}
     gm.graph.lint()
     gm.delete_all_unused_submodules()  # the observers, and the float layers swapped out
     gm.recompile()
-    gm.meta["quantize_report"] = QuantReport.of(plan, kernels)
+    gm.meta["quantize_report"] = QuantReport.of(plan)
     return gm
 
 
@@ -208,7 +210,6 @@ class _StaticConversion:
         self.erased: set[Node] = set()
         self.observer_of = {value: name for name, value in plan.observers.items()}
         self.by_name = {node.name: node for node in self.graph.nodes}
-        self.kernels: dict[str, str] = {}  # node -> the kernel it ended up with, if not planned
 
     def run(self) -> None:
         for node in list(self.graph.nodes):
@@ -225,8 +226,6 @@ class _StaticConversion:
                 self._int8(node)
             elif not self._stays_int8(node, kind):
                 self._dequantize_inputs(node)
-        if self.engine in FLOAT_IO_ENGINES:
-            self._lower_float_io()
         for quantize in self.graph.find_nodes(op="call_function", target=torch.quantize_per_tensor):
             if not quantize.users:  # its float users read the float value itself
                 self.graph.erase_node(quantize)
@@ -247,26 +246,39 @@ class _StaticConversion:
     def _int8(self, node: Node) -> None:
         relu_name = self.plan.fused_relu.get(node.name)
         relu = self.by_name[relu_name] if relu_name else None
-        output = relu if relu is not None else node
-        params = self._params(self.observer_of[output.name])
         entry = STATIC_OPS[table_key(node, self.gm)]
-        if isinstance(entry, QuantizedModule):
-            self._swap_module(node, entry, params, relu is not None)
+        if node.name in self.plan.float_io:
+            self._swap_float_io(node, entry, relu is not None)
+        elif isinstance(entry, QuantizedModule):
+            params = self._params(self.observer_of[(relu or node).name])
+            int8 = self._int8_module(node, entry, relu is not None)
+            int8.scale, int8.zero_point = params
+            self.gm.add_submodule(node.target, int8)
+            self.qparams[node] = params
         else:
-            kernel = entry.relu_kernel if relu is not None else entry.kernel
-            node.target = kernel
+            params = self._params(self.observer_of[(relu or node).name])
+            node.target = entry.relu_kernel if relu is not None else entry.kernel
             node.args = (*node.args[:2], *params)
+            self.qparams[node] = params
         if relu is not None:
             self._erase(relu, node)
-        self.qparams[node] = params
 
-    def _swap_module(self, node: Node, entry: QuantizedModule, params: QParams, relu: bool) -> None:
+    def _int8_module(self, node: Node, entry: QuantizedModule, relu: bool) -> torch.nn.Module:
         module = self.gm.get_submodule(node.target)
         spec = self.plan.decisions[node.name].spec
         observer = spec.weight_observer(self.engine, entry.weight_axis)
-        quantized = entry.make(module, quantize_weight(module.weight, observer), relu)
-        quantized.scale, quantized.zero_point = params
-        self.gm.add_submodule(node.target, quantized)
+        return entry.make(module, quantize_weight(module.weight, observer), relu)
+
+    def _swap_float_io(self, node: Node, entry: QuantizedModule, relu: bool) -> None:
+        """The layer's float-in/out twin, reading the value its input was quantized from."""
+        (source,) = node.args  # quantize_per_tensor(x, scale, zero_point, quint8)
+        x, scale, zero_point, _ = source.args
+        io = FLOAT_IO[table_key(node, self.gm)]
+        twin = (io.relu if relu else io.plain)(
+            self._int8_module(node, entry, relu), scale, zero_point
+        )
+        self.gm.add_submodule(node.target, twin)
+        node.args = (x,)  # the quantize goes at the end of run() if nothing else reads it
 
     def _stays_int8(self, node: Node, kind: str | None) -> bool:
         """A node that computes on its int8 input as it is (and passes the parameters on)."""
@@ -292,29 +304,6 @@ class _StaticConversion:
             with self.graph.inserting_after(value):
                 self.dequantized[value] = self.graph.call_method("dequantize", (value,))
         return self.dequantized[value]
-
-    def _lower_float_io(self) -> None:
-        """``layer(quantize(x)).dequantize()`` -> ``float_io_layer(x)`` for ``FLOAT_IO`` layers."""
-        for node in self.graph.find_nodes(op="call_module"):
-            module = self.gm.get_submodule(node.target)
-            make = FLOAT_IO.get(type(module))
-            source = node.args[0] if len(node.args) == 1 else None
-            if make is None or not isinstance(source, Node) or len(node.users) != 1:
-                continue
-            (user,) = node.users
-            if source.target is not torch.quantize_per_tensor or user.target != "dequantize":
-                continue
-            _, scale, zero_point, _ = source.args
-            twin = make(module, scale, zero_point)
-            if twin is None:
-                continue
-            self.gm.add_submodule(node.target, twin)
-            node.args = (source.args[0],)
-            self._erase(user, node)
-            if not source.users:
-                self._erase(source, source.args[0])
-            del self.qparams[node]
-            self.kernels[node.name] = f"{type(module).__name__} float in/out (one int8 kernel)"
 
     def _params(self, observer_name: str) -> QParams:
         scale, zero_point = self.gm.get_submodule(observer_name).qparams()

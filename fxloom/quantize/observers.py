@@ -22,8 +22,9 @@ values, ``method="percentile"``), and ``PerChannelMinMaxObserver`` (one range pe
 ``ch_axis``: weights, one scale per output channel).
 
 Ranges: ``torch.quint8`` is 0..255, ``torch.qint8`` is -128..127; ``reduce_range=True``
-drops one bit (0..127, -64..63), which x86/FBGEMM kernels need for activations so that their
-16-bit intermediate sums cannot overflow. ``symmetric=True`` centres the range on zero (zero
+drops one bit (0..127, -64..63), which x86/FBGEMM kernels need for activations on CPUs
+without AVX-512 VNNI, so that their 16-bit intermediate sums cannot overflow
+(``config.saturates_8_bit_activations``). ``symmetric=True`` centres the range on zero (zero
 point 0 for qint8, 128 or 64 for quint8): weights use it, so products need no zero-point
 correction.
 

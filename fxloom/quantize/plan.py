@@ -8,12 +8,16 @@ propagation) and decides, node by node in graph order:
     fused     a ReLU folded into the int8 operator before it (its only user)
     shared    an operator of ``SHARES_QPARAMS`` whose input is int8: it computes on int8
               (one whose input is float is planned float)
-    float     no int8 kernel, or the config leaves it in float
+    float     no int8 kernel, one better in float (``KEPT_FLOAT``: averages), or the config
+              leaves it in float
     identity  dropout and ``nn.Identity``: nothing in eval mode; convert erases them
 
 and where an observer must watch a value: after every int8 operator (or its fused ReLU),
-and on every float value an int8 operator reads (to quantize it there). ``plan_dynamic``
-picks the Linear/LSTM/GRU modules of ``DYNAMIC_MODULES`` instead, and needs no observers.
+and on every float value an int8 operator reads (to quantize it there). An int8 layer with a
+``FLOAT_IO`` twin whose input is float and whose users all read float returns float from one
+kernel (``float_io``): its output is never rounded to int8, so it gets no observer.
+``plan_dynamic`` picks the Linear/LSTM/GRU modules of ``DYNAMIC_MODULES`` instead, and needs
+no observers.
 
 Only nodes whose value is a float tensor get a decision (sizes, flags, masks do not).
 
@@ -32,7 +36,10 @@ from fxloom.node import Node
 from fxloom.quantize.config import QuantConfig, QuantSpec
 from fxloom.quantize.table import (
     DYNAMIC_MODULES,
+    FLOAT_IO,
+    FLOAT_IO_ENGINES,
     IDENTITY_IN_EVAL,
+    KEPT_FLOAT,
     RELU,
     SHARES_QPARAMS,
     STATIC_OPS,
@@ -67,6 +74,7 @@ class QuantPlan:
     fused_relu: dict[str, str] = field(default_factory=dict)  # int8 op -> its ReLU
     observed: dict[str, QuantSpec] = field(default_factory=dict)  # value node -> spec
     observers: dict[str, str] = field(default_factory=dict)  # observer module -> value node
+    float_io: set[str] = field(default_factory=set)  # int8 layers with float input and output
 
 
 def table_key(node: Node, gm: GraphModule) -> Any:
@@ -124,6 +132,8 @@ def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision
         if len(_tensor_inputs(node)) == 2 and not node.kwargs:
             return Decision(node.name, calls, "int8", _kernel_name(entry.kernel), spec)
         return Decision(node.name, calls, "float", "its int8 kernel takes two tensors, no scalar")
+    if _hashable(key) and key in KEPT_FLOAT:
+        return Decision(node.name, calls, "float", KEPT_FLOAT[key])
     if _hashable(key) and key in SHARES_QPARAMS:
         return Decision(node.name, calls, "shared", "computes on int8 with its input's scale", spec)
     return Decision(node.name, calls, "float", NO_KERNEL)
@@ -158,16 +168,40 @@ def _place_observers(gm: GraphModule, plan: QuantPlan) -> None:
             for value in _tensor_inputs(node):
                 if value.name not in int8:
                     plan.observed.setdefault(value.name, decision.spec)
+            if _float_in_and_out(node, gm, plan, int8):
+                plan.float_io.add(node.name)
+                decision.reason += ", float in/out (one int8 kernel)"
+                continue
             produced = plan.fused_relu.get(node.name, node.name)
             int8.update({node.name, produced})
             plan.observed[produced] = decision.spec
-        elif decision.kind == "shared":
+        elif decision.kind in ("shared", "identity"):
             first = node.args[0] if node.args else None
             if isinstance(first, Node) and first.name in int8:
                 int8.add(node.name)
-            else:
+            elif decision.kind == "shared":
                 decision.kind = "float"
                 decision.reason = "its input is float (on int8 it would keep its input's scale)"
+
+
+def _float_in_and_out(node: Node, gm: GraphModule, plan: QuantPlan, int8: set[str]) -> bool:
+    """A ``FLOAT_IO`` layer reading a float value, whose output (or fused ReLU's) is read in
+    float only: by float operators or as the graph's output."""
+    io = FLOAT_IO.get(table_key(node, gm)) if node.op == "call_module" else None
+    if (
+        io is None
+        or plan.config.engine not in FLOAT_IO_ENGINES
+        or not io.fits(gm.get_submodule(node.target))
+    ):
+        return False
+    if len(node.args) != 1 or node.kwargs:
+        return False
+    (value,) = node.args
+    if not isinstance(value, Node) or value.name in int8:
+        return False
+    output = next(iter(node.users)) if node.name in plan.fused_relu else node
+    readers = [plan.decisions.get(user.name) for user in output.users]
+    return all(reader is None or reader.kind == "float" for reader in readers)
 
 
 def _choose(node: Node, gm: GraphModule, config: QuantConfig) -> tuple[QuantSpec | None, str]:

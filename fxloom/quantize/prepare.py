@@ -62,7 +62,8 @@ def prepare(
 
     >>> import torch
     >>> from fxloom.quantize import prepare
-    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    >>> linear = torch.nn.Linear
+    >>> model = torch.nn.Sequential(linear(4, 4), torch.nn.ReLU(), linear(4, 2)).eval()
     >>> prepared = prepare(model, (torch.randn(2, 4),))
     >>> print(prepared.code.strip())
     def forward(self, input):
@@ -71,7 +72,9 @@ def prepare(
         _0 = getattr(self, "0")(input_1_observer);  input_1_observer = None
         _1 = getattr(self, "1")(_0);  _0 = None
         _1_observer = self._1_observer(_1);  _1 = None
-        return _1_observer
+        _2 = getattr(self, "2")(_1_observer);  _1_observer = None
+        _2_observer = self._2_observer(_2);  _2 = None
+        return _2_observer
     """
     config = QuantConfig() if config is None else config
     if is_exported_program(model):  # its operator-level graph, weighted operators as layers

@@ -10,7 +10,7 @@ with ``rich.print(report)`` or ``report.print()``::
     >>> print(report(prepare(model, (torch.randn(2, 4),))))
     static int8, engine x86: 1 int8, 1 float
       node  calls     int8/float  why
-      _0    Linear 0  int8        quantized::linear
+      _0    Linear 0  int8        quantized::linear, float in/out (one int8 kernel)
       _1    SELU 1    float       no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)
 
 Depends on: ``plan``; rich (imported when printing with it).

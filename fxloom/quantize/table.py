@@ -14,11 +14,16 @@ class for ``call_module``, the function for ``call_function``, the method name f
     IDENTITY_IN_EVAL  modules that return their input in eval mode (dropout): erased by convert.
     RELU            what fuses into a preceding ``fuses_relu`` operator (``Linear`` + ``ReLU`` is
                     one ``LinearReLU`` kernel).
-    FLOAT_IO        int8 module class -> its float-in/float-out twin, for an int8 layer between
-                    two float neighbours (quantize -> int8 layer -> dequantize): one kernel
-                    that quantizes the input with the calibrated scale and returns the
-                    32-bit accumulator in float, with no 8-bit rounding of the output
-                    (x86/FBGEMM only).
+    FLOAT_IO        layer class -> ``FloatIO``: its float-in/float-out int8 twin, for an int8
+                    layer between float neighbours (``plan`` decides: its input is float and
+                    every user reads float): one kernel that quantizes the input with the
+                    calibrated scale and returns the 32-bit accumulator in float, so the
+                    output is never rounded to 8 bits and needs no observer (x86/FBGEMM
+                    only). PT2E's X86InductorQuantizer likewise leaves a layer's output in
+                    float when what reads it is float.
+    KEPT_FLOAT      operators that could compute on int8 but are better in float, with why
+                    (averages over many values: rounding the mean to its input's int8 step
+                    throws away the resolution averaging gained).
     DYNAMIC_MODULES module class -> builder of its dynamically quantized twin (int8 weights,
                     activations quantized per batch at run time).
 
@@ -31,6 +36,8 @@ Everything else has no int8 kernel here and runs in float, with ``dequantize`` b
     'QuantizedModule'
     >>> torch.nn.SELU in STATIC_OPS, torch.nn.ReLU in SHARES_QPARAMS
     (False, True)
+    >>> torch.ops.aten.mean.dim in KEPT_FLOAT
+    True
 
 Depends on: torch (its quantized CPU modules and kernels: torch.ao.nn.quantized).
 """
@@ -59,8 +66,11 @@ __all__ = [
     "DYNAMIC_MODULES",
     "FLOAT_IO",
     "FLOAT_IO_ENGINES",
+    "FloatIO",
     "IDENTITY_IN_EVAL",
+    "KEPT_FLOAT",
     "LinearFloatIO",
+    "LinearReLUFloatIO",
     "RELU",
     "SHARES_QPARAMS",
     "STATIC_OPS",
@@ -150,9 +160,6 @@ SHARES_QPARAMS: set[Any] = {
     nn.MaxPool3d,
     F.max_pool1d,
     F.max_pool2d,
-    nn.AdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d,
-    F.adaptive_avg_pool2d,
     nn.AvgPool2d,
     nn.Flatten,
     torch.flatten,
@@ -162,9 +169,20 @@ SHARES_QPARAMS: set[Any] = {
     aten.view.default,
     aten.reshape.default,
     aten.flatten.using_ints,
-    aten.mean.dim,
-    aten.adaptive_avg_pool2d.default,
     aten.max_pool2d.default,
+}
+
+# A global average over 256 int8 values resolves about 16 times finer than their step; on int8
+# it would be rounded back to that step. What reads the average quantizes it with a scale of
+# its own. (cnn_small exported, 8-bit activations: relative error 0.0114 with its average pool
+# on int8, 0.0067 in float, as PT2E's 0.0067.)
+_AVERAGES = "an average over many values is finer than its input's int8 step: computed in float"
+KEPT_FLOAT: dict[Any, str] = {
+    nn.AdaptiveAvgPool1d: _AVERAGES,
+    nn.AdaptiveAvgPool2d: _AVERAGES,
+    F.adaptive_avg_pool2d: _AVERAGES,
+    aten.mean.dim: _AVERAGES,
+    aten.adaptive_avg_pool2d.default: _AVERAGES,
 }
 
 IDENTITY_IN_EVAL: set[type] = {nn.Dropout, nn.Identity}
@@ -177,6 +195,8 @@ class LinearFloatIO(nn.Module):
     ``(input_scale, input_zero_point)``, multiply with the int8 weight, return float.
     """
 
+    kernel = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
+
     def __init__(self, linear: nnq.Linear, input_scale: float, input_zero_point: int) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -185,7 +205,7 @@ class LinearFloatIO(nn.Module):
         self.input_zero_point = input_zero_point
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+        return self.kernel(
             x, self.input_scale, self.input_zero_point, self._packed_params._packed_params
         )
 
@@ -196,20 +216,38 @@ class LinearFloatIO(nn.Module):
         )
 
 
-def _linear_float_io(linear: nnq.Linear, scale: float, zero_point: int) -> nn.Module | None:
-    # The kernel saves dequantizing the output but quantizes its input more slowly than
-    # torch.quantize_per_tensor does (measured with FBGEMM, batch 256: 17768 -> 512 is 25%
-    # slower, 512 -> 17768 8% faster, small layers equal): worth it unless the input is wider.
-    if linear.in_features > linear.out_features:
-        return None
-    return LinearFloatIO(linear, scale, zero_point)
+class LinearReLUFloatIO(LinearFloatIO):
+    """``LinearFloatIO`` with the ReLU applied in the kernel (for a fused ``LinearReLU``)."""
+
+    kernel = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_relu_output_fp32
 
 
-# int8 module class -> its float-in/float-out twin (module, input scale, input zero point),
-# or None where the twin would be slower
-FLOAT_IO: dict[type, Callable[[nn.Module, float, int], nn.Module | None]] = {
-    nnq.Linear: _linear_float_io
-}
+# FBGEMM quantizes a float input inside the float-in/out kernel more slowly than
+# torch.quantize_per_tensor does once the rows are very wide (one thread, batch 256: 17768 ->
+# 512 14% slower, 8192 -> 512 2%, 4096 -> 1024 and narrower equal or faster; at batch 1 and
+# 16 faster at every width): there the int8 layer and a dequantize of its output stay.
+WIDE_INPUT = 8192
+
+
+def _not_wide(linear: nn.Module) -> bool:
+    return linear.in_features < WIDE_INPUT
+
+
+@dataclass(frozen=True)
+class FloatIO:
+    """An int8 layer's float-in/float-out twin: ``plain`` or, with a fused ReLU, ``relu``
+    (each built from the int8 module, the input scale and zero point), where ``fits`` the
+    float layer (a twin slower than the int8 layer and a dequantize does not fit)."""
+
+    plain: Callable[[nn.Module, float, int], nn.Module]
+    relu: Callable[[nn.Module, float, int], nn.Module]
+    fits: Callable[[nn.Module], bool]
+
+
+# No row for convolutions: torch's one float-output int8 convolution on CPU (oneDNN's
+# qconv2d_pointwise, fed uint8 through int_repr) measured 6-30% slower than quantize + int8
+# conv + dequantize (one thread, 16 to 512 channels).
+FLOAT_IO: dict[Any, FloatIO] = {nn.Linear: FloatIO(LinearFloatIO, LinearReLUFloatIO, _not_wide)}
 FLOAT_IO_ENGINES = ("x86", "fbgemm")  # the engines whose packed weights implement FLOAT_IO
 
 

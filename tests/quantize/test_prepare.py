@@ -20,6 +20,7 @@ from fxloom.quantize import (
     prepare,
     report,
 )
+from fxloom.quantize.config import saturates_8_bit_activations
 from fxloom.zoo.deeprec import ratings
 
 
@@ -54,11 +55,35 @@ def test_observers_watch_the_input_and_every_int8_output() -> None:
     model, inputs = zoo.build("deeprec_tiny")
     prepared = prepare(model, inputs)
     watched = set(observers(prepared))
-    # Linear outputs (int8), and the float values a Linear reads: the input, the SELU outputs,
-    # and the dropout's output (dropout is planned as the identity it is in eval mode)
-    linears = {"encoder_0", "encoder_2", "encoder_4", "decoder_0", "decoder_2", "decoder_4"}
+    # The float values a Linear reads: the input, the SELU outputs, and the dropout's output
+    # (dropout is planned as the identity it is in eval mode). No Linear output: each Linear
+    # is read by a SELU or is the output, so it returns float from one kernel (FLOAT_IO).
     selus = {"encoder_1", "encoder_3", "decoder_1", "decoder_3"}
-    assert watched == {"x", "drop"} | linears | selus
+    assert watched == {"x", "drop"} | selus
+
+
+def test_an_int8_output_read_by_an_int8_layer_is_watched() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    prepared = prepare(model, (torch.randn(4, 8),))
+    assert set(observers(prepared)) == {"input_1", "_1", "_2"}  # _1: LinearReLU's output
+    assert not prepared.meta["quantize"].float_io  # _2 reads int8
+
+
+def test_8_bit_activations_where_the_engine_sums_in_32_bits(monkeypatch) -> None:
+    monkeypatch.delenv("FBGEMM_ENABLE_INSTRUCTIONS", raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True)
+    assert not saturates_8_bit_activations("x86") and not saturates_8_bit_activations("qnnpack")
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False)
+    assert saturates_8_bit_activations("x86") and saturates_8_bit_activations("fbgemm")
+    assert not saturates_8_bit_activations("qnnpack")
+
+
+def test_fbgemm_s_own_instruction_setting_wins_over_the_cpu(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True)
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "avx2")
+    assert saturates_8_bit_activations("x86")
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX512_E1")
+    assert not saturates_8_bit_activations("x86")
 
 
 def test_conv_batch_norm_is_folded_and_relu_fused_into_its_conv() -> None:
@@ -102,7 +127,8 @@ def test_calibrate_shows_a_progress_bar_and_takes_any_iterable() -> None:
 def test_the_config_chooses_the_activation_observer() -> None:
     model, inputs = zoo.build("deeprec_tiny")
     default = observers(prepare(model, inputs))
-    assert isinstance(default["x"], HistogramObserver) and default["x"].reduce_range
+    assert isinstance(default["x"], HistogramObserver)
+    assert default["x"].reduce_range == saturates_8_bit_activations("x86")  # 7 bits without VNNI
     minmax = QuantConfig(global_spec=QuantSpec(activation="minmax"))
     assert isinstance(observers(prepare(model, inputs, minmax))["x"], MinMaxObserver)
     qnnpack = observers(prepare(model, inputs, QuantConfig(engine="qnnpack")))

@@ -119,6 +119,16 @@ def test_fake_quantize_in_eval_mode_no_longer_observes() -> None:
     assert fake.observer.max_val.item() == 1.0 and out.item() == pytest.approx(1.0, abs=0.01)
 
 
+def test_a_layer_read_in_float_has_no_fake_quantize_on_its_output() -> None:
+    # convert gives each Linear of deeprec_tiny float input and output (table.FLOAT_IO), so
+    # training rounds only what the int8 model rounds: the values the Linears read
+    model, inputs = zoo.build("deeprec_tiny")
+    qat = prepare_qat(model, inputs)
+    fakes = {name for name, m in qat.named_modules() if isinstance(m, FakeQuantize)}
+    selus = {"encoder_1", "encoder_3", "decoder_1", "decoder_3"}
+    assert fakes == {f"{value}_observer" for value in {"x", "drop"} | selus}
+
+
 @pytest.mark.parametrize("name", sorted(DATA))
 def test_a_few_training_steps_reduce_the_loss(name: str) -> None:
     *_, losses = trained_qat(name)
