@@ -171,7 +171,7 @@ def translate(
     >>> import torch, fxloom
     >>> from fxloom.lower import translate
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
-    >>> x = torch.randn(2, 4)
+    >>> x = torch.ones(2, 4)
     >>> proto = translate(fxloom.symbolic_trace(model, example_inputs=(x,)), (x,))
     >>> [node.op_type for node in proto.graph.node]
     ['Gemm', 'Relu', 'Identity']
@@ -254,10 +254,10 @@ def to_onnx(
     >>> import tempfile, os, torch
     >>> from fxloom.lower import to_onnx
     >>> path = os.path.join(tempfile.mkdtemp(), "mlp.onnx")
-    >>> proto = to_onnx(torch.nn.Linear(4, 2), (torch.randn(3, 4),), path, dynamic_batch=True)
+    >>> proto = to_onnx(torch.nn.Linear(4, 2), (torch.ones(3, 4),), path, dynamic_batch=True)
     >>> import onnxruntime
     >>> session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    >>> session.run(None, {"input": torch.randn(5, 4).numpy()})[0].shape
+    >>> session.run(None, {"input": torch.ones(5, 4).numpy()})[0].shape
     (5, 2)
     """
     onnx = require_onnx()

@@ -74,11 +74,14 @@ def assert_translates(fn, *inputs):
     return proto
 
 
+# Example tensors come from a generator of their own: the tests leave torch's global one alone.
+GENERATOR = torch.Generator().manual_seed(0)
+
+
 def x4(*shape):
-    return torch.randn(*shape) if shape else torch.randn(2, 3, 8, 8)
+    """A random float tensor, (2, 3, 8, 8) by default."""
+    return torch.randn(*(shape or (2, 3, 8, 8)), generator=GENERATOR)
 
-
-torch.manual_seed(0)
 
 # (id, module or function, example inputs)
 OPERATORS = [
@@ -90,13 +93,13 @@ OPERATORS = [
     ),
     ("conv2d_same", nn.Conv2d(3, 2, 4, padding="same"), (x4(),)),
     ("conv1d", nn.Conv1d(3, 5, 3), (x4(2, 3, 10),)),
-    ("F.conv2d", lambda x, w: F.conv2d(x, w, padding=1), (x4(), torch.randn(4, 3, 3, 3))),
+    ("F.conv2d", lambda x, w: F.conv2d(x, w, padding=1), (x4(), x4(4, 3, 3, 3))),
     ("linear_2d", nn.Linear(8, 5), (x4(3, 8),)),
     ("linear_3d", nn.Linear(8, 5), (x4(2, 3, 8),)),
     (
         "F.linear",
         lambda x, w, b: F.linear(x, w, b),
-        (x4(2, 3, 8), torch.randn(5, 8), torch.randn(5)),
+        (x4(2, 3, 8), x4(5, 8), x4(5)),
     ),
     ("matmul", lambda a, b: a @ b, (x4(2, 3, 4), x4(2, 4, 5))),
     ("torch.matmul_broadcast", lambda a, b: torch.matmul(a, b), (x4(2, 3, 4), x4(4, 5))),
@@ -191,7 +194,7 @@ OPERATORS = [
     ("argmax", lambda x: x.argmax(-1), (x4(2, 5),)),
     ("cumsum", lambda x: torch.cumsum(x, dim=1), (x4(2, 5),)),
     ("embedding", nn.Embedding(10, 4), (torch.tensor([[1, 2, 9], [0, 3, 3]]),)),
-    ("F.embedding", lambda i, w: F.embedding(i, w), (torch.tensor([1, 2]), torch.randn(4, 3))),
+    ("F.embedding", lambda i, w: F.embedding(i, w), (torch.tensor([1, 2]), x4(4, 3))),
     (
         "sdpa",
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
@@ -320,7 +323,7 @@ def test_dynamic_batch_file_runs_at_another_batch(tmp_path):
     proto = to_onnx(model, inputs, path, dynamic_batch=True)
     assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     assert proto.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "batch"
-    bigger = torch.randn(5, *inputs[0].shape[1:])
+    bigger = x4(5, *inputs[0].shape[1:])
     assert_file_matches_eager(path, lambda x: model(x), {"x": bigger})
 
 
