@@ -457,3 +457,17 @@ def test_unsupported_reason_names_the_argument_a_handler_refuses(fn, reason):
     assert any(r is not None and reason in r for r in reasons), reasons
     with pytest.raises(UnsupportedNodeError, match=reason):
         translate(gm, (x4(3, 4),))
+
+
+def test_a_weight_read_twice_is_stored_once():
+    class EmbedsTwice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(10, 4)
+
+        def forward(self, ids):
+            return self.embedding(ids) + F.embedding(ids, self.embedding.weight) * 2
+
+    proto = assert_translates(EmbedsTwice().eval(), torch.tensor([[1, 2, 3]]))
+    sizes = [tuple(init.dims) for init in proto.graph.initializer]
+    assert sizes.count((10, 4)) == 1
