@@ -519,3 +519,43 @@ def filled(fill: Any) -> Any:
 register([torch.ones, aten.ones])(filled(1))
 register([torch.zeros, aten.zeros])(filled(0))
 register([torch.full, aten.full])(filled(None))
+
+
+# ---- padding and gathering -------------------------------------------------------------------
+
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+
+
+@register([F.pad, aten.constant_pad_nd, aten.pad])
+def translate_pad(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    """torch lists (begin, end) pairs from the last dim back; ONNX all begins, then all ends."""
+    rank = rank_of(ctx, args[0])
+    pad = list(argument(args, kwargs, 1, "pad"))
+    mode = argument(args, kwargs, 2, "mode", "constant")
+    if node.target is aten.constant_pad_nd.default or node.target is aten.constant_pad_nd:
+        mode, value = "constant", argument(args, kwargs, 2, "value", 0)
+    else:
+        value = argument(args, kwargs, 3, "value")
+    if mode not in PAD_MODES:
+        raise UnsupportedArgument(f"padding mode {mode!r}")
+    pairs = len(pad) // 2
+    begins = [pad[2 * (rank - 1 - a)] if rank - 1 - a < pairs else 0 for a in range(rank)]
+    ends = [pad[2 * (rank - 1 - a) + 1] if rank - 1 - a < pairs else 0 for a in range(rank)]
+    inputs = [ctx.name(args[0]), ctx.constant(begins + ends)]
+    if mode == "constant" and value:
+        inputs.append(ctx.constant(value, dtype=ctx.dtype_of(node)))
+    return ctx.node("Pad", inputs, mode=PAD_MODES[mode])
+
+
+@register(["gather", torch.gather, aten.gather])
+def translate_gather(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
+    index = cast_to(ctx, argument(args, kwargs, 2, "index"), torch.int64)
+    return ctx.node("GatherElements", [ctx.name(args[0]), index], axis=dim)
+
+
+@register(["index_select", torch.index_select, aten.index_select])
+def translate_index_select(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
+    index = cast_to(ctx, argument(args, kwargs, 2, "index"), torch.int64)
+    return ctx.node("Gather", [ctx.name(args[0]), index], axis=dim)

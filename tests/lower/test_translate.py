@@ -8,6 +8,7 @@ models and Hugging Face models from tiny configs, whose files are reloaded from 
 
 from __future__ import annotations
 
+import operator
 import subprocess
 import sys
 from pathlib import Path
@@ -224,6 +225,19 @@ OPERATORS = [
     ("arange_folded", lambda x: x + torch.arange(x.shape[-1]), (x4(2, 3),)),
     ("einsum", lambda a, b: torch.einsum("bij,bjk->bik", a, b), (x4(2, 3, 4), x4(2, 4, 2))),
     ("tuple_output", lambda x: (x.relu(), x.sigmoid()), (x4(2, 3),)),
+    ("pad_constant", lambda x: F.pad(x, (1, 2), value=0.5), (x4(2, 3, 4),)),
+    ("pad_reflect_2d", lambda x: F.pad(x, (1, 1, 2, 0), mode="reflect"), (x4(),)),
+    ("pad_replicate", lambda x: F.pad(x, (0, 1, 1, 0), mode="replicate"), (x4(),)),
+    ("gather", lambda x, i: torch.gather(x, 1, i), (x4(2, 3), torch.tensor([[0, 2], [1, 1]]))),
+    ("index_select", lambda x, i: x.index_select(1, i), (x4(2, 3), torch.tensor([2, 0]))),
+    (
+        "baddbmm",
+        lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2.0),
+        (x4(2, 3, 5), x4(2, 3, 4), x4(2, 4, 5)),
+    ),
+    ("norm", lambda x: x.norm(dim=-1, keepdim=True), (x4(2, 3),)),
+    ("topk", lambda x: torch.topk(x, 2).values, (x4(2, 5),)),
+    ("iadd", lambda x, y: operator.iadd(x * 1, y), (x4(2, 3), x4(2, 3))),
 ]
 
 
@@ -471,3 +485,14 @@ def test_a_weight_read_twice_is_stored_once():
     proto = assert_translates(EmbedsTwice().eval(), torch.tensor([[1, 2, 3]]))
     sizes = [tuple(init.dims) for init in proto.graph.initializer]
     assert sizes.count((10, 4)) == 1
+
+
+def test_an_in_place_update_read_afterwards_is_refused():
+    def overwrite_then_read(x):
+        y = x * 2
+        z = operator.iadd(y, 1)  # y += 1, then y read again below
+        return z + y
+
+    gm = fxloom.symbolic_trace(overwrite_then_read)
+    (iadd,) = [n for n in gm.graph.nodes if n.target is operator.iadd]
+    assert "which a later node reads" in unsupported_reason(iadd, gm)
