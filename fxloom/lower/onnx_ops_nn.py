@@ -69,7 +69,8 @@ def translate_baddbmm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     """beta * input + alpha * (batch1 @ batch2)."""
     dtype = ctx.dtype_of(node)
     beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
-    product = ctx.node("MatMul", [ctx.name(args[1]), ctx.name(args[2])])
+    batch1, batch2 = argument(args, kwargs, 1, "batch1"), argument(args, kwargs, 2, "batch2")
+    product = ctx.node("MatMul", [ctx.name(batch1), ctx.name(batch2)])
     if alpha != 1:
         product = ctx.node("Mul", [product, ctx.constant(alpha, dtype=dtype)])
     if beta == 0:  # torch ignores input then, even NaN in it

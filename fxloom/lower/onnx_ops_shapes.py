@@ -252,7 +252,18 @@ def select(ctx: Any, x: str, axis: int, index: Any) -> str:
 
 
 def getitem_refusal(node: Any, module: Any) -> str | None:
-    return index_refusal(node.args[1])
+    return index_refusal(_lists_as_tensors(node.args[1]))
+
+
+def _lists_as_tensors(index: Any) -> Any:
+    """``x[..., [0, 2]]``: a list of ints indexes like a tensor of them."""
+
+    def convert(item: Any) -> Any:
+        if isinstance(item, list) and all(isinstance(i, int) for i in item):
+            return torch.tensor(item, dtype=torch.int64)
+        return item
+
+    return tuple(convert(i) for i in index) if isinstance(index, tuple) else convert(index)
 
 
 @register(operator.getitem, refuses=getitem_refusal)
@@ -261,6 +272,7 @@ def translate_getitem(ctx: Any, node: Any, args: tuple, kwargs: dict) -> Any:
     translated = ctx.env.get(source) if isinstance(source, Node) else None
     if isinstance(translated, (tuple, list)):  # an item of a multi-output node (split, ...)
         return translated[index]
+    index = _lists_as_tensors(index)
     reason = index_refusal(index)
     if reason is not None:
         raise UnsupportedArgument(reason)
@@ -514,6 +526,18 @@ def filled(fill: Any) -> Any:
         return ctx.node("Expand", [scalar, int_list(ctx, size)])
 
     return translate_filled
+
+
+@register(["new_ones", "new_zeros", "new_full"])
+def translate_new_filled(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    """x.new_ones(size): a tensor of the result's dtype, filled; x only lends its dtype."""
+    fill = {"new_ones": 1, "new_zeros": 0}.get(node.target)
+    rest = args[1:]
+    if fill is None:  # new_full(size, fill_value)
+        rest, fill = rest[:1], argument(args, kwargs, 2, "fill_value")
+    size = rest[0] if len(rest) == 1 and isinstance(rest[0], (list, tuple, Node)) else list(rest)
+    scalar = ctx.constant(fill, dtype=ctx.dtype_of(node))
+    return ctx.node("Expand", [scalar, int_list(ctx, size)])
 
 
 register([torch.ones, aten.ones])(filled(1))

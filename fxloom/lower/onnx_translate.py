@@ -149,11 +149,15 @@ class TranslationContext:
             self._tensor_names[key] = (value, onnx_name)
         return onnx_name
 
-    def shape_of(self, node: Node) -> tuple[int, ...]:
+    def shape_of(self, node: Node | torch.Tensor) -> tuple[int, ...]:
+        if isinstance(node, torch.Tensor):  # a folded argument
+            return tuple(node.shape)
         meta = node.meta.get("tensor_meta")
         return tuple(meta.shape) if meta is not None else ()
 
-    def dtype_of(self, node: Node) -> torch.dtype:
+    def dtype_of(self, node: Node | torch.Tensor) -> torch.dtype:
+        if isinstance(node, torch.Tensor):
+            return node.dtype
         meta = node.meta.get("tensor_meta")
         return meta.dtype if meta is not None else torch.int64
 
@@ -457,10 +461,9 @@ def _emit_outputs(
     for leaf in tree_leaves(node.args[0]):
         if not isinstance(leaf, Node) or leaf.meta.get("tensor_meta") is None:
             continue
-        names, metas = ctx.name(leaf), leaf.meta["tensor_meta"]
-        if isinstance(names, str):  # one tensor, else the items of a multi-output node
-            names, metas = (names,), (metas,)
-        for name, meta in zip(names, tensor_metas(metas)):
+        # One tensor, or the items of a multi-output node or container (nested ones too).
+        names, metas = _flat_names(ctx.name(leaf)), tensor_metas(leaf.meta["tensor_meta"])
+        for name, meta in zip(names, metas):
             output = f"output_{len(outputs)}"
             ctx.onnx_nodes.append(onnx.helper.make_node("Identity", [name], [output]))
             shape: list[Any] = list(meta.shape)
@@ -470,6 +473,12 @@ def _emit_outputs(
                 onnx.helper.make_tensor_value_info(output, onnx_dtype(meta.dtype), shape)
             )
     return outputs
+
+
+def _flat_names(names: Any) -> list[str]:
+    if isinstance(names, str):
+        return [names]
+    return [name for item in names for name in _flat_names(item)]
 
 
 def _make_initializer(tensor: torch.Tensor, name: str) -> Any:

@@ -238,6 +238,9 @@ OPERATORS = [
     ("norm", lambda x: x.norm(dim=-1, keepdim=True), (x4(2, 3),)),
     ("topk", lambda x: torch.topk(x, 2).values, (x4(2, 5),)),
     ("iadd", lambda x, y: operator.iadd(x * 1, y), (x4(2, 3), x4(2, 3))),
+    ("new_ones", lambda x: x.new_ones(2, 3) + x, (x4(2, 3),)),
+    ("new_full", lambda x: x.new_full((2, 3), 7.0) * x, (x4(2, 3),)),
+    ("list_index", lambda x: x[[0, 2]], (x4(3, 4),)),
 ]
 
 
@@ -348,7 +351,7 @@ def test_dynamic_batch_refuses_an_input_whose_dim_0_is_not_the_batch():
         translate(gm, inputs, dynamic_batch=True)
 
 
-HF_MODELS = ["bert", "distilbert", "gpt2", "vit"]
+HF_MODELS = ["bert", "distilbert", "gpt2", "vit", "t5", "llama", "clip", "whisper"]
 
 
 def hf_traced(name):
