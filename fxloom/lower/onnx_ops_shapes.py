@@ -178,7 +178,9 @@ def translate_repeat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 @register([torch.cat, torch.concat, torch.concatenate, aten.cat, aten.concat])
 def translate_cat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     tensors = [t for t in argument(args, kwargs, 0, "tensors") if _non_empty(ctx, t)]
-    dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), len(ctx.shape_of(node)))
+    dim = normalized_dim(
+        argument(args, kwargs, 1, "dim", kwargs.get("axis", 0)), len(ctx.shape_of(node))
+    )
     dtype = ctx.dtype_of(node)
     return ctx.node("Concat", [cast_to(ctx, t, dtype) for t in tensors], axis=dim)
 
@@ -191,7 +193,9 @@ def _non_empty(ctx: Any, tensor: Any) -> bool:
 @register([torch.stack, aten.stack])
 def translate_stack(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     tensors = argument(args, kwargs, 0, "tensors")
-    dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), len(ctx.shape_of(node)))
+    dim = normalized_dim(
+        argument(args, kwargs, 1, "dim", kwargs.get("axis", 0)), len(ctx.shape_of(node))
+    )
     axis = ctx.constant([dim])
     parts = [ctx.node("Unsqueeze", [cast_to(ctx, t, ctx.dtype_of(node)), axis]) for t in tensors]
     return ctx.node("Concat", parts, axis=dim)

@@ -176,6 +176,7 @@ OPERATORS = [
     ("expand_as", lambda x, y: x.expand_as(y), (x4(3, 1), x4(3, 5))),
     ("repeat", lambda x: x.repeat(2, 1, 3), (x4(3, 2),)),
     ("cat", lambda a, b: torch.cat([a, b], dim=1), (x4(2, 3), x4(2, 4))),
+    ("cat_axis_keyword", lambda a, b: torch.cat([a, b], axis=1), (x4(2, 3), x4(2, 4))),
     ("stack", lambda a, b: torch.stack([a, b], -1), (x4(2, 3), x4(2, 3))),
     ("split", lambda x: torch.split(x, 2, dim=1)[2], (x4(2, 5),)),
     ("split_sections", lambda x: x.split([1, 4], 1)[1], (x4(2, 5),)),
