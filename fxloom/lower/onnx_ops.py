@@ -27,9 +27,14 @@ say so before translation starts. Users add or replace entries::
     ...     return ctx.node("Sub", [one, ctx.node("Erf", [ctx.name(args[0])])])
     >>> ONNX_TRANSLATIONS[torch.special.erfc] = translate_erfc
 
-The families live in ``onnx_ops_modules`` (nn.Module classes), ``onnx_ops_functions``
-(torch, F, operator), ``onnx_ops_methods`` (Tensor methods) and ``onnx_ops_aten`` (the ATen
-operators of exported programs); importing ``fxloom.lower`` registers them all. This module
+The families live in ``onnx_ops_elementwise`` (unary, activations, arithmetic, comparisons),
+``onnx_ops_shapes`` (views, joins, splits, indexing, casts, pads, factories), ``onnx_ops_nn``
+(products, convolution, pooling, norms, softmax, reductions, embedding, attention),
+``onnx_ops_modules`` (nn.Module classes) and ``onnx_ops_aten`` (the ATen spellings of exported
+programs that differ from torch's); one handler serves an operator's torch function, ``F``
+function, Tensor method and ATen packet where their signatures agree. Importing
+``fxloom.lower`` registers them all. A call building a container that ``fxloom.pytree`` knows
+(a named tuple, a Hugging Face ``ModelOutput``) goes to the ``CONTAINER`` entry. This module
 imports neither onnx nor onnxruntime: handlers only talk to the context.
 
 Depends on: torch.

@@ -228,6 +228,26 @@ for _name, (_op_type, _python_op) in ARITHMETIC_OPS.items():
     register(_keys)(arithmetic(_op_type))
 register([torch.multiply, "multiply"])(arithmetic("Mul"))
 register([torch.subtract, "subtract"])(arithmetic("Sub"))
+# In-place operators (``x += y``) compute what their out-of-place form does; translating them
+# so is right as long as nothing reads the overwritten tensor afterwards (refused otherwise).
+IN_PLACE_OPS = {
+    operator.iadd: "Add",
+    operator.isub: "Sub",
+    operator.imul: "Mul",
+    operator.itruediv: "Div",
+}
+
+
+def read_after_overwrite(node: Any, module: Any) -> str | None:
+    """Why an in-place node cannot be translated: a later node reads the tensor it overwrote."""
+    target = node.args[0]
+    if any(user > node for user in getattr(target, "users", ())):  # nodes order as in the graph
+        return f"an in-place update of %{target.name}, which a later node reads"
+    return None
+
+
+for _python_op, _op_type in IN_PLACE_OPS.items():
+    register(_python_op, refuses=read_after_overwrite)(arithmetic(_op_type))
 for _name, (_op_type, _python_op) in COMPARISON_OPS.items():
     register([*torch_keys(_name), _python_op])(comparison(_op_type))
 register([*torch_keys("ne"), operator.ne])(comparison("Equal", negate=True))

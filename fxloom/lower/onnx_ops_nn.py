@@ -64,6 +64,23 @@ def translate_linear(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return linear_node(ctx, ctx.name(args[0]), rank_of(ctx, args[0]), weight, bias)
 
 
+@register(["baddbmm", torch.baddbmm, aten.baddbmm])
+def translate_baddbmm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    """beta * input + alpha * (batch1 @ batch2)."""
+    dtype = ctx.dtype_of(node)
+    beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    batch1, batch2 = argument(args, kwargs, 1, "batch1"), argument(args, kwargs, 2, "batch2")
+    product = ctx.node("MatMul", [ctx.name(batch1), ctx.name(batch2)])
+    if alpha != 1:
+        product = ctx.node("Mul", [product, ctx.constant(alpha, dtype=dtype)])
+    if beta == 0:  # torch ignores input then, even NaN in it
+        return product
+    base = ctx.name(args[0])
+    if beta != 1:
+        base = ctx.node("Mul", [base, ctx.constant(beta, dtype=dtype)])
+    return ctx.node("Add", [base, product])
+
+
 @register([torch.einsum])
 def translate_einsum(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     operands = args[1:]
@@ -378,6 +395,29 @@ def translate_argmax(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
         x, dim = ctx.node("Reshape", [x, ctx.constant([-1])]), 0
     return ctx.node(
         op_type, [x], axis=normalized_dim(dim, max(rank_of(ctx, args[0]), 1)), keepdims=keepdim
+    )
+
+
+@register(["norm", torch.norm])
+def translate_norm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    p = argument(args, kwargs, 1, "p", 2)
+    if p not in (1, 2, "fro"):
+        raise UnsupportedArgument(f"a norm with p={p!r} (1, 2 and 'fro' are translated)")
+    dims = argument(args, kwargs, 2, "dim")
+    keepdim = argument(args, kwargs, 3, "keepdim", False)
+    op_type = "ReduceL1" if p == 1 else "ReduceL2"
+    return reduce_node(ctx, op_type, args[0], reduce_axes(ctx, args[0], dims), keepdim, node)
+
+
+@register(["topk", torch.topk, aten.topk])
+def translate_topk(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    k = argument(args, kwargs, 1, "k")
+    dim = normalized_dim(argument(args, kwargs, 2, "dim", -1), rank_of(ctx, args[0]))
+    largest = int(bool(argument(args, kwargs, 3, "largest", True)))
+    sorted_ = int(bool(argument(args, kwargs, 4, "sorted", True)))
+    k_name = ctx.node("Reshape", [cast_to(ctx, k, torch.int64), ctx.constant([1])])
+    return ctx.node(
+        "TopK", [ctx.name(args[0]), k_name], outputs=2, axis=dim, largest=largest, sorted=sorted_
     )
 
 

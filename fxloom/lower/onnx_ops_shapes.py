@@ -178,7 +178,9 @@ def translate_repeat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 @register([torch.cat, torch.concat, torch.concatenate, aten.cat, aten.concat])
 def translate_cat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     tensors = [t for t in argument(args, kwargs, 0, "tensors") if _non_empty(ctx, t)]
-    dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), len(ctx.shape_of(node)))
+    dim = normalized_dim(
+        argument(args, kwargs, 1, "dim", kwargs.get("axis", 0)), len(ctx.shape_of(node))
+    )
     dtype = ctx.dtype_of(node)
     return ctx.node("Concat", [cast_to(ctx, t, dtype) for t in tensors], axis=dim)
 
@@ -191,7 +193,9 @@ def _non_empty(ctx: Any, tensor: Any) -> bool:
 @register([torch.stack, aten.stack])
 def translate_stack(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     tensors = argument(args, kwargs, 0, "tensors")
-    dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), len(ctx.shape_of(node)))
+    dim = normalized_dim(
+        argument(args, kwargs, 1, "dim", kwargs.get("axis", 0)), len(ctx.shape_of(node))
+    )
     axis = ctx.constant([dim])
     parts = [ctx.node("Unsqueeze", [cast_to(ctx, t, ctx.dtype_of(node)), axis]) for t in tensors]
     return ctx.node("Concat", parts, axis=dim)
@@ -252,7 +256,18 @@ def select(ctx: Any, x: str, axis: int, index: Any) -> str:
 
 
 def getitem_refusal(node: Any, module: Any) -> str | None:
-    return index_refusal(node.args[1])
+    return index_refusal(_lists_as_tensors(node.args[1]))
+
+
+def _lists_as_tensors(index: Any) -> Any:
+    """``x[..., [0, 2]]``: a list of ints indexes like a tensor of them."""
+
+    def convert(item: Any) -> Any:
+        if isinstance(item, list) and all(isinstance(i, int) for i in item):
+            return torch.tensor(item, dtype=torch.int64)
+        return item
+
+    return tuple(convert(i) for i in index) if isinstance(index, tuple) else convert(index)
 
 
 @register(operator.getitem, refuses=getitem_refusal)
@@ -261,6 +276,7 @@ def translate_getitem(ctx: Any, node: Any, args: tuple, kwargs: dict) -> Any:
     translated = ctx.env.get(source) if isinstance(source, Node) else None
     if isinstance(translated, (tuple, list)):  # an item of a multi-output node (split, ...)
         return translated[index]
+    index = _lists_as_tensors(index)
     reason = index_refusal(index)
     if reason is not None:
         raise UnsupportedArgument(reason)
@@ -516,6 +532,58 @@ def filled(fill: Any) -> Any:
     return translate_filled
 
 
+@register(["new_ones", "new_zeros", "new_full"])
+def translate_new_filled(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    """x.new_ones(size): a tensor of the result's dtype, filled; x only lends its dtype."""
+    fill = {"new_ones": 1, "new_zeros": 0}.get(node.target)
+    rest = args[1:]
+    if fill is None:  # new_full(size, fill_value)
+        rest, fill = rest[:1], argument(args, kwargs, 2, "fill_value")
+    size = rest[0] if len(rest) == 1 and isinstance(rest[0], (list, tuple, Node)) else list(rest)
+    scalar = ctx.constant(fill, dtype=ctx.dtype_of(node))
+    return ctx.node("Expand", [scalar, int_list(ctx, size)])
+
+
 register([torch.ones, aten.ones])(filled(1))
 register([torch.zeros, aten.zeros])(filled(0))
 register([torch.full, aten.full])(filled(None))
+
+
+# ---- padding and gathering -------------------------------------------------------------------
+
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+
+
+@register([F.pad, aten.constant_pad_nd, aten.pad])
+def translate_pad(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    """torch lists (begin, end) pairs from the last dim back; ONNX all begins, then all ends."""
+    rank = rank_of(ctx, args[0])
+    pad = list(argument(args, kwargs, 1, "pad"))
+    mode = argument(args, kwargs, 2, "mode", "constant")
+    if node.target is aten.constant_pad_nd.default or node.target is aten.constant_pad_nd:
+        mode, value = "constant", argument(args, kwargs, 2, "value", 0)
+    else:
+        value = argument(args, kwargs, 3, "value")
+    if mode not in PAD_MODES:
+        raise UnsupportedArgument(f"padding mode {mode!r}")
+    pairs = len(pad) // 2
+    begins = [pad[2 * (rank - 1 - a)] if rank - 1 - a < pairs else 0 for a in range(rank)]
+    ends = [pad[2 * (rank - 1 - a) + 1] if rank - 1 - a < pairs else 0 for a in range(rank)]
+    inputs = [ctx.name(args[0]), ctx.constant(begins + ends)]
+    if mode == "constant" and value:
+        inputs.append(ctx.constant(value, dtype=ctx.dtype_of(node)))
+    return ctx.node("Pad", inputs, mode=PAD_MODES[mode])
+
+
+@register(["gather", torch.gather, aten.gather])
+def translate_gather(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
+    index = cast_to(ctx, argument(args, kwargs, 2, "index"), torch.int64)
+    return ctx.node("GatherElements", [ctx.name(args[0]), index], axis=dim)
+
+
+@register(["index_select", torch.index_select, aten.index_select])
+def translate_index_select(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
+    index = cast_to(ctx, argument(args, kwargs, 2, "index"), torch.int64)
+    return ctx.node("Gather", [ctx.name(args[0]), index], axis=dim)

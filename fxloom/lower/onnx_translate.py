@@ -103,7 +103,7 @@ class TranslationContext:
         self.env: dict[Node, Any] = {}  # node -> its ONNX value name (a tuple for a tuple)
         self.folded: dict[Node, Any] = {}  # node -> the Python value the examples fix
         self.current: Node | None = None
-        self._tensor_names: dict[int, tuple[torch.Tensor, str]] = {}
+        self._tensor_names: dict[tuple, tuple[torch.Tensor, str]] = {}
         self._counter = itertools.count()
         self._constant_names: set[str] = set()
 
@@ -131,27 +131,33 @@ class TranslationContext:
         return names[0] if outputs == 1 else tuple(names)
 
     def constant(self, value: Any, dtype: torch.dtype | None = None, name: str = "") -> str:
-        """An initializer holding ``value``; the same tensor object is stored once."""
+        """An initializer holding ``value``; a tensor object read twice is stored once."""
         if isinstance(value, torch.Tensor):
+            key = (id(value), dtype)
+            known = self._tensor_names.get(key)
+            if known is not None and known[0] is value:
+                return known[1]
             tensor = value.detach()
         else:
             tensor = torch.tensor(value, dtype=dtype or _python_dtype(value))
         if dtype is not None and tensor.dtype != dtype:
             tensor = tensor.to(dtype)
-        known = self._tensor_names.get(id(tensor))
-        if known is not None and known[0] is tensor:
-            return known[1]
         onnx_name = name if name and name not in self._constant_names else self.fresh("const")
         self._constant_names.add(onnx_name)
         self.initializers.append(_make_initializer(tensor, onnx_name))
-        self._tensor_names[id(tensor)] = (tensor, onnx_name)
+        if isinstance(value, torch.Tensor):  # kept alive here, so its id is not reused
+            self._tensor_names[key] = (value, onnx_name)
         return onnx_name
 
-    def shape_of(self, node: Node) -> tuple[int, ...]:
+    def shape_of(self, node: Node | torch.Tensor) -> tuple[int, ...]:
+        if isinstance(node, torch.Tensor):  # a folded argument
+            return tuple(node.shape)
         meta = node.meta.get("tensor_meta")
         return tuple(meta.shape) if meta is not None else ()
 
-    def dtype_of(self, node: Node) -> torch.dtype:
+    def dtype_of(self, node: Node | torch.Tensor) -> torch.dtype:
+        if isinstance(node, torch.Tensor):
+            return node.dtype
         meta = node.meta.get("tensor_meta")
         return meta.dtype if meta is not None else torch.int64
 
@@ -170,11 +176,12 @@ def translate(
 
     >>> import torch, fxloom
     >>> from fxloom.lower import translate
-    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
-    >>> x = torch.randn(2, 4)
-    >>> proto = translate(fxloom.symbolic_trace(model, example_inputs=(x,)), (x,))
+    >>> def scores(x, y):
+    ...     return torch.softmax(x @ y.transpose(0, 1) + 1, dim=-1)
+    >>> x, y = torch.ones(2, 4), torch.ones(3, 4)
+    >>> proto = translate(fxloom.symbolic_trace(scores, example_inputs=(x, y)), (x, y))
     >>> [node.op_type for node in proto.graph.node]
-    ['Gemm', 'Relu', 'Identity']
+    ['Transpose', 'MatMul', 'Add', 'Softmax', 'Identity']
     """
     onnx = require_onnx()
     module = graph_module_of(gm)
@@ -253,12 +260,13 @@ def to_onnx(
 
     >>> import tempfile, os, torch
     >>> from fxloom.lower import to_onnx
-    >>> path = os.path.join(tempfile.mkdtemp(), "mlp.onnx")
-    >>> proto = to_onnx(torch.nn.Linear(4, 2), (torch.randn(3, 4),), path, dynamic_batch=True)
+    >>> path = os.path.join(tempfile.mkdtemp(), "head.onnx")
+    >>> head = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LogSoftmax(dim=1))
+    >>> proto = to_onnx(head, (torch.ones(3, 2, 4),), path, dynamic_batch=True)
     >>> import onnxruntime
     >>> session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    >>> session.run(None, {"input": torch.randn(5, 4).numpy()})[0].shape
-    (5, 2)
+    >>> session.run(None, {"input": torch.ones(5, 2, 4).numpy()})[0].shape
+    (5, 8)
     """
     onnx = require_onnx()
     gm = _graph_of(model_or_gm, example_inputs)
@@ -453,10 +461,9 @@ def _emit_outputs(
     for leaf in tree_leaves(node.args[0]):
         if not isinstance(leaf, Node) or leaf.meta.get("tensor_meta") is None:
             continue
-        names, metas = ctx.name(leaf), leaf.meta["tensor_meta"]
-        if isinstance(names, str):  # one tensor, else the items of a multi-output node
-            names, metas = (names,), (metas,)
-        for name, meta in zip(names, tensor_metas(metas)):
+        # One tensor, or the items of a multi-output node or container (nested ones too).
+        names, metas = _flat_names(ctx.name(leaf)), tensor_metas(leaf.meta["tensor_meta"])
+        for name, meta in zip(names, metas):
             output = f"output_{len(outputs)}"
             ctx.onnx_nodes.append(onnx.helper.make_node("Identity", [name], [output]))
             shape: list[Any] = list(meta.shape)
@@ -466,6 +473,12 @@ def _emit_outputs(
                 onnx.helper.make_tensor_value_info(output, onnx_dtype(meta.dtype), shape)
             )
     return outputs
+
+
+def _flat_names(names: Any) -> list[str]:
+    if isinstance(names, str):
+        return [names]
+    return [name for item in names for name in _flat_names(item)]
 
 
 def _make_initializer(tensor: torch.Tensor, name: str) -> Any:
