@@ -6,7 +6,7 @@ registry's ``bert``: Hugging Face's BertModel from a tiny config, 64 tokens), at
 8, on the CPU, in eval mode under ``torch.no_grad()``. Three ways to run each:
 
     eager     the model itself
-    fxloom    ``fxloom.lower.lower.lower(model, inputs)``: supported regions in ONNX Runtime,
+    fxloom    ``fxloom.lower.lower(model, inputs)``: supported regions in ONNX Runtime,
               the rest (if any) in PyTorch
     torch.onnx  ``torch.onnx.export(model, ..., dynamo=False)`` of the whole model, run by the
               same ``OrtModule`` (same session options, same tensor hand-over)
@@ -59,7 +59,7 @@ from benchmarks._common import (  # noqa: E402
     timed,
 )
 from fxloom import zoo  # noqa: E402
-from fxloom.lower.lower import lower  # noqa: E402
+from fxloom.lower.lowering import lower  # noqa: E402
 from fxloom.lower.runtime import OrtModule  # noqa: E402
 from fxloom.pytree import tree_flatten  # noqa: E402
 

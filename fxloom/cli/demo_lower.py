@@ -31,7 +31,7 @@ def lower_model(state: DemoState) -> None:
     from fxloom.cli.lower import compare_latency
 
     try:
-        from fxloom.lower.lower import LoweringError, lower
+        from fxloom.lower.lowering import LoweringError, lower
         from fxloom.lower.runtime import require
 
         require("onnx")

@@ -1,7 +1,7 @@
 """``fxloom lower MODEL``: run a model's supported regions in ONNX Runtime; print the report.
 
 MODEL is a zoo name or ``package.module:factory`` with example inputs (see
-``fxloom.cli.model_spec``). The model is lowered with ``fxloom.lower.lower.lower`` on its
+``fxloom.cli.model_spec``). The model is lowered with ``fxloom.lower.lower`` on its
 example inputs (``--check`` compares it with eager PyTorch there and fails past the
 tolerance; ``--dynamic-batch`` leaves dimension 0 free; ``--threads`` sets both torch's and
 ONNX Runtime's threads). Then the report (regions lowered, operators left in PyTorch and
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from fxloom.cli.model_spec import _defaults_of_other_parameters, load_model
-    from fxloom.lower.lower import lower
+    from fxloom.lower.lowering import lower
 
     if args.threads is not None and args.threads < 1:
         raise ValueError("--threads takes a positive number")

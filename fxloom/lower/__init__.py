@@ -1,5 +1,7 @@
 """Lowering fxloom graphs to ONNX (and ONNX Runtime): the translator and ``to_onnx``.
 
+``lower(model, example_inputs)`` runs what ONNX can take in ONNX Runtime and the rest in
+PyTorch (``lowering``; ``OrtModule`` is the region that runs a session).
 ``translate(gm, example_inputs)`` turns a GraphModule (traced or exported) into an
 ``onnx.ModelProto``; ``to_onnx(model, example_inputs, path)`` writes one checked ONNX file for a
 fully supported graph, or raises ``UnsupportedNodeError`` listing every node it cannot take.
@@ -19,6 +21,7 @@ from fxloom.lower import (  # noqa: F401 -- importing the families registers the
     onnx_ops_nn,
     onnx_ops_shapes,
 )
+from fxloom.lower.lowering import LoweringError, lower
 from fxloom.lower.onnx_ops import ONNX_TRANSLATIONS, UnsupportedArgument
 from fxloom.lower.onnx_translate import (
     TranslationContext,
@@ -27,12 +30,16 @@ from fxloom.lower.onnx_translate import (
     translate,
     unsupported_reason,
 )
+from fxloom.lower.runtime import OrtModule
 
 __all__ = [
+    "LoweringError",
     "ONNX_TRANSLATIONS",
+    "OrtModule",
     "TranslationContext",
     "UnsupportedArgument",
     "UnsupportedNodeError",
+    "lower",
     "to_onnx",
     "translate",
     "unsupported_reason",

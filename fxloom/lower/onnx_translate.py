@@ -33,6 +33,7 @@ import torch
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.guards import is_guard
+from fxloom.lower.extra import require
 from fxloom.lower.onnx_ops import (
     UnsupportedArgument,
     handler_for,
@@ -52,8 +53,6 @@ __all__ = [
     "unsupported_reason",
 ]
 
-ONNX_EXTRA_MESSAGE = "fxloom.lower needs onnx and onnxruntime: pip install fxloom[onnx]"
-
 
 class UnsupportedNodeError(RuntimeError):
     """Some nodes of a graph have no ONNX translation; ``nodes`` lists ``(node, reason)``."""
@@ -71,17 +70,6 @@ class UnsupportedNodeError(RuntimeError):
             "fxloom.lower.lower, which leaves unsupported nodes in PyTorch."
         )
         super().__init__("\n".join(lines))
-
-
-def require_onnx() -> Any:
-    """The onnx module; an ``ImportError`` naming the extra when it is missing."""
-    try:
-        import onnx
-    except ImportError as error:
-        raise ImportError(ONNX_EXTRA_MESSAGE) from error
-    if onnx is None:  # hidden, as tests do with sys.modules["onnx"] = None
-        raise ImportError(ONNX_EXTRA_MESSAGE)
-    return onnx
 
 
 class TranslationContext:
@@ -121,7 +109,7 @@ class TranslationContext:
     def node(
         self, op_type: str, inputs: list[str], outputs: int = 1, *, domain: str = "", **attrs: Any
     ) -> Any:
-        onnx = require_onnx()
+        onnx = require("onnx")
         names = [self.fresh(op_type.lower()) for _ in range(outputs)]
         self.onnx_nodes.append(
             onnx.helper.make_node(
@@ -183,7 +171,7 @@ def translate(
     >>> [node.op_type for node in proto.graph.node]
     ['Transpose', 'MatMul', 'Add', 'Softmax', 'Identity']
     """
-    onnx = require_onnx()
+    onnx = require("onnx")
     module = graph_module_of(gm)
     folded, varying = _record_values(gm, example_inputs, dynamic_batch)
     unsupported = _unsupported_nodes(module, folded)
@@ -268,7 +256,7 @@ def to_onnx(
     >>> session.run(None, {"input": torch.ones(5, 2, 4).numpy()})[0].shape
     (5, 8)
     """
-    onnx = require_onnx()
+    onnx = require("onnx")
     gm = _graph_of(model_or_gm, example_inputs)
     proto = translate(gm, example_inputs, dynamic_batch=dynamic_batch)
     onnx.checker.check_model(proto, full_check=True)
@@ -341,7 +329,7 @@ def _record_values(
     other_shapes: dict[Node, Any] = {}
     if dynamic_batch:
         try:
-            other = _run(gm, lifted, None, _grow_batch(example_inputs))
+            other = _run(gm, lifted, None, grow_batch(example_inputs))
         except Exception as error:
             raise ValueError(
                 "dynamic_batch: the graph does not run with dimension 0 of every tensor input "
@@ -400,7 +388,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _grow_batch(example_inputs: Any) -> Any:
+def grow_batch(example_inputs: Any) -> Any:
     """The examples with dimension 0 of every tensor one larger (its first row repeated)."""
 
     def grow(value: Any) -> Any:

@@ -22,15 +22,14 @@ Depends on: torch, numpy, ``fxloom.pytree``; onnxruntime, imported when a sessio
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from fxloom.lower.extra import require
 from fxloom.pytree import LEAF_SPEC, TreeSpec, tree_unflatten
 
 __all__ = ["OPTIMIZATION_LEVELS", "OrtModule", "OrtInputError", "require"]
@@ -59,21 +58,6 @@ OPTIMIZATION_LEVELS: dict[str, str] = {
 
 class OrtInputError(TypeError):
     """An input to an ``OrtModule`` does not match what its ONNX model declares."""
-
-
-def require(module_name: str) -> ModuleType:
-    """Import ``onnx`` or ``onnxruntime``, or say which extra installs it.
-
-    >>> require("onnxruntime").__name__
-    'onnxruntime'
-    """
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as error:
-        raise ImportError(
-            f"fxloom.lower needs the {module_name!r} package, which is not installed: "
-            "pip install fxloom[onnx]"
-        ) from error
 
 
 class OrtModule(nn.Module):

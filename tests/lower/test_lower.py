@@ -21,7 +21,7 @@ from fxloom import zoo
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from fxloom.lower.lower import LoweringError, lower  # noqa: E402
+from fxloom.lower.lowering import LoweringError, lower  # noqa: E402
 from fxloom.lower.runtime import OrtInputError, OrtModule  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

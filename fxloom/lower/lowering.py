@@ -97,7 +97,7 @@ def lower(
     Example::
 
         >>> import torch, fxloom
-        >>> from fxloom.lower.lower import lower
+        >>> from fxloom.lower.lowering import lower
         >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()).eval()
         >>> lowered = lower(model, (torch.randn(2, 4),), check=True)
         >>> print(lowered.lowering_report.summary()[:62])
@@ -240,10 +240,10 @@ def _unbatched_regions(
     batched when each of its tensor inputs grew in dimension 0 and every other input (a
     size, a flag) kept its value. (A region fed position embeddings, say, is not.)
     """
-    from fxloom.lower.onnx_translate import _grow_batch
+    from fxloom.lower.onnx_translate import grow_batch
 
     try:
-        grown = _record_regions(split, _grow_batch(inputs))
+        grown = _record_regions(split, grow_batch(inputs))
     except Exception as error:
         raise LoweringError(
             "dynamic_batch: the model does not run with dimension 0 of every input one larger "
