@@ -118,6 +118,7 @@ def lower(
     _propagate_shapes(gm, inputs)
     support = _Support(gm, onnx_translate.unsupported_reason)
     split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)
+    _drop_unused_regions(split)
     seen = _record_regions(split, inputs)
     unbatched = _unbatched_regions(split, inputs, seen) if dynamic_batch else {}
     settings = {"intra_op_num_threads": threads}
@@ -134,6 +135,21 @@ def lower(
         report = _checked(model_or_gm, split, inputs, report, concrete_args, rtol, atol)
     split.lowering_report = report
     return split
+
+
+_ENDS = ("placeholder", "output")
+
+
+def _drop_unused_regions(split: GraphModule) -> None:
+    """Regions whose results nothing reads (what fed only a guard that folded away) go: a
+    call into them would cost time and compute nothing the program returns."""
+    for node in reversed(list(split.graph.find_nodes(op="call_module"))):
+        if not node.users and node.target.startswith(REGION_PREFIX):
+            region = split.get_submodule(node.target)
+            if not any(n.is_impure() for n in region.graph.nodes if n.op not in _ENDS):
+                split.graph.erase_node(node)
+                split.delete_submodule(node.target)
+    split.recompile()
 
 
 # ---------------------------------------------------------------- capture
