@@ -22,6 +22,7 @@ from fxloom.lower.onnx_ops import (
     argument,
     cast_to,
     int_list,
+    onnx_dtype,
     register,
     result_dtype,
 )
@@ -260,17 +261,26 @@ def translate_div(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     quotient = arithmetic("Div")(ctx, node, args, {})
     if mode is None or (mode == "trunc" and not dtype.is_floating_point):
         return quotient
-    if mode == "floor" and dtype.is_floating_point:
-        return ctx.node("Floor", [quotient])
+    if mode == "floor":
+        return (
+            ctx.node("Floor", [quotient]) if dtype.is_floating_point else _floored(ctx, node, args)
+        )
     raise UnsupportedArgument(f"division with rounding_mode={mode!r} on {dtype}")
 
 
 @register([operator.floordiv, torch.floor_divide, "floor_divide"])
 def translate_floordiv(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
-    dtype = ctx.dtype_of(node)
-    quotient = arithmetic("Div")(ctx, node, args, {})
-    # Integer Div truncates: the same as floor for the non-negative sizes it divides here.
-    return ctx.node("Floor", [quotient]) if dtype.is_floating_point else quotient
+    if ctx.dtype_of(node).is_floating_point:
+        return ctx.node("Floor", [arithmetic("Div")(ctx, node, args, {})])
+    return _floored(ctx, node, args)
+
+
+def _floored(ctx: Any, node: Any, args: tuple) -> str:
+    """Integer floor division. ONNX's integer Div truncates toward zero (-7 // 2 would be -3,
+    not -4), so it is computed in double precision (exact below 2**53) and floored."""
+    a, b = (cast_to(ctx, value, torch.float64) for value in (args[0], args[1]))
+    floored = ctx.node("Floor", [ctx.node("Div", [a, b])])
+    return ctx.node("Cast", [floored], to=onnx_dtype(ctx.dtype_of(node)))
 
 
 @register([*torch_keys("where")])

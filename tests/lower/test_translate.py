@@ -242,6 +242,14 @@ OPERATORS = [
     ("new_ones", lambda x: x.new_ones(2, 3) + x, (x4(2, 3),)),
     ("new_full", lambda x: x.new_full((2, 3), 7.0) * x, (x4(2, 3),)),
     ("list_index", lambda x: x[[0, 2]], (x4(3, 4),)),
+    # Integer floor division rounds toward minus infinity, as Python's // does.
+    ("int_floordiv", lambda x: x // 2, (torch.tensor([-7, -4, -1, 0, 3, 7]),)),
+    ("int_div_floor", lambda x: torch.div(x, 3, rounding_mode="floor"), (torch.tensor([-7, 5]),)),
+    (
+        "int_floor_divide",
+        lambda x, y: torch.floor_divide(x, y),
+        (torch.tensor([-7, 7]), torch.tensor([2, -2])),
+    ),
 ]
 
 
