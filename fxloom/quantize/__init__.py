@@ -17,7 +17,7 @@ int8 and what stayed float, and why::
 
     >>> import torch
     >>> from fxloom.quantize import prepare, calibrate, convert, report
-    >>> _ = torch.manual_seed(0)  # the bound below holds for these weights and data
+    >>> _ = torch.manual_seed(1)  # 4 small batches calibrate: other draws may clip more
     >>> model = torch.nn.Sequential(
     ...     torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
     ... ).eval()
