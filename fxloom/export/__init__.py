@@ -21,12 +21,8 @@ The stand-ins, the capture and the functional rewrite are fxloom's own
 compiler, fake-tensor or functionalization machinery is used.
 """
 
-from fxloom.export.capture import ExportError
 from fxloom.export.dims import DerivedDim, Dim, DimHint, dims
 from fxloom.export.dynamic_shapes import DynamicShapesError
-from fxloom.export.exporter import export
-from fxloom.export.functionalize import UnsupportedOpError
-from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import (
     ConstantArgument,
     ExportGraphSignature,
@@ -37,8 +33,30 @@ from fxloom.export.signature import (
     TensorArgument,
 )
 from fxloom.export.stand_in import DataDependentError, StandIn
-from fxloom.export.unflatten import unflatten
-from fxloom.export.verifier import ExportVerifierError, verify
+
+# The capture and what it needs (sympy, torch's decomposition tables) load on first use:
+# ``import fxloom`` reaches this package (the tracer's stand-ins) without exporting anything.
+_LAZY = {
+    "ExportError": "fxloom.export.capture",
+    "export": "fxloom.export.exporter",
+    "UnsupportedOpError": "fxloom.export.functionalize",
+    "ExportedProgram": "fxloom.export.program",
+    "unflatten": "fxloom.export.unflatten",
+    "ExportVerifierError": "fxloom.export.verifier",
+    "verify": "fxloom.export.verifier",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fxloom.export' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ConstantArgument",

@@ -20,7 +20,7 @@ that capture (``fxloom.export.capture``), which records it; outside a capture
 a stand-in just computes its result's metadata, like above. Anything that
 needs data (``.item()``, printing the values, ``nonzero``) is refused.
 
-Depends on ``fxloom.export.symbolic.meta`` (operators on symbolic sizes).
+Depends on ``fxloom.export.symbolic.meta`` (operators on symbolic sizes), loaded on first use.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
-
-from fxloom.export.symbolic.meta import SymbolicMetaError, compute_symbolic_meta
 
 __all__ = ["StandIn", "DataDependentError"]
 
@@ -191,11 +189,14 @@ def compute_meta(func: Any, args: tuple, kwargs: dict, *, symbolic: bool = False
         meta_kwargs["device"] = _META
     try:
         if symbolic:
+            # Loaded on first use: sympy and torch's decomposition tables are not cheap.
+            from fxloom.export.symbolic.meta import compute_symbolic_meta
+
             return compute_symbolic_meta(func, tuple(meta_args), meta_kwargs)
         return func(*meta_args, **meta_kwargs)
-    except SymbolicMetaError:
-        raise
     except NotImplementedError as err:
+        if type(err).__name__ == "SymbolicMetaError":  # no Python definition: says so itself
+            raise
         raise DataDependentError(
             f"{func} needs the data of its input to know its result (its output size or value "
             "depends on data), which export does not have; data-dependent operators are not "
