@@ -41,7 +41,7 @@ _LAZY = {
     "export": "fxloom.export.exporter",
     "UnsupportedOpError": "fxloom.export.functionalize",
     "ExportedProgram": "fxloom.export.program",
-    "unflatten": "fxloom.export.unflatten",
+    "unflatten": "fxloom.export.unflattening",
     "ExportVerifierError": "fxloom.export.verifier",
     "verify": "fxloom.export.verifier",
 }

@@ -111,7 +111,7 @@ def test_unflatten_keeps_the_branches_in_the_module_calling_cond(x):
         def forward(self, x):
             return self.post(self.gate(x))
 
-    from fxloom.export.unflatten import unflatten
+    from fxloom.export.unflattening import unflatten
 
     model = Outer()
     tree = unflatten(export(model, (POSITIVE,)))

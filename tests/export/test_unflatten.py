@@ -19,7 +19,7 @@ import torch.export
 from torch.testing import assert_close
 
 from fxloom.export import ExportedProgram, export, unflatten
-from fxloom.export.unflatten import UnflattenError
+from fxloom.export.unflattening import UnflattenError
 from fxloom.graph_module import GraphModule
 from fxloom.zoo import resnet_tiny, resnet_tiny_inputs, transformer_tiny, transformer_tiny_inputs
 
