@@ -19,6 +19,7 @@ from fxloom.codegen import CodeGen, CodegenError, PythonCode
 from fxloom.cond import cond, cond_op
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
+from fxloom.graph_text import GraphParseError, parse_graph
 from fxloom.interpreter import Interpreter, Transformer
 from fxloom.lint import GraphLintError
 from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
@@ -45,6 +46,7 @@ __all__ = [
     "Graph",
     "GraphLintError",
     "GraphModule",
+    "GraphParseError",
     "Interpreter",
     "Transformer",
     "Node",
@@ -53,5 +55,6 @@ __all__ = [
     "has_side_effect",
     "map_aggregate",
     "map_arg",
+    "parse_graph",
     "replace_pattern",
 ]
