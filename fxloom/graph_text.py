@@ -42,8 +42,16 @@ _ALLOWED_ROOTS: dict[str, Any] = {"torch": torch, "operator": operator, "math": 
 _ALLOWED_MODULE_PREFIXES = ("torch", "operator", "_operator", "math")
 # fxloom modules whose functions graphs that fxloom produces may call.
 _FXLOOM_MODULES = ("fxloom.guards", "fxloom.cond", "fxloom.pytree", "fxloom.ops", "fxloom.export")
-# torch functions that touch files or the network are not allowed without the namespace.
-_DENIED = frozenset({"torch.load", "torch.save", "torch.hub", "torch.serialization"})
+# torch namespaces whose functions may be targets (``torch.relu``, ``torch.nn.functional.gelu``).
+_TORCH_PARENTS = frozenset(
+    {"torch", "torch.nn.functional", "torch._C._nn", "torch.special", "torch.linalg", "torch.fft"}
+)
+# torch functions that touch files or compile code are not allowed without the namespace;
+# ``operator.call``/``methodcaller``/``attrgetter`` would call or reach anything by name.
+_DENIED = frozenset(
+    {"torch.load", "torch.save", "torch.from_file", "torch.compile"}
+    | {"operator.call", "operator.methodcaller", "operator.attrgetter"}
+)
 # Constructors a value may be written with, besides those in the namespace.
 _VALUE_CALLS: dict[str, Callable[..., Any]] = {
     "slice": slice,
@@ -51,6 +59,10 @@ _VALUE_CALLS: dict[str, Callable[..., Any]] = {
     "torch.device": torch.device,
     "torch.Size": torch.Size,
 }
+# numpy scalars print as ``np.float64(5.65)`` (numpy 2); constructed only when read.
+_NUMPY_SCALARS = frozenset(
+    f"np.{t}" for t in "float16 float32 float64 int8 int16 int32 int64 uint8 bool_".split()
+)
 _VALUE_NAMES: dict[str, Any] = {
     "None": None,
     "True": True,
@@ -125,6 +137,9 @@ def _parse_line(line: str, graph: Graph, nodes: dict[str, Node], resolver: _Reso
     type_expr = resolver.type(match["type"]) if match["type"] else None
     target = resolver.target(op, target_text)
     args, kwargs = _parse_call_rest(op, match["rest"], nodes, resolver)
+    if target is getattr and len(args) > 1 and _is_dunder(args[1]) and not resolver.namespace:
+        # ``getattr(f, "__globals__")`` reaches everything; the printer never writes it.
+        raise GraphParseError(f"getattr of the private attribute {args[1]!r} is not allowed")
     node = graph.create_node(op, target, args, kwargs, name=name, type_expr=type_expr)
     if node.name != name:
         raise GraphParseError(f"node name '%{name}' is used twice")
@@ -170,7 +185,7 @@ class _Resolver:
         if op in ("placeholder", "call_module", "get_attr"):
             return text
         if op == "call_method":
-            if text in self.namespace or hasattr(torch.Tensor, text):
+            if text in self.namespace or _is_tensor_method(text):
                 return text
             raise GraphParseError(
                 f"call_method target '{text}' is not a Tensor method; "
@@ -249,7 +264,9 @@ class _Resolver:
         if parts[0] == "fxloom":
             return _fxloom_function(text)
         root = _ALLOWED_ROOTS.get(parts[0])
-        if root is None or any(text == d or text.startswith(d + ".") for d in _DENIED):
+        if root is None or text in _DENIED:
+            return _MISSING
+        if root is torch and ".".join(parts[:-1]) not in _TORCH_PARENTS:
             return _MISSING
         found = _walk(root, parts[1:])
         if not callable(found) or isinstance(found, type(torch)):
@@ -259,6 +276,15 @@ class _Resolver:
             return _MISSING
         # The object must be what prints as this name: no reaching os.system via torch.os.
         return found if qualified_name(found) == text else _MISSING
+
+
+def _is_tensor_method(name: str) -> bool:
+    """Defined by Tensor itself (``add``, ``__getitem__``), not inherited from object or type."""
+    return name in vars(torch.Tensor) or name in vars(torch._C.TensorBase)
+
+
+def _is_dunder(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("__") and value.endswith("__")
 
 
 def _fxloom_function(text: str) -> Any:
@@ -398,6 +424,10 @@ class _ArgParser:
         constructor = self.resolver._from_namespace(text)
         if constructor is _MISSING:
             constructor = _VALUE_CALLS.get(text, _MISSING)
+        if constructor is _MISSING and text in _NUMPY_SCALARS:
+            import numpy  # only reached for text that printed numpy scalars
+
+            constructor = getattr(numpy, text[len("np.") :])
         if constructor is _MISSING:
             raise GraphParseError(f"value constructor '{text}' is unknown; pass it in namespace")
         args, kwargs = [], {}

@@ -89,6 +89,16 @@ def test_hand_written_graph_parses_with_literals_of_every_kind():
     assert out.dtype == torch.float64 and zeros.shape == (2, 3)
 
 
+def test_numpy_scalar_constants_round_trip():
+    np = pytest.importorskip("numpy")
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(operator.mul, (x, np.float64(0.5))))
+    parsed = assert_round_trips(graph)
+    (mul,) = [n for n in parsed.nodes if n.op == "call_function"]
+    assert type(mul.args[1]) is np.float64
+
+
 def test_namespace_supplies_user_functions():
     def scale(t, factor):
         return t * factor
@@ -118,7 +128,18 @@ def test_unknown_target_is_refused_naming_it():
 
 
 @pytest.mark.parametrize(
-    "target", ["builtins.eval", "builtins.exec", "torch.load", "torch.os.system", "eval"]
+    "target",
+    [
+        "builtins.eval",
+        "builtins.exec",
+        "eval",
+        "torch.load",
+        "torch.os.system",
+        "torch.hub.load",
+        "torch.utils.cpp_extension.load",
+        "operator.methodcaller",
+        "operator.call",
+    ],
 )
 def test_dangerous_reachable_callables_are_refused(target):
     text = f"""graph():
@@ -151,6 +172,24 @@ def test_unknown_call_method_name_is_refused():
     %x : [num_users=1] = placeholder[target=x]
     %m : [num_users=1] = call_method[target=__reduce_ex_nope__](args = (%x,), kwargs = {})
     return m"""
+    with pytest.raises(GraphParseError, match="not a Tensor method"):
+        fxloom.parse_graph(text)
+
+
+def test_getattr_of_a_dunder_attribute_is_refused():
+    text = """graph():
+    %x : [num_users=1] = placeholder[target=x]
+    %g : [num_users=1] = call_function[target=builtins.getattr](args = (torch.nn.functional.relu, '__globals__'), kwargs = {})
+    return g"""
+    with pytest.raises(GraphParseError, match="line 3: getattr of the private attribute"):
+        fxloom.parse_graph(text)
+
+
+def test_call_method_of_a_non_tensor_attribute_is_refused():
+    text = """graph():
+    %x : [num_users=1] = placeholder[target=x]
+    %c : [num_users=1] = call_method[target=__call__](args = (%x,), kwargs = {})
+    return c"""
     with pytest.raises(GraphParseError, match="not a Tensor method"):
         fxloom.parse_graph(text)
 
