@@ -137,7 +137,7 @@ def _parse_line(line: str, graph: Graph, nodes: dict[str, Node], resolver: _Reso
     type_expr = resolver.type(match["type"]) if match["type"] else None
     target = resolver.target(op, target_text)
     args, kwargs = _parse_call_rest(op, match["rest"], nodes, resolver)
-    if target is getattr and len(args) > 1 and _is_dunder(args[1]) and not resolver.namespace:
+    if target is getattr and len(args) > 1 and _is_dunder(args[1]):
         # ``getattr(f, "__globals__")`` reaches everything; the printer never writes it.
         raise GraphParseError(f"getattr of the private attribute {args[1]!r} is not allowed")
     node = graph.create_node(op, target, args, kwargs, name=name, type_expr=type_expr)

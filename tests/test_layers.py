@@ -47,6 +47,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.lint",
         "fxloom.liveness",
         "fxloom._format",
+        "fxloom.graph_text",
         "fxloom._namespace",
         "fxloom._graph_pickle",
         "fxloom._to_folder",

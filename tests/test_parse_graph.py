@@ -64,6 +64,25 @@ def test_exported_program_with_aten_overloads_round_trips(name):
     assert_round_trips(program.graph)
 
 
+def test_exported_hugging_face_model_round_trips_before_and_after_decomposition():
+    pytest.importorskip("transformers")
+    from benchmarks.zoo.methods import FLAGS, fixed_args
+    from benchmarks.zoo.registry import get
+
+    model, inputs = get("bert").build()
+    flags = {k: v for k, v in fixed_args(model, inputs).items() if k in FLAGS}
+    program = fxloom.export.export(model, args=(), kwargs={**inputs, **flags})
+    assert_round_trips(program.graph)
+    assert_round_trips(program.run_decompositions().graph)
+
+
+def test_annotation_naming_an_unknown_type_stays_text():
+    text = """graph():
+    %x : mylib.Box | None [num_users=1] = placeholder[target=x]
+    return x"""
+    assert str(fxloom.parse_graph(text)) == text
+
+
 def test_module_from_parsed_graph_runs_like_the_original():
     model, inputs = zoo.build("resnet_tiny")
     gm = fxloom.symbolic_trace(model)
