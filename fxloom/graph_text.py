@@ -303,7 +303,8 @@ def _fxloom_function(text: str) -> Any:
 
 
 def _op_overload(parts: list[str]) -> Any:
-    if len(parts) not in (2, 3) or any(p.startswith("_") and p != "__" for p in parts[:1]):
+    """``torch.ops.<ns>.<op>[.<overload>]``: only registered operators, never other attributes."""
+    if len(parts) not in (2, 3):
         return _MISSING
     try:
         found = _walk(torch.ops, parts)

@@ -158,6 +158,7 @@ def test_unknown_target_is_refused_naming_it():
         "torch.utils.cpp_extension.load",
         "operator.methodcaller",
         "operator.call",
+        "torch.ops.os.system",
     ],
 )
 def test_dangerous_reachable_callables_are_refused(target):
