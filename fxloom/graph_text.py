@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom._format import qualified_name
 from fxloom.graph import Graph
 from fxloom.node import Node
@@ -317,7 +318,7 @@ def _op_overload(parts: list[str]) -> Any:
     )
 
 
-_MISSING = object()
+_MISSING = attr_path.MISSING
 
 
 class _AnnotationText:
@@ -331,11 +332,8 @@ class _AnnotationText:
 
 
 def _walk(obj: Any, parts: list[str]) -> Any:
-    for part in parts:
-        obj = getattr(obj, part, _MISSING)
-        if obj is _MISSING:
-            return _MISSING
-    return obj
+    """The object at the dotted ``parts`` under ``obj`` (``_MISSING`` where there is none)."""
+    return attr_path.find(obj, ".".join(parts)) if parts else obj
 
 
 class _ArgParser:
