@@ -32,6 +32,7 @@ from torch import nn
 
 import fxloom
 import fxloom.export
+from fxloom.export.dynamic_shapes import batch_dims
 
 # Non-tensor flags fixed for every model that has them: tensors (or tuples of them) out.
 FLAGS = {
@@ -113,17 +114,9 @@ def capture_fxloom_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
 
 def batch_dynamic_shapes(inputs: dict[str, Any], flags: dict[str, Any], dim: Any) -> dict:
     """``dynamic_shapes`` with dimension 0 of every batched tensor input one shared
-    ``dim("batch")`` (the same form for torch.export and fxloom.export). An input is batched
-    if its dimension 0 has the first input's size (a shared attention mask is not); flags
-    and scalars stay static."""
-    batch = dim("batch")
-    tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-    size = tensors[0].shape[0] if tensors else None
-    shapes: dict[str, Any] = {name: None for name in flags}
-    for name, value in inputs.items():
-        batched = isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == size
-        shapes[name] = {0: batch} if batched else None
-    return shapes
+    ``dim("batch")`` (``fxloom.export.dynamic_shapes.batch_dims``; the same form for
+    torch.export and fxloom.export); flags stay static."""
+    return {**batch_dims(inputs, dim), **{name: None for name in flags}}
 
 
 def capture_torch_export_dynamic(model: nn.Module, inputs: dict[str, Any]) -> Captured:

@@ -88,23 +88,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def batch_shapes(model: torch.nn.Module, positional: tuple, keywords: dict) -> dict[str, Any]:
-    """``dynamic_shapes`` making dimension 0 of every input with the first input's batch size
-    one ``Dim("batch")`` (by forward's parameter names)."""
+    """``dynamic_shapes`` (by forward's parameter names) with one ``Dim("batch")``: see
+    ``fxloom.export.dynamic_shapes.batch_dims``."""
     import inspect
 
-    from fxloom.export import Dim
+    from fxloom.export.dynamic_shapes import batch_dims
 
-    bound = inspect.signature(model.forward).bind(*positional, **keywords).arguments
-    tensors = [v for v in bound.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-    if not tensors:
-        raise ValueError("--dynamic-batch: the model's example inputs hold no tensor")
-    size, batch = tensors[0].shape[0], Dim("batch")
-    return {
-        name: {0: batch}
-        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == size
-        else None
-        for name, value in bound.items()
-    }
+    return batch_dims(inspect.signature(model.forward).bind(*positional, **keywords).arguments)
 
 
 def signature_summary(ep: Any) -> str:

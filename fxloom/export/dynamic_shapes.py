@@ -38,6 +38,7 @@ Depends on ``fxloom.pytree`` and ``dims``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ import torch
 from fxloom import pytree
 from fxloom.export.dims import DerivedDim, Dim, DimHint
 
-__all__ = ["DynamicShapesError", "resolve_dynamic_shapes", "symbol_range"]
+__all__ = ["DynamicShapesError", "batch_dims", "resolve_dynamic_shapes", "symbol_range"]
 
 Spec = Dim | DimHint  # a DerivedDim is a Dim
 _SPEC_KINDS = "None, an int, a Dim, a derived Dim (2 * d), Dim.AUTO, Dim.STATIC or Dim.DYNAMIC"
@@ -407,3 +408,24 @@ def _range_text(low: int, high: int | None) -> str:
 
 def _listed(names: list[Any]) -> str:
     return ", ".join(repr(name) for name in names)
+
+
+def batch_dims(values: Mapping[str, Any], dim: Callable[[str], Any] = Dim) -> dict[str, Any]:
+    """``dynamic_shapes`` making dimension 0 of every batched input one ``dim("batch")``: an
+    input is batched if its dimension 0 has the first tensor's size (a shared mask is not);
+    other values stay static. ``dim`` builds the Dim (torch.export's, to compare)::
+
+        >>> import torch
+        >>> batch_dims({"x": torch.ones(4, 3), "mask": torch.ones(7, 7), "flag": True})
+        {'x': {0: Dim('batch')}, 'mask': None, 'flag': None}
+    """
+    tensors = [v for v in values.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    if not tensors:
+        raise ValueError("batch_dims: the inputs hold no tensor with a batch dimension")
+    size, batch = tensors[0].shape[0], dim("batch")
+    return {
+        name: {0: batch}
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == size
+        else None
+        for name, value in values.items()
+    }
