@@ -117,12 +117,21 @@ def _compile_forward(code: PythonCode, class_name: str) -> tuple[Any, str]:
     # turn the generated annotations into strings.
     exec(compile(code.src, filename, "exec", dont_inherit=True), namespace)
     forward = namespace["forward"]
-    # Registered eagerly so tracebacks and inspect see the source at once;
-    # removed with the function so big generated sources do not pile up.
+    # Registered eagerly so tracebacks and inspect see the source at once; removed after the
+    # function is gone so big generated sources do not pile up. Not removed by the finalizer
+    # itself: it runs whenever the garbage collector does, possibly while linecache.checkcache
+    # (pdb, doctest) walks the cache's keys, which then fails on the missing one.
+    while _DEAD_SOURCES:
+        linecache.cache.pop(_DEAD_SOURCES.pop(), None)
     lines = code.src.splitlines(keepends=True)
     linecache.cache[filename] = (len(code.src), None, lines, filename)
-    weakref.finalize(forward, linecache.cache.pop, filename, None)
+    weakref.finalize(forward, _DEAD_SOURCES.append, filename)
     return forward, filename
+
+
+# Files of generated forwards that were garbage-collected, dropped from linecache at the
+# next compilation.
+_DEAD_SOURCES: list[str] = []
 
 
 class _GeneratedForward:
