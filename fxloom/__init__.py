@@ -24,6 +24,13 @@ from fxloom.interpreter import Interpreter, Transformer
 from fxloom.lint import GraphLintError
 from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
 from fxloom.proxy import Attribute, Proxy, ProxyableClassMeta, TraceError
+from fxloom.serialize import (
+    DisallowedNameError,
+    SerializationError,
+    load,
+    register_serializable,
+    save,
+)
 from fxloom.subgraph_rewriter import replace_pattern
 from fxloom.tracer import PH, Tracer, symbolic_trace, wrap
 
@@ -56,5 +63,10 @@ __all__ = [
     "map_aggregate",
     "map_arg",
     "parse_graph",
+    "save",
+    "load",
+    "register_serializable",
+    "SerializationError",
+    "DisallowedNameError",
     "replace_pattern",
 ]

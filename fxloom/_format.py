@@ -11,6 +11,7 @@ with ``: <type>`` after the name when the node has a type annotation, and
 from __future__ import annotations
 
 import builtins
+import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,16 @@ def qualified_name(obj: Any) -> str:
         module = getattr(owner, "__name__", None)
     module = _PUBLIC_MODULE.get(module, module)
     qualname = getattr(obj, "__qualname__", name)
+    if "<locals>" in qualname and _module_attribute(module, name) is obj:
+        # Made by a factory but published under its name (``F.max_pool2d`` is a
+        # ``boolean_dispatch.<locals>.fn``): the public name is the one to print.
+        qualname = name
     return f"{module}.{qualname}" if module else qualname
+
+
+def _module_attribute(module: str | None, name: str) -> Any:
+    found = sys.modules.get(module) if module else None
+    return vars(found).get(name) if found is not None else None
 
 
 def format_arg(arg: Any, max_list_len: float = float("inf"), *, percent: bool = True) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import builtins
 import math
-import operator
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,37 +21,18 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
-from fxloom._format import qualified_name
 from fxloom.graph import Graph
 from fxloom.node import Node
+from fxloom.serialize import allowlist
+from fxloom.serialize.errors import SerializationError
 
 __all__ = ["GraphParseError", "parse_graph"]
 
 
-class GraphParseError(ValueError):
+class GraphParseError(SerializationError):
     """The graph text is malformed or names a target that is not allowed."""
 
 
-# Builtins a graph may call (``builtins.getattr``); others (eval, open, ...) must be passed in.
-_SAFE_BUILTINS = frozenset(
-    "getattr len int float bool str tuple list dict slice range min max abs sum "
-    "isinstance hasattr round divmod pow all any zip enumerate reversed sorted".split()
-)
-# Modules whose public callables may be targets; their callables must live in these modules.
-_ALLOWED_ROOTS: dict[str, Any] = {"torch": torch, "operator": operator, "math": math}
-_ALLOWED_MODULE_PREFIXES = ("torch", "operator", "_operator", "math")
-# fxloom modules whose functions graphs that fxloom produces may call.
-_FXLOOM_MODULES = ("fxloom.guards", "fxloom.cond", "fxloom.pytree", "fxloom.ops", "fxloom.export")
-# torch namespaces whose functions may be targets (``torch.relu``, ``torch.nn.functional.gelu``).
-_TORCH_PARENTS = frozenset(
-    {"torch", "torch.nn.functional", "torch._C._nn", "torch.special", "torch.linalg", "torch.fft"}
-)
-# torch functions that touch files or compile code are not allowed without the namespace;
-# ``operator.call``/``methodcaller``/``attrgetter`` would call or reach anything by name.
-_DENIED = frozenset(
-    {"torch.load", "torch.save", "torch.from_file", "torch.compile"}
-    | {"operator.call", "operator.methodcaller", "operator.attrgetter"}
-)
 # Constructors a value may be written with, besides those in the namespace.
 _VALUE_CALLS: dict[str, Callable[..., Any]] = {
     "slice": slice,
@@ -138,9 +118,10 @@ def _parse_line(line: str, graph: Graph, nodes: dict[str, Node], resolver: _Reso
     type_expr = resolver.type(match["type"]) if match["type"] else None
     target = resolver.target(op, target_text)
     args, kwargs = _parse_call_rest(op, match["rest"], nodes, resolver)
-    if target is getattr and len(args) > 1 and _is_dunder(args[1]):
-        # ``getattr(f, "__globals__")`` reaches everything; the printer never writes it.
-        raise GraphParseError(f"getattr of the private attribute {args[1]!r} is not allowed")
+    try:
+        allowlist.check_call(target, args)
+    except SerializationError as e:
+        raise GraphParseError(str(e)) from None
     node = graph.create_node(op, target, args, kwargs, name=name, type_expr=type_expr)
     if node.name != name:
         raise GraphParseError(f"node name '%{name}' is used twice")
@@ -186,7 +167,7 @@ class _Resolver:
         if op in ("placeholder", "call_module", "get_attr"):
             return text
         if op == "call_method":
-            if text in self.namespace or _is_tensor_method(text):
+            if text in self.namespace or allowlist.allowed_method(text):
                 return text
             raise GraphParseError(
                 f"call_method target '{text}' is not a Tensor method; "
@@ -256,66 +237,7 @@ class _Resolver:
         return _MISSING
 
     def _from_allowlist(self, text: str) -> Any:
-        parts = text.split(".")
-        if parts[0] == "builtins" and len(parts) == 2 or len(parts) == 1:
-            name = parts[-1]
-            return getattr(builtins, name) if name in _SAFE_BUILTINS else _MISSING
-        if parts[:2] == ["torch", "ops"]:
-            return _op_overload(parts[2:])
-        if parts[0] == "fxloom":
-            return _fxloom_function(text)
-        root = _ALLOWED_ROOTS.get(parts[0])
-        if root is None or text in _DENIED:
-            return _MISSING
-        if root is torch and ".".join(parts[:-1]) not in _TORCH_PARENTS:
-            return _MISSING
-        found = _walk(root, parts[1:])
-        if not callable(found) or isinstance(found, type(torch)):
-            return _MISSING
-        module = getattr(found, "__module__", None) or ""
-        if not module.startswith(_ALLOWED_MODULE_PREFIXES) and not isinstance(found, type):
-            return _MISSING
-        # The object must be what prints as this name: no reaching os.system via torch.os.
-        return found if qualified_name(found) == text else _MISSING
-
-
-def _is_tensor_method(name: str) -> bool:
-    """Defined by Tensor itself (``add``, ``__getitem__``), not inherited from object or type."""
-    return name in vars(torch.Tensor) or name in vars(torch._C.TensorBase)
-
-
-def _is_dunder(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("__") and value.endswith("__")
-
-
-def _fxloom_function(text: str) -> Any:
-    """fxloom's own functions that traced graphs call (guards, ``cond``, pytree helpers)."""
-    import importlib
-
-    module_name, _, attr = text.rpartition(".")
-    if not module_name.startswith(_FXLOOM_MODULES):
-        return _MISSING
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return _MISSING
-    found = getattr(module, attr, _MISSING)
-    return found if callable(found) and qualified_name(found) == text else _MISSING
-
-
-def _op_overload(parts: list[str]) -> Any:
-    """``torch.ops.<ns>.<op>[.<overload>]``: only registered operators, never other attributes."""
-    if len(parts) not in (2, 3):
-        return _MISSING
-    try:
-        found = _walk(torch.ops, parts)
-    except (AttributeError, RuntimeError):
-        return _MISSING
-    return (
-        found
-        if isinstance(found, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
-        else _MISSING
-    )
+        return allowlist.find_callable(text)
 
 
 _MISSING = attr_path.MISSING

@@ -1,0 +1,193 @@
+"""The file: a zip archive of JSON documents and one safetensors blob.
+
+Layout (every member under ``fxloom/``)::
+
+    fxloom/format.json        {"format": "fxloom", "version": 1, "kind": "graph_module", ...}
+    fxloom/program.json       what the kind describes (a module tree, a program)
+    fxloom/weights.safetensors
+
+Reading is defensive: only these members are read, member names that would
+leave the archive (``../``, absolute paths) are refused outright, each member
+is read with a size limit (so a zip bomb's claimed size does not matter), and
+documents nested too deeply to walk are refused.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from fxloom.serialize.errors import SerializationError
+
+__all__ = ["FORMAT_VERSION", "write_archive", "read_archive", "Archive", "UPGRADES"]
+
+FORMAT_NAME = "fxloom"
+FORMAT_VERSION = 1
+# Upgrades from an older format version to the next: ``UPGRADES[n](archive)`` turns
+# version n's documents into version n + 1's. Files of every listed version keep loading.
+UPGRADES: dict[int, Callable[[Archive], Archive]] = {}
+OLDEST_VERSION = FORMAT_VERSION - len(UPGRADES)
+
+_PREFIX = "fxloom/"
+_FORMAT = _PREFIX + "format.json"
+_PROGRAM = _PREFIX + "program.json"
+_WEIGHTS = _PREFIX + "weights.safetensors"
+_MEMBERS = (_FORMAT, _PROGRAM, _WEIGHTS)
+
+MAX_JSON_BYTES = 512 * 2**20
+MAX_WEIGHTS_BYTES = 64 * 2**30
+
+PathOrFile = str | os.PathLike | IO[bytes]
+
+
+class Archive:
+    """The documents of one file: its header (``format.json``), its program and its weights."""
+
+    def __init__(self, header: dict[str, Any], program: Any, weights: bytes) -> None:
+        self.header = header
+        self.program = program
+        self.weights = weights
+
+    @property
+    def kind(self) -> str:
+        return self.header.get("kind", "")
+
+
+def write_archive(
+    target: PathOrFile, kind: str, program: Any, weights: bytes, extra: dict | None = None
+) -> None:
+    """Write the file; a path is replaced only once the whole file is written."""
+    header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "kind": kind, **(extra or {})}
+    if hasattr(target, "write"):
+        _write_zip(target, header, program, weights)
+        return
+    path = Path(target)
+    handle, temporary = tempfile.mkstemp(
+        dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(handle, "wb") as f:
+            _write_zip(f, header, program, weights)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _write_zip(f: IO[bytes], header: dict, program: Any, weights: bytes) -> None:
+    with zipfile.ZipFile(f, "w") as z:
+        z.writestr(_FORMAT, json.dumps(header, indent=1), zipfile.ZIP_DEFLATED)
+        z.writestr(
+            _PROGRAM,
+            json.dumps(program, separators=(",", ":"), allow_nan=False),
+            zipfile.ZIP_DEFLATED,
+        )
+        # Stored, not deflated: weights barely compress, and loading reads them at memory speed.
+        z.writestr(_WEIGHTS, weights, zipfile.ZIP_STORED)
+
+
+def read_archive(source: PathOrFile | bytes) -> Archive:
+    """The documents of a file, checked and upgraded to the current format version."""
+    try:
+        opened = zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source)
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise SerializationError(
+            f"{_name(source)} is not an fxloom file (not a zip archive: {e})"
+        ) from None
+    with opened as z:
+        names = set()
+        for info in z.infolist():
+            name = info.filename
+            if (
+                name.startswith(("/", "\\"))
+                or ".." in name.replace("\\", "/").split("/")
+                or ":" in name
+            ):
+                raise SerializationError(
+                    f"{_name(source)} holds the member {name!r}, a path outside the archive; refused"
+                )
+            names.add(name)
+        if _FORMAT not in names:
+            raise SerializationError(f"{_name(source)} is not an fxloom file (it has no {_FORMAT})")
+        header = _read_json(z, _FORMAT, 2**20)
+        _check_header(header, source)
+        missing = [m for m in _MEMBERS if m not in names]
+        if missing:
+            raise SerializationError(f"{_name(source)} is incomplete: {', '.join(missing)} missing")
+        archive = Archive(
+            header, _read_json(z, _PROGRAM, MAX_JSON_BYTES), _read(z, _WEIGHTS, MAX_WEIGHTS_BYTES)
+        )
+    version = header["version"]
+    while version < FORMAT_VERSION:
+        archive = UPGRADES[version](archive)
+        version += 1
+    return archive
+
+
+def _check_header(header: Any, source: Any) -> None:
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise SerializationError(
+            f"{_name(source)} is not an fxloom file (its format.json says otherwise)"
+        )
+    version = header.get("version")
+    if type(version) is not int:
+        raise SerializationError(
+            f"{_name(source)}: the format version must be an integer, found {version!r}"
+        )
+    if version > FORMAT_VERSION:
+        raise SerializationError(
+            f"{_name(source)} is in format version {version}, written by a newer fxloom; this "
+            f"fxloom reads versions {OLDEST_VERSION} to {FORMAT_VERSION}. Upgrade fxloom to load it"
+        )
+    if version < OLDEST_VERSION:
+        raise SerializationError(f"{_name(source)}: unknown format version {version}")
+    if not isinstance(header.get("kind"), str):
+        raise SerializationError(f"{_name(source)}: the header does not say what the file holds")
+
+
+def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    try:
+        with z.open(name) as member:
+            data = member.read(limit + 1)
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        EOFError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+    ) as e:
+        raise SerializationError(f"cannot read {name}: the archive is damaged ({e})") from None
+    except Exception as e:  # zlib.error and friends: still a damaged archive
+        raise SerializationError(f"cannot read {name}: the archive is damaged ({e})") from None
+    if len(data) > limit:
+        raise SerializationError(f"{name} is larger than the limit of {limit} bytes; refused")
+    return data
+
+
+def _read_json(z: zipfile.ZipFile, name: str, limit: int) -> Any:
+    data = _read(z, name, limit)
+    try:
+        return json.loads(data, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise SerializationError(f"{name} is nested too deeply; refused") from None
+    except ValueError as e:
+        raise SerializationError(f"{name} is not valid JSON: {e}") from None
+
+
+def _refuse_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _name(source: Any) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return str(source)
+    return getattr(source, "name", None) or "the file"

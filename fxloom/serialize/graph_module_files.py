@@ -1,0 +1,130 @@
+"""``fxloom.save(gm, path)`` and ``fxloom.load(path)``: GraphModules in a file you can trust.
+
+Loading never unpickles and never runs code from the file: functions and
+module classes are looked up by name on an allowlist (see ``allowlist``),
+tensors come from safetensors, and the module's ``forward`` is generated
+again from the graph. Any problem raises ``SerializationError``; the caller
+never receives a partly built module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import fxloom
+from fxloom.graph_module import GraphModule
+from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
+from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.meta import MetaCodecs
+from fxloom.serialize.modules import decode_module, encode_module
+from fxloom.serialize.tensors import TensorReader, TensorWriter
+
+__all__ = ["save", "load", "guarded_load", "check_loaded"]
+
+KIND = "graph_module"
+
+
+def save(gm: GraphModule, f: PathOrFile) -> None:
+    """Write ``gm`` — its graph, submodules, parameters, buffers and node meta — to ``f``.
+
+    ``f`` is a path or a binary file. Everything the graph calls must be on
+    the allowlist (torch, ``operator``, ``math``, Tensor methods, ``torch.ops``
+    operators, a few builtins) or registered with ``fxloom.register_serializable``;
+    otherwise ``SerializationError`` names it and nothing is written::
+
+        import torch, fxloom
+        gm = fxloom.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU()))
+        fxloom.save(gm, "/tmp/model.fxl")
+        loaded = fxloom.load("/tmp/model.fxl")
+        x = torch.randn(4, 3)
+        assert torch.equal(loaded(x), gm(x))
+    """
+    if not isinstance(gm, GraphModule):
+        raise TypeError(
+            f"fxloom.save takes a GraphModule, got {type(gm).__name__}; capture it first "
+            "(fxloom.symbolic_trace), or use fxloom.export.save for an ExportedProgram"
+        )
+    writer = TensorWriter()
+    program = {"module": encode_module(gm, writer, MetaCodecs(), "the module")}
+    write_archive(f, KIND, program, writer.blob(), _versions())
+
+
+def load(f: PathOrFile | bytes) -> GraphModule:
+    """The GraphModule saved in ``f`` (a path, a binary file or the file's bytes).
+
+    Raises ``SerializationError`` (and only that, or ``FileNotFoundError``) if
+    the file is damaged, of another kind or version, or names anything not on
+    the allowlist.
+    """
+    archive = guarded_load(f, read_archive)
+    if archive.kind != KIND:
+        hint = " (load it with fxloom.export.load)" if archive.kind == "exported_program" else ""
+        raise SerializationError(f"the file holds a {archive.kind}, not a GraphModule{hint}")
+
+    def build(archive: Any) -> GraphModule:
+        program = archive.program
+        if not isinstance(program, dict):
+            raise SerializationError("program.json must be an object")
+        module = decode_module(
+            program.get("module"), TensorReader(archive.weights), MetaCodecs(), "module"
+        )
+        if not isinstance(module, GraphModule):
+            raise SerializationError(
+                f"the file's root module is a {type(module).__name__}, not a GraphModule"
+            )
+        check_loaded(module)
+        return module
+
+    return guarded_load(archive, build)
+
+
+def guarded_load(source: Any, step: Any) -> Any:
+    """``step(source)``, with every failure but a missing file turned into ``SerializationError``."""
+    try:
+        return step(source)
+    except (SerializationError, FileNotFoundError):
+        raise
+    except RecursionError:
+        raise SerializationError("the file is nested too deeply to load; refused") from None
+    except Exception as e:
+        raise SerializationError(f"cannot load the file: {type(e).__name__}: {e}") from e
+
+
+def check_loaded(gm: GraphModule) -> None:
+    """The loaded module must be whole: a valid graph whose attributes exist and agree with it."""
+    for module in gm.modules():
+        if isinstance(module, GraphModule):
+            try:
+                module.graph.lint()
+                module.recompile()
+            except Exception as e:
+                raise SerializationError(f"the loaded graph is not valid: {e}") from None
+            _check_attribute_shapes(module)
+
+
+def _check_attribute_shapes(gm: GraphModule) -> None:
+    from fxloom import attr_path
+
+    for node in gm.graph.find_nodes(op="get_attr"):
+        value = attr_path.find(gm, node.target)
+        expected = node.meta.get("val", node.meta.get("tensor_meta"))
+        if (
+            not isinstance(value, torch.Tensor)
+            or expected is None
+            or not hasattr(expected, "shape")
+        ):
+            continue
+        if tuple(value.shape) != tuple(expected.shape) or value.dtype != expected.dtype:
+            raise SerializationError(
+                f"the tensor {node.target} is {value.dtype} {list(value.shape)}, but the graph "
+                f"(node %{node.name}) expects {expected.dtype} {list(expected.shape)}"
+            )
+
+
+def _versions() -> dict[str, str]:
+    return {
+        "fxloom_version": getattr(fxloom, "__version__", "unknown"),
+        "torch_version": torch.__version__,
+    }

@@ -1,0 +1,262 @@
+"""The module tree of a GraphModule as JSON data plus tensors, and back.
+
+Each module is a record::
+
+    {"class": "torch.nn.modules.linear.Linear", "training": false,
+     "attributes": {"in_features": 3, "out_features": 2},
+     "parameters": {"weight": <tensor record>, "bias": null},
+     "buffers": {...}, "non_persistent": [...], "tensors": {...},
+     "children": {"0": {...}}}
+
+and a GraphModule adds ``"graph"`` and ``"class_name"``. A module is rebuilt
+without running its ``__init__``: an empty instance of the allowlisted class
+gets its attributes, parameters, buffers and children back, as
+``nn.Module``'s own bookkeeping would hold them; then ``REBUILT_HOOKS`` runs
+what a few classes derive from that state (an RNN's flat weight list).
+``MODULE_STATES`` holds the classes whose state is not plain attributes
+(quantized modules' packed weights, ONNX Runtime sessions) — each with how
+it is written and read.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxloom.graph_module import GraphModule
+from fxloom.serialize import allowlist
+from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.graphs import check_identifier, check_path, decode_graph, encode_graph
+from fxloom.serialize.meta import MetaCodecs
+from fxloom.serialize.tensors import TensorReader, TensorWriter
+from fxloom.serialize.values import _short, decode_value, encode_value
+
+__all__ = ["encode_module", "decode_module", "ModuleState", "MODULE_STATES", "REBUILT_HOOKS"]
+
+# nn.Module's own bookkeeping and GraphModule's generated-code cache: never saved as attributes.
+_MODULE_INTERNALS = frozenset(
+    {
+        "training",
+        "_parameters",
+        "_buffers",
+        "_non_persistent_buffers_set",
+        "_backward_pre_hooks",
+        "_backward_hooks",
+        "_is_full_backward_hook",
+        "_forward_hooks",
+        "_forward_hooks_with_kwargs",
+        "_forward_hooks_always_called",
+        "_forward_pre_hooks",
+        "_forward_pre_hooks_with_kwargs",
+        "_state_dict_hooks",
+        "_state_dict_pre_hooks",
+        "_load_state_dict_pre_hooks",
+        "_load_state_dict_post_hooks",
+        "_modules",
+        "_compiled_call_impl",
+    }
+)
+_GRAPH_MODULE_INTERNALS = frozenset(
+    {"_graph", "_code", "_compiled_graph", "_compiled_version", "_source_file"}
+)
+_HOOKS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+)
+
+
+@dataclass(frozen=True)
+class ModuleState:
+    """How modules of one class are written and read, when attributes and tensors are not enough.
+
+    ``save(module, writer, where) -> data`` returns JSON data (tensors as
+    ``writer.add`` records); ``load(data, reader, where) -> module`` builds the
+    module from it. Classes are matched exactly, then by their bases.
+    """
+
+    save: Callable[[nn.Module, TensorWriter, str], Any]
+    load: Callable[[Any, TensorReader, str], nn.Module]
+
+
+MODULE_STATES: dict[type, ModuleState] = {}
+# Run on a module after its state is back, for what its __init__ derives from that state.
+REBUILT_HOOKS: dict[type, Callable[[nn.Module], None]] = {
+    nn.RNNBase: lambda module: module._init_flat_weights(),
+}
+
+
+def _special(cls: type, table: dict[type, Any]) -> Any:
+    return next((table[base] for base in cls.__mro__ if base in table), None)
+
+
+# ---------------------------------------------------------------------- saving
+def encode_module(
+    module: nn.Module, writer: TensorWriter, codecs: MetaCodecs, where: str = "the module"
+) -> dict:
+    cls = type(module)._user_class() if isinstance(module, GraphModule) else type(module)
+    record: dict[str, Any] = {
+        "class": allowlist.module_class_name(cls),
+        "training": module.training,
+    }
+    state = _special(cls, MODULE_STATES)
+    if state is not None:
+        record["state"] = state.save(module, writer, where)
+        return record
+    for hooks in _HOOKS:
+        if getattr(module, hooks, None):
+            raise SerializationError(
+                f"cannot save {where} ({cls.__qualname__}): it has {hooks[1:]} registered, which "
+                "are Python code; remove them before saving"
+            )
+    internals = _MODULE_INTERNALS
+    if isinstance(module, GraphModule):
+        internals = internals | _GRAPH_MODULE_INTERNALS
+        record["class_name"] = type(module).__name__
+        record["graph"] = encode_graph(module.graph, codecs)
+        constants = module.graph.constants
+        if constants:
+            record["graph_constants"] = {
+                k: writer.add(v, f"{where}.graph.constants[{k!r}]") for k, v in constants.items()
+            }
+    attributes, tensors = {}, {}
+    for name, value in module.__dict__.items():
+        if name in internals or name in module._modules:  # mirrored submodules
+            continue
+        if isinstance(value, torch.Tensor):
+            tensors[name] = writer.add(value, f"{where}.{name}")
+        elif isinstance(value, nn.Module):
+            raise SerializationError(f"cannot save {where}.{name}: a module outside _modules")
+        else:
+            try:
+                attributes[name] = encode_value(value, f"{where}.{name}")
+            except SerializationError as e:
+                if name == "meta" and isinstance(module, GraphModule):
+                    continue  # GraphModule.meta holds analyses of this session: left out
+                raise SerializationError(f"cannot save the attribute {where}.{name}: {e}") from None
+    record["attributes"] = attributes
+    if tensors:
+        record["tensors"] = tensors
+    record["parameters"] = {
+        name: None if p is None else writer.add(p, f"{where}.{name}")
+        for name, p in module._parameters.items()
+    }
+    record["buffers"] = {
+        name: None if b is None else writer.add(b, f"{where}.{name}")
+        for name, b in module._buffers.items()
+    }
+    if module._non_persistent_buffers_set:
+        record["non_persistent"] = sorted(module._non_persistent_buffers_set)
+    record["children"] = {
+        name: None if child is None else encode_module(child, writer, codecs, f"{where}.{name}")
+        for name, child in module._modules.items()
+    }
+    return record
+
+
+# --------------------------------------------------------------------- loading
+def decode_module(
+    data: Any, reader: TensorReader, codecs: MetaCodecs, where: str = "module", depth: int = 0
+) -> nn.Module:
+    if not isinstance(data, dict):
+        raise SerializationError(f"{where}: expected a module record")
+    if depth > 100:
+        raise SerializationError(f"{where}: modules are nested more than 100 deep")
+    cls = allowlist.resolve_module_class(data.get("class"))
+    training = data.get("training", False)
+    if not isinstance(training, bool):
+        raise SerializationError(f"{where}: 'training' must be true or false")
+    state = _special(cls, MODULE_STATES)
+    if state is not None:
+        module = state.load(data.get("state"), reader, where)
+        if not isinstance(module, cls):
+            raise SerializationError(
+                f"{where}: rebuilt a {type(module).__name__}, not a {cls.__name__}"
+            )
+        return module.train(training)
+    is_graph_module = issubclass(cls, GraphModule)
+    module = _empty(cls, data, where) if is_graph_module else _empty_module(cls)
+    module.training = training
+    for name, value in _mapping(data, "attributes", where).items():
+        _check_attribute(cls, name, where)
+        module.__dict__[name] = decode_value(value, None, f"{where}.{name}")
+    for name, record in _mapping(data, "tensors", where).items():
+        _check_attribute(cls, name, where)
+        module.__dict__[name] = reader.get(record, f"{where}.{name}")
+    for name, record in _mapping(data, "parameters", where).items():
+        check_path(name, f"{where}: parameter")
+        tensor = None if record is None else reader.get(record, f"{where}.{name}")
+        if tensor is not None and not isinstance(tensor, nn.Parameter):
+            tensor = nn.Parameter(tensor, requires_grad=tensor.requires_grad)
+        module._parameters[name] = tensor
+    for name, record in _mapping(data, "buffers", where).items():
+        check_path(name, f"{where}: buffer")
+        module._buffers[name] = None if record is None else reader.get(record, f"{where}.{name}")
+    non_persistent = data.get("non_persistent", [])
+    if not isinstance(non_persistent, list) or not set(non_persistent) <= set(module._buffers):
+        raise SerializationError(f"{where}: non-persistent buffers must be among the buffers")
+    module._non_persistent_buffers_set.update(non_persistent)
+    for name, child in _mapping(data, "children", where).items():
+        check_path(name, f"{where}: submodule")
+        module._modules[name] = (
+            None
+            if child is None
+            else decode_module(child, reader, codecs, f"{where}.{name}", depth + 1)
+        )
+    hook = _special(cls, REBUILT_HOOKS)
+    if hook is not None:
+        try:
+            hook(module)
+        except Exception as e:
+            raise SerializationError(f"{where}: cannot rebuild {cls.__qualname__}: {e}") from None
+    if is_graph_module:
+        graph = decode_graph(data.get("graph"), codecs, f"{where}.graph")
+        for name, record in _mapping(data, "graph_constants", where).items():
+            graph.constants[name] = reader.get(record, f"{where}.graph.constants[{name!r}]")
+        from fxloom._mirrored_modules import mirror
+
+        mirror(module)
+        module.graph = graph
+    return module
+
+
+def _check_attribute(cls: type, name: Any, where: str) -> None:
+    """Plain data attributes only: not nn.Module's bookkeeping, and nothing that would
+    stand in for a method or property of the class (``forward``)."""
+    check_identifier(name, f"{where}: attribute")
+    if name.startswith("__") or name in _MODULE_INTERNALS or name in _GRAPH_MODULE_INTERNALS:
+        raise SerializationError(f"{where}: the attribute {name!r} is internal and cannot be set")
+    defined = inspect.getattr_static(cls, name, None)
+    if callable(defined) or hasattr(defined, "__get__"):
+        raise SerializationError(
+            f"{where}: the attribute {name!r} would replace {cls.__qualname__}.{name}"
+        )
+
+
+def _empty_module(cls: type) -> nn.Module:
+    module = cls.__new__(cls)
+    nn.Module.__init__(module)
+    return module
+
+
+def _empty(cls: type, data: dict, where: str) -> GraphModule:
+    class_name = data.get("class_name", "GraphModule")
+    check_identifier(class_name, f"{where}: class name")
+    from fxloom.graph import Graph
+
+    return cls(nn.Module(), Graph(), class_name)
+
+
+def _mapping(data: dict, key: str, where: str) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise SerializationError(f"{where}: {key} must be an object, found {_short(value)}")
+    return value

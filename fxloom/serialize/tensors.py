@@ -1,0 +1,188 @@
+"""Tensors in a saved file: bytes in one safetensors blob, described by JSON records.
+
+A record says where a tensor's bytes are (``key``) and what it must be
+(``shape``, ``dtype``, ``requires_grad``; ``stride`` when it is not
+contiguous; ``quantized`` with its quantization parameters for int8
+tensors, whose integer values are stored). Loading checks every record
+against the bytes, so a file whose tensors disagree with its description is
+refused rather than loaded wrong. A tensor reached from several places (tied
+weights) is stored once and shared again on loading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.values import decode_value, encode_value
+
+__all__ = ["TensorWriter", "TensorReader"]
+
+_PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
+_PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric)
+
+
+class TensorWriter:
+    """Collects tensors while a module is written; ``blob()`` gives the safetensors bytes."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[str, torch.Tensor] = {}
+        self._records: dict[int, dict[str, Any]] = {}
+        self._keep_alive: list[torch.Tensor] = []  # ids stay unique while we hold them
+
+    def add(self, tensor: torch.Tensor, where: str) -> dict[str, Any]:
+        """The record standing for ``tensor`` (``where`` names it in errors)."""
+        known = self._records.get(id(tensor))
+        if known is not None:
+            return known
+        if tensor.device.type == "meta" or tensor.layout is not torch.strided:
+            raise SerializationError(
+                f"cannot save the tensor {where}: only dense tensors with data can be saved "
+                f"(this one is {tensor.layout} on {tensor.device})"
+            )
+        key = f"t{len(self._records)}"
+        record: dict[str, Any] = {
+            "key": key,
+            "shape": list(tensor.shape),
+            "dtype": encode_value(tensor.dtype),
+        }
+        data = tensor.detach()
+        if tensor.is_quantized:
+            record["quantized"] = self._quantization(tensor, key)
+            data = tensor.int_repr()
+        if tensor.requires_grad:
+            record["requires_grad"] = True
+        if isinstance(tensor, torch.nn.Parameter):
+            record["parameter"] = True
+        if not data.is_contiguous():
+            record["stride"] = list(data.stride())
+        self.tensors[key] = data.cpu().contiguous()
+        self._records[id(tensor)] = record
+        self._keep_alive.append(tensor)
+        return record
+
+    def _quantization(self, tensor: torch.Tensor, key: str) -> dict[str, Any]:
+        scheme = tensor.qscheme()
+        if scheme in _PER_TENSOR:
+            return {
+                "qscheme": encode_value(scheme),
+                "scale": tensor.q_scale(),
+                "zero_point": tensor.q_zero_point(),
+            }
+        if scheme in _PER_CHANNEL:
+            self.tensors[f"{key}.scales"] = tensor.q_per_channel_scales().contiguous()
+            self.tensors[f"{key}.zero_points"] = tensor.q_per_channel_zero_points().contiguous()
+            return {"qscheme": encode_value(scheme), "axis": tensor.q_per_channel_axis()}
+        raise SerializationError(f"cannot save a tensor quantized with {scheme}")
+
+    def blob(self) -> bytes:
+        from safetensors.torch import save
+
+        return save(self.tensors) if self.tensors else b""
+
+
+class TensorReader:
+    """Tensors by record, from the safetensors bytes of a file; each is checked against its record."""
+
+    def __init__(self, blob: bytes) -> None:
+        self._raw: dict[str, torch.Tensor] = {}
+        if blob:
+            from safetensors import SafetensorError
+            from safetensors.torch import load
+
+            try:
+                self._raw = load(blob)
+            except (SafetensorError, ValueError, RuntimeError, OverflowError) as e:
+                raise SerializationError(f"the weights are damaged (safetensors: {e})") from None
+        self._built: dict[str, torch.Tensor] = {}
+
+    def get(self, record: Any, where: str) -> torch.Tensor:
+        if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+            raise SerializationError(f"{where}: a tensor record must name its key")
+        key = record["key"]
+        if key not in self._built:
+            self._built[key] = self._build(record, where)
+        return self._built[key]
+
+    def _build(self, record: dict[str, Any], where: str) -> torch.Tensor:
+        key = record["key"]
+        data = self._raw.get(key)
+        if data is None:
+            raise SerializationError(f"{where}: the tensor {key!r} is missing from the weights")
+        shape = decode_value({"size": record.get("shape")}, where=where)
+        dtype = decode_value(record.get("dtype"), where=where)
+        if not isinstance(dtype, torch.dtype):
+            raise SerializationError(f"{where}: {record.get('dtype')!r} is not a dtype")
+        quantized = record.get("quantized")
+        stored_dtype = _integer_dtype(dtype, where) if quantized is not None else dtype
+        if data.shape != shape or data.dtype != stored_dtype:
+            raise SerializationError(
+                f"{where}: the weights hold a {data.dtype} tensor of shape {list(data.shape)} "
+                f"where the description says {stored_dtype} of shape {list(shape)}"
+            )
+        if quantized is not None:
+            data = self._quantize(data, quantized, key, dtype, where)
+        stride = record.get("stride")
+        if stride is not None:
+            data = _restrided(data, stride, where)
+        if record.get("parameter"):
+            return torch.nn.Parameter(data, requires_grad=bool(record.get("requires_grad")))
+        return data.requires_grad_() if record.get("requires_grad") else data
+
+    def _quantize(
+        self, values: torch.Tensor, q: Any, key: str, dtype: torch.dtype, where: str
+    ) -> torch.Tensor:
+        if not isinstance(q, dict):
+            raise SerializationError(f"{where}: invalid quantization record")
+        scheme = decode_value(q.get("qscheme"), where=where)
+        try:
+            if scheme in _PER_TENSOR:
+                scale, zero_point = q.get("scale"), q.get("zero_point")
+                if not isinstance(scale, float) or type(zero_point) is not int:
+                    raise SerializationError(f"{where}: invalid scale or zero point")
+                return torch._make_per_tensor_quantized_tensor(values, scale, zero_point)
+            if scheme in _PER_CHANNEL:
+                scales = self._raw.get(f"{key}.scales")
+                zero_points = self._raw.get(f"{key}.zero_points")
+                axis = q.get("axis")
+                if scales is None or zero_points is None or type(axis) is not int:
+                    raise SerializationError(f"{where}: per-channel parameters are missing")
+                return torch._make_per_channel_quantized_tensor(values, scales, zero_points, axis)
+        except (RuntimeError, IndexError) as e:
+            raise SerializationError(f"{where}: invalid quantization parameters: {e}") from None
+        raise SerializationError(f"{where}: unknown quantization scheme {q.get('qscheme')!r}")
+
+
+_INTEGER_OF_QUANTIZED = {
+    torch.qint8: torch.int8,
+    torch.quint8: torch.uint8,
+    torch.qint32: torch.int32,
+}
+
+
+def _integer_dtype(dtype: torch.dtype, where: str) -> torch.dtype:
+    if dtype not in _INTEGER_OF_QUANTIZED:
+        raise SerializationError(f"{where}: {dtype} is not a quantized dtype")
+    return _INTEGER_OF_QUANTIZED[dtype]
+
+
+def _restrided(data: torch.Tensor, stride: Any, where: str) -> torch.Tensor:
+    """``data`` laid out with ``stride``, which must be a dense layout of its shape
+    (channels-last, a transpose): a permutation of the contiguous strides."""
+    shape = data.shape
+    if (
+        not isinstance(stride, list)
+        or len(stride) != data.dim()
+        or not all(type(s) is int and s >= 0 for s in stride)
+    ):
+        raise SerializationError(f"{where}: invalid stride {stride!r}")
+    expected = 1
+    for dim in sorted(range(len(stride)), key=lambda d: stride[d]):
+        if shape[dim] > 1 and stride[dim] != expected:
+            raise SerializationError(
+                f"{where}: stride {stride} is not a dense layout of {list(shape)}"
+            )
+        expected *= shape[dim]
+    return torch.empty_strided(shape, stride, dtype=data.dtype).copy_(data)

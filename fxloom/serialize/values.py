@@ -1,0 +1,267 @@
+"""Argument values as JSON, and back: every kind of value a node's arguments may hold.
+
+JSON's own types stand for themselves (``null``, booleans, integers, strings,
+finite floats, lists); every other kind is a one-key object naming its kind::
+
+    (1, 2)            {"tuple": [1, 2]}
+    {"dim": 1}        {"dict": [["dim", 1]]}
+    %x                {"node": "x"}
+    slice(0, None)    {"slice": [0, null, null]}
+    ...               {"ellipsis": null}
+    float("inf")      {"float": "inf"}
+    torch.float16     {"dtype": "float16"}
+    torch.device(..)  {"device": "cpu"}
+    torch.Size([2])   {"size": [2]}
+    torch.relu        {"function": "torch.relu"}
+
+plus ``layout``, ``memory_format``, ``qscheme``, ``complex``, ``bytes``,
+``range`` and ``namedtuple``/``container`` for registered container classes.
+Functions and classes are written by name and resolved on loading through
+``allowlist``; decoding never evaluates text.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from fxloom.node import Node
+from fxloom.pytree import container_type
+from fxloom.serialize import allowlist
+from fxloom.serialize.errors import SerializationError
+
+__all__ = ["encode_value", "decode_value", "TORCH_ENUMS"]
+
+# Values of torch's enum-like types, by the name torch gives them (``torch.float32``).
+TORCH_ENUMS: dict[str, type] = {
+    "dtype": torch.dtype,
+    "layout": torch.layout,
+    "memory_format": torch.memory_format,
+    "qscheme": torch.qscheme,
+}
+_BY_NAME: dict[str, dict[str, Any]] = {
+    kind: {name: value for name, value in vars(torch).items() if isinstance(value, cls)}
+    for kind, cls in TORCH_ENUMS.items()
+}
+_NAME_OF_VALUE: dict[Any, tuple[str, str]] = {
+    value: (kind, name) for kind, names in _BY_NAME.items() for name, value in names.items()
+}
+
+
+def encode_value(value: Any, where: str = "") -> Any:
+    """``value`` as JSON data; ``where`` names it in errors (``node %add, args[1]``)."""
+    t = type(value)
+    if value is None or t in (bool, int, str):
+        return value
+    if t is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if t is Node:
+        return {"node": value.name}
+    encoder = _ENCODERS.get(t)
+    if encoder is not None:
+        return encoder(value, where)
+    if t in _NAME_OF_VALUE or isinstance(value, tuple(TORCH_ENUMS.values())):
+        kind, name = _NAME_OF_VALUE[value]
+        return {kind: name}
+    entry = container_type(t)
+    if entry is not None:
+        return _encode_container(value, entry, where)
+    if callable(value):
+        return {"function": allowlist.name_of(value, f"function at {where}")}
+    raise SerializationError(
+        f"cannot save the value {value!r} ({t.__name__}) at {where or 'the top level'}: "
+        "arguments may only be numbers, strings, None, containers of these, dtypes, "
+        "devices, slices, torch.Size and allowlisted functions"
+    )
+
+
+def _encode_container(value: Any, entry: Any, where: str) -> Any:
+    kind = entry.kind
+    if kind == "tuple":
+        return {"tuple": [encode_value(v, where) for v in value]}
+    if kind == "list":
+        return [encode_value(v, where) for v in value]
+    if kind == "dict" and entry.type in (dict, type({}.items()), *_PLAIN_DICTS):
+        return {
+            "dict": [[encode_value(k, where), encode_value(v, where)] for k, v in value.items()]
+        }
+    children, context = entry.flatten(value)
+    return {
+        "container": allowlist.name_of(entry.type, f"container class at {where}"),
+        "children": [encode_value(v, where) for v in children],
+        "context": encode_value(context, where),
+    }
+
+
+_PLAIN_DICTS: tuple[type, ...] = ()  # filled below once immutable_dict is importable
+
+
+def decode_value(data: Any, nodes: Mapping[str, Node] | None = None, where: str = "") -> Any:
+    """The value ``encode_value`` wrote as ``data``; ``nodes`` maps node names to nodes."""
+    t = type(data)
+    if data is None or t in (bool, int, str, float):
+        return data
+    if t is list:
+        return [decode_value(v, nodes, where) for v in data]
+    if t is not dict or len(data) not in (1, 3):
+        raise SerializationError(f"{where}: cannot read the value {_short(data)}")
+    if len(data) == 3:
+        return _decode_container(data, nodes, where)
+    ((kind, body),) = data.items()
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        raise SerializationError(f"{where}: unknown kind of value {kind!r}")
+    return decoder(body, nodes, where)
+
+
+def _decode_node(name: Any, nodes: Mapping[str, Node] | None, where: str) -> Node:
+    if nodes is None or not isinstance(name, str) or name not in nodes:
+        raise SerializationError(f"{where}: node %{name} is used before it is defined")
+    return nodes[name]
+
+
+def _decode_torch_enum(kind: str) -> Callable[[Any, Any, str], Any]:
+    def decode(name: Any, nodes: Any, where: str) -> Any:
+        if not isinstance(name, str) or name not in _BY_NAME[kind]:
+            raise SerializationError(f"{where}: unknown {kind} {_short(name)}")
+        return _BY_NAME[kind][name]
+
+    return decode
+
+
+def _decode_float(text: Any, nodes: Any, where: str) -> float:
+    if text not in ("inf", "-inf", "nan"):
+        raise SerializationError(f"{where}: {_short(text)} is not a special float")
+    return float(text)
+
+
+def _decode_device(text: Any, nodes: Any, where: str) -> torch.device:
+    try:
+        return torch.device(_string(text, "device", where))
+    except RuntimeError as e:
+        raise SerializationError(f"{where}: invalid device {_short(text)}: {e}") from None
+
+
+def _decode_container(data: dict, nodes: Any, where: str) -> Any:
+    if set(data) != {"container", "children", "context"}:
+        raise SerializationError(f"{where}: cannot read the value {_short(data)}")
+    cls = allowlist.resolve_callable(_string(data["container"], "class", where), "container class")
+    entry = container_type(cls) if isinstance(cls, type) else None
+    if entry is None:
+        raise SerializationError(f"{where}: {data['container']} is not a container class")
+    children = _list(data["children"], where)
+    context = decode_value(data["context"], nodes, where)
+    try:
+        return entry.unflatten([decode_value(c, nodes, where) for c in children], context)
+    except SerializationError:
+        raise
+    except Exception as e:
+        raise SerializationError(f"{where}: cannot rebuild {data['container']}: {e}") from None
+
+
+def _string(value: Any, what: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise SerializationError(f"{where}: expected a {what} name, found {_short(value)}")
+    return value
+
+
+def _list(value: Any, where: str, length: int | None = None) -> list:
+    if not isinstance(value, list) or length is not None and len(value) != length:
+        expected = f"a list of {length}" if length is not None else "a list"
+        raise SerializationError(f"{where}: expected {expected}, found {_short(value)}")
+    return value
+
+
+def _ints(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise SerializationError(f"{where}: expected a list of integers, found {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _decode_dict(items: Any, nodes: Any, where: str) -> dict:
+    result = {}
+    for item in _list(items, where):
+        key, value = _list(item, where, 2)
+        key = decode_value(key, nodes, where)
+        if not isinstance(key, (str, int, float, bool, type(None))):
+            raise SerializationError(
+                f"{where}: dict keys must be plain values, found {_short(key)}"
+            )
+        result[key] = decode_value(value, nodes, where)
+    return result
+
+
+def _decode_slice(parts: Any, nodes: Any, where: str) -> slice:
+    return slice(*(decode_value(p, nodes, where) for p in _list(parts, where, 3)))
+
+
+def _decode_complex(parts: Any, nodes: Any, where: str) -> complex:
+    real, imag = _list(parts, where, 2)
+    if not all(isinstance(p, (int, float)) for p in (real, imag)):
+        raise SerializationError(f"{where}: invalid complex number {_short(parts)}")
+    return complex(real, imag)
+
+
+def _decode_bytes(text: Any, nodes: Any, where: str) -> bytes:
+    try:
+        return base64.b64decode(_string(text, "base64", where), validate=True)
+    except ValueError as e:
+        raise SerializationError(f"{where}: invalid bytes: {e}") from None
+
+
+def _decode_range(parts: Any, nodes: Any, where: str) -> range:
+    return range(*_ints(_list(parts, where, 3), where))
+
+
+def _decode_function(name: Any, nodes: Any, where: str) -> Any:
+    return allowlist.resolve_callable(_string(name, "function", where), f"function at {where}")
+
+
+_DECODERS: dict[str, Callable[[Any, Any, str], Any]] = {
+    "node": _decode_node,
+    "tuple": lambda items, nodes, where: tuple(
+        decode_value(v, nodes, where) for v in _list(items, where)
+    ),
+    "dict": _decode_dict,
+    "slice": _decode_slice,
+    "ellipsis": lambda body, nodes, where: Ellipsis,
+    "float": _decode_float,
+    "complex": _decode_complex,
+    "bytes": _decode_bytes,
+    "range": _decode_range,
+    "size": lambda dims, nodes, where: torch.Size(_ints(dims, where)),
+    "device": _decode_device,
+    "function": _decode_function,
+    **{kind: _decode_torch_enum(kind) for kind in TORCH_ENUMS},
+}
+
+_ENCODERS: dict[type, Callable[[Any, str], Any]] = {
+    torch.Size: lambda v, where: {"size": list(v)},
+    slice: lambda v, where: {"slice": [encode_value(p, where) for p in (v.start, v.stop, v.step)]},
+    type(Ellipsis): lambda v, where: {"ellipsis": None},
+    torch.device: lambda v, where: {"device": str(v)},
+    complex: lambda v, where: {"complex": [v.real, v.imag]},
+    bytes: lambda v, where: {"bytes": base64.b64encode(v).decode("ascii")},
+    range: lambda v, where: {"range": [v.start, v.stop, v.step]},
+}
+
+
+def _init_plain_dicts() -> None:
+    global _PLAIN_DICTS
+    from collections import OrderedDict
+
+    from fxloom.immutable_collections import immutable_dict
+
+    _PLAIN_DICTS = (immutable_dict, OrderedDict)
+
+
+_init_plain_dicts()
