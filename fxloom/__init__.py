@@ -15,11 +15,11 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 ``fxloom.passes``; ``replace_pattern`` is also here, as in torch.fx.
 """
 
+from fxloom._version import __version__ as __version__
 from fxloom.codegen import CodeGen, CodegenError, PythonCode
 from fxloom.cond import cond, cond_op
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
-from fxloom.graph_text import GraphParseError, parse_graph
 from fxloom.interpreter import Interpreter, Transformer
 from fxloom.lint import GraphLintError
 from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
@@ -31,10 +31,9 @@ from fxloom.serialize import (
     register_serializable,
     save,
 )
+from fxloom.serialize.graph_text import GraphParseError, parse_graph
 from fxloom.subgraph_rewriter import replace_pattern
 from fxloom.tracer import PH, Tracer, symbolic_trace, wrap
-
-__version__ = "0.1.0"
 
 __all__ = [
     "PH",

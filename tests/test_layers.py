@@ -37,6 +37,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._mirrored_modules",
         "fxloom.attr_path",
         "fxloom.ops",
+        "fxloom._version",
     ),
     "ir": (
         "fxloom.node",
@@ -47,7 +48,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.lint",
         "fxloom.liveness",
         "fxloom._format",
-        "fxloom.graph_text",
         "fxloom._namespace",
         "fxloom._graph_pickle",
         "fxloom._to_folder",
@@ -85,7 +85,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # given, translates an exported program, and leaves the guard calls tracing recorded in
     # PyTorch): like passes, they use capture's public entry points.
     "backends": frozenset({"foundation", "ir", "run", "capture", "passes"}),
-    "persistence": frozenset({"foundation", "ir"}),
+    # Saving writes what every other layer makes: exported programs (capture), quantized
+    # modules (passes), lowered ONNX Runtime modules (backends). Nothing below imports it.
+    "persistence": frozenset({"foundation", "ir", "run", "capture", "passes", "backends"}),
     "surface": frozenset(LAYERS) - {"surface"},
 }
 

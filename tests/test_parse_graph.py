@@ -18,7 +18,7 @@ from torch.testing import assert_close
 
 import fxloom
 from fxloom import zoo
-from fxloom.graph_text import GraphParseError
+from fxloom.serialize.graph_text import GraphParseError
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-import fxloom
+from fxloom._version import __version__
 from fxloom.graph_module import GraphModule
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.errors import SerializationError
@@ -125,6 +125,6 @@ def _check_attribute_shapes(gm: GraphModule) -> None:
 
 def _versions() -> dict[str, str]:
     return {
-        "fxloom_version": getattr(fxloom, "__version__", "unknown"),
+        "fxloom_version": __version__,
         "torch_version": torch.__version__,
     }
