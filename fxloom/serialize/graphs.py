@@ -207,6 +207,8 @@ def _encode_type(t: Any) -> Any:
     read back only from modules already imported."""
     if t is None or t is type(None):
         return "None"
+    if t is Ellipsis:
+        return "..."  # ``tuple[int, ...]``
     if isinstance(t, str):
         return {"text": t}  # ``from __future__ import annotations``: printed as a string literal
     for name, cls in _ANNOTATION_TYPES.items():
@@ -232,6 +234,8 @@ def _decode_type(data: Any, where: str) -> Any:
         return type(None)
     if data is None:
         return None
+    if data == "...":
+        return Ellipsis
     if isinstance(data, str) and data in _ANNOTATION_TYPES:
         return _ANNOTATION_TYPES[data]
     if isinstance(data, dict) and set(data) == {"text"} and isinstance(data["text"], str):

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from fxloom.graph_module import GraphModule
-from fxloom.serialize import allowlist
+from fxloom.serialize import allowlist, parametrized
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graphs import check_identifier, check_path, decode_graph, encode_graph
 from fxloom.serialize.meta import MetaCodecs
@@ -64,14 +64,9 @@ _MODULE_INTERNALS = frozenset(
 _GRAPH_MODULE_INTERNALS = frozenset(
     {"_graph", "_code", "_compiled_graph", "_compiled_version", "_source_file"}
 )
-_HOOKS = (
-    "_forward_hooks",
-    "_forward_pre_hooks",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_state_dict_hooks",
-    "_load_state_dict_pre_hooks",
-)
+# Hooks that change what a module computes are code, and refuse saving; state-dict hooks
+# (for loading older checkpoints, e.g. weight_norm's) do not affect running and are left out.
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
 @dataclass(frozen=True)
@@ -103,10 +98,13 @@ def encode_module(
     module: nn.Module, writer: TensorWriter, codecs: MetaCodecs, where: str = "the module"
 ) -> dict:
     cls = type(module)._user_class() if isinstance(module, GraphModule) else type(module)
+    cls = parametrized.saved_class(module, cls)
     record: dict[str, Any] = {
         "class": allowlist.module_class_name(cls),
         "training": module.training,
     }
+    if parametrized.parametrized_names(module):
+        record["parametrized"] = parametrized.parametrized_names(module)
     state = _special(cls, MODULE_STATES)
     if state is not None:
         record["state"] = state.save(module, writer, where)
@@ -211,6 +209,8 @@ def decode_module(
             if child is None
             else decode_module(child, reader, codecs, f"{where}.{name}", depth + 1)
         )
+    if "parametrized" in data:
+        parametrized.restore_parametrizations(module, data["parametrized"], where)
     hook = _special(cls, REBUILT_HOOKS)
     if hook is not None:
         try:

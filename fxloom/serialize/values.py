@@ -15,7 +15,7 @@ finite floats, lists); every other kind is a one-key object naming its kind::
     torch.relu        {"function": "torch.relu"}
 
 plus ``layout``, ``memory_format``, ``qscheme``, ``complex``, ``bytes``,
-``range`` and ``namedtuple``/``container`` for registered container classes.
+``range``, ``numpy`` scalars and ``container`` for registered container classes.
 Functions and classes are written by name and resolved on loading through
 ``allowlist``; decoding never evaluates text.
 """
@@ -67,6 +67,8 @@ def encode_value(value: Any, where: str = "") -> Any:
     if t in _NAME_OF_VALUE or isinstance(value, tuple(TORCH_ENUMS.values())):
         kind, name = _NAME_OF_VALUE[value]
         return {kind: name}
+    if t.__module__ == "numpy" and t.__name__ in _NUMPY_SCALARS:
+        return {"numpy": [t.__name__, value.item()]}
     entry = container_type(t)
     if entry is not None:
         return _encode_container(value, entry, where)
@@ -222,6 +224,19 @@ def _decode_range(parts: Any, nodes: Any, where: str) -> range:
     return range(*_ints(_list(parts, where, 3), where))
 
 
+# numpy scalars (``np.float64(5.65)``, a constant some models compute with numpy).
+_NUMPY_SCALARS = frozenset("float16 float32 float64 int8 int16 int32 int64 uint8 bool_".split())
+
+
+def _decode_numpy(parts: Any, nodes: Any, where: str) -> Any:
+    name, value = _list(parts, where, 2)
+    if name not in _NUMPY_SCALARS or not isinstance(value, (int, float, bool)):
+        raise SerializationError(f"{where}: invalid numpy scalar {_short(parts)}")
+    import numpy
+
+    return getattr(numpy, name)(value)
+
+
 def _decode_function(name: Any, nodes: Any, where: str) -> Any:
     return allowlist.resolve_callable(_string(name, "function", where), f"function at {where}")
 
@@ -241,6 +256,7 @@ _DECODERS: dict[str, Callable[[Any, Any, str], Any]] = {
     "size": lambda dims, nodes, where: torch.Size(_ints(dims, where)),
     "device": _decode_device,
     "function": _decode_function,
+    "numpy": _decode_numpy,
     **{kind: _decode_torch_enum(kind) for kind in TORCH_ENUMS},
 }
 
