@@ -1,0 +1,198 @@
+"""``fxloom.save`` / ``fxloom.load``: a GraphModule comes back the same, graph, code and numbers.
+
+The file is a zip of JSON and safetensors; every kind of argument value the IR allows,
+annotations, node meta and the module tree survive the trip. What cannot be loaded safely
+is refused when saving, naming it, before anything is written.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import operator
+import zipfile
+
+import pytest
+import torch
+from torch import nn
+
+import fxloom
+from fxloom import zoo
+from fxloom.serialize.archive import FORMAT_VERSION
+
+
+def round_trip(gm: fxloom.GraphModule) -> fxloom.GraphModule:
+    buffer = io.BytesIO()
+    fxloom.save(gm, buffer)
+    return fxloom.load(buffer.getvalue())
+
+
+def assert_same(gm: fxloom.GraphModule, loaded: fxloom.GraphModule, *inputs) -> None:
+    assert str(loaded.graph) == str(gm.graph)
+    assert loaded.code == gm.code
+    assert type(loaded).__name__ == type(gm).__name__
+    assert [(n, type(m)) for n, m in loaded.named_modules()][1:] == [
+        (n, type(m)) for n, m in gm.named_modules()
+    ][1:]
+    for (name, a), (_, b) in zip(gm.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    torch.testing.assert_close(loaded(*inputs), gm(*inputs), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["mlp_tiny", "resnet_tiny", "transformer_tiny", "cnn_small"])
+def test_embedded_model_round_trips(name):
+    model, inputs = zoo.build(name)
+    gm = fxloom.symbolic_trace(model)
+    assert_same(gm, round_trip(gm), *inputs)
+
+
+def test_loaded_model_runs_on_another_batch_size():
+    model, (x,) = zoo.build("resnet_tiny")
+    gm = fxloom.symbolic_trace(model)
+    other = torch.randn(5, *x.shape[1:])
+    torch.testing.assert_close(round_trip(gm)(other), model(other))
+
+
+def test_every_kind_of_argument_value_round_trips():
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    values = (
+        1,
+        -2.5,
+        float("inf"),
+        True,
+        None,
+        "text",
+        slice(1, None, 2),
+        Ellipsis,
+        torch.float16,
+        torch.device("cpu"),
+        torch.channels_last,
+        torch.strided,
+        torch.Size([2, 3]),
+        (1, (2, [3, {"k": 4}])),
+        {"a": x, 1: [x, 2]},
+        3 + 4j,
+        b"bytes",
+        range(0, 4, 2),
+        torch.relu,
+    )
+    original = graph.call_function(operator.getitem, (x, values))
+    graph.output(x)
+    loaded = round_trip(fxloom.GraphModule(nn.Module(), graph))
+    (node,) = [n for n in loaded.graph.nodes if n.op == "call_function"]
+    assert node.format_node() == original.format_node()
+    assert node.args[1][:14] == values[:14] and node.args[1][15:] == values[15:]
+    assert [type(v) for v in node.args[1]] == [type(v) for v in original.args[1]]
+
+
+def test_keyword_arguments_and_method_calls_round_trip():
+    def f(x, y):
+        return torch.cat([x, y], dim=-1).sum(dim=(0, 1), keepdim=True).to(torch.float64)
+
+    gm = fxloom.symbolic_trace(f)
+    x, y = torch.randn(2, 3), torch.randn(2, 4)
+    assert_same(gm, round_trip(gm), x, y)
+
+
+def test_node_meta_that_describes_comes_back():
+    model, (x,) = zoo.build("cnn_small")
+    gm = fxloom.symbolic_trace(model)
+    from fxloom.passes.shape_prop import ShapeProp
+
+    ShapeProp(gm).propagate(x)
+    loaded = round_trip(gm)
+    for before, after in zip(gm.graph.nodes, loaded.graph.nodes, strict=True):
+        assert after.meta.get("tensor_meta") == before.meta.get("tensor_meta")
+        assert after.meta.get("nn_module_stack") == before.meta.get("nn_module_stack")
+        assert after.meta.get("stack_trace") == before.meta.get("stack_trace")
+
+
+def test_tied_weights_are_stored_once_and_stay_tied():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, ids):
+            return self.head(self.embed(ids))
+
+    loaded = round_trip(fxloom.symbolic_trace(Tied()))
+    assert loaded.head.weight is loaded.embed.weight
+
+
+def test_module_with_weight_norm_round_trips():
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(2, 3, 3))
+    gm = fxloom.symbolic_trace(nn.Sequential(conv, nn.ReLU()))
+    loaded = round_trip(gm)
+    assert type(getattr(loaded, "0")).__name__ == "ParametrizedConv1d"
+    x = torch.randn(1, 2, 8)
+    torch.testing.assert_close(loaded(x), gm(x), rtol=0, atol=0)
+
+
+def test_save_to_a_path_replaces_the_file_only_when_done(tmp_path):
+    gm = fxloom.symbolic_trace(nn.Linear(3, 2))
+    path = tmp_path / "model.fxl"
+    fxloom.save(gm, path)
+    assert torch.equal(fxloom.load(path).weight, gm.weight)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.fxl"]
+
+
+def test_file_is_a_zip_of_json_and_safetensors_with_a_format_version():
+    buffer = io.BytesIO()
+    fxloom.save(fxloom.symbolic_trace(nn.Linear(3, 2)), buffer)
+    with zipfile.ZipFile(buffer) as z:
+        assert sorted(z.namelist()) == [
+            "fxloom/format.json",
+            "fxloom/program.json",
+            "fxloom/weights.safetensors",
+        ]
+        header = json.loads(z.read("fxloom/format.json"))
+    assert header["format"] == "fxloom"
+    assert header["version"] == FORMAT_VERSION
+    assert header["kind"] == "graph_module"
+
+
+def test_unregistered_function_is_refused_when_saving_and_nothing_is_written(tmp_path):
+    def double(x):
+        return x * 2
+
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(double, (x,)))
+    gm = fxloom.GraphModule(nn.Module(), graph)
+    path = tmp_path / "model.fxl"
+    with pytest.raises(fxloom.SerializationError, match="register_serializable"):
+        fxloom.save(gm, path)
+    assert not path.exists()
+
+
+def test_registered_function_is_saved_and_loaded_by_its_name():
+    def triple(x):
+        return x * 3
+
+    fxloom.register_serializable(triple, name="tests.triple")
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(triple, (x,)))
+    loaded = round_trip(fxloom.GraphModule(nn.Module(), graph))
+    assert torch.equal(loaded(torch.ones(2)), torch.full((2,), 3.0))
+
+
+def test_loading_a_file_of_another_kind_says_which_loader_to_use():
+    buffer = io.BytesIO()
+    fxloom.save(fxloom.symbolic_trace(nn.Linear(3, 2)), buffer)
+    data = buffer.getvalue()
+    rewritten = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(rewritten, "w") as target:
+        for info in source.infolist():
+            content = source.read(info)
+            if info.filename == "fxloom/format.json":
+                header = json.loads(content)
+                header["kind"] = "exported_program"
+                content = json.dumps(header).encode()
+            target.writestr(info, content)
+    with pytest.raises(fxloom.SerializationError, match="fxloom.export.load"):
+        fxloom.load(rewritten.getvalue())
