@@ -145,6 +145,19 @@ def find_callable(name: str) -> Any:
         return MISSING
     if name in _REGISTERED:
         return _REGISTERED[name]
+    found = _FOUND.get(name, MISSING)
+    if found is MISSING:
+        found = _find_allowed(name)
+        if found is not MISSING:  # a refusal is not kept: the module may be imported later
+            _FOUND[name] = found
+    return found
+
+
+# Names already resolved on the allowlist (a file names the same few hundred many times).
+_FOUND: dict[str, Any] = {}
+
+
+def _find_allowed(name: str) -> Any:
     parts = name.split(".")
     if len(parts) == 1 or parts[0] == "builtins" and len(parts) == 2:
         return getattr(builtins, parts[-1]) if parts[-1] in _SAFE_BUILTINS else MISSING

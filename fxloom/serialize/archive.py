@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.safetensors_view import read_tensors
 
 __all__ = ["FORMAT_VERSION", "write_archive", "read_archive", "Archive", "UPGRADES"]
 
@@ -47,9 +49,10 @@ PathOrFile = str | os.PathLike | IO[bytes]
 
 
 class Archive:
-    """The documents of one file: its header (``format.json``), its program and its weights."""
+    """The documents of one file: its header (``format.json``), its program, and its
+    weights (tensors by key, already checked against the safetensors header)."""
 
-    def __init__(self, header: dict[str, Any], program: Any, weights: bytes) -> None:
+    def __init__(self, header: dict[str, Any], program: Any, weights: dict[str, Any]) -> None:
         self.header = header
         self.program = program
         self.weights = weights
@@ -94,10 +97,15 @@ def _write_zip(f: IO[bytes], header: dict, program: Any, weights: bytes) -> None
 
 def read_archive(source: PathOrFile | bytes) -> Archive:
     """The documents of a file, checked and upgraded to the current format version."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:  # FileNotFoundError stays itself
+            return _read_archive(f, str(source))
+    return _read_archive(io.BytesIO(source) if isinstance(source, bytes) else source, _name(source))
+
+
+def _read_archive(f: IO[bytes], source: str) -> Archive:
     try:
-        opened = zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source)
-    except FileNotFoundError:
-        raise
+        opened = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
         raise SerializationError(
             f"{_name(source)} is not an fxloom file (not a zip archive: {e})"
@@ -122,9 +130,8 @@ def read_archive(source: PathOrFile | bytes) -> Archive:
         missing = [m for m in _MEMBERS if m not in names]
         if missing:
             raise SerializationError(f"{_name(source)} is incomplete: {', '.join(missing)} missing")
-        archive = Archive(
-            header, _read_json(z, _PROGRAM, MAX_JSON_BYTES), _read(z, _WEIGHTS, MAX_WEIGHTS_BYTES)
-        )
+        weights = _read_weights(z, f, _WEIGHTS, MAX_WEIGHTS_BYTES)
+        archive = Archive(header, _read_json(z, _PROGRAM, MAX_JSON_BYTES), weights)
     version = header["version"]
     while version < FORMAT_VERSION:
         archive = UPGRADES[version](archive)
@@ -171,6 +178,28 @@ def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytes:
     if len(data) > limit:
         raise SerializationError(f"{name} is larger than the limit of {limit} bytes; refused")
     return data
+
+
+def _read_weights(z: zipfile.ZipFile, f: IO[bytes], name: str, limit: int) -> dict[str, Any]:
+    """The tensors of the stored (uncompressed) weights member, read from ``f`` in place.
+
+    Weights are the bulk of a file: each tensor is read once, into its own
+    memory (``safetensors_view``), and the safetensors structure is what is
+    checked, not a CRC over the bytes. A compressed member (not written by
+    fxloom) is read whole first.
+    """
+    info = z.getinfo(name)
+    if info.file_size > limit:
+        raise SerializationError(f"{name} is larger than the limit of {limit} bytes; refused")
+    if info.compress_type != zipfile.ZIP_STORED:
+        data = _read(z, name, limit)
+        return read_tensors(io.BytesIO(data), 0, len(data))
+    f.seek(info.header_offset)
+    local = f.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        raise SerializationError(f"cannot read {name}: the archive is damaged")
+    name_length, extra_length = struct.unpack("<HH", local[26:30])
+    return read_tensors(f, info.header_offset + 30 + name_length + extra_length, info.file_size)
 
 
 def _read_json(z: zipfile.ZipFile, name: str, limit: int) -> Any:

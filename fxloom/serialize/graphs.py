@@ -111,13 +111,13 @@ def _decode_node(
         raise SerializationError(f"{where}: unknown opcode {_short(op)}")
     if name in nodes:
         raise SerializationError(f"{where}: the name is used twice")
-    args = decode_value({"tuple": record.get("args", [])}, nodes, f"{where}, args")
-    kwargs = record.get("kwargs", {})
-    if not isinstance(kwargs, dict):
-        raise SerializationError(f"{where}: kwargs must be an object")
+    args, kwargs = record.get("args", ()), record.get("kwargs", {})
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+        raise SerializationError(f"{where}: args must be a list and kwargs an object")
+    args = tuple([decode_value(a, nodes, where) for a in args])
     for key in kwargs:
         check_identifier(key, f"{where}: keyword")
-    kwargs = {k: decode_value(v, nodes, f"{where}, kwargs[{k!r}]") for k, v in kwargs.items()}
+    kwargs = {k: decode_value(v, nodes, where) for k, v in kwargs.items()}
     target = _decode_target(op, target, where)
     if op == "call_function":
         allowlist.check_call(target, args)

@@ -108,12 +108,22 @@ def _lookup(name: Any, where: str) -> Any:
     """The class or function at ``name`` among imported modules, else ``name`` itself."""
     if not isinstance(name, str):
         raise SerializationError(f"{where}: expected a name, found {name!r}")
+    found = _LOOKED_UP.get(name)
+    if found is not None:
+        return found
     from fxloom.serialize.allowlist import MISSING, find_callable, imported_class
 
     found = imported_class(name)
     if found is MISSING:
         found = find_callable(name)
-    return name if found is MISSING else found
+    if found is MISSING:
+        return name
+    _LOOKED_UP[name] = found
+    return found
+
+
+# Classes and functions found by name (meta names the same module classes again and again).
+_LOOKED_UP: dict[str, Any] = {}
 
 
 def _encode_module_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
@@ -123,9 +133,13 @@ def _encode_module_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
 
 
 def _decode_module_stack(data: Any, codecs: MetaCodecs, where: str) -> dict:
-    if not isinstance(data, list) or not all(isinstance(e, list) and len(e) == 3 for e in data):
-        raise SerializationError(f"{where}: expected [key, path, class] entries")
-    return {key: (path, _lookup(cls, where)) for key, path, cls in data}
+    stack = {}
+    for entry in data if type(data) is list else [None]:
+        if type(entry) is not list or len(entry) != 3:
+            raise SerializationError(f"{where}: expected [key, path, class] entries")
+        key, path, cls = entry
+        stack[key] = (path, _lookup(cls, where))
+    return stack
 
 
 def _encode_source_fn_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
@@ -135,9 +149,12 @@ def _encode_source_fn_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
 
 
 def _decode_source_fn_stack(data: Any, codecs: MetaCodecs, where: str) -> list:
-    if not isinstance(data, list) or not all(isinstance(e, list) and len(e) == 2 for e in data):
-        raise SerializationError(f"{where}: expected [name, target] entries")
-    return [(name, _lookup(target, where)) for name, target in data]
+    stack = []
+    for entry in data if type(data) is list else [None]:
+        if type(entry) is not list or len(entry) != 2:
+            raise SerializationError(f"{where}: expected [name, target] entries")
+        stack.append((entry[0], _lookup(entry[1], where)))
+    return stack
 
 
 def _encode_string(value: Any, codecs: MetaCodecs, where: str) -> Any:

@@ -231,6 +231,8 @@ def decode_module(
 def _check_attribute(cls: type, name: Any, where: str) -> None:
     """Plain data attributes only: not nn.Module's bookkeeping, and nothing that would
     stand in for a method or property of the class (``forward``)."""
+    if (cls, name) in _SETTABLE:
+        return
     check_identifier(name, f"{where}: attribute")
     if name.startswith("__") or name in _MODULE_INTERNALS or name in _GRAPH_MODULE_INTERNALS:
         raise SerializationError(f"{where}: the attribute {name!r} is internal and cannot be set")
@@ -239,6 +241,11 @@ def _check_attribute(cls: type, name: Any, where: str) -> None:
         raise SerializationError(
             f"{where}: the attribute {name!r} would replace {cls.__qualname__}.{name}"
         )
+    _SETTABLE.add((cls, name))
+
+
+# (class, attribute name) pairs already checked: a model has many modules of a few classes.
+_SETTABLE: set[tuple[type, str]] = set()
 
 
 def _empty_module(cls: type) -> nn.Module:

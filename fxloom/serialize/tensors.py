@@ -80,22 +80,14 @@ class TensorWriter:
     def blob(self) -> bytes:
         from safetensors.torch import save
 
-        return save(self.tensors) if self.tensors else b""
+        return save(self.tensors)
 
 
 class TensorReader:
-    """Tensors by record, from the safetensors bytes of a file; each is checked against its record."""
+    """Tensors by record, from a file's weights; each is checked against its record."""
 
-    def __init__(self, blob: bytes) -> None:
-        self._raw: dict[str, torch.Tensor] = {}
-        if blob:
-            from safetensors import SafetensorError
-            from safetensors.torch import load
-
-            try:
-                self._raw = load(blob)
-            except (SafetensorError, ValueError, RuntimeError, OverflowError) as e:
-                raise SerializationError(f"the weights are damaged (safetensors: {e})") from None
+    def __init__(self, weights: dict[str, torch.Tensor]) -> None:
+        self._raw = weights  # as the archive read them: by key
         self._built: dict[str, torch.Tensor] = {}
 
     def get(self, record: Any, where: str) -> torch.Tensor:

@@ -1,0 +1,103 @@
+"""Tensors read from the safetensors member of a file straight into their own memory.
+
+``safetensors.torch.load`` needs the whole blob in memory and copies each
+tensor out of it; here each tensor is allocated once and its bytes are read
+from the file into it (``readinto``), as unpickling does: one copy, and
+allocations of tensor size, which the allocator recycles across loads. The
+format is small: an 8-byte little-endian header length, a JSON header
+``{name: {"dtype", "shape", "data_offsets": [begin, end]}}``, then the data.
+Every entry is checked (known dtype, non-negative shape, offsets inside the
+data, byte length equal to the shape's) before anything is read; anything
+else is a ``SerializationError``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+from typing import IO, Any
+
+import torch
+
+from fxloom.serialize.errors import SerializationError
+
+__all__ = ["read_tensors"]
+
+# safetensors' dtype names.
+DTYPES: dict[str, torch.dtype] = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "U16": torch.uint16,
+    "I32": torch.int32,
+    "U32": torch.uint32,
+    "I64": torch.int64,
+    "U64": torch.uint64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "C64": torch.complex64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+MAX_HEADER_BYTES = 100 * 2**20
+
+
+def read_tensors(f: IO[bytes], start: int, size: int) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors blob at ``[start, start + size)`` of the file ``f``."""
+    f.seek(start)
+    head = f.read(8)
+    if size < 8 or len(head) != 8:
+        raise SerializationError("the weights are truncated (no safetensors header)")
+    header_length = int.from_bytes(head, "little")
+    if header_length > min(MAX_HEADER_BYTES, size - 8):
+        raise SerializationError(
+            f"the weights are truncated or damaged: their header claims {header_length} bytes"
+        )
+    raw_header = f.read(header_length)
+    try:
+        header = json.loads(raw_header)
+    except (ValueError, RecursionError) as e:
+        raise SerializationError(f"the weights' header is not valid JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise SerializationError("the weights' header must be a JSON object")
+    data_start = start + 8 + header_length
+    data_length = size - 8 - header_length
+    entries = [
+        (name, *_entry(name, entry, data_length))
+        for name, entry in header.items()
+        if name != "__metadata__"
+    ]
+    tensors = {}
+    for name, dtype, shape, begin, end in sorted(entries, key=lambda e: e[3]):
+        tensor = torch.empty(shape, dtype=dtype)
+        if end > begin:
+            f.seek(data_start + begin)
+            target = (ctypes.c_ubyte * (end - begin)).from_address(tensor.data_ptr())
+            if f.readinto(target) != end - begin:
+                raise SerializationError(f"the weights are truncated (in tensor {name!r})")
+        tensors[name] = tensor
+    return tensors
+
+
+def _entry(name: str, entry: Any, data_length: int) -> tuple[torch.dtype, list[int], int, int]:
+    where = f"the weights' tensor {name!r}"
+    if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
+        raise SerializationError(f"{where} has no known dtype")
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+        raise SerializationError(f"{where} has an invalid shape {shape!r}")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(type(o) is int for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1] <= data_length
+    ):
+        raise SerializationError(f"{where} lies outside the weights (truncated file?)")
+    dtype = DTYPES[entry["dtype"]]
+    if math.prod(shape) * dtype.itemsize != offsets[1] - offsets[0]:
+        raise SerializationError(f"{where}: its shape {shape} does not match its byte length")
+    return dtype, shape, offsets[0], offsets[1]
