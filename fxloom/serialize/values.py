@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import base64
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
+from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Node
 from fxloom.pytree import container_type
 from fxloom.serialize import allowlist
@@ -87,7 +89,7 @@ def _encode_container(value: Any, entry: Any, where: str) -> Any:
         return {"tuple": [encode_value(v, where) for v in value]}
     if kind == "list":
         return [encode_value(v, where) for v in value]
-    if kind == "dict" and entry.type in (dict, type({}.items()), *_PLAIN_DICTS):
+    if kind == "dict" and type(value) in _PLAIN_DICTS:
         return {
             "dict": [[encode_value(k, where), encode_value(v, where)] for k, v in value.items()]
         }
@@ -99,7 +101,8 @@ def _encode_container(value: Any, entry: Any, where: str) -> Any:
     }
 
 
-_PLAIN_DICTS: tuple[type, ...] = ()  # filled below once immutable_dict is importable
+# Dicts written as ``{"dict": [[key, value], ...]}`` (the graph freezes them again on loading).
+_PLAIN_DICTS = (dict, immutable_dict, OrderedDict)
 
 
 def decode_value(data: Any, nodes: Mapping[str, Node] | None = None, where: str = "") -> Any:
@@ -269,15 +272,3 @@ _ENCODERS: dict[type, Callable[[Any, str], Any]] = {
     bytes: lambda v, where: {"bytes": base64.b64encode(v).decode("ascii")},
     range: lambda v, where: {"range": [v.start, v.stop, v.step]},
 }
-
-
-def _init_plain_dicts() -> None:
-    global _PLAIN_DICTS
-    from collections import OrderedDict
-
-    from fxloom.immutable_collections import immutable_dict
-
-    _PLAIN_DICTS = (immutable_dict, OrderedDict)
-
-
-_init_plain_dicts()
