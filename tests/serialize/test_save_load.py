@@ -181,18 +181,43 @@ def test_registered_function_is_saved_and_loaded_by_its_name():
     assert torch.equal(loaded(torch.ones(2)), torch.full((2,), 3.0))
 
 
-def test_loading_a_file_of_another_kind_says_which_loader_to_use():
-    buffer = io.BytesIO()
-    fxloom.save(fxloom.symbolic_trace(nn.Linear(3, 2)), buffer)
-    data = buffer.getvalue()
+def rewrite_json(data: bytes, member: str, change) -> bytes:
+    """``data`` (a saved file) with the JSON document ``member`` passed through ``change``."""
     rewritten = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(rewritten, "w") as target:
         for info in source.infolist():
             content = source.read(info)
-            if info.filename == "fxloom/format.json":
-                header = json.loads(content)
-                header["kind"] = "exported_program"
-                content = json.dumps(header).encode()
+            if info.filename == member:
+                content = json.dumps(change(json.loads(content))).encode()
             target.writestr(info, content)
+    return rewritten.getvalue()
+
+
+def saved_linear() -> bytes:
+    buffer = io.BytesIO()
+    fxloom.save(fxloom.symbolic_trace(nn.Linear(3, 2)), buffer)
+    return buffer.getvalue()
+
+
+def test_loading_a_file_of_another_kind_says_which_loader_to_use():
+    data = rewrite_json(
+        saved_linear(), "fxloom/format.json", lambda h: {**h, "kind": "exported_program"}
+    )
     with pytest.raises(fxloom.SerializationError, match="fxloom.export.load"):
-        fxloom.load(rewritten.getvalue())
+        fxloom.load(data)
+
+
+def test_files_of_an_older_format_version_are_upgraded_when_loaded(monkeypatch):
+    from fxloom.serialize import archive
+
+    # Imagine format version 0 called the root module record "root".
+    data = rewrite_json(saved_linear(), "fxloom/program.json", lambda p: {"root": p["module"]})
+    data = rewrite_json(data, "fxloom/format.json", lambda h: {**h, "version": 0})
+
+    def upgrade_0_to_1(old: archive.Archive) -> archive.Archive:
+        old.program = {"module": old.program.pop("root")}
+        return old
+
+    monkeypatch.setattr(archive, "OLDEST_VERSION", 0)
+    monkeypatch.setattr(archive, "UPGRADES", {0: upgrade_0_to_1})
+    assert fxloom.load(data).weight.shape == (2, 3)
