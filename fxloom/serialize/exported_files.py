@@ -173,7 +173,11 @@ def _check_state(signature: Any, state_dict: dict, constants: dict) -> None:
     from fxloom.export.signature import STATE_KINDS
 
     for spec in signature.input_specs:
-        if spec.kind in STATE_KINDS and spec.target not in state_dict | constants:
+        if (
+            spec.kind in STATE_KINDS
+            and spec.target not in state_dict
+            and spec.target not in constants
+        ):
             raise SerializationError(
                 f"input {spec.arg.name} is the {spec.kind.name.lower()} {spec.target!r}, "
                 "which the file's state_dict and constants do not hold"
