@@ -31,6 +31,7 @@ from typing import Any
 import sympy
 import torch
 from sympy.functions.elementary.piecewise import ExprCondPair
+from sympy.logic.boolalg import Boolean
 
 from fxloom.export.stand_in import StandIn
 from fxloom.export.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
@@ -71,12 +72,20 @@ EXPRESSION_CLASSES: dict[str, type] = {
     "Piecewise": sympy.Piecewise,
     "ExprCondPair": ExprCondPair,
 }
+# What the arguments of each class must be: numbers (expressions) or conditions.
+_ARGUMENT_KIND: dict[type, type] = {
+    **{cls: sympy.Expr for cls in (sympy.Add, sympy.Mul, sympy.Pow, sympy.Mod, sympy.floor)},
+    **{cls: sympy.Expr for cls in (sympy.ceiling, sympy.Max, sympy.Min, sympy.Abs)},
+    **{cls: sympy.Expr for cls in (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)},
+    **{cls: Boolean for cls in (sympy.And, sympy.Or, sympy.Not)},
+}
 _NAME_OF_CLASS = {cls: name for name, cls in EXPRESSION_CLASSES.items()}
 _SYMBOL_NAME = re.compile(r"[sif][0-9]{1,9}")
 _MAX_INTEGER = 2**64  # sizes, strides and their bounds: far below this
 _MAX_EXPONENT = 64
 _MAX_DEPTH = 64
-_MAX_NODES = 10_000
+_MAX_NODES = 2_000  # per expression; sizes of real programs use a few dozen
+_MAX_ARGUMENTS = 256  # per node: sympy compares the arguments of Max/Min/And pairwise
 _PYTYPES = {"int": int, "float": float, "bool": bool}
 
 
@@ -145,7 +154,14 @@ def _decode(data: Any, symbols: dict, where: str, depth: int, budget: list[int])
     args = data.get("args")
     if cls is None or set(data) != {"op", "args"} or not isinstance(args, list):
         raise SerializationError(f"{where}: invalid expression {_short(data)}")
+    if len(args) > _MAX_ARGUMENTS:
+        raise SerializationError(f"{where}: the expression is too large; refused")
     decoded = [_decode(arg, symbols, where, depth + 1, budget) for arg in args]
+    kind = _ARGUMENT_KIND.get(cls)
+    if kind is not None and not all(isinstance(arg, kind) for arg in decoded):
+        raise SerializationError(
+            f"{where}: {data['op']} of {_short(args)} mixes numbers and truth values"
+        )
     if cls is sympy.Pow:
         _check_power(decoded, where)
     try:
@@ -285,11 +301,15 @@ def _decode_symbol(record: Any, env: ShapeEnv, where: str) -> SymbolInfo:
         ):
             raise SerializationError(f"{where}: invalid declared range {_short(declared)}")
         declared = (declared[0], declared[1])
+    lower = decode_expr(record.get("lower"), {}, where)
+    upper = decode_expr(record.get("upper"), {}, where)
+    if not (lower.is_Integer or lower == -sympy.oo) or not (upper.is_Integer or upper == sympy.oo):
+        raise SerializationError(f"{where}: the range must be integers or infinite")
     return SymbolInfo(
         symbol,
         hint,
-        decode_expr(record.get("lower"), {}, where),
-        decode_expr(record.get("upper"), {}, where),
+        lower,
+        upper,
         _optional_string(record.get("dim_name"), where),
         _optional_string(record.get("source"), where),
         declared,

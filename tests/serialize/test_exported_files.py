@@ -9,6 +9,7 @@ runs beside it as the peer.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import zipfile
@@ -16,6 +17,8 @@ import zipfile
 import pytest
 import torch
 import torch.export
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import fxloom
@@ -351,3 +354,72 @@ def test_each_loader_points_to_the_other_for_the_other_kind_of_file():
 def test_save_takes_an_exported_program():
     with pytest.raises(TypeError, match="fxloom.save"):
         save(fxloom.symbolic_trace(nn.ReLU()), io.BytesIO())
+
+
+# ------------------------------------------------------------------ expressions
+
+
+def test_every_kind_of_expression_a_shape_env_makes_reads_back_equal():
+    import sympy
+
+    from fxloom.serialize.symbols import decode_expr, encode_expr
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    i0 = sympy.Symbol("i0", integer=True, nonnegative=True)
+    symbols = {"s0": s0, "i0": i0}
+    expressions = [
+        2 * s0 + 1,
+        sympy.floor(s0 / 3) * i0 - sympy.Rational(1, 2),
+        sympy.Mod(s0, 4),
+        sympy.Max(s0, i0 + 2),
+        sympy.And(sympy.Ge(s0, 2), sympy.Not(sympy.Eq(i0, 3))),
+        sympy.Piecewise((s0, sympy.Lt(i0, 5)), (i0, True)),
+        s0**2 * sympy.Float(0.5),
+        sympy.oo,
+    ]
+    for expr in expressions:
+        data = json.loads(json.dumps(encode_expr(expr)))
+        assert decode_expr(data, symbols, "test") == expr
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_mutated_file_loads_or_is_refused_with_serialization_error(data):
+    original = _saved_dynamic_cached()
+    with zipfile.ZipFile(io.BytesIO(original)) as z:
+        program = json.loads(z.read("fxloom/program.json"))
+    places = list(_places(program))
+    for _ in range(data.draw(st.integers(1, 3))):
+        container, key = data.draw(st.sampled_from(places))
+        container[key] = data.draw(_JUNK)
+    try:
+        loaded = load(_edited(original, lambda _: json.dumps(program)))
+    except SerializationError:
+        return
+    assert isinstance(loaded, ExportedProgram)
+
+
+_JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from(["s0", "oo", "x", "os.system", "__import__('os')", ""]),
+    st.just({"symbol": "s7"}),
+    st.just({"op": "Pow", "args": [2, 10**9]}),
+    st.just({"op": "Max", "args": [True, 1]}),
+    st.lists(st.integers(), max_size=3),
+)
+
+
+@functools.cache
+def _saved_dynamic_cached() -> bytes:
+    return _saved_dynamic()
+
+
+def _places(obj):
+    """Every (container, key) of a JSON document."""
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    for key, value in items:
+        yield obj, key
+        if isinstance(value, (dict, list)):
+            yield from _places(value)
