@@ -15,7 +15,8 @@ The ShapeEnv is read first, so the symbolic sizes of ``meta["val"]`` come back a
 ``module_hierarchy`` are found among imported modules, or kept by name
 (``meta.ClassName``); nothing is imported. The loaded program is checked by
 fxloom's export verifier before it is returned: one that breaks the Export IR's
-rules is refused with ``SerializationError``.
+rules is refused with ``SerializationError``. A verifier of the user's own is
+not saved (it is code): the loaded program carries fxloom's default one.
 
 ``example_inputs`` are saved when they are tensors and plain values in
 containers fxloom knows; otherwise the loaded program has ``example_inputs=None``.
@@ -143,6 +144,9 @@ def _build(archive: Any) -> ExportedProgram:
     arg_names = program.get("arg_names")
     if not isinstance(arg_names, list):
         raise SerializationError("arg_names must be a list")
+    in_spec = decode_spec(program.get("in_spec"), "in_spec")
+    out_spec = decode_spec(program.get("out_spec"), "out_spec")
+    _check_calling_convention(signature, in_spec, out_spec, arg_names)
     verifier = program.get("verifier")
     if verifier not in (None, _VERIFIER):
         raise SerializationError(f"unknown verifier {_short(verifier)}")
@@ -152,8 +156,8 @@ def _build(archive: Any) -> ExportedProgram:
             signature,
             state_dict,
             constants,
-            in_spec=decode_spec(program.get("in_spec"), "in_spec"),
-            out_spec=decode_spec(program.get("out_spec"), "out_spec"),
+            in_spec=in_spec,
+            out_spec=out_spec,
             arg_names=[_decode_arg_name(name) for name in arg_names],
             example_inputs=_decode_examples(program.get("example_inputs"), reader),
             range_constraints=_decode_ranges(program.get("range_constraints"), env),
@@ -167,6 +171,22 @@ def _build(archive: Any) -> ExportedProgram:
     if verifier is None:
         ep.verifier = None
     return ep
+
+
+def _check_calling_convention(signature: Any, in_spec: Any, out_spec: Any, names: list) -> None:
+    """``module()`` takes the arguments ``names`` of structure ``in_spec`` (one leaf per user
+    input) and returns ``out_spec`` (one leaf per user output): the three must agree."""
+    from fxloom.export.signature import InputKind, OutputKind
+
+    user_inputs = sum(s.kind is InputKind.USER_INPUT for s in signature.input_specs)
+    user_outputs = sum(s.kind is OutputKind.USER_OUTPUT for s in signature.output_specs)
+    if in_spec.is_leaf() or len(in_spec.children) != len(names):
+        raise SerializationError(f"in_spec does not describe the {len(names)} arguments arg_names")
+    if in_spec.num_leaves != user_inputs or out_spec.num_leaves != user_outputs:
+        raise SerializationError(
+            f"in_spec/out_spec have {in_spec.num_leaves}/{out_spec.num_leaves} leaves, but the "
+            f"signature lists {user_inputs} user inputs and {user_outputs} user outputs"
+        )
 
 
 def _check_state(signature: Any, state_dict: dict, constants: dict) -> None:
