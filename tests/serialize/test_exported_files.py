@@ -76,6 +76,24 @@ def test_loaded_values_are_stand_ins_as_export_makes_them():
         assert new.meta.keys() == old.meta.keys()
 
 
+def test_save_and_load_take_a_path(tmp_path):
+    model, inputs = zoo.build("mlp_tiny")
+    ep = export(model, inputs)
+    save(ep, tmp_path / "mlp.fxl")
+    assert str(load(str(tmp_path / "mlp.fxl"))) == str(ep)
+
+
+def test_a_stand_in_keeps_the_device_of_the_value_it_describes():
+    from fxloom.export.stand_in import StandIn
+    from fxloom.serialize.meta import decode_meta, encode_meta
+    from fxloom.serialize.symbols import SymbolicCodecs
+
+    on_gpu = StandIn(torch.empty(2, 3, device="meta"), torch.device("cuda", 1))
+    codecs = SymbolicCodecs(None)
+    loaded = decode_meta(encode_meta({"val": on_gpu}, codecs, "val"), codecs, "val")["val"]
+    assert isinstance(loaded, StandIn) and loaded.device == torch.device("cuda", 1)
+
+
 def test_the_example_inputs_are_saved():
     model, inputs = zoo.build("mlp_tiny")
     loaded = round_trip(export(model, inputs))
