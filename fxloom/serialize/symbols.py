@@ -92,9 +92,10 @@ _PYTYPES = {"int": int, "float": float, "bool": bool}
 # ------------------------------------------------------------------ expressions
 def encode_expr(expr: Any, where: str = "an expression") -> Any:
     """``expr`` (a sympy expression, or a Python number) as a JSON tree."""
-    expr = sympy.sympify(expr) if isinstance(expr, (int, float, bool)) else expr
-    if expr is sympy.true or expr is sympy.false:
+    if isinstance(expr, bool) or expr is sympy.true or expr is sympy.false:
         return bool(expr)
+    if isinstance(expr, (int, float)):
+        expr = sympy.Integer(expr) if isinstance(expr, int) else sympy.Float(expr)
     if expr == sympy.oo:
         return "oo"
     if expr == -sympy.oo:
