@@ -44,6 +44,8 @@ _LAZY = {
     "unflatten": "fxloom.export.unflattening",
     "ExportVerifierError": "fxloom.export.verifier",
     "verify": "fxloom.export.verifier",
+    "save": "fxloom.serialize.exported_files",
+    "load": "fxloom.serialize.exported_files",
 }
 
 
@@ -78,6 +80,8 @@ __all__ = [
     "UnsupportedOpError",
     "dims",
     "export",
+    "load",
+    "save",
     "unflatten",
     "verify",
 ]

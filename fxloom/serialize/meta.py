@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from fxloom.serialize.errors import SerializationError
-from fxloom.serialize.values import decode_value, encode_value
+from fxloom.serialize.values import _short, decode_value, encode_value
 
-__all__ = ["encode_meta", "decode_meta", "MetaCodecs"]
+__all__ = ["encode_meta", "decode_meta", "MetaCodecs", "ClassName"]
 
 
 class MetaCodecs:
@@ -47,8 +47,15 @@ class MetaCodecs:
         return data
 
     def make_tensor(
-        self, sizes: list[Any], strides: list[Any], dtype: torch.dtype, where: str
+        self,
+        sizes: list[Any],
+        strides: list[Any],
+        dtype: torch.dtype,
+        where: str,
+        device: torch.device | None = None,
     ) -> Any:
+        """A meta tensor of this description (``device``, the value's real device, is for
+        codecs whose tensors report one)."""
         try:
             return torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
         except (RuntimeError, ValueError, TypeError) as e:
@@ -104,8 +111,20 @@ def _name(obj: Any) -> str:
     return qualified_name(obj)
 
 
+class ClassName(str):
+    """The name of a class (or function) that is not imported where a file is loaded.
+
+    A plain string that also answers ``__name__`` as the class would, so code that
+    names modules by their class (``unflatten``) still works.
+    """
+
+    @property
+    def __name__(self) -> str:
+        return self.rpartition(".")[2]
+
+
 def _lookup(name: Any, where: str) -> Any:
-    """The class or function at ``name`` among imported modules, else ``name`` itself."""
+    """The class or function at ``name`` among imported modules, else its ``ClassName``."""
     if not isinstance(name, str):
         raise SerializationError(f"{where}: expected a name, found {name!r}")
     found = _LOOKED_UP.get(name)
@@ -117,7 +136,7 @@ def _lookup(name: Any, where: str) -> Any:
     if found is MISSING:
         found = find_callable(name)
     if found is MISSING:
-        return name
+        return ClassName(name)
     _LOOKED_UP[name] = found
     return found
 
@@ -218,13 +237,14 @@ def _decode_tensor_meta(data: Any, codecs: MetaCodecs, where: str) -> Any:
 
 def _encode_val(value: Any, codecs: MetaCodecs, where: str) -> Any:
     if isinstance(value, torch.Tensor):
-        return {
-            "tensor": {
-                "shape": [codecs.encode_size(s, where) for s in value.shape],
-                "stride": [codecs.encode_size(s, where) for s in value.stride()],
-                "dtype": encode_value(value.dtype),
-            }
+        described = {
+            "shape": [codecs.encode_size(s, where) for s in value.shape],
+            "stride": [codecs.encode_size(s, where) for s in value.stride()],
+            "dtype": encode_value(value.dtype),
         }
+        if value.device.type != "meta":  # a stand-in reports the device of the real value
+            described["device"] = str(value.device)
+        return {"tensor": described}
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return {"symbolic": codecs.encode_size(value, where)}
     if isinstance(value, (tuple, list)):
@@ -254,7 +274,7 @@ def _decode_val(data: Any, codecs: MetaCodecs, where: str) -> Any:
                 raise SerializationError(f"{where}: invalid dtype")
             sizes = [codecs.decode_size(s, where) for s in body["shape"]]
             strides = [codecs.decode_size(s, where) for s in body["stride"]]
-            return codecs.make_tensor(sizes, strides, dtype, where)
+            return codecs.make_tensor(sizes, strides, dtype, where, _device(body, where))
         if kind == "symbolic":
             return codecs.decode_size(body, where)
         if kind == "tuple" and isinstance(body, list):
@@ -265,6 +285,15 @@ def _decode_val(data: Any, codecs: MetaCodecs, where: str) -> Any:
                 for k, v in (_pair(i, where) for i in body)
             }
     return decode_value(data, None, where)
+
+
+def _device(body: dict, where: str) -> torch.device | None:
+    if "device" not in body:
+        return None
+    try:
+        return torch.device(body["device"])
+    except (RuntimeError, TypeError, ValueError):
+        raise SerializationError(f"{where}: invalid device {_short(body['device'])}") from None
 
 
 def _pair(item: Any, where: str) -> tuple[Any, Any]:

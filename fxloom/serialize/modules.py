@@ -123,7 +123,7 @@ def encode_module(
         constants = module.graph.constants
         if constants:
             record["graph_constants"] = {
-                k: writer.add(v, f"{where}.graph.constants[{k!r}]") for k, v in constants.items()
+                k: _encode_graph_constant(module, k, v, writer, where) for k, v in constants.items()
             }
     attributes, tensors = {}, {}
     for name, value in module.__dict__.items():
@@ -158,6 +158,30 @@ def encode_module(
         for name, child in module._modules.items()
     }
     return record
+
+
+def _encode_graph_constant(
+    module: GraphModule, name: str, value: Any, writer: TensorWriter, where: str
+) -> Any:
+    """A tensor, or a submodule the graph also holds (a branch of ``fxloom.cond``) by name."""
+    if isinstance(value, nn.Module):
+        if module._modules.get(name) is not value:
+            raise SerializationError(
+                f"cannot save {where}.graph.constants[{name!r}]: a module that is not a submodule"
+            )
+        return {"submodule": name}
+    return writer.add(value, f"{where}.graph.constants[{name!r}]")
+
+
+def _decode_graph_constant(
+    module: GraphModule, name: str, record: Any, reader: TensorReader, where: str
+) -> Any:
+    if isinstance(record, dict) and set(record) == {"submodule"}:
+        child = module._modules.get(record["submodule"]) if record["submodule"] == name else None
+        if child is None:
+            raise SerializationError(f"{where}: graph constant {name!r} names no submodule")
+        return child
+    return reader.get(record, f"{where}.graph.constants[{name!r}]")
 
 
 # --------------------------------------------------------------------- loading
@@ -220,7 +244,7 @@ def decode_module(
     if is_graph_module:
         graph = decode_graph(data.get("graph"), codecs, f"{where}.graph")
         for name, record in _mapping(data, "graph_constants", where).items():
-            graph.constants[name] = reader.get(record, f"{where}.graph.constants[{name!r}]")
+            graph.constants[name] = _decode_graph_constant(module, name, record, reader, where)
         from fxloom._mirrored_modules import mirror
 
         mirror(module)

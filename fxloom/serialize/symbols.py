@@ -1,0 +1,395 @@
+"""Symbolic sizes in a saved exported program: sympy expressions as JSON trees, and the ShapeEnv.
+
+An expression is written as a tree over a fixed table of sympy classes
+(``EXPRESSION_CLASSES``: sums, products, powers, ``Mod``, ``floor``, ``Max``,
+relations, ``And``/``Or``/``Not``...)::
+
+    2*s0 + 1   ->   {"op": "Add", "args": [1, {"op": "Mul", "args": [2, {"symbol": "s0"}]}]}
+
+Integers are JSON integers, ``true``/``false`` sympy's booleans, ``"oo"``/``"-oo"``
+infinity, ``{"rational": [p, q]}`` and ``{"float": x}`` other numbers, and
+``{"symbol": name}`` one of the ShapeEnv's symbols, declared once with its
+assumptions. Reading builds each node by calling its class from the table on
+its arguments: no text is parsed (never ``sympify``), nothing is imported, and
+numbers and powers are bounded so a file cannot ask for a huge computation.
+
+``encode_shape_env``/``decode_shape_env`` write and read the ShapeEnv
+(symbols with hint, range, Dim name, source and declared range; replacements,
+divisibility facts, facts, guards and deferred assertions). ``SymbolicCodecs``
+is the ``MetaCodecs`` that writes the symbolic sizes of ``meta["val"]`` and
+reads them back as ``torch.SymInt`` of the loaded ShapeEnv, in ``StandIn``s
+like the ones export makes.
+
+Depends on sympy, ``fxloom.export.symbolic`` and ``fxloom.serialize.meta``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sympy
+import torch
+from sympy.functions.elementary.piecewise import ExprCondPair
+from sympy.logic.boolalg import Boolean
+
+from fxloom.export.stand_in import StandIn
+from fxloom.export.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
+from fxloom.export.symbolic.sym_node import SymNode, wrap_expr
+from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.meta import MetaCodecs
+from fxloom.serialize.values import _short
+
+__all__ = [
+    "EXPRESSION_CLASSES",
+    "encode_expr",
+    "decode_expr",
+    "encode_shape_env",
+    "decode_shape_env",
+    "SymbolicCodecs",
+]
+
+# The sympy classes an expression in a file may be built of, by the name the file uses.
+EXPRESSION_CLASSES: dict[str, type] = {
+    "Add": sympy.Add,
+    "Mul": sympy.Mul,
+    "Pow": sympy.Pow,
+    "Mod": sympy.Mod,
+    "floor": sympy.floor,
+    "ceiling": sympy.ceiling,
+    "Max": sympy.Max,
+    "Min": sympy.Min,
+    "Abs": sympy.Abs,
+    "Eq": sympy.Eq,
+    "Ne": sympy.Ne,
+    "Lt": sympy.Lt,
+    "Le": sympy.Le,
+    "Gt": sympy.Gt,
+    "Ge": sympy.Ge,
+    "And": sympy.And,
+    "Or": sympy.Or,
+    "Not": sympy.Not,
+    "Piecewise": sympy.Piecewise,
+    "ExprCondPair": ExprCondPair,
+}
+# What the arguments of each class must be: numbers (expressions) or conditions.
+_ARGUMENT_KIND: dict[type, type] = {
+    **{cls: sympy.Expr for cls in (sympy.Add, sympy.Mul, sympy.Pow, sympy.Mod, sympy.floor)},
+    **{cls: sympy.Expr for cls in (sympy.ceiling, sympy.Max, sympy.Min, sympy.Abs)},
+    **{cls: sympy.Expr for cls in (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)},
+    **{cls: Boolean for cls in (sympy.And, sympy.Or, sympy.Not)},
+}
+_NAME_OF_CLASS = {cls: name for name, cls in EXPRESSION_CLASSES.items()}
+_SYMBOL_NAME = re.compile(r"[sif][0-9]{1,9}")
+_MAX_INTEGER = 2**64  # sizes, strides and their bounds: far below this
+_MAX_EXPONENT = 64
+_MAX_DEPTH = 64
+_MAX_NODES = 2_000  # per expression; sizes of real programs use a few dozen
+_MAX_ARGUMENTS = 256  # per node: sympy compares the arguments of Max/Min/And pairwise
+_PYTYPES = {"int": int, "float": float, "bool": bool}
+
+
+# ------------------------------------------------------------------ expressions
+def encode_expr(expr: Any, where: str = "an expression") -> Any:
+    """``expr`` (a sympy expression, or a Python number) as a JSON tree."""
+    if isinstance(expr, bool) or expr is sympy.true or expr is sympy.false:
+        return bool(expr)
+    if isinstance(expr, (int, float)):
+        expr = sympy.Integer(expr) if isinstance(expr, int) else sympy.Float(expr)
+    if expr == sympy.oo:
+        return "oo"
+    if expr == -sympy.oo:
+        return "-oo"
+    if isinstance(expr, sympy.Integer):
+        return int(expr)
+    if isinstance(expr, sympy.Rational):
+        return {"rational": [int(expr.p), int(expr.q)]}
+    if isinstance(expr, sympy.Float):
+        return {"float": float(expr)}
+    if isinstance(expr, sympy.Symbol):
+        return {"symbol": expr.name}
+    name = _NAME_OF_CLASS.get(type(expr))
+    if name is None:
+        raise SerializationError(
+            f"cannot save {where}: {expr} uses {type(expr).__name__}, which is not among the "
+            "sympy classes a file may hold (fxloom.serialize.symbols.EXPRESSION_CLASSES)"
+        )
+    return {"op": name, "args": [encode_expr(arg, where) for arg in expr.args]}
+
+
+def decode_expr(data: Any, symbols: dict[str, sympy.Symbol], where: str) -> sympy.Basic:
+    """The sympy expression of ``data``; ``symbols`` are the names it may use."""
+    budget = [_MAX_NODES]
+    return _decode(data, symbols, where, 0, budget)
+
+
+def _decode(data: Any, symbols: dict, where: str, depth: int, budget: list[int]) -> sympy.Basic:
+    budget[0] -= 1
+    if budget[0] < 0 or depth > _MAX_DEPTH:
+        raise SerializationError(f"{where}: the expression is too large; refused")
+    if isinstance(data, bool):
+        return sympy.true if data else sympy.false
+    if type(data) is int:
+        return sympy.Integer(_bounded(data, where))
+    if data == "oo":
+        return sympy.oo
+    if data == "-oo":
+        return -sympy.oo
+    if not isinstance(data, dict) or len(data) not in (1, 2):
+        raise SerializationError(f"{where}: invalid expression {_short(data)}")
+    if set(data) == {"symbol"}:
+        symbol = symbols.get(data["symbol"]) if isinstance(data["symbol"], str) else None
+        if symbol is None:
+            raise SerializationError(f"{where}: unknown symbol {_short(data['symbol'])}")
+        return symbol
+    if set(data) == {"rational"}:
+        p, q = _pair_of_ints(data["rational"], where)
+        if q == 0:
+            raise SerializationError(f"{where}: a rational with denominator 0")
+        return sympy.Rational(p, q)
+    if set(data) == {"float"}:
+        if not isinstance(data["float"], (int, float)) or isinstance(data["float"], bool):
+            raise SerializationError(f"{where}: invalid float {_short(data['float'])}")
+        return sympy.Float(data["float"])
+    cls = EXPRESSION_CLASSES.get(data.get("op")) if isinstance(data.get("op"), str) else None
+    args = data.get("args")
+    if cls is None or set(data) != {"op", "args"} or not isinstance(args, list):
+        raise SerializationError(f"{where}: invalid expression {_short(data)}")
+    if len(args) > _MAX_ARGUMENTS:
+        raise SerializationError(f"{where}: the expression is too large; refused")
+    decoded = [_decode(arg, symbols, where, depth + 1, budget) for arg in args]
+    kind = _ARGUMENT_KIND.get(cls)
+    if kind is not None and not all(isinstance(arg, kind) for arg in decoded):
+        raise SerializationError(
+            f"{where}: {data['op']} of {_short(args)} mixes numbers and truth values"
+        )
+    if cls is sympy.Pow:
+        _check_power(decoded, where)
+    try:
+        return cls(*decoded)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise SerializationError(f"{where}: cannot build {data['op']}: {e}") from None
+
+
+def _bounded(value: int, where: str) -> int:
+    if abs(value) > _MAX_INTEGER:
+        raise SerializationError(f"{where}: the integer {_short(value)} is too large; refused")
+    return value
+
+
+def _pair_of_ints(data: Any, where: str) -> tuple[int, int]:
+    if not isinstance(data, list) or len(data) != 2 or not all(type(v) is int for v in data):
+        raise SerializationError(f"{where}: expected two integers, found {_short(data)}")
+    return _bounded(data[0], where), _bounded(data[1], where)
+
+
+def _check_power(args: list[sympy.Basic], where: str) -> None:
+    if len(args) != 2:
+        raise SerializationError(f"{where}: a power takes a base and an exponent")
+    exponent = args[1]
+    if exponent.is_Number and abs(exponent) > _MAX_EXPONENT:
+        raise SerializationError(f"{where}: the exponent {exponent} is too large; refused")
+
+
+# ------------------------------------------------------------------ the ShapeEnv
+def encode_shape_env(env: ShapeEnv) -> dict[str, Any]:
+    """What a loaded program's ``ShapeEnv`` needs to answer what the original's did."""
+    return {
+        "symbols": [_encode_symbol(info) for info in env.symbols.values()],
+        "replacements": [
+            [symbol.name, encode_expr(expr, f"the replacement of {symbol}")]
+            for symbol, expr in env.replacements.items()
+        ],
+        "divisible": [
+            [encode_expr(e, "a divisibility fact"), encode_expr(d, "a divisibility fact")]
+            for e, d in sorted(env.divisible, key=str)
+        ],
+        "facts": [encode_expr(fact, "a fact") for fact in sorted(env.facts, key=str)],
+        "guards": [_encode_guard(guard) for guard in env.guards],
+        "deferred_assertions": [_encode_guard(guard) for guard in env.deferred_assertions],
+    }
+
+
+def _encode_symbol(info: SymbolInfo) -> dict[str, Any]:
+    symbol = info.symbol
+    return {
+        "name": symbol.name,
+        "integer": bool(symbol.is_integer),
+        "sign": "positive"
+        if symbol.is_positive
+        else "nonnegative"
+        if symbol.is_nonnegative
+        else None,
+        "hint": info.hint,
+        "lower": encode_expr(info.lower, f"the range of {symbol}"),
+        "upper": encode_expr(info.upper, f"the range of {symbol}"),
+        "dim_name": info.dim_name,
+        "source": info.source,
+        "declared": None if info.declared is None else [_plain_bound(b) for b in info.declared],
+    }
+
+
+def _plain_bound(bound: Any) -> int | None:
+    return None if bound is None or bound == sympy.oo else int(bound)
+
+
+def _encode_guard(guard: Guard) -> dict[str, Any]:
+    return {
+        "expr": encode_expr(guard.expr, "a guard"),
+        "location": guard.location,
+        "code": guard.code,
+    }
+
+
+def decode_shape_env(data: Any, where: str = "shape_env") -> ShapeEnv:
+    if not isinstance(data, dict):
+        raise SerializationError(f"{where}: expected an object")
+    env = ShapeEnv()
+    for record in _list(data, "symbols", where):
+        info = _decode_symbol(record, env, where)
+        env.symbols[info.symbol] = info
+    symbols = {symbol.name: symbol for symbol in env.symbols}
+    for record in _list(data, "replacements", where):
+        name, expr = _pair(record, where)
+        if name not in symbols:
+            raise SerializationError(f"{where}: a replacement of the unknown symbol {_short(name)}")
+        env.replacements[symbols[name]] = decode_expr(expr, symbols, f"{where}, replacements")
+    for record in _list(data, "divisible", where):
+        dividend, divisor = _pair(record, where)
+        env.divisible.add(
+            (
+                decode_expr(dividend, symbols, f"{where}, divisible"),
+                decode_expr(divisor, symbols, f"{where}, divisible"),
+            )
+        )
+    env.facts.update(
+        decode_expr(fact, symbols, f"{where}, facts") for fact in _list(data, "facts", where)
+    )
+    env.guards.extend(_decode_guard(g, symbols, where) for g in _list(data, "guards", where))
+    env.deferred_assertions.extend(
+        _decode_guard(g, symbols, where) for g in _list(data, "deferred_assertions", where)
+    )
+    env.version = 1
+    return env
+
+
+def _decode_symbol(record: Any, env: ShapeEnv, where: str) -> SymbolInfo:
+    if not isinstance(record, dict):
+        raise SerializationError(f"{where}: a symbol must be an object")
+    name = record.get("name")
+    if not isinstance(name, str) or not _SYMBOL_NAME.fullmatch(name):
+        raise SerializationError(f"{where}: invalid symbol name {_short(name)}")
+    where = f"{where}, symbol {name}"
+    if any(s.name == name for s in env.symbols):
+        raise SerializationError(f"{where}: declared twice")
+    sign = record.get("sign")
+    if sign not in (None, "positive", "nonnegative") or not isinstance(record.get("integer"), bool):
+        raise SerializationError(f"{where}: invalid assumptions")
+    kind = {"integer": True} if record["integer"] else {"real": True}
+    symbol = sympy.Symbol(name, **kind, **({sign: True} if sign else {}))
+    prefix, index = name[0], int(name[1:])
+    env._counters[prefix] = max(env._counters[prefix], index + 1)  # new symbols do not clash
+    hint = record.get("hint")
+    if hint is not None and type(hint) is not int:
+        raise SerializationError(f"{where}: the hint must be an integer or null")
+    declared = record.get("declared")
+    if declared is not None:
+        if (
+            not isinstance(declared, list)
+            or len(declared) != 2
+            or type(declared[0]) is not int
+            or not (declared[1] is None or type(declared[1]) is int)
+        ):
+            raise SerializationError(f"{where}: invalid declared range {_short(declared)}")
+        declared = (declared[0], declared[1])
+    lower = decode_expr(record.get("lower"), {}, where)
+    upper = decode_expr(record.get("upper"), {}, where)
+    if not (lower.is_Integer or lower == -sympy.oo) or not (upper.is_Integer or upper == sympy.oo):
+        raise SerializationError(f"{where}: the range must be integers or infinite")
+    return SymbolInfo(
+        symbol,
+        hint,
+        lower,
+        upper,
+        _optional_string(record.get("dim_name"), where),
+        _optional_string(record.get("source"), where),
+        declared,
+    )
+
+
+def _decode_guard(data: Any, symbols: dict, where: str) -> Guard:
+    if not isinstance(data, dict) or not isinstance(data.get("code"), str):
+        raise SerializationError(f"{where}: a guard needs an expression and its source line")
+    return Guard(
+        decode_expr(data.get("expr"), symbols, f"{where}, guard"),
+        _optional_string(data.get("location"), where),
+        data["code"],
+    )
+
+
+def _optional_string(value: Any, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise SerializationError(f"{where}: expected a string or null, found {_short(value)}")
+    return value
+
+
+def _list(data: dict, key: str, where: str) -> list:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise SerializationError(f"{where}: {key} must be a list")
+    return value
+
+
+def _pair(item: Any, where: str) -> tuple[Any, Any]:
+    if not isinstance(item, list) or len(item) != 2:
+        raise SerializationError(f"{where}: expected a pair, found {_short(item)}")
+    return item[0], item[1]
+
+
+# ------------------------------------------------------------------ meta["val"]
+class SymbolicCodecs(MetaCodecs):
+    """Sizes of ``meta["val"]`` as expressions over ``env``'s symbols; tensors as ``StandIn``s.
+
+    A symbolic size is written ``{"expr": <tree>, "type": "int"}`` and read back as a
+    ``torch.SymInt`` (``SymFloat``, ``SymBool``) of ``env``, with its hint from
+    ``env``; a plain size stays an integer.
+    """
+
+    def __init__(self, env: ShapeEnv | None) -> None:
+        self.env = env
+        self.symbols = {s.name: s for s in env.symbols} if env is not None else {}
+
+    def encode_size(self, size: Any, where: str) -> Any:
+        if not isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return size
+        node = size.node
+        if not isinstance(node, SymNode) or node.env is not self.env:
+            raise SerializationError(
+                f"{where}: the symbolic size {size} does not belong to the program's ShapeEnv"
+            )
+        pytype = {int: "int", float: "float", bool: "bool"}[node.pytype]
+        return {"expr": encode_expr(node.expr, where), "type": pytype}
+
+    def decode_size(self, data: Any, where: str) -> Any:
+        if type(data) is int:
+            return data
+        if not isinstance(data, dict) or set(data) != {"expr", "type"}:
+            raise SerializationError(f"{where}: invalid size {_short(data)}")
+        pytype = _PYTYPES.get(data["type"]) if isinstance(data["type"], str) else None
+        if pytype is None or self.env is None:
+            raise SerializationError(f"{where}: invalid symbolic size {_short(data)}")
+        expr = decode_expr(data["expr"], self.symbols, where)
+        if pytype is int and expr.is_Integer:
+            return int(expr)
+        return wrap_expr(self.env, expr, pytype)
+
+    def make_tensor(
+        self,
+        sizes: list[Any],
+        strides: list[Any],
+        dtype: torch.dtype,
+        where: str,
+        device: torch.device | None = None,
+    ) -> Any:
+        meta = super().make_tensor(sizes, strides, dtype, where)
+        return StandIn(meta, device if device is not None else torch.device("cpu"))
