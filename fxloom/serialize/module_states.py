@@ -41,6 +41,7 @@ from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graphs import decode_spec, encode_spec
 from fxloom.serialize.modules import (
+    _HOOKS,
     _MODULE_INTERNALS,
     MODULE_STATES,
     REBUILT_HOOKS,
@@ -280,9 +281,26 @@ _ROWS: dict[type | str, ModuleState] = {
     "fxloom.quantize.fake_quantize.FakeQuantize": _refused("a fake-quantize module"),
     "fxloom.quantize.qat_modules.QATModule": _refused("a quantization-aware training layer"),
 }
-MODULE_STATES.update(_ROWS)
 
-_HOOKS: dict[type | str, Callable[[nn.Module], None]] = {
+
+def _refusing_hooks(state: ModuleState) -> ModuleState:
+    """``state`` that first refuses a module with hooks (Python code), as the generic path does."""
+
+    def save(module: nn.Module, writer: TensorWriter, where: str) -> Any:
+        for hooks in _HOOKS:
+            if getattr(module, hooks, None):
+                raise SerializationError(
+                    f"cannot save {where} ({type(module).__qualname__}): it has {hooks[1:]} "
+                    "registered, which are Python code; remove them before saving"
+                )
+        return state.save(module, writer, where)
+
+    return ModuleState(save, state.load)
+
+
+MODULE_STATES.update({key: _refusing_hooks(state) for key, state in _ROWS.items()})
+
+_REBUILT: dict[type | str, Callable[[nn.Module], None]] = {
     "fxloom.quantize.table.LinearFloatIO": _repack_for_float_io,
 }
-REBUILT_HOOKS.update(_HOOKS)
+REBUILT_HOOKS.update(_REBUILT)

@@ -64,9 +64,6 @@ _MODULE_INTERNALS = frozenset(
 _GRAPH_MODULE_INTERNALS = frozenset(
     {"_graph", "_code", "_compiled_graph", "_compiled_version", "_source_file"}
 )
-# What passes attach to the GraphModules they return, about this session: its meta
-# (quantize's plan and report), fxloom.lower's report. Left out when they are not data.
-_SESSION_ANALYSES = frozenset({"meta", "lowering_report"})
 _HOOKS = (
     "_forward_hooks",
     "_forward_pre_hooks",
@@ -97,6 +94,9 @@ MODULE_STATES: dict[type | str, ModuleState] = {}
 REBUILT_HOOKS: dict[type | str, Callable[[nn.Module], None]] = {
     nn.RNNBase: lambda module: module._init_flat_weights(),
 }
+# What passes attach to the GraphModules they return, about this session: its meta
+# (quantize's plan and report), fxloom.lower's report. Left out when they are not data.
+_SESSION_ANALYSES = frozenset({"meta", "lowering_report"})
 
 
 def _special(cls: type, table: dict[type | str, Any]) -> Any:
@@ -117,16 +117,16 @@ def encode_module(
         "class": allowlist.module_class_name(cls),
         "training": module.training,
     }
+    state = _special(cls, MODULE_STATES)
+    if state is not None:
+        record["state"] = state.save(module, writer, where)
+        return record
     for hooks in _HOOKS:
         if getattr(module, hooks, None):
             raise SerializationError(
                 f"cannot save {where} ({cls.__qualname__}): it has {hooks[1:]} registered, which "
                 "are Python code; remove them before saving"
             )
-    state = _special(cls, MODULE_STATES)
-    if state is not None:
-        record["state"] = state.save(module, writer, where)
-        return record
     internals = _MODULE_INTERNALS
     if isinstance(module, GraphModule):
         internals = internals | _GRAPH_MODULE_INTERNALS

@@ -334,6 +334,38 @@ def rewritten() -> Case:
     return Case(gm, (torch.randn(2, 3),), (torch.randn(4, 3),))
 
 
+def fetch_scaled(x: torch.Tensor) -> torch.Tensor:
+    """A blocking call (imagine a parameter server)."""
+    return x * 10
+
+
+def start_fetch_scaled(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()  # the handle
+
+
+def wait_fetch_scaled(handle: torch.Tensor) -> torch.Tensor:
+    return handle * 10
+
+
+fxloom.wrap("fetch_scaled")
+
+
+def fetch_and_compute(x: torch.Tensor) -> torch.Tensor:
+    fetched = fetch_scaled(x)
+    return torch.relu(x) + fetched
+
+
+def scheduled() -> Case:
+    from fxloom.passes.schedule import schedule_async
+
+    for function in (start_fetch_scaled, wait_fetch_scaled):  # the graph calls them
+        fxloom.register_serializable(function)
+    gm = fxloom.symbolic_trace(fetch_and_compute)
+    schedule_async(gm, {fetch_scaled: (start_fetch_scaled, wait_fetch_scaled)})
+    assert "start_fetch_scaled" in gm.code
+    return Case(gm, (torch.randn(2, 3),), (torch.randn(4, 3),))
+
+
 HF_MODELS = ("bert", "gpt2", "t5", "vit", "whisper")
 CASES: dict[str, Callable[[], Case]] = {
     **{f"traced-{name}": lambda name=name: traced(name) for name in zoo.MODELS},
@@ -354,6 +386,7 @@ CASES: dict[str, Callable[[], Case]] = {
     "cse-dce": cse_then_dce,
     "normalize_args": normalized,
     "replace_pattern": rewritten,
+    "schedule_async": scheduled,
 }
 
 
@@ -545,3 +578,11 @@ def test_float_io_layers_loaded_under_another_quantized_engine_are_packed_for_x8
     finally:
         torch.backends.quantized.engine = engine
     assert_same_outputs(loaded, case.gm, case.inputs)
+
+
+def test_a_quantized_layer_with_a_forward_hook_is_refused_as_python_code():
+    gm = int8_linear_stack().gm
+    layer = next(m for m in gm.modules() if type(m).__name__ == "LinearReLU")
+    layer.register_forward_hook(lambda module, args, output: output)
+    with pytest.raises(fxloom.SerializationError, match=r"LinearReLU.*forward_hooks"):
+        fxloom.save(gm, io.BytesIO())
