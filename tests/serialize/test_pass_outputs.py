@@ -3,12 +3,12 @@
 Each case is a pass's output on a small model: traced zoo and Hugging Face models, conv-bn
 fusion, static and dynamic int8 quantization (torch's packed quantized layers), ONNX Runtime
 lowering (``OrtModule`` regions), split_module / split_by_support (nested GraphModules),
-constant folding, CSE, dead-code elimination, argument normalization, subgraph rewriting and
-autoleaf. The loaded module must equal the original structurally (graph text, code, module
-tree, state dict) and numerically (the same outputs, bit for bit, on the example inputs and
-on another batch size). What cannot be saved is refused with an error that says what to do:
-a prepared (observed) model, and user classes or functions until they are registered with
-``fxloom.register_serializable``.
+constant folding, CSE, dead-code elimination, argument normalization, subgraph rewriting,
+scheduling and autoleaf. The loaded module must equal the original structurally (graph
+text, code, module tree, state dict) and numerically (the same outputs, bit for bit, on the
+example inputs and on another batch size). What cannot be saved is refused with an error
+that says what to do: a prepared (observed) model, and user classes or functions until they
+are registered with ``fxloom.register_serializable``.
 """
 
 from __future__ import annotations
