@@ -65,6 +65,9 @@ _TORCH_PARENTS = frozenset(
         "torch",
         "torch.nn.functional",
         "torch._C._nn",
+        "torch._C._fft",  # torch.fft.fft prints as torch._C._fft.fft_fft
+        "torch._C._linalg",
+        "torch._C._special",
         "torch.special",
         "torch.linalg",
         "torch.fft",

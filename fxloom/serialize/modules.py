@@ -82,15 +82,25 @@ class ModuleState:
     load: Callable[[Any, TensorReader, str], nn.Module]
 
 
-MODULE_STATES: dict[type, ModuleState] = {}
+# Keyed by class, or by qualified class name for classes of layers above this package
+# (fxloom.lower, fxloom.quantize), which it never imports. Rows: ``module_states``.
+MODULE_STATES: dict[type | str, ModuleState] = {}
 # Run on a module after its state is back, for what its __init__ derives from that state.
-REBUILT_HOOKS: dict[type, Callable[[nn.Module], None]] = {
+REBUILT_HOOKS: dict[type | str, Callable[[nn.Module], None]] = {
     nn.RNNBase: lambda module: module._init_flat_weights(),
 }
+# What passes attach to the GraphModules they return, about this session: its meta
+# (quantize's plan and report), fxloom.lower's report. Left out when they are not data.
+_SESSION_ANALYSES = frozenset({"meta", "lowering_report"})
 
 
-def _special(cls: type, table: dict[type, Any]) -> Any:
-    return next((table[base] for base in cls.__mro__ if base in table), None)
+def _special(cls: type, table: dict[type | str, Any]) -> Any:
+    """The row of ``cls`` or of its nearest base, found by class or by qualified name."""
+    for base in cls.__mro__:
+        for key in (base, f"{base.__module__}.{base.__qualname__}"):
+            if key in table:
+                return table[key]
+    return None
 
 
 # ---------------------------------------------------------------------- saving
@@ -137,8 +147,8 @@ def encode_module(
             try:
                 attributes[name] = encode_value(value, f"{where}.{name}")
             except SerializationError as e:
-                if name == "meta" and isinstance(module, GraphModule):
-                    continue  # GraphModule.meta holds analyses of this session: left out
+                if name in _SESSION_ANALYSES and isinstance(module, GraphModule):
+                    continue  # analyses of this session, not needed to run: left out
                 raise SerializationError(f"cannot save the attribute {where}.{name}: {e}") from None
     record["attributes"] = attributes
     if tensors:
@@ -291,3 +301,7 @@ def _mapping(data: dict, key: str, where: str) -> dict:
     if not isinstance(value, dict):
         raise SerializationError(f"{where}: {key} must be an object, found {_short(value)}")
     return value
+
+
+# The rows of MODULE_STATES and REBUILT_HOOKS (that file imports this one's names).
+from fxloom.serialize import module_states  # noqa: E402, F401
