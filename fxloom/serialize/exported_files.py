@@ -33,7 +33,7 @@ from fxloom import pytree
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graph_module_files import _versions, check_loaded, guarded_load
-from fxloom.serialize.graphs import check_identifier, check_path, decode_spec, encode_spec
+from fxloom.serialize.graphs import check_identifier, check_path
 from fxloom.serialize.meta import ClassName
 from fxloom.serialize.modules import decode_module, encode_module
 from fxloom.serialize.symbols import (
@@ -44,7 +44,7 @@ from fxloom.serialize.symbols import (
     encode_shape_env,
 )
 from fxloom.serialize.tensors import TensorReader, TensorWriter
-from fxloom.serialize.values import _short, decode_value, encode_value
+from fxloom.serialize.values import _short, decode_spec, decode_value, encode_spec, encode_value
 
 if TYPE_CHECKING:
     from fxloom.export.program import ExportedProgram

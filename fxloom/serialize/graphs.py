@@ -28,18 +28,15 @@ import torch
 from fxloom.codegen import CodeGen
 from fxloom.graph import Graph
 from fxloom.node import Node
-from fxloom.pytree import TreeSpec, container_type
 from fxloom.pytree_codegen import PyTreeCodeGen, PyTreeInfo
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs, decode_meta, encode_meta
-from fxloom.serialize.values import _short, decode_value, encode_value
+from fxloom.serialize.values import _short, decode_spec, decode_value, encode_spec, encode_value
 
 __all__ = [
     "encode_graph",
     "decode_graph",
-    "encode_spec",
-    "decode_spec",
     "check_identifier",
     "check_path",
 ]
@@ -278,7 +275,9 @@ def _encode_codegen(codegen: CodeGen) -> Any:
         "kind": kind,
         "orig_args": list(info.orig_args),
         "in_spec": encode_spec(info.in_spec),
+        # A leaf spec is written as null too: whether there is an out_spec is its own field.
         "out_spec": encode_spec(info.out_spec) if info.out_spec is not None else None,
+        "has_out_spec": info.out_spec is not None,
     }
 
 
@@ -292,11 +291,11 @@ def _decode_codegen(data: Any, where: str) -> CodeGen:
         raise SerializationError(f"{where}: codegen needs its parameter names")
     for name in names:
         check_identifier(name, f"{where}: parameter name")
-    out_spec = data.get("out_spec")
+    has_out_spec = data.get("has_out_spec", data.get("out_spec") is not None)
     info = PyTreeInfo(
         names,
         decode_spec(data.get("in_spec"), where),
-        decode_spec(out_spec, where) if out_spec is not None else None,
+        decode_spec(data.get("out_spec"), where) if has_out_spec else None,
     )
     if data["kind"] == "exported":
         from fxloom.export.input_checks import ExportedCodeGen
@@ -306,29 +305,3 @@ def _decode_codegen(data: Any, where: str) -> CodeGen:
 
 
 _CODEGEN_KINDS: dict[type, str] = {CodeGen: "default", PyTreeCodeGen: "pytree"}
-
-
-# ------------------------------------------------------------------ tree specs
-def encode_spec(spec: TreeSpec) -> Any:
-    """A ``TreeSpec`` as data: ``null`` for a leaf, else its container class, context and children."""
-    if spec.is_leaf():
-        return None
-    return {
-        "type": allowlist.name_of(spec.type, "container class of a tree spec"),
-        "context": encode_value(spec.context, "a tree spec's context"),
-        "children": [encode_spec(c) for c in spec.children],
-    }
-
-
-def decode_spec(data: Any, where: str, depth: int = 0) -> TreeSpec:
-    if data is None:
-        return TreeSpec(None)
-    if not isinstance(data, dict) or not isinstance(data.get("children"), list):
-        raise SerializationError(f"{where}: invalid tree spec {_short(data)}")
-    cls = allowlist.resolve_callable(data.get("type"), "container class")
-    entry = container_type(cls) if isinstance(cls, type) else None
-    if entry is None:
-        raise SerializationError(f"{where}: {data.get('type')} is not a container class")
-    context = decode_value(data.get("context"), None, where)
-    children = tuple(decode_spec(c, where) for c in data["children"])
-    return TreeSpec(entry, context, children)

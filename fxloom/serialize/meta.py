@@ -30,15 +30,15 @@ class MetaCodecs:
     """How ``val``'s sizes are written: plain integers, or (exported programs) symbols too.
 
     ``encode_size``/``decode_size`` see each size of a tensor and each scalar
-    ``val``; the default refuses symbolic values, which only exported programs
-    carry along with the shape environment that gives them meaning.
+    ``val``; the default leaves out ``val`` entries with symbolic values, which only
+    exported programs carry along with the shape environment that gives them meaning.
     """
 
     def encode_size(self, size: Any, where: str) -> Any:
         if isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise SerializationError(
-                f"{where}: symbolic sizes are saved only with fxloom.export.save"
-            )
+            # Their symbols live in an exported program's ShapeEnv, which a GraphModule does
+            # not carry: the entry is left out (fxloom.export.save keeps it).
+            raise _NotData
         return size
 
     def decode_size(self, data: Any, where: str) -> Any:

@@ -39,7 +39,6 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
-from fxloom.serialize.graphs import decode_spec, encode_spec
 from fxloom.serialize.modules import (
     _HOOKS,
     _MODULE_INTERNALS,
@@ -49,7 +48,7 @@ from fxloom.serialize.modules import (
     _check_attribute,
 )
 from fxloom.serialize.tensors import TensorReader, TensorWriter
-from fxloom.serialize.values import _short, decode_value, encode_value
+from fxloom.serialize.values import _short, decode_spec, decode_value, encode_spec, encode_value
 
 __all__: list[str] = []
 

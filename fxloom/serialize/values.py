@@ -15,7 +15,8 @@ finite floats, lists); every other kind is a one-key object naming its kind::
     torch.relu        {"function": "torch.relu"}
 
 plus ``layout``, ``memory_format``, ``qscheme``, ``complex``, ``bytes``,
-``range``, ``numpy`` scalars and ``container`` for registered container classes.
+``range``, ``numpy`` scalars, ``treespec`` (a pytree's shape) and ``container`` for
+registered container classes.
 Functions and classes are written by name and resolved on loading through
 ``allowlist``; decoding never evaluates text.
 """
@@ -32,11 +33,11 @@ import torch
 
 from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Node
-from fxloom.pytree import container_type
+from fxloom.pytree import TreeSpec, container_type
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
 
-__all__ = ["encode_value", "decode_value", "TORCH_ENUMS"]
+__all__ = ["encode_value", "decode_value", "encode_spec", "decode_spec", "TORCH_ENUMS"]
 
 # Values of torch's enum-like types, by the name torch gives them (``torch.float32``).
 TORCH_ENUMS: dict[str, type] = {
@@ -245,6 +246,7 @@ def _decode_function(name: Any, nodes: Any, where: str) -> Any:
 
 
 _DECODERS: dict[str, Callable[[Any, Any, str], Any]] = {
+    "treespec": lambda spec, nodes, where: decode_spec(spec, where),
     "node": _decode_node,
     "tuple": lambda items, nodes, where: tuple(
         decode_value(v, nodes, where) for v in _list(items, where)
@@ -264,6 +266,7 @@ _DECODERS: dict[str, Callable[[Any, Any, str], Any]] = {
 }
 
 _ENCODERS: dict[type, Callable[[Any, str], Any]] = {
+    TreeSpec: lambda v, where: {"treespec": encode_spec(v)},
     torch.Size: lambda v, where: {"size": list(v)},
     slice: lambda v, where: {"slice": [encode_value(p, where) for p in (v.start, v.stop, v.step)]},
     type(Ellipsis): lambda v, where: {"ellipsis": None},
@@ -272,3 +275,29 @@ _ENCODERS: dict[type, Callable[[Any, str], Any]] = {
     bytes: lambda v, where: {"bytes": base64.b64encode(v).decode("ascii")},
     range: lambda v, where: {"range": [v.start, v.stop, v.step]},
 }
+
+
+# ------------------------------------------------------------------ tree specs
+def encode_spec(spec: TreeSpec) -> Any:
+    """A ``TreeSpec`` as data: ``null`` for a leaf, else its container class, context and children."""
+    if spec.is_leaf():
+        return None
+    return {
+        "type": allowlist.name_of(spec.type, "container class of a tree spec"),
+        "context": encode_value(spec.context, "a tree spec's context"),
+        "children": [encode_spec(c) for c in spec.children],
+    }
+
+
+def decode_spec(data: Any, where: str) -> TreeSpec:
+    if data is None:
+        return TreeSpec(None)
+    if not isinstance(data, dict) or not isinstance(data.get("children"), list):
+        raise SerializationError(f"{where}: invalid tree spec {_short(data)}")
+    cls = allowlist.resolve_callable(data.get("type"), "container class")
+    entry = container_type(cls) if isinstance(cls, type) else None
+    if entry is None:
+        raise SerializationError(f"{where}: {data.get('type')} is not a container class")
+    context = decode_value(data.get("context"), None, where)
+    children = tuple(decode_spec(c, where) for c in data["children"])
+    return TreeSpec(entry, context, children)

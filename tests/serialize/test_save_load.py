@@ -221,3 +221,18 @@ def test_files_of_an_older_format_version_are_upgraded_when_loaded(monkeypatch):
     monkeypatch.setattr(archive, "OLDEST_VERSION", 0)
     monkeypatch.setattr(archive, "UPGRADES", {0: upgrade_0_to_1})
     assert fxloom.load(data).weight.shape == (2, 3)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic batch"])
+def test_module_of_an_exported_program_round_trips(dynamic):
+    from fxloom.export import Dim, export
+
+    model, (x,) = zoo.build("resnet_tiny")
+    x = torch.randn(2, *x.shape[1:])
+    shapes = ({0: Dim("batch")},) if dynamic else None
+    gm = export(model, (x,), dynamic_shapes=shapes).module()
+    loaded = round_trip(gm)
+    assert_same(gm, loaded, x)
+    if dynamic:  # sizes the graph computes come back; meta["val"] with symbols is left out
+        other = torch.randn(5, *x.shape[1:])
+        torch.testing.assert_close(loaded(other), gm(other), rtol=0, atol=0)
