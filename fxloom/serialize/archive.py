@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.tensors import read_safetensors
 
 __all__ = ["FORMAT_VERSION", "write_archive", "read_archive", "Archive", "UPGRADES"]
 
@@ -47,9 +49,10 @@ PathOrFile = str | os.PathLike | IO[bytes]
 
 
 class Archive:
-    """The documents of one file: its header (``format.json``), its program and its weights."""
+    """The documents of one file: its header (``format.json``), its program and its weights
+    (the safetensors bytes, or, read in place from a stored member, the tensors by key)."""
 
-    def __init__(self, header: dict[str, Any], program: Any, weights: bytes) -> None:
+    def __init__(self, header: dict[str, Any], program: Any, weights: bytes | dict) -> None:
         self.header = header
         self.program = program
         self.weights = weights
@@ -122,9 +125,7 @@ def read_archive(source: PathOrFile | bytes) -> Archive:
         missing = [m for m in _MEMBERS if m not in names]
         if missing:
             raise SerializationError(f"{_name(source)} is incomplete: {', '.join(missing)} missing")
-        archive = Archive(
-            header, _read_json(z, _PROGRAM, MAX_JSON_BYTES), _read(z, _WEIGHTS, MAX_WEIGHTS_BYTES)
-        )
+        archive = Archive(header, _read_json(z, _PROGRAM, MAX_JSON_BYTES), _read_weights(z))
     version = header["version"]
     while version < FORMAT_VERSION:
         archive = UPGRADES[version](archive)
@@ -171,6 +172,29 @@ def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytes:
     if len(data) > limit:
         raise SerializationError(f"{name} is larger than the limit of {limit} bytes; refused")
     return data
+
+
+def _read_weights(z: zipfile.ZipFile) -> bytes | dict:
+    """The weights: read in place, tensor by tensor, when stored uncompressed (as fxloom writes
+    them); the member's bytes otherwise (a zip rewritten by another tool)."""
+    info = z.getinfo(_WEIGHTS)
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+        return _read(z, _WEIGHTS, MAX_WEIGHTS_BYTES)
+    if info.file_size > MAX_WEIGHTS_BYTES:
+        raise SerializationError(
+            f"{_WEIGHTS} is larger than the limit of {MAX_WEIGHTS_BYTES} bytes"
+        )
+    f = z.fp
+    f.seek(info.header_offset)
+    local_header = f.read(30)  # the zip format's local file header, then name and extra field
+    if len(local_header) != 30 or local_header[:4] != b"PK\x03\x04":
+        raise SerializationError(f"cannot read {_WEIGHTS}: the archive is damaged")
+    name_length, extra_length = struct.unpack("<HH", local_header[26:30])
+    start = info.header_offset + 30 + name_length + extra_length
+    f.seek(0, os.SEEK_END)
+    if start + info.file_size > f.tell():
+        raise SerializationError(f"cannot read {_WEIGHTS}: the archive is cut short")
+    return read_safetensors(f, start, info.file_size)
 
 
 def _read_json(z: zipfile.ZipFile, name: str, limit: int) -> Any:

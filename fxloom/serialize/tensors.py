@@ -11,14 +11,16 @@ weights) is stored once and shared again on loading.
 
 from __future__ import annotations
 
-from typing import Any
+import ctypes
+import json
+from typing import IO, Any
 
 import torch
 
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.values import decode_value, encode_value
 
-__all__ = ["TensorWriter", "TensorReader"]
+__all__ = ["TensorWriter", "TensorReader", "read_safetensors"]
 
 _PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
 _PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric)
@@ -84,11 +86,14 @@ class TensorWriter:
 
 
 class TensorReader:
-    """Tensors by record, from the safetensors bytes of a file; each is checked against its record."""
+    """Tensors by record, from the safetensors bytes of a file (or the tensors
+    ``read_safetensors`` already read from it); each is checked against its record."""
 
-    def __init__(self, blob: bytes) -> None:
+    def __init__(self, blob: bytes | dict[str, torch.Tensor]) -> None:
         self._raw: dict[str, torch.Tensor] = {}
-        if blob:
+        if isinstance(blob, dict):
+            self._raw = blob
+        elif blob:
             from safetensors import SafetensorError
             from safetensors.torch import load
 
@@ -186,3 +191,95 @@ def _restrided(data: torch.Tensor, stride: Any, where: str) -> torch.Tensor:
             )
         expected *= shape[dim]
     return torch.empty_strided(shape, stride, dtype=data.dtype).copy_(data)
+
+
+# ------------------------------------------------------------------ reading in place
+# safetensors' dtype names (its format specification) and the torch dtypes they hold.
+_SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "U16": torch.uint16,
+    "U32": torch.uint32,
+    "U64": torch.uint64,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "C64": torch.complex64,
+}
+_MAX_HEADER_BYTES = 100 * 2**20
+
+
+def read_safetensors(f: IO[bytes], start: int, size: int) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors blob at ``start`` of the open file ``f`` (``size`` bytes).
+
+    Each tensor's bytes are read straight into its own memory, as ``torch.load`` reads a
+    storage: no copy of the whole blob is made (for a 100 MB model that copy, and the page
+    faults of one 100 MB buffer, cost more than the rest of loading). The header is checked as
+    safetensors checks it: known dtypes, offsets inside the data, sizes matching the shapes.
+    """
+    if size == 0:
+        return {}
+    header = _safetensors_header(f, start, size)
+    data_start = start + 8 + header.pop("__header_bytes__")
+    data_size = size - (data_start - start)
+    tensors = {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        dtype, shape, begin, end = _checked_entry(key, entry, data_size)
+        buffer = torch.empty(end - begin, dtype=torch.uint8)
+        if end > begin:
+            f.seek(data_start + begin)
+            view = (ctypes.c_ubyte * (end - begin)).from_address(buffer.data_ptr())
+            if f.readinto(view) != end - begin:
+                raise SerializationError(
+                    f"the weights are damaged: the tensor {key!r} is cut short"
+                )
+        tensors[key] = buffer.view(dtype).reshape(shape)
+    return tensors
+
+
+def _safetensors_header(f: IO[bytes], start: int, size: int) -> dict[str, Any]:
+    f.seek(start)
+    length = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+    if not 0 <= length <= min(size - 8, _MAX_HEADER_BYTES):
+        raise SerializationError("the weights are damaged: invalid safetensors header length")
+    try:
+        header = json.loads(f.read(length))
+    except (ValueError, RecursionError):
+        raise SerializationError("the weights are damaged: invalid safetensors header") from None
+    if not isinstance(header, dict):
+        raise SerializationError("the weights are damaged: invalid safetensors header")
+    header["__header_bytes__"] = length
+    return header
+
+
+def _checked_entry(key: str, entry: Any, data_size: int) -> tuple[torch.dtype, list[int], int, int]:
+    damaged = f"the weights are damaged: invalid safetensors entry for {key!r}"
+    if not isinstance(entry, dict):
+        raise SerializationError(damaged)
+    dtype = _SAFETENSORS_DTYPES.get(entry.get("dtype"))
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    if (
+        dtype is None
+        or not isinstance(shape, list)
+        or not all(type(n) is int and n >= 0 for n in shape)
+        or not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(type(n) is int for n in offsets)
+        or not 0 <= offsets[0] <= offsets[1] <= data_size
+    ):
+        raise SerializationError(damaged)
+    numel = 1
+    for n in shape:
+        numel *= n
+    if offsets[1] - offsets[0] != numel * dtype.itemsize:
+        raise SerializationError(f"{damaged}: its size disagrees with its shape")
+    return dtype, shape, offsets[0], offsets[1]
