@@ -29,6 +29,9 @@ import importlib
 import math
 import operator
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -47,6 +50,8 @@ __all__ = [
     "allowed_method",
     "check_call",
     "imported_class",
+    "cached_lookups",
+    "cached",
     "MISSING",
 ]
 
@@ -139,10 +144,42 @@ def resolve_callable(name: str, what: str = "target") -> Any:
     return found
 
 
+# Names already resolved in this load (see ``cached_lookups``), by (kind, name).
+_LOOKUPS: ContextVar[dict[tuple[str, Any], Any] | None] = ContextVar("_LOOKUPS", default=None)
+
+
+@contextmanager
+def cached_lookups() -> Iterator[None]:
+    """Resolve each name once inside the block: a file names the same few functions and
+    classes on every node (targets, ``nn_module_stack``), and resolving is most of the
+    per-node cost of loading. Answers cannot change inside: nothing is registered or
+    imported while a file is read."""
+    token = _LOOKUPS.set({})
+    try:
+        yield
+    finally:
+        _LOOKUPS.reset(token)
+
+
+def cached(kind: str, name: Any, resolve: Any) -> Any:
+    """``resolve(name)``, remembered inside ``cached_lookups`` under ``(kind, name)``."""
+    cache = _LOOKUPS.get()
+    if cache is None:
+        return resolve(name)
+    key = (kind, name)
+    if key not in cache:
+        cache[key] = resolve(name)
+    return cache[key]
+
+
 def find_callable(name: str) -> Any:
     """``resolve_callable`` without the error: ``MISSING`` where the name is not allowed."""
     if not isinstance(name, str):
         return MISSING
+    return cached("callable", name, _find_callable)
+
+
+def _find_callable(name: str) -> Any:
     if name in _REGISTERED:
         return _REGISTERED[name]
     parts = name.split(".")
@@ -295,6 +332,10 @@ def _container_class(name: str) -> Any:
 
 def imported_class(name: str) -> Any:
     """The class at ``module.qualname`` among imported modules, read without running any code."""
+    return cached("class", name, _imported_class)
+
+
+def _imported_class(name: str) -> Any:
     module_name, _, qualname = name.rpartition(".")
     while module_name and module_name not in sys.modules:
         module_name, _, head = module_name.rpartition(".")

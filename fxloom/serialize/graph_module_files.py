@@ -15,6 +15,7 @@ import torch
 
 import fxloom
 from fxloom.graph_module import GraphModule
+from fxloom.serialize.allowlist import cached_lookups
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
@@ -77,7 +78,8 @@ def load(f: PathOrFile | bytes) -> GraphModule:
         check_loaded(module)
         return module
 
-    return guarded_load(archive, build)
+    with cached_lookups():
+        return guarded_load(archive, build)
 
 
 def guarded_load(source: Any, step: Any) -> Any:

@@ -234,11 +234,16 @@ def _check_attribute(cls: type, name: Any, where: str) -> None:
     check_identifier(name, f"{where}: attribute")
     if name.startswith("__") or name in _MODULE_INTERNALS or name in _GRAPH_MODULE_INTERNALS:
         raise SerializationError(f"{where}: the attribute {name!r} is internal and cannot be set")
-    defined = inspect.getattr_static(cls, name, None)
-    if callable(defined) or hasattr(defined, "__get__"):
+    if allowlist.cached("class member", (cls, name), _is_class_member):
         raise SerializationError(
             f"{where}: the attribute {name!r} would replace {cls.__qualname__}.{name}"
         )
+
+
+def _is_class_member(key: tuple[type, str]) -> bool:
+    """Whether ``cls.name`` is a method, property or other descriptor (not plain data)."""
+    defined = inspect.getattr_static(*key, None)
+    return callable(defined) or hasattr(defined, "__get__")
 
 
 def _empty_module(cls: type) -> nn.Module:
