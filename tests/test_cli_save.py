@@ -144,3 +144,22 @@ def test_show_prints_the_signature_and_range_constraints_it_finds(saved, tmp_pat
     out = capsys.readouterr().out
     assert 'Signature:\n  input_specs:\n    {"kind": "USER_INPUT", "name": "x"}' in out
     assert "Range constraints:\n  s0: [2, 64]" in out
+
+
+def test_the_demo_step_saves_loads_and_compares_a_traced_model() -> None:
+    import io
+
+    from rich.console import Console
+
+    from fxloom.cli import demo, demo_save
+
+    model, inputs = zoo.build(demo_save.SAVE_MODEL)
+    state = demo.DemoState(console=Console(file=io.StringIO(), width=120))
+    state.traced[demo_save.SAVE_MODEL] = demo.TracedModel(
+        model, inputs, fxloom.symbolic_trace(model)
+    )
+    demo_save.save_and_load(state)
+    out = state.console.file.getvalue()
+    assert state.save_match
+    assert "fxloom.save / fxloom.load" in out and "torch.load(weights_only=False)" in out
+    assert "same graph and outputs as the traced one: True" in out
