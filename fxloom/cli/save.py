@@ -12,7 +12,7 @@ kind, the fxloom and torch versions that wrote it), each graph as ``print(graph)
 (``--code``: the Python code it generates instead), the module tree (the class at each path),
 the parameters and other tensors counted by dtype from their records, the nodes by opcode and
 the most common targets, and, for exported programs, the ``signature`` and
-``range_constraints`` documents when the file has them. A file that is not an fxloom file, or
+``range_constraints`` documents (``PROGRAM_SECTIONS``) when the file has them. A file that is not an fxloom file, or
 that names anything off the allowlist, gives the ``SerializationError`` message and exit code 2.
 
 Depends on: ``fxloom.cli.model_spec``, ``fxloom.serialize``, ``fxloom.export`` (``--export``),
@@ -43,6 +43,8 @@ __all__ = [
 EXIT_BAD_FILE = 2
 MODULE_ROWS = 40  # module paths listed before the rest are summarised by class
 TOP_TARGETS = 10
+# Documents of an exported program's file printed as they are, when the file has them.
+PROGRAM_SECTIONS = ("signature", "graph_signature", "range_constraints", "shape_constraints")
 
 
 # ------------------------------------------------------------------------------ fxloom save
@@ -154,7 +156,7 @@ class FileSummary:
     tensors: dict[str, Counter]  # "parameters"/"other tensors" -> Counter over dtype: [n, bytes]
     opcodes: Counter
     targets: Counter
-    program_sections: dict[str, Any]  # "signature", "range_constraints" when present
+    program_sections: dict[str, Any]  # those of PROGRAM_SECTIONS the file has
 
 
 def summarise(path: str | Path) -> FileSummary:
@@ -202,20 +204,28 @@ def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
             summary.graphs[path] = _decode_graph_only(record["graph"], path)
         for kind, records in _tensor_records(record):
             for tensor in records:
-                if tensor.get("key") in seen_tensors:
-                    continue  # a tied tensor is stored, and counted, once
-                seen_tensors.add(tensor.get("key"))
-                _count_tensor(summary.tensors.setdefault(kind, Counter()), tensor)
+                _count_once(summary, kind, tensor, seen_tensors)
     for path, graph in summary.graphs.items():
         for node in graph.nodes:
             summary.opcodes[node.op] += 1
             target = _target_label(node, path, summary.modules)
             if target is not None:
                 summary.targets[target] += 1
-    for key in ("signature", "range_constraints"):
+    for key, value in program.items():  # an exported program's state_dict, constants, ...
+        if value is not root:
+            for tensor in _find_tensor_records(value):
+                _count_once(summary, key.replace("_", " "), tensor, seen_tensors)
+    for key in PROGRAM_SECTIONS:
         if key in program:
             summary.program_sections[key] = program[key]
     return summary
+
+
+def _count_once(summary: FileSummary, kind: str, tensor: dict, seen: set[str]) -> None:
+    if tensor.get("key") in seen:
+        return  # a tied tensor is stored, and counted, once
+    seen.add(tensor.get("key"))
+    _count_tensor(summary.tensors.setdefault(kind, Counter()), tensor)
 
 
 def _module_records(root: dict) -> Iterator[tuple[str, dict]]:
@@ -337,7 +347,9 @@ def _summary_lines(summary: FileSummary) -> list[str]:
             lines.append(f"  ... {len(summary.modules) - index} more: {counted}")
             break
         lines.append(f"  {module_path or '(root)'}: {cls}")
-    for kind in ("parameters", "other tensors"):
+    kinds = ["parameters", "other tensors"]
+    kinds += [kind for kind in summary.tensors if kind not in kinds]
+    for kind in kinds:
         counts = summary.tensors.get(kind, Counter())
         dtypes = sorted({dtype for dtype, _ in counts})
         described = "; ".join(
