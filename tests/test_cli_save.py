@@ -163,3 +163,12 @@ def test_the_demo_step_saves_loads_and_compares_a_traced_model() -> None:
     assert state.save_match
     assert "fxloom.save / fxloom.load" in out and "torch.load(weights_only=False)" in out
     assert "same graph and outputs as the traced one: True" in out
+
+
+def test_show_refuses_a_module_class_off_the_allowlist(saved, tmp_path, capsys) -> None:
+    def subprocess_module(program: dict) -> None:
+        program["module"]["children"]["fc"]["class"] = "subprocess.Popen"
+
+    bad = rewritten(saved, tmp_path / "bad_class.fxl", subprocess_module)
+    assert cli.main(["show", str(bad)]) == cli.EXIT_USAGE
+    assert "'subprocess.Popen' is not on fxloom's allowlist" in capsys.readouterr().err

@@ -153,7 +153,7 @@ class FileSummary:
     header: dict[str, Any]
     graphs: dict[str, Any]  # a Graph per module path ("" is the root), decoded without meta
     modules: dict[str, str]  # module path -> class name, root first
-    tensors: dict[str, Counter]  # "parameters"/"other tensors" -> Counter over dtype: [n, bytes]
+    tensors: dict[str, Counter]  # "parameters", ... -> {(dtype, "elements" | "bytes"): count}
     opcodes: Counter
     targets: Counter
     program_sections: dict[str, Any]  # those of PROGRAM_SECTIONS the file has
@@ -196,9 +196,13 @@ def _root_module_record(program: dict) -> dict:
 
 
 def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
+    from fxloom.serialize import allowlist
+
     summary = FileSummary(header, {}, {}, {}, Counter(), Counter(), {})
     seen_tensors: set[str] = set()
     for path, record in _module_records(root):
+        # Resolved (never built) so a class off the allowlist is refused as fxloom.load would.
+        allowlist.resolve_module_class(record.get("class"))
         summary.modules[path] = str(record.get("class"))
         if "graph" in record:
             summary.graphs[path] = _decode_graph_only(record["graph"], path)
