@@ -179,9 +179,17 @@ def measure(name: str, repeats: int, directory: Path) -> Row:
             del objects[side]
     for repeat in range(repeats):
         for side in rotated(list(objects), repeat):
-            _time_side(row, side, objects[side], directory / f"{side}.bin")
+            _time_side(row, side, objects[side], _file(directory, side))
     row.equal = _loaded_equals_traced(gm, inputs, directory)
     return row
+
+
+# File suffixes by side: torch.export.load takes its own archive format only from ".pt2".
+SUFFIXES = {"fxloom": ".fxl", "fxloom.export": ".pt2", "torch.export": ".pt2"}
+
+
+def _file(directory: Path, side: str) -> Path:
+    return directory / f"{side}{SUFFIXES.get(side, '.pt')}"
 
 
 def _time_side(row: Row, side: str, obj: Any, path: Path) -> None:
@@ -195,7 +203,7 @@ def _time_side(row: Row, side: str, obj: Any, path: Path) -> None:
 
 
 def _round_trip(side: str, obj: Any, directory: Path) -> None:
-    path = directory / f"{side}.bin"
+    path = _file(directory, side)
     WAYS[side].save(obj, path)
     WAYS[side].load(path)
 
