@@ -180,6 +180,8 @@ def _read_weights(z: zipfile.ZipFile) -> bytes | dict:
     info = z.getinfo(_WEIGHTS)
     if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
         return _read(z, _WEIGHTS, MAX_WEIGHTS_BYTES)
+    if info.flag_bits & 0x1:
+        raise SerializationError(f"{_WEIGHTS} is encrypted; fxloom files are not")
     if info.file_size > MAX_WEIGHTS_BYTES:
         raise SerializationError(
             f"{_WEIGHTS} is larger than the limit of {MAX_WEIGHTS_BYTES} bytes"

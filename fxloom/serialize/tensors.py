@@ -274,9 +274,14 @@ def _checked_entry(key: str, entry: Any, data_size: int) -> tuple[torch.dtype, l
         or not isinstance(offsets, list)
         or len(offsets) != 2
         or not all(type(n) is int for n in offsets)
-        or not 0 <= offsets[0] <= offsets[1] <= data_size
+        or not 0 <= offsets[0] <= offsets[1]
     ):
         raise SerializationError(damaged)
+    if offsets[1] > data_size:
+        raise SerializationError(
+            f"the weights are damaged: the tensor {key!r} lies past the end of the data "
+            f"({offsets[1]} > {data_size} bytes; the file is cut short?)"
+        )
     numel = 1
     for n in shape:
         numel *= n
