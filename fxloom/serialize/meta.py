@@ -125,7 +125,7 @@ def _encode_module_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
 def _decode_module_stack(data: Any, codecs: MetaCodecs, where: str) -> dict:
     if not isinstance(data, list) or not all(isinstance(e, list) and len(e) == 3 for e in data):
         raise SerializationError(f"{where}: expected [key, path, class] entries")
-    return {key: (path, _lookup(cls, where)) for key, path, cls in data}
+    return {key: (path, _lookup_once(cls, where)) for key, path, cls in data}
 
 
 def _encode_source_fn_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
@@ -137,7 +137,21 @@ def _encode_source_fn_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
 def _decode_source_fn_stack(data: Any, codecs: MetaCodecs, where: str) -> list:
     if not isinstance(data, list) or not all(isinstance(e, list) and len(e) == 2 for e in data):
         raise SerializationError(f"{where}: expected [name, target] entries")
-    return [(name, _lookup(target, where)) for name, target in data]
+    return [(name, _lookup_once(target, where)) for name, target in data]
+
+
+def _lookup_once(name: Any, where: str) -> Any:
+    """``_lookup``, remembered for the rest of the load (``allowlist.cached_lookups``): the
+    same few classes and functions recur in every node's stacks."""
+    from fxloom.serialize.allowlist import cached
+
+    if not isinstance(name, str):
+        return _lookup(name, where)  # refused there, naming ``where``
+    return cached("meta name", name, _lookup_name)
+
+
+def _lookup_name(name: str) -> Any:
+    return _lookup(name, "")
 
 
 def _encode_string(value: Any, codecs: MetaCodecs, where: str) -> Any:
