@@ -38,3 +38,13 @@ def test_bench_examples_zoo_part_runs_on_a_tiny_model() -> None:
     assert result.returncode == 0, result.stderr
     assert "### zoo, fxloom capture: warm (first)" in result.stdout
     assert "| mlp_tiny | " in result.stdout
+
+
+def test_bench_serialize_quick_runs_and_prints_its_tables() -> None:
+    results_before = (BENCHMARKS / "RESULTS.md").read_text()
+    result = run_benchmark("bench_serialize.py", "--quick")
+    assert result.returncode == 0, result.stderr
+    for heading in ("### Load time", "### Save time", "### File size"):
+        assert heading in result.stdout
+    assert "| mlp_tiny | " in result.stdout
+    assert (BENCHMARKS / "RESULTS.md").read_text() == results_before  # no --record, no change

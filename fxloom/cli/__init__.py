@@ -4,8 +4,8 @@ Usage: ``fxloom COMMAND [options]`` (or ``python -m fxloom COMMAND``). Run ``fxl
 
 This module holds the parser, the subcommand table and ``main``; each command's work lives in
 a module of its own beside it: ``demo`` (the guided tour, with its pass steps in
-``demo_passes``), ``cost``, ``draw``, ``export``, ``lower`` and ``quantize`` (all five read their
-MODEL argument with ``model_spec``).
+``demo_passes``), ``cost``, ``draw``, ``export``, ``lower``, ``quantize`` and ``save`` (``save``
+and ``show``); all but ``show`` read their MODEL argument with ``model_spec``.
 Nothing in the library imports from this package (tests/test_layers.py checks).
 
 Subcommands are rows of one table, ``SUBCOMMANDS``. To add one, write a ``_run_<name>(args)``
@@ -127,6 +127,30 @@ def _add_quantize_arguments(parser: argparse.ArgumentParser) -> None:
     from fxloom.cli import quantize
 
     quantize.add_arguments(parser)
+
+
+def _run_save(args: argparse.Namespace) -> int:
+    from fxloom.cli import save
+
+    return save.run_save(args)
+
+
+def _add_save_arguments(parser: argparse.ArgumentParser) -> None:
+    from fxloom.cli import save
+
+    save.add_save_arguments(parser)
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    from fxloom.cli import save
+
+    return save.run_show(args)
+
+
+def _add_show_arguments(parser: argparse.ArgumentParser) -> None:
+    from fxloom.cli import save
+
+    save.add_show_arguments(parser)
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -258,6 +282,45 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         add_arguments=_add_quantize_arguments,
     ),
     Subcommand(
+        name="save",
+        summary="trace (or export) a model and write it to a file with fxloom.save",
+        description=(
+            "Trace MODEL with fxloom.symbolic_trace and write the GraphModule with\n"
+            "fxloom.save: one zip file of JSON (the graph, the module tree, node meta) and\n"
+            "safetensors (the weights), which fxloom.load reads back without unpickling or\n"
+            "running code from the file. --export exports MODEL on its example inputs\n"
+            "instead (fxloom.export.export) and writes the program with fxloom.export.save.\n\n"
+            "MODEL is an embedded zoo model (mlp_tiny, resnet_tiny, transformer_tiny,\n"
+            "resnet50) or package.module:factory, a function returning a module or\n"
+            "(module, example_inputs) with the inputs as a tuple or a dict.\n\n"
+            "examples:\n"
+            "  fxloom save resnet_tiny -o resnet_tiny.fxl\n"
+            "  fxloom save transformer_tiny --export --dynamic-batch -o transformer.pt2"
+        ),
+        run=_run_save,
+        add_arguments=_add_save_arguments,
+    ),
+    Subcommand(
+        name="show",
+        summary="describe a file written by fxloom.save without loading or running it",
+        description=(
+            "Read FILE's JSON documents, never its weights' values, build no module and run\n"
+            "nothing; print the format version and kind, the fxloom and torch versions\n"
+            "that wrote it, each graph as print(graph) shows it (--code: its generated\n"
+            "Python code), the module tree (the class at each path), the parameters and\n"
+            "other tensors by dtype, the nodes by opcode and the most common targets, and\n"
+            "for exported programs the signature and range constraints.\n"
+            "A file that is not an fxloom file or names anything off the allowlist is\n"
+            "refused with the loader's message (exit code 2).\n\n"
+            "examples:\n"
+            "  fxloom show resnet_tiny.fxl\n"
+            "  fxloom show resnet_tiny.fxl --code\n"
+            "  fxloom show model.fxl --no-graph"
+        ),
+        run=_run_show,
+        add_arguments=_add_show_arguments,
+    ),
+    Subcommand(
         name="version",
         summary="print the versions of fxloom, torch and Python",
         description="Print the installed versions of fxloom, torch and Python on one line.",
@@ -292,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
             "examples:\n"
             "  fxloom demo             walk through building and running a graph\n"
             "  fxloom export mlp_tiny  print a model's exported program and its signature\n"
+            "  fxloom save mlp_tiny -o m.fxl; fxloom show m.fxl\n"
+            "                          write a traced model to a file; describe the file\n"
             "  fxloom version          show versions for a bug report\n\n"
             "Run 'fxloom COMMAND --help' for the details of a command."
         ),

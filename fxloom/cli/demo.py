@@ -6,7 +6,8 @@ The tour builds a graph by hand with the torch.fx-compatible API (``Graph.placeh
 the result against the same computation written directly in eager PyTorch. Then it captures
 graphs automatically: ``fxloom.symbolic_trace`` traces two embedded models from
 ``fxloom.zoo`` (``mlp_tiny``, ``resnet_tiny``, ``transformer_tiny``), shows their graphs and code, and checks the
-traced modules against the models run eagerly. Last, the passes (``fxloom.cli.demo_passes``):
+traced modules against the models run eagerly, and saves one with ``fxloom.save`` and loads it
+back (``fxloom.cli.demo_save``). Last, the passes (``fxloom.cli.demo_passes``):
 shapes propagated into ``node.meta``, a cost table for ResNet-50, batch norms fused into
 convolutions (with the latency change), and a drawing of a graph; then export
 (``fxloom.cli.demo_export``): a zoo model exported to ATen operators, its signature summary,
@@ -41,7 +42,7 @@ from torch import nn
 
 import fxloom
 from fxloom import zoo
-from fxloom.cli import demo_export, demo_lower, demo_passes, demo_quantize
+from fxloom.cli import demo_export, demo_lower, demo_passes, demo_quantize, demo_save
 
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
@@ -96,6 +97,7 @@ class DemoState:
     results_match: bool | None = None
     traced: dict[str, TracedModel] = field(default_factory=dict)  # by zoo model name
     traced_match: bool | None = None
+    save_match: bool = True  # False when a model loaded with fxloom.load differs from the saved
     passes_match: bool = True  # False once a transformed model differs from eager
     export_match: bool = True  # False when an exported program differs from eager
     quantize_match: bool = True  # False when the int8 model is too far from fp32
@@ -255,6 +257,7 @@ STEPS: tuple[Step, ...] = (
     Step(f"Trace a bigger embedded model: {BIG_MODEL}", trace_big_model),
     Step(f"Trace a transformer-style model: {TRANSFORMER_MODEL}", trace_transformer_model),
     Step("Compare the traced models with eager PyTorch", compare_traced_models),
+    Step(f"Save and load a traced model: {demo_save.SAVE_MODEL}", demo_save.save_and_load),
     Step("Propagate shapes through a traced model", demo_passes.propagate_shapes),
     Step("Count FLOPs, parameters and memory: ResNet-50", demo_passes.count_cost),
     Step("Fuse batch norms into convolutions: ResNet-50", demo_passes.fuse_batch_norms),
@@ -286,6 +289,7 @@ def _summarise(state: DemoState) -> int:
     checks = (
         state.results_match,
         state.traced_match,
+        state.save_match,
         state.passes_match,
         state.export_match,
         state.lower_match,
@@ -304,6 +308,7 @@ def _summarise(state: DemoState) -> int:
         for what, ok in (
             ("the hand-built GraphModule", state.results_match),
             ("the traced zoo models", state.traced_match),
+            ("the model loaded with fxloom.load", state.save_match),
             ("the fused model", state.passes_match),
             ("the exported program", state.export_match),
             (f"the {demo_lower.LOWER_MODEL} lowered to ONNX Runtime", state.lower_match),

@@ -1,0 +1,401 @@
+"""``fxloom save MODEL -o FILE`` and ``fxloom show FILE``: write a captured model, read one back.
+
+``save`` traces MODEL (a zoo name or ``package.module:factory``, see ``fxloom.cli.model_spec``)
+with ``fxloom.symbolic_trace`` and writes it with ``fxloom.save``; with ``--export`` it exports
+it (``fxloom.export.export`` on the example inputs; ``--dynamic-batch`` makes dimension 0 one
+``Dim("batch")``) and writes the program with ``fxloom.export.save``.
+
+``show`` describes a saved file without building a module or running anything: it reads the
+archive's JSON (``fxloom.serialize.archive.read_archive``) and decodes only the graphs
+(``graphs.decode_graph``, node meta left out), so what it prints is the header (format version,
+kind, the fxloom and torch versions that wrote it), each graph as ``print(graph)`` shows it
+(``--code``: the Python code it generates instead), the module tree (the class at each path),
+the parameters and other tensors counted by dtype from their records, the nodes by opcode and
+the most common targets, and, for exported programs, the ``signature`` and
+``range_constraints`` documents (``PROGRAM_SECTIONS``) when the file has them. A file that is not an fxloom file, or
+that names anything off the allowlist, gives the ``SerializationError`` message and exit code 2.
+
+Depends on: ``fxloom.cli.model_spec``, ``fxloom.serialize``, ``fxloom.export`` (``--export``),
+rich.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "add_save_arguments",
+    "add_show_arguments",
+    "run_save",
+    "run_show",
+    "FileSummary",
+    "summarise",
+]
+
+EXIT_BAD_FILE = 2
+MODULE_ROWS = 40  # module paths listed before the rest are summarised by class
+TOP_TARGETS = 10
+# Documents of an exported program's file printed as they are, when the file has them.
+PROGRAM_SECTIONS = ("signature", "graph_signature", "range_constraints", "shape_constraints")
+
+
+# ------------------------------------------------------------------------------ fxloom save
+def add_save_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``fxloom save``."""
+    parser.add_argument("model", metavar="MODEL", help="a zoo model name or package.module:factory")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the file to write (e.g. model.fxl)"
+    )
+    parser.add_argument(
+        "--export",
+        action="store_true",
+        help="export the model (fxloom.export.export on its example inputs) and write the "
+        "ExportedProgram with fxloom.export.save, instead of the traced GraphModule",
+    )
+    parser.add_argument(
+        "--dynamic-batch",
+        action="store_true",
+        help="with --export: make dimension 0 of every batched input one Dim('batch')",
+    )
+
+
+def run_save(args: argparse.Namespace) -> int:
+    """Trace (or export) MODEL and write it; errors are raised, for the CLI to report."""
+    import fxloom
+    from fxloom.cli.model_spec import load_model, trace_model
+
+    if args.dynamic_batch and not args.export:
+        print("fxloom save: error: --dynamic-batch applies to --export", file=sys.stderr)
+        return EXIT_BAD_FILE
+    loaded = load_model(args.model)
+    if args.export:
+        ep = _export(loaded, args.dynamic_batch)
+        _export_save()(ep, args.output)
+        what, graph = "exported program", ep.graph
+    else:
+        gm = trace_model(loaded)
+        fxloom.save(gm, args.output)
+        what, graph = "traced GraphModule", gm.graph
+    size = Path(args.output).stat().st_size
+    print(
+        f"saved {loaded.name} ({what}, {len(graph.nodes)} nodes) to {args.output} "
+        f"({_bytes(size)}); 'fxloom show {args.output}' describes it"
+    )
+    return 0
+
+
+def _export_save() -> Any:
+    import fxloom.export
+
+    save = getattr(fxloom.export, "save", None)
+    if save is None:
+        raise RuntimeError(
+            "fxloom save --export needs fxloom.export.save, which this fxloom does not have; "
+            "save the traced GraphModule instead (leave out --export)"
+        )
+    return save
+
+
+def _export(loaded: Any, dynamic_batch: bool) -> Any:
+    from fxloom.cli.export import _split, batch_shapes
+    from fxloom.export import export
+
+    if loaded.inputs is None:
+        raise ValueError(
+            f"{loaded.name} comes with no example inputs, and export runs the model on them: "
+            "make the MODEL factory return (model, example_inputs)"
+        )
+    positional, keywords = _split(loaded.inputs)
+    shapes = batch_shapes(loaded.model, positional, keywords) if dynamic_batch else None
+    return export(loaded.model, positional, keywords, dynamic_shapes=shapes)
+
+
+# ------------------------------------------------------------------------------ fxloom show
+def add_show_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``fxloom show``."""
+    parser.add_argument("file", metavar="FILE", help="a file written by fxloom.save or fxloom save")
+    parser.add_argument(
+        "--code",
+        action="store_true",
+        help="print the Python code generated from each graph instead of the graph text",
+    )
+    parser.add_argument(
+        "--no-graph", action="store_true", help="leave out the graphs (and code): summary only"
+    )
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Describe FILE; exit code 2 (and the loader's message) for a file it refuses."""
+    from fxloom.serialize.errors import SerializationError
+
+    try:
+        summary = summarise(args.file)
+    except (SerializationError, FileNotFoundError, IsADirectoryError) as error:
+        message = str(error) if isinstance(error, SerializationError) else f"no file {args.file}"
+        print(f"fxloom show: error: {message}", file=sys.stderr)
+        return EXIT_BAD_FILE
+    _print_summary(summary, args.file, code=args.code, graphs=not args.no_graph)
+    return 0
+
+
+@dataclass
+class FileSummary:
+    """What ``fxloom show`` prints about a file, read from its JSON alone."""
+
+    header: dict[str, Any]
+    graphs: dict[str, Any]  # a Graph per module path ("" is the root), decoded without meta
+    modules: dict[str, str]  # module path -> class name, root first
+    tensors: dict[str, Counter]  # "parameters", ... -> {(dtype, "elements" | "bytes"): count}
+    opcodes: Counter
+    targets: Counter
+    program_sections: dict[str, Any]  # those of PROGRAM_SECTIONS the file has
+
+
+def summarise(path: str | Path) -> FileSummary:
+    """Read ``path``'s documents and decode its graphs; nothing is built or run.
+
+    >>> import tempfile, torch, fxloom
+    >>> gm = fxloom.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU()))
+    >>> path = tempfile.mkdtemp() + "/m.fxl"
+    >>> fxloom.save(gm, path)
+    >>> s = summarise(path)
+    >>> s.header["kind"], s.modules["0"], dict(s.opcodes)
+    ('graph_module', 'torch.nn.modules.linear.Linear', {'placeholder': 1, 'call_module': 2, 'output': 1})
+    """
+    from fxloom.serialize.archive import read_archive
+    from fxloom.serialize.errors import SerializationError
+    from fxloom.serialize.graph_module_files import guarded_load
+
+    archive = read_archive(path)
+    program = archive.program
+    if not isinstance(program, dict):
+        raise SerializationError(f"{path}: program.json must be an object")
+    root = _root_module_record(program)
+    return guarded_load(root, lambda record: _summarise_tree(archive.header, program, record))
+
+
+def _root_module_record(program: dict) -> dict:
+    """The module record: ``module`` for a GraphModule; an exported program's graph module
+    under the first key whose value is a module record."""
+    from fxloom.serialize.errors import SerializationError
+
+    if isinstance(program.get("module"), dict):
+        return program["module"]
+    for value in program.values():
+        if isinstance(value, dict) and "class" in value and "graph" in value:
+            return value
+    raise SerializationError("program.json holds no module record")
+
+
+def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
+    from fxloom.serialize import allowlist
+
+    summary = FileSummary(header, {}, {}, {}, Counter(), Counter(), {})
+    seen_tensors: set[str] = set()
+    for path, record in _module_records(root):
+        # Resolved (never built) so a class off the allowlist is refused as fxloom.load would.
+        allowlist.resolve_module_class(record.get("class"))
+        summary.modules[path] = str(record.get("class"))
+        if "graph" in record:
+            summary.graphs[path] = _decode_graph_only(record["graph"], path)
+        for kind, records in _tensor_records(record):
+            for tensor in records:
+                _count_once(summary, kind, tensor, seen_tensors)
+    for path, graph in summary.graphs.items():
+        for node in graph.nodes:
+            summary.opcodes[node.op] += 1
+            target = _target_label(node, path, summary.modules)
+            if target is not None:
+                summary.targets[target] += 1
+    for key, value in program.items():  # an exported program's state_dict, constants, ...
+        if value is not root:
+            for tensor in _find_tensor_records(value):
+                _count_once(summary, key.replace("_", " "), tensor, seen_tensors)
+    for key in PROGRAM_SECTIONS:
+        if key in program:
+            summary.program_sections[key] = program[key]
+    return summary
+
+
+def _count_once(summary: FileSummary, kind: str, tensor: dict, seen: set[str]) -> None:
+    if tensor.get("key") in seen:
+        return  # a tied tensor is stored, and counted, once
+    seen.add(tensor.get("key"))
+    _count_tensor(summary.tensors.setdefault(kind, Counter()), tensor)
+
+
+def _module_records(root: dict) -> Iterator[tuple[str, dict]]:
+    """(path, record) for every module of the tree, depth first, root ("") first."""
+    stack: list[tuple[str, Any]] = [("", root)]
+    while stack:
+        path, record = stack.pop()
+        if not isinstance(record, dict):
+            continue
+        yield path, record
+        children = record.get("children")
+        if isinstance(children, dict):
+            prefix = f"{path}." if path else ""
+            stack.extend(reversed([(prefix + str(k), v) for k, v in children.items()]))
+
+
+def _decode_graph_only(data: Any, path: str) -> Any:
+    """The graph without its node meta: meta is not shown, and may hold symbolic sizes."""
+    from fxloom.serialize.graphs import decode_graph
+
+    if isinstance(data, dict) and isinstance(data.get("nodes"), list):
+        nodes = [
+            {k: v for k, v in node.items() if k != "meta"} if isinstance(node, dict) else node
+            for node in data["nodes"]
+        ]
+        data = {**data, "nodes": nodes}
+    return decode_graph(data, where=f"graph of {path or 'the root module'}")
+
+
+def _tensor_records(record: dict) -> Iterator[tuple[str, list[dict]]]:
+    parameters = record.get("parameters")
+    if isinstance(parameters, dict):
+        yield "parameters", [p for p in parameters.values() if _is_tensor_record(p)]
+    others = [v for k, v in record.items() if k not in ("parameters", "children", "graph")]
+    yield "other tensors", list(_find_tensor_records(others))
+
+
+def _find_tensor_records(value: Any) -> Iterator[dict]:
+    """Tensor records anywhere in ``value`` (buffers, constants, a module's saved state)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if _is_tensor_record(item):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _is_tensor_record(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("key"), str) and "shape" in value
+
+
+def _count_tensor(counts: Counter, record: dict) -> None:
+    from fxloom.serialize.values import decode_value
+
+    dtype = decode_value(record.get("dtype"), None, f"tensor {record.get('key')}")
+    shape = record.get("shape")
+    if not isinstance(shape, list) or not all(type(n) is int for n in shape):
+        return
+    elements = math.prod(shape)
+    name = str(dtype).removeprefix("torch.")
+    counts[(name, "elements")] += elements
+    counts[(name, "bytes")] += elements * getattr(dtype, "itemsize", 0)
+
+
+def _target_label(node: Any, path: str, modules: dict[str, str]) -> str | None:
+    if node.op == "call_function":
+        from fxloom.serialize.allowlist import name_of
+
+        return name_of(node.target, f"node %{node.name}")
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_module":
+        full = f"{path}.{node.target}" if path else node.target
+        return modules.get(full, node.target).rsplit(".", 1)[-1]
+    return None
+
+
+# ------------------------------------------------------------------------------ printing
+def _print_summary(summary: FileSummary, path: str, *, code: bool, graphs: bool) -> None:
+    from rich.console import Console
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = 160  # a pipe or a file: don't fold long lines into 80 columns
+    header = summary.header
+    console.print(
+        Text(
+            f"{path}: fxloom file, format version {header.get('version')}, kind "
+            f"{header.get('kind')}; written by fxloom {header.get('fxloom_version', '?')}, "
+            f"torch {header.get('torch_version', '?')}",
+            style="bold",
+        ),
+        soft_wrap=True,
+    )
+    if graphs:
+        for module_path, graph in summary.graphs.items():
+            console.print()
+            console.print(Text(f"Graph of {module_path or 'the root module'}:", style="bold"))
+            if code:
+                source = graph.python_code("self").src.strip("\n")
+                console.print(Syntax(source, "python", background_color="default"), soft_wrap=True)
+            else:
+                console.print(Text(str(graph)), soft_wrap=True)
+    for line in _summary_lines(summary):
+        console.print(Text(line, style="bold" if line.endswith(":") else ""), soft_wrap=True)
+
+
+def _summary_lines(summary: FileSummary) -> list[str]:
+    lines = ["", f"Modules ({len(summary.modules)}):"]
+    for index, (module_path, cls) in enumerate(summary.modules.items()):
+        if index == MODULE_ROWS:
+            rest = Counter(c.rsplit(".", 1)[-1] for c in list(summary.modules.values())[index:])
+            counted = ", ".join(f"{n} {c}" for c, n in rest.most_common())
+            lines.append(f"  ... {len(summary.modules) - index} more: {counted}")
+            break
+        lines.append(f"  {module_path or '(root)'}: {cls}")
+    kinds = ["parameters", "other tensors"]
+    kinds += [kind for kind in summary.tensors if kind not in kinds]
+    for kind in kinds:
+        counts = summary.tensors.get(kind, Counter())
+        dtypes = sorted({dtype for dtype, _ in counts})
+        described = "; ".join(
+            f"{dtype} {counts[(dtype, 'elements')]:,} ({_bytes(counts[(dtype, 'bytes')])})"
+            for dtype in dtypes
+        )
+        lines.append(f"{kind.capitalize()}: {described or 'none'}")
+    nodes = sum(summary.opcodes.values())
+    by_op = ", ".join(f"{count} {op}" for op, count in summary.opcodes.most_common())
+    lines += ["", f"Nodes: {nodes} ({by_op})"]
+    top = summary.targets.most_common(TOP_TARGETS)
+    if top:
+        lines.append("Most common targets: " + ", ".join(f"{t} x{n}" for t, n in top))
+    for key, value in summary.program_sections.items():
+        lines += ["", f"{key.replace('_', ' ').capitalize()}:", *_json_lines(value)]
+    return lines
+
+
+def _json_lines(value: Any) -> list[str]:
+    """A document one entry per line: a list's items, an object's keys (lists of objects or
+    lists unrolled, one item a line)."""
+    if isinstance(value, list):
+        return [f"  {_compact(item)}" for item in value] or ["  (none)"]
+    if not isinstance(value, dict):
+        return [f"  {_compact(value)}"]
+    lines = []
+    for key, item in value.items():
+        if isinstance(item, list) and any(isinstance(e, (dict, list)) for e in item):
+            lines.append(f"  {key}:")
+            lines += [f"    {_compact(entry)}" for entry in item]
+        else:
+            lines.append(f"  {key}: {_compact(item)}")
+    return lines or ["  (none)"]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def _bytes(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} bytes"

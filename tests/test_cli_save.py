@@ -1,0 +1,174 @@
+"""`fxloom save MODEL -o FILE` and `fxloom show FILE`, run in-process as `cli.main([...])`.
+
+`show` describes a file from its JSON alone: it must never build a module or run anything, and
+a file it refuses gives the loader's message and exit code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import fxloom
+from fxloom import cli, zoo
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    """resnet_tiny written by `fxloom save`, shared by the tests that read it."""
+    path = tmp_path_factory.mktemp("save") / "resnet_tiny.fxl"
+    assert cli.main(["save", "resnet_tiny", "-o", str(path)]) == cli.EXIT_OK
+    return path
+
+
+def rewritten(source: Path, target: Path, edit) -> Path:
+    """A copy of ``source`` whose program.json went through ``edit(program)``."""
+    with zipfile.ZipFile(source) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    program = json.loads(members["fxloom/program.json"])
+    edit(program)
+    members["fxloom/program.json"] = json.dumps(program).encode()
+    with zipfile.ZipFile(target, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return target
+
+
+def test_save_writes_a_file_that_loads_and_matches_the_model(saved) -> None:
+    model, inputs = zoo.build("resnet_tiny")
+    loaded = fxloom.load(saved)
+    with torch.no_grad():
+        assert torch.equal(loaded(*inputs), model.eval()(*inputs))
+
+
+def test_save_says_what_it_wrote(tmp_path, capsys) -> None:
+    path = tmp_path / "mlp.fxl"
+    assert cli.main(["save", "mlp_tiny", "-o", str(path)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "saved mlp_tiny (traced GraphModule" in out and str(path) in out
+
+
+def test_save_dynamic_batch_without_export_is_a_usage_error(tmp_path, capsys) -> None:
+    path = tmp_path / "m.fxl"
+    assert cli.main(["save", "mlp_tiny", "-o", str(path), "--dynamic-batch"]) == cli.EXIT_USAGE
+    assert "--dynamic-batch applies to --export" in capsys.readouterr().err
+    assert not path.exists()
+
+
+def test_save_export_writes_an_exported_program_or_says_it_cannot(tmp_path, capsys) -> None:
+    import fxloom.export
+
+    path = tmp_path / "mlp.pt2"
+    code = cli.main(["save", "mlp_tiny", "--export", "-o", str(path)])
+    if hasattr(fxloom.export, "save"):
+        assert code == cli.EXIT_OK and path.exists()
+    else:
+        assert code == cli.EXIT_FAILURE
+        assert "needs fxloom.export.save" in capsys.readouterr().err
+
+
+def test_show_prints_the_header_the_graph_and_the_summary(saved, capsys) -> None:
+    assert cli.main(["show", str(saved)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "format version 1, kind graph_module" in out
+    assert f"torch {torch.__version__}" in out
+    assert "%conv1 : [num_users=1] = call_module[target=conv1](args = (%x,), kwargs = {})" in out
+    assert "layers.0.conv1: torch.nn.modules.conv.Conv2d" in out
+    assert "Parameters: float32 19,954" in out
+    assert "Nodes: 35 (28 call_module" in out
+    assert "Conv2d x9" in out
+
+
+def test_show_code_prints_the_generated_forward(saved, capsys) -> None:
+    assert cli.main(["show", str(saved), "--code"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "def forward(self, x" in out
+    assert "conv1 = self.conv1(x)" in out
+    assert "placeholder[target=x]" not in out
+
+
+def test_show_no_graph_prints_the_summary_only(saved, capsys) -> None:
+    assert cli.main(["show", str(saved), "--no-graph"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "graph():" not in out and "Nodes: 35" in out
+
+
+def test_show_builds_no_module(saved, capsys, monkeypatch) -> None:
+    from fxloom.serialize import modules
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("fxloom show built a module")
+
+    monkeypatch.setattr(modules, "decode_module", refuse)
+    assert cli.main(["show", str(saved)]) == cli.EXIT_OK
+
+
+def test_show_refuses_a_file_naming_os_system_without_running_it(saved, tmp_path, capsys) -> None:
+    def call_os_system(program: dict) -> None:
+        for node in program["module"]["graph"]["nodes"]:
+            if node["target"] == "operator.add":
+                node["target"] = "os.system"
+
+    bad = rewritten(saved, tmp_path / "bad.fxl", call_os_system)
+    assert cli.main(["show", str(bad)]) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert "'os.system' is not on fxloom's allowlist" in captured.err
+    assert "register_serializable" in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_show_refuses_a_file_that_is_not_an_fxloom_file(tmp_path, capsys) -> None:
+    path = tmp_path / "model.pt"
+    torch.save({"weight": torch.ones(2)}, path)  # a pickle: never read as one
+    assert cli.main(["show", str(path)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "fxloom show: error:" in err and "not an fxloom file" in err
+
+
+def test_show_of_a_missing_file_says_so(tmp_path, capsys) -> None:
+    assert cli.main(["show", str(tmp_path / "nothing.fxl")]) == cli.EXIT_USAGE
+    assert "no file" in capsys.readouterr().err
+
+
+def test_show_prints_the_signature_and_range_constraints_it_finds(saved, tmp_path, capsys) -> None:
+    def add_sections(program: dict) -> None:
+        program["signature"] = {"input_specs": [{"kind": "USER_INPUT", "name": "x"}]}
+        program["range_constraints"] = {"s0": [2, 64]}
+
+    path = rewritten(saved, tmp_path / "with_signature.fxl", add_sections)
+    assert cli.main(["show", str(path), "--no-graph"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert 'Signature:\n  input_specs:\n    {"kind": "USER_INPUT", "name": "x"}' in out
+    assert "Range constraints:\n  s0: [2, 64]" in out
+
+
+def test_the_demo_step_saves_loads_and_compares_a_traced_model() -> None:
+    import io
+
+    from rich.console import Console
+
+    from fxloom.cli import demo, demo_save
+
+    model, inputs = zoo.build(demo_save.SAVE_MODEL)
+    state = demo.DemoState(console=Console(file=io.StringIO(), width=120))
+    state.traced[demo_save.SAVE_MODEL] = demo.TracedModel(
+        model, inputs, fxloom.symbolic_trace(model)
+    )
+    demo_save.save_and_load(state)
+    out = state.console.file.getvalue()
+    assert state.save_match
+    assert "fxloom.save / fxloom.load" in out and "torch.load(weights_only=False)" in out
+    assert "same graph and outputs as the traced one: True" in out
+
+
+def test_show_refuses_a_module_class_off_the_allowlist(saved, tmp_path, capsys) -> None:
+    def subprocess_module(program: dict) -> None:
+        program["module"]["children"]["fc"]["class"] = "subprocess.Popen"
+
+    bad = rewritten(saved, tmp_path / "bad_class.fxl", subprocess_module)
+    assert cli.main(["show", str(bad)]) == cli.EXIT_USAGE
+    assert "'subprocess.Popen' is not on fxloom's allowlist" in capsys.readouterr().err
