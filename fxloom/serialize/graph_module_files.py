@@ -93,12 +93,16 @@ def guarded_load(source: Any, step: Any) -> Any:
 
 
 def check_loaded(gm: GraphModule) -> None:
-    """The loaded module must be whole: a valid graph whose attributes exist and agree with it."""
+    """The loaded module must be whole: a valid graph whose attributes exist and agree with it.
+
+    Its ``forward`` is generated at the first call, as for any GraphModule (an unpickled one
+    too): every name that goes into the code was checked while decoding (``graphs``), so
+    generating it cannot be steered by the file.
+    """
     for module in gm.modules():
         if isinstance(module, GraphModule):
             try:
                 module.graph.lint()
-                module.recompile()
             except Exception as e:
                 raise SerializationError(f"the loaded graph is not valid: {e}") from None
             _check_attribute_shapes(module)
