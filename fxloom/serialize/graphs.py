@@ -120,7 +120,10 @@ def _decode_node(
     kwargs = {k: decode_value(v, nodes, f"{where}, kwargs[{k!r}]") for k, v in kwargs.items()}
     target = _decode_target(op, target, where)
     if op == "call_function":
-        allowlist.check_call(target, args)
+        try:
+            allowlist.check_call(target, args)
+        except SerializationError as e:
+            raise SerializationError(f"{where}: {e}") from None
     type_expr = _decode_type(record["type"], where) if "type" in record else None
     meta = decode_meta(record.get("meta", {}), codecs, where)
     try:
