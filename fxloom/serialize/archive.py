@@ -114,6 +114,12 @@ def read_archive(source: PathOrFile | bytes) -> Archive:
                 raise SerializationError(
                     f"{_name(source)} holds the member {name!r}, a path outside the archive; refused"
                 )
+            if name not in _MEMBERS:
+                # Nothing else is read, but a file carrying more (a pickle) is not ours.
+                raise SerializationError(
+                    f"{_name(source)} holds the member {name!r}, which fxloom files do not "
+                    f"have (only {', '.join(_MEMBERS)}); refused"
+                )
             names.add(name)
         if _FORMAT not in names:
             raise SerializationError(f"{_name(source)} is not an fxloom file (it has no {_FORMAT})")
