@@ -168,6 +168,8 @@ def find_callable(name: str) -> Any:
 
 def resolve_module_class(name: str) -> type:
     """The ``nn.Module`` class ``name`` stands for, if modules of it may be rebuilt."""
+    if not isinstance(name, str):
+        raise DisallowedNameError(repr(name), "module class")
     found = _REGISTERED.get(name, MISSING)
     if found is MISSING and name.startswith(_MODULE_CLASS_PACKAGES):
         found = _class_in_package(name)
@@ -179,11 +181,11 @@ def resolve_module_class(name: str) -> type:
 def allowed_method(name: str) -> bool:
     """A Tensor method a ``call_method`` node may call: defined by Tensor, and no dunder
     other than an operator's (``__getitem__``, ``__radd__``)."""
+    if not isinstance(name, str):
+        return False
     if name in _REGISTERED:
         return True
-    if not isinstance(name, str) or not (
-        name in vars(torch.Tensor) or name in vars(torch._C.TensorBase)
-    ):
+    if not (name in vars(torch.Tensor) or name in vars(torch._C.TensorBase)):
         return False
     if not (name.startswith("__") and name.endswith("__")):
         return True

@@ -98,7 +98,7 @@ def read_archive(source: PathOrFile | bytes) -> Archive:
         opened = zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source)
     except FileNotFoundError:
         raise
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
         raise SerializationError(
             f"{_name(source)} is not an fxloom file (not a zip archive: {e})"
         ) from None

@@ -107,7 +107,7 @@ def _decode_node(
     name, op, target = record.get("name"), record.get("op"), record.get("target")
     check_identifier(name, f"{where}: node name")
     where = f"node %{name}"
-    if op not in _OPCODES:
+    if not isinstance(op, str) or op not in _OPCODES:
         raise SerializationError(f"{where}: unknown opcode {_short(op)}")
     if name in nodes:
         raise SerializationError(f"{where}: the name is used twice")
@@ -132,8 +132,31 @@ def _decode_node(
         raise SerializationError(f"{where}: {e}") from None
     if node.name != name:
         raise SerializationError(f"{where}: the name clashes with another name in the graph")
+    _check_argument_shape(node, where)
     node.meta = meta
     return node
+
+
+# Opcodes whose arguments are restricted: (most positional arguments, whether they may use
+# nodes). A placeholder's argument is its default value, evaluated where ``forward`` is
+# defined, so a node there would name a global of the generated code.
+_ARGUMENT_SHAPES: dict[str, tuple[int, bool]] = {
+    "placeholder": (1, False),
+    "get_attr": (0, False),
+    "output": (1, True),
+}
+
+
+def _check_argument_shape(node: Node, where: str) -> None:
+    shape = _ARGUMENT_SHAPES.get(node.op)
+    if shape is None:
+        return
+    most, nodes_allowed = shape
+    if len(node.args) > most or node.kwargs or not nodes_allowed and node.all_input_nodes:
+        raise SerializationError(
+            f"{where}: a {node.op} node takes at most {most} argument(s)"
+            f"{'' if nodes_allowed else ', none of them a node'}, and no keywords"
+        )
 
 
 def _decode_target(op: str, target: Any, where: str) -> Any:

@@ -123,8 +123,10 @@ def _encode_module_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
 
 
 def _decode_module_stack(data: Any, codecs: MetaCodecs, where: str) -> dict:
-    if not isinstance(data, list) or not all(isinstance(e, list) and len(e) == 3 for e in data):
-        raise SerializationError(f"{where}: expected [key, path, class] entries")
+    if not isinstance(data, list) or not all(
+        isinstance(e, list) and len(e) == 3 and all(isinstance(p, str) for p in e) for e in data
+    ):
+        raise SerializationError(f"{where}: expected [key, path, class] entries (strings)")
     return {key: (path, _lookup(cls, where)) for key, path, cls in data}
 
 

@@ -577,3 +577,38 @@ def test_a_late_failure_leaves_registered_names_unchanged(sentinel):
         program["module"]["graph"]["nodes"][-1]["target"] = "not_output"
 
     refused(edited(edit), "output")
+
+
+# ------------------------------------------------------- found by fuzzing
+def test_placeholder_default_that_names_a_node_is_refused(sentinel):
+    """A default value is evaluated where ``forward`` is defined: a node name there would
+    read a global of the generated code."""
+
+    def edit(program):
+        y = {"name": "y", "op": "placeholder", "target": "y", "args": [{"node": "x"}]}
+        program["module"]["graph"]["nodes"].insert(1, y)
+
+    refused(edited(edit), "placeholder", "none of them a node")
+
+
+def test_get_attr_with_arguments_is_refused(sentinel):
+    def edit(program):
+        node(program, "scale")["args"] = [{"node": "x"}]
+
+    refused(edited(edit), "get_attr", "scale")
+
+
+@pytest.mark.parametrize("value", [None, 1, ["torch.nn.Linear"], {"a": 1}])
+def test_module_class_that_is_not_a_name_is_refused(sentinel, value):
+    def edit(program):
+        program["module"]["children"]["lin"]["class"] = value
+
+    refused(edited(edit), "module class")
+
+
+@pytest.mark.parametrize("value", [None, ["call_function"], {"op": 1}])
+def test_opcode_that_is_not_a_name_is_refused(sentinel, value):
+    def edit(program):
+        node(program, "relu")["op"] = value
+
+    refused(edited(edit), "relu", "unknown opcode")
