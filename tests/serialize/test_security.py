@@ -612,3 +612,14 @@ def test_opcode_that_is_not_a_name_is_refused(sentinel, value):
         node(program, "relu")["op"] = value
 
     refused(edited(edit), "relu", "unknown opcode")
+
+
+def test_second_description_of_a_stored_tensor_is_checked_too(sentinel):
+    """Tied tensors share one record; another record for the same bytes must not skip the
+    checks because the tensor was already built."""
+
+    def edit(program):
+        lin = program["module"]["children"]["lin"]
+        lin["buffers"]["extra"] = dict(lin["parameters"]["weight"], shape=[7], parameter=False)
+
+    refused(edited(edit), "lin.extra", "described twice")
