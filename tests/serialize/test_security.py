@@ -365,10 +365,10 @@ class Payload:
         return (SYSTEM, (self.command,))
 
 
-@pytest.mark.parametrize("member", [WEIGHTS, PROGRAM])
-def test_pickled_payload_as_a_member_is_refused_without_unpickling(sentinel, member):
+@pytest.mark.parametrize("member, culprit", [(WEIGHTS, "weights"), (PROGRAM, PROGRAM)])
+def test_pickled_payload_as_a_member_is_refused_without_unpickling(sentinel, member, culprit):
     payload = pickle.dumps(Payload(sentinel.command), protocol=2)
-    refused(rewrite(saved(), member, payload), member.split("/")[-1].split(".")[0])
+    refused(rewrite(saved(), member, payload), culprit)
 
 
 def test_pickled_payload_as_an_extra_member_is_refused_without_unpickling(sentinel):
@@ -412,14 +412,15 @@ def test_huge_format_header_is_refused(sentinel):
 
 @pytest.mark.parametrize("depth", [100_000, 900, 400])
 def test_deeply_nested_arguments_are_refused(sentinel, depth):
-    data = saved()
+    """Too deep for the JSON parser (100000), for decoding (900), or for code generation (400)."""
+
+    def edit(program):
+        node(program, "relu")["args"] = ["__NESTED__"]
+
+    data = edited(edit)
     text = zipfile.ZipFile(io.BytesIO(data)).read(PROGRAM).decode()
-    nested = "[" * depth + "]" * depth
-    document = json.loads(text)
-    node(document, "relu")["args"] = ["__NESTED__"]
-    text = json.dumps(document).replace('"__NESTED__"', nested)
-    result = _load_or_refused(rewrite(data, PROGRAM, text.encode()))
-    assert result is None or depth < 900
+    text = text.replace('"__NESTED__"', "[" * depth + "]" * depth)
+    refused(rewrite(data, PROGRAM, text.encode()), "nested too deeply")
 
 
 @pytest.mark.parametrize("depth", [100_000, 900])
@@ -442,14 +443,6 @@ def test_deeply_nested_modules_are_refused(sentinel, depth):
     child = '{"class": "torch.nn.modules.container.Sequential", "children": {"0": '
     text = text.replace('"__NESTED__"', child * depth + "null" + "}}" * depth)
     refused(rewrite(data, PROGRAM, text.encode()), "deep")
-
-
-def _load_or_refused(data: bytes):
-    try:
-        return fxloom.load(data)
-    except fxloom.SerializationError as e:
-        assert "nested" in str(e) or "deep" in str(e)
-        return None
 
 
 # ------------------------------------------------------------------ weights
