@@ -80,6 +80,13 @@ _DENIED = frozenset(
     {"torch.load", "torch.save", "torch.from_file", "torch.compile"}
     | {"operator.call", "operator.methodcaller", "operator.attrgetter"}
 )
+# Attributes of frames, generators, coroutines, tracebacks and classes that lead to globals and
+# builtins without a dunder (``gen.gi_frame.f_globals``); no graph reads them.
+_INTROSPECTION_ATTRIBUTES = frozenset(
+    "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await ag_frame ag_code "
+    "f_globals f_locals f_builtins f_back f_code tb_frame tb_next func_globals func_code "
+    "mro".split()
+)
 # fxloom modules whose functions graphs that fxloom produces may call.
 _FXLOOM_FUNCTION_MODULES = (
     "fxloom.guards",
@@ -177,6 +184,8 @@ def _find_allowed(name: str) -> Any:
 
 def resolve_module_class(name: str) -> type:
     """The ``nn.Module`` class ``name`` stands for, if modules of it may be rebuilt."""
+    if not isinstance(name, str):
+        raise DisallowedNameError(repr(name), "module class")
     found = _REGISTERED.get(name, MISSING)
     if found is MISSING and name.startswith(_MODULE_CLASS_PACKAGES):
         found = _class_in_package(name)
@@ -188,23 +197,34 @@ def resolve_module_class(name: str) -> type:
 def allowed_method(name: str) -> bool:
     """A Tensor method a ``call_method`` node may call: defined by Tensor, and no dunder
     other than an operator's (``__getitem__``, ``__radd__``)."""
+    if not isinstance(name, str):
+        return False
     if name in _REGISTERED:
         return True
-    if not isinstance(name, str) or not (
-        name in vars(torch.Tensor) or name in vars(torch._C.TensorBase)
-    ):
+    if not (name in vars(torch.Tensor) or name in vars(torch._C.TensorBase)):
         return False
     if not (name.startswith("__") and name.endswith("__")):
         return True
     bare = name[2:-2]
-    return any(hasattr(operator, f"__{b}__") for b in (bare, bare[1:]) if b)
+    # vars, not hasattr: every module has object's __reduce_ex__ and __setattr__.
+    return any(f"__{b}__" in vars(operator) for b in (bare, bare[1:]) if b)
 
 
 def check_call(target: Any, args: tuple) -> None:
-    """Refuse ``getattr(x, "__globals__")``-style reaches: a dunder attribute reaches everything."""
-    if target in (getattr, hasattr) and len(args) > 1 and _is_dunder(args[1]):
+    """Refuse ``getattr(x, "__globals__")``-style reaches: a dunder attribute, or a frame's or
+    generator's internals (``gi_frame.f_globals``), reaches everything. The name must be
+    written in the graph: one computed while running (``"__cl" + "ass__"``) could be any."""
+    if target not in (getattr, hasattr) or len(args) < 2:
+        return
+    name = args[1]
+    if not isinstance(name, str):
         raise SerializationError(
-            f"{target.__name__} of the private attribute {args[1]!r} is not allowed"
+            f"{target.__name__} with an attribute name computed while running ({name!r}) is "
+            "not allowed; only names written in the graph are"
+        )
+    if _is_dunder(name) or name in _INTROSPECTION_ATTRIBUTES or name.startswith("co_"):
+        raise SerializationError(
+            f"{target.__name__} of the private attribute {name!r} is not allowed"
         )
 
 
@@ -287,7 +307,7 @@ def _op_overload(parts: list[str]) -> Any:
 
 def _fxloom_function(name: str) -> Any:
     module_name, _, attr = name.rpartition(".")
-    if not module_name.startswith(_FXLOOM_FUNCTION_MODULES):
+    if not _importable(module_name, _FXLOOM_FUNCTION_MODULES):
         return MISSING
     try:
         module = importlib.import_module(module_name)  # fxloom's own modules only
@@ -326,13 +346,23 @@ def imported_class(name: str) -> Any:
     return found if isinstance(found, type) and _class_name(found) == name else MISSING
 
 
+def _importable(module_name: str, packages: tuple[str, ...]) -> bool:
+    """Whether a file may make us import ``module_name``: a module of one of ``packages``
+    spelled as plain identifiers, and never a ``__main__`` (importing it runs a program)."""
+    parts = module_name.split(".")
+    return any(module_name == p or module_name.startswith(p + ".") for p in packages) and all(
+        part.isidentifier() and not part.startswith("__") for part in parts
+    )
+
+
 def _class_in_package(name: str) -> Any:
     """A class of torch.nn, torch.ao.nn or fxloom (their modules may be imported: they are ours)."""
     found = imported_class(name)
     if found is not MISSING:
         return found
     module_name, _, qualname = name.rpartition(".")
-    if "." in qualname or not module_name.startswith(_MODULE_CLASS_PACKAGES):
+    packages = tuple(p.rstrip(".") for p in _MODULE_CLASS_PACKAGES)
+    if "." in qualname or not _importable(module_name, packages):
         return MISSING
     try:
         importlib.import_module(module_name)

@@ -106,7 +106,7 @@ def read_archive(source: PathOrFile | bytes) -> Archive:
 def _read_archive(f: IO[bytes], source: str) -> Archive:
     try:
         opened = zipfile.ZipFile(f)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
         raise SerializationError(
             f"{_name(source)} is not an fxloom file (not a zip archive: {e})"
         ) from None
@@ -123,8 +123,18 @@ def _read_archive(f: IO[bytes], source: str) -> Archive:
                     f"{_name(source)} holds the member {name!r}, a path outside the archive; refused"
                 )
             names.add(name)
+        foreign = sorted(names - set(_MEMBERS))
         if _FORMAT not in names:
-            raise SerializationError(f"{_name(source)} is not an fxloom file (it has no {_FORMAT})")
+            held = f"; it holds {', '.join(map(repr, foreign[:3]))}" if foreign else ""
+            raise SerializationError(
+                f"{_name(source)} is not an fxloom file (it has no {_FORMAT}{held})"
+            )
+        for name in foreign:
+            # Nothing else is read, but a file carrying more (a pickle) is not ours.
+            raise SerializationError(
+                f"{_name(source)} holds the member {name!r}, which fxloom files do not "
+                f"have (only {', '.join(_MEMBERS)}); refused"
+            )
         header = _read_json(z, _FORMAT, 2**20)
         _check_header(header, source)
         missing = [m for m in _MEMBERS if m not in names]

@@ -18,6 +18,7 @@ from fxloom.graph_module import GraphModule
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
+from fxloom.serialize.module_shapes import check_module_shapes
 from fxloom.serialize.modules import decode_module, encode_module
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 
@@ -96,13 +97,17 @@ def check_loaded(gm: GraphModule) -> None:
     """The loaded module must be whole: a valid graph whose attributes exist and agree with it.
 
     Its ``forward`` is generated at the first call, as for any GraphModule (an unpickled one
-    too): every name that goes into the code was checked while decoding (``graphs``), so
-    generating it cannot be steered by the file.
+    too): every name that goes into the code was checked while decoding (``graphs``), and
+    arguments nest at most ``graphs.MAX_ARGUMENT_DEPTH`` deep, so generating it cannot be
+    steered or exhausted by the file.
     """
-    for module in gm.modules():
+    for path, module in gm.named_modules():
+        check_module_shapes(module, f"module {path}" if path else "the root module")
         if isinstance(module, GraphModule):
             try:
                 module.graph.lint()
+            except RecursionError:
+                raise SerializationError("the loaded graph is nested too deeply; refused") from None
             except Exception as e:
                 raise SerializationError(f"the loaded graph is not valid: {e}") from None
             _check_attribute_shapes(module)

@@ -104,20 +104,27 @@ def _decode_node(
     name, op, target = record.get("name"), record.get("op"), record.get("target")
     check_identifier(name, f"{where}: node name")
     where = f"node %{name}"
-    if op not in _OPCODES:
+    if not isinstance(op, str) or op not in _OPCODES:
         raise SerializationError(f"{where}: unknown opcode {_short(op)}")
     if name in nodes:
         raise SerializationError(f"{where}: the name is used twice")
     args, kwargs = record.get("args", ()), record.get("kwargs", {})
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
         raise SerializationError(f"{where}: args must be a list and kwargs an object")
+    if _nests_deeper(args, kwargs, MAX_ARGUMENT_DEPTH):
+        raise SerializationError(
+            f"{where}: its arguments are nested too deeply (over {MAX_ARGUMENT_DEPTH} levels); refused"
+        )
     args = tuple([decode_value(a, nodes, where) for a in args])
     for key in kwargs:
         check_identifier(key, f"{where}: keyword")
     kwargs = {k: decode_value(v, nodes, where) for k, v in kwargs.items()}
     target = _decode_target(op, target, where)
     if op == "call_function":
-        allowlist.check_call(target, args)
+        try:
+            allowlist.check_call(target, args)
+        except SerializationError as e:
+            raise SerializationError(f"{where}: {e}") from None
     type_expr = _decode_type(record["type"], where) if "type" in record else None
     meta = decode_meta(record.get("meta", {}), codecs, where)
     try:
@@ -126,8 +133,48 @@ def _decode_node(
         raise SerializationError(f"{where}: {e}") from None
     if node.name != name:
         raise SerializationError(f"{where}: the name clashes with another name in the graph")
+    _check_argument_shape(node, where)
     node.meta = meta
     return node
+
+
+# Opcodes whose arguments are restricted: (most positional arguments, whether they may use
+# nodes). A placeholder's argument is its default value, evaluated where ``forward`` is
+# defined, so a node there would name a global of the generated code.
+_ARGUMENT_SHAPES: dict[str, tuple[int, bool]] = {
+    "placeholder": (1, False),
+    "get_attr": (0, False),
+    "output": (1, True),
+}
+
+
+def _check_argument_shape(node: Node, where: str) -> None:
+    shape = _ARGUMENT_SHAPES.get(node.op)
+    if shape is None:
+        return
+    most, nodes_allowed = shape
+    if len(node.args) > most or node.kwargs or not nodes_allowed and node.all_input_nodes:
+        raise SerializationError(
+            f"{where}: a {node.op} node takes at most {most} argument(s)"
+            f"{'' if nodes_allowed else ', none of them a node'}, and no keywords"
+        )
+
+
+# How deep arguments may nest (real graphs stay under ten): code generation and printing
+# recurse per level, and must not run out of stack on a loaded graph.
+MAX_ARGUMENT_DEPTH = 64
+
+
+def _nests_deeper(args: Any, kwargs: dict, limit: int) -> bool:
+    """Whether the JSON of ``args``/``kwargs`` holds containers more than ``limit`` deep."""
+    pending = [(v, 1) for v in (*args, *kwargs.values()) if type(v) in (list, dict)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > limit:
+            return True
+        children = value.values() if type(value) is dict else value
+        pending.extend((c, depth + 1) for c in children if type(c) in (list, dict))
+    return False
 
 
 def _decode_target(op: str, target: Any, where: str) -> Any:

@@ -154,8 +154,8 @@ def _encode_module_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
 def _decode_module_stack(data: Any, codecs: MetaCodecs, where: str) -> dict:
     stack = {}
     for entry in data if type(data) is list else [None]:
-        if type(entry) is not list or len(entry) != 3:
-            raise SerializationError(f"{where}: expected [key, path, class] entries")
+        if type(entry) is not list or len(entry) != 3 or not all(type(p) is str for p in entry):
+            raise SerializationError(f"{where}: expected [key, path, class] entries (strings)")
         key, path, cls = entry
         stack[key] = (path, _lookup(cls, where))
     return stack

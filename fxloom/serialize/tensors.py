@@ -89,6 +89,7 @@ class TensorReader:
     def __init__(self, weights: dict[str, torch.Tensor]) -> None:
         self._raw = weights  # as the archive read them: by key
         self._built: dict[str, torch.Tensor] = {}
+        self._records: dict[str, dict[str, Any]] = {}
 
     def get(self, record: Any, where: str) -> torch.Tensor:
         if not isinstance(record, dict) or not isinstance(record.get("key"), str):
@@ -96,6 +97,13 @@ class TensorReader:
         key = record["key"]
         if key not in self._built:
             self._built[key] = self._build(record, where)
+            self._records[key] = record
+        elif record != self._records[key]:
+            # A tied tensor is written as the same record; a second description of the same
+            # bytes would otherwise skip the checks against them.
+            raise SerializationError(
+                f"{where}: the tensor {key!r} is described twice, differently; refused"
+            )
         return self._built[key]
 
     def _build(self, record: dict[str, Any], where: str) -> torch.Tensor:

@@ -1,0 +1,225 @@
+"""Fuzzing fxloom.load: mutated files load as a working module or raise SerializationError.
+
+Three valid files (an MLP, a conv net, a graph with kwargs, slices and dtypes)
+are mutated three ways: random bytes of the zip, random edits of the parsed
+``program.json`` (values replaced, deleted or inserted at random JSON paths,
+node names swapped, opcodes and targets changed), and random bytes of the
+safetensors blob. ``fxloom.load`` must either raise ``SerializationError`` or
+return a GraphModule; that module, called on the example input, either runs
+or raises one of ``RUN_ERRORS`` — the errors a valid graph with wrong values
+raises (a shape mismatch, an index out of range), never a crash of the loader.
+"""
+
+import io
+import json
+import zipfile
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import fxloom
+from fxloom.graph_module import GraphModule
+
+PROGRAM = "fxloom/program.json"
+WEIGHTS = "fxloom/weights.safetensors"
+
+# What calling a loaded module may raise: its graph is valid, its values may not fit.
+RUN_ERRORS = (
+    RuntimeError,
+    TypeError,
+    ValueError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    ZeroDivisionError,
+    OverflowError,
+    NotImplementedError,
+)
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+class Mixed(nn.Module):
+    def forward(self, x):
+        y = x[:, 1:3].to(dtype=torch.float64)
+        z = torch.cat([y, y * 2], dim=-1)
+        return z.sum(dim=(0,), keepdim=True).float(), x.shape[0]
+
+
+def _files() -> list[tuple[bytes, torch.Tensor]]:
+    torch.manual_seed(0)
+    models = [
+        (nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), torch.randn(3, 4)),
+        (
+            nn.Sequential(
+                nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(), nn.Linear(32, 3)
+            ).eval(),
+            torch.randn(2, 1, 6, 6),
+        ),
+        (Mixed(), torch.randn(3, 5)),
+    ]
+    files = []
+    for model, x in models:
+        f = io.BytesIO()
+        fxloom.save(fxloom.symbolic_trace(model), f)
+        files.append((f.getvalue(), x))
+    return files
+
+
+FILES = _files()
+
+
+def members(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def rezipped(data: bytes, member: str, content: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, old in members(data).items():
+            z.writestr(name, content if name == member else old, zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
+def assert_loads_or_refuses(data: bytes, x: torch.Tensor) -> None:
+    try:
+        gm = fxloom.load(data)
+    except fxloom.SerializationError:
+        return
+    assert isinstance(gm, GraphModule)
+    try:
+        gm(x)
+    except RUN_ERRORS:
+        pass
+
+
+def flipped(data: bytes, edits: list[tuple[int, int]]) -> bytes:
+    buffer = bytearray(data)
+    for position, byte in edits:
+        buffer[position % len(buffer)] = byte
+    return bytes(buffer)
+
+
+byte_edits = st.lists(st.tuples(st.integers(0, 2**20), st.integers(0, 255)), min_size=1, max_size=6)
+file_index = st.integers(0, len(FILES) - 1)
+
+
+@FUZZ
+@given(file_index, byte_edits)
+def test_random_bytes_of_the_zip(index, edits):
+    data, x = FILES[index]
+    assert_loads_or_refuses(flipped(data, edits), x)
+
+
+@FUZZ
+@given(st.integers(0, 1), byte_edits, st.booleans())  # the files that have weights
+def test_random_bytes_of_the_weights(index, edits, in_header):
+    data, x = FILES[index]
+    blob = members(data)[WEIGHTS]
+    if in_header:  # the 8-byte length and the JSON header, where damage is not just values
+        header_end = 8 + int.from_bytes(blob[:8], "little")
+        edits = [(p % header_end, b) for p, b in edits]
+    assert_loads_or_refuses(rezipped(data, WEIGHTS, flipped(blob, edits)), x)
+
+
+# ----------------------------------------------------------- program.json edits
+WORDS = [
+    "x", "input_1", "output", "relu", "lin", "0", "1", "weight", "bias", "t0", "t1", "float",
+    "float64", "cpu", "node", "tuple", "dict", "slice", "dtype", "function", "size", "tensor",
+    "shape", "stride", "key", "class", "name", "op", "target", "args", "kwargs", "meta", "val",
+    "children", "context", "container", "getattr", "__class__", "torch.relu", "operator.add",
+    "os.system", "builtins.eval", "torch.nn.modules.linear.Linear", "placeholder", "call_module",
+]  # fmt: skip
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 64)
+    | st.floats(-10, 10, width=32)
+    | st.sampled_from(WORDS),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(WORDS), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+OPCODES = ["placeholder", "get_attr", "call_function", "call_method", "call_module", "output", "x"]
+TARGETS = [
+    "torch.relu", "operator.add", "operator.getitem", "getattr", "torch.cat", "size", "view",
+    "0", "1", "0.weight", "x", "output", "os.system", "torch.ops.aten.add.Tensor", "float",
+]  # fmt: skip
+
+
+def paths(document, prefix=()):
+    """Every JSON path in ``document`` (keys and indices), parents before children."""
+    yield prefix
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield from paths(value, (*prefix, key))
+    elif isinstance(document, list):
+        for i, value in enumerate(document):
+            yield from paths(value, (*prefix, i))
+
+
+def at(document, path):
+    for step in path:
+        document = document[step]
+    return document
+
+
+def mutate(document, draw) -> None:
+    """One random edit of ``document``, in place."""
+    nodes = _nodes(document)
+    kind = draw(st.sampled_from(["replace", "delete", "insert", "swap", "op", "target"]))
+    if kind in ("swap", "op", "target") and nodes:
+        node = nodes[draw(st.integers(0, len(nodes) - 1))]
+        if kind == "swap":
+            other = nodes[draw(st.integers(0, len(nodes) - 1))]
+            node["name"], other["name"] = other.get("name"), node.get("name")
+        else:
+            node[kind] = draw(st.sampled_from(OPCODES if kind == "op" else TARGETS))
+        return
+    all_paths = list(paths(document))[1:]
+    if not all_paths:
+        return
+    path = all_paths[draw(st.integers(0, len(all_paths) - 1))]
+    parent, step = at(document, path[:-1]), path[-1]
+    if kind == "replace":
+        parent[step] = draw(json_values)
+    elif kind == "delete":
+        del parent[step]
+    elif isinstance(parent, list):
+        parent.insert(step, draw(json_values))
+    else:
+        parent[draw(st.sampled_from(WORDS))] = draw(json_values)
+
+
+def _nodes(document) -> list:
+    try:
+        nodes = document["module"]["graph"]["nodes"]
+    except (KeyError, TypeError, IndexError):
+        return []
+    return [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
+
+
+@FUZZ
+@given(file_index, st.data())
+def test_random_edits_of_the_program(index, data):
+    original, x = FILES[index]
+    document = json.loads(members(original)[PROGRAM])
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutate(document, data.draw)
+    edited = rezipped(original, PROGRAM, json.dumps(document).encode())
+    assert_loads_or_refuses(edited, x)
+
+
+def test_the_unmutated_files_load_and_run():
+    for data, x in FILES:
+        fxloom.load(data)(x)
