@@ -16,9 +16,9 @@ temporary directory, five ways:
 
 Times are the median of ``--repeats`` warm runs (one untimed run first), the sides taking
 turns to go first, garbage collector off inside timed regions; sizes are the files' bytes.
-"Ready to run" adds, for the GraphModule sides, what the first call would do first: an
-unpickled fxloom GraphModule generates and compiles its ``forward`` then (``gm.code``),
-while ``fxloom.load`` compiles it while loading (to check the file) and torch.fx when
+"Ready to run" adds, for the GraphModule sides, what the first call would do first: a loaded
+or unpickled fxloom GraphModule generates and compiles its ``forward`` then (``gm.code``;
+``fxloom.load`` checks every name that goes into it while loading), torch.fx while
 unpickling. Each loaded fxloom module is run on the model's inputs and must equal the traced
 module. Target: fxloom load / pickle load <= 1.0 ("loading is no slower than unpickling").
 
