@@ -49,6 +49,7 @@ _OPCODES = frozenset(
 def encode_graph(graph: Graph, codecs: MetaCodecs | None = None) -> dict[str, Any]:
     codecs = codecs or MetaCodecs()
     nodes = []
+    saved = codecs.start_module_stacks()
     for node in graph.nodes:
         where = f"node %{node.name}"
         record: dict[str, Any] = {
@@ -72,7 +73,11 @@ def encode_graph(graph: Graph, codecs: MetaCodecs | None = None) -> dict[str, An
         if meta:
             record["meta"] = meta
         nodes.append(record)
-    return {"nodes": nodes, "codegen": _encode_codegen(graph._codegen)}
+    encoded = {"nodes": nodes, "codegen": _encode_codegen(graph._codegen)}
+    module_stacks = codecs.end_module_stacks(saved)
+    if module_stacks:
+        encoded["module_stacks"] = module_stacks
+    return encoded
 
 
 def decode_graph(data: Any, codecs: MetaCodecs | None = None, where: str = "graph") -> Graph:
@@ -81,9 +86,13 @@ def decode_graph(data: Any, codecs: MetaCodecs | None = None, where: str = "grap
         raise SerializationError(f"{where}: expected an object with a list of nodes")
     graph = Graph()
     nodes: dict[str, Node] = {}
-    for index, record in enumerate(data["nodes"]):
-        node = _decode_node(record, graph, nodes, codecs, f"{where}, node {index}")
-        nodes[node.name] = node
+    saved = codecs.start_module_stacks(data.get("module_stacks"), f"{where}, module_stacks")
+    try:
+        for index, record in enumerate(data["nodes"]):
+            node = _decode_node(record, graph, nodes, codecs, f"{where}, node {index}")
+            nodes[node.name] = node
+    finally:
+        codecs.end_module_stacks(saved)
     graph.set_codegen(_decode_codegen(data.get("codegen"), where))
     return graph
 

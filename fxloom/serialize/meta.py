@@ -34,6 +34,22 @@ class MetaCodecs:
     exported programs carry along with the shape environment that gives them meaning.
     """
 
+    # ``nn_module_stack`` entries repeat from node to node (every node of a layer has the
+    # same one): a graph's file holds each distinct stack once, nodes hold its index.
+    def start_module_stacks(self, encoded: Any = None, where: str = "") -> Any:
+        """Begin a graph: the table of its module stacks (from ``encoded`` when loading)."""
+        saved = getattr(self, "_stacks", None), getattr(self, "_stack_index", None)
+        self._stacks, self._stack_index = [], {}
+        for entry in encoded if type(encoded) is list else [] if encoded is None else [None]:
+            self._stacks.append(_decode_stack_entries(entry, where))
+        return saved
+
+    def end_module_stacks(self, saved: Any) -> list:
+        """End a graph: the table to write; the previous graph's table is current again."""
+        table = [[list(e) for e in stack] for stack in self._stack_index]
+        self._stacks, self._stack_index = saved
+        return table
+
     def encode_size(self, size: Any, where: str) -> Any:
         if isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             # Their symbols live in an exported program's ShapeEnv, which a GraphModule does
@@ -148,10 +164,24 @@ _LOOKED_UP: dict[str, Any] = {}
 def _encode_module_stack(value: Any, codecs: MetaCodecs, where: str) -> Any:
     if not isinstance(value, dict):
         raise _NotData
-    return [[str(key), str(path), _name(cls)] for key, (path, cls) in value.items()]
+    stack = tuple((str(key), str(path), _name(cls)) for key, (path, cls) in value.items())
+    if getattr(codecs, "_stack_index", None) is None:
+        return [list(entry) for entry in stack]
+    return codecs._stack_index.setdefault(stack, len(codecs._stack_index))
 
 
 def _decode_module_stack(data: Any, codecs: MetaCodecs, where: str) -> dict:
+    if type(data) is int:
+        table = getattr(codecs, "_stacks", None) or []
+        if not 0 <= data < len(table):
+            raise SerializationError(f"{where}: no module stack number {data} in the graph")
+        # A node's own entries: passes may edit one node's stack, and unflatten tells calls
+        # of a module apart by which nodes share an entry object (the file does not record it).
+        return {key: (path, cls) for key, (path, cls) in table[data].items()}
+    return _decode_stack_entries(data, where)
+
+
+def _decode_stack_entries(data: Any, where: str) -> dict:
     stack = {}
     for entry in data if type(data) is list else [None]:
         if type(entry) is not list or len(entry) != 3 or not all(type(p) is str for p in entry):
