@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fxloom.serialize.errors import SerializationError
-from fxloom.serialize.safetensors_view import read_tensors
+from fxloom.serialize.safetensors_format import read_tensors, write_tensors
 
 __all__ = ["FORMAT_VERSION", "write_archive", "read_archive", "Archive", "UPGRADES"]
 
@@ -63,7 +63,11 @@ class Archive:
 
 
 def write_archive(
-    target: PathOrFile, kind: str, program: Any, weights: bytes, extra: dict | None = None
+    target: PathOrFile,
+    kind: str,
+    program: Any,
+    weights: dict[str, Any],
+    extra: dict | None = None,
 ) -> None:
     """Write the file; a path is replaced only once the whole file is written."""
     header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "kind": kind, **(extra or {})}
@@ -83,7 +87,7 @@ def write_archive(
         raise
 
 
-def _write_zip(f: IO[bytes], header: dict, program: Any, weights: bytes) -> None:
+def _write_zip(f: IO[bytes], header: dict, program: Any, weights: dict[str, Any]) -> None:
     with zipfile.ZipFile(f, "w") as z:
         z.writestr(_FORMAT, json.dumps(header, indent=1), zipfile.ZIP_DEFLATED)
         z.writestr(
@@ -91,8 +95,9 @@ def _write_zip(f: IO[bytes], header: dict, program: Any, weights: bytes) -> None
             json.dumps(program, separators=(",", ":"), allow_nan=False),
             zipfile.ZIP_DEFLATED,
         )
-        # Stored, not deflated: weights barely compress, and loading reads them at memory speed.
-        z.writestr(_WEIGHTS, weights, zipfile.ZIP_STORED)
+        # Stored, not deflated: weights barely compress, and loading reads them in place.
+        with z.open(_WEIGHTS, "w", force_zip64=True) as member:
+            write_tensors(member, weights)
 
 
 def read_archive(source: PathOrFile | bytes) -> Archive:
@@ -194,7 +199,7 @@ def _read_weights(z: zipfile.ZipFile, f: IO[bytes], name: str, limit: int) -> di
     """The tensors of the stored (uncompressed) weights member, read from ``f`` in place.
 
     Weights are the bulk of a file: each tensor is read once, into its own
-    memory (``safetensors_view``), and the safetensors structure is what is
+    memory (``safetensors_format``), and the safetensors structure is what is
     checked, not a CRC over the bytes. A compressed member (not written by
     fxloom) is read whole first.
     """

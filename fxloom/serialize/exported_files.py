@@ -102,7 +102,7 @@ def save(ep: ExportedProgram, f: PathOrFile) -> None:
         "module_hierarchy": [[path, _class_name(cls)] for path, cls in ep.module_hierarchy.items()],
         "verifier": None if ep.verifier is None else _VERIFIER,
     }
-    write_archive(f, KIND, program, writer.blob(), _versions())
+    write_archive(f, KIND, program, writer.tensors, _versions())
 
 
 def load(f: PathOrFile | bytes) -> ExportedProgram:

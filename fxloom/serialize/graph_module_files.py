@@ -49,7 +49,7 @@ def save(gm: GraphModule, f: PathOrFile) -> None:
         )
     writer = TensorWriter()
     program = {"module": encode_module(gm, writer, MetaCodecs(), "the module")}
-    write_archive(f, KIND, program, writer.blob(), _versions())
+    write_archive(f, KIND, program, writer.tensors, _versions())
 
 
 def load(f: PathOrFile | bytes) -> GraphModule:

@@ -25,7 +25,7 @@ _PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric)
 
 
 class TensorWriter:
-    """Collects tensors while a module is written; ``blob()`` gives the safetensors bytes."""
+    """Collects tensors while a module is written; ``tensors`` is what the file's weights hold."""
 
     def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
@@ -76,11 +76,6 @@ class TensorWriter:
             self.tensors[f"{key}.zero_points"] = tensor.q_per_channel_zero_points().contiguous()
             return {"qscheme": encode_value(scheme), "axis": tensor.q_per_channel_axis()}
         raise SerializationError(f"cannot save a tensor quantized with {scheme}")
-
-    def blob(self) -> bytes:
-        from safetensors.torch import save
-
-        return save(self.tensors)
 
 
 class TensorReader:

@@ -236,3 +236,15 @@ def test_module_of_an_exported_program_round_trips(dynamic):
     if dynamic:  # sizes the graph computes come back; meta["val"] with symbols is left out
         other = torch.randn(5, *x.shape[1:])
         torch.testing.assert_close(loaded(other), gm(other), rtol=0, atol=0)
+
+
+def test_weights_member_is_a_safetensors_file_the_library_reads():
+    from safetensors.torch import load as load_safetensors
+
+    model, _ = zoo.build("cnn_small")
+    buffer = io.BytesIO()
+    fxloom.save(fxloom.symbolic_trace(model), buffer)
+    with zipfile.ZipFile(buffer) as z:
+        tensors = load_safetensors(z.read("fxloom/weights.safetensors"))
+    stored = sorted(tuple(t.shape) for t in tensors.values())
+    assert stored == sorted(tuple(t.shape) for t in model.state_dict().values())

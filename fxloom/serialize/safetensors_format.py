@@ -1,14 +1,17 @@
-"""Tensors read from the safetensors member of a file straight into their own memory.
+"""The safetensors format, read and written by fxloom without extra copies.
 
-``safetensors.torch.load`` needs the whole blob in memory and copies each
-tensor out of it; here each tensor is allocated once and its bytes are read
-from the file into it (``readinto``), as unpickling does: one copy, and
-allocations of tensor size, which the allocator recycles across loads. The
-format is small: an 8-byte little-endian header length, a JSON header
-``{name: {"dtype", "shape", "data_offsets": [begin, end]}}``, then the data.
-Every entry is checked (known dtype, non-negative shape, offsets inside the
-data, byte length equal to the shape's) before anything is read; anything
-else is a ``SerializationError``.
+The format is small: an 8-byte little-endian header length, a JSON header
+``{name: {"dtype", "shape", "data_offsets": [begin, end]}}`` padded with spaces,
+then the data. Files written here load with the ``safetensors`` library too.
+
+* ``write_tensors`` streams each tensor's bytes straight from its memory into the
+  file (the library would first build the whole blob in memory); tensors are laid
+  out widest element first, so each one's offset is a multiple of its element size.
+* ``read_tensors`` allocates each tensor once and reads its bytes from the file
+  into it (``readinto``), as unpickling does: one copy, and allocations of tensor
+  size, which the allocator recycles across loads. Every header entry is checked
+  (known dtype, non-negative shape, offsets inside the data, byte length equal to
+  the shape's) before anything is read; anything else is a ``SerializationError``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 
 from fxloom.serialize.errors import SerializationError
 
-__all__ = ["read_tensors"]
+__all__ = ["read_tensors", "write_tensors"]
 
 # safetensors' dtype names.
 DTYPES: dict[str, torch.dtype] = {
@@ -101,3 +104,33 @@ def _entry(name: str, entry: Any, data_length: int) -> tuple[torch.dtype, list[i
     if math.prod(shape) * dtype.itemsize != offsets[1] - offsets[0]:
         raise SerializationError(f"{where}: its shape {shape} does not match its byte length")
     return dtype, shape, offsets[0], offsets[1]
+
+
+_NAME_OF_DTYPE = {dtype: name for name, dtype in DTYPES.items()}
+
+
+def write_tensors(out: IO[bytes], tensors: dict[str, torch.Tensor]) -> None:
+    """Write ``tensors`` (contiguous, on the CPU) to ``out`` in the safetensors format."""
+    order = sorted(tensors, key=lambda name: -tensors[name].element_size())
+    header: dict[str, Any] = {}
+    offset = 0
+    for name in order:
+        tensor = tensors[name]
+        if tensor.dtype not in _NAME_OF_DTYPE:
+            raise SerializationError(f"cannot save the tensor {name}: dtype {tensor.dtype}")
+        length = tensor.numel() * tensor.element_size()
+        header[name] = {
+            "dtype": _NAME_OF_DTYPE[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + length],
+        }
+        offset += length
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % 8)  # the data starts 8-byte aligned
+    out.write(len(text).to_bytes(8, "little"))
+    out.write(text)
+    for name in order:
+        tensor = tensors[name]
+        length = tensor.numel() * tensor.element_size()
+        if length:
+            out.write(memoryview((ctypes.c_ubyte * length).from_address(tensor.data_ptr())))
