@@ -136,13 +136,13 @@ def test_show_of_a_missing_file_says_so(tmp_path, capsys) -> None:
 
 def test_show_prints_the_signature_and_range_constraints_it_finds(saved, tmp_path, capsys) -> None:
     def add_sections(program: dict) -> None:
-        program["signature"] = {"input_specs": [{"kind": "USER_INPUT", "name": "x"}]}
+        program["graph_signature"] = {"input_specs": [{"kind": "USER_INPUT", "name": "x"}]}
         program["range_constraints"] = {"s0": [2, 64]}
 
     path = rewritten(saved, tmp_path / "with_signature.fxl", add_sections)
     assert cli.main(["show", str(path), "--no-graph"]) == cli.EXIT_OK
     out = capsys.readouterr().out
-    assert 'Signature:\n  input_specs:\n    {"kind": "USER_INPUT", "name": "x"}' in out
+    assert 'Graph signature:\n  input_specs:\n    {"kind": "USER_INPUT", "name": "x"}' in out
     assert "Range constraints:\n  s0: [2, 64]" in out
 
 

@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 import fxloom
+from fxloom.passes._cost_report import format_bytes
 
 if TYPE_CHECKING:
     from fxloom.cli.demo import DemoState
@@ -55,8 +56,10 @@ def save_and_load(state: DemoState) -> None:
     table = Table(show_header=True, header_style="bold")
     for column in ("", "file size", f"load (median of {TIMED_LOADS})"):
         table.add_column(column)
-    table.add_row("fxloom.save / fxloom.load", _kib(sizes[0]), _ms(load_ours))
-    table.add_row("torch.save / torch.load(weights_only=False)", _kib(sizes[1]), _ms(load_pickled))
+    table.add_row("fxloom.save / fxloom.load", format_bytes(sizes[0]), _ms(load_ours))
+    table.add_row(
+        "torch.save / torch.load(weights_only=False)", format_bytes(sizes[1]), _ms(load_pickled)
+    )
     state.console.print(table)
     _say(state, f"the loaded module has the same graph and outputs as the traced one: {same}")
 
@@ -74,10 +77,6 @@ def _median_seconds(load: Callable[[], Any]) -> float:
         load()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def _kib(size: int) -> str:
-    return f"{size / 1024:.1f} KiB"
 
 
 def _ms(seconds: float) -> str:

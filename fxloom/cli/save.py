@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fxloom.passes._cost_report import format_bytes
+
 __all__ = [
     "add_save_arguments",
     "add_show_arguments",
@@ -44,7 +46,9 @@ EXIT_BAD_FILE = 2
 MODULE_ROWS = 40  # module paths listed before the rest are summarised by class
 TOP_TARGETS = 10
 # Documents of an exported program's file printed as they are, when the file has them.
-PROGRAM_SECTIONS = ("signature", "graph_signature", "range_constraints", "shape_constraints")
+PROGRAM_SECTIONS = ("graph_signature", "range_constraints", "shape_constraints")
+# Where each kind of file keeps its root module record (fxloom.save / fxloom.export.save).
+ROOT_MODULE_KEYS = {"graph_module": "module", "exported_program": "graph_module"}
 
 
 # ------------------------------------------------------------------------------ fxloom save
@@ -87,7 +91,7 @@ def run_save(args: argparse.Namespace) -> int:
     size = Path(args.output).stat().st_size
     print(
         f"saved {loaded.name} ({what}, {len(graph.nodes)} nodes) to {args.output} "
-        f"({_bytes(size)}); 'fxloom show {args.output}' describes it"
+        f"({format_bytes(size)}); 'fxloom show {args.output}' describes it"
     )
     return 0
 
@@ -178,21 +182,10 @@ def summarise(path: str | Path) -> FileSummary:
     program = archive.program
     if not isinstance(program, dict):
         raise SerializationError(f"{path}: program.json must be an object")
-    root = _root_module_record(program)
+    root = program.get(ROOT_MODULE_KEYS.get(archive.kind, ""))
+    if not isinstance(root, dict):
+        raise SerializationError(f"{path}: a {archive.kind} file without its module record")
     return guarded_load(root, lambda record: _summarise_tree(archive.header, program, record))
-
-
-def _root_module_record(program: dict) -> dict:
-    """The module record: ``module`` for a GraphModule; an exported program's graph module
-    under the first key whose value is a module record."""
-    from fxloom.serialize.errors import SerializationError
-
-    if isinstance(program.get("module"), dict):
-        return program["module"]
-    for value in program.values():
-        if isinstance(value, dict) and "class" in value and "graph" in value:
-            return value
-    raise SerializationError("program.json holds no module record")
 
 
 def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
@@ -357,7 +350,7 @@ def _summary_lines(summary: FileSummary) -> list[str]:
         counts = summary.tensors.get(kind, Counter())
         dtypes = sorted({dtype for dtype, _ in counts})
         described = "; ".join(
-            f"{dtype} {counts[(dtype, 'elements')]:,} ({_bytes(counts[(dtype, 'bytes')])})"
+            f"{dtype} {counts[(dtype, 'elements')]:,} ({format_bytes(counts[(dtype, 'bytes')])})"
             for dtype in dtypes
         )
         lines.append(f"{kind.capitalize()}: {described or 'none'}")
@@ -391,11 +384,3 @@ def _json_lines(value: Any) -> list[str]:
 
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(", ", ": "))
-
-
-def _bytes(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} bytes"

@@ -47,6 +47,7 @@ __all__ = [
     "allowed_method",
     "check_call",
     "imported_class",
+    "class_name",
     "MISSING",
 ]
 
@@ -238,7 +239,7 @@ def name_of(obj: Any, what: str = "target") -> str:
     registered_name = _NAME_OF.get(id(obj))
     if registered_name is not None and _REGISTERED.get(registered_name) is obj:
         return registered_name
-    name = _class_name(obj) if isinstance(obj, type) else qualified_name(obj)
+    name = class_name(obj) if isinstance(obj, type) else qualified_name(obj)
     if find_callable(name) is obj:
         return name
     raise SerializationError(
@@ -252,7 +253,7 @@ def module_class_name(cls: type) -> str:
     registered_name = _NAME_OF.get(id(cls))
     if registered_name is not None and _REGISTERED.get(registered_name) is cls:
         return registered_name
-    name = _class_name(cls)
+    name = class_name(cls)
     try:
         if resolve_module_class(name) is cls:
             return name
@@ -266,7 +267,8 @@ def module_class_name(cls: type) -> str:
 
 
 # ------------------------------------------------------------------- helpers
-def _class_name(cls: type) -> str:
+def class_name(cls: type) -> str:
+    """``module.qualname``: the name a class is saved by."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
@@ -343,7 +345,7 @@ def imported_class(name: str) -> Any:
         found = vars(found).get(part, MISSING) if hasattr(found, "__dict__") else MISSING
         if found is MISSING:
             return MISSING
-    return found if isinstance(found, type) and _class_name(found) == name else MISSING
+    return found if isinstance(found, type) and class_name(found) == name else MISSING
 
 
 def _importable(module_name: str, packages: tuple[str, ...]) -> bool:

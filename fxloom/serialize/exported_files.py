@@ -30,6 +30,7 @@ import sympy
 import torch
 
 from fxloom import pytree
+from fxloom.serialize.allowlist import class_name
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graph_module_files import _versions, check_loaded, guarded_load
@@ -44,7 +45,7 @@ from fxloom.serialize.symbols import (
     encode_shape_env,
 )
 from fxloom.serialize.tensors import TensorReader, TensorWriter
-from fxloom.serialize.values import _short, decode_spec, decode_value, encode_spec, encode_value
+from fxloom.serialize.values import decode_spec, decode_value, encode_spec, encode_value, short
 
 if TYPE_CHECKING:
     from fxloom.export.program import ExportedProgram
@@ -99,7 +100,10 @@ def save(ep: ExportedProgram, f: PathOrFile) -> None:
             for symbol, r in ep.range_constraints.items()
         ],
         "shape_constraints": [str(line) for line in ep.shape_constraints],
-        "module_hierarchy": [[path, _class_name(cls)] for path, cls in ep.module_hierarchy.items()],
+        "module_hierarchy": [
+            [path, cls if isinstance(cls, str) else class_name(cls)]
+            for path, cls in ep.module_hierarchy.items()
+        ],
         "verifier": None if ep.verifier is None else _VERIFIER,
     }
     write_archive(f, KIND, program, writer.tensors, _versions())
@@ -149,7 +153,7 @@ def _build(archive: Any) -> ExportedProgram:
     _check_calling_convention(signature, in_spec, out_spec, arg_names)
     verifier = program.get("verifier")
     if verifier not in (None, _VERIFIER):
-        raise SerializationError(f"unknown verifier {_short(verifier)}")
+        raise SerializationError(f"unknown verifier {short(verifier)}")
     try:
         ep = ExportedProgram(
             gm,
@@ -273,7 +277,7 @@ def _decode_argument(data: Any, where: str) -> Any:
         if name != "":
             check_identifier(name, f"{where}: name")
         return ConstantArgument(name, decode_value(data["value"], None, where))
-    raise SerializationError(f"{where}: invalid argument {_short(data)}")
+    raise SerializationError(f"{where}: invalid argument {short(data)}")
 
 
 def _target(target: Any, user: bool, where: str) -> str | None:
@@ -285,7 +289,7 @@ def _target(target: Any, user: bool, where: str) -> str | None:
 
 def _enum(cls: Any, name: Any, where: str) -> Any:
     if not isinstance(name, str) or name not in cls.__members__:
-        raise SerializationError(f"{where}: unknown kind {_short(name)}")
+        raise SerializationError(f"{where}: unknown kind {short(name)}")
     return cls[name]
 
 
@@ -333,7 +337,7 @@ def _encode_arg_name(text: str) -> dict[str, Any]:
 def _decode_arg_name(data: Any) -> str:
     """The parameter text again; only an identifier and a literal's ``repr`` go in it."""
     if not isinstance(data, dict) or data.get("stars") not in (0, 1, 2):
-        raise SerializationError(f"arg_names: invalid entry {_short(data)}")
+        raise SerializationError(f"arg_names: invalid entry {short(data)}")
     name = check_identifier(data.get("name"), "arg_names: parameter name")
     text = "*" * data["stars"] + name
     if "default" in data:
@@ -415,12 +419,6 @@ def _decode_ranges(data: Any, env: Any) -> dict[Any, Any]:
             raise SerializationError("range_constraints: bounds must be integers or infinite")
         ranges[symbol] = ValueRange(lower, upper)
     return ranges
-
-
-def _class_name(cls: Any) -> str:
-    if isinstance(cls, str):
-        return str(cls)
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _decode_hierarchy(data: Any) -> dict[str, Any]:

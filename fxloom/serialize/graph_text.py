@@ -25,6 +25,7 @@ from fxloom.graph import Graph
 from fxloom.node import Node
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.values import NUMPY_SCALARS, TORCH_ENUMS
 
 __all__ = ["GraphParseError", "parse_graph"]
 
@@ -40,10 +41,6 @@ _VALUE_CALLS: dict[str, Callable[..., Any]] = {
     "torch.device": torch.device,
     "torch.Size": torch.Size,
 }
-# numpy scalars print as ``np.float64(5.65)`` (numpy 2); constructed only when read.
-_NUMPY_SCALARS = frozenset(
-    f"np.{t}" for t in "float16 float32 float64 int8 int16 int32 int64 uint8 bool_".split()
-)
 _VALUE_NAMES: dict[str, Any] = {
     "None": None,
     "True": True,
@@ -53,7 +50,7 @@ _VALUE_NAMES: dict[str, Any] = {
     "nan": math.nan,
 }
 # torch attributes that may appear as values (``torch.float32``, ``torch.strided``).
-_TORCH_VALUE_TYPES = (torch.dtype, torch.layout, torch.memory_format, torch.qscheme)
+_TORCH_VALUE_TYPES = tuple(TORCH_ENUMS.values())
 
 _HEADER = re.compile(
     r"^%(?P<name>\w+) :(?: (?P<type>.+?))? \[num_users=\d+\] = "
@@ -181,7 +178,7 @@ class _Resolver:
         found = self._from_namespace(text)
         if found is not _MISSING:
             return found
-        found = self._from_allowlist(text)
+        found = allowlist.find_callable(text)
         if found is _MISSING:
             raise GraphParseError(
                 f"target '{text}' is not allowed; pass it in namespace "
@@ -235,9 +232,6 @@ class _Resolver:
         if rest and head in self.namespace:
             return _walk(self.namespace[head], rest)
         return _MISSING
-
-    def _from_allowlist(self, text: str) -> Any:
-        return allowlist.find_callable(text)
 
 
 _MISSING = attr_path.MISSING
@@ -345,7 +339,8 @@ class _ArgParser:
         constructor = self.resolver._from_namespace(text)
         if constructor is _MISSING:
             constructor = _VALUE_CALLS.get(text, _MISSING)
-        if constructor is _MISSING and text in _NUMPY_SCALARS:
+        # numpy scalars print as ``np.float64(5.65)`` (numpy 2); constructed only when read.
+        if constructor is _MISSING and text.startswith("np.") and text[3:] in NUMPY_SCALARS:
             import numpy  # only reached for text that printed numpy scalars
 
             constructor = getattr(numpy, text[len("np.") :])

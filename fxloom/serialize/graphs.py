@@ -32,7 +32,7 @@ from fxloom.pytree_codegen import PyTreeCodeGen, PyTreeInfo
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs, decode_meta, encode_meta
-from fxloom.serialize.values import _short, decode_spec, decode_value, encode_spec, encode_value
+from fxloom.serialize.values import decode_spec, decode_value, encode_spec, encode_value, short
 
 __all__ = [
     "encode_graph",
@@ -114,7 +114,7 @@ def _decode_node(
     check_identifier(name, f"{where}: node name")
     where = f"node %{name}"
     if not isinstance(op, str) or op not in _OPCODES:
-        raise SerializationError(f"{where}: unknown opcode {_short(op)}")
+        raise SerializationError(f"{where}: unknown opcode {short(op)}")
     if name in nodes:
         raise SerializationError(f"{where}: the name is used twice")
     args, kwargs = record.get("args", ()), record.get("kwargs", {})
@@ -194,7 +194,7 @@ def _decode_target(op: str, target: Any, where: str) -> Any:
     if op == "call_method":
         if not allowlist.allowed_method(target):
             raise SerializationError(
-                f"{where}: call_method target {_short(target)} is not an allowed Tensor method; "
+                f"{where}: call_method target {short(target)} is not an allowed Tensor method; "
                 "register_serializable(<function>, name=...) to allow another"
             )
         return target
@@ -216,19 +216,19 @@ def _decode_target(op: str, target: Any, where: str) -> Any:
 
 def check_identifier(name: Any, where: str) -> str:
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise SerializationError(f"{where} {_short(name)} is not a valid identifier")
+        raise SerializationError(f"{where} {short(name)} is not a valid identifier")
     return name
 
 
 def check_path(path: Any, where: str) -> str:
     """A dotted path of identifiers (``layer.0.weight``: digits name sequence entries)."""
     if not isinstance(path, str) or not path:
-        raise SerializationError(f"{where} {_short(path)} is not a dotted path")
+        raise SerializationError(f"{where} {short(path)} is not a dotted path")
     for part in path.split("."):
         if not (part.isidentifier() and not keyword.iskeyword(part) or part.isdigit()):
-            raise SerializationError(f"{where} {_short(path)} is not a dotted path")
+            raise SerializationError(f"{where} {short(path)} is not a dotted path")
         if part.startswith("__"):
-            raise SerializationError(f"{where} {_short(path)} reaches a private attribute")
+            raise SerializationError(f"{where} {short(path)} reaches a private attribute")
     return path
 
 
@@ -308,7 +308,7 @@ def _decode_type(data: Any, where: str) -> Any:
         if kind == "union":
             return reduce(operator.or_, args)
         return _GENERICS[kind][args if len(args) > 1 else args[0]]
-    raise SerializationError(f"{where}: cannot read the annotation {_short(data)}")
+    raise SerializationError(f"{where}: cannot read the annotation {short(data)}")
 
 
 # --------------------------------------------------------------------- codegen
@@ -341,7 +341,7 @@ def _decode_codegen(data: Any, where: str) -> CodeGen:
     if data is None or data == {"kind": "default"}:
         return CodeGen()
     if not isinstance(data, dict) or data.get("kind") not in ("pytree", "exported"):
-        raise SerializationError(f"{where}: unknown codegen {_short(data)}")
+        raise SerializationError(f"{where}: unknown codegen {short(data)}")
     names = data.get("orig_args")
     if not isinstance(names, list):
         raise SerializationError(f"{where}: codegen needs its parameter names")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from fxloom.serialize.errors import SerializationError
-from fxloom.serialize.values import _short, decode_value, encode_value
+from fxloom.serialize.values import decode_value, encode_value, expect_pair, short
 
 __all__ = ["encode_meta", "decode_meta", "MetaCodecs", "ClassName"]
 
@@ -121,10 +121,9 @@ def _name(obj: Any) -> str:
     if isinstance(obj, str):
         return obj
     from fxloom._format import qualified_name
+    from fxloom.serialize.allowlist import class_name
 
-    if isinstance(obj, type):
-        return f"{obj.__module__}.{obj.__qualname__}"
-    return qualified_name(obj)
+    return class_name(obj) if isinstance(obj, type) else qualified_name(obj)
 
 
 class ClassName(str):
@@ -260,7 +259,7 @@ def _decode_tensor_meta(data: Any, codecs: MetaCodecs, where: str) -> Any:
     if isinstance(data, dict) and set(data) == {"dict"} and isinstance(data["dict"], list):
         return {
             decode_value(k, None, where): _decode_tensor_meta(v, codecs, where)
-            for k, v in (_pair(item, where) for item in data["dict"])
+            for k, v in (expect_pair(item, where) for item in data["dict"])
         }
     return decode_value(data, None, where)
 
@@ -312,7 +311,7 @@ def _decode_val(data: Any, codecs: MetaCodecs, where: str) -> Any:
         if kind == "dict" and isinstance(body, list):
             return {
                 decode_value(k, None, where): _decode_val(v, codecs, where)
-                for k, v in (_pair(i, where) for i in body)
+                for k, v in (expect_pair(i, where) for i in body)
             }
     return decode_value(data, None, where)
 
@@ -323,13 +322,7 @@ def _device(body: dict, where: str) -> torch.device | None:
     try:
         return torch.device(body["device"])
     except (RuntimeError, TypeError, ValueError):
-        raise SerializationError(f"{where}: invalid device {_short(body['device'])}") from None
-
-
-def _pair(item: Any, where: str) -> tuple[Any, Any]:
-    if not isinstance(item, list) or len(item) != 2:
-        raise SerializationError(f"{where}: expected a [key, value] pair")
-    return item[0], item[1]
+        raise SerializationError(f"{where}: invalid device {short(body['device'])}") from None
 
 
 _Codec = Callable[[Any, MetaCodecs, str], Any]

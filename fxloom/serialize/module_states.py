@@ -48,7 +48,7 @@ from fxloom.serialize.modules import (
     _check_attribute,
 )
 from fxloom.serialize.tensors import TensorReader, TensorWriter
-from fxloom.serialize.values import _short, decode_spec, decode_value, encode_spec, encode_value
+from fxloom.serialize.values import decode_spec, decode_value, encode_spec, encode_value, short
 
 __all__: list[str] = []
 
@@ -240,7 +240,7 @@ def _load_ort(data: Any, reader: TensorReader, where: str) -> nn.Module:
             raise SerializationError(f"{where}: OrtModule has no setting {name!r}")
         settings[name] = decode_value(value, None, f"{where}.{name}")
         if not isinstance(settings[name], kinds):
-            raise SerializationError(f"{where}: {name} cannot be {_short(value)}")
+            raise SerializationError(f"{where}: {name} cannot be {short(value)}")
     spec = decode_spec(data.get("output_spec"), f"{where}.output_spec")
     cls = allowlist.resolve_module_class(ORT_MODULE)
     try:  # the session is made on the first call, not here

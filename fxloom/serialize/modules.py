@@ -34,7 +34,7 @@ from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graphs import check_identifier, check_path, decode_graph, encode_graph
 from fxloom.serialize.meta import MetaCodecs
 from fxloom.serialize.tensors import TensorReader, TensorWriter
-from fxloom.serialize.values import _short, decode_value, encode_value
+from fxloom.serialize.values import decode_value, encode_value, short
 
 __all__ = ["encode_module", "decode_module", "ModuleState", "MODULE_STATES", "REBUILT_HOOKS"]
 
@@ -299,7 +299,7 @@ def _empty(cls: type, data: dict, where: str) -> GraphModule:
 def _mapping(data: dict, key: str, where: str) -> dict:
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise SerializationError(f"{where}: {key} must be an object, found {_short(value)}")
+        raise SerializationError(f"{where}: {key} must be an object, found {short(value)}")
     return value
 
 

@@ -38,7 +38,7 @@ from fxloom.export.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
 from fxloom.export.symbolic.sym_node import SymNode, wrap_expr
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
-from fxloom.serialize.values import _short
+from fxloom.serialize.values import expect_pair, short
 
 __all__ = [
     "EXPRESSION_CLASSES",
@@ -136,11 +136,11 @@ def _decode(data: Any, symbols: dict, where: str, depth: int, budget: list[int])
     if data == "-oo":
         return -sympy.oo
     if not isinstance(data, dict) or len(data) not in (1, 2):
-        raise SerializationError(f"{where}: invalid expression {_short(data)}")
+        raise SerializationError(f"{where}: invalid expression {short(data)}")
     if set(data) == {"symbol"}:
         symbol = symbols.get(data["symbol"]) if isinstance(data["symbol"], str) else None
         if symbol is None:
-            raise SerializationError(f"{where}: unknown symbol {_short(data['symbol'])}")
+            raise SerializationError(f"{where}: unknown symbol {short(data['symbol'])}")
         return symbol
     if set(data) == {"rational"}:
         p, q = _pair_of_ints(data["rational"], where)
@@ -149,19 +149,19 @@ def _decode(data: Any, symbols: dict, where: str, depth: int, budget: list[int])
         return sympy.Rational(p, q)
     if set(data) == {"float"}:
         if not isinstance(data["float"], (int, float)) or isinstance(data["float"], bool):
-            raise SerializationError(f"{where}: invalid float {_short(data['float'])}")
+            raise SerializationError(f"{where}: invalid float {short(data['float'])}")
         return sympy.Float(data["float"])
     cls = EXPRESSION_CLASSES.get(data.get("op")) if isinstance(data.get("op"), str) else None
     args = data.get("args")
     if cls is None or set(data) != {"op", "args"} or not isinstance(args, list):
-        raise SerializationError(f"{where}: invalid expression {_short(data)}")
+        raise SerializationError(f"{where}: invalid expression {short(data)}")
     if len(args) > _MAX_ARGUMENTS:
         raise SerializationError(f"{where}: the expression is too large; refused")
     decoded = [_decode(arg, symbols, where, depth + 1, budget) for arg in args]
     kind = _ARGUMENT_KIND.get(cls)
     if kind is not None and not all(isinstance(arg, kind) for arg in decoded):
         raise SerializationError(
-            f"{where}: {data['op']} of {_short(args)} mixes numbers and truth values"
+            f"{where}: {data['op']} of {short(args)} mixes numbers and truth values"
         )
     if cls is sympy.Pow:
         _check_power(decoded, where)
@@ -173,13 +173,13 @@ def _decode(data: Any, symbols: dict, where: str, depth: int, budget: list[int])
 
 def _bounded(value: int, where: str) -> int:
     if abs(value) > _MAX_INTEGER:
-        raise SerializationError(f"{where}: the integer {_short(value)} is too large; refused")
+        raise SerializationError(f"{where}: the integer {short(value)} is too large; refused")
     return value
 
 
 def _pair_of_ints(data: Any, where: str) -> tuple[int, int]:
     if not isinstance(data, list) or len(data) != 2 or not all(type(v) is int for v in data):
-        raise SerializationError(f"{where}: expected two integers, found {_short(data)}")
+        raise SerializationError(f"{where}: expected two integers, found {short(data)}")
     return _bounded(data[0], where), _bounded(data[1], where)
 
 
@@ -250,12 +250,12 @@ def decode_shape_env(data: Any, where: str = "shape_env") -> ShapeEnv:
         env.symbols[info.symbol] = info
     symbols = {symbol.name: symbol for symbol in env.symbols}
     for record in _list(data, "replacements", where):
-        name, expr = _pair(record, where)
+        name, expr = expect_pair(record, where)
         if name not in symbols:
-            raise SerializationError(f"{where}: a replacement of the unknown symbol {_short(name)}")
+            raise SerializationError(f"{where}: a replacement of the unknown symbol {short(name)}")
         env.replacements[symbols[name]] = decode_expr(expr, symbols, f"{where}, replacements")
     for record in _list(data, "divisible", where):
-        dividend, divisor = _pair(record, where)
+        dividend, divisor = expect_pair(record, where)
         env.divisible.add(
             (
                 decode_expr(dividend, symbols, f"{where}, divisible"),
@@ -278,7 +278,7 @@ def _decode_symbol(record: Any, env: ShapeEnv, where: str) -> SymbolInfo:
         raise SerializationError(f"{where}: a symbol must be an object")
     name = record.get("name")
     if not isinstance(name, str) or not _SYMBOL_NAME.fullmatch(name):
-        raise SerializationError(f"{where}: invalid symbol name {_short(name)}")
+        raise SerializationError(f"{where}: invalid symbol name {short(name)}")
     where = f"{where}, symbol {name}"
     if any(s.name == name for s in env.symbols):
         raise SerializationError(f"{where}: declared twice")
@@ -300,7 +300,7 @@ def _decode_symbol(record: Any, env: ShapeEnv, where: str) -> SymbolInfo:
             or type(declared[0]) is not int
             or not (declared[1] is None or type(declared[1]) is int)
         ):
-            raise SerializationError(f"{where}: invalid declared range {_short(declared)}")
+            raise SerializationError(f"{where}: invalid declared range {short(declared)}")
         declared = (declared[0], declared[1])
     lower = decode_expr(record.get("lower"), {}, where)
     upper = decode_expr(record.get("upper"), {}, where)
@@ -329,7 +329,7 @@ def _decode_guard(data: Any, symbols: dict, where: str) -> Guard:
 
 def _optional_string(value: Any, where: str) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise SerializationError(f"{where}: expected a string or null, found {_short(value)}")
+        raise SerializationError(f"{where}: expected a string or null, found {short(value)}")
     return value
 
 
@@ -338,12 +338,6 @@ def _list(data: dict, key: str, where: str) -> list:
     if not isinstance(value, list):
         raise SerializationError(f"{where}: {key} must be a list")
     return value
-
-
-def _pair(item: Any, where: str) -> tuple[Any, Any]:
-    if not isinstance(item, list) or len(item) != 2:
-        raise SerializationError(f"{where}: expected a pair, found {_short(item)}")
-    return item[0], item[1]
 
 
 # ------------------------------------------------------------------ meta["val"]
@@ -374,10 +368,10 @@ class SymbolicCodecs(MetaCodecs):
         if type(data) is int:
             return data
         if not isinstance(data, dict) or set(data) != {"expr", "type"}:
-            raise SerializationError(f"{where}: invalid size {_short(data)}")
+            raise SerializationError(f"{where}: invalid size {short(data)}")
         pytype = _PYTYPES.get(data["type"]) if isinstance(data["type"], str) else None
         if pytype is None or self.env is None:
-            raise SerializationError(f"{where}: invalid symbolic size {_short(data)}")
+            raise SerializationError(f"{where}: invalid symbolic size {short(data)}")
         expr = decode_expr(data["expr"], self.symbols, where)
         if pytype is int and expr.is_Integer:
             return int(expr)

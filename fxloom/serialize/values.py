@@ -37,7 +37,17 @@ from fxloom.pytree import TreeSpec, container_type
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
 
-__all__ = ["encode_value", "decode_value", "encode_spec", "decode_spec", "TORCH_ENUMS"]
+__all__ = [
+    "encode_value",
+    "decode_value",
+    "encode_spec",
+    "decode_spec",
+    "short",
+    "expect_list",
+    "expect_pair",
+    "TORCH_ENUMS",
+    "NUMPY_SCALARS",
+]
 
 # Values of torch's enum-like types, by the name torch gives them (``torch.float32``).
 TORCH_ENUMS: dict[str, type] = {
@@ -70,7 +80,7 @@ def encode_value(value: Any, where: str = "") -> Any:
     if t in _NAME_OF_VALUE or isinstance(value, tuple(TORCH_ENUMS.values())):
         kind, name = _NAME_OF_VALUE[value]
         return {kind: name}
-    if t.__module__ == "numpy" and t.__name__ in _NUMPY_SCALARS:
+    if t.__module__ == "numpy" and t.__name__ in NUMPY_SCALARS:
         return {"numpy": [t.__name__, value.item()]}
     entry = container_type(t)
     if entry is not None:
@@ -114,7 +124,7 @@ def decode_value(data: Any, nodes: Mapping[str, Node] | None = None, where: str 
     if t is list:
         return [decode_value(v, nodes, where) for v in data]
     if t is not dict or len(data) not in (1, 3):
-        raise SerializationError(f"{where}: cannot read the value {_short(data)}")
+        raise SerializationError(f"{where}: cannot read the value {short(data)}")
     if len(data) == 3:
         return _decode_container(data, nodes, where)
     ((kind, body),) = data.items()
@@ -133,7 +143,7 @@ def _decode_node(name: Any, nodes: Mapping[str, Node] | None, where: str) -> Nod
 def _decode_torch_enum(kind: str) -> Callable[[Any, Any, str], Any]:
     def decode(name: Any, nodes: Any, where: str) -> Any:
         if not isinstance(name, str) or name not in _BY_NAME[kind]:
-            raise SerializationError(f"{where}: unknown {kind} {_short(name)}")
+            raise SerializationError(f"{where}: unknown {kind} {short(name)}")
         return _BY_NAME[kind][name]
 
     return decode
@@ -141,7 +151,7 @@ def _decode_torch_enum(kind: str) -> Callable[[Any, Any, str], Any]:
 
 def _decode_float(text: Any, nodes: Any, where: str) -> float:
     if text not in ("inf", "-inf", "nan"):
-        raise SerializationError(f"{where}: {_short(text)} is not a special float")
+        raise SerializationError(f"{where}: {short(text)} is not a special float")
     return float(text)
 
 
@@ -149,17 +159,17 @@ def _decode_device(text: Any, nodes: Any, where: str) -> torch.device:
     try:
         return torch.device(_string(text, "device", where))
     except RuntimeError as e:
-        raise SerializationError(f"{where}: invalid device {_short(text)}: {e}") from None
+        raise SerializationError(f"{where}: invalid device {short(text)}: {e}") from None
 
 
 def _decode_container(data: dict, nodes: Any, where: str) -> Any:
     if set(data) != {"container", "children", "context"}:
-        raise SerializationError(f"{where}: cannot read the value {_short(data)}")
+        raise SerializationError(f"{where}: cannot read the value {short(data)}")
     cls = allowlist.resolve_callable(_string(data["container"], "class", where), "container class")
     entry = container_type(cls) if isinstance(cls, type) else None
     if entry is None:
         raise SerializationError(f"{where}: {data['container']} is not a container class")
-    children = _list(data["children"], where)
+    children = expect_list(data["children"], where)
     context = decode_value(data["context"], nodes, where)
     try:
         return entry.unflatten([decode_value(c, nodes, where) for c in children], context)
@@ -171,49 +181,54 @@ def _decode_container(data: dict, nodes: Any, where: str) -> Any:
 
 def _string(value: Any, what: str, where: str) -> str:
     if not isinstance(value, str):
-        raise SerializationError(f"{where}: expected a {what} name, found {_short(value)}")
+        raise SerializationError(f"{where}: expected a {what} name, found {short(value)}")
     return value
 
 
-def _list(value: Any, where: str, length: int | None = None) -> list:
+def expect_list(value: Any, where: str, length: int | None = None) -> list:
+    """``value`` if it is a JSON list (of ``length`` items, when given); else the error."""
     if not isinstance(value, list) or length is not None and len(value) != length:
         expected = f"a list of {length}" if length is not None else "a list"
-        raise SerializationError(f"{where}: expected {expected}, found {_short(value)}")
+        raise SerializationError(f"{where}: expected {expected}, found {short(value)}")
     return value
+
+
+def expect_pair(value: Any, where: str) -> tuple[Any, Any]:
+    """The two items of a ``[first, second]`` JSON list; else the error."""
+    first, second = expect_list(value, where, 2)
+    return first, second
 
 
 def _ints(value: Any, where: str) -> list[int]:
     if not isinstance(value, list) or not all(type(v) is int for v in value):
-        raise SerializationError(f"{where}: expected a list of integers, found {_short(value)}")
+        raise SerializationError(f"{where}: expected a list of integers, found {short(value)}")
     return value
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _decode_dict(items: Any, nodes: Any, where: str) -> dict:
     result = {}
-    for item in _list(items, where):
-        key, value = _list(item, where, 2)
+    for item in expect_list(items, where):
+        key, value = expect_pair(item, where)
         key = decode_value(key, nodes, where)
         if not isinstance(key, (str, int, float, bool, type(None))):
-            raise SerializationError(
-                f"{where}: dict keys must be plain values, found {_short(key)}"
-            )
+            raise SerializationError(f"{where}: dict keys must be plain values, found {short(key)}")
         result[key] = decode_value(value, nodes, where)
     return result
 
 
 def _decode_slice(parts: Any, nodes: Any, where: str) -> slice:
-    return slice(*(decode_value(p, nodes, where) for p in _list(parts, where, 3)))
+    return slice(*(decode_value(p, nodes, where) for p in expect_list(parts, where, 3)))
 
 
 def _decode_complex(parts: Any, nodes: Any, where: str) -> complex:
-    real, imag = _list(parts, where, 2)
+    real, imag = expect_list(parts, where, 2)
     if not all(isinstance(p, (int, float)) for p in (real, imag)):
-        raise SerializationError(f"{where}: invalid complex number {_short(parts)}")
+        raise SerializationError(f"{where}: invalid complex number {short(parts)}")
     return complex(real, imag)
 
 
@@ -225,17 +240,17 @@ def _decode_bytes(text: Any, nodes: Any, where: str) -> bytes:
 
 
 def _decode_range(parts: Any, nodes: Any, where: str) -> range:
-    return range(*_ints(_list(parts, where, 3), where))
+    return range(*_ints(expect_list(parts, where, 3), where))
 
 
 # numpy scalars (``np.float64(5.65)``, a constant some models compute with numpy).
-_NUMPY_SCALARS = frozenset("float16 float32 float64 int8 int16 int32 int64 uint8 bool_".split())
+NUMPY_SCALARS = frozenset("float16 float32 float64 int8 int16 int32 int64 uint8 bool_".split())
 
 
 def _decode_numpy(parts: Any, nodes: Any, where: str) -> Any:
-    name, value = _list(parts, where, 2)
-    if name not in _NUMPY_SCALARS or not isinstance(value, (int, float, bool)):
-        raise SerializationError(f"{where}: invalid numpy scalar {_short(parts)}")
+    name, value = expect_list(parts, where, 2)
+    if name not in NUMPY_SCALARS or not isinstance(value, (int, float, bool)):
+        raise SerializationError(f"{where}: invalid numpy scalar {short(parts)}")
     import numpy
 
     return getattr(numpy, name)(value)
@@ -249,7 +264,7 @@ _DECODERS: dict[str, Callable[[Any, Any, str], Any]] = {
     "treespec": lambda spec, nodes, where: decode_spec(spec, where),
     "node": _decode_node,
     "tuple": lambda items, nodes, where: tuple(
-        decode_value(v, nodes, where) for v in _list(items, where)
+        decode_value(v, nodes, where) for v in expect_list(items, where)
     ),
     "dict": _decode_dict,
     "slice": _decode_slice,
@@ -293,7 +308,7 @@ def decode_spec(data: Any, where: str) -> TreeSpec:
     if data is None:
         return TreeSpec(None)
     if not isinstance(data, dict) or not isinstance(data.get("children"), list):
-        raise SerializationError(f"{where}: invalid tree spec {_short(data)}")
+        raise SerializationError(f"{where}: invalid tree spec {short(data)}")
     cls = allowlist.resolve_callable(data.get("type"), "container class")
     entry = container_type(cls) if isinstance(cls, type) else None
     if entry is None:
