@@ -15,8 +15,7 @@ the node ``cond_op(pred, true_graph_0, false_graph_0, (operands..., lifted...))`
 returns a tuple read by ``getitem`` nodes, whose stand-ins are the true
 branch's. A cond inside a branch nests: its subgraphs belong to the branch.
 
-Depends on ``capture``, ``stand_in``, ``verifier`` (to allow ``cond_op``),
-``fxloom.cond`` and the IR.
+Depends on ``capture``, ``stand_in``, ``fxloom.cond`` and the IR.
 """
 
 from __future__ import annotations
@@ -36,13 +35,11 @@ from fxloom.cond import output_leaves as branch_output_leaves
 from fxloom.export.capture import Capture
 from fxloom.export.stand_in import StandIn, wrap
 from fxloom.export.symbolic import wrap_expr
-from fxloom.export.verifier import ALLOWED_FUNCTIONS
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 
 __all__ = ["BranchCapture", "active_capture", "capture_cond"]
 
-ALLOWED_FUNCTIONS.add(cond_op)  # an exported graph may call it
 
 # A branch's capture records its own graph and values; the rest of a capture (provenance,
 # decompositions, constants' names, and what later work adds, like a shape environment) is

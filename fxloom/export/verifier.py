@@ -4,8 +4,12 @@
   ``output`` last; placeholders first, as many as the signature's inputs and
   named as it says; the output as long as the signature's outputs;
 * every ``call_function`` target is an operator overload that mutates nothing
-  (or ``operator.getitem`` picking one result of a multi-result operator, or
-  the arithmetic of symbolic sizes: ``operator.mul``, ``torch.sym_max``...);
+  (or ``operator.getitem`` picking one result of a multi-result operator, the
+  arithmetic of symbolic sizes: ``operator.mul``, ``torch.sym_max``..., or one
+  of fxloom's run-time functions listed for exported graphs, ``cond_op``);
+* ``get_attr`` reads only a branch of ``cond``: a GraphModule that is a direct
+  child of the graph's module, checked by the same rules; no other module
+  anywhere in the tree holds a graph (nothing runs unchecked);
 * every operator node carries the metadata the spec lists: ``val``,
   ``stack_trace``, ``nn_module_stack``; placeholders carry ``val``.
 
@@ -21,8 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fxloom._format import qualified_name
 from fxloom.export.signature import ConstantArgument
 from fxloom.export.size_nodes import SIZE_FUNCTIONS
+from fxloom.graph_module import GraphModule
+from fxloom.ops.runtime_functions import EXPORT_RUNTIME_FUNCTIONS
 
 if TYPE_CHECKING:
     from fxloom.export.program import ExportedProgram
@@ -30,8 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["verify", "ExportVerifierError", "ALLOWED_FUNCTIONS"]
 
 # call_function targets allowed besides operator overloads: picking one result of a
-# multi-result operator, and the arithmetic of symbolic sizes.
-ALLOWED_FUNCTIONS: set[Any] = {operator.getitem, *SIZE_FUNCTIONS}
+# multi-result operator, and the arithmetic of symbolic sizes. fxloom's run-time functions
+# are allowed by name (EXPORT_RUNTIME_FUNCTIONS), so no import order changes the answer.
+ALLOWED_FUNCTIONS: frozenset[Any] = frozenset({operator.getitem, *SIZE_FUNCTIONS})
 _OPERATOR_METADATA = ("val", "stack_trace", "nn_module_stack")
 
 
@@ -72,21 +80,29 @@ def verify(ep: ExportedProgram) -> None:
         name = getattr(value, "name", None)
         if not isinstance(spec.arg, ConstantArgument) and name != spec.arg.name:
             _fail(outputs[0], f"output {spec} is returned as {value!r}")
+    checked = {ep.graph_module}
     for node in nodes:
-        _check_node(ep.graph_module, node)
+        _check_node(ep.graph_module, node, checked)
+    for path, module in ep.graph_module.named_modules():
+        if module not in checked:
+            raise ExportVerifierError(
+                f"the submodule {path!r} ({type(module).__name__}) is not a branch read by "
+                "get_attr; an exported program's modules are only its cond branches"
+            )
 
 
-def _check_node(owner: torch.nn.Module, node: Any) -> None:
+def _check_node(owner: torch.nn.Module, node: Any, checked: set[torch.nn.Module]) -> None:
     if node.op in ("placeholder", "output"):
         return
     if node.op == "get_attr":
-        subgraph = getattr(owner, node.target, None)
-        if not isinstance(subgraph, torch.nn.Module):
-            _fail(node, "get_attr may only read submodules (state is passed in as inputs)")
-        branch_graph = getattr(subgraph, "graph", None)
-        if branch_graph is not None:  # a branch of cond: the same rules, inside
-            for inner in branch_graph.nodes:
-                _check_node(subgraph, inner)
+        # A branch of cond: a GraphModule child, whose graph keeps the same rules.
+        branch = owner._modules.get(node.target)
+        if not isinstance(branch, GraphModule):
+            _fail(node, "get_attr may only read a cond branch, a GraphModule child of its module")
+        if branch not in checked:
+            checked.add(branch)
+            for inner in branch.graph.nodes:
+                _check_node(branch, inner, checked)
         return
     if node.op != "call_function":
         _fail(node, f"op {node.op!r} is not allowed in an exported graph (call_function only)")
@@ -94,11 +110,17 @@ def _check_node(owner: torch.nn.Module, node: Any) -> None:
     if isinstance(target, torch._ops.OpOverload):
         if target._schema.is_mutable:
             _fail(node, f"{target} mutates its inputs; exported graphs are functional")
-    elif target not in ALLOWED_FUNCTIONS and not isinstance(target, torch._ops.HigherOrderOperator):
+    elif not _allowed_function(target):
         _fail(node, f"target {target!r} is not an operator overload (torch.ops.*.*)")
     for key in _OPERATOR_METADATA:
         if key not in node.meta:
             _fail(node, f"meta[{key!r}] is missing (every operator node carries it)")
+
+
+def _allowed_function(target: Any) -> bool:
+    if target in ALLOWED_FUNCTIONS or isinstance(target, torch._ops.HigherOrderOperator):
+        return True
+    return callable(target) and qualified_name(target) in EXPORT_RUNTIME_FUNCTIONS
 
 
 def _fail(node: Any, rule: str) -> None:

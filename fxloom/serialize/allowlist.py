@@ -4,30 +4,22 @@ Loading a file or parsing a graph's text never imports a module the text
 names and never calls what it has not found here. A name is resolved to an
 object only if it is:
 
-* a safe builtin (``getattr``, ``len``, ``max``; never ``eval``, ``open``,
-  ``__import__``);
-* a public callable of ``operator``, ``math`` or one of torch's function
-  namespaces (``torch``, ``torch.nn.functional``, ``torch.special``, ...),
-  which must be what prints as that name (no ``os.system`` reached as
-  ``torch.os.system``), minus the few that touch files or compile code;
-* a registered operator ``torch.ops.<namespace>.<op>[.<overload>]``;
-* one of fxloom's own functions that traced graphs call (guards, ``cond``);
+* in the closed table of ``call_table``: pure ATen/prims operator overloads,
+  the listed torch functions and Tensor methods, ``operator``/``math``
+  functions, safe builtins, fxloom's run-time functions;
 * a container class registered with fxloom's or torch's pytree (Hugging Face's
   ``ModelOutput`` classes), looked up only among modules already imported;
 * an ``nn.Module`` class of ``torch.nn``, ``torch.ao.nn`` or fxloom, for the
   modules of a saved GraphModule;
 * anything the user registered with ``register_serializable``.
 
-Everything else is refused with ``DisallowedNameError``, which names it and
-says how to allow it.
+Attribute reads are typed (``attribute_table``). Everything else is refused
+with ``DisallowedNameError``, which names it and says how to allow it.
 """
 
 from __future__ import annotations
 
-import builtins
 import importlib
-import math
-import operator
 import sys
 from typing import Any
 
@@ -35,6 +27,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom.serialize import attribute_table, call_table
 from fxloom.serialize.errors import DisallowedNameError, SerializationError
 
 __all__ = [
@@ -53,49 +46,6 @@ __all__ = [
 
 MISSING = attr_path.MISSING
 
-# Builtins a graph may call; eval, exec, open, __import__, setattr, type... are not among them.
-_SAFE_BUILTINS = frozenset(
-    "getattr len int float bool str tuple list dict slice range min max abs sum "
-    "isinstance hasattr round divmod pow all any zip enumerate reversed sorted".split()
-)
-_ALLOWED_ROOTS: dict[str, Any] = {"torch": torch, "operator": operator, "math": math}
-_ALLOWED_MODULE_PREFIXES = ("torch", "operator", "_operator", "math")
-# torch namespaces whose functions may be targets (``torch.relu``, ``torch.nn.functional.gelu``).
-_TORCH_PARENTS = frozenset(
-    {
-        "torch",
-        "torch.nn.functional",
-        "torch._C._nn",
-        "torch._C._fft",  # torch.fft.fft prints as torch._C._fft.fft_fft
-        "torch._C._linalg",
-        "torch._C._special",
-        "torch.special",
-        "torch.linalg",
-        "torch.fft",
-        "torch.return_types",
-    }
-)
-# Functions that touch files or compile code; ``operator.call``/``methodcaller``/``attrgetter``
-# would call or reach anything by name.
-_DENIED = frozenset(
-    {"torch.load", "torch.save", "torch.from_file", "torch.compile"}
-    | {"operator.call", "operator.methodcaller", "operator.attrgetter"}
-)
-# Attributes of frames, generators, coroutines, tracebacks and classes that lead to globals and
-# builtins without a dunder (``gen.gi_frame.f_globals``); no graph reads them.
-_INTROSPECTION_ATTRIBUTES = frozenset(
-    "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await ag_frame ag_code "
-    "f_globals f_locals f_builtins f_back f_code tb_frame tb_next func_globals func_code "
-    "mro".split()
-)
-# fxloom modules whose functions graphs that fxloom produces may call.
-_FXLOOM_FUNCTION_MODULES = (
-    "fxloom.guards",
-    "fxloom.cond",
-    "fxloom.pytree",
-    "fxloom.ops",
-    "fxloom.export",
-)
 # Packages whose nn.Module classes may be rebuilt from a file (by state, never by pickle).
 _MODULE_CLASS_PACKAGES = ("torch.nn.", "torch.ao.nn.", "fxloom.")
 
@@ -169,18 +119,8 @@ _FOUND: dict[str, Any] = {}
 
 
 def _find_allowed(name: str) -> Any:
-    parts = name.split(".")
-    if len(parts) == 1 or parts[0] == "builtins" and len(parts) == 2:
-        return getattr(builtins, parts[-1]) if parts[-1] in _SAFE_BUILTINS else MISSING
-    if parts[:2] == ["torch", "ops"]:
-        return _op_overload(parts[2:])
-    if parts[0] == "fxloom":
-        found = _fxloom_function(name)
-        return found if found is not MISSING else _container_class(name)
-    found = _library_callable(name, parts)
-    if found is not MISSING:
-        return found
-    return _container_class(name)
+    found = call_table.find_table_callable(name)
+    return found if found is not call_table.MISSING else _container_class(name)
 
 
 def resolve_module_class(name: str) -> type:
@@ -196,36 +136,33 @@ def resolve_module_class(name: str) -> type:
 
 
 def allowed_method(name: str) -> bool:
-    """A Tensor method a ``call_method`` node may call: defined by Tensor, and no dunder
-    other than an operator's (``__getitem__``, ``__radd__``)."""
-    if not isinstance(name, str):
-        return False
-    if name in _REGISTERED:
-        return True
-    if not (name in vars(torch.Tensor) or name in vars(torch._C.TensorBase)):
-        return False
-    if not (name.startswith("__") and name.endswith("__")):
-        return True
-    bare = name[2:-2]
-    # vars, not hasattr: every module has object's __reduce_ex__ and __setattr__.
-    return any(f"__{b}__" in vars(operator) for b in (bare, bare[1:]) if b)
+    """A method a ``call_method`` node may call: a listed Tensor method or an operator's
+    dunder (``call_table.allowed_tensor_method``), or one the user registered."""
+    return isinstance(name, str) and name in _REGISTERED or call_table.allowed_tensor_method(name)
 
 
-def check_call(target: Any, args: tuple) -> None:
-    """Refuse ``getattr(x, "__globals__")``-style reaches: a dunder attribute, or a frame's or
-    generator's internals (``gi_frame.f_globals``), reaches everything. The name must be
-    written in the graph: one computed while running (``"__cl" + "ass__"``) could be any."""
-    if target not in (getattr, hasattr) or len(args) < 2:
-        return
-    name = args[1]
-    if not isinstance(name, str):
+def check_call(target: Any, args: tuple, kwargs: dict | None = None) -> None:
+    """Refuse what a call may not do although its target is allowed: read an attribute not
+    in ``attribute_table`` (the name must be written in the graph: one computed while
+    running, ``"__cl" + "ass__"``, could be any), or give a builtin a function to call."""
+    if target in (getattr, hasattr) and len(args) >= 2:
+        name = args[1]
+        if not isinstance(name, str):
+            raise SerializationError(
+                f"{target.__name__} with an attribute name computed while running ({name!r}) is "
+                "not allowed; only names written in the graph are"
+            )
+        if not attribute_table.readable_attribute(name):
+            raise SerializationError(
+                f"{target.__name__} of the attribute {name!r} is not allowed: graphs from files "
+                "read only the attributes of tensors, sizes, dtypes, devices and registered "
+                "containers (fxloom.serialize.attribute_table)"
+            )
+    refused = call_table.CALLABLE_KEYWORDS.get(target, frozenset()) & set(kwargs or ())
+    if refused:
         raise SerializationError(
-            f"{target.__name__} with an attribute name computed while running ({name!r}) is "
-            "not allowed; only names written in the graph are"
-        )
-    if _is_dunder(name) or name in _INTROSPECTION_ATTRIBUTES or name.startswith("co_"):
-        raise SerializationError(
-            f"{target.__name__} of the private attribute {name!r} is not allowed"
+            f"{target.__name__}({', '.join(sorted(refused))}=...) is not allowed: it would call "
+            "a function from the file"
         )
 
 
@@ -242,6 +179,9 @@ def name_of(obj: Any, what: str = "target") -> str:
     name = class_name(obj) if isinstance(obj, type) else qualified_name(obj)
     if find_callable(name) is obj:
         return name
+    if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        reason = call_table.operator_refusal(obj) or "is not a listed operator"
+        raise SerializationError(f"cannot save {what} {name}: loading refuses it, as it {reason}")
     raise SerializationError(
         f"cannot save {what} {name}: loading would refuse it, as it is not on fxloom's "
         f"allowlist. If it is safe to call, register it with fxloom.register_serializable({name.rsplit('.', 1)[-1]})"
@@ -270,53 +210,6 @@ def module_class_name(cls: type) -> str:
 def class_name(cls: type) -> str:
     """``module.qualname``: the name a class is saved by."""
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _is_dunder(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("__") and value.endswith("__")
-
-
-def _library_callable(name: str, parts: list[str]) -> Any:
-    root = _ALLOWED_ROOTS.get(parts[0])
-    if root is None or name in _DENIED:
-        return MISSING
-    if root is torch and ".".join(parts[:-1]) not in _TORCH_PARENTS:
-        return MISSING
-    found = attr_path.find(root, ".".join(parts[1:])) if len(parts) > 1 else root
-    if found is MISSING or not callable(found) or isinstance(found, type(torch)):
-        return MISSING
-    module = getattr(found, "__module__", None) or ""
-    if not module.startswith(_ALLOWED_MODULE_PREFIXES) and not isinstance(found, type):
-        return MISSING
-    # The object must be what prints as this name: no reaching os.system via torch.os.
-    return found if qualified_name(found) == name else MISSING
-
-
-def _op_overload(parts: list[str]) -> Any:
-    """``torch.ops.<ns>.<op>[.<overload>]``: only registered operators, never other attributes."""
-    if len(parts) not in (2, 3) or any(p.startswith("__") for p in parts):
-        return MISSING
-    try:
-        found = attr_path.find(torch.ops, ".".join(parts))
-    except (AttributeError, RuntimeError):
-        return MISSING
-    return (
-        found
-        if isinstance(found, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
-        else MISSING
-    )
-
-
-def _fxloom_function(name: str) -> Any:
-    module_name, _, attr = name.rpartition(".")
-    if not _importable(module_name, _FXLOOM_FUNCTION_MODULES):
-        return MISSING
-    try:
-        module = importlib.import_module(module_name)  # fxloom's own modules only
-    except ImportError:
-        return MISSING
-    found = vars(module).get(attr, MISSING)
-    return found if callable(found) and qualified_name(found) == name else MISSING
 
 
 def _container_class(name: str) -> Any:

@@ -131,7 +131,7 @@ def _decode_node(
     target = _decode_target(op, target, where)
     if op == "call_function":
         try:
-            allowlist.check_call(target, args)
+            allowlist.check_call(target, args, kwargs)
         except SerializationError as e:
             raise SerializationError(f"{where}: {e}") from None
     type_expr = _decode_type(record["type"], where) if "type" in record else None

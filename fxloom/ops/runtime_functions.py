@@ -1,0 +1,46 @@
+"""The fxloom functions that graphs call at run time, by the name they are saved under.
+
+Captured graphs call a few of fxloom's own functions: guards that check what
+tracing assumed, export's input checks, ``cond``'s operator, pytree helpers.
+This table is the one list of them. It is written out here, not collected by
+registration, so that nothing imported earlier or later changes what a graph
+may call: a saved program that uses ``cond`` loads in a fresh process whether
+or not the module defining ``cond_op`` was imported. The export verifier and
+the loader's allowlist read it; each name is resolved by importing its fxloom
+module (``fxloom.serialize.call_table``).
+
+A new run-time function gets a row here; ``tests/serialize/test_call_table.py``
+checks that every row names a function that exists and prints as its name.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RUNTIME_FUNCTIONS", "EXPORT_RUNTIME_FUNCTIONS"]
+
+# name -> what graphs call it for
+RUNTIME_FUNCTIONS: dict[str, str] = {
+    # guards of symbolic tracing (fxloom.guards): a call that breaks an assumption raises
+    "fxloom.guards.check_bool": "the branch a traced `if` took",
+    "fxloom.guards.check_fixed": "a concrete_args value",
+    "fxloom.guards.check_float": "a value converted with float()",
+    "fxloom.guards.check_index": "a value used as an index",
+    "fxloom.guards.check_int": "a value converted with int()",
+    "fxloom.guards.check_len": "the length of an unpacked value",
+    "fxloom.guards.check_length": "the length of an iterated value",
+    "fxloom.guards.check_tensor_input": "an example input's dtype and rank",
+    "fxloom.guards.check_variadic_keys": "the keywords given to **kwargs",
+    "fxloom.guards.check_variadic_length": "the number of *args",
+    "fxloom.guards.FixedArgument": "a concrete_args object",
+    "fxloom.guards.FlattenedInput": "an input flattened by its tree spec",
+    # export's input checks (fxloom.export.input_checks)
+    "fxloom.export.input_checks.check_tensor": "an exported input's shape and dtype",
+    "fxloom.export.input_checks.check_value": "an exported non-tensor input",
+    "fxloom.export.input_checks.flatten_inputs": "exported inputs flattened by their tree spec",
+    "fxloom.export.size_checks.check_sizes": "the sizes of exported inputs against their ranges",
+    # structured control flow
+    "fxloom.cond.cond": "fxloom.cond in a traced graph",
+    "fxloom.cond.cond_op": "the branch a cond node picks at run time",
+}
+
+# The rows an exported graph may call besides operator overloads.
+EXPORT_RUNTIME_FUNCTIONS = frozenset({"fxloom.cond.cond_op"})

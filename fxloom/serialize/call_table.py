@@ -1,0 +1,223 @@
+"""The closed table of what a graph read from a file or from text may call and read.
+
+A graph's targets come from a file that may be hostile, so what they may be is
+enumerated, never inferred from where a name points. Each kind of entry:
+
+* **ATen and prims operator overloads** that are pure computation, decided from
+  their schemas: no argument they write to (in place or ``out=``), a result to
+  return, no storage or file argument; minus ``UNCHECKED_OPERATORS``, which look
+  pure but trust their inputs (unchecked sparse or nested constructors, indexing
+  without bounds checks) or act on the process. Only overloads: a packet picks an
+  overload at run time, so it is allowed only if all of its overloads are.
+* **torch functions and Tensor methods by name** (``torch_names``): the public
+  functions of torch's function namespaces and Tensor's public methods, minus those
+  that change process-wide state, touch files, import or compile code, call a
+  function they are given, or leave torch's values (``Tensor.numpy``).
+* **operator and math functions** by name, minus the three of ``operator`` that
+  call or reach anything by name.
+* **builtins** without a callable parameter: ``SAFE_BUILTINS`` (``max``/``min``/
+  ``sorted`` without ``key=``).
+* **fxloom's run-time functions** (``fxloom.ops.runtime_functions``).
+* **attribute reads** (``getattr``/``hasattr``): only names from ``attribute_table``,
+  whose tables lead from tensors to sizes, dtypes, devices and numbers, never out.
+
+A name outside the table is refused whatever it prints as. Users widen it for their
+own functions and classes with ``register_serializable`` (``allowlist``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import math
+import operator
+import re
+from typing import Any
+
+import torch
+
+from fxloom import attr_path
+from fxloom._format import qualified_name
+from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS
+from fxloom.serialize.torch_names import TENSOR_METHODS, TORCH_FUNCTIONS
+
+__all__ = [
+    "SAFE_BUILTINS",
+    "CALLABLE_KEYWORDS",
+    "OPERATOR_NAMESPACES",
+    "UNCHECKED_OPERATORS",
+    "TENSOR_METHODS",
+    "TORCH_FUNCTIONS",
+    "TORCH_CLASSES",
+    "find_table_callable",
+    "operator_refusal",
+    "allowed_tensor_method",
+]
+
+MISSING = attr_path.MISSING
+
+# Builtins a graph may call; eval, exec, open, __import__, setattr, type, map, filter... are not.
+SAFE_BUILTINS = frozenset(
+    "getattr hasattr len int float bool str tuple list dict slice range min max abs sum "
+    "isinstance round divmod pow all any zip enumerate reversed sorted".split()
+)
+# Keywords of those builtins that take a function (which they would call): refused.
+CALLABLE_KEYWORDS: dict[Any, frozenset[str]] = {
+    max: frozenset({"key"}),
+    min: frozenset({"key"}),
+    sorted: frozenset({"key"}),
+}
+_OPERATOR_FUNCTIONS = frozenset(
+    name
+    for name in dir(operator)
+    if not name.startswith("_") and name not in {"call", "methodcaller", "attrgetter", "itemgetter"}
+)
+_MATH_FUNCTIONS = frozenset(
+    name for name in dir(math) if not name.startswith("_") and callable(getattr(math, name))
+)
+# torch classes a graph may call (to build a value); every other class of torch is refused.
+TORCH_CLASSES = frozenset({"torch.Size", "torch.device", "torch.finfo", "torch.iinfo"})
+
+# ---------------------------------------------------------------- operators
+OPERATOR_NAMESPACES = frozenset({"aten", "prims"})
+# Operators (by name, any overload) refused although their schemas look pure: each trusts
+# its inputs or acts on the process. Patterns cover families.
+UNCHECKED_OPERATORS: dict[str, str] = {
+    r".*sparse.*|.*nested.*|.*jagged.*": "builds or reads a sparse or nested layout without checking it",
+    r"_reshape_alias.*|_copy_from.*|_make_per_.*_quantized_tensor|_unsafe_masked_index.*": "trusts its indices or layout",
+    r"_.*pack.*|_cudnn_.*|_mkldnn.*|mkldnn_.*|miopen_.*|_fbgemm.*|fbgemm_.*": "reads a backend's packed format",
+    r"from_file|_print|warn|_cufft_.*|_propagate_xla_data|_test_.*": "acts on the process or reads files",
+    r".*_backward(?:_.*)?": "a gradient kernel, trusting the indices its forward saved",
+}
+_UNCHECKED = re.compile("|".join(f"(?:{pattern})" for pattern in UNCHECKED_OPERATORS))
+# Operators that return nothing and are still allowed: the run-time checks exported graphs carry.
+RETURNLESS_CHECKS = frozenset(
+    {
+        "_assert_async",
+        "_assert_scalar",
+        "_assert_tensor_metadata",
+        "sym_constrain_range",
+        "sym_constrain_range_for_size",
+    }
+)
+_FILE_ARGUMENTS = frozenset({"filename", "path", "file"})
+
+
+def operator_refusal(op: Any) -> str | None:
+    """Why ``op`` (an OpOverload or packet) may not be called from a file; None if it may."""
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        for overload in op.overloads():
+            reason = operator_refusal(getattr(op, overload))
+            if reason is not None:
+                return f"its overload {overload!r} {reason}; name an allowed overload instead"
+        return None
+    if not isinstance(op, torch._ops.OpOverload):
+        return "is not an operator overload"
+    namespace = op.namespace
+    if namespace not in OPERATOR_NAMESPACES:
+        return f"is in the namespace {namespace!r}; files may call {sorted(OPERATOR_NAMESPACES)}"
+    schema = op._schema
+    bare = schema.name.split("::", 1)[1]
+    if _UNCHECKED.fullmatch(bare):
+        return _unchecked_reason(bare)
+    if schema.is_mutable or any(a.is_out for a in schema.arguments):
+        return "writes to its arguments (files hold functional operators)"
+    for argument in schema.arguments:
+        if "Storage" in str(argument.type) or argument.name in _FILE_ARGUMENTS:
+            return f"takes a storage or file argument ({argument.name})"
+    if not schema.returns and bare not in RETURNLESS_CHECKS:
+        return "returns nothing (it acts only by side effect)"
+    return None
+
+
+def _unchecked_reason(bare: str) -> str:
+    reason = next(r for p, r in UNCHECKED_OPERATORS.items() if re.fullmatch(p, bare))
+    return f"{reason} (fxloom.serialize.call_table.UNCHECKED_OPERATORS)"
+
+
+# ------------------------------------------------------------------ lookups
+def find_table_callable(name: str) -> Any:
+    """The object the table allows under ``name``, or ``MISSING``. Never imports anything
+    but fxloom's own modules of run-time functions."""
+    parts = name.split(".")
+    if len(parts) == 1 or (parts[0] == "builtins" and len(parts) == 2):
+        return getattr(builtins, parts[-1]) if parts[-1] in SAFE_BUILTINS else MISSING
+    head, _, last = name.rpartition(".")
+    if head in ("operator", "_operator"):
+        return getattr(operator, last) if last in _OPERATOR_FUNCTIONS else MISSING
+    if head == "math":
+        return getattr(math, last) if last in _MATH_FUNCTIONS else MISSING
+    if parts[:2] == ["torch", "ops"]:
+        return _operator(parts[2:])
+    if name in RUNTIME_FUNCTIONS:
+        return _runtime_function(name)
+    if name in TORCH_FUNCTIONS or name in TORCH_CLASSES:
+        return _printed_as(_torch_object(head, last), name)
+    if head == "torch.return_types" and not last.startswith("_"):
+        found = vars(torch.return_types).get(last, MISSING)
+        return found if isinstance(found, type) and issubclass(found, tuple) else MISSING
+    return MISSING
+
+
+def allowed_tensor_method(name: Any) -> bool:
+    """A ``call_method`` target: a listed Tensor method, or an operator's dunder
+    (``__getitem__``, ``__radd__``: what ``operator``'s own functions call)."""
+    if not isinstance(name, str):
+        return False
+    if name in TENSOR_METHODS:
+        return True
+    if not (name.startswith("__") and name.endswith("__")) or not hasattr(torch.Tensor, name):
+        return False
+    bare = name[2:-2]
+    return any(b in _OPERATOR_FUNCTIONS for b in (bare, bare[1:], bare.rstrip("_")) if b)
+
+
+def _operator(parts: list[str]) -> Any:
+    """``torch.ops.<namespace>.<op>[.<overload>]``, if ``operator_refusal`` allows it."""
+    if len(parts) not in (2, 3) or parts[0] not in OPERATOR_NAMESPACES:
+        return MISSING
+    if any(not p.isidentifier() or p.startswith("__") for p in parts):
+        return MISSING
+    namespace = getattr(torch.ops, parts[0])
+    try:
+        found = getattr(namespace, parts[1])
+        if len(parts) == 3:
+            found = getattr(found, parts[2])
+    except (AttributeError, RuntimeError):
+        return MISSING
+    return found if operator_refusal(found) is None else MISSING
+
+
+def _torch_object(head: str, last: str) -> Any:
+    module = _TORCH_MODULES.get(head)
+    return MISSING if module is None else vars(module).get(last, MISSING)
+
+
+def _printed_as(found: Any, name: str) -> Any:
+    """``found``, if it is what prints as ``name`` (no other object under a listed name)."""
+    if found is MISSING:
+        return MISSING
+    if isinstance(found, type):
+        return found if f"torch.{found.__name__}" == name else MISSING
+    return found if qualified_name(found) == name else MISSING
+
+
+def _runtime_function(name: str) -> Any:
+    module_name, _, attr = name.rpartition(".")
+    module = importlib.import_module(module_name)  # fxloom's own, named in RUNTIME_FUNCTIONS
+    found = vars(module).get(attr, MISSING)
+    return found if found is not MISSING and qualified_name(found) == name else MISSING
+
+
+# The modules listed names live in (read with vars(): no attribute hook runs).
+_TORCH_MODULES: dict[str, Any] = {
+    "torch": torch,
+    "torch.nn.functional": torch.nn.functional,
+    "torch.special": torch.special,
+    "torch.linalg": torch.linalg,
+    "torch.fft": torch.fft,
+    "torch._C._nn": torch._C._nn,
+    "torch._C._fft": torch._C._fft,
+    "torch._C._linalg": torch._C._linalg,
+    "torch._C._special": torch._C._special,
+}
