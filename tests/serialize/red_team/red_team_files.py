@@ -181,3 +181,77 @@ def os_system_chain(x: str = "x") -> list[dict]:
 
 def deep(value):
     return copy.deepcopy(value)
+
+
+# ------------------------------------------------------------- parametrized
+def parametrized_file(module: nn.Module, tensor: str = "weight", path: str = "0") -> bytes:
+    """``Sequential(module)`` with ``module.<tensor>`` weight-normalised, saved."""
+    nn.utils.parametrizations.weight_norm(module, tensor)
+    return saved(nn.Sequential(module))
+
+
+def module_at(program: dict, path: str) -> dict:
+    record = program["module"] if "module" in program else program["graph_module"]
+    for part in path.split(".") if path else []:
+        record = record["children"][part]
+    return record
+
+
+def payload_parametrization(program: dict, path: str, tensor: str, payload: dict) -> None:
+    """Replace the parametrization of ``path``'s ``tensor`` by ``payload`` (a module record)."""
+    plist = module_at(program, path)["children"]["parametrizations"]["children"][tensor]
+    plist["children"]["0"] = payload
+
+
+def two_input_payload(*new_nodes: dict, returns: str = "v") -> dict:
+    """A GraphModule ``(g, v) -> new_nodes -> v``: stands in for weight_norm's (g, v) -> weight."""
+    record = graph_module_record(*new_nodes, returns=returns)
+    record["graph"]["nodes"][0] = {"name": "g", "op": "placeholder", "target": "g"}
+    record["graph"]["nodes"].insert(1, {"name": "v", "op": "placeholder", "target": "v"})
+    return record
+
+
+# ------------------------------------------------------------------- LSTM
+def lstm_file(hidden: int = 4) -> bytes:
+    """A traced ``x -> LSTM(4, hidden)(x)[0]`` built by editing JSON (``fxloom.save`` of an
+    LSTM may fail on torch 2.13), with the LSTM's own weights."""
+    from fxloom.serialize.values import encode_value
+
+    torch.manual_seed(0)
+    lstm = nn.LSTM(4, hidden)
+    data = saved(Small())
+
+    def edit(program):
+        root = program["module"]
+        attributes = {
+            name: encode_value(value)
+            for name, value in lstm.__dict__.items()
+            if name in ("mode", "input_size", "hidden_size", "num_layers", "bias", "batch_first",
+                        "dropout", "bidirectional", "proj_size", "_flat_weights_names", "_all_weights")
+        }
+        root["children"] = {
+            "lstm": {
+                "class": "torch.nn.modules.rnn.LSTM",
+                "training": False,
+                "attributes": attributes,
+                "parameters": {
+                    name: record(f"lstm.{name}", p, parameter=True, requires_grad=True)
+                    for name, p in lstm._parameters.items()
+                },
+                "buffers": {},
+                "children": {},
+            }
+        }
+        root["buffers"] = {}
+        root["graph"]["nodes"] = [
+            {"name": "x", "op": "placeholder", "target": "x"},
+            call("lstm", "lstm", ref("x"), op="call_module"),
+            call("out", "operator.getitem", ref("lstm"), 0),
+            {"name": "output", "op": "output", "target": "output", "args": [ref("out")]},
+        ]
+        root["graph"].pop("module_stacks", None)
+        for n in root["graph"]["nodes"]:
+            n.pop("meta", None)
+
+    data = edited(edit, data)
+    return with_tensors(data, {f"lstm.{n}": p.detach() for n, p in lstm._parameters.items()})

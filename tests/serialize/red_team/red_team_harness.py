@@ -235,8 +235,12 @@ def problems(verdict: dict, kind: str = "graph_module") -> list[str]:
             found.append(f"MEMORY: loading ran out of its 1 GiB ({error}: {message[:200]})")
         else:
             found.append(f"loading raised {error}, not {expected}: {message[:300]}")
-    if verdict.get("recorded"):
-        found.append(f"RECORDED dangerous calls: {verdict['recorded']}")
+    while_loading = verdict.get("recorded_while_loading", [])
+    at_call = verdict.get("recorded", [])[len(while_loading) :]
+    if while_loading:
+        found.append(f"RECORDED dangerous calls WHILE LOADING: {while_loading}")
+    if at_call:
+        found.append(f"RECORDED dangerous calls at the first call: {at_call}")
     if verdict.get("files_changed"):
         found.append(f"FILES CHANGED in the working directory: {verdict['files_changed']}")
     if verdict.get("seconds", 0) > LIMIT_SECONDS:

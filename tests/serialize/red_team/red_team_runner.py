@@ -237,6 +237,8 @@ def make_inputs(specs: list) -> list:
     for spec in specs:
         if "randn" in spec:
             inputs.append(torch.randn(spec["randn"], generator=generator))
+        elif "long" in spec:
+            inputs.append(torch.tensor(spec["long"], dtype=torch.long))
         elif "value" in spec:
             inputs.append(spec["value"])
         else:
@@ -284,6 +286,7 @@ def run_case(case: dict) -> dict:
                 text = f.read()
             module = fxloom.GraphModule(nn.Module(), fxloom.parse_graph(text))
         verdict["stage"] = "call"
+        verdict["recorded_while_loading"] = list(CALLS)
         result = module(*inputs)
         verdict.update(outcome="loaded_and_ran", result=_summary(result))
     except BaseException as e:  # noqa: BLE001  (a hostile file may raise anything, even SystemExit)
@@ -302,6 +305,7 @@ def run_case(case: dict) -> dict:
         lift_limits()
     verdict["seconds"] = round(time.perf_counter() - started, 3)
     verdict["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
+    verdict.setdefault("recorded_while_loading", list(CALLS))
     verdict["recorded"] = list(CALLS)
     after = _snapshot()
     changed = sorted(p for p in after if before.get(p) != after[p] and p != case["file"])
