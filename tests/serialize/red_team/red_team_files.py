@@ -255,3 +255,52 @@ def lstm_file(hidden: int = 4) -> bytes:
 
     data = edited(edit, data)
     return with_tensors(data, {f"lstm.{n}": p.detach() for n, p in lstm._parameters.items()})
+
+
+# ------------------------------------------------------------ ONNX Runtime
+def lowered_file() -> bytes:
+    """``fxloom.lower`` of a small Linear+ReLU to ONNX Runtime, saved (an OrtModule region)."""
+    from fxloom.lower import lower
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    return saved_gm(lower(model, (torch.randn(4, 3),)))
+
+
+def saved_gm(gm) -> bytes:
+    buffer = io.BytesIO()
+    fxloom.save(gm, buffer)
+    return buffer.getvalue()
+
+
+def ort_records(program: dict) -> list[dict]:
+    """Every OrtModule record of a program (depth first)."""
+    found = []
+
+    def walk(record):
+        if record is None:
+            return
+        if record.get("class") == "fxloom.lower.runtime.OrtModule":
+            found.append(record)
+        for child in record.get("children", {}).values():
+            walk(child)
+
+    walk(program["module"])
+    return found
+
+
+def with_onnx_model(data: bytes, edit_model: Callable) -> bytes:
+    """``data`` (a lowered file) whose ONNX model went through ``edit_model(onnx.ModelProto)``."""
+    import onnx
+    from safetensors.torch import load
+
+    program = read(data)
+    region = ort_records(program)[0]
+    key = region["state"]["onnx_model"]["key"]
+    weights = load(zipfile.ZipFile(io.BytesIO(data)).read(WEIGHTS))
+    model = onnx.load_from_string(weights[key].numpy().tobytes())
+    edit_model(model)
+    raw = torch.frombuffer(bytearray(model.SerializeToString()), dtype=torch.uint8)
+    region["state"]["onnx_model"]["shape"] = [raw.numel()]
+    data = rewrite(data, {PROGRAM: json.dumps(program).encode()})
+    return with_tensors(data, {key: raw.clone()})
