@@ -26,7 +26,7 @@ from pathlib import Path
 
 RUNNER = Path(__file__).with_name("red_team_runner.py")
 REPO = Path(__file__).resolve().parents[3]
-WALL_SECONDS_PER_FILE = 15  # the child's own CPU limit is 10 s per file
+WALL_SECONDS_PER_FILE = 12  # the child's own CPU limit is 10 s per file
 STARTUP_SECONDS = 90  # importing torch and fxloom, and the warm-up, on a busy machine
 LIMIT_SECONDS = 10
 
