@@ -127,7 +127,8 @@ CHILD = textwrap.dedent(
             saved = torch.load(entry["io"])  # the test's own tensors, not the file under test
             with torch.no_grad():
                 got = module(*saved["inputs"])
-            flat_got, flat_want = fxloom.pytree.tree_leaves(got), fxloom.pytree.tree_leaves(saved["output"])
+            flat_got = [t for t in fxloom.pytree.tree_leaves(got) if isinstance(t, torch.Tensor)]
+            flat_want = saved["output"]
             same = len(flat_got) == len(flat_want) and all(
                 torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(flat_got, flat_want)
             )
@@ -155,7 +156,8 @@ def fresh_results(tmp_path_factory) -> dict[str, str]:
             results[kind] = f"could not build or save it here: {type(e).__name__}: {str(e)[:400]}"
             continue
         (workdir / f"{kind}.fxl").write_bytes(buffer.getvalue())
-        torch.save({"inputs": list(inputs), "output": output}, workdir / f"{kind}.pt")
+        leaves = [t for t in fxloom.pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
+        torch.save({"inputs": list(inputs), "output": leaves}, workdir / f"{kind}.pt")
         # Container classes (a Hugging Face ModelOutput) are found only among modules already
         # imported, as docs/serialization.md says: the user of such a file imports its library.
         imports = ["transformers.modeling_outputs"] if "hf" in kind else []
@@ -179,3 +181,29 @@ def fresh_results(tmp_path_factory) -> dict[str, str]:
 def test_valid_file_loads_and_runs_in_a_fresh_interpreter(kind, fresh_results):
     """Saved here, loaded in a new process: the same outputs."""
     assert fresh_results[kind] == "same", f"{kind}: {fresh_results[kind]}"
+
+
+# ------------------------------------------------- the red-team harness's controls
+from red_team_files import Small, exported, saved  # noqa: E402
+from red_team_harness import Case, family  # noqa: E402
+
+CONTROLS = family(
+    "controls",
+    [
+        Case("control-traced", "the unmodified traced file", lambda: saved()),
+        Case("control-exported", "the unmodified exported file",
+             lambda: exported(Small(), (torch.randn(4, 3),)), kind="exported"),
+        Case("control-text", "plain graph text",
+             lambda: "graph():\n    %x : [num_users=1] = placeholder[target=x]\n"
+                     "    %r : [num_users=1] = call_function[target=torch.relu](args = (%x,), kwargs = {})\n"
+                     "    return r", kind="text"),
+    ],
+)
+
+
+@pytest.mark.parametrize("control", CONTROLS, ids=[c.id for c in CONTROLS])
+def test_the_red_team_harness_loads_and_runs_a_valid_file_recording_nothing(control, verdicts):
+    """The recorders and limits do not stop a valid file: a refusal elsewhere is the loader's."""
+    verdict = verdicts[control.id]
+    assert verdict.get("outcome") == "loaded_and_ran", verdict
+    assert verdict["recorded"] == [] and verdict["files_changed"] == [], verdict
