@@ -1425,7 +1425,6 @@ TENSOR_METHODS = frozenset(
         "to",
         "to_dense",
         "to_padded_tensor",
-        "tolist",
         "topk",
         "trace",
         "transpose",

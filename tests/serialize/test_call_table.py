@@ -125,14 +125,14 @@ def test_a_refused_operator_says_which_rule_refused_it():
 
 @pytest.mark.parametrize(
     "method", ["numpy", "data_ptr", "storage", "untyped_storage", "register_hook", "apply_",
-               "map_", "share_memory_", "backward", "set_", "as_subclass", "__reduce_ex__",
+               "map_", "share_memory_", "backward", "tolist", "set_", "as_subclass", "__reduce_ex__",
                "__setstate__", "__array__", "__dlpack__", "_typed_storage"]
 )  # fmt: skip
 def test_tensor_methods_that_leave_torch_or_call_functions_are_refused(method):
     assert not allowlist.allowed_method(method)
 
 
-@pytest.mark.parametrize("method", ["add", "view", "size", "to", "tolist", "__getitem__", "__radd__"])
+@pytest.mark.parametrize("method", ["add", "view", "size", "to", "item", "__getitem__", "__radd__"])
 def test_tensor_methods_that_compute_are_allowed(method):
     assert allowlist.allowed_method(method)
 

@@ -60,7 +60,7 @@ _DENIED = re.compile("|".join(f"(?:{pattern})" for pattern in DENIED))
 # Tensor methods refused, and why: each leaves torch's values (raw memory, numpy, storages),
 # calls a function it is given, or changes what a tensor is backed by.
 DENIED_METHODS: dict[str, str] = {
-    "numpy data_ptr const_data_ptr storage untyped_storage storage_type": "leaves torch's values",
+    "numpy tolist data_ptr const_data_ptr storage untyped_storage storage_type": "leaves torch's values",
     "apply_ map_ map2_ register_hook register_post_accumulate_grad_hook backward": "calls a function",
     "as_subclass module_load set_ share_memory_ sparse_resize_ sparse_resize_and_clear_": "changes what backs a tensor",
     "resize_as_sparse_ to_sparse to_sparse_coo to_sparse_csr to_sparse_csc to_sparse_bsr to_sparse_bsc to_mkldnn": "makes layouts files do not hold",

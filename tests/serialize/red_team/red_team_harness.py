@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -117,6 +118,9 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+_BUILDING = threading.Lock()
+
+
 def run_cases(cases: list[Case]) -> dict[str, dict]:
     """A verdict per case id; see ``red_team_runner.run_case`` for its fields."""
     verdicts: dict[str, dict] = {}
@@ -126,7 +130,8 @@ def run_cases(cases: list[Case]) -> dict[str, dict]:
         runnable = []
         for number, c in enumerate(cases):
             try:
-                content = c.build()
+                with _BUILDING:  # tracing patches torch globally: one build at a time
+                    content = c.build()
             except Exception:
                 verdicts[c.id] = {
                     "id": c.id,

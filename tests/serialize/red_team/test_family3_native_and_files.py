@@ -84,8 +84,9 @@ CASES = [
          "set_ makes the caller's input share the module's weight storage",
          call("w", "lin.weight", op="get_attr"),
          call("alias", "torch.ops.aten.set_.source_Tensor", ref("x"), ref("w"))),
-    _ops("aten.as_strided-out-of-bounds", "as_strided with a size beyond the storage",
-         call("view", "torch.ops.aten.as_strided.default", ref("x"), [BIG], [1]),
+    # (as_strided itself checks its view against the storage and raises; this one does not.)
+    _ops("aten._reshape_alias-out-of-bounds", "_reshape_alias: a view beyond the storage, unchecked",
+         call("view", "torch.ops.aten._reshape_alias.default", ref("x"), [BIG], [1]),
          call("s", "torch.ops.aten.sum.default", ref("view"))),
     _ops("aten.resize_-the-input", "resize_ (a mutating overload) grows the caller's input",
          call("r", "torch.ops.aten.resize_.default", ref("x"), [64, 64])),
