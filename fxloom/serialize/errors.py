@@ -20,6 +20,20 @@ class DisallowedNameError(SerializationError):
         self.name = name
         super().__init__(
             f"{what} '{name}' is not on fxloom's allowlist, so it is not loaded "
-            f"(nothing from the file was run). If you trust it, allow it with "
-            f"fxloom.register_serializable(<the object>, name={name!r}) before loading"
+            f"(nothing from the file was run).{_not_imported_hint(name)} If you trust it, allow "
+            f"it with fxloom.register_serializable(<the object>, name={name!r}) before loading"
         )
+
+
+def _not_imported_hint(name: str) -> str:
+    """Container classes are looked up only among imported modules: say which to import."""
+    import sys
+
+    module, _, _ = str(name).rpartition(".")
+    package = module.partition(".")[0]
+    if not package.isidentifier() or package in ("torch", "fxloom", "builtins") or module in sys.modules:
+        return ""
+    return (
+        f" fxloom never imports a module a file names: if it is a class of {module}, "
+        f"import {module} before loading."
+    )

@@ -98,10 +98,21 @@ def decode_graph(data: Any, codecs: MetaCodecs | None = None, where: str = "grap
 
 
 def _encode_target(node: Node, where: str) -> Any:
+    """The target's name, refused here for whatever loading would refuse."""
     if node.op == "call_function":
-        return allowlist.name_of(node.target, f"target of {where}")
+        name = allowlist.name_of(node.target, f"target of {where}")
+        try:
+            allowlist.check_call(node.target, node.args, node.kwargs)
+        except SerializationError as e:
+            raise SerializationError(f"cannot save {where}: {e}") from None
+        return name
     if not isinstance(node.target, str):
         raise SerializationError(f"cannot save {where}: its target {node.target!r} is not a name")
+    if node.op == "call_method" and not allowlist.allowed_method(node.target):
+        raise SerializationError(
+            f"cannot save {where}: loading refuses the method {node.target!r}, which is not in "
+            "fxloom's table of Tensor methods (fxloom.serialize.torch_names)"
+        )
     return node.target
 
 

@@ -225,3 +225,20 @@ def test_saving_refuses_a_graph_that_loading_would_refuse():
     gm.recompile()
     with pytest.raises(SerializationError, match="manual_seed"):
         fxloom.save(gm, io.BytesIO())
+
+
+class CallsNumpy(nn.Module):
+    def forward(self, x):
+        return x.numpy()
+
+
+class ReadsAnAttributeOutsideTheTables(nn.Module):
+    def forward(self, x):
+        return getattr(x, "grad_fn")
+
+
+@pytest.mark.parametrize("model", [CallsNumpy(), ReadsAnAttributeOutsideTheTables()])
+def test_saving_refuses_methods_and_attributes_that_loading_would_refuse(model):
+    gm = fxloom.symbolic_trace(model)
+    with pytest.raises(SerializationError, match="numpy|grad_fn"):
+        fxloom.save(gm, io.BytesIO())
