@@ -15,7 +15,7 @@ checks that every row names a function that exists and prints as its name.
 
 from __future__ import annotations
 
-__all__ = ["RUNTIME_FUNCTIONS", "EXPORT_RUNTIME_FUNCTIONS"]
+__all__ = ["RUNTIME_FUNCTIONS", "EXPORT_RUNTIME_FUNCTIONS", "GRAPH_ARGUMENTS"]
 
 # name -> what graphs call it for
 RUNTIME_FUNCTIONS: dict[str, str] = {
@@ -38,9 +38,13 @@ RUNTIME_FUNCTIONS: dict[str, str] = {
     "fxloom.export.input_checks.flatten_inputs": "exported inputs flattened by their tree spec",
     "fxloom.export.size_checks.check_sizes": "the sizes of exported inputs against their ranges",
     # structured control flow
-    "fxloom.cond.cond": "fxloom.cond in a traced graph",
     "fxloom.cond.cond_op": "the branch a cond node picks at run time",
 }
 
 # The rows an exported graph may call besides operator overloads.
 EXPORT_RUNTIME_FUNCTIONS = frozenset({"fxloom.cond.cond_op"})
+
+# The rows that call some of their arguments, and which: those must be graphs of the same
+# file (get_attr nodes of GraphModule children), never a function value or a value the graph
+# computed (which could be a bound method reached some other way).
+GRAPH_ARGUMENTS: dict[str, tuple[int, ...]] = {"fxloom.cond.cond_op": (1, 2)}

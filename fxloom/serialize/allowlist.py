@@ -27,6 +27,8 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom.node import Node
+from fxloom.ops.runtime_functions import GRAPH_ARGUMENTS
 from fxloom.serialize import attribute_table, call_table
 from fxloom.serialize.errors import DisallowedNameError, SerializationError
 
@@ -157,6 +159,14 @@ def check_call(target: Any, args: tuple, kwargs: dict | None = None) -> None:
                 f"{target.__name__} of the attribute {name!r} is not allowed: graphs from files "
                 "read only the attributes of tensors, sizes, dtypes, devices and registered "
                 "containers (fxloom.serialize.attribute_table)"
+            )
+    graphs = GRAPH_ARGUMENTS.get(qualified_name(target), ()) if callable(target) else ()
+    for position in graphs:
+        argument = args[position] if position < len(args) else None
+        if not (isinstance(argument, Node) and argument.op == "get_attr"):
+            raise SerializationError(
+                f"{qualified_name(target)} calls its argument {position}, which must be a graph "
+                f"of the file read by get_attr, not {argument!r}"
             )
     refused = call_table.CALLABLE_KEYWORDS.get(target, frozenset()) & set(kwargs or ())
     if refused:

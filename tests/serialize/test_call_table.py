@@ -242,3 +242,13 @@ def test_saving_refuses_methods_and_attributes_that_loading_would_refuse(model):
     gm = fxloom.symbolic_trace(model)
     with pytest.raises(SerializationError, match="numpy|grad_fn"):
         fxloom.save(gm, io.BytesIO())
+
+
+def test_cond_op_calls_only_graphs_of_the_file_never_function_values():
+    """A branch that is a function value would run a getattr the table never sees."""
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    with pytest.raises(SerializationError, match="must be a graph of the file"):
+        allowlist.check_call(fxloom.cond_op, (True, getattr, getattr, (x, "numpy")))
+    branch = graph.get_attr("true_graph_0")
+    allowlist.check_call(fxloom.cond_op, (True, branch, branch, (x,)))

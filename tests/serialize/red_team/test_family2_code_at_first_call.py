@@ -94,6 +94,27 @@ def numpy_chain_to_cdll():
     )
 
 
+@case("cond_op-calls-getattr-as-a-branch")
+def cond_op_calls_getattr():
+    """cond_op(True, getattr, getattr, (x, 'numpy')): the attribute read happens inside the
+    branch call, where no getattr node is checked; then cond_op calls the bound method"""
+    return graph_with(
+        call("numpy_method", "fxloom.cond.cond_op", True, {"function": "getattr"},
+             {"function": "getattr"}, {"tuple": [ref("x"), "numpy"]}),
+        call("method", "operator.getitem", ref("numpy_method"), 0),
+        call("arr", "fxloom.cond.cond_op", True, ref("method"), ref("method"), {"tuple": []}),
+    )
+
+
+@case("cond_op-calls-a-computed-value")
+def cond_op_calls_a_computed_value():
+    """a branch that is a value the graph computed (here a table function, passed through)"""
+    return graph_with(
+        call("pick", "operator.getitem", {"tuple": [{"function": "torch.relu"}]}, 0),
+        call("run", "fxloom.cond.cond_op", True, ref("pick"), ref("pick"), {"tuple": [ref("x")]}),
+    )
+
+
 @case("getattr-numpy-tofile-writes-a-file")
 def numpy_tofile():
     """x.numpy().tofile reached by getattr writes a file when max(key=) calls it"""
