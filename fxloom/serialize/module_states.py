@@ -41,12 +41,12 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 from fxloom.serialize import allowlist, onnx_regions
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.modules import (
-    _HOOKS,
     _MODULE_INTERNALS,
     MODULE_STATES,
     REBUILT_HOOKS,
     ModuleState,
     _check_attribute,
+    _refuse_hooks,
 )
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 from fxloom.serialize.values import decode_spec, decode_value, encode_spec, encode_value, short
@@ -318,12 +318,7 @@ def _refusing_hooks(state: ModuleState) -> ModuleState:
     """``state`` that first refuses a module with hooks (Python code), as the generic path does."""
 
     def save(module: nn.Module, writer: TensorWriter, where: str) -> Any:
-        for hooks in _HOOKS:
-            if getattr(module, hooks, None):
-                raise SerializationError(
-                    f"cannot save {where} ({type(module).__qualname__}): it has {hooks[1:]} "
-                    "registered, which are Python code; remove them before saving"
-                )
+        _refuse_hooks(module, type(module), where)
         return state.save(module, writer, where)
 
     return ModuleState(save, state.load)

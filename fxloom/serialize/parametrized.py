@@ -47,7 +47,9 @@ Shape = tuple[int, ...]
 def _dim(p: nn.Module, rank: int) -> int:
     dim = vars(p).get("dim")
     if type(dim) is not int or not -rank <= dim < max(rank, 1):
-        raise SerializationError(f"its dim must be a dimension of a {rank}-d tensor, found {dim!r}")
+        raise SerializationError(
+            f"its dim must be a dimension of a {rank}-d tensor, found {dim!r}"
+        )
     return dim % max(rank, 1)
 
 
@@ -62,7 +64,9 @@ def _weight_norm(p: nn.Module, shapes: list[Shape]) -> Shape:
         dim = _dim(p, len(v))
         expected = tuple(size if d == dim else 1 for d, size in enumerate(v))
     if g != expected:
-        raise SerializationError(f"its g has shape {list(g)}, but v {list(v)} makes it {list(expected)}")
+        raise SerializationError(
+            f"its g has shape {list(g)}, but v {list(v)} makes it {list(expected)}"
+        )
     return v
 
 
@@ -73,7 +77,9 @@ def _orthogonal(p: nn.Module, shapes: list[Shape]) -> Shape:
     base = p._buffers.get("base")
     side = max(shape[-2:])
     if base is not None and tuple(base.shape) != (*shape[:-2], side, side):
-        raise SerializationError(f"its base has shape {list(base.shape)}, not {[*shape[:-2], side, side]}")
+        raise SerializationError(
+            f"its base has shape {list(base.shape)}, not {[*shape[:-2], side, side]}"
+        )
     return shape
 
 
