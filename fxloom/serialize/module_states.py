@@ -132,7 +132,7 @@ def _repack_for_float_io(module: nn.Module) -> None:
     engine = torch.backends.quantized.engine
     if engine in _FLOAT_IO_ENGINES or "x86" not in torch.backends.quantized.supported_engines:
         return
-    packed = module._packed_params
+    packed = module._modules["_packed_params"]  # its dictionary: no attribute lookup
     weight, bias = packed._weight_bias()
     torch.backends.quantized.engine = "x86"
     try:

@@ -10,9 +10,15 @@ Each module is a record::
 
 and a GraphModule adds ``"graph"`` and ``"class_name"``. A module is rebuilt
 without running its ``__init__``: an empty instance of the allowlisted class
-gets its attributes, parameters, buffers and children back, as
-``nn.Module``'s own bookkeeping would hold them; then ``REBUILT_HOOKS`` runs
-what a few classes derive from that state (an RNN's flat weight list).
+gets its attributes, parameters, buffers and children written into
+``__dict__``, ``_parameters``, ``_buffers`` and ``_modules``, as ``nn.Module``'s
+own bookkeeping would hold them; then ``REBUILT_HOOKS`` derives what a few
+classes derive from that state (an RNN's flat weight list). No module code
+runs while loading: nothing is read through ``getattr`` (a property or a
+parametrization would run), and parametrizations are torch's own only
+(``parametrized``). A name has one meaning: it appears once across a record's
+parameters, buffers, children, tensors and attributes, and never hides a
+member of the class. Saving runs the same checks on the live module first.
 ``MODULE_STATES`` holds the classes whose state is not plain attributes
 (quantized modules' packed weights, ONNX Runtime sessions) — each with how
 it is written and read.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
 
 from torch import nn
 from torch.nn.utils import parametrizations, parametrize
@@ -72,7 +71,8 @@ def _weight_norm(p: nn.Module, shapes: list[Shape]) -> Shape:
 
 def _orthogonal(p: nn.Module, shapes: list[Shape]) -> Shape:
     (shape,) = _one(shapes)
-    if len(shape) < 2 or tuple(vars(p).get("shape", ())) != shape:
+    declared = vars(p).get("shape")
+    if len(shape) < 2 or not isinstance(declared, (tuple, list)) or tuple(declared) != shape:
         raise SerializationError(f"its shape attribute must be the matrix's shape {list(shape)}")
     base = p._buffers.get("base")
     side = max(shape[-2:])

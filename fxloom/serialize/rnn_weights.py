@@ -113,12 +113,3 @@ def rebuild_flat_weights(module: nn.Module) -> None:
     state["_flat_weights"] = flat
     state["_flat_weight_refs"] = [None if w is None else weakref.ref(w) for w in flat]
 
-
-def check_derived(module: nn.Module, attributes: dict[str, Any]) -> None:
-    """Files written before these were left out may hold the name lists: only as derived."""
-    for name, value in attributes.items():
-        if name in DERIVED and value != vars(module).get(name):
-            raise SerializationError(
-                f"its {name} must be the canonical names {vars(module).get(name)!r}, "
-                f"found {value!r}"
-            )

@@ -1,4 +1,4 @@
-"""A module record in a file is rebuilt as data: no module code runs, and every name has one meaning.
+"""A module record in a file is rebuilt as data: no module code runs, each name means one thing.
 
 Each hostile file is a valid small model saved with ``fxloom.save`` and then edited
 (``hostile``); loading it raises ``SerializationError`` naming the module and what is
@@ -11,8 +11,6 @@ Runtime regions are in test_onnx_region_files.py.
 """
 
 from __future__ import annotations
-
-import io
 
 import pytest
 import torch
@@ -286,8 +284,8 @@ def test_reordered_lstm_weights_are_refused():
     def edit(program):
         parameters = record(program, "lstm")["parameters"]
         first, second = "weight_ih_l0", "weight_hh_l0"
-        swapped = {second if k == first else first if k == second else k: v
-                   for k, v in parameters.items()}
+        renamed = {first: second, second: first}
+        swapped = {renamed.get(name, name): value for name, value in parameters.items()}
         record(program, "lstm")["parameters"] = swapped
 
     refused(edited(recurrent()[1], edit), "module lstm", "in this order")
@@ -324,7 +322,8 @@ class Quantized(nn.Module):
         super().__init__()
         w = torch.randn(8, 3, 2, 2).contiguous(memory_format=torch.channels_last)
         scales, zeros = torch.rand(8, dtype=torch.float64) + 0.1, torch.zeros(8, dtype=torch.long)
-        self.register_buffer("per_channel", torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8))
+        per_channel = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
+        self.register_buffer("per_channel", per_channel)
         self.register_buffer("per_tensor", torch.quantize_per_tensor(w, 0.1, 3, torch.quint8))
 
     def forward(self, x):

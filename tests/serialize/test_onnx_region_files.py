@@ -33,7 +33,9 @@ def region_model(**changes) -> bytes:
         hidden = helper.make_tensor("h", TensorProto.FLOAT, [2], [0.0, 0.0])
         hidden.data_location = TensorProto.EXTERNAL
         branch = helper.make_graph(
-            [helper.make_node("Constant", [], ["b"], value=hidden)], "branch", [],
+            [helper.make_node("Constant", [], ["b"], value=hidden)],
+            "branch",
+            [],
             [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])],
         )
         cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
@@ -43,7 +45,8 @@ def region_model(**changes) -> bytes:
             helper.make_node("If", ["k"], ["unused"], then_branch=branch, else_branch=branch),
         ]
     graph = helper.make_graph(
-        nodes, "region",
+        nodes,
+        "region",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
         [c],
