@@ -85,6 +85,15 @@ def weight_normed() -> bytes:
 
 
 # ------------------------------------------- loading runs no module code
+@pytest.mark.parametrize("name", ["mlp_tiny", "resnet_tiny", "transformer_tiny", "cnn_small"])
+def test_loading_an_embedded_model_runs_none_of_its_code(name):
+    from fxloom import zoo
+
+    model, inputs = zoo.build(name)
+    loaded = loads_without_running(saved(model))
+    torch.testing.assert_close(loaded(*inputs), model(*inputs), rtol=0, atol=0)
+
+
 PARAMETRIZED = {
     "weight_norm": lambda: parametrizations.weight_norm(nn.Linear(3, 4)),
     "weight_norm over all": lambda: parametrizations.weight_norm(nn.Linear(3, 4), dim=None),
@@ -164,7 +173,9 @@ def test_a_parametrized_weight_is_checked_by_its_computed_shape():
     refused(edited(saved(model), edit), "module lin", "weight has shape [2, 3]", "[2, 5]")
 
 
-def test_get_attr_of_a_parametrized_weight_is_resolved_without_running_it():
+def reads_weight_by_get_attr() -> fxloom.GraphModule:
+    """``lin(x) + lin.weight.sum()``, ``lin`` weight-normed: the graph reads the parametrized
+    weight with a ``get_attr`` node, which loading checks."""
     torch.manual_seed(0)
     gm = fxloom.symbolic_trace(Holds(parametrizations.weight_norm(nn.Linear(3, 2))))
     call = next(iter(gm.graph.find_nodes(op="call_module")))
@@ -173,6 +184,21 @@ def test_get_attr_of_a_parametrized_weight_is_resolved_without_running_it():
         total = gm.graph.call_function(torch.add, (call, gm.graph.call_method("sum", (weight,))))
     call.replace_all_uses_with(total, delete_user_cb=lambda user: user is not total)
     gm.recompile()
+    return gm
+
+
+def test_a_graph_module_parametrizing_a_weight_read_by_get_attr_never_runs():
+    # Checking the get_attr target once read the weight, which ran the planted graph.
+    hidden = record_of(Marked())
+
+    def edit(program):
+        record(program, "lin.parametrizations.weight")["children"]["0"] = hidden
+
+    refused(edited(saved(reads_weight_by_get_attr()), edit), "Marked cannot be")
+
+
+def test_get_attr_of_a_parametrized_weight_is_resolved_without_running_it():
+    gm = reads_weight_by_get_attr()
     loaded = loads_without_running(saved(gm))
     held = module_members.held_at(loaded, "lin.weight")
     assert held == module_members.ParametrizedTensor((2, 3), torch.float32)
