@@ -12,13 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
 from fxloom._version import __version__
 from fxloom.graph_module import GraphModule
+from fxloom.lint import lint_graph
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
 from fxloom.serialize.module_shapes import check_module_shapes
+from fxloom.serialize.module_members import MISSING, ParametrizedTensor, held_at
 from fxloom.serialize.modules import decode_module, encode_module
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 
@@ -96,40 +99,57 @@ def guarded_load(source: Any, step: Any) -> Any:
 def check_loaded(gm: GraphModule) -> None:
     """The loaded module must be whole: a valid graph whose attributes exist and agree with it.
 
-    Its ``forward`` is generated at the first call, as for any GraphModule (an unpickled one
-    too): every name that goes into the code was checked while decoding (``graphs``), and
-    arguments nest at most ``graphs.MAX_ARGUMENT_DEPTH`` deep, so generating it cannot be
-    steered or exhausted by the file.
+    Every check reads the modules' dictionaries (``_modules``, ``_parameters``, ``_buffers``,
+    ``vars``), never an attribute through ``getattr``: a property or parametrization would run
+    code the file chose. Its ``forward`` is generated at the first call, as for any
+    GraphModule (an unpickled one too): every name that goes into the code was checked while
+    decoding (``graphs``), and arguments nest at most ``graphs.MAX_ARGUMENT_DEPTH`` deep, so
+    generating it cannot be steered or exhausted by the file.
     """
     for path, module in gm.named_modules():
-        check_module_shapes(module, f"module {path}" if path else "the root module")
+        where = f"module {path}" if path else "the root module"
+        check_module_shapes(module, where)
         if isinstance(module, GraphModule):
             try:
-                module.graph.lint()
+                lint_graph(module.graph, None)  # its structure; targets are checked below
             except RecursionError:
                 raise SerializationError("the loaded graph is nested too deeply; refused") from None
             except Exception as e:
                 raise SerializationError(f"the loaded graph is not valid: {e}") from None
-            _check_attribute_shapes(module)
+            _check_targets(module, where)
 
 
-def _check_attribute_shapes(gm: GraphModule) -> None:
-    from fxloom import attr_path
+def _check_targets(gm: GraphModule, where: str) -> None:
+    """Each ``get_attr``/``call_module`` target is held by the module, and a tensor it reads
+    has the shape and dtype the graph says."""
+    for op in ("get_attr", "call_module"):
+        for node in gm.graph.find_nodes(op=op):
+            value = held_at(gm, node.target)
+            if value is MISSING or (op == "call_module" and not isinstance(value, nn.Module)):
+                kind = "a module" if op == "call_module" else "anything"
+                raise SerializationError(
+                    f"{where}: %{node.name} ({op}) targets {node.target!r}, which does not hold "
+                    f"{kind}; refused"
+                )
+            if op == "get_attr":
+                _check_tensor_meta(node, value)
 
-    for node in gm.graph.find_nodes(op="get_attr"):
-        value = attr_path.find(gm, node.target)
-        expected = node.meta.get("val", node.meta.get("tensor_meta"))
-        if (
-            not isinstance(value, torch.Tensor)
-            or expected is None
-            or not hasattr(expected, "shape")
-        ):
-            continue
-        if tuple(value.shape) != tuple(expected.shape) or value.dtype != expected.dtype:
-            raise SerializationError(
-                f"the tensor {node.target} is {value.dtype} {list(value.shape)}, but the graph "
-                f"(node %{node.name}) expects {expected.dtype} {list(expected.shape)}"
-            )
+
+def _check_tensor_meta(node: Any, value: Any) -> None:
+    expected = node.meta.get("val", node.meta.get("tensor_meta"))
+    if isinstance(value, torch.Tensor):
+        shape, dtype = tuple(value.shape), value.dtype
+    elif isinstance(value, ParametrizedTensor):
+        shape, dtype = value.shape, getattr(expected, "dtype", None)
+    else:
+        return
+    if expected is None or not hasattr(expected, "shape"):
+        return
+    if shape != tuple(expected.shape) or dtype != expected.dtype:
+        raise SerializationError(
+            f"the tensor {node.target} is {dtype} {list(shape)}, but the graph "
+            f"(node %{node.name}) expects {expected.dtype} {list(expected.shape)}"
+        )
 
 
 def _versions() -> dict[str, str]:

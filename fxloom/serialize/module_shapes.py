@@ -4,8 +4,11 @@ A module is rebuilt from a file without its ``__init__``, so nothing checks
 that ``Linear.weight`` is ``(out_features, in_features)``: a file could hold a
 Linear that computes with a weight its attributes contradict. ``SHAPE_RULES``
 says, per class (matched by its bases), which shapes its attributes imply;
-``check_module_shapes`` refuses a module that disagrees. Only attributes are
-read (no method of the module runs); tensors that are None are not checked.
+``check_module_shapes`` refuses a module that disagrees. Only the module's
+dictionaries are read (``vars``, ``_parameters``, ``_buffers``): no method,
+property or parametrization of the module runs. A parametrized tensor's shape
+is computed from its originals (``parametrized``); tensors that are None are
+not checked. Saving runs the same checks, so what would not load is not written.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from torch import nn
 
+from fxloom.serialize import parametrized, rnn_weights
 from fxloom.serialize.errors import SerializationError
 
 __all__ = ["SHAPE_RULES", "check_module_shapes"]
@@ -23,14 +27,14 @@ Shapes = dict[str, tuple[int, ...]]
 
 
 def _int(module: nn.Module, name: str) -> int:
-    value = getattr(module, name, None)
+    value = vars(module).get(name)
     if type(value) is not int or value < 0:
         raise SerializationError(f"its attribute {name} must be a count, found {value!r}")
     return value
 
 
 def _ints(module: nn.Module, name: str) -> tuple[int, ...]:
-    value = getattr(module, name, None)
+    value = vars(module).get(name)
     value = (value,) if type(value) is int else value
     if not isinstance(value, (tuple, list)) or not all(type(v) is int and v >= 0 for v in value):
         raise SerializationError(f"its attribute {name} must be sizes, found {value!r}")
@@ -53,7 +57,7 @@ def _conv(m: nn.Module) -> Shapes:
     if groups == 0 or c_in % groups or c_out % groups:
         raise SerializationError(f"its groups={groups} do not divide its channels")
     kernel = _ints(m, "kernel_size")
-    first, second = (c_in, c_out) if getattr(m, "transposed", False) else (c_out, c_in)
+    first, second = (c_in, c_out) if vars(m).get("transposed") is True else (c_out, c_in)
     return {"weight": (first, second // groups, *kernel), "bias": (c_out,)}
 
 
@@ -90,27 +94,32 @@ SHAPE_RULES: dict[type, Callable[[nn.Module], Shapes]] = {
     nn.RMSNorm: lambda m: {"weight": _ints(m, "normalized_shape")},
     nn.modules.batchnorm._NormBase: _batch_norm,
     nn.GroupNorm: _group_norm,
+    nn.RNNBase: rnn_weights.rnn_shapes,
 }
 
 
 def check_module_shapes(module: nn.Module, where: str) -> None:
     """Refuse ``module`` if a parameter or buffer disagrees with the attributes that size it."""
-    cls = type(module)
+    cls = parametrized.saved_class(module, type(module))
     rule = next((SHAPE_RULES[base] for base in cls.__mro__ if base in SHAPE_RULES), None)
+    shapes = {name: tuple(t.shape) for name, t in _tensors(module) if t is not None}
+    shapes.update(parametrized.parametrized_shapes(module, where))
     if rule is None:
         return
     try:
         expected = rule(module)
     except SerializationError as e:
         raise SerializationError(f"{where} ({cls.__qualname__}): {e}") from None
-    tensors: dict[str, Any] = {**module._parameters, **module._buffers}
     for name, shape in expected.items():
-        tensor = tensors.get(name)
-        if tensor is not None and tuple(tensor.shape) != shape:
+        if name in shapes and shapes[name] != shape:
             raise SerializationError(
-                f"{where} ({cls.__qualname__}): its {name} has shape {list(tensor.shape)}, but "
+                f"{where} ({cls.__qualname__}): its {name} has shape {list(shapes[name])}, but "
                 f"its attributes ({_attributes(module)}) make it {list(shape)}; refused"
             )
+
+
+def _tensors(module: nn.Module) -> list[tuple[str, Any]]:
+    return [*module._parameters.items(), *module._buffers.items()]
 
 
 def _attributes(module: nn.Module) -> str:

@@ -11,9 +11,10 @@ rows are there whenever a module tree is written or read):
   layers keep theirs in a ``LinearPackedParams`` child (so ``fxloom.quantize``'s
   ``LinearFloatIO`` is covered too); convolutions and dynamic LSTM/GRU hold them directly.
 * ``fxloom.lower``'s ``OrtModule`` (a region running in ONNX Runtime): its ONNX model, which
-  is data (a protobuf), is written as a uint8 tensor with the region's settings; loading
-  makes the module again without starting a session, which it starts on its first call
-  (that call, not loading, says to install onnxruntime if it is missing).
+  is data (a protobuf), is written as a uint8 tensor with the region's calling convention;
+  loading checks the model (``onnx_regions``: no external data, no custom operators; that
+  needs the onnx package) and makes the module again without starting a session, which it
+  starts on its first call, with fxloom's session options, never the file's.
 * What ``fxloom.quantize.prepare`` inserts (observers, fake quantization, QAT layers) is
   refused: a prepared model's quantization plan lives in its ``meta`` and is not saved, so a
   loaded copy could not be converted. Convert first, then save the int8 model.
@@ -37,15 +38,15 @@ from torch import nn
 from torch.ao.nn.quantized.modules.conv import _ConvNd
 from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
-from fxloom.serialize import allowlist
+from fxloom.serialize import allowlist, onnx_regions
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.modules import (
-    _HOOKS,
     _MODULE_INTERNALS,
     MODULE_STATES,
     REBUILT_HOOKS,
     ModuleState,
     _check_attribute,
+    _refuse_hooks,
 )
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 from fxloom.serialize.values import decode_spec, decode_value, encode_spec, encode_value, short
@@ -131,7 +132,7 @@ def _repack_for_float_io(module: nn.Module) -> None:
     engine = torch.backends.quantized.engine
     if engine in _FLOAT_IO_ENGINES or "x86" not in torch.backends.quantized.supported_engines:
         return
-    packed = module._packed_params
+    packed = module._modules["_packed_params"]  # its dictionary: no attribute lookup
     weight, bias = packed._weight_bias()
     torch.backends.quantized.engine = "x86"
     try:
@@ -202,12 +203,18 @@ def _subclasses(base: type, *namespaces: Any) -> list[type]:
 
 # ---------------------------------------------------------- ONNX Runtime regions
 ORT_MODULE = "fxloom.lower.runtime.OrtModule"
-# OrtModule's keyword arguments, each with the type its value must have in a file.
+# What a file says of a region: OrtModule's keyword arguments that describe the model's
+# calling convention, each with the type its value must have.
 _ORT_SETTINGS: dict[str, tuple[type, ...]] = {
     "name": (str,),
     "scalar_outputs": (tuple,),
     "constant_outputs": (dict,),
     "fixed_inputs": (dict,),
+}
+# Session options are the machine's business, never the file's: a loaded region runs with
+# OrtModule's defaults (intra-op threads: torch's thread count, at most the cores). Files
+# written before this still hold them: checked for type, then not used.
+_ORT_SESSION_OPTIONS: dict[str, tuple[type, ...]] = {
     "intra_op_num_threads": (int, type(None)),
     "inter_op_num_threads": (int,),
     "graph_optimization_level": (str,),
@@ -216,37 +223,62 @@ _ORT_SETTINGS: dict[str, tuple[type, ...]] = {
 
 
 def _save_ort(module: nn.Module, writer: TensorWriter, where: str) -> dict[str, Any]:
-    model = bytearray(module.model_bytes)
+    model = bytes(module.model_bytes)
+    onnx_regions.check_onnx_model(model, where)  # what loading would refuse is not written
     data = (
-        torch.frombuffer(model, dtype=torch.uint8) if model else torch.empty(0, dtype=torch.uint8)
+        torch.frombuffer(bytearray(model), dtype=torch.uint8)
+        if model
+        else torch.empty(0, dtype=torch.uint8)
     )
-    return {
+    record = {
         "onnx_model": writer.add(data, f"{where}.model_bytes"),
         "output_spec": encode_spec(module.output_spec),
         "settings": {
-            name: encode_value(getattr(module, name), f"{where}.{name}") for name in _ORT_SETTINGS
+            name: encode_value(vars(module)[name], f"{where}.{name}") for name in _ORT_SETTINGS
         },
     }
+    _ort_settings(record["settings"], module.output_spec.num_leaves, where)
+    return record
 
 
 def _load_ort(data: Any, reader: TensorReader, where: str) -> nn.Module:
     model = reader.get(_field(data, "onnx_model", dict, where), f"{where}.model_bytes")
     if model.dtype != torch.uint8 or model.dim() != 1:
         raise SerializationError(f"{where}: the ONNX model must be a 1-d uint8 tensor")
-    settings = {}
-    for name, value in _field(data, "settings", dict, where).items():
-        kinds = _ORT_SETTINGS.get(name)
-        if kinds is None:
-            raise SerializationError(f"{where}: OrtModule has no setting {name!r}")
-        settings[name] = decode_value(value, None, f"{where}.{name}")
-        if not isinstance(settings[name], kinds):
-            raise SerializationError(f"{where}: {name} cannot be {short(value)}")
+    model_bytes = model.numpy().tobytes()
+    onnx_regions.check_onnx_model(model_bytes, where)
     spec = decode_spec(data.get("output_spec"), f"{where}.output_spec")
+    settings = _ort_settings(_field(data, "settings", dict, where), spec.num_leaves, where)
     cls = allowlist.resolve_module_class(ORT_MODULE)
     try:  # the session is made on the first call, not here
-        return cls(model.numpy().tobytes(), output_spec=spec, **settings)
+        return cls(model_bytes, output_spec=spec, **settings)
     except ValueError as e:
         raise SerializationError(f"{where}: {e}") from None
+
+
+def _ort_settings(saved: dict, outputs: int, where: str) -> dict[str, Any]:
+    """The region's settings from a file's, each checked; session options left out."""
+    settings = {}
+    for name, value in saved.items():
+        kinds = _ORT_SETTINGS.get(name) or _ORT_SESSION_OPTIONS.get(name)
+        if kinds is None:
+            raise SerializationError(f"{where}: OrtModule has no setting {name!r}")
+        decoded = decode_value(value, None, f"{where}.{name}")
+        if not isinstance(decoded, kinds):
+            raise SerializationError(f"{where}: {name} cannot be {short(value)}")
+        if name in _ORT_SETTINGS:
+            settings[name] = decoded
+    positions = [
+        *settings.get("scalar_outputs", ()),
+        *settings.get("constant_outputs", {}),
+    ]
+    if not all(type(p) is int and 0 <= p < outputs for p in positions):
+        raise SerializationError(
+            f"{where}: scalar and constant outputs must be positions among its {outputs} outputs"
+        )
+    if not all(type(p) is int and p >= 0 for p in settings.get("fixed_inputs", {})):
+        raise SerializationError(f"{where}: fixed inputs must be argument positions")
+    return settings
 
 
 # ------------------------------------------------ what prepare() inserts: refused
@@ -286,12 +318,7 @@ def _refusing_hooks(state: ModuleState) -> ModuleState:
     """``state`` that first refuses a module with hooks (Python code), as the generic path does."""
 
     def save(module: nn.Module, writer: TensorWriter, where: str) -> Any:
-        for hooks in _HOOKS:
-            if getattr(module, hooks, None):
-                raise SerializationError(
-                    f"cannot save {where} ({type(module).__qualname__}): it has {hooks[1:]} "
-                    "registered, which are Python code; remove them before saving"
-                )
+        _refuse_hooks(module, type(module), where)
         return state.save(module, writer, where)
 
     return ModuleState(save, state.load)

@@ -10,9 +10,15 @@ Each module is a record::
 
 and a GraphModule adds ``"graph"`` and ``"class_name"``. A module is rebuilt
 without running its ``__init__``: an empty instance of the allowlisted class
-gets its attributes, parameters, buffers and children back, as
-``nn.Module``'s own bookkeeping would hold them; then ``REBUILT_HOOKS`` runs
-what a few classes derive from that state (an RNN's flat weight list).
+gets its attributes, parameters, buffers and children written into
+``__dict__``, ``_parameters``, ``_buffers`` and ``_modules``, as ``nn.Module``'s
+own bookkeeping would hold them; then ``REBUILT_HOOKS`` derives what a few
+classes derive from that state (an RNN's flat weight list). No module code
+runs while loading: nothing is read through ``getattr`` (a property or a
+parametrization would run), and parametrizations are torch's own only
+(``parametrized``). A name has one meaning: it appears once across a record's
+parameters, buffers, children, tensors and attributes, and never hides a
+member of the class. Saving runs the same checks on the live module first.
 ``MODULE_STATES`` holds the classes whose state is not plain attributes
 (quantized modules' packed weights, ONNX Runtime sessions) — each with how
 it is written and read.
@@ -27,12 +33,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from fxloom.graph_module import GraphModule
-from fxloom.serialize import allowlist, parametrized
+from fxloom.serialize import allowlist, parametrized, rnn_weights
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graphs import check_identifier, check_path, decode_graph, encode_graph
 from fxloom.serialize.meta import MetaCodecs
+from fxloom.serialize.module_shapes import check_module_shapes
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 from fxloom.serialize.values import decode_value, encode_value, short
 
@@ -85,10 +93,16 @@ class ModuleState:
 # Keyed by class, or by qualified class name for classes of layers above this package
 # (fxloom.lower, fxloom.quantize), which it never imports. Rows: ``module_states``.
 MODULE_STATES: dict[type | str, ModuleState] = {}
-# Run on a module after its state is back, for what its __init__ derives from that state.
+# Run on a module after its state is back, for what its __init__ derives from that state
+# (read from its dictionaries: nothing runs through attributes).
 REBUILT_HOOKS: dict[type | str, Callable[[nn.Module], None]] = {
-    nn.RNNBase: lambda module: module._init_flat_weights(),
+    nn.RNNBase: rnn_weights.rebuild_flat_weights,
 }
+# Attributes a class derives from the others (REBUILT_HOOKS makes them again): never saved,
+# and refused in a file, where they could contradict what they derive from.
+DERIVED_ATTRIBUTES: dict[type, frozenset[str]] = {nn.RNNBase: rnn_weights.DERIVED}
+# A module record's tables of names; a name appears in one of them at most.
+_NAMED_TABLES = ("parameters", "buffers", "children", "tensors", "attributes")
 # What passes attach to the GraphModules they return, about this session: its meta
 # (quantize's plan and report), fxloom.lower's report. Left out when they are not data.
 _SESSION_ANALYSES = frozenset({"meta", "lowering_report"})
@@ -107,6 +121,8 @@ def _special(cls: type, table: dict[type | str, Any]) -> Any:
 def encode_module(
     module: nn.Module, writer: TensorWriter, codecs: MetaCodecs, where: str = "the module"
 ) -> dict:
+    """``module``'s record; ``SerializationError``, before anything is written, for whatever
+    loading would refuse (the same checks, on the live module: shapes, names, parametrizations)."""
     cls = type(module)._user_class() if isinstance(module, GraphModule) else type(module)
     cls = parametrized.saved_class(module, cls)
     record: dict[str, Any] = {
@@ -119,37 +135,11 @@ def encode_module(
     if state is not None:
         record["state"] = state.save(module, writer, where)
         return record
-    for hooks in _HOOKS:
-        if getattr(module, hooks, None):
-            raise SerializationError(
-                f"cannot save {where} ({cls.__qualname__}): it has {hooks[1:]} registered, which "
-                "are Python code; remove them before saving"
-            )
-    internals = _MODULE_INTERNALS
+    _refuse_hooks(module, cls, where)
+    _check_saveable(module, cls, where)
     if isinstance(module, GraphModule):
-        internals = internals | _GRAPH_MODULE_INTERNALS
-        record["class_name"] = type(module).__name__
-        record["graph"] = encode_graph(module.graph, codecs)
-        constants = module.graph.constants
-        if constants:
-            record["graph_constants"] = {
-                k: _encode_graph_constant(module, k, v, writer, where) for k, v in constants.items()
-            }
-    attributes, tensors = {}, {}
-    for name, value in module.__dict__.items():
-        if name in internals or name in module._modules:  # mirrored submodules
-            continue
-        if isinstance(value, torch.Tensor):
-            tensors[name] = writer.add(value, f"{where}.{name}")
-        elif isinstance(value, nn.Module):
-            raise SerializationError(f"cannot save {where}.{name}: a module outside _modules")
-        else:
-            try:
-                attributes[name] = encode_value(value, f"{where}.{name}")
-            except SerializationError as e:
-                if name in _SESSION_ANALYSES and isinstance(module, GraphModule):
-                    continue  # analyses of this session, not needed to run: left out
-                raise SerializationError(f"cannot save the attribute {where}.{name}: {e}") from None
+        _encode_graph(module, record, writer, codecs, where)
+    attributes, tensors = _encode_attributes(module, cls, writer, where)
     record["attributes"] = attributes
     if tensors:
         record["tensors"] = tensors
@@ -163,11 +153,92 @@ def encode_module(
     }
     if module._non_persistent_buffers_set:
         record["non_persistent"] = sorted(module._non_persistent_buffers_set)
+    _check_one_meaning(record, where)
     record["children"] = {
         name: None if child is None else encode_module(child, writer, codecs, f"{where}.{name}")
         for name, child in module._modules.items()
     }
     return record
+
+
+def _refuse_hooks(module: nn.Module, cls: type, where: str) -> None:
+    for hooks in _HOOKS:
+        if vars(module).get(hooks):
+            raise SerializationError(
+                f"cannot save {where} ({cls.__qualname__}): it has {hooks[1:]} registered, which "
+                "are Python code; remove them before saving"
+            )
+
+
+def _check_saveable(module: nn.Module, cls: type, where: str) -> None:
+    """What loading checks of a rebuilt module, checked of ``module`` before saving it."""
+    try:
+        if type(module) is parametrize.ParametrizationList:
+            parametrized.check_parametrization_list(module, where)
+        check_module_shapes(module, where)
+    except SerializationError as e:
+        raise SerializationError(f"cannot save {e}") from None
+    if isinstance(module, nn.RNNBase) and parametrized.parametrized_names(module):
+        raise SerializationError(
+            f"cannot save {where}: an RNN runs on its flat weights, not through parametrizations"
+        )
+
+
+def _encode_graph(
+    module: GraphModule, record: dict, writer: TensorWriter, codecs: MetaCodecs, where: str
+) -> None:
+    record["class_name"] = type(module).__name__
+    record["graph"] = encode_graph(module.graph, codecs)
+    constants = module.graph.constants
+    if constants:
+        record["graph_constants"] = {
+            k: _encode_graph_constant(module, k, v, writer, where) for k, v in constants.items()
+        }
+
+
+def _encode_attributes(
+    module: nn.Module, cls: type, writer: TensorWriter, where: str
+) -> tuple[dict, dict]:
+    """The module's plain attributes: data, and tensors (written apart)."""
+    internals = _MODULE_INTERNALS | _derived(cls)
+    if isinstance(module, GraphModule):
+        internals = internals | _GRAPH_MODULE_INTERNALS
+    attributes, tensors = {}, {}
+    for name, value in module.__dict__.items():
+        if name in internals or name in module._modules:  # mirrored submodules
+            continue
+        if isinstance(value, torch.Tensor):
+            tensors[name] = writer.add(value, f"{where}.{name}")
+        elif isinstance(value, nn.Module):
+            raise SerializationError(f"cannot save {where}.{name}: a module outside _modules")
+        elif (cls, name) in parametrized.ENUM_ATTRIBUTES:
+            attributes[name] = value.name
+        else:
+            try:
+                attributes[name] = encode_value(value, f"{where}.{name}")
+            except SerializationError as e:
+                if name in _SESSION_ANALYSES and isinstance(module, GraphModule):
+                    continue  # analyses of this session, not needed to run: left out
+                raise SerializationError(f"cannot save the attribute {where}.{name}: {e}") from None
+    return attributes, tensors
+
+
+def _derived(cls: type) -> frozenset[str]:
+    return _special(cls, DERIVED_ATTRIBUTES) or frozenset()
+
+
+def _check_one_meaning(record: dict, where: str) -> None:
+    """A name appears once across a module's parameters, buffers, children, tensors and
+    attributes: otherwise its forward would use one thing while its state_dict shows another."""
+    seen: dict[str, str] = {}
+    for table in _NAMED_TABLES:
+        for name in _mapping(record, table, where):
+            if name in seen:
+                raise SerializationError(
+                    f"{where}: {name!r} is among both its {seen[name]} and its {table}; a name "
+                    "has one meaning in a module"
+                )
+            seen[name] = table
 
 
 def _encode_graph_constant(
@@ -198,6 +269,8 @@ def _decode_graph_constant(
 def decode_module(
     data: Any, reader: TensorReader, codecs: MetaCodecs, where: str = "module", depth: int = 0
 ) -> nn.Module:
+    """The module ``data`` records, its state written into its dictionaries: no ``__init__``,
+    no ``forward``, no attribute read through a descriptor or parametrization runs."""
     if not isinstance(data, dict):
         raise SerializationError(f"{where}: expected a module record")
     if depth > 100:
@@ -214,43 +287,20 @@ def decode_module(
                 f"{where}: rebuilt a {type(module).__name__}, not a {cls.__name__}"
             )
         return module.train(training)
+    _check_one_meaning(data, where)
     is_graph_module = issubclass(cls, GraphModule)
     module = _empty(cls, data, where) if is_graph_module else _empty_module(cls)
     module.training = training
-    for name, value in _mapping(data, "attributes", where).items():
-        _check_attribute(cls, name, where)
-        module.__dict__[name] = decode_value(value, None, f"{where}.{name}")
-    for name, record in _mapping(data, "tensors", where).items():
-        _check_attribute(cls, name, where)
-        module.__dict__[name] = reader.get(record, f"{where}.{name}")
-    for name, record in _mapping(data, "parameters", where).items():
-        check_path(name, f"{where}: parameter")
-        tensor = None if record is None else reader.get(record, f"{where}.{name}")
-        if tensor is not None and not isinstance(tensor, nn.Parameter):
-            tensor = nn.Parameter(tensor, requires_grad=tensor.requires_grad)
-        module._parameters[name] = tensor
-    for name, record in _mapping(data, "buffers", where).items():
-        check_path(name, f"{where}: buffer")
-        module._buffers[name] = None if record is None else reader.get(record, f"{where}.{name}")
-    non_persistent = data.get("non_persistent", [])
-    if not isinstance(non_persistent, list) or not set(non_persistent) <= set(module._buffers):
-        raise SerializationError(f"{where}: non-persistent buffers must be among the buffers")
-    module._non_persistent_buffers_set.update(non_persistent)
+    _decode_attributes(module, cls, data, reader, where)
+    _decode_tensors(module, cls, data, reader, where)
     for name, child in _mapping(data, "children", where).items():
-        check_path(name, f"{where}: submodule")
+        _check_member(cls, name, f"{where}: submodule")
         module._modules[name] = (
             None
             if child is None
             else decode_module(child, reader, codecs, f"{where}.{name}", depth + 1)
         )
-    if "parametrized" in data:
-        parametrized.restore_parametrizations(module, data["parametrized"], where)
-    hook = _special(cls, REBUILT_HOOKS)
-    if hook is not None:
-        try:
-            hook(module)
-        except Exception as e:
-            raise SerializationError(f"{where}: cannot rebuild {cls.__qualname__}: {e}") from None
+    _rebuild(module, cls, data, where)
     if is_graph_module:
         graph = decode_graph(data.get("graph"), codecs, f"{where}.graph")
         for name, record in _mapping(data, "graph_constants", where).items():
@@ -260,6 +310,84 @@ def decode_module(
         mirror(module)
         module.graph = graph
     return module
+
+
+def _decode_attributes(
+    module: nn.Module, cls: type, data: dict, reader: TensorReader, where: str
+) -> None:
+    derived = _derived(cls)
+    for name, value in _mapping(data, "attributes", where).items():
+        _check_attribute(cls, name, where)
+        if name in derived:
+            raise SerializationError(
+                f"{where}: the attribute {name!r} is derived from the others on loading; a "
+                "file does not set it"
+            )
+        enum = parametrized.ENUM_ATTRIBUTES.get((cls, name))
+        if enum is not None:
+            module.__dict__[name] = _enum_member(enum, value, f"{where}.{name}")
+        else:
+            module.__dict__[name] = decode_value(value, None, f"{where}.{name}")
+    for name, record in _mapping(data, "tensors", where).items():
+        _check_attribute(cls, name, where)
+        module.__dict__[name] = reader.get(record, f"{where}.{name}")
+
+
+def _enum_member(enum: type, name: Any, where: str) -> Any:
+    if not isinstance(name, str) or name not in enum.__members__:
+        raise SerializationError(f"{where}: must be one of {list(enum.__members__)}")
+    return enum.__members__[name]
+
+
+def _decode_tensors(
+    module: nn.Module, cls: type, data: dict, reader: TensorReader, where: str
+) -> None:
+    for name, record in _mapping(data, "parameters", where).items():
+        _check_member(cls, name, f"{where}: parameter")
+        tensor = None if record is None else reader.get(record, f"{where}.{name}")
+        if tensor is not None and not isinstance(tensor, nn.Parameter):
+            tensor = nn.Parameter(tensor, requires_grad=tensor.requires_grad)
+        module._parameters[name] = tensor
+    for name, record in _mapping(data, "buffers", where).items():
+        _check_member(cls, name, f"{where}: buffer")
+        module._buffers[name] = None if record is None else reader.get(record, f"{where}.{name}")
+    non_persistent = data.get("non_persistent", [])
+    if not isinstance(non_persistent, list) or not all(
+        isinstance(name, str) and name in module._buffers for name in non_persistent
+    ):
+        raise SerializationError(f"{where}: non-persistent buffers must be among the buffers")
+    module._non_persistent_buffers_set.update(non_persistent)
+
+
+def _rebuild(module: nn.Module, cls: type, data: dict, where: str) -> None:
+    """What follows from the state: checks of parametrizations, parametrized properties, and
+    what ``REBUILT_HOOKS`` derives."""
+    if cls is parametrize.ParametrizationList:
+        parametrized.check_parametrization_list(module, where)
+    if "parametrized" in data:
+        if issubclass(cls, nn.RNNBase):
+            raise SerializationError(f"{where}: an RNN's weights cannot be parametrized")
+        parametrized.restore_parametrizations(module, data["parametrized"], where)
+    hook = _special(cls, REBUILT_HOOKS)
+    if hook is not None:
+        try:
+            hook(module)
+        except Exception as e:
+            raise SerializationError(f"{where}: cannot rebuild {cls.__qualname__}: {e}") from None
+
+
+def _check_member(cls: type, name: Any, where: str) -> None:
+    """A parameter, buffer or submodule name: one part of a path (``weight``, ``0``) that the
+    class does not define, as ``register_parameter`` and friends require (``self.name`` would
+    find the class's instead)."""
+    if not isinstance(name, str) or "." in name:
+        raise SerializationError(f"{where} {short(name)} is not a name")
+    check_path(name, where)
+    if inspect.getattr_static(cls, name, _ABSENT) is not _ABSENT:
+        raise SerializationError(f"{where} {name!r} would hide {cls.__qualname__}.{name}")
+
+
+_ABSENT = object()
 
 
 def _check_attribute(cls: type, name: Any, where: str) -> None:

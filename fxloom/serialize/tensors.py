@@ -117,11 +117,11 @@ class TensorReader:
                 f"{where}: the weights hold a {data.dtype} tensor of shape {list(data.shape)} "
                 f"where the description says {stored_dtype} of shape {list(shape)}"
             )
+        stride = record.get("stride")
+        if stride is not None:  # the integer values of a quantized tensor are laid out first
+            data = _restrided(data, stride, where)
         if quantized is not None:
             data = self._quantize(data, quantized, key, dtype, where)
-        stride = record.get("stride")
-        if stride is not None:
-            data = _restrided(data, stride, where)
         if record.get("parameter"):
             return torch.nn.Parameter(data, requires_grad=bool(record.get("requires_grad")))
         return data.requires_grad_() if record.get("requires_grad") else data
@@ -132,22 +132,89 @@ class TensorReader:
         if not isinstance(q, dict):
             raise SerializationError(f"{where}: invalid quantization record")
         scheme = decode_value(q.get("qscheme"), where=where)
-        try:
-            if scheme in _PER_TENSOR:
-                scale, zero_point = q.get("scale"), q.get("zero_point")
-                if not isinstance(scale, float) or type(zero_point) is not int:
-                    raise SerializationError(f"{where}: invalid scale or zero point")
+        if scheme in _PER_TENSOR:
+            scale, zero_point = q.get("scale"), q.get("zero_point")
+            if not isinstance(scale, float) or type(zero_point) is not int:
+                raise SerializationError(f"{where}: invalid scale or zero point")
+            _check_scales(torch.tensor([scale]), torch.tensor([zero_point]), dtype, where)
+            try:  # keeps the layout of ``values`` (channels-last, a transpose)
                 return torch._make_per_tensor_quantized_tensor(values, scale, zero_point)
-            if scheme in _PER_CHANNEL:
-                scales = self._raw.get(f"{key}.scales")
-                zero_points = self._raw.get(f"{key}.zero_points")
-                axis = q.get("axis")
-                if scales is None or zero_points is None or type(axis) is not int:
-                    raise SerializationError(f"{where}: per-channel parameters are missing")
-                return torch._make_per_channel_quantized_tensor(values, scales, zero_points, axis)
-        except (RuntimeError, IndexError) as e:
-            raise SerializationError(f"{where}: invalid quantization parameters: {e}") from None
+            except RuntimeError as e:
+                raise SerializationError(f"{where}: invalid quantization parameters: {e}") from None
+        if scheme in _PER_CHANNEL:
+            scales, zero_points, axis = self._per_channel(values, q, key, dtype, where)
+            return _per_channel_tensor(values, scales, zero_points, axis, where)
         raise SerializationError(f"{where}: unknown quantization scheme {q.get('qscheme')!r}")
+
+    def _per_channel(
+        self, values: torch.Tensor, q: dict, key: str, dtype: torch.dtype, where: str
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The scales, zero points and axis of a per-channel tensor: one of each per channel
+        (torch accepts fewer, and reads past them)."""
+        scales = self._raw.get(f"{key}.scales")
+        zero_points = self._raw.get(f"{key}.zero_points")
+        axis = q.get("axis")
+        if scales is None or zero_points is None or type(axis) is not int:
+            raise SerializationError(f"{where}: per-channel parameters are missing")
+        if not 0 <= axis < values.dim():
+            raise SerializationError(
+                f"{where}: the quantization axis {axis} is not a dimension of a "
+                f"{values.dim()}-d tensor"
+            )
+        channels = values.shape[axis]
+        for name, t, kinds in (
+            ("scales", scales, (torch.float64, torch.float32)),
+            ("zero points", zero_points, (torch.int64, torch.int32)),
+        ):
+            if t.dim() != 1 or t.numel() != channels or t.dtype not in kinds:
+                raise SerializationError(
+                    f"{where}: {t.numel()} {name} ({t.dtype}) for {channels} channels along "
+                    f"axis {axis}; there must be one per channel"
+                )
+        _check_scales(scales, zero_points, dtype, where)
+        return scales, zero_points, axis
+
+
+def _check_scales(
+    scales: torch.Tensor, zero_points: torch.Tensor, dtype: torch.dtype, where: str
+) -> None:
+    """Scales finite and positive, zero points representable in ``dtype``."""
+    if not bool(torch.isfinite(scales).all()) or not bool((scales > 0).all()):
+        raise SerializationError(f"{where}: quantization scales must be finite and positive")
+    info = torch.iinfo(_INTEGER_OF_QUANTIZED[dtype])
+    if not bool(((zero_points >= info.min) & (zero_points <= info.max)).all()):
+        raise SerializationError(
+            f"{where}: zero points must lie in [{info.min}, {info.max}] for {dtype}"
+        )
+
+
+def _per_channel_tensor(
+    values: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor, axis: int, where: str
+) -> torch.Tensor:
+    """A per-channel tensor over ``values``, in their memory format: torch builds these
+    contiguous only, and restrides them only by memory format (a channels-last conv weight)."""
+    layout = _memory_format(values)
+    if layout is None:
+        raise SerializationError(
+            f"{where}: a per-channel quantized tensor with strides {list(values.stride())} "
+            "(only contiguous and channels-last layouts are possible)"
+        )
+    try:
+        tensor = torch._make_per_channel_quantized_tensor(
+            values.contiguous(), scales, zero_points, axis
+        )
+    except (RuntimeError, IndexError) as e:
+        raise SerializationError(f"{where}: invalid quantization parameters: {e}") from None
+    return tensor if layout is torch.contiguous_format else tensor.contiguous(memory_format=layout)
+
+
+def _memory_format(t: torch.Tensor) -> torch.memory_format | None:
+    """The memory format ``t`` is laid out in, or None where it is none of them."""
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    for layout in (torch.contiguous_format, formats.get(t.dim())):
+        if layout is not None and t.is_contiguous(memory_format=layout):
+            return layout
+    return None
 
 
 _INTEGER_OF_QUANTIZED = {

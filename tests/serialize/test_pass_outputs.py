@@ -560,7 +560,7 @@ def test_a_file_naming_an_observer_is_refused_on_loading():
 
 
 def test_a_lowered_region_with_an_unknown_setting_is_refused_on_loading():
-    data = rewritten_file(lowered_resnet().gm, '"allow_spinning"', '"run_this"')
+    data = rewritten_file(lowered_resnet().gm, '"fixed_inputs"', '"run_this"')
     with pytest.raises(fxloom.SerializationError, match="OrtModule has no setting 'run_this'"):
         fxloom.load(data)
 
