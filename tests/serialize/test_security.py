@@ -492,15 +492,18 @@ def test_tensor_disagreeing_with_the_graph_meta_is_refused(sentinel):
 
 
 def test_linear_weight_disagreeing_with_its_features_is_refused(sentinel):
-    model = Small()
-    model.lin.weight = nn.Parameter(torch.randn(2, 4))
-    refused(saved(model), "module lin", "weight", "in_features")
+    def widen(program):
+        program["module"]["children"]["lin"]["attributes"]["in_features"] = 4
+
+    refused(edited(widen), "module lin", "weight", "in_features")
 
 
 def test_conv_weight_disagreeing_with_its_channels_is_refused(sentinel):
-    model = nn.Sequential(nn.Conv2d(3, 4, 3))
-    model[0].weight = nn.Parameter(torch.randn(4, 5, 3, 3))
-    refused(saved(model), "module 0", "weight", "in_channels")
+    def widen(program):
+        program["module"]["children"]["0"]["attributes"]["in_channels"] = 5
+
+    data = saved(nn.Sequential(nn.Conv2d(3, 4, 3)))
+    refused(edited(widen, data=data), "module 0", "weight", "in_channels")
 
 
 # ------------------------------------------------------------------ headers
