@@ -168,6 +168,10 @@ def check_call(target: Any, args: tuple, kwargs: dict | None = None) -> None:
                 f"{qualified_name(target)} calls its argument {position}, which must be a graph "
                 f"of the file read by get_attr, not {argument!r}"
             )
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        reason = call_table.packet_call_refusal(target, len(args), kwargs or {})
+        if reason is not None:
+            raise SerializationError(f"{reason}; name an allowed overload instead")
     refused = call_table.CALLABLE_KEYWORDS.get(target, frozenset()) & set(kwargs or ())
     if refused:
         raise SerializationError(

@@ -5,10 +5,13 @@ enumerated, never inferred from where a name points. Each kind of entry:
 
 * **ATen and prims operator overloads** that are pure computation, decided from
   their schemas: no argument they write to (in place or ``out=``), a result to
-  return, no storage or file argument; minus ``UNCHECKED_OPERATORS``, which look
-  pure but trust their inputs (unchecked sparse or nested constructors, indexing
-  without bounds checks) or act on the process. Only overloads: a packet picks an
-  overload at run time, so it is allowed only if all of its overloads are.
+  return, no storage, file or packed-object argument; minus ``UNCHECKED_OPERATORS``,
+  which look pure but trust their inputs (unchecked sparse or nested constructors,
+  views unchecked against their storage) or act on the process. Of the ``quantized``
+  namespace, only the elementwise kernels ``fxloom.quantize`` records. An overload
+  packet (``torch.ops.quantized.add``) picks its overload when called, so a packet
+  call is allowed only where no refused overload could take its arguments
+  (``packet_call_refusal``: an ``out`` overload needs one more tensor).
 * **torch functions and Tensor methods by name** (``torch_names``): the public
   functions of torch's function namespaces and Tensor's public methods, minus those
   that change process-wide state, touch files, import or compile code, call a
@@ -51,6 +54,7 @@ __all__ = [
     "TORCH_CLASSES",
     "find_table_callable",
     "operator_refusal",
+    "packet_call_refusal",
     "allowed_tensor_method",
 ]
 
@@ -79,7 +83,11 @@ _MATH_FUNCTIONS = frozenset(
 TORCH_CLASSES = frozenset({"torch.Size", "torch.device", "torch.finfo", "torch.iinfo"})
 
 # ---------------------------------------------------------------- operators
-OPERATOR_NAMESPACES = frozenset({"aten", "prims"})
+OPERATOR_NAMESPACES = frozenset({"aten", "prims", "quantized"})
+# The quantized kernels a file may call (what fxloom.quantize's graphs call): elementwise
+# arithmetic on quantized tensors. The rest of the namespace prepacks and reads backends'
+# packed formats.
+QUANTIZED_OPERATORS = frozenset({"add", "add_relu", "mul", "mul_relu"})
 # Operators (by name, any overload) refused although their schemas look pure: each trusts
 # its inputs or acts on the process. Patterns cover families.
 UNCHECKED_OPERATORS: dict[str, str] = {
@@ -104,30 +112,53 @@ _FILE_ARGUMENTS = frozenset({"filename", "path", "file"})
 
 
 def operator_refusal(op: Any) -> str | None:
-    """Why ``op`` (an OpOverload or packet) may not be called from a file; None if it may."""
+    """Why ``op`` (an OpOverload, or a packet with no allowed overload) may not be called from
+    a file; None if it may. A packet's calls are checked one by one (``packet_call_refusal``)."""
     if isinstance(op, torch._ops.OpOverloadPacket):
-        for overload in op.overloads():
-            reason = operator_refusal(getattr(op, overload))
-            if reason is not None:
-                return f"its overload {overload!r} {reason}; name an allowed overload instead"
+        reasons = [(name, operator_refusal(getattr(op, name))) for name in op.overloads()]
+        if all(reason is not None for _, reason in reasons):
+            name, reason = reasons[0]
+            return f"has no allowed overload ({name!r} {reason})"
         return None
     if not isinstance(op, torch._ops.OpOverload):
         return "is not an operator overload"
-    namespace = op.namespace
+    schema = op._schema
+    namespace, _, bare = schema.name.partition("::")
     if namespace not in OPERATOR_NAMESPACES:
         return f"is in the namespace {namespace!r}; files may call {sorted(OPERATOR_NAMESPACES)}"
-    schema = op._schema
-    bare = schema.name.split("::", 1)[1]
+    if namespace == "quantized" and bare not in QUANTIZED_OPERATORS:
+        return f"is not among the quantized kernels files may call {sorted(QUANTIZED_OPERATORS)}"
     if _UNCHECKED.fullmatch(bare):
         return _unchecked_reason(bare)
     if schema.is_mutable or any(a.is_out for a in schema.arguments):
         return "writes to its arguments (files hold functional operators)"
     for argument in schema.arguments:
-        if "Storage" in str(argument.type) or argument.name in _FILE_ARGUMENTS:
-            return f"takes a storage or file argument ({argument.name})"
+        kind = str(argument.type)
+        if "Storage" in kind or "__torch__" in kind or argument.name in _FILE_ARGUMENTS:
+            return f"takes a storage, packed object or file argument ({argument.name})"
     if not schema.returns and bare not in RETURNLESS_CHECKS:
         return "returns nothing (it acts only by side effect)"
     return None
+
+
+def packet_call_refusal(packet: Any, n_args: int, keywords: Any) -> str | None:
+    """Why a call of ``packet`` with ``n_args`` positional arguments and ``keywords`` could
+    pick a refused overload; None if every overload it could pick is allowed."""
+    for name in packet.overloads():
+        overload = getattr(packet, name)
+        reason = operator_refusal(overload)
+        if reason is not None and _could_bind(overload._schema, n_args, set(keywords)):
+            return f"{packet} with these arguments could call its overload {name!r}, which {reason}"
+    return None
+
+
+def _could_bind(schema: Any, n_args: int, keywords: set[str]) -> bool:
+    """Whether ``n_args`` positional arguments and ``keywords`` fit ``schema``'s parameters."""
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    if n_args > len(positional) or not keywords <= {a.name for a in schema.arguments}:
+        return False
+    given = {a.name for a in positional[:n_args]} | keywords
+    return all(a.name in given or a.has_default_value() for a in schema.arguments)
 
 
 def _unchecked_reason(bare: str) -> str:

@@ -262,7 +262,17 @@ def _decode_graph_constant(
         if child is None:
             raise SerializationError(f"{where}: graph constant {name!r} names no submodule")
         return child
-    return reader.get(record, f"{where}.graph.constants[{name!r}]")
+    tensor = reader.get(record, f"{where}.graph.constants[{name!r}]")
+    # One name, one meaning: the graph's constant is the module's tensor of that name, if any.
+    held = module.__dict__.get(name, tensor)
+    if name in module._parameters or name in module._buffers or name in module._modules or (
+        held is not tensor
+    ):
+        raise SerializationError(
+            f"{where}: the graph constant {name!r} is another tensor than the module's {name!r}; "
+            "a name has one meaning in a module"
+        )
+    return tensor
 
 
 # --------------------------------------------------------------------- loading

@@ -76,7 +76,7 @@ def test_every_runtime_function_row_names_a_function_that_prints_as_its_name(nam
         "torch.ops.aten._reshape_alias.default",  # a view unchecked against its storage
         "torch.ops.aten.add_.Tensor",  # writes to its input
         "torch.ops.aten.add.out",
-        "torch.ops.aten.add",  # a packet: some of its overloads write to an argument
+        "torch.ops.quantized.linear_prepack.default",  # not an elementwise quantized kernel
         "torch.ops.aten.manual_seed.default",
         "torch.ops.aten._print.default",
         "torch.ops.profiler._record_function_enter.default",
@@ -110,6 +110,17 @@ def test_names_outside_the_table_are_refused(name):
 )
 def test_names_in_the_table_resolve_to_what_they_print_as(name, expected):
     assert allowlist.resolve_callable(name) is expected
+
+
+def test_a_packet_call_is_refused_where_its_arguments_could_pick_a_writing_overload():
+    add = torch.ops.quantized.add
+    assert call_table.packet_call_refusal(add, 4, {}) is None  # add(qa, qb, scale, zero_point)
+    assert "'out'" in call_table.packet_call_refusal(add, 3, {})  # add.out(qa, qb, out)
+    assert "'out'" in call_table.packet_call_refusal(torch.ops.aten.add, 2, {"out"})
+    graph = fxloom.Graph()
+    a, b, c = (graph.placeholder(name) for name in "abc")
+    with pytest.raises(SerializationError, match="could call its overload 'out'"):
+        allowlist.check_call(add, (a, b, c))
 
 
 def test_a_refused_operator_says_which_rule_refused_it():

@@ -54,10 +54,6 @@ def warm_up() -> None:
     buffer = io.BytesIO()
     fxloom.export.save(fxloom.export.export(model, (torch.randn(2, 3),)), buffer)
     fxloom.export.load(buffer.getvalue()).module()(torch.randn(2, 3))
-    # Today cond_op is only allowed once cond capture was imported (issue 21, "also found"):
-    # imported here so hostile cond programs are judged on their own merits.
-    importlib.import_module("fxloom.export.cond_capture")
-
     g = fxloom.parse_graph("graph():\n    %x : [num_users=1] = placeholder[target=x]\n    return x")
     fxloom.GraphModule(nn.Module(), g)(torch.randn(1))
 
@@ -105,6 +101,7 @@ def _patch(owner, attr: str, label: str, call_through: bool = False) -> None:
 _ALLOWED_TOPS = {
     "torch", "fxloom", "numpy", "sympy", "mpmath", "onnx", "onnxruntime", "google",
     "typing_extensions", "safetensors",
+    "encodings",  # Python's own codec lookup, when protobuf decodes a string
 }  # fmt: skip
 
 
