@@ -27,6 +27,7 @@ the file's values only: no pickle, and nothing but torch's packing functions run
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -214,6 +215,7 @@ _ORT_SETTINGS: dict[str, tuple[type, ...]] = {
 # Session options are the machine's business, never the file's: a loaded region runs with
 # OrtModule's defaults (intra-op threads: torch's thread count, at most the cores). Files
 # written before this still hold them: checked for type, then not used.
+_CORES = os.cpu_count() or 1
 _ORT_SESSION_OPTIONS: dict[str, tuple[type, ...]] = {
     "intra_op_num_threads": (int, type(None)),
     "inter_op_num_threads": (int,),
@@ -266,6 +268,11 @@ def _ort_settings(saved: dict, outputs: int, where: str) -> dict[str, Any]:
         decoded = decode_value(value, None, f"{where}.{name}")
         if not isinstance(decoded, kinds):
             raise SerializationError(f"{where}: {name} cannot be {short(value)}")
+        if name.endswith("_threads") and decoded is not None and not 0 <= decoded <= _CORES:
+            # Never used, but no file fxloom wrote asked for more threads than cores.
+            raise SerializationError(
+                f"{where}: {name}={decoded} is more threads than this machine's {_CORES} cores"
+            )
         if name in _ORT_SETTINGS:
             settings[name] = decoded
     positions = [

@@ -109,11 +109,18 @@ def test_a_region_is_refused_when_onnx_is_missing(monkeypatch):
 def test_session_options_in_a_file_are_not_used():
     def edit(program):
         settings = record(program, "region")["state"]["settings"]
-        settings.update(intra_op_num_threads=200_000, inter_op_num_threads=200_000)
+        settings.update(intra_op_num_threads=1, inter_op_num_threads=1, allow_spinning=True)
 
     loaded = fxloom.load(edited(saved(region_program(region_model())), edit))
     assert loaded.region.intra_op_num_threads is None
-    assert loaded.region.inter_op_num_threads == 1
+    assert loaded.region.allow_spinning is False
+
+
+def test_a_file_asking_for_more_threads_than_cores_is_refused():
+    def edit(program):
+        record(program, "region")["state"]["settings"]["inter_op_num_threads"] = 200_000
+
+    refused(edited(saved(region_program(region_model())), edit), "inter_op_num_threads=200000")
 
 
 @pytest.mark.parametrize(
