@@ -51,7 +51,7 @@ from __future__ import annotations
 from fxloom.quantize.calibrate import calibrate
 from fxloom.quantize.config import QuantConfig, QuantSpec
 from fxloom.quantize.convert import convert
-from fxloom.quantize.errors import QuantizeError
+from fxloom.quantize.errors import QuantizeError, SaturationWarning
 from fxloom.quantize.observers import (
     HistogramObserver,
     MinMaxObserver,
@@ -73,6 +73,7 @@ __all__ = [
     "QuantReport",
     "QuantSpec",
     "QuantizeError",
+    "SaturationWarning",
     "calibrate",
     "convert",
     "prepare",

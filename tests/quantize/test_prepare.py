@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from fxloom.quantize import (
     QuantConfig,
     QuantizeError,
     QuantSpec,
+    SaturationWarning,
     calibrate,
     prepare,
     report,
@@ -84,6 +86,21 @@ def test_fbgemm_s_own_instruction_setting_wins_over_the_cpu(monkeypatch) -> None
     assert saturates_8_bit_activations("x86")
     monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX512_E1")
     assert not saturates_8_bit_activations("x86")
+
+
+def test_8_bit_activations_asked_for_where_they_saturate_are_kept_with_a_warning(
+    monkeypatch,
+) -> None:
+    model, inputs = zoo.build("mlp_tiny")
+    eight_bits = QuantConfig(global_spec=QuantSpec(reduce_range=False))
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")  # sums pairs in 16 bits
+    with pytest.warns(SaturationWarning, match="reduce_range=None"):
+        prepared = prepare(model, inputs, eight_bits)
+    assert not any(obs.reduce_range for obs in observers(prepared).values())
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX512_E1")  # VNNI: 32-bit sums
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturationWarning)
+        prepare(model, inputs, eight_bits)
 
 
 def test_conv_batch_norm_is_folded_and_relu_fused_into_its_conv() -> None:

@@ -3,20 +3,24 @@
 programs): same calibration batches (seeds 1-8), error against fp32 over 32 held-out batches
 (seeds 100-131).
 
-fxloom rounds where PT2E does: 8-bit activations (where FBGEMM sums in 32 bits: AVX-512
-VNNI), an int8 layer read only in float returns float from one kernel (``table.FLOAT_IO``),
-and global averages are computed in float (``table.KEPT_FLOAT``). PT2E's converted module is
-a reference graph (quantize/dequantize around float operators, for torch.compile to lower);
-fxloom's runs torch's int8 kernels.
+fxloom rounds where PT2E does: activations in the bits this CPU's int8 kernels can sum (8 where
+FBGEMM sums in 32 bits: AVX-512 VNNI; else 7, ``reduce_range``, and PT2E is given 7 bits too,
+as X86InductorQuantizer's docstring says to on CPUs without VNNI), an int8 layer read only in
+float returns float from one kernel (``table.FLOAT_IO``), and global averages are computed in
+float (``table.KEPT_FLOAT``). PT2E's converted module is a reference graph (quantize/dequantize
+around float operators, for torch.compile to lower); fxloom's runs torch's int8 kernels. So
+8-bit activations on a CPU without VNNI are no comparison: fxloom's kernels saturate there
+(cnn_small: 40 times PT2E's error), PT2E's float reference does not.
 
-Bounds (seen in brackets, fxloom / PT2E of the relative error and of 1 - cosine):
+Bounds (seen in brackets, fxloom / PT2E of the relative error and of 1 - cosine; with VNNI,
+8 bits / without, 7 bits):
 
-- default config, where it has 8-bit activations: deeprec_tiny error <= 1.1x (1.04), 1 - cosine
-  <= 1.15x (1.09); cnn_small error <= 1.05x (1.01), 1 - cosine <= 1.1x (1.03). cnn_small
+- default config: deeprec_tiny error <= 1.1x (1.04 / 0.97), 1 - cosine <= 1.15x (1.09 /
+  0.95); cnn_small error <= 1.05x (1.01 / 0.99), 1 - cosine <= 1.1x (1.03 / 1.01). cnn_small
   also with PT2E's coverage (``aten.add.Tensor`` in float): error and 1 - cosine <= 1.1x
-  (1.03 / 1.06).
-- 7-bit activations (the default on CPUs without VNNI, ``reduce_range=True``): deeprec_tiny
-  error <= 1.4x (1.31), cnn_small <= 1.5x (1.42).
+  (1.03 / 0.96, 1.06 / 0.95).
+- fxloom with 7-bit activations, PT2E with 8: deeprec_tiny error <= 1.4x (1.31), cnn_small
+  <= 1.5x (1.42), the cost of the bit.
 
 Skipped when torchao is not installed (it is in the test extra).
 """
@@ -36,13 +40,10 @@ from fxloom.zoo.deeprec import ratings
 
 pytest.importorskip("torchao")
 
-EIGHT_BITS = QuantConfig(global_spec=QuantSpec(reduce_range=False))
 SEVEN_BITS = QuantConfig(global_spec=QuantSpec(reduce_range=True))
-PT2E_COVERAGE = EIGHT_BITS.set_operator(torch.ops.aten.add.Tensor, None)
-default_has_7_bits = pytest.mark.skipif(
-    saturates_8_bit_activations("x86"),
-    reason="no AVX-512 VNNI: the default has 7-bit activations (see the 7-bit test)",
-)
+PT2E_COVERAGE = QuantConfig().set_operator(torch.ops.aten.add.Tensor, None)
+# the activation bits of fxloom's default on this CPU, given to PT2E too
+THIS_CPU_HAS_7_BITS = saturates_8_bit_activations("x86")
 
 
 def images(seed: int) -> torch.Tensor:
@@ -56,13 +57,15 @@ def recommender_ratings(seed: int) -> torch.Tensor:
 DATA = {"deeprec_tiny": recommender_ratings, "cnn_small": images}
 
 
-def error_ratios(name: str, config: QuantConfig) -> tuple[float, float]:
+def error_ratios(
+    name: str, config: QuantConfig, pt2e_7_bits: bool = THIS_CPU_HAS_7_BITS
+) -> tuple[float, float]:
     """fxloom / PT2E of the relative error and of 1 - cosine, against fp32."""
     model, example = zoo.build(name)
     data, held_out = batches(DATA[name], 8), batches(DATA[name], 32, first=100)
     prepared = prepare(export(model, example), example, config)
     calibrate(prepared, data, progress=False)
-    int8 = {"fxloom": convert(prepared), "pt2e": pt2e_int8(model, example, data)}
+    int8 = {"fxloom": convert(prepared), "pt2e": pt2e_int8(model, example, data, pt2e_7_bits)}
     with torch.no_grad():
         ref = torch.cat([model(x) for x in held_out])
         outs = {side: torch.cat([m(x) for x in held_out]) for side, m in int8.items()}
@@ -71,13 +74,11 @@ def error_ratios(name: str, config: QuantConfig) -> tuple[float, float]:
     return relative["fxloom"] / relative["pt2e"], distance["fxloom"] / distance["pt2e"]
 
 
-@default_has_7_bits
 def test_deeprec_tiny_error_is_within_1_1x_pt2e_s_with_the_default_config() -> None:
     relative, distance = error_ratios("deeprec_tiny", QuantConfig())
     assert relative <= 1.1 and distance <= 1.15
 
 
-@default_has_7_bits
 def test_cnn_small_error_is_within_1_05x_pt2e_s_with_the_default_config() -> None:
     relative, distance = error_ratios("cnn_small", QuantConfig())
     assert relative <= 1.05 and distance <= 1.1
@@ -90,5 +91,5 @@ def test_cnn_small_error_is_within_1_1x_pt2e_s_with_the_same_coverage() -> None:
 
 @pytest.mark.parametrize("name, bound", [("deeprec_tiny", 1.4), ("cnn_small", 1.5)])
 def test_error_with_7_bit_activations_is_within_a_bound_of_pt2e_s(name: str, bound: float) -> None:
-    relative, _ = error_ratios(name, SEVEN_BITS)
+    relative, _ = error_ratios(name, SEVEN_BITS, pt2e_7_bits=False)
     assert relative <= bound
