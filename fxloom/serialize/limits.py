@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from fxloom.serialize.errors import SerializationError
 
-__all__ = ["exceeded"]
+__all__ = ["exceeded", "check_json_values"]
 
 # ------------------------------------------------------------------ archive members
 # program.json of the largest model measured (t5, exported) is 1 MiB; a model a hundred
@@ -31,9 +31,10 @@ MAX_FORMAT_BYTES = 2**20
 MAX_WEIGHTS_BYTES = 64 * 2**30
 # Decompressed bytes per compressed byte of one member. Deflate's ceiling is about 1030;
 # measured program.json files compress 8 to 35 times (repeated meta). Zip bombs sit at the
-# ceiling. The first MiB of a member is exempt, so tiny members never trip it.
+# ceiling. The first 8 MiB of a member are exempt: that much costs little whatever its
+# ratio, and small members (format.json, a model's short program) never trip it.
 MAX_COMPRESSION_RATIO = 200
-COMPRESSION_EXEMPT_BYTES = 2**20
+COMPRESSION_EXEMPT_BYTES = 8 * 2**20
 # Members are decompressed this much at a time, and the limits checked after each piece.
 READ_CHUNK_BYTES = 2**20
 # JSON values (objects, arrays, strings, numbers) in one document, bounded before parsing
@@ -101,3 +102,13 @@ def exceeded(
     """
     size = f"{found:,}" if isinstance(found, int) else found
     return error(f"{what} {problem}: {size}, over the limit of {limit:,}; refused")
+
+
+def check_json_values(data: bytes, what: str) -> None:
+    """Refuse the JSON document ``data`` before parsing it if it may hold more than
+    ``MAX_JSON_VALUES`` values: each value past the first of a container follows a comma,
+    and each container opens with a bracket, so their count bounds the values (in linear
+    time, without building anything)."""
+    found = data.count(b",") + data.count(b"[") + data.count(b"{")
+    if found > MAX_JSON_VALUES:
+        raise exceeded(f"the values of {what} (commas and brackets)", MAX_JSON_VALUES, found)
