@@ -299,8 +299,8 @@ HEADER = "graph():\n    %x : [num_users=1] = placeholder[target=x]\n"
 
 def call_line(args: str) -> str:
     """A node ``%y`` calling ``operator.getitem`` on ``args``."""
-    target = "operator.getitem"
-    return f"    %y : [num_users=1] = call_function[target={target}](args = ({args}), kwargs = {{}})\n"
+    call = "call_function[target=operator.getitem]"
+    return f"    %y : [num_users=1] = {call}(args = ({args}), kwargs = {{}})\n"
 
 
 def test_one_megabyte_line_of_graph_text_is_read_in_linear_time(tmp_path):
