@@ -167,6 +167,7 @@ def test_compressed_weights_are_refused_by_their_compression_ratio():
     refused(fxloom.load, data, "compression ratio", WEIGHTS)
 
 
+@pytest.mark.filterwarnings("ignore:Duplicate name")
 def test_a_member_held_twice_is_refused():
     data = saved_module()
     program = dict(members(data))[PROGRAM]
