@@ -193,23 +193,23 @@ def _check_header(header: Any, source: Any) -> None:
         raise SerializationError(f"{_name(source)}: the header does not say what the file holds")
 
 
-def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytes:
+def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytearray:
     """The bytes of the member ``name``, decompressed a piece at a time and refused as soon
     as they pass ``limit`` or the compression ratio a real file has (``limits``)."""
     info = z.getinfo(name)
     _check_decompressed(name, info.file_size, info.compress_size, limit, "as its entry claims")
-    pieces, size = [], 0
+    data = bytearray()
     try:
         with z.open(name) as member:
             while piece := member.read(limits.READ_CHUNK_BYTES):
-                size += len(piece)
+                size = len(data) + len(piece)
                 _check_decompressed(name, size, info.compress_size, limit, "and more")
-                pieces.append(piece)
+                data += piece
     except SerializationError:
         raise
     except Exception as e:  # BadZipFile, zlib.error, EOFError...: a damaged archive
         raise SerializationError(f"cannot read {name}: the archive is damaged ({e})") from None
-    return b"".join(pieces)
+    return data
 
 
 def _check_decompressed(name: str, size: int, compressed: int, limit: int, how: str) -> None:

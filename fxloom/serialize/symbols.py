@@ -344,10 +344,13 @@ def decode_shape_env(data: Any, where: str = "shape_env") -> ShapeEnv:
         raise SerializationError(f"{where}: expected an object")
     env = ShapeEnv()
     budget = _BUDGETS.setdefault(env, ExpressionBudget())
+    symbols: dict[str, sympy.Symbol] = {}
     for record in _list(data, "symbols", where):
         info = _decode_symbol(record, env, where, budget)
+        if info.symbol.name in symbols:  # by name: a set, not a scan per symbol
+            raise SerializationError(f"{where}, symbol {info.symbol.name}: declared twice")
+        symbols[info.symbol.name] = info.symbol
         env.symbols[info.symbol] = info
-    symbols = {symbol.name: symbol for symbol in env.symbols}
     for record in _list(data, "replacements", where):
         name, expr = expect_pair(record, where)
         if name not in symbols:
@@ -387,8 +390,6 @@ def _decode_symbol(
     if not isinstance(name, str) or not _SYMBOL_NAME.fullmatch(name):
         raise SerializationError(f"{where}: invalid symbol name {short(name)}")
     where = f"{where}, symbol {name}"
-    if any(s.name == name for s in env.symbols):
-        raise SerializationError(f"{where}: declared twice")
     sign = record.get("sign")
     if sign not in (None, "positive", "nonnegative") or not isinstance(record.get("integer"), bool):
         raise SerializationError(f"{where}: invalid assumptions")

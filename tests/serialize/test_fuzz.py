@@ -266,10 +266,14 @@ def _expressions(children):
     ops = st.sampled_from(EXPRESSION_OPS)
     return (
         st.builds(lambda op, args: {"op": op, "args": args}, ops, st.lists(children, max_size=4))
-        | st.builds(  # wide: one node of many arguments
-            lambda op, n, child: {"op": op, "args": [child] * n}, ops, st.integers(0, 400), children
+        | st.builds(  # wide: one node of many arguments (leaves: repeating a wide child
+            # would multiply the file's size, not the work per byte)
+            lambda op, n, leaf: {"op": op, "args": [leaf] * n},
+            ops,
+            st.integers(0, 400),
+            expression_leaves,
         )
-        | st.builds(_nest, ops, st.integers(1, 300), children, st.integers(-200, 200))
+        | st.builds(_nest, ops, st.sampled_from([2, 3, 8, 70, 300]), children, st.integers(-99, 99))
     )
 
 

@@ -269,6 +269,20 @@ def test_many_small_expressions_share_one_budget_per_file(tmp_path):
     refused_in_bounded_child(tmp_path, data, EXPORT_LOAD, "symbolic expressions", "limit of")
 
 
+def test_many_symbols_are_charged_to_the_same_budget(tmp_path):
+    """Each symbol's range is two expressions; declaring symbols used to scan the others."""
+    original = saved_dynamic()
+
+    def many(program):
+        (record,) = program["shape_env"]["symbols"]
+        program["shape_env"]["symbols"] = [
+            {**record, "name": f"s{i}"} for i in range(limits.MAX_EXPRESSION_NODES)
+        ]
+
+    data = with_program(original, many)
+    refused_in_bounded_child(tmp_path, data, EXPORT_LOAD, "symbolic expressions", "limit of")
+
+
 def test_an_exponent_must_be_a_small_number():
     s0 = sympy.Symbol("s0", integer=True, positive=True)
     power = {"op": "Pow", "args": [2, {"symbol": "s0"}]}
