@@ -6,10 +6,14 @@ Layout (every member under ``fxloom/``)::
     fxloom/program.json       what the kind describes (a module tree, a program)
     fxloom/weights.safetensors
 
-Reading is defensive: only these members are read, member names that would
-leave the archive (``../``, absolute paths) are refused outright, each member
-is read with a size limit (so a zip bomb's claimed size does not matter), and
-documents nested too deeply to walk are refused.
+Reading is defensive: only these members are read, each name once (a zip
+may repeat a name, and ``zipfile`` would silently read the last), member names
+that would leave the archive (``../``, absolute paths) are refused outright,
+each member is decompressed a piece at a time and refused as soon as it passes
+its size limit or compresses better than a real file does (so a zip bomb's
+claimed size does not matter), a JSON document's values are counted before it is
+parsed, and documents nested too deeply to walk are refused. The limits are in
+``limits``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from fxloom.serialize import limits
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.safetensors_format import read_tensors, write_tensors
 
@@ -42,8 +47,9 @@ _PROGRAM = _PREFIX + "program.json"
 _WEIGHTS = _PREFIX + "weights.safetensors"
 _MEMBERS = (_FORMAT, _PROGRAM, _WEIGHTS)
 
-MAX_JSON_BYTES = 512 * 2**20
-MAX_WEIGHTS_BYTES = 64 * 2**30
+# The members' size limits (``limits``), named here too so that a test can lower them.
+MAX_JSON_BYTES = limits.MAX_JSON_BYTES
+MAX_WEIGHTS_BYTES = limits.MAX_WEIGHTS_BYTES
 
 PathOrFile = str | os.PathLike | IO[bytes]
 
@@ -116,18 +122,7 @@ def _read_archive(f: IO[bytes], source: str) -> Archive:
             f"{_name(source)} is not an fxloom file (not a zip archive: {e})"
         ) from None
     with opened as z:
-        names = set()
-        for info in z.infolist():
-            name = info.filename
-            if (
-                name.startswith(("/", "\\"))
-                or ".." in name.replace("\\", "/").split("/")
-                or ":" in name
-            ):
-                raise SerializationError(
-                    f"{_name(source)} holds the member {name!r}, a path outside the archive; refused"
-                )
-            names.add(name)
+        names = _member_names(z, source)
         foreign = sorted(names - set(_MEMBERS))
         if _FORMAT not in names:
             held = f"; it holds {', '.join(map(repr, foreign[:3]))}" if foreign else ""
@@ -140,7 +135,7 @@ def _read_archive(f: IO[bytes], source: str) -> Archive:
                 f"{_name(source)} holds the member {name!r}, which fxloom files do not "
                 f"have (only {', '.join(_MEMBERS)}); refused"
             )
-        header = _read_json(z, _FORMAT, 2**20)
+        header = _read_json(z, _FORMAT, limits.MAX_FORMAT_BYTES)
         _check_header(header, source)
         missing = [m for m in _MEMBERS if m not in names]
         if missing:
@@ -152,6 +147,29 @@ def _read_archive(f: IO[bytes], source: str) -> Archive:
         archive = UPGRADES[version](archive)
         version += 1
     return archive
+
+
+def _member_names(z: zipfile.ZipFile, source: Any) -> set[str]:
+    """The names of the archive's members, each a path inside it and each held once."""
+    names: set[str] = set()
+    for info in z.infolist():
+        name = info.filename
+        if (
+            name.startswith(("/", "\\"))
+            or ".." in name.replace("\\", "/").split("/")
+            or ":" in name
+        ):
+            raise SerializationError(
+                f"{_name(source)} holds the member {name!r}, a path outside the archive; refused"
+            )
+        if name in names:
+            # zipfile reads the last of the two, a reader that walks the archive the first:
+            # a name must have one meaning.
+            raise SerializationError(
+                f"{_name(source)} holds the member {name!r} twice; refused"
+            )
+        names.add(name)
+    return names
 
 
 def _check_header(header: Any, source: Any) -> None:
@@ -175,15 +193,35 @@ def _check_header(header: Any, source: Any) -> None:
         raise SerializationError(f"{_name(source)}: the header does not say what the file holds")
 
 
-def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytes:
+def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytearray:
+    """The bytes of the member ``name``, decompressed a piece at a time and refused as soon
+    as they pass ``limit`` or the compression ratio a real file has (``limits``)."""
+    info = z.getinfo(name)
+    _check_decompressed(name, info.file_size, info.compress_size, limit, "as its entry claims")
+    data = bytearray()
     try:
         with z.open(name) as member:
-            data = member.read(limit + 1)
+            while piece := member.read(limits.READ_CHUNK_BYTES):
+                size = len(data) + len(piece)
+                _check_decompressed(name, size, info.compress_size, limit, "and more")
+                data += piece
+    except SerializationError:
+        raise
     except Exception as e:  # BadZipFile, zlib.error, EOFError...: a damaged archive
         raise SerializationError(f"cannot read {name}: the archive is damaged ({e})") from None
-    if len(data) > limit:
-        raise SerializationError(f"{name} is larger than the limit of {limit} bytes; refused")
     return data
+
+
+def _check_decompressed(name: str, size: int, compressed: int, limit: int, how: str) -> None:
+    """Refuse ``name`` decompressing to ``size`` bytes (``how``: claimed, or read so far)."""
+    if size > limit:
+        raise limits.exceeded(f"{name}, decompressed,", limit, f"{size:,} bytes {how}")
+    if size > limits.COMPRESSION_EXEMPT_BYTES and size > compressed * limits.MAX_COMPRESSION_RATIO:
+        raise limits.exceeded(
+            f"the compression ratio of {name} (a zip bomb?)",
+            limits.MAX_COMPRESSION_RATIO,
+            f"{size // max(compressed, 1):,} ({compressed:,} bytes decompress to {size:,} {how})",
+        )
 
 
 def _read_weights(z: zipfile.ZipFile, f: IO[bytes], name: str, limit: int) -> dict[str, Any]:
@@ -192,11 +230,12 @@ def _read_weights(z: zipfile.ZipFile, f: IO[bytes], name: str, limit: int) -> di
     Weights are the bulk of a file: each tensor is read once, into its own
     memory (``safetensors_format``), and the safetensors structure is what is
     checked, not a CRC over the bytes. A compressed member (not written by
-    fxloom) is read whole first.
+    fxloom) is read whole first, within the compression ratio of ``_read``. A stored
+    member must lie inside the file: its tensors are allocated before they are read.
     """
     info = z.getinfo(name)
     if info.file_size > limit:
-        raise SerializationError(f"{name} is larger than the limit of {limit} bytes; refused")
+        raise limits.exceeded(f"{name}", limit, f"{info.file_size:,} bytes")
     if info.compress_type != zipfile.ZIP_STORED:
         data = _read(z, name, limit)
         return read_tensors(io.BytesIO(data), 0, len(data))
@@ -205,11 +244,15 @@ def _read_weights(z: zipfile.ZipFile, f: IO[bytes], name: str, limit: int) -> di
     if len(local) != 30 or local[:4] != b"PK\x03\x04":
         raise SerializationError(f"cannot read {name}: the archive is damaged")
     name_length, extra_length = struct.unpack("<HH", local[26:30])
-    return read_tensors(f, info.header_offset + 30 + name_length + extra_length, info.file_size)
+    start = info.header_offset + 30 + name_length + extra_length
+    if info.compress_size != info.file_size or start + info.file_size > f.seek(0, io.SEEK_END):
+        raise SerializationError(f"the weights are truncated: {name} ends outside the file")
+    return read_tensors(f, start, info.file_size)
 
 
 def _read_json(z: zipfile.ZipFile, name: str, limit: int) -> Any:
     data = _read(z, name, limit)
+    limits.check_json_values(data, name)
     try:
         return json.loads(data, parse_constant=_refuse_constant)
     except RecursionError:

@@ -41,6 +41,7 @@ from fxloom.serialize.symbols import (
     SymbolicCodecs,
     decode_expr,
     decode_shape_env,
+    expression_budget,
     encode_expr,
     encode_shape_env,
 )
@@ -407,12 +408,13 @@ def _decode_ranges(data: Any, env: Any) -> dict[Any, Any]:
     if not isinstance(data, list):
         raise SerializationError("range_constraints must be a list")
     symbols = {s.name: s for s in env.symbols} if env is not None else {}
+    budget = expression_budget(env)  # the file's: one budget for all its expressions
     ranges = {}
     for entry in data:
         if not isinstance(entry, list) or len(entry) != 3:
             raise SerializationError("range_constraints: expected [symbol, lower, upper] entries")
-        symbol = decode_expr(entry[0], symbols, "range_constraints")
-        lower, upper = (decode_expr(e, {}, "range_constraints") for e in entry[1:])
+        symbol = decode_expr(entry[0], symbols, "range_constraints", budget)
+        lower, upper = (decode_expr(e, {}, "range_constraints", budget) for e in entry[1:])
         if not (lower.is_Integer or lower == -sympy.oo) or not (
             upper.is_Integer or upper == sympy.oo
         ):

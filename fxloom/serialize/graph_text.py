@@ -7,6 +7,12 @@ every target is looked up by its qualified name, first in the ``namespace``
 the caller gives, then in a fixed allowlist (``torch``, ``torch.nn.functional``,
 ``operator``, ``math``, a few builtins, ``torch.ops.<ns>.<op>.<overload>``).
 Anything else is refused with an error naming it.
+
+The text may be hostile, so reading it is bounded (``limits``): its size and
+node count are limited, the node header and the tokens are read by hand in one
+pass (no regular expression that can backtrack), and values nest at most
+``limits.MAX_ARGUMENT_DEPTH`` deep, the limit files have. Every failure is a
+``GraphParseError``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import ast
 import builtins
 import math
 import re
+import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,7 +30,7 @@ import torch
 from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.node import Node
-from fxloom.serialize import allowlist
+from fxloom.serialize import allowlist, limits
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.values import NUMPY_SCALARS, TORCH_ENUMS
 
@@ -52,23 +59,6 @@ _VALUE_NAMES: dict[str, Any] = {
 # torch attributes that may appear as values (``torch.float32``, ``torch.strided``).
 _TORCH_VALUE_TYPES = tuple(TORCH_ENUMS.values())
 
-_HEADER = re.compile(
-    r"^%(?P<name>\w+) :(?: (?P<type>.+?))? \[num_users=\d+\] = "
-    r"(?P<op>\w+)\[target=(?P<target>.*?)\](?P<rest>\(.*\))?$"
-)
-_TOKEN = re.compile(
-    r"""\s*(?:
-    (?P<node>%\w+)
-  | (?P<number>-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|-inf\b|-nan\b)
-  | (?P<string>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
-  | (?P<ellipsis>\.\.\.)
-  | (?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
-  | (?P<punct>[()\[\]{},:=])
-)""",
-    re.VERBOSE,
-)
-
-
 def parse_graph(text: str, namespace: Mapping[str, Any] | None = None) -> Graph:
     """Read ``str(graph)`` back into a ``Graph`` without evaluating it.
 
@@ -84,7 +74,20 @@ def parse_graph(text: str, namespace: Mapping[str, Any] | None = None) -> Graph:
             return relu''')
         assert str(fxloom.parse_graph(str(g))) == str(g)
     """
-    resolver = _Resolver(namespace or {})
+    _check_size(text)
+    try:
+        return _parse_lines(text, _Resolver(namespace or {}))
+    except (RecursionError, MemoryError) as e:  # a last defence: the limits should come first
+        raise GraphParseError(f"the graph text is too large or deep to read ({type(e).__name__})")
+
+
+def _check_size(text: str) -> None:
+    if len(text) > limits.MAX_GRAPH_TEXT_BYTES:
+        size = f"{len(text):,} characters"
+        raise limits.exceeded("the graph text", limits.MAX_GRAPH_TEXT_BYTES, size, GraphParseError)
+
+
+def _parse_lines(text: str, resolver: _Resolver) -> Graph:
     graph = Graph()
     nodes: dict[str, Node] = {}
     lines = text.strip("\n").splitlines()
@@ -94,27 +97,26 @@ def parse_graph(text: str, namespace: Mapping[str, Any] | None = None) -> Graph:
         line = raw.strip()
         if not line:
             continue
+        if len(nodes) >= limits.MAX_GRAPH_NODES:
+            raise limits.exceeded(
+                "the nodes of the graph text", limits.MAX_GRAPH_NODES, "more", GraphParseError
+            )
         try:
             _parse_line(line, graph, nodes, resolver)
         except GraphParseError as e:
-            raise GraphParseError(f"line {number}: {e}\n    {line}") from None
+            raise GraphParseError(f"line {number}: {e}\n    {line[:200]}") from None
     return graph
 
 
 def _parse_line(line: str, graph: Graph, nodes: dict[str, Node], resolver: _Resolver) -> None:
     if line.startswith("return"):
-        value = _ArgParser(line[len("return") :], nodes, resolver, bare_nodes=True).parse_all()
-        graph.output(value)
+        parser = _ArgParser(line[len("return") :], nodes, resolver, bare_nodes=True)
+        graph.output(parser.parse_all(depth=1))  # the output's value is its argument
         return
-    match = _HEADER.match(line)
-    if match is None:
-        raise GraphParseError(
-            "expected '%name : [num_users=N] = op[target=T](args = (...), kwargs = {...})'"
-        )
-    name, op, target_text = match["name"], match["op"], match["target"]
-    type_expr = resolver.type(match["type"]) if match["type"] else None
+    name, type_text, op, target_text, rest = _split_header(line)
+    type_expr = resolver.type(type_text) if type_text else None
     target = resolver.target(op, target_text)
-    args, kwargs = _parse_call_rest(op, match["rest"], nodes, resolver)
+    args, kwargs = _parse_call_rest(op, rest, nodes, resolver)
     try:
         allowlist.check_call(target, args)
     except SerializationError as e:
@@ -123,6 +125,41 @@ def _parse_line(line: str, graph: Graph, nodes: dict[str, Node], resolver: _Reso
     if node.name != name:
         raise GraphParseError(f"node name '%{name}' is used twice")
     nodes[name] = node
+
+
+_HEADER_FORM = "expected '%name : [num_users=N] = op[target=T](args = (...), kwargs = {...})'"
+
+
+def _split_header(line: str) -> tuple[str, str | None, str, str, str | None]:
+    """``%name : type [num_users=N] = op[target=T](rest)`` as (name, type, op, target, rest),
+    read left to right in one pass."""
+    name_end = _word_end(line, 1)
+    users = line.find(" [num_users=", name_end)
+    if not line.startswith("%") or name_end == 1 or users < 0:
+        raise GraphParseError(_HEADER_FORM)
+    if not line.startswith(" :", name_end):
+        raise GraphParseError(_HEADER_FORM)
+    type_text = None
+    if users > name_end + 2:
+        if line[name_end + 2] != " ":
+            raise GraphParseError(_HEADER_FORM)
+        type_text = line[name_end + 3 : users]
+    digits_end = _digits_end(line, users + len(" [num_users="))
+    op_start = digits_end + len("] = ")
+    op_end = _word_end(line, op_start)
+    close = line.find("]", op_end)
+    if (
+        digits_end == users + len(" [num_users=")
+        or not line.startswith("] = ", digits_end)
+        or op_end == op_start
+        or not line.startswith("[target=", op_end)
+        or close < 0
+    ):
+        raise GraphParseError(_HEADER_FORM)
+    rest = line[close + 1 :] or None
+    if rest is not None and not (rest.startswith("(") and rest.endswith(")")):
+        raise GraphParseError(_HEADER_FORM)
+    return line[1:name_end], type_text, line[op_start:op_end], line[op_end + 8 : close], rest
 
 
 def _parse_call_rest(
@@ -135,7 +172,7 @@ def _parse_call_rest(
         parser.expect("(")
         parser.expect_name("default")
         parser.expect("=")
-        default = parser.value()
+        default = parser.value(depth=1)  # the default is the placeholder's argument
         parser.expect(")")
         parser.end()
         return (default,), {}
@@ -196,10 +233,11 @@ class _Resolver:
                 return value
         return self.callable(text)  # a function passed as an argument
 
-    def type(self, text: str) -> Any:
+    def type(self, text: str, depth: int = 0) -> Any:
+        _check_depth(depth, "a type annotation")
         text = text.strip()
         if " | " in text:  # ``torch.Tensor | None``
-            members = [self.type(part) for part in text.split(" | ")]
+            members = [self.type(part, depth + 1) for part in text.split(" | ")]
             if any(isinstance(m, _AnnotationText) for m in members):
                 return _AnnotationText(text)
             union = members[0]
@@ -210,7 +248,7 @@ class _Resolver:
             return None
         generic = re.fullmatch(r"(\w+)\[(.*)\]", text)
         if generic and generic[1] in ("list", "tuple", "dict", "set"):  # ``list[int]``
-            params = tuple(self.type(p) for p in _split_top_level(generic[2]))
+            params = tuple(self.type(p, depth + 1) for p in _split_top_level(generic[2]))
             return getattr(builtins, generic[1])[params if len(params) > 1 else params[0]]
         if hasattr(builtins, text) and isinstance(getattr(builtins, text), type):
             return getattr(builtins, text)
@@ -292,30 +330,34 @@ class _ArgParser:
         if self.peek() is not None:
             raise GraphParseError(f"unexpected '{self.peek()[1]}' after the value")
 
-    def parse_all(self) -> Any:
-        value = self.value()
+    def parse_all(self, depth: int = 0) -> Any:
+        value = self.value(depth)
         self.end()
         return value
 
-    def value(self) -> Any:
+    def value(self, depth: int = 0) -> Any:
+        """The next value; a container found here is the ``depth``-th level of nesting
+        (the ``args`` tuple and ``kwargs`` dict themselves are level 0, as in files)."""
         kind, text = self.take()
         if kind == "node":
             return self.node(text[1:])
         if kind == "number":
             return _number(text)
         if kind == "string":
-            return ast.literal_eval(text)  # a single string literal, not an expression
+            return _string(text)
         if kind == "ellipsis":
             return Ellipsis
         if kind == "name":
-            return self.named(text)
+            return self.named(text, depth)
+        if kind == "punct" and text in "([{":
+            _check_depth(depth)
         if text == "(":
-            items = self.sequence(")")
+            items = self.sequence(")", depth)
             return tuple(items)
         if text == "[":
-            return self.sequence("]")
+            return self.sequence("]", depth)
         if text == "{":
-            return self.mapping()
+            return self.mapping(depth)
         raise GraphParseError(f"unexpected '{text}'")
 
     def node(self, name: str) -> Node:
@@ -323,10 +365,11 @@ class _ArgParser:
             raise GraphParseError(f"'%{name}' is used before it is defined")
         return self.nodes[name]
 
-    def named(self, text: str) -> Any:
+    def named(self, text: str, depth: int) -> Any:
         if self.at("("):
             self.take()
-            return self.call(text)
+            _check_depth(depth)
+            return self.call(text, depth)
         if text in _VALUE_NAMES:
             return _VALUE_NAMES[text]
         if self.bare_nodes and text in self.nodes:
@@ -335,7 +378,7 @@ class _ArgParser:
             raise GraphParseError(f"'{text}' is used before it is defined")
         return self.resolver.value_name(text)
 
-    def call(self, text: str) -> Any:
+    def call(self, text: str, depth: int) -> Any:
         constructor = self.resolver._from_namespace(text)
         if constructor is _MISSING:
             constructor = _VALUE_CALLS.get(text, _MISSING)
@@ -352,18 +395,21 @@ class _ArgParser:
             follows = self.tokens[self.pos + 1] if self.pos + 1 < len(self.tokens) else None
             if token and token[0] == "name" and follows == ("punct", "="):
                 self.pos += 2
-                kwargs[token[1]] = self.value()
+                kwargs[token[1]] = self.value(depth + 1)
             else:
-                args.append(self.value())
+                args.append(self.value(depth + 1))
             if not self.at(")"):
                 self.expect(",")
         self.take()
-        return constructor(*args, **kwargs)
+        try:
+            return constructor(*args, **kwargs)
+        except (TypeError, ValueError, RuntimeError, OverflowError) as e:
+            raise GraphParseError(f"cannot build {text}(...): {e}") from None
 
-    def sequence(self, close: str) -> list:
+    def sequence(self, close: str, depth: int) -> list:
         items = []
         while not self.at(close):
-            items.append(self.value())
+            items.append(self.value(depth + 1))
             if not self.at(close):
                 self.expect(",")
         self.take()
@@ -375,33 +421,132 @@ class _ArgParser:
         if kind == "number":
             return _number(text)
         if kind == "string":
-            return ast.literal_eval(text)
+            return _string(text)
         if kind == "name":
             return text
         raise GraphParseError(f"unexpected dict key '{text}'")
 
-    def mapping(self) -> dict:
+    def mapping(self, depth: int) -> dict:
         result = {}
         while not self.at("}"):
             key = self.key()
             self.expect(":")
-            result[key] = self.value()
+            result[key] = self.value(depth + 1)
             if not self.at("}"):
                 self.expect(",")
         self.take()
         return result
 
 
+def _check_depth(depth: int, what: str = "a value") -> None:
+    """Refuse a container at nesting level ``depth`` past the limit files have."""
+    most = limits.MAX_ARGUMENT_DEPTH
+    if depth > most:
+        raise limits.exceeded(what, most, f"level {depth}", GraphParseError, "is nested too deeply")
+
+
+# ------------------------------------------------------------------ tokens
+# The tokenizer reads each character once: it picks a token's kind by its first character
+# and finds its end with runs of one character class (``_RUNS``), which cannot backtrack.
+_RUNS = {
+    "space": re.compile(r"\s*"),
+    "word": re.compile(r"\w*"),
+    "digits": re.compile(r"[0-9]*"),
+    "string_body": re.compile(r"[^'\"\\]*"),
+}
+_PUNCTUATION = frozenset("()[]{},:=")
+_NAME_START = frozenset(string.ascii_letters + "_")
+_NUMBER_START = frozenset(string.digits + "-.")
+
+
 def _tokenize(text: str) -> list[tuple[str, str]]:
-    tokens, pos = [], 0
-    text = text.rstrip()
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None or match.end() == pos:
-            raise GraphParseError(f"cannot read '{text[pos:].strip()[:30]}'")
-        tokens.append((match.lastgroup, match[match.lastgroup]))
-        pos = match.end()
+    """``text`` as (kind, text) tokens: node, number, string, ellipsis, name, punct."""
+    tokens, pos, end = [], 0, len(text)
+    while (pos := _RUNS["space"].match(text, pos).end()) < end:
+        kind, stop = _token_at(text, pos)
+        if stop == pos:
+            raise GraphParseError(f"cannot read '{text[pos:pos + 30].strip()}'")
+        tokens.append((kind, text[pos:stop]))
+        pos = stop
     return tokens
+
+
+def _token_at(text: str, pos: int) -> tuple[str, int]:
+    """The kind of the token at ``pos`` and where it ends (``pos`` if there is none)."""
+    char = text[pos]
+    if char in _PUNCTUATION:
+        return "punct", pos + 1
+    if char == "%":
+        end = _word_end(text, pos + 1)
+        return "node", end if end > pos + 1 else pos
+    if char in _NUMBER_START:
+        number_end = _number_end(text, pos)
+        if number_end > pos:
+            return "number", number_end
+    if char in _NAME_START:
+        return "name", _name_end(text, pos)
+    if char in "'\"":
+        return "string", _string_end(text, pos)
+    if text.startswith("...", pos):
+        return "ellipsis", pos + 3
+    return "punct", pos
+
+
+def _word_end(text: str, pos: int) -> int:
+    return _RUNS["word"].match(text, pos).end()
+
+
+def _digits_end(text: str, pos: int) -> int:
+    return _RUNS["digits"].match(text, pos).end()
+
+
+def _number_end(text: str, pos: int) -> int:
+    """The end of ``-?(digits[.digits]|.digits)([eE][-+]?digits)?`` or ``-inf``/``-nan``."""
+    start = pos + (text[pos] == "-")
+    if start > pos and text.startswith(("inf", "nan"), start):
+        after = start + 3
+        return after if _word_end(text, after) == after else pos
+    whole = _digits_end(text, start)
+    fraction = whole
+    if text.startswith(".", whole) and not text.startswith("...", whole):
+        fraction = _digits_end(text, whole + 1)
+    if whole == start and fraction <= whole + 1:
+        return pos  # no digit: not a number
+    exponent = fraction + 1 + (text[fraction + 1 : fraction + 2] in ("-", "+"))
+    if text[fraction : fraction + 1] in ("e", "E") and _digits_end(text, exponent) > exponent:
+        return _digits_end(text, exponent)
+    return fraction
+
+
+def _string_end(text: str, pos: int) -> int:
+    """The end of the quoted string at ``pos`` (backslash escapes), or ``pos`` if unclosed."""
+    quote, i = text[pos], pos + 1
+    while i < len(text):
+        i = _RUNS["string_body"].match(text, i).end()
+        if i >= len(text):
+            break
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == quote:
+            return i + 1
+        else:
+            i += 1  # the other quote character, inside this string
+    return pos
+
+
+def _name_end(text: str, pos: int) -> int:
+    """The end of a dotted name: identifiers joined by dots (``torch.nn.functional.relu``)."""
+    end = _word_end(text, pos)
+    while text.startswith(".", end) and text[end + 1 : end + 2] in _NAME_START:
+        end = _word_end(text, end + 1)
+    return end
+
+
+def _string(text: str) -> str:
+    try:
+        return ast.literal_eval(text)  # a single string literal token, not an expression
+    except (ValueError, SyntaxError, MemoryError) as e:
+        raise GraphParseError(f"invalid string {text[:40]}: {e}") from None
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -418,6 +563,9 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def _number(text: str) -> int | float:
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    return float(text)
+    try:
+        if _digits_end(text, text.startswith("-")) == len(text):
+            return int(text)
+        return float(text)
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise GraphParseError(f"invalid number {text[:40]}...: {e}") from None

@@ -31,6 +31,7 @@ from fxloom.node import Node
 from fxloom.pytree_codegen import PyTreeCodeGen, PyTreeInfo
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.limits import MAX_ARGUMENT_DEPTH  # noqa: F401  (values enforces it)
 from fxloom.serialize.meta import MetaCodecs, decode_meta, encode_meta
 from fxloom.serialize.values import decode_spec, decode_value, encode_spec, encode_value, short
 
@@ -131,10 +132,6 @@ def _decode_node(
     args, kwargs = record.get("args", ()), record.get("kwargs", {})
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
         raise SerializationError(f"{where}: args must be a list and kwargs an object")
-    if _nests_deeper(args, kwargs, MAX_ARGUMENT_DEPTH):
-        raise SerializationError(
-            f"{where}: its arguments are nested too deeply (over {MAX_ARGUMENT_DEPTH} levels); refused"
-        )
     args = tuple([decode_value(a, nodes, where) for a in args])
     for key in kwargs:
         check_identifier(key, f"{where}: keyword")
@@ -178,23 +175,6 @@ def _check_argument_shape(node: Node, where: str) -> None:
             f"{where}: a {node.op} node takes at most {most} argument(s)"
             f"{'' if nodes_allowed else ', none of them a node'}, and no keywords"
         )
-
-
-# How deep arguments may nest (real graphs stay under ten): code generation and printing
-# recurse per level, and must not run out of stack on a loaded graph.
-MAX_ARGUMENT_DEPTH = 64
-
-
-def _nests_deeper(args: Any, kwargs: dict, limit: int) -> bool:
-    """Whether the JSON of ``args``/``kwargs`` holds containers more than ``limit`` deep."""
-    pending = [(v, 1) for v in (*args, *kwargs.values()) if type(v) in (list, dict)]
-    while pending:
-        value, depth = pending.pop()
-        if depth > limit:
-            return True
-        children = value.values() if type(value) is dict else value
-        pending.extend((c, depth + 1) for c in children if type(c) in (list, dict))
-    return False
 
 
 def _decode_target(op: str, target: Any, where: str) -> Any:

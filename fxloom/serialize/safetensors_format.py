@@ -11,7 +11,9 @@ then the data. Files written here load with the ``safetensors`` library too.
   into it (``readinto``), as unpickling does: one copy, and allocations of tensor
   size, which the allocator recycles across loads. Every header entry is checked
   (known dtype, non-negative shape, offsets inside the data, byte length equal to
-  the shape's) before anything is read; anything else is a ``SerializationError``.
+  the shape's, no two tensors sharing bytes) before anything is read, and the
+  header's size and number of tensors are bounded (``limits``), so the memory
+  allocated is at most the member's size; anything else is a ``SerializationError``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import IO, Any
 
 import torch
 
+from fxloom.serialize import limits
 from fxloom.serialize.errors import SerializationError
 
 __all__ = ["read_tensors", "write_tensors"]
@@ -46,37 +49,21 @@ DTYPES: dict[str, torch.dtype] = {
     "F8_E4M3": torch.float8_e4m3fn,
     "F8_E5M2": torch.float8_e5m2,
 }
-MAX_HEADER_BYTES = 100 * 2**20
 
 
 def read_tensors(f: IO[bytes], start: int, size: int) -> dict[str, torch.Tensor]:
     """The tensors of the safetensors blob at ``[start, start + size)`` of the file ``f``."""
-    f.seek(start)
-    head = f.read(8)
-    if size < 8 or len(head) != 8:
-        raise SerializationError("the weights are truncated (no safetensors header)")
-    header_length = int.from_bytes(head, "little")
-    if header_length > min(MAX_HEADER_BYTES, size - 8):
-        raise SerializationError(
-            f"the weights are truncated or damaged: their header claims {header_length} bytes"
-        )
-    raw_header = f.read(header_length)
-    try:
-        header = json.loads(raw_header)
-    except (ValueError, RecursionError) as e:
-        raise SerializationError(f"the weights' header is not valid JSON: {e}") from None
-    if not isinstance(header, dict):
-        raise SerializationError("the weights' header must be a JSON object")
-    data_start = start + 8 + header_length
-    data_length = size - 8 - header_length
+    header, data_start, data_length = _read_header(f, start, size)
     entries = [
         (name, *_entry(name, entry, data_length))
         for name, entry in header.items()
         if name != "__metadata__"
     ]
+    entries.sort(key=lambda e: e[3])
+    _check_disjoint(entries)
     tensors = {}
-    for name, dtype, shape, begin, end in sorted(entries, key=lambda e: e[3]):
-        tensor = torch.empty(shape, dtype=dtype)
+    for name, dtype, shape, begin, end in entries:
+        tensor = _empty(name, shape, dtype)
         if end > begin:
             f.seek(data_start + begin)
             target = (ctypes.c_ubyte * (end - begin)).from_address(tensor.data_ptr())
@@ -86,6 +73,59 @@ def read_tensors(f: IO[bytes], start: int, size: int) -> dict[str, torch.Tensor]
     return tensors
 
 
+def _read_header(f: IO[bytes], start: int, size: int) -> tuple[dict, int, int]:
+    """The JSON header of the blob, where its data starts and how long the data is."""
+    f.seek(start)
+    head = f.read(8)
+    if size < 8 or len(head) != 8:
+        raise SerializationError("the weights are truncated (no safetensors header)")
+    header_length = int.from_bytes(head, "little")
+    if header_length > limits.MAX_SAFETENSORS_HEADER_BYTES:
+        raise limits.exceeded(
+            "the weights' header", limits.MAX_SAFETENSORS_HEADER_BYTES, f"{header_length:,} bytes"
+        )
+    if header_length > size - 8:
+        raise SerializationError(
+            f"the weights are truncated or damaged: their header claims {header_length} bytes"
+        )
+    raw_header = f.read(header_length)
+    limits.check_json_values(raw_header, "the weights' header")
+    # One object per tensor (and one for __metadata__), counted before any is built.
+    if raw_header.count(b"{") > limits.MAX_TENSORS + 2:
+        raise limits.exceeded(
+            "the weights' tensors", limits.MAX_TENSORS, f"about {raw_header.count(b'{'):,}"
+        )
+    try:
+        header = json.loads(raw_header)
+    except (ValueError, RecursionError) as e:
+        raise SerializationError(f"the weights' header is not valid JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise SerializationError("the weights' header must be a JSON object")
+    if len(header) > limits.MAX_TENSORS + 1:
+        raise limits.exceeded("the weights' tensors", limits.MAX_TENSORS, len(header))
+    return header, start + 8 + header_length, size - 8 - header_length
+
+
+def _check_disjoint(entries: list) -> None:
+    """No two tensors share bytes (``entries`` sorted by where they begin): so the tensors
+    allocated add up to at most the data's size, however many there are."""
+    end_so_far, previous = 0, None
+    for name, _, _, begin, end in entries:
+        if begin < end_so_far:
+            raise SerializationError(
+                f"the weights' tensors {previous!r} and {name!r} overlap; refused"
+            )
+        if end > begin:
+            end_so_far, previous = end, name
+
+
+def _empty(name: str, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    try:
+        return torch.empty(shape, dtype=dtype)
+    except RuntimeError as e:  # sizes whose strides overflow (a zero among huge dimensions)
+        raise SerializationError(f"the weights' tensor {name!r}: {e}") from None
+
+
 def _entry(name: str, entry: Any, data_length: int) -> tuple[torch.dtype, list[int], int, int]:
     where = f"the weights' tensor {name!r}"
     if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
@@ -93,6 +133,9 @@ def _entry(name: str, entry: Any, data_length: int) -> tuple[torch.dtype, list[i
     shape, offsets = entry.get("shape"), entry.get("data_offsets")
     if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
         raise SerializationError(f"{where} has an invalid shape {shape!r}")
+    if len(shape) > limits.MAX_TENSOR_DIMENSIONS:
+        most = limits.MAX_TENSOR_DIMENSIONS
+        raise limits.exceeded(f"the dimensions of {where}", most, len(shape))
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2

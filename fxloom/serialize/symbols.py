@@ -26,7 +26,8 @@ Depends on sympy, ``fxloom.export.symbolic`` and ``fxloom.serialize.meta``.
 from __future__ import annotations
 
 import re
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import sympy
 import torch
@@ -36,6 +37,7 @@ from sympy.logic.boolalg import Boolean
 from fxloom.export.stand_in import StandIn
 from fxloom.export.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
 from fxloom.export.symbolic.sym_node import SymNode, wrap_expr
+from fxloom.serialize import limits
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
 from fxloom.serialize.values import expect_pair, short
@@ -46,6 +48,8 @@ __all__ = [
     "decode_expr",
     "encode_shape_env",
     "decode_shape_env",
+    "ExpressionBudget",
+    "expression_budget",
     "SymbolicCodecs",
 ]
 
@@ -81,11 +85,6 @@ _ARGUMENT_KIND: dict[type, type] = {
 }
 _NAME_OF_CLASS = {cls: name for name, cls in EXPRESSION_CLASSES.items()}
 _SYMBOL_NAME = re.compile(r"[sif][0-9]{1,9}")
-_MAX_INTEGER = 2**64  # sizes, strides and their bounds: far below this
-_MAX_EXPONENT = 64
-_MAX_DEPTH = 64
-_MAX_NODES = 2_000  # per expression; sizes of real programs use a few dozen
-_MAX_ARGUMENTS = 256  # per node: sympy compares the arguments of Max/Min/And pairwise
 _PYTYPES = {"int": int, "float": float, "bool": bool}
 
 
@@ -117,63 +116,168 @@ def encode_expr(expr: Any, where: str = "an expression") -> Any:
     return {"op": name, "args": [encode_expr(arg, where) for arg in expr.args]}
 
 
-def decode_expr(data: Any, symbols: dict[str, sympy.Symbol], where: str) -> sympy.Basic:
-    """The sympy expression of ``data``; ``symbols`` are the names it may use."""
-    budget = [_MAX_NODES]
-    return _decode(data, symbols, where, 0, budget)
+def decode_expr(
+    data: Any, symbols: dict[str, sympy.Symbol], where: str, budget: ExpressionBudget | None = None
+) -> sympy.Basic:
+    """The sympy expression of ``data``; ``symbols`` are the names it may use.
+
+    Nodes are built unevaluated (``evaluate=False``): a file's expression is read as
+    written, and no simplification runs while loading. ``budget`` is the file's (see
+    ``ExpressionBudget``); without one, this expression gets a budget of its own.
+    """
+    budget = budget if budget is not None else ExpressionBudget()
+    return _ExpressionReader(symbols, where, budget).read(data, 0).expr
 
 
-def _decode(data: Any, symbols: dict, where: str, depth: int, budget: list[int]) -> sympy.Basic:
-    budget[0] -= 1
-    if budget[0] < 0 or depth > _MAX_DEPTH:
-        raise SerializationError(f"{where}: the expression is too large; refused")
-    if isinstance(data, bool):
-        return sympy.true if data else sympy.false
-    if type(data) is int:
-        return sympy.Integer(_bounded(data, where))
-    if data == "oo":
-        return sympy.oo
-    if data == "-oo":
-        return -sympy.oo
-    if not isinstance(data, dict) or len(data) not in (1, 2):
+class ExpressionBudget:
+    """What all the expressions of one file may still cost (``limits.MAX_EXPRESSION_NODES``).
+
+    One budget per file, not per expression: a file of many small expressions is as
+    bounded as one of a single large one.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limits.MAX_EXPRESSION_NODES if limit is None else limit
+        self.spent = 0
+
+    def charge(self, cost: int, where: str) -> None:
+        self.spent += cost
+        if self.spent > self.limit:
+            raise limits.exceeded(
+                f"{where}: the size of the file's symbolic expressions", self.limit, self.spent
+            )
+
+
+# The budget of the file each decoded ShapeEnv came from: its sizes and range constraints
+# are charged to it too.
+_BUDGETS: weakref.WeakKeyDictionary[ShapeEnv, ExpressionBudget] = weakref.WeakKeyDictionary()
+
+
+def expression_budget(env: ShapeEnv | None) -> ExpressionBudget:
+    """The budget of the file ``env`` was read from (a fresh one for any other env)."""
+    found = _BUDGETS.get(env) if env is not None else None
+    return found if found is not None else ExpressionBudget()
+
+
+class _Decoded(NamedTuple):
+    expr: sympy.Basic
+    nodes: int  # nodes of its tree
+    bits: int  # an upper bound on the bits its value needs at sizes below limits.MAX_INTEGER
+
+
+_SIZE_BITS = (limits.MAX_INTEGER - 1).bit_length()
+_INFINITIES = {"oo": sympy.oo, "-oo": -sympy.oo}
+
+
+class _ExpressionReader:
+    """Reads one expression tree, charging ``budget`` and bounding depth, arguments and bits."""
+
+    def __init__(self, symbols: dict, where: str, budget: ExpressionBudget) -> None:
+        self.symbols, self.where, self.budget = symbols, where, budget
+
+    def read(self, data: Any, depth: int) -> _Decoded:
+        self.budget.charge(1, self.where)
+        if depth > limits.MAX_EXPRESSION_DEPTH:
+            raise limits.exceeded(
+                f"{self.where}: the nesting of an expression", limits.MAX_EXPRESSION_DEPTH, depth
+            )
+        if isinstance(data, bool):
+            return _Decoded(sympy.true if data else sympy.false, 1, 1)
+        if type(data) is int:
+            return _Decoded(sympy.Integer(_bounded(data, self.where)), 1, data.bit_length())
+        if isinstance(data, str) and data in _INFINITIES:
+            return _Decoded(_INFINITIES[data], 1, 1)
+        if not isinstance(data, dict) or len(data) not in (1, 2):
+            raise SerializationError(f"{self.where}: invalid expression {short(data)}")
+        if len(data) == 1:
+            return self.leaf(data)
+        return self.node(data, depth)
+
+    def leaf(self, data: dict) -> _Decoded:
+        ((kind, body),) = data.items()
+        where = self.where
+        if kind == "symbol":
+            symbol = self.symbols.get(body) if isinstance(body, str) else None
+            if symbol is None:
+                raise SerializationError(f"{where}: unknown symbol {short(body)}")
+            return _Decoded(symbol, 1, _SIZE_BITS)
+        if kind == "rational":
+            p, q = _pair_of_ints(body, where)
+            if q == 0:
+                raise SerializationError(f"{where}: a rational with denominator 0")
+            return _Decoded(sympy.Rational(p, q), 1, max(p.bit_length(), q.bit_length()))
+        if kind == "float":
+            if not isinstance(body, (int, float)) or isinstance(body, bool):
+                raise SerializationError(f"{where}: invalid float {short(body)}")
+            return _Decoded(sympy.Float(body), 1, _SIZE_BITS)
         raise SerializationError(f"{where}: invalid expression {short(data)}")
-    if set(data) == {"symbol"}:
-        symbol = symbols.get(data["symbol"]) if isinstance(data["symbol"], str) else None
-        if symbol is None:
-            raise SerializationError(f"{where}: unknown symbol {short(data['symbol'])}")
-        return symbol
-    if set(data) == {"rational"}:
-        p, q = _pair_of_ints(data["rational"], where)
-        if q == 0:
-            raise SerializationError(f"{where}: a rational with denominator 0")
-        return sympy.Rational(p, q)
-    if set(data) == {"float"}:
-        if not isinstance(data["float"], (int, float)) or isinstance(data["float"], bool):
-            raise SerializationError(f"{where}: invalid float {short(data['float'])}")
-        return sympy.Float(data["float"])
-    cls = EXPRESSION_CLASSES.get(data.get("op")) if isinstance(data.get("op"), str) else None
-    args = data.get("args")
-    if cls is None or set(data) != {"op", "args"} or not isinstance(args, list):
-        raise SerializationError(f"{where}: invalid expression {short(data)}")
-    if len(args) > _MAX_ARGUMENTS:
-        raise SerializationError(f"{where}: the expression is too large; refused")
-    decoded = [_decode(arg, symbols, where, depth + 1, budget) for arg in args]
-    kind = _ARGUMENT_KIND.get(cls)
-    if kind is not None and not all(isinstance(arg, kind) for arg in decoded):
-        raise SerializationError(
-            f"{where}: {data['op']} of {short(args)} mixes numbers and truth values"
-        )
+
+    def node(self, data: dict, depth: int) -> _Decoded:
+        where, name, args = self.where, data.get("op"), data.get("args")
+        cls = EXPRESSION_CLASSES.get(name) if isinstance(name, str) else None
+        if cls is None or set(data) != {"op", "args"} or not isinstance(args, list):
+            raise SerializationError(f"{where}: invalid expression {short(data)}")
+        most = limits.MAX_EXPRESSION_ARGUMENTS.get(name, limits.MAX_OTHER_EXPRESSION_ARGUMENTS)
+        if len(args) > most:
+            raise limits.exceeded(f"{where}: the argument count of one {name}", most, len(args))
+        decoded = [self.read(arg, depth + 1) for arg in args]
+        kind = _ARGUMENT_KIND.get(cls)
+        if kind is not None and not all(isinstance(d.expr, kind) for d in decoded):
+            raise SerializationError(
+                f"{where}: {name} of {short(args)} mixes numbers and truth values"
+            )
+        nodes = 1 + sum(d.nodes for d in decoded)
+        if name in limits.MAX_EXPRESSION_ARGUMENTS:  # evaluating it compares arguments pairwise
+            self.budget.charge(len(decoded) * (nodes - 1), where)
+        bits = _bits(cls, decoded, where)
+        if bits > limits.MAX_EXPRESSION_BITS:
+            what = f"{where}: the bits the value of a {name} may need"
+            raise limits.exceeded(what, limits.MAX_EXPRESSION_BITS, bits)
+        return _Decoded(_build(cls, name, [d.expr for d in decoded], where), nodes, bits)
+
+
+def _bits(cls: type, args: list[_Decoded], where: str) -> int:
+    """An upper bound on the bits of ``cls(*args)``'s value, from its arguments' bounds."""
+    if cls is sympy.Mul:
+        return sum(a.bits for a in args)
     if cls is sympy.Pow:
-        _check_power(decoded, where)
+        return args[0].bits * _exponent(args, where)
+    widest = max((a.bits for a in args), default=1)
+    return widest + len(args).bit_length() if cls is sympy.Add else widest
+
+
+def _exponent(args: list[_Decoded], where: str) -> int:
+    """The size of a power's exponent: a number (a size's power or inverse), and a small one."""
+    if len(args) != 2:
+        raise SerializationError(f"{where}: a power takes a base and an exponent")
+    exponent = args[1].expr
+    if not exponent.is_Rational:
+        raise SerializationError(
+            f"{where}: the exponent {short(exponent)} is not a number; refused"
+        )
+    size = max(abs(exponent.p), 1)
+    if size > limits.MAX_EXPONENT:
+        raise limits.exceeded(f"{where}: the exponent of a power", limits.MAX_EXPONENT, size)
+    return size
+
+
+# Classes built without ``evaluate=False``: they do no work on their arguments anyway.
+_ALWAYS_EVALUATED = frozenset({ExprCondPair})
+
+
+def _build(cls: type, name: str, args: list[sympy.Basic], where: str) -> sympy.Basic:
     try:
-        return cls(*decoded)
+        if cls in _ALWAYS_EVALUATED:
+            return cls(*args)
+        return cls(*args, evaluate=False)
     except (TypeError, ValueError, AttributeError) as e:
-        raise SerializationError(f"{where}: cannot build {data['op']}: {e}") from None
+        raise SerializationError(f"{where}: cannot build {name}: {e}") from None
 
 
 def _bounded(value: int, where: str) -> int:
-    if abs(value) > _MAX_INTEGER:
-        raise SerializationError(f"{where}: the integer {short(value)} is too large; refused")
+    if abs(value) > limits.MAX_INTEGER:
+        found = f"an integer of {value.bit_length()} bits"
+        raise limits.exceeded(f"{where}: the magnitude of an integer", limits.MAX_INTEGER, found)
     return value
 
 
@@ -181,14 +285,6 @@ def _pair_of_ints(data: Any, where: str) -> tuple[int, int]:
     if not isinstance(data, list) or len(data) != 2 or not all(type(v) is int for v in data):
         raise SerializationError(f"{where}: expected two integers, found {short(data)}")
     return _bounded(data[0], where), _bounded(data[1], where)
-
-
-def _check_power(args: list[sympy.Basic], where: str) -> None:
-    if len(args) != 2:
-        raise SerializationError(f"{where}: a power takes a base and an exponent")
-    exponent = args[1]
-    if exponent.is_Number and abs(exponent) > _MAX_EXPONENT:
-        raise SerializationError(f"{where}: the exponent {exponent} is too large; refused")
 
 
 # ------------------------------------------------------------------ the ShapeEnv
@@ -242,46 +338,58 @@ def _encode_guard(guard: Guard) -> dict[str, Any]:
 
 
 def decode_shape_env(data: Any, where: str = "shape_env") -> ShapeEnv:
+    """The ShapeEnv ``data`` describes; its expressions, and later the sizes and range
+    constraints decoded for it, share one budget (``expression_budget(env)``)."""
     if not isinstance(data, dict):
         raise SerializationError(f"{where}: expected an object")
     env = ShapeEnv()
+    budget = _BUDGETS.setdefault(env, ExpressionBudget())
+    symbols: dict[str, sympy.Symbol] = {}
     for record in _list(data, "symbols", where):
-        info = _decode_symbol(record, env, where)
+        info = _decode_symbol(record, env, where, budget)
+        if info.symbol.name in symbols:  # by name: a set, not a scan per symbol
+            raise SerializationError(f"{where}, symbol {info.symbol.name}: declared twice")
+        symbols[info.symbol.name] = info.symbol
         env.symbols[info.symbol] = info
-    symbols = {symbol.name: symbol for symbol in env.symbols}
     for record in _list(data, "replacements", where):
         name, expr = expect_pair(record, where)
         if name not in symbols:
             raise SerializationError(f"{where}: a replacement of the unknown symbol {short(name)}")
-        env.replacements[symbols[name]] = decode_expr(expr, symbols, f"{where}, replacements")
+        env.replacements[symbols[name]] = decode_expr(
+            expr, symbols, f"{where}, replacements", budget
+        )
     for record in _list(data, "divisible", where):
         dividend, divisor = expect_pair(record, where)
         env.divisible.add(
             (
-                decode_expr(dividend, symbols, f"{where}, divisible"),
-                decode_expr(divisor, symbols, f"{where}, divisible"),
+                decode_expr(dividend, symbols, f"{where}, divisible", budget),
+                decode_expr(divisor, symbols, f"{where}, divisible", budget),
             )
         )
     env.facts.update(
-        decode_expr(fact, symbols, f"{where}, facts") for fact in _list(data, "facts", where)
+        decode_expr(fact, symbols, f"{where}, facts", budget)
+        for fact in _list(data, "facts", where)
     )
-    env.guards.extend(_decode_guard(g, symbols, where) for g in _list(data, "guards", where))
+    env.guards.extend(
+        _decode_guard(g, symbols, where, budget) for g in _list(data, "guards", where)
+    )
     env.deferred_assertions.extend(
-        _decode_guard(g, symbols, where) for g in _list(data, "deferred_assertions", where)
+        _decode_guard(g, symbols, where, budget)
+        for g in _list(data, "deferred_assertions", where)
     )
     env.version = 1
     return env
 
 
-def _decode_symbol(record: Any, env: ShapeEnv, where: str) -> SymbolInfo:
+def _decode_symbol(
+    record: Any, env: ShapeEnv, where: str, budget: ExpressionBudget
+) -> SymbolInfo:
     if not isinstance(record, dict):
         raise SerializationError(f"{where}: a symbol must be an object")
     name = record.get("name")
     if not isinstance(name, str) or not _SYMBOL_NAME.fullmatch(name):
         raise SerializationError(f"{where}: invalid symbol name {short(name)}")
     where = f"{where}, symbol {name}"
-    if any(s.name == name for s in env.symbols):
-        raise SerializationError(f"{where}: declared twice")
     sign = record.get("sign")
     if sign not in (None, "positive", "nonnegative") or not isinstance(record.get("integer"), bool):
         raise SerializationError(f"{where}: invalid assumptions")
@@ -292,6 +400,8 @@ def _decode_symbol(record: Any, env: ShapeEnv, where: str) -> SymbolInfo:
     hint = record.get("hint")
     if hint is not None and type(hint) is not int:
         raise SerializationError(f"{where}: the hint must be an integer or null")
+    if hint is not None:
+        _bounded(hint, f"{where}: the hint")  # sizes are computed from it
     declared = record.get("declared")
     if declared is not None:
         if (
@@ -302,8 +412,8 @@ def _decode_symbol(record: Any, env: ShapeEnv, where: str) -> SymbolInfo:
         ):
             raise SerializationError(f"{where}: invalid declared range {short(declared)}")
         declared = (declared[0], declared[1])
-    lower = decode_expr(record.get("lower"), {}, where)
-    upper = decode_expr(record.get("upper"), {}, where)
+    lower = decode_expr(record.get("lower"), {}, where, budget)
+    upper = decode_expr(record.get("upper"), {}, where, budget)
     if not (lower.is_Integer or lower == -sympy.oo) or not (upper.is_Integer or upper == sympy.oo):
         raise SerializationError(f"{where}: the range must be integers or infinite")
     return SymbolInfo(
@@ -317,11 +427,11 @@ def _decode_symbol(record: Any, env: ShapeEnv, where: str) -> SymbolInfo:
     )
 
 
-def _decode_guard(data: Any, symbols: dict, where: str) -> Guard:
+def _decode_guard(data: Any, symbols: dict, where: str, budget: ExpressionBudget) -> Guard:
     if not isinstance(data, dict) or not isinstance(data.get("code"), str):
         raise SerializationError(f"{where}: a guard needs an expression and its source line")
     return Guard(
-        decode_expr(data.get("expr"), symbols, f"{where}, guard"),
+        decode_expr(data.get("expr"), symbols, f"{where}, guard", budget),
         _optional_string(data.get("location"), where),
         data["code"],
     )
@@ -352,6 +462,7 @@ class SymbolicCodecs(MetaCodecs):
     def __init__(self, env: ShapeEnv | None) -> None:
         self.env = env
         self.symbols = {s.name: s for s in env.symbols} if env is not None else {}
+        self.budget = expression_budget(env)  # the file's, when env was read from one
 
     def encode_size(self, size: Any, where: str) -> Any:
         if not isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -372,7 +483,7 @@ class SymbolicCodecs(MetaCodecs):
         pytype = _PYTYPES.get(data["type"]) if isinstance(data["type"], str) else None
         if pytype is None or self.env is None:
             raise SerializationError(f"{where}: invalid symbolic size {short(data)}")
-        expr = decode_expr(data["expr"], self.symbols, where)
+        expr = decode_expr(data["expr"], self.symbols, where, self.budget)
         if pytype is int and expr.is_Integer:
             return int(expr)
         return wrap_expr(self.env, expr, pytype)

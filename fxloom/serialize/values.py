@@ -34,7 +34,7 @@ import torch
 from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Node
 from fxloom.pytree import TreeSpec, container_type
-from fxloom.serialize import allowlist
+from fxloom.serialize import allowlist, limits
 from fxloom.serialize.errors import SerializationError
 
 __all__ = [
@@ -117,31 +117,60 @@ _PLAIN_DICTS = (dict, immutable_dict, OrderedDict)
 
 
 def decode_value(data: Any, nodes: Mapping[str, Node] | None = None, where: str = "") -> Any:
-    """The value ``encode_value`` wrote as ``data``; ``nodes`` maps node names to nodes."""
+    """The value ``encode_value`` wrote as ``data``; ``nodes`` maps node names to nodes.
+
+    Containers may nest ``limits.MAX_ARGUMENT_DEPTH`` deep (``((1,),)`` is 2), as in
+    graph text; deeper is refused before it is walked further.
+    """
+    return _decode(data, nodes, where, 0)
+
+
+def _decode(data: Any, nodes: Mapping[str, Node] | None, where: str, depth: int) -> Any:
+    """``decode_value`` of ``data``, found inside ``depth`` containers."""
     t = type(data)
     if data is None or t in (bool, int, str, float):
         return data
     if t is list:
-        return [decode_value(v, nodes, where) for v in data]
+        _check_depth(depth, where)
+        return [_decode(v, nodes, where, depth + 1) for v in data]
     if t is not dict or len(data) not in (1, 3):
         raise SerializationError(f"{where}: cannot read the value {short(data)}")
     if len(data) == 3:
-        return _decode_container(data, nodes, where)
+        _check_depth(depth, where)
+        return _decode_container(data, nodes, where, depth + 1)
     ((kind, body),) = data.items()
     decoder = _DECODERS.get(kind)
     if decoder is None:
         raise SerializationError(f"{where}: unknown kind of value {kind!r}")
-    return decoder(body, nodes, where)
+    if kind in _CONTAINER_KINDS:
+        _check_depth(depth, where)
+    return decoder(body, nodes, where, depth + 1)
 
 
-def _decode_node(name: Any, nodes: Mapping[str, Node] | None, where: str) -> Node:
+# Kinds of value that hold other values: each is one level of nesting (a tree spec counts
+# its own levels, ``_decode_spec``).
+_CONTAINER_KINDS = frozenset({"tuple", "dict", "slice"})
+
+
+def _check_depth(depth: int, where: str) -> None:
+    """Refuse a container inside ``depth`` others when that makes too many levels."""
+    if depth >= limits.MAX_ARGUMENT_DEPTH:
+        raise limits.exceeded(
+            f"{where}: a value",
+            limits.MAX_ARGUMENT_DEPTH,
+            f"level {depth + 1}",
+            problem="is nested too deeply",
+        )
+
+
+def _decode_node(name: Any, nodes: Mapping[str, Node] | None, where: str, depth: int) -> Node:
     if nodes is None or not isinstance(name, str) or name not in nodes:
         raise SerializationError(f"{where}: node %{name} is used before it is defined")
     return nodes[name]
 
 
-def _decode_torch_enum(kind: str) -> Callable[[Any, Any, str], Any]:
-    def decode(name: Any, nodes: Any, where: str) -> Any:
+def _decode_torch_enum(kind: str) -> Decoder:
+    def decode(name: Any, nodes: Any, where: str, depth: int) -> Any:
         if not isinstance(name, str) or name not in _BY_NAME[kind]:
             raise SerializationError(f"{where}: unknown {kind} {short(name)}")
         return _BY_NAME[kind][name]
@@ -149,20 +178,20 @@ def _decode_torch_enum(kind: str) -> Callable[[Any, Any, str], Any]:
     return decode
 
 
-def _decode_float(text: Any, nodes: Any, where: str) -> float:
+def _decode_float(text: Any, nodes: Any, where: str, depth: int) -> float:
     if text not in ("inf", "-inf", "nan"):
         raise SerializationError(f"{where}: {short(text)} is not a special float")
     return float(text)
 
 
-def _decode_device(text: Any, nodes: Any, where: str) -> torch.device:
+def _decode_device(text: Any, nodes: Any, where: str, depth: int) -> torch.device:
     try:
         return torch.device(_string(text, "device", where))
     except RuntimeError as e:
         raise SerializationError(f"{where}: invalid device {short(text)}: {e}") from None
 
 
-def _decode_container(data: dict, nodes: Any, where: str) -> Any:
+def _decode_container(data: dict, nodes: Any, where: str, depth: int) -> Any:
     if set(data) != {"container", "children", "context"}:
         raise SerializationError(f"{where}: cannot read the value {short(data)}")
     cls = allowlist.resolve_callable(_string(data["container"], "class", where), "container class")
@@ -170,9 +199,9 @@ def _decode_container(data: dict, nodes: Any, where: str) -> Any:
     if entry is None:
         raise SerializationError(f"{where}: {data['container']} is not a container class")
     children = expect_list(data["children"], where)
-    context = decode_value(data["context"], nodes, where)
+    context = _decode(data["context"], nodes, where, depth)
     try:
-        return entry.unflatten([decode_value(c, nodes, where) for c in children], context)
+        return entry.unflatten([_decode(c, nodes, where, depth) for c in children], context)
     except SerializationError:
         raise
     except Exception as e:
@@ -210,36 +239,36 @@ def short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _decode_dict(items: Any, nodes: Any, where: str) -> dict:
+def _decode_dict(items: Any, nodes: Any, where: str, depth: int) -> dict:
     result = {}
     for item in expect_list(items, where):
         key, value = expect_pair(item, where)
-        key = decode_value(key, nodes, where)
+        key = _decode(key, nodes, where, depth)
         if not isinstance(key, (str, int, float, bool, type(None))):
             raise SerializationError(f"{where}: dict keys must be plain values, found {short(key)}")
-        result[key] = decode_value(value, nodes, where)
+        result[key] = _decode(value, nodes, where, depth)
     return result
 
 
-def _decode_slice(parts: Any, nodes: Any, where: str) -> slice:
-    return slice(*(decode_value(p, nodes, where) for p in expect_list(parts, where, 3)))
+def _decode_slice(parts: Any, nodes: Any, where: str, depth: int) -> slice:
+    return slice(*(_decode(p, nodes, where, depth) for p in expect_list(parts, where, 3)))
 
 
-def _decode_complex(parts: Any, nodes: Any, where: str) -> complex:
+def _decode_complex(parts: Any, nodes: Any, where: str, depth: int) -> complex:
     real, imag = expect_list(parts, where, 2)
     if not all(isinstance(p, (int, float)) for p in (real, imag)):
         raise SerializationError(f"{where}: invalid complex number {short(parts)}")
     return complex(real, imag)
 
 
-def _decode_bytes(text: Any, nodes: Any, where: str) -> bytes:
+def _decode_bytes(text: Any, nodes: Any, where: str, depth: int) -> bytes:
     try:
         return base64.b64decode(_string(text, "base64", where), validate=True)
     except ValueError as e:
         raise SerializationError(f"{where}: invalid bytes: {e}") from None
 
 
-def _decode_range(parts: Any, nodes: Any, where: str) -> range:
+def _decode_range(parts: Any, nodes: Any, where: str, depth: int) -> range:
     return range(*_ints(expect_list(parts, where, 3), where))
 
 
@@ -247,7 +276,7 @@ def _decode_range(parts: Any, nodes: Any, where: str) -> range:
 NUMPY_SCALARS = frozenset("float16 float32 float64 int8 int16 int32 int64 uint8 bool_".split())
 
 
-def _decode_numpy(parts: Any, nodes: Any, where: str) -> Any:
+def _decode_numpy(parts: Any, nodes: Any, where: str, depth: int) -> Any:
     name, value = expect_list(parts, where, 2)
     if name not in NUMPY_SCALARS or not isinstance(value, (int, float, bool)):
         raise SerializationError(f"{where}: invalid numpy scalar {short(parts)}")
@@ -256,24 +285,27 @@ def _decode_numpy(parts: Any, nodes: Any, where: str) -> Any:
     return getattr(numpy, name)(value)
 
 
-def _decode_function(name: Any, nodes: Any, where: str) -> Any:
+def _decode_function(name: Any, nodes: Any, where: str, depth: int) -> Any:
     return allowlist.resolve_callable(_string(name, "function", where), f"function at {where}")
 
 
-_DECODERS: dict[str, Callable[[Any, Any, str], Any]] = {
-    "treespec": lambda spec, nodes, where: decode_spec(spec, where),
+# Each decoder reads the body of its kind of value: (body, nodes, where, depth), where depth
+# counts the containers around the body, this value included.
+Decoder = Callable[[Any, Any, str, int], Any]
+_DECODERS: dict[str, Decoder] = {
+    "treespec": lambda spec, nodes, where, depth: _decode_spec(spec, where, depth),
     "node": _decode_node,
-    "tuple": lambda items, nodes, where: tuple(
-        decode_value(v, nodes, where) for v in expect_list(items, where)
+    "tuple": lambda items, nodes, where, depth: tuple(
+        _decode(v, nodes, where, depth) for v in expect_list(items, where)
     ),
     "dict": _decode_dict,
     "slice": _decode_slice,
-    "ellipsis": lambda body, nodes, where: Ellipsis,
+    "ellipsis": lambda body, nodes, where, depth: Ellipsis,
     "float": _decode_float,
     "complex": _decode_complex,
     "bytes": _decode_bytes,
     "range": _decode_range,
-    "size": lambda dims, nodes, where: torch.Size(_ints(dims, where)),
+    "size": lambda dims, nodes, where, depth: torch.Size(_ints(dims, where)),
     "device": _decode_device,
     "function": _decode_function,
     "numpy": _decode_numpy,
@@ -305,14 +337,20 @@ def encode_spec(spec: TreeSpec) -> Any:
 
 
 def decode_spec(data: Any, where: str) -> TreeSpec:
+    """The ``TreeSpec`` ``encode_spec`` wrote; specs nest at most as deep as values do."""
+    return _decode_spec(data, where, 0)
+
+
+def _decode_spec(data: Any, where: str, depth: int) -> TreeSpec:
     if data is None:
         return TreeSpec(None)
     if not isinstance(data, dict) or not isinstance(data.get("children"), list):
         raise SerializationError(f"{where}: invalid tree spec {short(data)}")
+    _check_depth(depth, where)
     cls = allowlist.resolve_callable(data.get("type"), "container class")
     entry = container_type(cls) if isinstance(cls, type) else None
     if entry is None:
         raise SerializationError(f"{where}: {data.get('type')} is not a container class")
-    context = decode_value(data.get("context"), None, where)
-    children = tuple(decode_spec(c, where) for c in data["children"])
+    context = _decode(data.get("context"), None, where, depth + 1)
+    children = tuple(_decode_spec(c, where, depth + 1) for c in data["children"])
     return TreeSpec(entry, context, children)

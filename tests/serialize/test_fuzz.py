@@ -223,3 +223,154 @@ def test_random_edits_of_the_program(index, data):
 def test_the_unmutated_files_load_and_run():
     for data, x in FILES:
         fxloom.load(data)(x)
+
+
+# ------------------------------------------------------------ symbolic expressions
+# An exported program with a symbolic batch size; expressions drawn below (deep, wide, with
+# big exponents and integers) replace or join those of its ShapeEnv and node meta.
+# ``fxloom.export.load`` must return an ExportedProgram or raise SerializationError, within
+# the limits (``fxloom.serialize.limits``) that keep each load small.
+class Flatten(nn.Module):
+    def forward(self, x):
+        return x.flatten(1) * 2
+
+
+def _dynamic_file() -> bytes:
+    from fxloom.export import Dim, export
+
+    ep = export(Flatten(), (torch.randn(4, 3, 5),), dynamic_shapes={"x": {0: Dim("b", max=64)}})
+    f = io.BytesIO()
+    fxloom.export.save(ep, f)
+    return f.getvalue()
+
+
+DYNAMIC = _dynamic_file()
+EXPRESSION_OPS = ["Add", "Mul", "Pow", "Mod", "floor", "Max", "Min", "Eq", "Lt", "And", "Not"]
+expression_leaves = (
+    st.integers(-(2**70), 2**70)
+    | st.sampled_from(["oo", "-oo", True, False])
+    | st.builds(lambda n: {"symbol": n}, st.sampled_from(["s0", "s1", "i0", "x", ""]))
+    | st.builds(lambda p, q: {"rational": [p, q]}, st.integers(-9, 9), st.integers(-9, 9))
+    | st.builds(lambda v: {"float": v}, st.floats(-1e6, 1e6))
+)
+
+
+def _nest(op: str, depth: int, leaf, exponent: int) -> dict:
+    """``op`` applied ``depth`` times (a power raises to ``exponent`` each time)."""
+    for _ in range(depth):
+        leaf = {"op": op, "args": [leaf, exponent] if op == "Pow" else [leaf, 1]}
+    return leaf
+
+
+def _expressions(children):
+    ops = st.sampled_from(EXPRESSION_OPS)
+    return (
+        st.builds(lambda op, args: {"op": op, "args": args}, ops, st.lists(children, max_size=4))
+        | st.builds(  # wide: one node of many arguments (leaves: repeating a wide child
+            # would multiply the file's size, not the work per byte)
+            lambda op, n, leaf: {"op": op, "args": [leaf] * n},
+            ops,
+            st.integers(0, 400),
+            expression_leaves,
+        )
+        | st.builds(_nest, ops, st.sampled_from([2, 3, 8, 70, 300]), children, st.integers(-99, 99))
+    )
+
+
+expressions = st.recursive(expression_leaves, _expressions, max_leaves=12)
+
+
+def _symbolic_sizes(document) -> list:
+    """The ``{"expr": ...}`` sizes in the program's node meta (where a drawn one can go)."""
+    return [
+        value
+        for path in paths(document)
+        if isinstance(value := at(document, path), dict) and set(value) == {"expr", "type"}
+    ]
+
+
+def _place_expression(document, where: str, expr, draw) -> None:
+    env = document["shape_env"]
+    symbol = env["symbols"][0]["name"]
+    expr = json.loads(json.dumps(expr).replace('"s0"', json.dumps(symbol)))
+    sizes = _symbolic_sizes(document)
+    if where == "size" and sizes:
+        sizes[draw(st.integers(0, len(sizes) - 1))]["expr"] = expr
+    elif where == "guard":
+        env["guards"].append({"expr": expr, "location": None, "code": "x.shape[0] > 1"})
+    elif where == "replacement":
+        env["replacements"].append([symbol, expr])
+    elif where == "range":
+        document["range_constraints"].append([expr, 0, "oo"])
+    else:
+        env["facts"].extend([expr] * draw(st.integers(1, 50)))
+
+
+@settings(FUZZ, max_examples=60)
+@given(st.data())
+def test_mutated_symbolic_expressions_load_or_are_refused(data):
+    document = json.loads(members(DYNAMIC)[PROGRAM])
+    for _ in range(data.draw(st.integers(1, 3))):
+        where = data.draw(st.sampled_from(["size", "guard", "replacement", "range", "facts"]))
+        _place_expression(document, where, data.draw(expressions), data.draw)
+    edited = rezipped(DYNAMIC, PROGRAM, json.dumps(document).encode())
+    try:
+        loaded = fxloom.export.load(edited)
+    except fxloom.SerializationError:
+        return
+    assert isinstance(loaded, fxloom.export.ExportedProgram)
+
+
+# ------------------------------------------------------------ graph text
+# Printed graphs, edited at random (tokens inserted, repeated thousands of times for depth,
+# text cut out) or replaced by garbage: ``parse_graph`` returns a Graph or raises
+# GraphParseError, never another exception, and never hangs.
+TEXTS = [
+    str(fxloom.symbolic_trace(Mixed()).graph),
+    str(fxloom.symbolic_trace(nn.Sequential(nn.Linear(4, 8), nn.ReLU())).graph),
+]
+TEXT_PIECES = [
+    "(", ")", "[", "]", "{", "}", ",", ":", "=", "%x", "'", '"', "\\", "...", "-", "1e5", ".5",
+    "-inf", "torch.relu", "os.system", " [num_users=1] = ", "\n", "%", "slice(", "device(",
+    "torch.Size([", "list[", " | ", "9" * 50, "args = (", "kwargs = {", "return ", "graph():",
+]  # fmt: skip
+text_edits = st.lists(
+    st.tuples(
+        st.integers(0, 2**16),  # where
+        st.sampled_from(TEXT_PIECES) | st.text(max_size=4),  # what
+        st.sampled_from([1, 1, 1, 2, 70, 3000]),  # how many times
+        st.integers(0, 8),  # how many characters it replaces
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def edited_text(text: str, edits) -> str:
+    for where, piece, times, cut in edits:
+        where %= len(text) + 1
+        text = text[:where] + piece * times + text[where + cut :]
+    return text
+
+
+@settings(FUZZ, max_examples=150)
+@given(st.sampled_from(TEXTS), text_edits)
+def test_mutated_graph_text_parses_or_is_refused(text, edits):
+    from fxloom.serialize.graph_text import GraphParseError
+
+    try:
+        graph = fxloom.parse_graph(edited_text(text, edits))
+    except GraphParseError:
+        return
+    assert isinstance(graph, fxloom.Graph)
+
+
+@settings(FUZZ, max_examples=100)
+@given(st.text(max_size=300))
+def test_garbage_after_the_graph_line_is_refused(garbage):
+    from fxloom.serialize.graph_text import GraphParseError
+
+    try:
+        fxloom.parse_graph("graph():\n    " + garbage)
+    except GraphParseError:
+        pass
