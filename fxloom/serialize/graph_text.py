@@ -118,7 +118,7 @@ def _parse_line(line: str, graph: Graph, nodes: dict[str, Node], resolver: _Reso
     target = resolver.target(op, target_text)
     args, kwargs = _parse_call_rest(op, rest, nodes, resolver)
     try:
-        allowlist.check_call(target, args)
+        allowlist.check_call(target, args, kwargs)
     except SerializationError as e:
         raise GraphParseError(str(e)) from None
     node = graph.create_node(op, target, args, kwargs, name=name, type_expr=type_expr)
