@@ -30,8 +30,6 @@ RUNTIME_FUNCTIONS: dict[str, str] = {
     "fxloom.guards.check_tensor_input": "an example input's dtype and rank",
     "fxloom.guards.check_variadic_keys": "the keywords given to **kwargs",
     "fxloom.guards.check_variadic_length": "the number of *args",
-    "fxloom.guards.FixedArgument": "a concrete_args object",
-    "fxloom.guards.FlattenedInput": "an input flattened by its tree spec",
     # export's input checks (fxloom.export.input_checks)
     "fxloom.export.input_checks.check_tensor": "an exported input's shape and dtype",
     "fxloom.export.input_checks.check_value": "an exported non-tensor input",

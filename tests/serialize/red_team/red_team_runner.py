@@ -102,6 +102,7 @@ _ALLOWED_TOPS = {
     "torch", "fxloom", "numpy", "sympy", "mpmath", "onnx", "onnxruntime", "google",
     "typing_extensions", "safetensors",
     "encodings",  # Python's own codec lookup, when protobuf decodes a string
+    "ml_dtypes",  # onnx's own dependency, imported by onnx when it reads a model
 }  # fmt: skip
 
 
