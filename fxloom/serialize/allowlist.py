@@ -160,8 +160,7 @@ def check_call(target: Any, args: tuple, kwargs: dict | None = None) -> None:
                 "read only the attributes of tensors, sizes, dtypes, devices and registered "
                 "containers (fxloom.serialize.attribute_table)"
             )
-    graphs = GRAPH_ARGUMENTS.get(qualified_name(target), ()) if callable(target) else ()
-    for position in graphs:
+    for position in _graph_arguments().get(id(target), ()):
         argument = args[position] if position < len(args) else None
         if not (isinstance(argument, Node) and argument.op == "get_attr"):
             raise SerializationError(
@@ -178,6 +177,18 @@ def check_call(target: Any, args: tuple, kwargs: dict | None = None) -> None:
             f"{target.__name__}({', '.join(sorted(refused))}=...) is not allowed: it would call "
             "a function from the file"
         )
+
+
+def _graph_arguments() -> dict[int, tuple[int, ...]]:
+    """``GRAPH_ARGUMENTS`` by the ids of the functions (module-level objects, alive as long as
+    the process), resolved once: it is checked for every node."""
+    if not _GRAPH_ARGUMENT_TARGETS:
+        for name, positions in GRAPH_ARGUMENTS.items():
+            _GRAPH_ARGUMENT_TARGETS[id(call_table.find_table_callable(name))] = positions
+    return _GRAPH_ARGUMENT_TARGETS
+
+
+_GRAPH_ARGUMENT_TARGETS: dict[int, tuple[int, ...]] = {}
 
 
 # -------------------------------------------------------------------- saving

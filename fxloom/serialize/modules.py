@@ -390,14 +390,19 @@ def _check_member(cls: type, name: Any, where: str) -> None:
     """A parameter, buffer or submodule name: one part of a path (``weight``, ``0``) that the
     class does not define, as ``register_parameter`` and friends require (``self.name`` would
     find the class's instead)."""
+    if (cls, name) in _MEMBER_NAMES:
+        return
     if not isinstance(name, str) or "." in name:
         raise SerializationError(f"{where} {short(name)} is not a name")
     check_path(name, where)
     if inspect.getattr_static(cls, name, _ABSENT) is not _ABSENT:
         raise SerializationError(f"{where} {name!r} would hide {cls.__qualname__}.{name}")
+    _MEMBER_NAMES.add((cls, name))
 
 
 _ABSENT = object()
+# (class, name) pairs already checked as member names: a model repeats a few classes.
+_MEMBER_NAMES: set[tuple[type, Any]] = set()
 
 
 def _check_attribute(cls: type, name: Any, where: str) -> None:
