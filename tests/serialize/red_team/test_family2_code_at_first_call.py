@@ -216,6 +216,8 @@ CASES += [
     numpy_chain_to_cdll,
     numpy_tofile,
     numpy_load_chain,
+    cond_op_calls_getattr,
+    cond_op_calls_a_computed_value,
     *METHODS,
     cond_branch_wrapped,
     exported_manual_seed,
