@@ -201,7 +201,9 @@ def test_getattr_of_a_dunder_attribute_is_refused():
     %x : [num_users=1] = placeholder[target=x]
     %g : [num_users=1] = call_function[target=builtins.getattr](args = (torch.nn.functional.relu, '__globals__'), kwargs = {})
     return g"""
-    with pytest.raises(GraphParseError, match="line 3: getattr of the attribute .__globals__. is not allowed"):
+    with pytest.raises(
+        GraphParseError, match="line 3: getattr of the attribute .__globals__. is not allowed"
+    ):
         fxloom.parse_graph(text)
 
 

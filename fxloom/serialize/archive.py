@@ -165,9 +165,7 @@ def _member_names(z: zipfile.ZipFile, source: Any) -> set[str]:
         if name in names:
             # zipfile reads the last of the two, a reader that walks the archive the first:
             # a name must have one meaning.
-            raise SerializationError(
-                f"{_name(source)} holds the member {name!r} twice; refused"
-            )
+            raise SerializationError(f"{_name(source)} holds the member {name!r} twice; refused")
         names.add(name)
     return names
 

@@ -31,7 +31,11 @@ def _not_imported_hint(name: str) -> str:
 
     module, _, _ = str(name).rpartition(".")
     package = module.partition(".")[0]
-    if not package.isidentifier() or package in ("torch", "fxloom", "builtins") or module in sys.modules:
+    if (
+        not package.isidentifier()
+        or package in ("torch", "fxloom", "builtins")
+        or module in sys.modules
+    ):
         return ""
     return (
         f" fxloom never imports a module a file names: if it is a class of {module}, "

@@ -41,9 +41,9 @@ from fxloom.serialize.symbols import (
     SymbolicCodecs,
     decode_expr,
     decode_shape_env,
-    expression_budget,
     encode_expr,
     encode_shape_env,
+    expression_budget,
 )
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 from fxloom.serialize.values import decode_spec, decode_value, encode_spec, encode_value, short

@@ -20,8 +20,8 @@ from fxloom.lint import lint_graph
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
-from fxloom.serialize.module_shapes import check_module_shapes
 from fxloom.serialize.module_members import MISSING, ParametrizedTensor, held_at
+from fxloom.serialize.module_shapes import check_module_shapes
 from fxloom.serialize.modules import decode_module, encode_module
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 

@@ -59,6 +59,7 @@ _VALUE_NAMES: dict[str, Any] = {
 # torch attributes that may appear as values (``torch.float32``, ``torch.strided``).
 _TORCH_VALUE_TYPES = tuple(TORCH_ENUMS.values())
 
+
 def parse_graph(text: str, namespace: Mapping[str, Any] | None = None) -> Graph:
     """Read ``str(graph)`` back into a ``Graph`` without evaluating it.
 
@@ -78,7 +79,9 @@ def parse_graph(text: str, namespace: Mapping[str, Any] | None = None) -> Graph:
     try:
         return _parse_lines(text, _Resolver(namespace or {}))
     except (RecursionError, MemoryError) as e:  # a last defence: the limits should come first
-        raise GraphParseError(f"the graph text is too large or deep to read ({type(e).__name__})")
+        raise GraphParseError(
+            f"the graph text is too large or deep to read ({type(e).__name__})"
+        ) from None
 
 
 def _check_size(text: str) -> None:
@@ -465,7 +468,7 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
     while (pos := _RUNS["space"].match(text, pos).end()) < end:
         kind, stop = _token_at(text, pos)
         if stop == pos:
-            raise GraphParseError(f"cannot read '{text[pos:pos + 30].strip()}'")
+            raise GraphParseError(f"cannot read '{text[pos : pos + 30].strip()}'")
         tokens.append((kind, text[pos:stop]))
         pos = stop
     return tokens

@@ -265,8 +265,11 @@ def _decode_graph_constant(
     tensor = reader.get(record, f"{where}.graph.constants[{name!r}]")
     # One name, one meaning: the graph's constant is the module's tensor of that name, if any.
     held = module.__dict__.get(name, tensor)
-    if name in module._parameters or name in module._buffers or name in module._modules or (
-        held is not tensor
+    if (
+        name in module._parameters
+        or name in module._buffers
+        or name in module._modules
+        or (held is not tensor)
     ):
         raise SerializationError(
             f"{where}: the graph constant {name!r} is another tensor than the module's {name!r}; "

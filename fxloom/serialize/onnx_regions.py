@@ -70,8 +70,10 @@ def _graphs(model: Any) -> Iterator[tuple[str, list[tuple[str, Any]], list[Any]]
     """Each graph and function in ``model``: (its name, its named tensors, its nodes)."""
     work: list[tuple[str, Any]] = [("the main graph", model.graph)]
     for function in model.functions:
-        yield f"function {function.name!r}", _attribute_tensors(function.attribute_proto), list(
-            function.node
+        yield (
+            f"function {function.name!r}",
+            _attribute_tensors(function.attribute_proto),
+            list(function.node),
         )
         work += _subgraphs(function.node, f"function {function.name!r}")
     while work:

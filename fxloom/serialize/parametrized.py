@@ -46,9 +46,7 @@ Shape = tuple[int, ...]
 def _dim(p: nn.Module, rank: int) -> int:
     dim = vars(p).get("dim")
     if type(dim) is not int or not -rank <= dim < max(rank, 1):
-        raise SerializationError(
-            f"its dim must be a dimension of a {rank}-d tensor, found {dim!r}"
-        )
+        raise SerializationError(f"its dim must be a dimension of a {rank}-d tensor, found {dim!r}")
     return dim % max(rank, 1)
 
 

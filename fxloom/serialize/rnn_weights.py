@@ -50,9 +50,7 @@ def _mode(module: nn.Module) -> str:
 def _projection(module: nn.Module, mode: str) -> int:
     proj_size = _attribute(module, "proj_size", int)
     if proj_size and (mode != "LSTM" or proj_size >= _attribute(module, "hidden_size", int)):
-        raise SerializationError(
-            f"proj_size={proj_size} needs an LSTM with a larger hidden_size"
-        )
+        raise SerializationError(f"proj_size={proj_size} needs an LSTM with a larger hidden_size")
     return proj_size
 
 
@@ -112,4 +110,3 @@ def rebuild_flat_weights(module: nn.Module) -> None:
     state["_flat_weights_names"] = names
     state["_flat_weights"] = flat
     state["_flat_weight_refs"] = [None if w is None else weakref.ref(w) for w in flat]
-

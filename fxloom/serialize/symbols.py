@@ -374,16 +374,13 @@ def decode_shape_env(data: Any, where: str = "shape_env") -> ShapeEnv:
         _decode_guard(g, symbols, where, budget) for g in _list(data, "guards", where)
     )
     env.deferred_assertions.extend(
-        _decode_guard(g, symbols, where, budget)
-        for g in _list(data, "deferred_assertions", where)
+        _decode_guard(g, symbols, where, budget) for g in _list(data, "deferred_assertions", where)
     )
     env.version = 1
     return env
 
 
-def _decode_symbol(
-    record: Any, env: ShapeEnv, where: str, budget: ExpressionBudget
-) -> SymbolInfo:
+def _decode_symbol(record: Any, env: ShapeEnv, where: str, budget: ExpressionBudget) -> SymbolInfo:
     if not isinstance(record, dict):
         raise SerializationError(f"{where}: a symbol must be an object")
     name = record.get("name")

@@ -16,7 +16,6 @@ from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS
 from fxloom.serialize import allowlist, attribute_table, call_table, torch_names
 from fxloom.serialize.errors import SerializationError
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.serialize import torch_functions_rules  # noqa: E402
 
@@ -245,7 +244,7 @@ class CallsNumpy(nn.Module):
 
 class ReadsAnAttributeOutsideTheTables(nn.Module):
     def forward(self, x):
-        return getattr(x, "grad_fn")
+        return x.grad_fn
 
 
 @pytest.mark.parametrize("model", [CallsNumpy(), ReadsAnAttributeOutsideTheTables()])

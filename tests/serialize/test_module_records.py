@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hostile import edited, no_code_runs, record, saved, weights, with_weights
 from torch import nn
 from torch.nn.utils import parametrizations
 
 import fxloom
 from fxloom.serialize import module_members
-from hostile import edited, no_code_runs, record, saved, weights, with_weights
 
 # ------------------------------------------------------------------ helpers
 MARKS: list[str] = []

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hostile import edited, record, saved
+from test_module_records import loads_without_running, refused, refused_on_saving
 from torch import nn
 
 import fxloom
 from fxloom.serialize import onnx_regions
-from hostile import edited, record, saved
-from test_module_records import loads_without_running, refused, refused_on_saving
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402

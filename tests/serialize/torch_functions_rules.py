@@ -87,7 +87,11 @@ def allowed_names() -> list[str]:
     for namespace in NAMESPACES:
         module = importlib.import_module(namespace)
         for attr, value in vars(module).items():
-            if attr.startswith("_") or not callable(value) or isinstance(value, (type, types.ModuleType)):
+            if (
+                attr.startswith("_")
+                or not callable(value)
+                or isinstance(value, (type, types.ModuleType))
+            ):
                 continue
             try:
                 name = qualified_name(value)

@@ -226,8 +226,20 @@ def lstm_file(hidden: int = 4) -> bytes:
         attributes = {
             name: encode_value(value)
             for name, value in lstm.__dict__.items()
-            if name in ("mode", "input_size", "hidden_size", "num_layers", "bias", "batch_first",
-                        "dropout", "bidirectional", "proj_size", "_flat_weights_names", "_all_weights")
+            if name
+            in (
+                "mode",
+                "input_size",
+                "hidden_size",
+                "num_layers",
+                "bias",
+                "batch_first",
+                "dropout",
+                "bidirectional",
+                "proj_size",
+                "_flat_weights_names",
+                "_all_weights",
+            )
         }
         root["children"] = {
             "lstm": {

@@ -83,7 +83,12 @@ def _launch(cases: list[Case], files: dict[str, str], workdir: Path, attempt: in
     results = workdir / f"results{attempt}.jsonl"
     manifest.write_text(
         json.dumps(
-            {"cases": [{"id": c.id, "kind": c.kind, "file": files[c.id], "inputs": c.inputs} for c in cases]}
+            {
+                "cases": [
+                    {"id": c.id, "kind": c.kind, "file": files[c.id], "inputs": c.inputs}
+                    for c in cases
+                ]
+            }
         )
     )
     results.write_text("")
@@ -188,7 +193,9 @@ def _run_batch(cases, files, workdir, attempt, verdicts) -> list[Case]:
         return []
     started = [line["start"] for line in lines if "start" in line]
     if not started:
-        raise RuntimeError(f"the red-team child failed before the first file: {_tail(workdir, attempt)}")
+        raise RuntimeError(
+            f"the red-team child failed before the first file: {_tail(workdir, attempt)}"
+        )
     culprit = started[-1]
     verdicts[culprit] = {
         "id": culprit,
@@ -224,9 +231,13 @@ def problems(verdict: dict, kind: str = "graph_module") -> list[str]:
     for text) while loading, nothing recorded, no file changed, within 10 s and 1 GiB."""
     outcome = verdict.get("outcome")
     if outcome == "not_built":
-        return [f"the hostile file could not be built (the case needs this to work):\n{verdict['message']}"]
+        return [
+            f"the hostile file could not be built (the case needs this to work):\n{verdict['message']}"
+        ]
     if outcome == "died":
-        return [f"{verdict['how']} while loading or calling the file; child log tail:\n{verdict['log']}"]
+        return [
+            f"{verdict['how']} while loading or calling the file; child log tail:\n{verdict['log']}"
+        ]
     found = []
     expected = "GraphParseError" if kind == "text" else "SerializationError"
     message = verdict.get("message", "")

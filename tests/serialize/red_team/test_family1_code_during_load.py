@@ -12,7 +12,6 @@ from red_team_files import (
     edited,
     lstm_file,
     module_at,
-    node,
     parametrized_file,
     payload_parametrization,
     ref,
@@ -85,9 +84,17 @@ def wrapped():
     def edit(program):
         payload = two_input_payload(SEED)
         payload_parametrization(
-            program, "0", "weight",
-            {"class": "torch.nn.modules.container.Sequential", "training": False,
-             "attributes": {}, "parameters": {}, "buffers": {}, "children": {"0": payload}},
+            program,
+            "0",
+            "weight",
+            {
+                "class": "torch.nn.modules.container.Sequential",
+                "training": False,
+                "attributes": {},
+                "parameters": {},
+                "buffers": {},
+                "children": {"0": payload},
+            },
         )
 
     return edited(edit, data)
@@ -101,9 +108,24 @@ def get_attr_check():
 
     def edit(program):
         nodes = program["module"]["graph"]["nodes"]
-        nodes.insert(1, {"name": "w", "op": "get_attr", "target": "0.weight",
-                         "meta": {"val": {"tensor": {"shape": [2, 3], "stride": [3, 1],
-                                                      "dtype": {"dtype": "float"}, "device": "cpu"}}}})
+        nodes.insert(
+            1,
+            {
+                "name": "w",
+                "op": "get_attr",
+                "target": "0.weight",
+                "meta": {
+                    "val": {
+                        "tensor": {
+                            "shape": [2, 3],
+                            "stride": [3, 1],
+                            "dtype": {"dtype": "float"},
+                            "device": "cpu",
+                        }
+                    }
+                },
+            },
+        )
 
     return edited(edit, data)
 
@@ -121,13 +143,21 @@ def lstm_hook():
         payload = two_input_payload(SEED, returns="g")
         payload["graph"]["nodes"] = [n for n in payload["graph"]["nodes"] if n["name"] != "v"]
         lstm["children"]["parametrizations"] = {
-            "class": "torch.nn.modules.container.ModuleDict", "training": False,
-            "attributes": {}, "parameters": {}, "buffers": {},
-            "children": {"weight_hh_l0": {
-                "class": "torch.nn.utils.parametrize.ParametrizationList", "training": False,
-                "attributes": {"unsafe": True, "is_tensor": True, "ntensors": 1},
-                "parameters": {"original": weight}, "buffers": {},
-                "children": {"0": payload}}},
+            "class": "torch.nn.modules.container.ModuleDict",
+            "training": False,
+            "attributes": {},
+            "parameters": {},
+            "buffers": {},
+            "children": {
+                "weight_hh_l0": {
+                    "class": "torch.nn.utils.parametrize.ParametrizationList",
+                    "training": False,
+                    "attributes": {"unsafe": True, "is_tensor": True, "ntensors": 1},
+                    "parameters": {"original": weight},
+                    "buffers": {},
+                    "children": {"0": payload},
+                }
+            },
         }
 
     return edited(edit, data)
@@ -172,10 +202,21 @@ def original_as_attribute():
 
 
 CASES = [
-    linear, linear_chain, linear_bias, conv, embedding, layer_norm, wrapped, get_attr_check,
+    linear,
+    linear_chain,
+    linear_bias,
+    conv,
+    embedding,
+    layer_norm,
+    wrapped,
+    get_attr_check,
     lstm_hook,
-    _hook("_forward_hooks"), _hook("_forward_pre_hooks"), _hook("_forward_hooks_with_kwargs"),
-    _hook("_state_dict_hooks"), graph_module_as_hooks_child, original_as_attribute,
+    _hook("_forward_hooks"),
+    _hook("_forward_pre_hooks"),
+    _hook("_forward_hooks_with_kwargs"),
+    _hook("_state_dict_hooks"),
+    graph_module_as_hooks_child,
+    original_as_attribute,
 ]
 family("family1", CASES)
 

@@ -59,14 +59,16 @@ def _junk_attribute(id, doc, item, count):
 @case("million-empty-tensors-in-safetensors-header")
 def million_tensors():
     """a safetensors header listing a million empty tensors"""
-    entries = ",".join(f'"e{i}":{{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}' for i in range(10**6))
+    entries = ",".join(
+        f'"e{i}":{{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}' for i in range(10**6)
+    )
     header = ("{" + entries + "}").encode()
     header += b" " * (-len(header) % 8)
     return rewrite(saved(), {WEIGHTS: struct.pack("<Q", len(header)) + header})
 
 
 # ------------------------------------------------------------- shape envs
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dynamic() -> bytes:
     from fxloom.export import Dim
 
@@ -109,7 +111,13 @@ def _eq(e):
 
 
 def _max_of_sums(count=256):
-    return {"op": "Max", "args": [_add(_symbol(), i) if i % 2 else _add(_symbol(), {"op": "Mul", "args": [i, _symbol()]}) for i in range(count)]}
+    return {
+        "op": "Max",
+        "args": [
+            _add(_symbol(), i) if i % 2 else _add(_symbol(), {"op": "Mul", "args": [i, _symbol()]})
+            for i in range(count)
+        ],
+    }
 
 
 # ------------------------------------------------------------- graph text
@@ -130,46 +138,109 @@ def _text_case(id, doc, make) -> Case:
 
 CASES = [
     zip_bomb,
-    _junk_attribute("program-json-6-million-empty-lists", "program.json of six million [] (18 MB)",
-                    "[]", 6_000_000),
-    _junk_attribute("program-json-2-million-slices", "two million slice objects as an attribute",
-                    '{"slice":[0,1,2]}', 2_000_000),
-    _junk_attribute("program-json-3-million-dicts", "three million one-item dicts",
-                    '{"dict":[[1,2]]}', 3_000_000),
+    _junk_attribute(
+        "program-json-6-million-empty-lists",
+        "program.json of six million [] (18 MB)",
+        "[]",
+        6_000_000,
+    ),
+    _junk_attribute(
+        "program-json-2-million-slices",
+        "two million slice objects as an attribute",
+        '{"slice":[0,1,2]}',
+        2_000_000,
+    ),
+    _junk_attribute(
+        "program-json-3-million-dicts",
+        "three million one-item dicts",
+        '{"dict":[[1,2]]}',
+        3_000_000,
+    ),
     million_tensors,
-    _shape_env("shape-env-nested-powers-fact", "a fact of (((s0+1)**63+2)**63 ...) nested 40 deep",
-               "facts", lambda: [_eq(_nested_powers())]),
-    _shape_env("shape-env-nested-powers-replacement", "s0 replaced by nested powers 40 deep",
-               "replacements", lambda: [_nested_powers()]),
-    _shape_env("shape-env-nested-powers-guard", "a guard over nested powers 40 deep",
-               "guards", lambda: [_eq(_nested_powers())]),
-    _shape_env("shape-env-max-of-256-sums", "one Max of 256 sums of s0",
-               "facts", lambda: [_eq(_max_of_sums())]),
-    _shape_env("shape-env-max-of-256-sums-200-times", "200 facts, each a Max of 256 sums",
-               "facts", lambda: [_eq(_max_of_sums()) for _ in range(200)]),
-    _shape_env("shape-env-many-expressions-under-budget", "5000 guards each just under the node budget",
-               "guards", lambda: [_eq({"op": "Add", "args": [_add(_symbol(), i) for i in range(250)]})
-                                  for _ in range(5000)]),
-    _text_case("text-200k-digit-number", "one line with a 200,000-digit number then junk",
-               lambda: _text("1" * 200_000 + "e")),
-    _text_case("text-unterminated-escaped-string", "an unterminated string of 100,000 escapes",
-               lambda: _text("'" + "\\'" * 100_000)),
-    _text_case("text-long-dotted-name", "a dotted name of 100,000 parts ending in junk",
-               lambda: _text("a." * 100_000 + "!")),
+    _shape_env(
+        "shape-env-nested-powers-fact",
+        "a fact of (((s0+1)**63+2)**63 ...) nested 40 deep",
+        "facts",
+        lambda: [_eq(_nested_powers())],
+    ),
+    _shape_env(
+        "shape-env-nested-powers-replacement",
+        "s0 replaced by nested powers 40 deep",
+        "replacements",
+        lambda: [_nested_powers()],
+    ),
+    _shape_env(
+        "shape-env-nested-powers-guard",
+        "a guard over nested powers 40 deep",
+        "guards",
+        lambda: [_eq(_nested_powers())],
+    ),
+    _shape_env(
+        "shape-env-max-of-256-sums",
+        "one Max of 256 sums of s0",
+        "facts",
+        lambda: [_eq(_max_of_sums())],
+    ),
+    _shape_env(
+        "shape-env-max-of-256-sums-200-times",
+        "200 facts, each a Max of 256 sums",
+        "facts",
+        lambda: [_eq(_max_of_sums()) for _ in range(200)],
+    ),
+    _shape_env(
+        "shape-env-many-expressions-under-budget",
+        "5000 guards each just under the node budget",
+        "guards",
+        lambda: [
+            _eq({"op": "Add", "args": [_add(_symbol(), i) for i in range(250)]})
+            for _ in range(5000)
+        ],
+    ),
+    _text_case(
+        "text-200k-digit-number",
+        "one line with a 200,000-digit number then junk",
+        lambda: _text("1" * 200_000 + "e"),
+    ),
+    _text_case(
+        "text-unterminated-escaped-string",
+        "an unterminated string of 100,000 escapes",
+        lambda: _text("'" + "\\'" * 100_000),
+    ),
+    _text_case(
+        "text-long-dotted-name",
+        "a dotted name of 100,000 parts ending in junk",
+        lambda: _text("a." * 100_000 + "!"),
+    ),
     # (One line of 300,000 arguments is not here: it costs work linear in its size, and
     # test_limits.py shows a megabyte of arguments parses; the call then raises TypeError.)
-    _text_case("text-number-backtracking", "100,000 '1.' pairs (number pattern backtracking)",
-               lambda: _text("1." * 100_000 + "e+")),
-    _text_case("text-deep-parentheses", "100,000 nested parentheses (RecursionError must not escape)",
-               lambda: _text("(" * 100_000 + ")" * 100_000)),
-    _text_case("text-deep-lists", "50,000 nested lists", lambda: _text("[" * 50_000 + "]" * 50_000)),
-    _text_case("text-deep-dicts", "20,000 nested dicts",
-               lambda: _text("{'a': " * 20_000 + "1" + "}" * 20_000)),
-    _text_case("text-nesting-70-accepted-but-files-refuse",
-               "nesting 70 deep: files refuse more than 64, parse_graph must too",
-               lambda: _text("[" * 70 + "1" + "]" * 70)),
-    _text_case("text-nesting-500", "nesting 500 deep (below Python's recursion limit)",
-               lambda: _text("[" * 500 + "1" + "]" * 500)),
+    _text_case(
+        "text-number-backtracking",
+        "100,000 '1.' pairs (number pattern backtracking)",
+        lambda: _text("1." * 100_000 + "e+"),
+    ),
+    _text_case(
+        "text-deep-parentheses",
+        "100,000 nested parentheses (RecursionError must not escape)",
+        lambda: _text("(" * 100_000 + ")" * 100_000),
+    ),
+    _text_case(
+        "text-deep-lists", "50,000 nested lists", lambda: _text("[" * 50_000 + "]" * 50_000)
+    ),
+    _text_case(
+        "text-deep-dicts",
+        "20,000 nested dicts",
+        lambda: _text("{'a': " * 20_000 + "1" + "}" * 20_000),
+    ),
+    _text_case(
+        "text-nesting-70-accepted-but-files-refuse",
+        "nesting 70 deep: files refuse more than 64, parse_graph must too",
+        lambda: _text("[" * 70 + "1" + "]" * 70),
+    ),
+    _text_case(
+        "text-nesting-500",
+        "nesting 500 deep (below Python's recursion limit)",
+        lambda: _text("[" * 500 + "1" + "]" * 500),
+    ),
 ]
 family("family4", CASES)
 

@@ -65,8 +65,13 @@ def _shadow_child_by_attribute(program):
 
 def _child_named_like_parameter(program):
     module_at(program, "lin")["children"]["weight"] = {
-        "class": "torch.nn.modules.linear.Identity", "training": False,
-        "attributes": {}, "parameters": {}, "buffers": {}, "children": {}}
+        "class": "torch.nn.modules.linear.Identity",
+        "training": False,
+        "attributes": {},
+        "parameters": {},
+        "buffers": {},
+        "children": {},
+    }
 
 
 def _buffer_named_like_parameter(program):
@@ -78,24 +83,55 @@ def _graph_constant_shadows_buffer(program):
 
 
 CASES = [
-    _edit("tensors-entry-shadows-a-parameter",
-          "lin.tensors['weight'] (7s) shadows lin's weight parameter that state_dict shows",
-          _shadow_weight_by_tensors, Square, {"evil": EVIL_3x3}),
-    _edit("tensors-entry-shadows-a-buffer", "root tensors['scale'] (100s) shadows the buffer scale",
-          _shadow_buffer_by_tensors, None, {"evil": EVIL_2}),
-    _edit("attribute-shadows-a-buffer", "a float attribute 'scale' shadows the buffer scale",
-          _shadow_buffer_by_attribute),
-    _edit("attribute-shadows-a-parameter", "an attribute bias=None hides lin's bias parameter",
-          _shadow_bias_by_attribute),
-    _edit("attribute-shadows-a-child-module", "an attribute 'lin' shadows the child module lin",
-          _shadow_child_by_attribute),
-    _edit("child-module-named-like-a-parameter", "a child 'weight' beside the parameter weight",
-          _child_named_like_parameter, Square),
-    _edit("buffer-named-like-a-parameter", "a buffer 'weight' beside the parameter weight",
-          _buffer_named_like_parameter, Square, {"evil": EVIL_3x3}),
-    _edit("graph-constant-shadows-a-buffer",
-          "graph_constants['scale'] is what get_attr reads, not the buffer state_dict shows",
-          _graph_constant_shadows_buffer, None, {"evil": EVIL_2}),
+    _edit(
+        "tensors-entry-shadows-a-parameter",
+        "lin.tensors['weight'] (7s) shadows lin's weight parameter that state_dict shows",
+        _shadow_weight_by_tensors,
+        Square,
+        {"evil": EVIL_3x3},
+    ),
+    _edit(
+        "tensors-entry-shadows-a-buffer",
+        "root tensors['scale'] (100s) shadows the buffer scale",
+        _shadow_buffer_by_tensors,
+        None,
+        {"evil": EVIL_2},
+    ),
+    _edit(
+        "attribute-shadows-a-buffer",
+        "a float attribute 'scale' shadows the buffer scale",
+        _shadow_buffer_by_attribute,
+    ),
+    _edit(
+        "attribute-shadows-a-parameter",
+        "an attribute bias=None hides lin's bias parameter",
+        _shadow_bias_by_attribute,
+    ),
+    _edit(
+        "attribute-shadows-a-child-module",
+        "an attribute 'lin' shadows the child module lin",
+        _shadow_child_by_attribute,
+    ),
+    _edit(
+        "child-module-named-like-a-parameter",
+        "a child 'weight' beside the parameter weight",
+        _child_named_like_parameter,
+        Square,
+    ),
+    _edit(
+        "buffer-named-like-a-parameter",
+        "a buffer 'weight' beside the parameter weight",
+        _buffer_named_like_parameter,
+        Square,
+        {"evil": EVIL_3x3},
+    ),
+    _edit(
+        "graph-constant-shadows-a-buffer",
+        "graph_constants['scale'] is what get_attr reads, not the buffer state_dict shows",
+        _graph_constant_shadows_buffer,
+        None,
+        {"evil": EVIL_2},
+    ),
     # (A get_attr of a 'tensors' entry that state_dict does not list is how traced graphs hold
     # their constants, `_tensor_constant0`, as in torch.fx; `fxloom show` lists them as "other
     # tensors". It is not a second meaning of a name, so it is not a case here.)
@@ -118,19 +154,26 @@ def _relu_to_sigmoid(program):
 
 
 CASES += [
-    Case("two-program-json-members", "a second fxloom/program.json (relu -> sigmoid) after the first",
-         _duplicate(PROGRAM, _relu_to_sigmoid)),
-    Case("two-format-json-members", "a second fxloom/format.json after the first",
-         _duplicate(FORMAT, lambda header: header.update(fxloom_version="9.9.9"))),
+    Case(
+        "two-program-json-members",
+        "a second fxloom/program.json (relu -> sigmoid) after the first",
+        _duplicate(PROGRAM, _relu_to_sigmoid),
+    ),
+    Case(
+        "two-format-json-members",
+        "a second fxloom/format.json after the first",
+        _duplicate(FORMAT, lambda header: header.update(fxloom_version="9.9.9")),
+    ),
 ]
 
 
 @case("two-weights-members")
 def two_weights():
     """a second weights member whose tensors differ from the first"""
-    from safetensors.torch import load, save
     import io
     import zipfile
+
+    from safetensors.torch import load, save
 
     data = saved()
     weights = load(zipfile.ZipFile(io.BytesIO(data)).read(WEIGHTS))
@@ -139,8 +182,12 @@ def two_weights():
 
 
 def _lstm(id, doc, edit):
-    return Case(id, doc, lambda: edited(lambda p: edit(module_at(p, "lstm")), lstm_file()),
-                inputs=[{"randn": [2, 1, 4]}])
+    return Case(
+        id,
+        doc,
+        lambda: edited(lambda p: edit(module_at(p, "lstm")), lstm_file()),
+        inputs=[{"randn": [2, 1, 4]}],
+    )
 
 
 def _swap_flat_names(lstm):
@@ -160,13 +207,21 @@ def _swap_parameter_records(lstm):
 
 CASES += [
     two_weights,
-    _lstm("lstm-flat-weight-names-swapped",
-          "LSTM _flat_weights_names lists weight_hh_l0 first: the kernel swaps the matrices",
-          _swap_flat_names),
-    _lstm("lstm-flat-weight-names-duplicated",
-          "LSTM _flat_weights_names names weight_ih_l0 twice", _duplicate_flat_name),
-    _lstm("lstm-all-weights-reordered", "LSTM _all_weights in another order than the class's",
-          lambda lstm: lstm["attributes"]["_all_weights"][0].reverse()),
+    _lstm(
+        "lstm-flat-weight-names-swapped",
+        "LSTM _flat_weights_names lists weight_hh_l0 first: the kernel swaps the matrices",
+        _swap_flat_names,
+    ),
+    _lstm(
+        "lstm-flat-weight-names-duplicated",
+        "LSTM _flat_weights_names names weight_ih_l0 twice",
+        _duplicate_flat_name,
+    ),
+    _lstm(
+        "lstm-all-weights-reordered",
+        "LSTM _all_weights in another order than the class's",
+        lambda lstm: lstm["attributes"]["_all_weights"][0].reverse(),
+    ),
 ]
 
 
@@ -174,15 +229,20 @@ CASES += [
 def per_channel():
     """a per-channel qint8 buffer of 1000 channels with 1 scale and 1 zero point, dequantized"""
     values = torch.ones(1000, 2, dtype=torch.int8)
-    data = with_tensors(saved(), {
-        "q": values,
-        "q.scales": torch.ones(1, dtype=torch.float64),
-        "q.zero_points": torch.zeros(1, dtype=torch.int64),
-    })
+    data = with_tensors(
+        saved(),
+        {
+            "q": values,
+            "q.scales": torch.ones(1, dtype=torch.float64),
+            "q.zero_points": torch.zeros(1, dtype=torch.int64),
+        },
+    )
 
     def edit(program):
         program["module"]["buffers"]["q"] = {
-            "key": "q", "shape": [1000, 2], "dtype": {"dtype": "qint8"},
+            "key": "q",
+            "shape": [1000, 2],
+            "dtype": {"dtype": "qint8"},
             "quantized": {"qscheme": {"qscheme": "per_channel_affine"}, "axis": 0},
         }
         insert_before_output(
@@ -198,15 +258,20 @@ def per_channel():
 @case("per-channel-quantized-axis-out-of-range")
 def per_channel_axis():
     """a per-channel qint8 buffer whose axis (5) is not one of its dimensions"""
-    data = with_tensors(saved(), {
-        "q": torch.ones(4, 2, dtype=torch.int8),
-        "q.scales": torch.ones(4, dtype=torch.float64),
-        "q.zero_points": torch.zeros(4, dtype=torch.int64),
-    })
+    data = with_tensors(
+        saved(),
+        {
+            "q": torch.ones(4, 2, dtype=torch.int8),
+            "q.scales": torch.ones(4, dtype=torch.float64),
+            "q.zero_points": torch.zeros(4, dtype=torch.int64),
+        },
+    )
 
     def edit(program):
         program["module"]["buffers"]["q"] = {
-            "key": "q", "shape": [4, 2], "dtype": {"dtype": "qint8"},
+            "key": "q",
+            "shape": [4, 2],
+            "dtype": {"dtype": "qint8"},
             "quantized": {"qscheme": {"qscheme": "per_channel_affine"}, "axis": 5},
         }
 

@@ -70,7 +70,9 @@ class _Cond(nn.Module):
         self.lin = nn.Linear(3, 3)
 
     def forward(self, x):
-        return fxloom.cond(x.sum() > 0, lambda x: self.lin(x).relu(), lambda x: self.lin(x) - 1, (x,))
+        return fxloom.cond(
+            x.sum() > 0, lambda x: self.lin(x).relu(), lambda x: self.lin(x) - 1, (x,)
+        )
 
 
 def _weight_norm():

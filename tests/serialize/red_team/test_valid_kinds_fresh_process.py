@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -35,12 +34,13 @@ def _traced_zoo():
 def _traced_bert():
     sys.path.insert(0, str(REPO))
     from benchmarks.zoo.methods import fixed_args
-
     from fxloom.zoo.hf_configs import BERT_LIKE, hf
 
     torch.manual_seed(0)
     model = hf("BertModel", "BertConfig", **BERT_LIKE)().eval()
-    example = {"input_ids": torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))}
+    example = {
+        "input_ids": torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    }
     gm = fxloom.symbolic_trace(model, fixed_args(model, example), example_inputs=example)
     return gm, (example["input_ids"],)
 
@@ -62,7 +62,9 @@ class _Cond(nn.Module):
         self.lin = nn.Linear(3, 3)
 
     def forward(self, x):
-        return fxloom.cond(x.sum() > 0, lambda x: self.lin(x).relu(), lambda x: self.lin(x) - 1, (x,))
+        return fxloom.cond(
+            x.sum() > 0, lambda x: self.lin(x).relu(), lambda x: self.lin(x) - 1, (x,)
+        )
 
 
 def _x(*shape):
@@ -162,18 +164,27 @@ def fresh_results(tmp_path_factory) -> dict[str, str]:
         # imported, as docs/serialization.md says: the user of such a file imports its library.
         imports = ["transformers.modeling_outputs"] if "hf" in kind else []
         manifest[kind] = {
-            "file": f"{kind}.fxl", "io": f"{kind}.pt", "exported": exported, "imports": imports
+            "file": f"{kind}.fxl",
+            "io": f"{kind}.pt",
+            "exported": exported,
+            "imports": imports,
         }
     (workdir / "manifest.json").write_text(json.dumps(manifest))
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, "manifest.json"],
-        cwd=workdir, env=_child_env(), capture_output=True, text=True, timeout=240,
+        cwd=workdir,
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
             results.update(json.loads(line))
     for kind in manifest:
-        results.setdefault(kind, f"the child gave no answer (rc {proc.returncode}): {proc.stderr[-800:]}")
+        results.setdefault(
+            kind, f"the child gave no answer (rc {proc.returncode}): {proc.stderr[-800:]}"
+        )
     return results
 
 
@@ -191,12 +202,22 @@ CONTROLS = family(
     "controls",
     [
         Case("control-traced", "the unmodified traced file", lambda: saved()),
-        Case("control-exported", "the unmodified exported file",
-             lambda: exported(Small(), (torch.randn(4, 3),)), kind="exported"),
-        Case("control-text", "plain graph text",
-             lambda: "graph():\n    %x : [num_users=1] = placeholder[target=x]\n"
-                     "    %r : [num_users=1] = call_function[target=torch.relu](args = (%x,), kwargs = {})\n"
-                     "    return r", kind="text"),
+        Case(
+            "control-exported",
+            "the unmodified exported file",
+            lambda: exported(Small(), (torch.randn(4, 3),)),
+            kind="exported",
+        ),
+        Case(
+            "control-text",
+            "plain graph text",
+            lambda: (
+                "graph():\n    %x : [num_users=1] = placeholder[target=x]\n"
+                "    %r : [num_users=1] = call_function[target=torch.relu](args = (%x,), kwargs = {})\n"
+                "    return r"
+            ),
+            kind="text",
+        ),
     ],
 )
 
