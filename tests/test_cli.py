@@ -196,6 +196,27 @@ def test_the_console_script_and_python_m_both_run_cli_main() -> None:
     assert importlib.import_module("fxloom.__main__").main is cli.main
 
 
+def test_a_factory_in_the_current_directory_is_found(tmp_path) -> None:
+    (tmp_path / "mymodel.py").write_text(
+        "import torch\n\n"
+        "def make():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(4, 2)), (torch.randn(3, 4),)\n"
+    )
+    # As the console script starts: its own directory, not the current one, on sys.path.
+    console_script = "import sys; sys.path.pop(0); from fxloom.cli import main; sys.exit(main())"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    result = subprocess.run(
+        [sys.executable, "-c", console_script, "cost", "mymodel:make"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Linear" in result.stdout
+
+
 def test_an_unknown_subcommand_exits_2_and_names_the_valid_ones() -> None:
     result = run_fxloom("frobnicate")
     assert result.returncode == 2

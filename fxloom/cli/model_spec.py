@@ -1,7 +1,8 @@
 """The MODEL argument of ``fxloom cost``, ``draw`` and ``export``: load, trace, propagate shapes.
 
 A MODEL is either the name of an embedded reference model (``fxloom.zoo``: ``resnet_tiny``,
-``transformer_tiny``, ...) or ``package.module:factory``, a function called with no
+``transformer_tiny``, ...) or ``package.module:factory`` (found on ``sys.path`` with the
+current directory first, as ``python -m`` has it), a function called with no
 arguments that returns a model, or ``(model, example_inputs)`` with the inputs as a tuple of
 positional arguments or a dict of keyword arguments. Example inputs let the tracer answer
 questions about tensors and let shape propagation run.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +61,7 @@ def load_model(spec: str) -> LoadedModel:
 
 def _from_factory(spec: str) -> LoadedModel:
     module_name, _, attribute_path = spec.partition(":")
+    _search_the_current_directory()
     try:
         factory: Any = importlib.import_module(module_name)
     except ImportError as error:
@@ -77,6 +81,15 @@ def _from_factory(spec: str) -> LoadedModel:
             "or (module, example_inputs) with the inputs as a tuple or a dict"
         )
     return LoadedModel(attribute_path.rsplit(".", 1)[-1], model, inputs)
+
+
+def _search_the_current_directory() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` does, so that
+    ``fxloom draw mymodel:make`` finds ``mymodel.py`` where the user runs it. (The
+    ``fxloom`` console script starts with its own directory there instead.)"""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
 
 
 def trace_model(loaded: LoadedModel) -> GraphModule:
