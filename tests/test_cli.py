@@ -121,9 +121,10 @@ def test_an_exported_program_that_differs_from_eager_fails_the_demo(monkeypatch)
 def test_demo_quantizes_a_model_and_reports_its_speedup_error_and_float_fallbacks(demo_run) -> None:
     result = demo_run
     assert result.returncode == 0, result.stdout + result.stderr
-    quantized = result.stdout[result.stdout.index("Quantize a model to int8: deeprec_tiny") :]
+    quantized = result.stdout[result.stdout.index("Quantize a model to int8: DeepRecommender") :]
     quantized = " ".join(quantized.split())
     assert "latency on the example: fp32 " in quantized and "error against fp32" in quantized
+    assert "median of " in quantized and "1 thread)" in quantized
     assert "static int8, engine x86: 6 int8, 5 float" in quantized
     assert "within relative error 0.1 and cosine 0.99 of fp32: True" in quantized
     assert "the int8 model is close to fp32" in quantized  # the final verdict
@@ -141,7 +142,9 @@ def test_an_int8_model_far_from_fp32_fails_the_demo(monkeypatch) -> None:
     state = demo.DemoState(console=console, results_match=True, traced_match=True)
     demo_quantize.quantize_model(state)
     assert demo._summarise(state) == 1
-    assert "the int8 deeprec_tiny (too far from fp32)" in console.file.getvalue()
+    assert "the int8 DeepRecommender at 1024 items, batch 32 (too far from fp32)" in (
+        " ".join(console.file.getvalue().split())
+    )
 
 
 def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch, tmp_path) -> None:
