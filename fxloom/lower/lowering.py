@@ -78,6 +78,7 @@ def lower(
     dynamic_batch: bool = False,
     dynamic_shapes: Any = None,
     threads: int | None = None,
+    spinning: bool | None = None,
     concrete_args: dict[str, Any] | None = None,
     rtol: float = 1e-3,
     atol: float = 1e-4,
@@ -104,8 +105,10 @@ def lower(
             operators between regions, spinning is off and the sessions take
             ``torch.get_num_threads()`` threads, so ONNX Runtime's idle workers do not take
             the cores PyTorch needs. The report's notes say which was chosen; an
-            ``OrtModule``'s ``intra_op_num_threads``/``allow_spinning`` can be changed
-            before its first call.
+            ``OrtModule``'s ``intra_op_num_threads`` can be changed before its first call.
+        spinning: whether ONNX Runtime's worker threads spin between calls; None decides as
+            ``threads`` describes (on when one region covers the model). A benchmark that
+            interleaves the lowered model with other work may want it off.
         concrete_args: parameters fixed while tracing a plain module (``{"use_cache": False}``).
 
     Returns:
@@ -140,7 +143,7 @@ def lower(
     seen = _record_regions(split, inputs)
     runs = _size_runs(gm, example_inputs, dynamic_batch, dynamic_shapes)
     region_runs, fixed = _regions_at_sizes(split, seen, runs)
-    settings, setting_note = _session_settings(split, threads)
+    settings, setting_note = _session_settings(split, threads, spinning)
     regions = [
         _lower_region(split, name, seen[name], region_runs[name], settings, fixed.get(name))
         for name in _region_names(split)
@@ -245,7 +248,9 @@ class _Support:
 
 
 # ---------------------------------------------------------------- regions
-def _session_settings(split: GraphModule, threads: int | None) -> tuple[dict[str, Any], str]:
+def _session_settings(
+    split: GraphModule, threads: int | None, spinning: bool | None
+) -> tuple[dict[str, Any], str]:
     """ONNX Runtime's settings for the regions, and a note saying which were chosen.
 
     When one region covers the model (nothing but its call, guards and unpacking its result
@@ -254,16 +259,19 @@ def _session_settings(split: GraphModule, threads: int | None) -> tuple[dict[str
     ResNet-50 at batch 1 ran 1.23x slower without spinning). Otherwise PyTorch runs between
     the regions, and spinning threads would take the cores its operators need (eager
     ResNet-50 ran 2x slower next to spinning sessions on 2 cores): spinning off, and
-    ``torch.get_num_threads()`` threads, so both share the machine alike.
+    ``torch.get_num_threads()`` threads, so both share the machine alike. ``threads`` and
+    ``spinning``, when given, win.
     """
-    if _one_region_covers(split):
-        settings = {"intra_op_num_threads": 0 if threads is None else threads}
-        settings["allow_spinning"] = True
-        count = "ONNX Runtime's default threads" if threads is None else f"{threads} threads"
-        return settings, f"one region covers the model: {count}, spinning on"
-    count = torch.get_num_threads() if threads is None else threads
-    note = f"PyTorch runs between regions: {count} ONNX Runtime threads, spinning off"
-    return {"intra_op_num_threads": threads, "allow_spinning": False}, note
+    whole = _one_region_covers(split)
+    spin = whole if spinning is None else spinning
+    if whole and threads is None:
+        count, intra = "ONNX Runtime's default threads", 0
+    else:
+        number = torch.get_num_threads() if threads is None else threads
+        count, intra = f"{number} ONNX Runtime thread{'s' if number != 1 else ''}", threads
+    where = "one region covers the model" if whole else "PyTorch runs between regions"
+    note = f"{where}: {count}, spinning {'on' if spin else 'off'}"
+    return {"intra_op_num_threads": intra, "allow_spinning": spin}, note
 
 
 def _one_region_covers(split: GraphModule) -> bool:

@@ -108,5 +108,7 @@ def test_bench_lower_quick_runs_and_prints_its_tables():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "### Latency (median ms) and speedup" in result.stdout
     assert "| resnet_tiny | 1 |" in result.stdout and "| bert | 1 |" in result.stdout
+    assert "### Default settings: lower(model, inputs)" in result.stdout
+    assert "| resnet_tiny | 1 |" in result.stdout.split("### Default settings")[1]
     assert "### Translation time" in result.stdout
     assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == results_before  # no --record

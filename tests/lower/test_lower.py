@@ -264,6 +264,41 @@ def test_thread_settings_reach_the_sessions():
     assert region.session.get_session_options().intra_op_num_threads == 2
 
 
+def spins(region: OrtModule) -> str:
+    options = region.session.get_session_options()
+    return options.get_session_config_entry("session.intra_op.allow_spinning")
+
+
+def test_one_region_covering_the_model_gets_onnx_runtimes_default_settings():
+    model, inputs = zoo.build("resnet_tiny")
+    lowered = lower(model.eval(), inputs)
+    region = lowered.get_submodule("_run_on_acc_0")
+    assert region.session.get_session_options().intra_op_num_threads == 0  # one per core
+    assert spins(region) == "1"
+    assert "one region covers the model: ONNX Runtime's default threads, spinning on" in (
+        lowered.lowering_report.notes
+    )
+
+
+def test_regions_with_pytorch_between_them_do_not_spin_and_take_torchs_threads():
+    model, inputs = gated_mlp()
+    lowered = lower(model, inputs)
+    for name in ort_regions(lowered):
+        region = lowered.get_submodule(name)
+        assert spins(region) == "0"
+        assert region.session.get_session_options().intra_op_num_threads == 1  # one_thread
+    assert "PyTorch runs between regions: 1 ONNX Runtime thread, spinning off" in (
+        lowered.lowering_report.notes
+    )
+
+
+def test_threads_and_spinning_given_win_over_the_defaults():
+    model, inputs = zoo.build("resnet_tiny")
+    region = lower(model.eval(), inputs, threads=1, spinning=False).get_submodule("_run_on_acc_0")
+    assert region.session.get_session_options().intra_op_num_threads == 1
+    assert spins(region) == "0"
+
+
 # ---------------------------------------------------------------- embedded models
 @pytest.mark.parametrize("name", ["resnet_tiny", "transformer_tiny", "mlp_tiny", "cnn_small"])
 def test_embedded_models_are_lowered_and_match_eager(name):
