@@ -201,8 +201,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "fusion with its latency change, and a drawing written to --output-dir;\n"
             "then save and load a model, export one to ATen operators, quantize a\n"
             "DeepRecommender to int8 (at a size where int8 is faster than fp32) and\n"
-            "lower resnet_tiny to ONNX Runtime. Every timing runs on one thread (torch's\n"
-            "and ONNX Runtime's), the median of interleaved runs, and says so.\n\n"
+            "lower resnet_tiny to ONNX Runtime. Every latency comparison runs on one\n"
+            "thread (torch's and ONNX Runtime's), the median of interleaved runs, and\n"
+            "says so.\n\n"
             "Exits 0 when all results match, 1 when any does not."
         ),
         run=_run_demo,
