@@ -12,8 +12,9 @@ registry's ``bert``: Hugging Face's BertModel from a tiny config, 64 tokens), at
               same ``OrtModule`` (same session options, same tensor hand-over)
 
 ONNX Runtime gets the same threads as torch (``--threads``, default torch's setting), one
-inter-op thread, every graph optimization and no spinning. Latency is the median of interleaved timed
-calls, the three taking turns to go first, garbage collector off inside timed regions.
+inter-op thread, every graph optimization and no spinning. Latency is the median of
+interleaved timed calls, the three taking turns to go first, garbage collector off inside
+timed regions.
 Targets: fxloom >= 1.5x faster than eager on ResNet-50 at batch 1, and within 10% of the
 torch.onnx path (``fxloom / torch.onnx <= 1.1``).
 

@@ -10,9 +10,9 @@ anything else: the example's own), or read from ``--data file.pt`` (a list of ba
 one tensor cut into batches of ``--batch-size`` rows).
 
 Then, on the example inputs: fp32 and int8 latency (``fxloom.cli.timing``: one thread, as
-torch's quantized kernels run here, interleaved calls, medians), the int8 output's error against fp32 (relative error
-and cosine similarity over all output tensors), and the report of what became int8 and what
-stayed float, and why.
+torch's quantized kernels run here, interleaved calls, medians), the int8 output's error
+against fp32 (relative error and cosine similarity over all output tensors), and the report
+of what became int8 and what stayed float, and why.
 
 Depends on: ``fxloom.cli.model_spec``, ``fxloom.quantize``, ``fxloom.pytree``, rich.
 """

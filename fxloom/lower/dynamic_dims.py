@@ -38,9 +38,19 @@ import torch
 
 from fxloom.export.dims import DerivedDim, Dim, DimHint
 from fxloom.export.dynamic_shapes import DynamicShapesError, resolve_dynamic_shapes
+from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.pytree import tree_flatten, tree_unflatten
 
-__all__ = ["BATCH", "SizeRun", "batch_runs", "dim_names", "size_runs"]
+__all__ = [
+    "BATCH",
+    "SizeRun",
+    "batch_runs",
+    "dim_names",
+    "input_names",
+    "run_failed",
+    "runs_for",
+    "size_runs",
+]
 
 BATCH = "batch"  # the name dynamic_batch gives dimension 0
 
@@ -51,6 +61,53 @@ class SizeRun:
 
     inputs: Any  # like the examples: a tuple of positional inputs or a dict by name
     names: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    @property
+    def option(self) -> str:
+        """The argument that asked for this run, for messages."""
+        return "dynamic_batch" if set(self.names.values()) == {BATCH} else "dynamic_shapes"
+
+    def changed(self) -> str:
+        """The sizes this run changes: ``seq 7 -> 14``."""
+        return ", ".join(f"{name} {a} -> {b}" for (a, b), name in self.names.items())
+
+
+def runs_for(
+    gm: Any, example_inputs: Any, dynamic_batch: bool, dynamic_shapes: Any
+) -> list[SizeRun]:
+    """The runs ``translate`` and ``lower`` make for their ``dynamic_*`` arguments."""
+    if dynamic_shapes is not None and dynamic_batch:
+        raise ValueError(
+            "dynamic_batch and dynamic_shapes both given; dynamic_batch is short for "
+            "{0: Dim('batch')} on every input: give dynamic_shapes only"
+        )
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if dynamic_batch:
+        return batch_runs(example_inputs)
+    if dynamic_shapes is None:
+        return []
+    return size_runs(example_inputs, dynamic_shapes, input_names(gm))
+
+
+def input_names(gm: Any) -> list[str]:
+    """The names of a graph's user inputs, in order (its placeholders, lifted state left out)."""
+    lifted = lifted_state(gm)
+    return [
+        str(node.target).lstrip("*")
+        for node in graph_module_of(gm).graph.find_nodes(op="placeholder")
+        if node.name not in lifted
+    ]
+
+
+def run_failed(run: SizeRun, error: Exception, what: str = "the model") -> str:
+    """The message for a model (or graph) that fails at a run's sizes."""
+    sizes = "dimension 0 of every input doubled" if run.option == "dynamic_batch" else run.changed()
+    return (
+        f"{run.option}: {what} does not run with {sizes} ({type(error).__name__}: {error}); "
+        "say which dimensions vary with dynamic_shapes (dimension 0 of every input must be "
+        "the batch for dynamic_batch), or give the Dim a max the model accepts"
+    )
 
 
 def size_runs(

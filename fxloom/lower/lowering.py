@@ -53,7 +53,7 @@ from torch import nn
 
 from fxloom.graph_module import GraphModule
 from fxloom.guards import is_guard
-from fxloom.lower.dynamic_dims import BATCH, SizeRun
+from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for
 from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionReport
 from fxloom.lower.runtime import OrtModule, require
 from fxloom.node import Node
@@ -141,7 +141,7 @@ def lower(
     split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)
     _drop_unused_regions(split)
     seen = _record_regions(split, inputs)
-    runs = _size_runs(gm, example_inputs, dynamic_batch, dynamic_shapes)
+    runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
     region_runs, fixed = _regions_at_sizes(split, seen, runs)
     settings, setting_note = _session_settings(split, threads, spinning)
     regions = [
@@ -307,16 +307,6 @@ def _record_regions(split: GraphModule, inputs: tuple[tuple, dict]) -> dict[str,
     return seen
 
 
-def _size_runs(
-    gm: GraphModule, example_inputs: Any, dynamic_batch: bool, dynamic_shapes: Any
-) -> list[SizeRun]:
-    from fxloom.lower.onnx_translate import _size_runs as runs_of
-
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    return runs_of(gm, example_inputs, dynamic_batch, dynamic_shapes)
-
-
 def _regions_at_sizes(
     split: GraphModule, seen: dict[str, tuple], runs: list[SizeRun]
 ) -> tuple[dict[str, list[SizeRun]], dict[str, str]]:
@@ -333,7 +323,7 @@ def _regions_at_sizes(
         try:
             grown = _record_regions(split, _as_inputs(run.inputs))
         except Exception as error:
-            raise LoweringError(_run_failed(run, error)) from error
+            raise LoweringError(run_failed(run, error)) from error
         for name, (args, _) in seen.items():
             other = grown.get(name)
             reason = _fixed_reason(run, args, other[0] if other else None)
@@ -344,29 +334,15 @@ def _regions_at_sizes(
     return at_sizes, fixed
 
 
-def _run_failed(run: SizeRun, error: Exception) -> str:
-    sizes = ", ".join(f"{name} {a} -> {b}" for (a, b), name in run.names.items())
-    what = "dimension 0 of every input doubled" if set(run.names.values()) == {BATCH} else sizes
-    return (
-        f"{_option(run)}: the model does not run with {what} ({type(error).__name__}: "
-        f"{error}); lower it without that dimension dynamic, or give its Dim a max the model "
-        "accepts"
-    )
-
-
-def _option(run: SizeRun) -> str:
-    return "dynamic_batch" if set(run.names.values()) == {BATCH} else "dynamic_shapes"
-
-
 def _fixed_reason(run: SizeRun, args: tuple, other: tuple | None) -> str | None:
     """Why a region cannot follow the run's sizes: it was not reached, or a number changed."""
     changed = ", ".join(sorted(set(run.names.values())))
     if other is None:
-        return f"{_option(run)}: not run when {changed} changes"
+        return f"{run.option}: not run when {changed} changes"
     for position, value in enumerate(args):
         if not isinstance(value, torch.Tensor) and not _same_number(value, other[position]):
             return (
-                f"{_option(run)}: its input {position} ({value!r}) changes with {changed}, "
+                f"{run.option}: its input {position} ({value!r}) changes with {changed}, "
                 "and ONNX Runtime would get it fixed"
             )
     return None

@@ -35,7 +35,7 @@ import torch
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.guards import is_guard
-from fxloom.lower.dynamic_dims import BATCH, SizeRun, batch_runs, dim_names, size_runs
+from fxloom.lower.dynamic_dims import SizeRun, dim_names, run_failed, runs_for
 from fxloom.lower.extra import require
 from fxloom.lower.onnx_ops import (
     UnsupportedArgument,
@@ -51,7 +51,6 @@ from fxloom.pytree import tree_leaves
 __all__ = [
     "TranslationContext",
     "UnsupportedNodeError",
-    "input_names",
     "to_onnx",
     "translate",
     "translate_at_sizes",
@@ -182,7 +181,7 @@ def translate(
     >>> [node.op_type for node in proto.graph.node]
     ['Transpose', 'MatMul', 'Add', 'Softmax', 'Identity']
     """
-    runs = _size_runs(gm, example_inputs, dynamic_batch, dynamic_shapes)
+    runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
     return translate_at_sizes(gm, example_inputs, runs, opset=opset)
 
 
@@ -362,31 +361,6 @@ class _Sizes:
         return dim_names(tuple(meta.shape), others, self.runs, fresh)
 
 
-def _size_runs(
-    gm: Any, example_inputs: Any, dynamic_batch: bool, dynamic_shapes: Any
-) -> list[SizeRun]:
-    if dynamic_shapes is not None and dynamic_batch:
-        raise ValueError(
-            "dynamic_batch and dynamic_shapes both given; dynamic_batch is short for "
-            "{0: Dim('batch')} on every input: give dynamic_shapes only"
-        )
-    if dynamic_batch:
-        return batch_runs(example_inputs)
-    if dynamic_shapes is None:
-        return []
-    return size_runs(example_inputs, dynamic_shapes, input_names(gm))
-
-
-def input_names(gm: Any) -> list[str]:
-    """The names of a graph's user inputs, in order (its placeholders, lifted state left out)."""
-    lifted = lifted_state(gm)
-    return [
-        str(node.target).lstrip("*")
-        for node in graph_module_of(gm).graph.find_nodes(op="placeholder")
-        if node.name not in lifted
-    ]
-
-
 def _record_values(
     gm: Any, example_inputs: Any, runs: list[SizeRun]
 ) -> tuple[dict[Node, Any], _Sizes]:
@@ -402,25 +376,10 @@ def _record_values(
         try:
             others.append(_run(gm, lifted, [], run.inputs))
         except Exception as error:
-            raise ValueError(_run_failed(run, error)) from error
+            raise ValueError(run_failed(run, error, "the graph")) from error
         metas.append({n: n.meta.get("tensor_meta") for n in module.graph.nodes})
     values = _run(gm, lifted, others, example_inputs)
     return values, _Sizes(runs, metas)
-
-
-def _run_failed(run: SizeRun, error: Exception) -> str:
-    if set(run.names.values()) == {BATCH}:
-        return (
-            "dynamic_batch: the graph does not run with dimension 0 of every tensor input "
-            f"doubled ({error}); dynamic_batch needs dimension 0 of every input to be the "
-            "batch: translate without it, pass only batched inputs, or say which dimensions "
-            "are dynamic with dynamic_shapes"
-        )
-    sizes = ", ".join(f"{name} {a} -> {b}" for (a, b), name in run.names.items())
-    return (
-        f"dynamic_shapes: the graph does not run at other sizes ({sizes}): {error}; give the "
-        "Dim a max the model accepts, or leave that dimension static"
-    )
 
 
 def _run(gm: Any, lifted: set[str], others: list[dict[Node, Any]], example_inputs: Any) -> dict:

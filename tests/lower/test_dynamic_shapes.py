@@ -166,3 +166,22 @@ def test_a_size_changed_by_two_dims_gets_a_name_of_its_own():
 def test_a_dim_that_follows_one_dim_takes_its_name():
     runs = [SizeRun((), {(2, 4): "batch"}), SizeRun((), {(8, 16): "seq"})]
     assert dim_names((2, 8, 32), [(4, 8, 32), (2, 16, 32)], runs, "x") == ["batch", "seq", 32]
+
+
+def test_positional_inputs_take_dynamic_shapes_by_name_or_as_a_tuple(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    gm = fxloom.symbolic_trace(model, example_inputs=(x,))
+    name = gm.graph.find_nodes(op="placeholder")[0].target
+    for shapes in ({name: {0: Dim("batch")}}, ({0: Dim("batch")},)):
+        proto = to_onnx(model, (x,), tmp_path / "mlp.onnx", dynamic_shapes=shapes)
+        output = proto.graph.output[0].type.tensor_type.shape.dim
+        assert [d.dim_param or d.dim_value for d in output] == ["batch", 3]
+
+
+def test_a_dim_whose_range_holds_only_the_example_is_refused_by_name():
+    model = torch.nn.Linear(4, 3).eval()
+    only_two = Dim("rows", min=2, max=2)
+    with pytest.raises(DynamicShapesError, match="Dim\\('rows', min=2, max=2\\) can take no size"):
+        lower(model, (torch.randn(2, 4),), dynamic_shapes=({0: only_two},))
