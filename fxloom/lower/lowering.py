@@ -340,7 +340,8 @@ def _fixed_reason(run: SizeRun, args: tuple, other: tuple | None) -> str | None:
     if other is None:
         return f"{run.option}: not run when {changed} changes"
     for position, value in enumerate(args):
-        if not isinstance(value, torch.Tensor) and not _same_number(value, other[position]):
+        holds_tensor = any(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(value)[0])
+        if not holds_tensor and not _same_number(value, other[position]):
             return (
                 f"{run.option}: its input {position} ({value!r}) changes with {changed}, "
                 "and ONNX Runtime would get it fixed"
