@@ -104,8 +104,7 @@ def lower(
             between calls), as torch.onnx + ONNX Runtime has them. When PyTorch runs
             operators between regions, spinning is off and the sessions take
             ``torch.get_num_threads()`` threads, so ONNX Runtime's idle workers do not take
-            the cores PyTorch needs. The report's notes say which was chosen; an
-            ``OrtModule``'s ``intra_op_num_threads`` can be changed before its first call.
+            the cores PyTorch needs. The report's notes say which was chosen.
         spinning: whether ONNX Runtime's worker threads spin between calls; None decides as
             ``threads`` describes (on when one region covers the model). A benchmark that
             interleaves the lowered model with other work may want it off.
