@@ -98,13 +98,13 @@ class CodeGen:
     A subclass written for torch.fx runs unchanged: the hooks are called with
     the arguments torch.fx passes (the optional keywords below only where the
     override accepts them), and the generated globals hold ``torch`` (and
-    ``inf``, ``nan``, ``NoneType``, ``device``) under those names, as there::
+    ``device``) under those names, as there::
 
         >>> import fxloom
         >>> class ListInput(fxloom.CodeGen):
         ...     def gen_fn_def(self, free_vars, maybe_return_annotation):
         ...         return (f"def forward(self, args: List[torch.Tensor]){maybe_return_annotation}:"
-        ...                 f"\n    {', '.join(free_vars)} = args")
+        ...                 f"\\n    {', '.join(free_vars)} = args")
         ...     def additional_globals(self):
         ...         return [("List", list)]
         ...     def process_inputs(self, *inputs):
@@ -187,16 +187,10 @@ DOTTED_ROOTS: dict[str, types.ModuleType] = {
     "typing": typing,
 }
 
-# Names torch.fx's generated code always has in its globals; a custom CodeGen's frame
-# (``List[torch.Tensor]`` in a ``def`` line) may use them, so custom frames get them too
-# (each unless a node already has that name).
-FX_FRAME_GLOBALS: dict[str, Any] = {
-    "torch": torch,
-    "inf": math.inf,
-    "nan": math.nan,
-    "NoneType": type(None),
-    "device": torch.device,
-}
+# Names torch.fx's generated code always has in its globals that a custom CodeGen's frame
+# names (``List[torch.Tensor]`` in a ``def`` line): custom frames get them too (each unless
+# a node already has that name). Importable objects only, so ``to_folder`` can write them.
+FX_FRAME_GLOBALS: dict[str, Any] = {"torch": torch, "device": torch.device}
 
 _TORCH_VALUE_TYPES = (torch.dtype, torch.memory_format, torch.layout)
 # "forward" is the function being defined: a global of that name would be rebound by it.
