@@ -37,6 +37,7 @@ Depends on the IR's ``node``, ``liveness`` and ``_namespace``.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import enum
 import inspect
 import keyword
@@ -671,16 +672,24 @@ def _call_hook(method: Any, *args: Any, **optional: Any) -> Any:
     output_args)``); fxloom's extra keywords must not break them.
     """
     function = getattr(method, "__func__", method)
-    accepted = _ACCEPTED_KEYWORDS.get(function, _NOT_READ)
+    try:
+        accepted = _ACCEPTED_KEYWORDS.get(function, _NOT_READ)
+    except TypeError:  # not weakly referenceable: read every time
+        accepted = _NOT_READ
     if accepted is _NOT_READ:
-        accepted = _ACCEPTED_KEYWORDS[function] = _keywords_of(method)
+        accepted = _keywords_of(method)
+        with contextlib.suppress(TypeError):
+            _ACCEPTED_KEYWORDS[function] = accepted
     if accepted is not None:
         optional = {k: v for k, v in optional.items() if k in accepted}
     return method(*args, **optional)
 
 
 def _keywords_of(method: Any) -> frozenset[str] | None:
-    parameters = inspect.signature(method).parameters.values()
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: pass only what torch.fx passes
+        return frozenset()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
     return frozenset(p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY)
