@@ -203,12 +203,12 @@ def _same(value: Any, expected: Any) -> bool:
 _PRINTABLE_FIXED_TYPES = frozenset({type(None), bool, int, float, str})
 
 
-@_recorded_when_traced(twins.check_fixed)
 class FixedArgumentError(ValueError, AssertionError):
     """An argument fixed by ``concrete_args`` got another value: a ``ValueError``, and the
     ``AssertionError`` torch.fx's generated check raises, so handlers of either catch it."""
 
 
+@_recorded_when_traced(twins.check_fixed)
 def check_fixed(value: Any, expected: Any, name: str) -> None:
     """Raise if an argument fixed by ``concrete_args`` to a literal gets another value.
 

@@ -185,6 +185,16 @@ def test_concrete_args_as_a_tuple_fixes_parameters_in_order(fx: Any) -> None:
 
 
 @BOTH
+def test_a_module_traced_with_a_fixed_argument_traces_again(fx: Any) -> None:
+    # torch.fx's test_pytree_concrete: the check of the fixed value is recorded, not run.
+    gm = fx.symbolic_trace(fx.symbolic_trace(branches, concrete_args={"flag": True}))
+    x = torch.randn(4)
+    assert_same(gm(x, True), x + 1)
+    with pytest.raises(AssertionError):
+        gm(x, False)
+
+
+@BOTH
 def test_concrete_args_as_a_tuple_of_the_wrong_length_is_a_runtime_error(fx: Any) -> None:
     with pytest.raises(RuntimeError) as caught:
         fx.symbolic_trace(branches, concrete_args=(fx.PH,))
