@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -40,13 +40,13 @@ from fxloom.serialize.errors import SerializationError
 
 __all__ = ["MapLocation", "Placement", "parse_device", "CPU"]
 
-MapLocation = Union[
-    None,
-    str,
-    torch.device,
-    Mapping[Union[str, torch.device], Union[str, torch.device]],
-    Callable[[torch.Tensor, str], Any],
-]
+MapLocation = (
+    None
+    | str
+    | torch.device
+    | Mapping[str | torch.device, str | torch.device]
+    | Callable[[torch.Tensor, str], Any]
+)
 CPU = "cpu"
 
 # A device as a file may write it: a type of this closed table, and an index of at most

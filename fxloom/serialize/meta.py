@@ -22,7 +22,7 @@ import torch
 
 from fxloom.serialize.devices import parse_device
 from fxloom.serialize.errors import SerializationError
-from fxloom.serialize.values import decode_value, encode_value, expect_pair, short
+from fxloom.serialize.values import decode_value, encode_value, expect_pair
 
 __all__ = ["encode_meta", "decode_meta", "MetaCodecs", "ClassName"]
 
