@@ -90,6 +90,14 @@ def test_each_index_width_is_recognised(limit):
     assert upper_bound(sympy.Le(64 * s0, limit)).limit == limit
 
 
+def test_a_largest_offset_bound_with_a_constant_is_an_index_bound():
+    env = ShapeEnv()
+    s0 = env.create_symbol(4, dim_name="batch")
+    # the largest offset of a contiguous (N, 3, 224, 224) input, at most INT_MAX
+    env.evaluate(sympy.Le((s0 - 1) * 150528 + 150527, 2**31 - 1), hint=True)
+    assert env.range_of(s0) == (2, 14266)
+
+
 # ------------------------------------------------------------------ export
 def test_export_reports_the_narrowed_range_instead_of_refusing():
     ep = export_batch(ChecksIndexWidth())

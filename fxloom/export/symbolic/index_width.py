@@ -9,9 +9,9 @@ takes such a guard as a narrowing of the size's range (reported in
 checked when the program runs), where any other guard that narrows a ``Dim`` is a
 ``ConstraintViolationError``.
 
-A guard is of this form when it says a sum of sizes with positive coefficients is at
-most (or below) one of ``INDEX_LIMITS``, the largest values of the integer widths
-kernels index with.
+A guard is of this form when it says a sum of sizes (products of sizes) with positive
+coefficients, plus a constant, is at most (or below) one of ``INDEX_LIMITS``, the
+largest values of the integer widths kernels index with.
 
     >>> import sympy
     >>> s0 = sympy.Symbol("s0", integer=True, positive=True)
@@ -63,11 +63,14 @@ def upper_bound(fact: sympy.Basic) -> IndexBound | None:
     if sides is None:
         return None
     small, big, strict = sides(fact)
-    constant, expr = sympy.expand(small - big).as_coeff_Add()
-    limit = -constant
+    if big.is_Integer and int(big) in INDEX_LIMITS:  # `numel <= INT_MAX`, as kernels write it
+        expr, limit = sympy.expand(small), big
+    else:  # the same after sympy moved terms (`150528*s0 - 1 <= 2**31 - 1`)
+        constant, expr = sympy.expand(small - big).as_coeff_Add()
+        limit = -constant
     if not (limit.is_Integer and int(limit) in INDEX_LIMITS) or not expr.free_symbols:
         return None
     terms = expr.as_coefficients_dict()
-    if not all(c.is_positive and term.is_polynomial() for term, c in terms.items()):
+    if not all(c.is_positive and t.is_polynomial() for t, c in terms.items() if t != 1):
         return None  # a difference of sizes is no element count
     return IndexBound(expr, int(limit) - strict, INDEX_LIMITS[int(limit)])
