@@ -263,3 +263,45 @@ def pytree_leaves(value: object) -> list[torch.Tensor]:
     from fxloom import pytree
 
     return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+
+
+# ------------------------------------------------------------------ a Hugging Face model
+@pytest.fixture(scope="module")
+def saved_bert():
+    """A tiny BERT (random weights) traced on its example inputs and saved, with the model."""
+    pytest.importorskip("transformers")
+    from fxloom.cli.model_spec import LoadedModel, trace_model
+    from fxloom.zoo.hf_configs import BERT_LIKE, hf
+
+    torch.manual_seed(0)
+    model = hf("BertModel", "BertConfig", **BERT_LIKE)().eval()
+    ids = torch.randint(0, 100, (2, 8))
+    traced = trace_model(
+        LoadedModel("bert", model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    )
+    buffer = io.BytesIO()
+    fxloom.save(traced, buffer)
+    return model, buffer.getvalue()
+
+
+def bert_inputs(batch: int, seq: int, device: torch.device | str = "cpu") -> tuple:
+    ids = torch.randint(0, 100, (batch, seq))
+    return ids.to(device), torch.ones_like(ids).to(device)
+
+
+def test_a_hugging_face_model_loads_on_the_second_device(saved_bert, second_device):
+    _, data = saved_bert
+    loaded = fxloom.load(data, map_location=second_device)
+    assert {p.device.type for p in loaded.parameters()} == {second_device.type}
+    out = loaded(*bert_inputs(2, 8, second_device))
+    assert out.last_hidden_state.device.type == second_device.type
+    assert out.last_hidden_state.shape == (2, 8, 32)
+
+
+def test_a_hugging_face_model_saved_on_a_gpu_loads_on_the_cpu_and_matches_eager(saved_bert):
+    model, data = saved_bert
+    loaded = fxloom.load(on_device(data, MISSING_DEVICE), map_location="cpu")
+    for batch, seq in ((2, 8), (3, 5)):
+        ids, mask = bert_inputs(batch, seq)
+        expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(loaded(ids, mask).last_hidden_state, expected)
