@@ -154,9 +154,12 @@ def _user_device(value: Any, what: str) -> torch.device:
         return value
     if isinstance(value, str):
         try:
-            return torch.device(value)
+            device = torch.device(value)
         except (RuntimeError, ValueError) as e:
             raise ValueError(f"{what}: {value!r} is not a device: {e}") from None
+        if device.index is not None and str(device) != value.strip():
+            raise ValueError(f"{what}: {value!r} is not a device index torch can hold")
+        return device
     raise TypeError(f"{what} must be a device or a string, not {type(value).__name__}")
 
 
