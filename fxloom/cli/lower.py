@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from fxloom.cli.model_spec import _defaults_of_other_parameters, load_model
+    from fxloom.cli.model_spec import call_model, load_model
     from fxloom.lower.lowering import lower
 
     if args.threads is not None and args.threads < 1:
@@ -81,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
             "model on them: make the MODEL factory return (model, example_inputs)"
         )
     model, inputs = loaded.model.eval(), loaded.inputs
-    fixed = _defaults_of_other_parameters(model, inputs) if isinstance(inputs, dict) else None
     threads = torch.get_num_threads()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -92,9 +91,10 @@ def run(args: argparse.Namespace) -> int:
             check=args.check,
             dynamic_batch=args.dynamic_batch,
             threads=args.threads,
-            concrete_args=fixed,
         )
-        latency = compare_latency(_caller(model, inputs, fixed), _caller(lowered, inputs, None))
+        latency = compare_latency(
+            lambda: call_model(model, inputs), lambda: call_model(lowered, inputs)
+        )
     finally:
         torch.set_num_threads(threads)
     console = Console()
@@ -103,14 +103,6 @@ def run(args: argparse.Namespace) -> int:
     console.print(lowered.lowering_report)
     console.print(Text(latency.summary(), style="bold"))
     return 0
-
-
-def _caller(
-    module: torch.nn.Module, inputs: tuple | dict, fixed: dict[str, Any] | None
-) -> Callable[[], Any]:
-    if isinstance(inputs, dict):
-        return lambda: module(**inputs, **(fixed or {}))
-    return lambda: module(*inputs)
 
 
 def compare_latency(eager: Callable[[], Any], lowered: Callable[[], Any]) -> Latency:

@@ -138,6 +138,7 @@ def quantize_and_measure(
     >>> result.relative_error < 0.05, result.cosine > 0.99
     (True, True)
     """
+    from fxloom.cli.model_spec import call_model
     from fxloom.quantize import calibrate, convert, prepare
 
     prepared = prepare(model, inputs, config)
@@ -148,7 +149,7 @@ def quantize_and_measure(
     torch.set_num_threads(1)
     try:
         with torch.no_grad():
-            expected, got = _call(model, inputs), _call(int8, inputs)
+            expected, got = call_model(model, inputs), call_model(int8, inputs)
             fp32_seconds, int8_seconds = _best_seconds(model, inputs), _best_seconds(int8, inputs)
     finally:
         torch.set_num_threads(threads)
@@ -198,16 +199,14 @@ def _batches(args: argparse.Namespace, inputs: tuple[Any, ...] | dict[str, Any])
     )
 
 
-def _call(model: torch.nn.Module, inputs: tuple[Any, ...] | dict[str, Any]) -> Any:
-    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
-
-
 def _best_seconds(model: torch.nn.Module, inputs: tuple[Any, ...] | dict[str, Any]) -> float:
-    _call(model, inputs)  # warm up: packed weights, allocator
+    from fxloom.cli.model_spec import call_model
+
+    call_model(model, inputs)  # warm up: packed weights, allocator
     best = float("inf")
     for _ in range(TIMING_RUNS):
         start = time.perf_counter()
-        _call(model, inputs)
+        call_model(model, inputs)
         best = min(best, time.perf_counter() - start)
     return best
 
