@@ -24,17 +24,42 @@ from torch.testing import assert_close
 import fxloom
 from fxloom.lower import to_onnx
 from fxloom.lower.lowering import lower
+from fxloom.pytree import container_type
 from fxloom.quantize import calibrate, convert, prepare
 
 transformers = pytest.importorskip("transformers")
+
 TESTS = Path(__file__).resolve().parent
 ROOT = str(TESTS.parent)
 if ROOT not in sys.path:  # `benchmarks` is not installed; import it from the checkout
     sys.path.insert(0, ROOT)
 
+from transformers.modeling_outputs import BaseModelOutput  # noqa: E402
+
 from benchmarks.zoo import registry  # noqa: E402
 
-MODELS = ["bert", "gpt2", "llama", "t5", "vit", "whisper"]
+
+def _taken_apart_as_itself(cls: type) -> bool:
+    container = container_type(cls)
+    return container is not None and container.type is cls
+
+
+# fxloom's pytree takes the classes transformers registers with torch's (model outputs,
+# caches) with issue 22's item 2; until it does, a model returning its cache (use_cache at
+# its default) does not trace, and a lowered model returns an OrderedDict.
+TRANSFORMERS_CONTAINERS = pytest.mark.xfail(
+    not all(map(_taken_apart_as_itself, (transformers.DynamicCache, BaseModelOutput))),
+    reason="transformers' caches and outputs are not fxloom.pytree containers yet",
+    strict=True,
+)
+MODELS = [
+    "bert",
+    pytest.param("gpt2", marks=TRANSFORMERS_CONTAINERS),
+    pytest.param("llama", marks=TRANSFORMERS_CONTAINERS),
+    pytest.param("t5", marks=TRANSFORMERS_CONTAINERS),
+    "vit",
+    pytest.param("whisper", marks=TRANSFORMERS_CONTAINERS),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -113,6 +138,7 @@ def test_bert_quantizes_from_a_dict_of_its_inputs() -> None:
         assert relative_error(out, ref) < 0.1
 
 
+@TRANSFORMERS_CONTAINERS
 def test_bert_lowers_from_a_dict_of_its_inputs() -> None:
     spec = registry.get("bert")
     model, inputs = spec.build()

@@ -13,6 +13,12 @@ with ``concrete_args`` for them, the elements and keys given, under guards on
 their count and keys. Through a decorator's ``(*args, **kwargs)`` wrapper
 only the latter is possible, and no entries are the default.
 
+With example inputs, they name the inputs (``examples.bind_examples``): a
+parameter they leave out that ``concrete_args`` does not name and that has a
+default is no input at all — not passed, so the function sees its default
+(``*args``/``**kwargs``: empty) — as when the function is called with the
+examples; their entries for ``*args``/``**kwargs`` are inputs as with ``PH``.
+
 The root itself (``root_function``): a module's ``Tracer.traced_func_name``
 method, a function, or a builtin (recorded as one call if it has a signature).
 
