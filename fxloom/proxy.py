@@ -352,10 +352,18 @@ def _check_example_has(proxy: Proxy, name: str) -> None:
         kind = "Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
         raise AttributeError(
             f"{kind!r} object has no attribute {name!r} (the example value of "
-            f"%{proxy.node.name}, as the model would see it when run eagerly)"
+            f"{_spelled(proxy)}, as the model would see it when run eagerly)"
         ) from None
     except Exception:  # a property failing on stand-ins: record the read, as without examples
         pass
+
+
+def _spelled(proxy: Proxy) -> str:
+    """``%node`` or ``%node.attr``: an attribute not yet used has no node, and naming it
+    must not record one."""
+    if isinstance(proxy, Attribute) and proxy._lazy_node is None:
+        return f"{_spelled(proxy.root)}.{proxy.attr}"
+    return f"%{proxy.node.name}"
 
 
 class Attribute(Proxy):

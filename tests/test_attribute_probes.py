@@ -60,6 +60,18 @@ def test_reading_a_missing_attribute_fails_as_eagerly_naming_the_value():
         fx.symbolic_trace(fn, example_inputs=(X,))
 
 
+def test_a_probe_of_an_attribute_of_an_attribute_records_nothing():
+    class Holder:
+        inner = None
+
+    def fn(x, holder):
+        assert not hasattr(holder.inner, "jax")
+        return x + 1
+
+    gm = fx.symbolic_trace(fn, example_inputs=(X, Holder()))
+    assert [n.op for n in gm.graph.nodes].count("call_function") == 2  # the guard and the add
+
+
 def test_attributes_the_example_has_are_still_recorded():
     def fn(x):
         assert hasattr(x, "shape") and hasattr(x, "T")
