@@ -55,7 +55,8 @@ def prepare(
         model: an ``nn.Module`` in eval mode (traced here), a ``GraphModule``, or an
             ``fxloom.export`` program (its weighted operators lifted to layers:
             ``quantize.exported``).
-        example_inputs: the positional inputs of one forward (a tuple), or inputs by name.
+        example_inputs: the positional inputs of one forward (a tuple), or inputs by name;
+            the prepared model takes exactly these (parameters left out keep their defaults).
         config: what to quantize and how; ``QuantConfig()`` (static, x86) by default.
 
     Raises:
