@@ -14,10 +14,6 @@ Depends on: ``fxloom.cli.model_spec``, ``fxloom.cli.timing``, ``fxloom.lower``, 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
-
-import torch
 
 from fxloom.cli.timing import TIMING_THREADS, compare_latency, pinned_threads
 
@@ -50,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from fxloom.cli.model_spec import _defaults_of_other_parameters, load_model
+    from fxloom.cli.model_spec import call_model, load_model
     from fxloom.lower.lowering import lower
 
     if args.threads < 1:
@@ -62,7 +58,6 @@ def run(args: argparse.Namespace) -> int:
             "model on them: make the MODEL factory return (model, example_inputs)"
         )
     model, inputs = loaded.model.eval(), loaded.inputs
-    fixed = _defaults_of_other_parameters(model, inputs) if isinstance(inputs, dict) else None
     with pinned_threads(args.threads):
         lowered = lower(
             model,
@@ -70,21 +65,13 @@ def run(args: argparse.Namespace) -> int:
             check=args.check,
             dynamic_batch=args.dynamic_batch,
             threads=args.threads,
-            concrete_args=fixed,
         )
-    eager_call, lowered_call = _caller(model, inputs, fixed), _caller(lowered, inputs, None)
-    latency = compare_latency(eager_call, lowered_call, threads=args.threads)
+    latency = compare_latency(
+        lambda: call_model(model, inputs), lambda: call_model(lowered, inputs), threads=args.threads
+    )
     console = Console()
     if not console.is_terminal:
         console.width = 160
     console.print(lowered.lowering_report)
     console.print(Text(latency.summary(), style="bold"))
     return 0
-
-
-def _caller(
-    module: torch.nn.Module, inputs: tuple | dict, fixed: dict[str, Any] | None
-) -> Callable[[], Any]:
-    if isinstance(inputs, dict):
-        return lambda: module(**inputs, **(fixed or {}))
-    return lambda: module(*inputs)

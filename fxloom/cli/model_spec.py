@@ -13,7 +13,6 @@ Depends on: the tracer, ``fxloom.zoo``; ``fxloom.passes.shape_prop`` when it is 
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.tracer import symbolic_trace
 
-__all__ = ["LoadedModel", "load_model", "propagate_shapes", "trace_model"]
+__all__ = ["LoadedModel", "call_model", "load_model", "propagate_shapes", "trace_model"]
 
 
 @dataclass(frozen=True)
@@ -95,23 +94,18 @@ def _search_the_current_directory() -> None:
 def trace_model(loaded: LoadedModel) -> GraphModule:
     """``fxloom.symbolic_trace`` of the model, on its example inputs when it has them.
 
-    With inputs given as a dict, every other parameter of ``forward`` is fixed to its default.
+    The inputs given are the traced module's inputs; parameters they leave out keep their
+    defaults, as in a call ``model(**inputs)`` (the rule of every fxloom entry point that
+    traces from example inputs: ``prepare``, ``lower``, ``to_onnx``).
     """
     if loaded.inputs is None:
         return symbolic_trace(loaded.model)
-    concrete_args = None
-    if isinstance(loaded.inputs, dict):
-        concrete_args = _defaults_of_other_parameters(loaded.model, loaded.inputs)
-    return symbolic_trace(loaded.model, concrete_args, example_inputs=loaded.inputs)
+    return symbolic_trace(loaded.model, example_inputs=loaded.inputs)
 
 
-def _defaults_of_other_parameters(model: torch.nn.Module, given: dict[str, Any]) -> dict[str, Any]:
-    fixed = {}
-    for name, parameter in inspect.signature(model.forward).parameters.items():
-        variadic = parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
-        if name not in given and not variadic and parameter.default is not parameter.empty:
-            fixed[name] = parameter.default
-    return fixed
+def call_model(model: Any, inputs: tuple[Any, ...] | dict[str, Any]) -> Any:
+    """``model`` called on example inputs: a tuple positionally, a dict by name."""
+    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
 
 
 def propagate_shapes(gm: GraphModule, loaded: LoadedModel) -> str | None:
@@ -122,13 +116,9 @@ def propagate_shapes(gm: GraphModule, loaded: LoadedModel) -> str | None:
         from fxloom.passes.shape_prop import ShapeProp
     except ImportError:
         return "shapes are not drawn: fxloom.passes.shape_prop is not available"
-    inputs = loaded.inputs
     try:
         with torch.no_grad():
-            if isinstance(inputs, dict):
-                ShapeProp(gm).propagate(**inputs)
-            else:
-                ShapeProp(gm).propagate(*inputs)
+            call_model(ShapeProp(gm).propagate, loaded.inputs)
     except Exception as error:  # a drawing without shapes is still worth having
         first_line = (str(error).strip().splitlines() or [""])[0]
         return (

@@ -138,6 +138,7 @@ def quantize_and_measure(
     >>> result.relative_error < 0.05, result.cosine > 0.99
     (True, True)
     """
+    from fxloom.cli.model_spec import call_model
     from fxloom.quantize import calibrate, convert, prepare
 
     prepared = prepare(model, inputs, config)
@@ -145,9 +146,9 @@ def quantize_and_measure(
         calibrate(prepared, calibration, progress=False)
     int8 = convert(prepared)
     with torch.no_grad():
-        expected, got = _call(model, inputs), _call(int8, inputs)
+        expected, got = call_model(model, inputs), call_model(int8, inputs)
     latency = compare_latency(
-        lambda: _call(model, inputs), lambda: _call(int8, inputs), labels=("fp32", "int8")
+        lambda: call_model(model, inputs), lambda: call_model(int8, inputs), labels=("fp32", "int8")
     )
     relative, cosine = _error(got, expected)
     return QuantizeResult(int8, latency, relative, cosine)
@@ -193,10 +194,6 @@ def _batches(args: argparse.Namespace, inputs: tuple[Any, ...] | dict[str, Any])
         f"--data {args.data} holds a {type(data).__name__}; save a list of batches (tensors, "
         "tuples or dicts of inputs) or one tensor with torch.save"
     )
-
-
-def _call(model: torch.nn.Module, inputs: tuple[Any, ...] | dict[str, Any]) -> Any:
-    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
 
 
 def _error(got: Any, expected: Any) -> tuple[float, float]:
