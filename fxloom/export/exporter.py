@@ -101,7 +101,7 @@ def export(
     assert_deferred(capture)
     assert_input_guards(capture)
     graph_signature, out_spec = _finish(capture, input_specs, result)
-    _, in_spec = pytree.tree_flatten(tuple(bound))
+    _, in_spec = pytree.tree_flatten(tuple(bound), none_is_leaf=False)
     state_dict, constants = _state_values(mod, input_specs, capture)
     return ExportedProgram(
         GraphModule(torch.nn.Module(), capture.graph),
@@ -214,8 +214,10 @@ def _lift_user_input(
     sizes: InputSizes,
 ) -> Any:
     """Placeholders for the leaves of one forward input; the input rebuilt of stand-ins.
-    ``leaf_dims`` gives each leaf's dynamic dimensions, in order."""
-    leaves, spec = pytree.tree_flatten(value)
+    ``leaf_dims`` gives each leaf's dynamic dimensions, in order. A None (an input left at
+    its default, a field not given) is no placeholder: the program is fixed to it, as
+    torch.export fixes inputs it is not given."""
+    leaves, spec = pytree.tree_flatten(value, none_is_leaf=False)
     single = spec.is_leaf()
     lifted = []
     for index, leaf in enumerate(leaves):
