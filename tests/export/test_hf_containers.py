@@ -23,6 +23,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+import fxloom
+from benchmarks.zoo.methods import fixed_args
 from fxloom import pytree
 from fxloom.export import Dim, export, load, save, unflatten
 from fxloom.zoo.hf_configs import BERT_LIKE, DECODER, GPT2_LIKE, VOCAB, hf
@@ -166,6 +168,22 @@ def test_unflattened_lm_returns_its_output_class_with_the_cache() -> None:
     ids = tokens(*OTHER, seed=6)
     with torch.no_grad():
         assert_same_lm_output(tree(ids), model(ids))
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+def test_symbolically_traced_lm_returns_its_output_class_with_the_cache(name: str) -> None:
+    model = build(name)
+    example = {"input_ids": tokens(*EXAMPLE)}
+    fixed = {**fixed_args(model, example), "use_cache": True, "past_key_values": None}
+    gm = fxloom.symbolic_trace(model, fixed, example_inputs=example)
+    buffer = io.BytesIO()
+    fxloom.save(gm, buffer)
+    loaded = fxloom.load(buffer.getvalue())
+    ids = tokens(*OTHER, seed=10)
+    with torch.no_grad():
+        expected = model(ids)
+        assert_same_lm_output(gm(ids), expected)
+        assert_same_lm_output(loaded(ids), expected)
 
 
 def test_a_cache_of_sliding_window_layers_is_refused_by_name() -> None:
