@@ -3,9 +3,9 @@
 transformers registers its ``ModelOutput`` classes with ``torch.utils._pytree``, and fxloom
 reads that registry, so ``ep.module()`` returns the model's output class (``out.logits``).
 Its key/value caches (``DynamicCache``) are registered nowhere; fxloom takes them apart and
-rebuilds them (``fxloom.library_containers``), so language models export with their default
-``use_cache=True``, return the cache, and take it back as ``past_key_values`` for the next
-step. torch.export 2.13 refuses the same call. An input left None (BERT's
+rebuilds them (``fxloom.library_containers``), so language models (GPT-2, Llama, and T5 with
+its ``EncoderDecoderCache``) export with their default ``use_cache=True``, return the cache,
+and take it back as ``past_key_values`` for the next step. torch.export 2.13 refuses the same call. An input left None (BERT's
 ``token_type_ids`` and six others) is fixed rather than lifted, so the program has the two
 inputs it was given, and quantizes and writes ONNX.
 
@@ -27,7 +27,7 @@ import fxloom
 from benchmarks.zoo.methods import fixed_args
 from fxloom import pytree
 from fxloom.export import Dim, export, load, save, unflatten
-from fxloom.zoo.hf_configs import BERT_LIKE, DECODER, GPT2_LIKE, VOCAB, hf
+from fxloom.zoo.hf_configs import BERT_LIKE, DECODER, GPT2_LIKE, T5_LIKE, VOCAB, hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -63,6 +63,11 @@ def layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def assert_same_cache(got: Any, expected: Any) -> None:
     assert type(got) is type(expected)
+    if isinstance(expected, transformers.EncoderDecoderCache):
+        assert got.is_updated == expected.is_updated
+        assert_same_cache(got.self_attention_cache, expected.self_attention_cache)
+        assert_same_cache(got.cross_attention_cache, expected.cross_attention_cache)
+        return
     for (keys, values), (ref_keys, ref_values) in zip(
         layers_of(got), layers_of(expected), strict=True
     ):
@@ -191,6 +196,49 @@ def test_a_cache_of_sliding_window_layers_is_refused_by_name() -> None:
     cache.layers.append(transformers.cache_utils.DynamicSlidingWindowLayer(sliding_window=4))
     with pytest.raises(TypeError, match="DynamicSlidingWindowLayer.*use_cache=False"):
         pytree.tree_flatten(cache)
+
+
+# ------------------------------------------------------------------ T5: an encoder-decoder cache
+
+
+@pytest.fixture(scope="module")
+def t5() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return hf("T5ForConditionalGeneration", "T5Config", **T5_LIKE)().eval()
+
+
+def seq2seq_inputs(batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    return {
+        "input_ids": tokens(batch, length, seed),
+        "decoder_input_ids": tokens(batch, length // 2 + 1, seed + 1),
+    }
+
+
+@pytest.mark.parametrize("size", [EXAMPLE, OTHER], ids=["example", "other_size"])
+def test_exported_t5_returns_its_output_class_with_an_encoder_decoder_cache(t5, size) -> None:
+    target = Dim("target", max=32)
+    dynamic = {"input_ids": {0: BATCH, 1: SEQ}, "decoder_input_ids": {0: BATCH, 1: target}}
+    ep = export(t5, (), seq2seq_inputs(*EXAMPLE), dynamic_shapes=dynamic)
+    inputs = seq2seq_inputs(*size, seed=11)
+    with torch.no_grad():
+        got, expected = ep.module()(**inputs), t5(**inputs)
+    assert isinstance(got.past_key_values, transformers.EncoderDecoderCache)
+    assert_same_lm_output(got, expected)
+
+
+def test_exported_t5_step_takes_the_encoder_decoder_cache_back(t5) -> None:
+    with torch.no_grad():
+        first = t5(**seq2seq_inputs(*EXAMPLE))
+    step_inputs = {
+        "encoder_outputs": (first.encoder_last_hidden_state,),
+        "decoder_input_ids": tokens(EXAMPLE[0], 1, seed=12),
+        "past_key_values": first.past_key_values,
+    }
+    module = export(t5, (), step_inputs).module()
+    with torch.no_grad():
+        got = module(**step_inputs)
+        expected = t5(**{**step_inputs, "past_key_values": copy.deepcopy(first.past_key_values)})
+    assert_same_lm_output(got, expected)
 
 
 # ------------------------------------------------------------------ BERT: inputs left None
