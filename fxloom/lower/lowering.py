@@ -197,7 +197,9 @@ def _keep_calling_convention(gm: GraphModule, split: GraphModule) -> None:
     ``ModelOutput``, a traced one's nested inputs): the same placeholders and output, so the
     same pytree code generator applies."""
     codegen = gm.graph._codegen
-    if isinstance(codegen, PyTreeCodeGen):
+    names = [node.name for node in gm.graph.find_nodes(op="placeholder")]
+    same_inputs = names == [node.name for node in split.graph.find_nodes(op="placeholder")]
+    if isinstance(codegen, PyTreeCodeGen) and same_inputs:
         split.graph.set_codegen(codegen)
         split.recompile()
 
