@@ -259,9 +259,17 @@ def _from_torch(cls: type) -> ContainerType | None:
     node = torch_pytree.SUPPORTED_NODES.get(cls)
     if node is None or cls.__module__.partition(".")[0] in _TORCH_OWN_MODULES:
         return None
-    return ContainerType(
-        cls, node.flatten_fn, node.unflatten_fn, f"{cls.__module__}.{cls.__qualname__}"
-    )
+    # One ContainerType per registration, so specs made before ``_resolved`` was emptied
+    # still match values walked after (``tree_flatten_spec`` compares entries by identity).
+    entry = _from_torch_entries.get(cls)
+    if entry is None or entry.flatten is not node.flatten_fn:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        entry = ContainerType(cls, node.flatten_fn, node.unflatten_fn, name)
+        _from_torch_entries[cls] = entry
+    return entry
+
+
+_from_torch_entries: dict[type, ContainerType] = {}
 
 
 def _leaf_base(cls: type) -> type | None:

@@ -453,3 +453,16 @@ def test_a_spec_with_none_survives_pickling():
 
     _, spec = tree_flatten((1, None), none_is_leaf=False)
     assert pickle.loads(pickle.dumps(spec)) == spec and repr(spec) == "tuple(*, None)"
+
+
+def test_a_spec_of_a_torch_registered_class_still_matches_after_torch_s_registry_changes():
+    _, spec = tree_flatten(Reading(1, "mm"))
+
+    class Other:
+        pass
+
+    torch_pytree.register_pytree_node(Other, lambda v: ([], None), lambda c, _: Other())
+    try:  # a library registering its classes on import empties fxloom's cache of types
+        assert pytree.tree_flatten_spec(Reading(2, "mm"), spec) == [2]
+    finally:
+        torch_pytree._deregister_pytree_node(Other)

@@ -65,7 +65,11 @@ def export(
 
     ``args`` is a tuple and ``kwargs`` a dict of the forward's inputs: tensors
     and structures of them (tuples, lists, dicts, named tuples, registered
-    dataclasses and classes), and other values, which the program is fixed to.
+    dataclasses and classes, classes registered with torch's pytree such as
+    Hugging Face's ``ModelOutput``, and transformers' caches), and other values,
+    which the program is fixed to. A None (a parameter left at its default
+    included) is fixed too and is no input of the graph: the signature lists the
+    inputs that carry values, as torch.export's does.
     The result is sound for inputs of the examples' shapes and dtypes:
     ``ep.module()`` checks that. ``strict`` is accepted for torch.export
     compatibility; fxloom always runs the real forward (non-strict).
