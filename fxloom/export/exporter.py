@@ -128,11 +128,20 @@ def export(
 
 def _range_constraints(capture: Capture, sizes: InputSizes) -> dict[Any, ValueRange]:
     """Each symbol the program still has (not replaced by another, not dropped): its declared
-    range if a Dim declared one, else the range the program left it."""
+    range if a Dim declared one, else the range the program left it; an index width's bound
+    (``symbolic.index_width``) narrows either."""
     env = capture.shape_env
     sources = capture.sizes.sources
+    narrowed = {n.symbol: n.upper for n in env.index_bounds.values() if n.symbol is not None}
+
+    def reported(symbol: Any, info: Any) -> ValueRange:
+        declared = sizes.declared.get(symbol) or ValueRange(info.lower, info.upper)
+        if symbol not in narrowed:
+            return declared
+        return ValueRange(declared.lower, min(declared.upper, info.upper))
+
     return {
-        symbol: sizes.declared.get(symbol) or ValueRange(info.lower, info.upper)
+        symbol: reported(symbol, info)
         for symbol, info in env.symbols.items()
         if symbol not in env.replacements
         # a data-dependent value the program dropped (dead code) is not one of its sizes

@@ -20,8 +20,10 @@ with ``DisallowedNameError``, which names it and says how to allow it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -292,3 +294,24 @@ def _class_in_package(name: str) -> Any:
     except ImportError:
         return MISSING
     return imported_class(name)
+
+
+@contextlib.contextmanager
+def names_standing_in(placeholders: dict[str, Any]) -> Iterator[None]:
+    """Within the block, each name of ``placeholders`` resolves to its placeholder object.
+
+    For describing a file without loading it (``fxloom show``, ``refused_names``): the graph
+    is decoded with inert objects where loading would refuse a name. The registry is as it
+    was afterwards, on every path; a loaded module never holds a placeholder.
+    """
+    saved = dict(_REGISTERED), dict(_NAME_OF)
+    try:
+        for name, placeholder in placeholders.items():
+            _REGISTERED[name] = placeholder
+            _NAME_OF[id(placeholder)] = name
+        yield
+    finally:
+        _REGISTERED.clear()
+        _REGISTERED.update(saved[0])
+        _NAME_OF.clear()
+        _NAME_OF.update(saved[1])

@@ -35,6 +35,7 @@ from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Node
 from fxloom.pytree import NONE_SPEC, TreeSpec, container_type
 from fxloom.serialize import allowlist, limits
+from fxloom.serialize.devices import parse_device
 from fxloom.serialize.errors import SerializationError
 
 __all__ = [
@@ -185,10 +186,7 @@ def _decode_float(text: Any, nodes: Any, where: str, depth: int) -> float:
 
 
 def _decode_device(text: Any, nodes: Any, where: str, depth: int) -> torch.device:
-    try:
-        return torch.device(_string(text, "device", where))
-    except RuntimeError as e:
-        raise SerializationError(f"{where}: invalid device {short(text)}: {e}") from None
+    return parse_device(text, where)
 
 
 def _decode_container(data: dict, nodes: Any, where: str, depth: int) -> Any:

@@ -392,6 +392,39 @@ def test_parameter_buffer_and_child_names_must_be_identifiers(sentinel, name):
         refused(edited(edit), name)
 
 
+# ---------------------------------------------------------------- devices
+HOSTILE_DEVICES = [
+    "cuda:0; import os",
+    "__import__('os').system('true')",
+    "cpu\n",
+    " cuda",
+    "CUDA",
+    "cuda:-1",
+    "cuda:00",
+    "cuda:9999",  # torch keeps 8 bits of an index: this would be cuda:15
+    "lazy",  # a device type torch knows, but not one a file may name
+    "cuda:" + "9" * 10_000,
+    7,
+    {"device": "cpu"},
+]
+
+
+@pytest.mark.parametrize("device", HOSTILE_DEVICES, ids=repr)
+def test_a_tensor_record_whose_device_is_not_a_plain_device_is_refused(sentinel, device):
+    def edit(program):
+        program["module"]["children"]["lin"]["parameters"]["weight"]["device"] = device
+
+    refused(edited(edit), "lin.weight", "is not a device")
+
+
+@pytest.mark.parametrize("device", HOSTILE_DEVICES, ids=repr)
+def test_a_device_argument_that_is_not_a_plain_device_is_refused(sentinel, device):
+    def edit(program):
+        node(program, "sum_1")["kwargs"]["device"] = {"device": device}
+
+    refused(edited(edit), "is not a device")
+
+
 # ---------------------------------------------------------------- pickles
 SYSTEM = os.system  # the real one: pickling a payload looks it up by name after the sentinel
 
@@ -549,7 +582,7 @@ def test_conv_weight_disagreeing_with_its_channels_is_refused(sentinel):
 @pytest.mark.parametrize(
     "version, culprit",
     [
-        (2, "newer fxloom"),
+        (archive.FORMAT_VERSION + 1, "newer fxloom"),
         (10**6, "newer fxloom"),
         (-1, "-1"),
         (0, "0"),
