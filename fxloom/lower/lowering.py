@@ -51,6 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.guards import is_guard
 from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for
@@ -58,6 +59,7 @@ from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionRep
 from fxloom.lower.runtime import OrtModule, require
 from fxloom.node import Node
 from fxloom.pytree import tree_flatten
+from fxloom.pytree_codegen import PyTreeCodeGen
 
 __all__ = ["BACKENDS", "LoweringError", "lower"]
 
@@ -86,8 +88,8 @@ def lower(
     """Lower the supported regions of a model to ONNX Runtime (see the module docstring).
 
     Args:
-        model_or_gm: a module or function, traced here on ``example_inputs``, or a
-            GraphModule.
+        model_or_gm: a module or function, traced here on ``example_inputs``, a
+            GraphModule, or an ``fxloom.export`` program (lowered as ``ep.module()``).
         example_inputs: a tuple of positional inputs or a dict by name.
         backend: ``"onnxruntime"`` (the only one so far).
         check: compare with eager PyTorch on the examples; raise past ``rtol``/``atol``.
@@ -133,11 +135,14 @@ def lower(
     from fxloom.lower import onnx_translate
     from fxloom.passes.split_by_support import split_by_support
 
+    if isinstance(model_or_gm, ExportedProgram):  # taken as ``ep.module()`` is called
+        model_or_gm = model_or_gm.module()
     inputs = _as_inputs(example_inputs)
     gm = _traced(model_or_gm, inputs, concrete_args)
     _propagate_shapes(gm, inputs)
     support = _Support(gm, onnx_translate.unsupported_reason)
     split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)
+    _keep_calling_convention(gm, split)
     _drop_unused_regions(split)
     seen = _record_regions(split, inputs)
     runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
@@ -207,6 +212,18 @@ def _traced(
     tracer = Tracer(record_stack_traces=True)  # the report names the user's source lines
     graph = tracer.trace(model, concrete_args, example_inputs=kwargs or args)
     return GraphModule(tracer.root, graph, _model_name(model))
+
+
+def _keep_calling_convention(gm: GraphModule, split: GraphModule) -> None:
+    """The split module takes and returns the structures ``gm`` does (an exported module's
+    ``ModelOutput``, a traced one's nested inputs): the same placeholders and output, so the
+    same pytree code generator applies."""
+    codegen = gm.graph._codegen
+    names = [node.name for node in gm.graph.find_nodes(op="placeholder")]
+    same_inputs = names == [node.name for node in split.graph.find_nodes(op="placeholder")]
+    if isinstance(codegen, PyTreeCodeGen) and same_inputs:
+        split.graph.set_codegen(codegen)
+        split.recompile()
 
 
 def _propagate_shapes(gm: GraphModule, inputs: tuple[tuple, dict]) -> None:

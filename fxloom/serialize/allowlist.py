@@ -8,7 +8,8 @@ object only if it is:
   the listed torch functions and Tensor methods, ``operator``/``math``
   functions, safe builtins, fxloom's run-time functions;
 * a container class registered with fxloom's or torch's pytree (Hugging Face's
-  ``ModelOutput`` classes), looked up only among modules already imported;
+  ``ModelOutput`` classes) or listed in ``fxloom.library_containers`` (its caches),
+  looked up only among modules already imported;
 * an ``nn.Module`` class of ``torch.nn``, ``torch.ao.nn`` or fxloom, for the
   modules of a saved GraphModule;
 * anything the user registered with ``register_serializable``.
@@ -240,15 +241,17 @@ def class_name(cls: type) -> str:
 
 
 def _container_class(name: str) -> Any:
-    """A class registered as a pytree container, in a module already imported (never imports)."""
+    """A class registered as a pytree container (with fxloom's or torch's pytree, or listed in
+    ``fxloom.library_containers``), in a module already imported (never imports)."""
     found = imported_class(name)
     if found is MISSING:
         return MISSING
     import torch.utils._pytree as torch_pytree
 
-    from fxloom.pytree import _REGISTRY
+    from fxloom.pytree import registered_container
 
-    return found if found in _REGISTRY or found in torch_pytree.SUPPORTED_NODES else MISSING
+    registered = registered_container(found) is not None or found in torch_pytree.SUPPORTED_NODES
+    return found if registered else MISSING
 
 
 def imported_class(name: str) -> Any:

@@ -33,7 +33,7 @@ import torch
 
 from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Node
-from fxloom.pytree import TreeSpec, container_type
+from fxloom.pytree import NONE_SPEC, TreeSpec, container_type
 from fxloom.serialize import allowlist, limits
 from fxloom.serialize.devices import parse_device
 from fxloom.serialize.errors import SerializationError
@@ -324,9 +324,12 @@ _ENCODERS: dict[type, Callable[[Any, str], Any]] = {
 
 # ------------------------------------------------------------------ tree specs
 def encode_spec(spec: TreeSpec) -> Any:
-    """A ``TreeSpec`` as data: ``null`` for a leaf, else its container class, context and children."""
+    """A ``TreeSpec`` as data: ``null`` for a leaf, ``"none"`` for an input fixed to None
+    (``NONE_SPEC``), else its container class, context and children."""
     if spec.is_leaf():
         return None
+    if spec is NONE_SPEC or spec.type is type(None):
+        return "none"
     return {
         "type": allowlist.name_of(spec.type, "container class of a tree spec"),
         "context": encode_value(spec.context, "a tree spec's context"),
@@ -342,6 +345,8 @@ def decode_spec(data: Any, where: str) -> TreeSpec:
 def _decode_spec(data: Any, where: str, depth: int) -> TreeSpec:
     if data is None:
         return TreeSpec(None)
+    if data == "none":
+        return NONE_SPEC
     if not isinstance(data, dict) or not isinstance(data.get("children"), list):
         raise SerializationError(f"{where}: invalid tree spec {short(data)}")
     _check_depth(depth, where)

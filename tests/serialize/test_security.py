@@ -275,6 +275,45 @@ def test_container_class_off_the_allowlist_is_refused(sentinel, cls):
     refused(edited(edit), cls)
 
 
+# A ModelOutput class registers itself with torch's pytree when its module is imported: a
+# file naming one from a module nobody imported is refused, and loading imports nothing.
+UNIMPORTED_OUTPUT = "transformers.models.mamba2.modeling_mamba2.Mamba2Output"
+
+
+@pytest.fixture
+def unimported_output():
+    module = UNIMPORTED_OUTPUT.rpartition(".")[0]
+    assert module not in sys.modules
+    yield UNIMPORTED_OUTPUT
+    assert module not in sys.modules
+
+
+def test_registered_container_class_of_a_module_not_imported_is_refused(
+    sentinel, unimported_output
+):
+    def edit(program):
+        node(program, "add")["args"][1] = {
+            "container": unimported_output,
+            "children": [sentinel.command],
+            "context": ["logits"],
+        }
+
+    refused(edited(edit), unimported_output)
+
+
+def test_tree_spec_naming_a_class_of_a_module_not_imported_is_refused(sentinel, unimported_output):
+    def edit(program):
+        spec = {"type": unimported_output, "context": ["logits"], "children": [None]}
+        program["module"]["graph"]["codegen"] = {
+            "kind": "pytree",
+            "orig_args": ["x"],
+            "in_spec": {"type": "tuple", "context": None, "children": [None]},
+            "out_spec": spec,
+        }
+
+    refused(edited(edit), unimported_output)
+
+
 # ------------------------------------------------- code through identifiers
 INJECTIONS = ["x; import os", "x=__import__('os').system('true')", "a\nimport os", "", "1x"]
 
