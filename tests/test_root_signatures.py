@@ -157,6 +157,34 @@ def test_expanding_kwargs_is_a_clear_error_naming_concrete_args() -> None:
         fxloom.symbolic_trace(passes_on)
 
 
+class Base(torch.nn.Module):
+    def forward(self, x, scale=2.0):
+        return x * scale
+
+
+class HandsKwargsOn(torch.nn.Module):
+    """A Hugging Face head model's shape: ``**kwargs`` only handed on to the base model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = Base()
+
+    def forward(self, x, **kwargs):
+        return self.base(x, **kwargs) + 1
+
+
+def test_kwargs_handed_on_trace_with_example_inputs_that_pass_none() -> None:
+    gm = fxloom.symbolic_trace(HandsKwargsOn(), example_inputs={"x": torch.randn(2, 3)})
+    for x in (torch.randn(2, 3), torch.randn(5, 4)):
+        torch.testing.assert_close(gm(x), HandsKwargsOn()(x))
+
+
+def test_kwargs_fixed_empty_by_the_examples_refuse_a_keyword_at_run_time() -> None:
+    gm = fxloom.symbolic_trace(HandsKwargsOn(), example_inputs={"x": torch.randn(2, 3)})
+    with pytest.raises(Exception, match="scale"):
+        gm(torch.randn(2, 3), scale=3.0)
+
+
 def test_concrete_args_give_star_args_a_fixed_number_of_inputs() -> None:
     gm = fxloom.symbolic_trace(sums, concrete_args={"args": (fxloom.PH, fxloom.PH)})
     x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)

@@ -268,6 +268,12 @@ HF_SPECS = [
         text,
     ),
     ModelSpec(
+        "xlnet_lm",  # forward(**kwargs) handed on to XLNetModel
+        ENC,
+        hf("XLNetLMHeadModel", "XLNetConfig", vocab_size=VOCAB, d_model=32, n_layer=2, n_head=2),
+        text,
+    ),
+    ModelSpec(
         "funnel",
         ENC,
         hf(
