@@ -78,7 +78,27 @@ class Cell:
 
 
 CELLS: tuple[Cell, ...] = (
-    Cell("3.12", "2.11.0", "5.17.0", "the oldest torch supported, as first reported (issue 22)"),
+    Cell(
+        "3.12",
+        "2.11.0",
+        "5.17.0",
+        "the oldest torch supported, as first reported (issue 22)",
+        known_failures={
+            "tests/export/test_symbolic.py::test_symbolic_sizes_and_strides_agree_with_torchs_fake_tensors_at_other_sizes": (
+                "the comparison peer, not fxloom: torch 2.11's own FakeTensorMode over its "
+                "ShapeEnv raises 'Cannot call numel() on tensor with symbolic sizes' while "
+                "building the reference answers"
+            ),
+            "tests/export/test_symbolic.py::test_symbolic_sizes_and_strides_match_the_concrete_ones_at_the_examples_values[scaled_dot_product_attention]": (
+                "torch 2.11's C++ scaled_dot_product_attention kernel reads sizes as ints "
+                "and has no Python definition, so fxloom's symbolic meta cannot run it "
+                "alone (exports of Hugging Face attention with dynamic sizes pass)"
+            ),
+            "tests/quantize/test_pt2e_peer.py": (
+                "the comparison peer, not fxloom: torchao's PT2E (0.18) does not run on torch 2.11"
+            ),
+        },
+    ),
     Cell("3.10", "2.12.0", "5.0.0", "the oldest Python and the oldest transformers 5"),
     Cell("3.13", "2.13.0", "5.24.0", "the newest Python and the newest transformers"),
     Cell("3.11", "2.14.1", "5.23.0", "the newest torch this machine's pip allows"),
