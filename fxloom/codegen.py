@@ -37,12 +37,15 @@ Depends on the IR's ``node``, ``liveness`` and ``_namespace``.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import enum
+import inspect
 import keyword
 import math
 import operator
 import types
 import typing
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -93,34 +96,50 @@ class CodeGen:
     For every input, ``process_outputs(graph run on process_inputs(*inputs))``
     equals the generated function's result.
 
+    A subclass written for torch.fx runs unchanged: the hooks are called with
+    the arguments torch.fx passes (the optional keywords below only where the
+    override accepts them), and the generated globals hold ``torch`` (and
+    ``device``) under those names, as there::
+
         >>> import fxloom
-        >>> class Doubled(fxloom.CodeGen):
-        ...     def generate_output(self, output_args, *, repr_fn=None):
-        ...         return f"return ({repr_fn(output_args)}, {repr_fn(output_args)})"
+        >>> class ListInput(fxloom.CodeGen):
+        ...     def gen_fn_def(self, free_vars, maybe_return_annotation):
+        ...         return (f"def forward(self, args: List[torch.Tensor]){maybe_return_annotation}:"
+        ...                 f"\\n    {', '.join(free_vars)} = args")
+        ...     def additional_globals(self):
+        ...         return [("List", list)]
+        ...     def process_inputs(self, *inputs):
+        ...         return inputs[0]
         >>> g = fxloom.Graph()
         >>> _ = g.output(g.placeholder("x"))
-        >>> g.set_codegen(Doubled())
+        >>> g.set_codegen(ListInput())
         >>> print(g.python_code().src.strip())
-        def forward(self, x):
-            return (x, x)
+        def forward(self, args: List[torch.Tensor]):
+            x = args
+            return x
     """
 
-    def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str) -> str:
+    def gen_fn_def(
+        self, free_vars: list[str], maybe_return_annotation: str, *, root_module: str = "self"
+    ) -> str:
         """The ``def`` line, and any lines that must run before the body.
 
         ``free_vars`` are the parameters as printed (``"x: torch.Tensor = 1"``),
-        the root module's name (``self``) first; ``maybe_return_annotation`` is
-        ``" -> T"`` or ``""``. Names the body reads must be bound by the end.
+        without the root module's name, which this adds first (as torch.fx's
+        ``CodeGen`` adds ``self``); ``maybe_return_annotation`` is ``" -> T"``
+        or ``""``. Names the body reads must be bound by the end.
+        ``root_module`` is passed only to overrides that accept it.
         """
-        if not free_vars:  # torch.fx's CodeGen adds the root module's name itself
-            free_vars.insert(0, "self")
+        if not free_vars or free_vars[0] != root_module:
+            free_vars.insert(0, root_module)
         return f"def forward({', '.join(free_vars)}){maybe_return_annotation}:"
 
     def generate_output(self, output_args: Any, *, repr_fn: Any = None) -> str:
         """The ``return`` statement (not indented) for the output node's argument.
 
-        ``repr_fn`` prints an argument as a Python expression (nodes by name);
-        code generation always passes it.
+        ``repr_fn`` prints an argument as a Python expression (nodes by name,
+        constants as the code reaches them); it is passed only to overrides that
+        accept it (torch.fx's own signature has no such parameter).
         """
         return f"return {(repr_fn or repr)(output_args)}"
 
@@ -168,6 +187,11 @@ DOTTED_ROOTS: dict[str, types.ModuleType] = {
     "operator": operator,
     "typing": typing,
 }
+
+# Names torch.fx's generated code always has in its globals that a custom CodeGen's frame
+# names (``List[torch.Tensor]`` in a ``def`` line): custom frames get them too (each unless
+# a node already has that name). Importable objects only, so ``to_folder`` can write them.
+FX_FRAME_GLOBALS: dict[str, Any] = {"torch": torch, "device": torch.device}
 
 _TORCH_VALUE_TYPES = (torch.dtype, torch.memory_format, torch.layout)
 # "forward" is the function being defined: a global of that name would be rebound by it.
@@ -221,7 +245,9 @@ class _Emitter:
                 node_of_line.append(None)
             if op == "output":  # what dies here is not released: the function returns
                 output_args = node._args[0] if node._args else None
-                body.append(self.codegen.generate_output(output_args, repr_fn=self._expr))
+                body.append(
+                    _call_hook(self.codegen.generate_output, output_args, repr_fn=self._expr)
+                )
             else:
                 dead = dead_after_node(node)
                 if dead is None:
@@ -233,11 +259,18 @@ class _Emitter:
             node_of_line.append(node._name)
             node = node._next
         returns = f" -> {self._annotation(output.type)}" if output.type is not None else ""
-        header = self.codegen.gen_fn_def([self.root_module, *params], returns)
+        header = _call_hook(self.codegen.gen_fn_def, params, returns, root_module=self.root_module)
         src = header + "\n    " + "\n    ".join(body) + "\n"
         return PythonCode(src, self.globals, [None] * (header.count("\n") + 1) + node_of_line)
 
     def _bind_additional_globals(self) -> None:
+        if type(self.codegen) is not CodeGen:
+            # A frame written for torch.fx may name what torch.fx's generated globals hold.
+            for name, value in FX_FRAME_GLOBALS.items():
+                if name not in self.global_names:
+                    self.global_names.reserve(name)
+                    self.globals[name] = value
+                    self.bound[id(value)] = name
         for name, value in self.codegen.additional_globals():
             if name in self.graph._namespace:
                 raise CodegenError(
@@ -623,6 +656,43 @@ def _line(statement: _Statement, released: list[Node] | None) -> str:
     if count == 2:
         return f"{value};  {released[0]._name} = {released[1]._name} = None"
     return f"{value};  {' = '.join([node._name for node in released])} = None"
+
+
+# Hook function -> the keywords it takes (None: any); read once per function.
+_ACCEPTED_KEYWORDS: weakref.WeakKeyDictionary[Any, frozenset[str] | None] = (
+    weakref.WeakKeyDictionary()
+)
+_NOT_READ = object()
+
+
+def _call_hook(method: Any, *args: Any, **optional: Any) -> Any:
+    """Call a ``CodeGen`` hook with ``optional`` keywords only where its signature takes them.
+
+    Hooks written for torch.fx have torch.fx's signatures (``generate_output(self,
+    output_args)``); fxloom's extra keywords must not break them.
+    """
+    function = getattr(method, "__func__", method)
+    try:
+        accepted = _ACCEPTED_KEYWORDS.get(function, _NOT_READ)
+    except TypeError:  # not weakly referenceable: read every time
+        accepted = _NOT_READ
+    if accepted is _NOT_READ:
+        accepted = _keywords_of(method)
+        with contextlib.suppress(TypeError):
+            _ACCEPTED_KEYWORDS[function] = accepted
+    if accepted is not None:
+        optional = {k: v for k, v in optional.items() if k in accepted}
+    return method(*args, **optional)
+
+
+def _keywords_of(method: Any) -> frozenset[str] | None:
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: pass only what torch.fx passes
+        return frozenset()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY)
 
 
 def _stars(placeholder: Node) -> str:

@@ -39,12 +39,14 @@ from __future__ import annotations
 import copy
 import inspect
 import operator
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom._namespace import Namespace, sanitize
 from fxloom.codegen import CodeGen, PythonCode
 from fxloom.lint import ForeignNodeError
@@ -262,7 +264,13 @@ class Graph:
         return self.create_node("placeholder", name, args=args, type_expr=type_expr)
 
     def get_attr(self, qualified_name: str, type_expr: Any | None = None) -> Node:
-        """Read the attribute ``qualified_name`` (e.g. ``"linear.weight"``) of the root module."""
+        """Read the attribute ``qualified_name`` (e.g. ``"linear.weight"``) of the root module.
+
+        Warns (``UserWarning``, as torch.fx) when the graph's owning module has
+        nothing at that path: the code would fail when it runs.
+        """
+        if self.owning_module is not None and qualified_name not in self.constants:
+            self._warn_if_missing("get_attr", qualified_name, object)
         return self.create_node("get_attr", qualified_name, type_expr=type_expr)
 
     def call_function(
@@ -292,8 +300,29 @@ class Graph:
         kwargs: dict[str, Argument] | None = None,
         type_expr: Any | None = None,
     ) -> Node:
-        """Call the submodule at ``module_name`` (qualified, e.g. ``"layer1.0.conv"``)."""
+        """Call the submodule at ``module_name`` (qualified, e.g. ``"layer1.0.conv"``).
+
+        Warns (``UserWarning``, as torch.fx) when the graph's owning module has
+        no submodule there.
+        """
+        if self.owning_module is not None:
+            self._warn_if_missing("call_module", module_name, torch.nn.Module)
         return self.create_node("call_module", module_name, args, kwargs, type_expr=type_expr)
+
+    def _warn_if_missing(self, op: str, target: str, kind: type) -> None:
+        owner = self.owning_module
+        value = attr_path.find(owner, target)
+        if value is not attr_path.MISSING and isinstance(value, kind):
+            return
+        what = "submodule" if kind is torch.nn.Module else "attribute"
+        warnings.warn(
+            f"Attempted to insert a {op} Node with no underlying reference in the owning "
+            f"GraphModule! {type(owner).__name__} has no {what} {target!r}; add it first "
+            "(GraphModule.add_submodule, register_parameter or register_buffer), or the "
+            "generated code fails when it runs",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def output(self, result: Argument, type_expr: Any | None = None) -> Node:
         """Add the ``return`` of the program: ``result`` is the returned value."""

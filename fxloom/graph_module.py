@@ -363,6 +363,7 @@ class GraphModule(torch.nn.Module):
 
     # ------------------------------------------------------- copy and pickle
     def __reduce__(self) -> tuple:
+        _refuse_scripted_submodules(self)
         state = {
             k: v
             for k, v in without_mirrors(self.__dict__).items()
@@ -410,6 +411,18 @@ class GraphModule(torch.nn.Module):
 FORWARD_BINDING_CALLS.add(GraphModule.__call__)
 
 
+def _refuse_scripted_submodules(gm: GraphModule) -> None:
+    """Pickle cannot save a TorchScript module (torch reports only its class): say which and why."""
+    for path, module in gm.named_modules():
+        if isinstance(vars(module).get("_c"), torch.ScriptModule):
+            raise TypeError(
+                f"cannot pickle {type(gm).__name__}: its submodule {path!r} is a TorchScript "
+                "module, which pickle cannot save (torch.jit.save saves it in its own format); "
+                "trace the Python module instead of its scripted form, or save the scripted "
+                "submodule separately (deepcopy works)"
+            )
+
+
 def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -> GraphModule:
     gm = base.__new__(base)
     gm.__dict__.update(state)
@@ -440,10 +453,10 @@ def _copy_attr_from_module(root: torch.nn.Module, gm: GraphModule, node: Any) ->
     constants = node.graph.constants
     if node.op == "get_attr" and target in constants:  # captured by a tracer
         value = constants[target]
-        if isinstance(value, torch.nn.Module):  # a branch of fxloom.cond
-            attr_path.install(gm, target, value)
-        else:
+        if isinstance(value, torch.Tensor):
             gm.register_buffer(target, value)
+        else:  # a branch of fxloom.cond (a module), a torchbind object
+            attr_path.install(gm, target, value)
         return
     value = attr_path.find(root, target)
     if value is attr_path.MISSING:

@@ -41,6 +41,7 @@ __all__ = [
     "GUARDS",
     "SPECIALIZATION_GUARDS",
     "FixedArgument",
+    "FixedArgumentError",
     "FlattenedInput",
     "check_bool",
     "check_fixed",
@@ -202,6 +203,11 @@ def _same(value: Any, expected: Any) -> bool:
 _PRINTABLE_FIXED_TYPES = frozenset({type(None), bool, int, float, str})
 
 
+class FixedArgumentError(ValueError, AssertionError):
+    """An argument fixed by ``concrete_args`` got another value: a ``ValueError``, and the
+    ``AssertionError`` torch.fx's generated check raises, so handlers of either catch it."""
+
+
 @_recorded_when_traced(twins.check_fixed)
 def check_fixed(value: Any, expected: Any, name: str) -> None:
     """Raise if an argument fixed by ``concrete_args`` to a literal gets another value.
@@ -209,7 +215,7 @@ def check_fixed(value: Any, expected: Any, name: str) -> None:
     Generated code shows the value: ``check_fixed(flag, True, 'flag')``.
     """
     if value is not expected and not _same(value, expected):
-        raise ValueError(fixed_message(name, repr(expected), repr(value)))
+        raise FixedArgumentError(fixed_message(name, repr(expected), repr(value)))
 
 
 def fixed_argument_guard(name: str, expected: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -244,7 +250,7 @@ class FixedArgument:
         if isinstance(value, Proxy):  # traced again: record the check, do not run it
             return value.tracer.create_proxy("call_function", self, (value,), {})
         if not _same(value, self.expected):
-            raise ValueError(fixed_message(self.name, repr(self.expected), repr(value)))
+            raise FixedArgumentError(fixed_message(self.name, repr(self.expected), repr(value)))
         return None
 
     def __repr__(self) -> str:

@@ -272,6 +272,11 @@ class Proxy:
             return func(*args, **kwargs)
         if is_tensor_method(func):
             return tracer.create_proxy("call_method", func.__name__, args, kwargs)
+        if isinstance(func, torch.ScriptMethod):
+            # A TorchScript method (a scripted submodule's forward, a torchbind object's
+            # method): called on its owner, which the graph reads with get_attr, as in
+            # torch.fx; the method object itself could be neither copied nor pickled.
+            return tracer.create_proxy("call_method", func.name, (func.owner, *args), kwargs)
         return tracer.create_proxy("call_function", func, args, kwargs)
 
     # --------------------------------------------- unrecordable conversions

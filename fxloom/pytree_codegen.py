@@ -68,10 +68,12 @@ class PyTreeCodeGen(CodeGen):
             return out
         return pytree.tree_unflatten(out if isinstance(out, (list, tuple)) else [out], out_spec)
 
-    def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str) -> str:
-        root, *leaves = free_vars or ["self"]
-        params = [name for name in self.pytree_info.orig_args if name != root]
-        header = super().gen_fn_def([root, *params], maybe_return_annotation)
+    def gen_fn_def(
+        self, free_vars: list[str], maybe_return_annotation: str, *, root_module: str = "self"
+    ) -> str:
+        leaves = free_vars[1:] if free_vars[:1] == [root_module] else free_vars
+        params = [name for name in self.pytree_info.orig_args if name != root_module]
+        header = super().gen_fn_def([*params], maybe_return_annotation, root_module=root_module)
         if not leaves:
             return header
         # A parameter prints as "x: T = default"; only its name is bound here.

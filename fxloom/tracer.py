@@ -59,6 +59,7 @@ from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Argument, Node, Target
+from fxloom.ops.mutation import bound_mutable_schema
 from fxloom.proxy import NO_VALUE, Proxy, ProxyableClassMeta, TraceError
 from fxloom.pytree import container_type
 from fxloom.tracing import conversions, errors
@@ -66,8 +67,8 @@ from fxloom.tracing.constants import TensorConstants
 from fxloom.tracing.examples import ExampleRun, bind_examples
 from fxloom.tracing.module_stack import ModuleStack
 from fxloom.tracing.patcher import original_module_call
-from fxloom.tracing.patches import TracePatches
-from fxloom.tracing.root_args import PH, root_arguments, root_function
+from fxloom.tracing.patches import TracePatches, holds_proxy
+from fxloom.tracing.root_args import PH, concrete_args_by_name, root_arguments, root_function
 from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
 
@@ -102,9 +103,15 @@ class Tracer:
 
     ``traced_func_name`` (class attribute, ``"forward"``): the method of a
     root module that is traced; a root without it is an error.
+
+    ``check_mutable_operations`` (class attribute, ``False``; set it on a
+    subclass or an instance, as in torch.fx): refuse a torch function call that
+    binds to a schema writing to its arguments (``torch.sigmoid(x, out=y)``,
+    ``torch.log_(x)``), with ``TraceError`` (a ``RuntimeError``) naming the line.
     """
 
     traced_func_name: str = "forward"
+    check_mutable_operations: bool = False
 
     def __init__(
         self,
@@ -167,7 +174,7 @@ class Tracer:
     def trace(
         self,
         root: torch.nn.Module | Callable[..., Any],
-        concrete_args: dict[str, Any] | None = None,
+        concrete_args: dict[str, Any] | tuple[Any, ...] | None = None,
         *,
         example_inputs: tuple[Any, ...] | dict[str, Any] | None = None,
     ) -> Graph:
@@ -177,6 +184,7 @@ class Tracer:
         ``root`` and every patched global exactly as they were.
         """
         module, fn, is_module = root_function(root, self.traced_func_name)
+        concrete_args = concrete_args_by_name(fn, is_module, concrete_args)
         self._start(module, Graph(), bind_examples(fn, is_module, concrete_args, example_inputs))
         patches = self._patches
         patches.activate()
@@ -214,7 +222,7 @@ class Tracer:
         self,
         root_fn: Callable[..., Any],
         is_module: bool,
-        concrete_args: dict[str, Any] | None = None,
+        concrete_args: dict[str, Any] | tuple[Any, ...] | None = None,
     ) -> tuple[Callable[..., Any], list[Any]]:
         """Create one placeholder per parameter of ``root_fn`` and return ``(fn, args)`` to call.
 
@@ -341,6 +349,8 @@ class Tracer:
         type_expr: Any | None = None,
     ) -> Node:
         """Create the node and attach metadata (``nn_module_stack``, ``source_fn_stack``, ``stack_trace``)."""
+        if kind == "call_function" and self.check_mutable_operations:
+            self._refuse_mutation(target, args, kwargs)
         node = self.graph.create_node(kind, target, args, kwargs, name, type_expr)
         meta = node.meta
         if kind not in ("placeholder", "output"):
@@ -352,6 +362,17 @@ class Tracer:
         if self.record_stack_traces:
             meta["stack_trace"] = errors.user_stack()
         return node
+
+    def _refuse_mutation(self, target: Target, args: tuple, kwargs: dict) -> None:
+        schema = bound_mutable_schema(target, args, kwargs)
+        if schema is not None:
+            raise self.trace_error(
+                f"Tried to trace mutable operation {schema}: it writes to an argument "
+                "(in place, or through out=), and check_mutable_operations is set",
+                "call the out-of-place form (y = torch.sigmoid(x) rather than out=y), or "
+                "leave check_mutable_operations off to record the write",
+                RuntimeError,
+            )
 
     def _module_class(self, path: str) -> type:
         cls = self._module_stack.class_of(path)
@@ -369,9 +390,11 @@ class Tracer:
         converted element by element, through this method; a dict subclass
         with identifier keys (a model-output class) and a dataclass instance
         become a call of their constructor; parameters, buffers and torchbind
-        objects (``torch.ScriptObject``) of the root become ``get_attr`` nodes; other tensors become constants
-        (``_tensor_constant0``, ...) kept with the graph; submodules become
-        ``get_attr`` nodes. Other values (enum members, functions) stay as
+        objects (``torch.ScriptObject``) of the root become ``get_attr`` nodes
+        (a scripted submodule, owner of the TorchScript methods called on it,
+        too); other tensors and torchbind objects become constants
+        (``_tensor_constant0``, ``_torchbind_obj0``) kept with the graph;
+        submodules become ``get_attr`` nodes. Other values (enum members, functions) stay as
         they are.
         """
         t = type(a)
@@ -412,6 +435,9 @@ class Tracer:
         return self.create_node("call_function", type(a), (), fields)
 
     def _dict_arg(self, a: dict[Any, Any]) -> Argument:
+        for key in a:
+            if holds_proxy(key):
+                raise self._traced_key_error(key)
         entries = {k: self.create_arg(v) for k, v in a.items()}
         t = type(a)
         if t is dict or t is immutable_dict or not _keyword_keys(entries):
@@ -419,6 +445,19 @@ class Tracer:
         # A dict subclass (e.g. a model-output class) is rebuilt by its constructor,
         # so callers of the traced module get the same type back.
         return self.create_node("call_function", t, (), entries)
+
+    def _traced_key_error(self, key: Any) -> TraceError:
+        # A graph argument's keys are fixed values; a traced one would be kept as this
+        # trace's Proxy object, a stale constant at run time. torch.fx refuses it too.
+        shown = key.node.name if isinstance(key, Proxy) else repr(key)
+        return self.trace_error(
+            f"a dictionary passed on in the graph has a traced value (%{shown}) as a key; "
+            "keys of dictionaries used as an argument cannot contain a Node, since a key "
+            "must be the same on every run",
+            "key the dictionary by a fixed value (a name, an index), or make the module "
+            "building it a leaf (Tracer.is_leaf_module)",
+            RuntimeError,
+        )
 
     def _tensor_arg(self, tensor: torch.Tensor) -> Node:
         path = self._root_index.tensor_path(tensor)
@@ -428,13 +467,9 @@ class Tracer:
 
     def _script_object_arg(self, obj: torch.ScriptObject) -> Node:
         path = self._root_index.script_object_path(obj)
-        if path is None:
-            raise self.trace_error(
-                f"a torchbind object ({obj}) used during tracing is not an attribute of the root "
-                f"{type(self.root).__name__} or its submodules",
-                "assign it to a module attribute (self.packed = obj) so the graph can read it "
-                "with get_attr",
-            )
+        if path is None:  # from a global or made during forward: kept with the graph
+            name = self._constants.name_for(obj, "_torchbind_obj")
+            return self.create_node("get_attr", name, (), {})
         return self._get_attr_node(path)
 
     def _get_attr_node(self, path: str) -> Node:
@@ -514,7 +549,7 @@ def _keyword_keys(entries: dict[Any, Any]) -> bool:
 
 def symbolic_trace(
     root: torch.nn.Module | Callable[..., Any],
-    concrete_args: dict[str, Any] | None = None,
+    concrete_args: dict[str, Any] | tuple[Any, ...] | None = None,
     *,
     example_inputs: tuple[Any, ...] | dict[str, Any] | None = None,
     autoleaf: bool = False,
@@ -522,7 +557,9 @@ def symbolic_trace(
     """Trace ``root`` into a ``GraphModule`` named after the root's class (or function).
 
     ``concrete_args`` fixes parameters to values (``{"use_cache": False}``) so
-    code branching on them traces; ``PH`` keeps a parameter an input.
+    code branching on them traces; ``PH`` keeps a parameter an input. A tuple
+    (as torch.fx takes) gives one value per parameter in order, or, for a
+    ``forward(self, *args)``, the positional arguments.
 
     ``example_inputs`` (beyond torch.fx; a tuple for the non-fixed parameters
     in order, or a dict by name) lets the tracer run the program alongside the

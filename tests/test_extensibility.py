@@ -429,14 +429,19 @@ def test_a_torchbind_attribute_is_traced_as_get_attr_and_the_module_pickles(lib)
     assert_close(pickle.loads(pickle.dumps(gm))(x), net(x))
 
 
-def test_a_torchbind_object_that_is_no_attribute_of_the_root_is_refused_with_the_fix():
+@pytest.mark.parametrize("lib", LIBRARIES, ids=["fxloom", "torch.fx"])
+def test_a_torchbind_object_that_is_no_attribute_of_the_root_becomes_one_of_the_module(lib):
     packed = packed_linear_weights()
 
     def f(x):
         return torch.ops.quantized.linear_dynamic_fp16(x, packed)
 
-    with pytest.raises(fx.TraceError, match=r"torchbind object .* not an attribute of the root"):
-        fx.symbolic_trace(f)
+    gm = lib.symbolic_trace(f)
+    assert [n.target for n in gm.graph.nodes if n.op == "get_attr"] == ["_torchbind_obj0"]
+    assert gm._torchbind_obj0 is packed
+    for batch in (2, 5):
+        x = torch.randn(batch, 3)
+        assert_close(gm(x), f(x))
 
 
 @pytest.mark.parametrize("lib", LIBRARIES, ids=["fxloom", "torch.fx"])

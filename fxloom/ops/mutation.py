@@ -11,7 +11,8 @@ The rules, each written once here and read by ``Node.is_impure``, the passes (``
   place and returns it (``x.add_(y)``, ``torch.relu_(x)``); dunders (``__add__``) and private
   names (``_helper_``) do not count. ``out_of_place_name("add_")`` is ``"add"``.
 * **torch.ops overloads** say it in their schema: ``schema_is_mutable``, and which arguments
-  they write (``schema_written_arguments``) or return views of (``schema_aliased_arguments``).
+  they write (``schema_written_arguments``) or return views of (``schema_aliased_arguments``);
+  ``bound_mutable_schema`` finds the schema a call of a torch function binds to, if mutable.
 * **Keywords.** A call given ``out=`` writes into it; ``inplace=True`` writes its input.
 * **Attributes.** A callable or module with a true ``_is_impure`` attribute has side effects
   (``fxloom.guards.FixedArgument``); a module with ``inplace=True`` writes its input.
@@ -27,7 +28,7 @@ Extend the sets for your own functions::
     READ_ONLY_EFFECTS.add(log_activation)    # ... and it writes nothing
     WRITES_FIRST_ARGUMENT.add(fill_cache)    # ... or it writes its first argument only
 
-Depends on: torch and ``fxloom.ops.python_operators``.
+Depends on: torch, ``fxloom.ops.python_operators`` and ``fxloom.ops.signatures``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 import torch
 
 from fxloom.ops.python_operators import PYTHON_OPERATORS
+from fxloom.ops.signatures import function_candidates
 
 __all__ = [
     "IN_PLACE_OPERATORS",
@@ -48,6 +50,7 @@ __all__ = [
     "SIDE_EFFECT_FUNCTIONS",
     "TENSOR_IN_PLACE_OPERATORS",
     "WRITES_FIRST_ARGUMENT",
+    "bound_mutable_schema",
     "function_has_side_effect",
     "has_side_effect",
     "is_inplace_function",
@@ -165,6 +168,29 @@ def schema_is_mutable(target: Any) -> bool:
     """Whether ``target`` is a torch.ops overload whose schema writes to an argument."""
     schema = getattr(target, "_schema", None)
     return schema is not None and bool(getattr(schema, "is_mutable", False))
+
+
+def bound_mutable_schema(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """The schema a call of torch function ``target`` binds to, if it writes to an argument.
+
+    Best effort, as torch.fx's ``check_mutable_operations``: an answer only when
+    exactly one of the operator's schemas takes these arguments
+    (``torch.sigmoid(x, out=y)`` binds ``aten::sigmoid.out`` alone; ``torch.log_(x)``
+    has one schema); ``None`` when none or several do, or ``target`` has no schema.
+    """
+    found = function_candidates(target)
+    if found is None:
+        return None
+    bound = []
+    for candidate in found[0]:
+        try:
+            candidate.signature.bind(*args, **kwargs)
+        except TypeError:
+            continue
+        bound.append(candidate.schema)
+    if len(bound) == 1 and bound[0] is not None and bound[0].is_mutable:
+        return bound[0]
+    return None
 
 
 def schema_written_arguments(target: Any) -> tuple[str, ...]:

@@ -79,6 +79,8 @@ class Candidate:
 
     signature: inspect.Signature
     types: dict[str, str] | None = None
+    # The operator schema it was read from (``torch._C.FunctionSchema``), if any.
+    schema: Any = None
 
 
 class _Accepted(Exception):
@@ -130,7 +132,8 @@ def function_candidates(target: Any) -> tuple[list[Candidate], Probe | None] | N
     if _in_table(target):
         return [Candidate(_table_signature(target))], None
     if isinstance(target, torch._ops.OpOverload):
-        return [Candidate(schema_signature(target._schema, self_name="self"))], None
+        schema = target._schema
+        return [Candidate(schema_signature(schema, self_name="self"), schema=schema)], None
     if isinstance(target, (type, torch._ops.OpOverloadPacket)):
         return None  # constructors and unresolved overload packets: left alone
     if not isinstance(target, BUILTIN_CALLABLE_TYPES):
@@ -226,7 +229,7 @@ def _read_aten_candidates(name: str, drop_self: bool):  # noqa: ANN202 - a gener
         except ValueError:  # a schema Python cannot express as a signature
             continue
         types = {a.name if a.name != "self" else "input": _type_name(a) for a in arguments}
-        yield Candidate(signature, types)
+        yield Candidate(signature, types, schema)
 
 
 def _type_name(argument: Any) -> str:

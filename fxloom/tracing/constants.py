@@ -1,4 +1,4 @@
-"""Tensors a trace meets that are not the root's parameters or buffers: captured as graph constants.
+"""Tensors (and torchbind objects) a trace meets that the root does not hold: captured as graph constants.
 
 A tensor reached from a global, a closure or a module made during forward
 becomes ``get_attr _tensor_constantN``; the tensor itself goes into
@@ -35,18 +35,19 @@ class TensorConstants:
         # (A graph may arrive with constants: a deep-copied tracer's.)
         self.names_by_id: dict[int, str] = {id(t): n for n, t in graph.constants.items()}
 
-    def name_for(self, tensor: torch.Tensor) -> str:
-        """The ``get_attr`` target of ``tensor``, capturing it on first sight."""
-        name = self.names_by_id.get(id(tensor))
+    def name_for(
+        self, value: torch.Tensor | torch.ScriptObject, prefix: str = "_tensor_constant"
+    ) -> str:
+        """The ``get_attr`` target of ``value`` (a tensor, or a torchbind object with
+        ``prefix="_torchbind_obj"``), capturing it on first sight."""
+        name = self.names_by_id.get(id(value))
         if name is None:
-            name = self._free_name()
-            self.graph.constants[name] = tensor
-            self.names_by_id[id(tensor)] = name
+            name = self._free_name(prefix)
+            self.graph.constants[name] = value
+            self.names_by_id[id(value)] = name
         return name
 
-    def _free_name(self) -> str:
-        """``_tensor_constantN`` for the first N that names nothing in the graph or on the root yet."""
+    def _free_name(self, prefix: str) -> str:
+        """``<prefix>N`` for the first N that names nothing in the graph or on the root yet."""
         constants = self.graph.constants
-        return attr_path.free_name(
-            self.root, "_tensor_constant", taken=constants, start=len(constants)
-        )
+        return attr_path.free_name(self.root, prefix, taken=constants, start=len(constants))

@@ -3,7 +3,8 @@
 While a trace runs:
 
 * the classes of the root's modules get a ``__call__`` that hands the call to
-  ``Tracer.call_module`` and, where their modules hold parameters or buffers
+  ``Tracer.call_module`` (a class with a ``__call__`` of its own keeps it, and
+  ``nn.Module.__call__``, which it reaches through ``super()``, is patched instead) and, where their modules hold parameters or buffers
   (or the class has a ``__getattr__`` of its own), a ``__getattr__`` that
   hands parameter reads to ``Tracer.getattr``; a class whose forward runs on
   proxies also gets a ``__setattr__`` that notes assignments of traced values,
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom.graph_module import GraphModule
+from fxloom.ops.signatures import FORWARD_BINDING_CALLS
 from fxloom.proxy import NO_VALUE, Proxy, tracer_of
 from fxloom.pytree import tree_any
 from fxloom.tracing.fx_interop import FX_TRACING_FLAG, fx_tracing_module, fx_wrapped_names
@@ -245,7 +247,12 @@ class TracePatches:
         modules = tracer.submodule_paths
         holders = {type(module) for module in modules if module._parameters or module._buffers}
         for cls in {type(module) for module in modules}:
-            patcher.patch_attr(cls, "__call__", module_call)
+            if cls.__call__ in FORWARD_BINDING_CALLS:
+                patcher.patch_attr(cls, "__call__", module_call)
+            else:
+                # A class's own __call__ runs, as under torch.fx (which patches only
+                # nn.Module.__call__); the tracer takes over where it calls nn.Module's.
+                patcher.patch_attr(torch.nn.Module, "__call__", module_call)
             if cls in holders or cls.__getattr__ is not original_module_getattr:
                 patcher.patch_attr(cls, "__getattr__", module_getattr)
         self._watch_attribute_writes(type(tracer.root))

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from fxloom.tracer import Tracer
     from fxloom.tracing.examples import ExampleRun
 
-__all__ = ["PH", "RootError", "root_arguments", "root_function"]
+__all__ = ["PH", "RootError", "concrete_args_by_name", "root_arguments", "root_function"]
 
 
 class RootError(TraceError, AssertionError):
@@ -117,7 +117,7 @@ def root_arguments(
     tracer: Tracer,
     root_fn: Callable[..., Any],
     is_module: bool,
-    concrete_args: dict[str, Any] | None,
+    concrete_args: dict[str, Any] | tuple[Any, ...] | None,
     examples: ExampleRun | None,
 ) -> tuple[Callable[..., Any], list[Any]]:
     """``(fn, args)`` to call: ``root_fn`` with a placeholder or fixed value for each parameter.
@@ -128,6 +128,7 @@ def root_arguments(
     parameters = list(signature.parameters.values())
     if is_module:
         parameters = parameters[1:]
+    concrete_args = concrete_args_by_name(root_fn, is_module, concrete_args)
     concrete_args = _check_concrete_args(root_fn, parameters, dict(concrete_args or {}))
     hints = _annotations(root_fn)
     # A plain function's own *args/**kwargs receive the traced tuple/dict itself, as in
@@ -172,6 +173,34 @@ def _examples_pass_no_keywords(examples: ExampleRun | None, parameters: list) ->
         return False
     named = {p.name for p in parameters if p.kind is not p.VAR_KEYWORD}
     return all(name in named for name in examples.inputs)
+
+
+def concrete_args_by_name(
+    root_fn: Callable[..., Any],
+    is_module: bool,
+    concrete_args: dict[str, Any] | tuple[Any, ...] | None,
+) -> dict[str, Any] | None:
+    """``concrete_args`` as a dict: a tuple (as torch.fx accepts) gives one value per parameter.
+
+    The tuple lists the named parameters in order (``self`` left out), as
+    torch.fx reads it; for a function taking only ``*args`` (``forward(self,
+    *args, **kwargs)``), its entries are the positional arguments to trace with.
+    """
+    if not isinstance(concrete_args, tuple):
+        return concrete_args
+    parameters = list(inspect.signature(root_fn).parameters.values())[1 if is_module else 0 :]
+    named = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    stars = [p.name for p in parameters if p.kind is p.VAR_POSITIONAL]
+    if not named and stars and concrete_args:
+        return {stars[0]: concrete_args}
+    if len(named) != len(concrete_args):
+        raise TraceError.like(RuntimeError)(
+            f"concrete_args is a tuple of {len(concrete_args)} values, but "
+            f"{getattr(root_fn, '__qualname__', root_fn)} has {len(named)} parameters to fix "
+            f"({', '.join(named) or 'none'}); give one value per parameter, in order (PH keeps "
+            "one an input), or a dict naming the parameters to fix"
+        )
+    return dict(zip(named, concrete_args))
 
 
 def _call(

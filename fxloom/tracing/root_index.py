@@ -24,6 +24,7 @@ class RootIndex:
         "submodule_paths",
         "_tensor_paths",
         "_script_object_paths",
+        "_scripted_modules",
         "_modules_by_path",
     )
 
@@ -33,6 +34,7 @@ class RootIndex:
         self.submodule_paths: dict[torch.nn.Module, str] = _first_paths(root)
         self._tensor_paths: dict[int, str] | None = None
         self._script_object_paths: dict[int, str] | None = None
+        self._scripted_modules: dict[torch.ScriptModule, str] | None = None
         self._modules_by_path: dict[str, torch.nn.Module] | None = None
 
     def tensor_path(self, tensor: torch.Tensor) -> str | None:
@@ -58,7 +60,14 @@ class RootIndex:
 
         Built on first need: torchbind attributes (packed quantized weights,
         custom C++ classes) are plain attributes, found in the modules' ``__dict__``.
+        A TorchScript submodule's C++ half (its ``_c``, the owner of its methods)
+        stands for the submodule itself: the graph holds the module, which can be
+        copied as modules are.
         """
+        if isinstance(obj, torch.ScriptModule):
+            # Each read of ``_c`` (or of a method's ``owner``) makes a new Python object for
+            # the same C++ module; those compare and hash by the module.
+            return self._scripted_module_paths().get(obj)
         index = self._script_object_paths
         if index is None:
             index = {}
@@ -68,6 +77,17 @@ class RootIndex:
                         index.setdefault(id(value), f"{path}.{name}" if path else name)
             self._script_object_paths = index
         return index.get(id(obj))
+
+    def _scripted_module_paths(self) -> dict[torch.ScriptModule, str]:
+        index = self._scripted_modules
+        if index is None:
+            index = {}
+            for module, path in self.submodule_paths.items():
+                inner = vars(module).get("_c")
+                if path and isinstance(inner, torch.ScriptModule):
+                    index.setdefault(inner, path)
+            self._scripted_modules = index
+        return index
 
     def module_at(self, path: str) -> torch.nn.Module:
         """The submodule at qualified name ``path``."""
