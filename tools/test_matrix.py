@@ -264,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true", help="rebuild the chosen environments")
     parser.add_argument("--build-only", action="store_true", help="build environments, run nothing")
     parser.add_argument("--no-doc", action="store_true", help="leave docs/compatibility.md alone")
+    parser.add_argument(
+        "--doc-only", action="store_true", help="regenerate the doc's table from saved results"
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     args = parser.parse_args(argv)
     if args.list:
@@ -272,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
                 "built" if (cell_dir(args.cache, cell) / "built.stamp").exists() else "not built"
             )
             print(f"{cell.name:28} {built:10} {cell.why}")
+        return 0
+    if args.doc_only:
+        update_doc(pinned_result(args.cache))
         return 0
     cells = chosen_cells(args.cells)
     pythons = {cell.name: build(cell, args.cache, args.rebuild) for cell in cells}
