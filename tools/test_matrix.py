@@ -94,6 +94,18 @@ CELLS: tuple[Cell, ...] = (
                 "and has no Python definition, so fxloom's symbolic meta cannot run it "
                 "alone (exports of Hugging Face attention with dynamic sizes pass)"
             ),
+            "tests/test_extensibility.py::test_enum_members_stay_constants_in_arguments_and_outputs[torch.fx]": (
+                "the comparison peer, not fxloom: torch.fx 2.11 writes an enum member as its "
+                "repr (<Color.RED: 1>) in generated code"
+            ),
+            "tests/test_hf_models.py::test_traced_model_refuses_an_input_that_takes_another_branch[funnel]": (
+                "OPEN (fxloom): on transformers 5.17 Funnel's trace is fixed to the example's "
+                "length without a guard, so another length fails inside gather instead of "
+                "in a guard"
+            ),
+            "tests/test_hf_models.py::test_traced_model_is_right_or_refuses_on_a_single_token[funnel]": (
+                "OPEN (fxloom): the same missing guard as the test above"
+            ),
             "tests/quantize/test_pt2e_peer.py": (
                 "the comparison peer, not fxloom: torchao's PT2E (0.18) does not run on torch 2.11"
             ),
@@ -142,6 +154,9 @@ def build(cell: Cell, cache: Path, rebuild: bool) -> Path:
                 str(python), "-m", "pip", "install", "-q",
                 f"torch=={cell.torch}", f"transformers=={cell.transformers}", *TEST_EXTRAS,
             ],
+            # fxloom's metadata and `fxloom` command only (`fxloom version` reads them); the
+            # code under test comes from PYTHONPATH.
+            [str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)],
         ]  # fmt: skip
         for step in steps:
             out.write("$ " + " ".join(step) + "\n")
