@@ -12,10 +12,19 @@ registry's ``bert``: Hugging Face's BertModel from a tiny config, 64 tokens), at
               same ``OrtModule`` (same session options, same tensor hand-over)
 
 ONNX Runtime gets the same threads as torch (``--threads``, default torch's setting), one
-inter-op thread and every graph optimization. Latency is the median of interleaved timed
-calls, the three taking turns to go first, garbage collector off inside timed regions.
+inter-op thread, every graph optimization and no spinning. Latency is the median of
+interleaved timed calls, the three taking turns to go first, garbage collector off inside
+timed regions.
 Targets: fxloom >= 1.5x faster than eager on ResNet-50 at batch 1, and within 10% of the
 torch.onnx path (``fxloom / torch.onnx <= 1.1``).
+
+Default settings: ``lower(model, inputs)`` as a user calls it, against ``torch.onnx.export``
+(dynamo=True, torch's default exporter; dynamo=False where it fails) run by an
+``onnxruntime.InferenceSession`` made with default options, as torch.onnx users run it:
+ResNet-50 at batch 1 and 8, the ratio printed (target: within 10%). Each side runs in blocks
+of calls (not interleaved call by call: ONNX Runtime's default worker threads spin after a
+call, and would take the cores from the other side), blocks alternating, first call of each
+block not counted.
 
 Translation time: fxloom's whole ``lower`` (trace, shapes, split, translate, check, start the
 sessions, one trial run) next to ``torch.onnx.export`` (dynamo=False, and dynamo=True when it
@@ -23,6 +32,7 @@ works) plus starting its session, once each, on the batch-1 inputs.
 
     python benchmarks/bench_lower.py               # ResNet-50 and BERT, batch 1 and 8
     python benchmarks/bench_lower.py --quick       # smoke run: resnet_tiny and BERT, batch 1
+                                                   # (default settings: resnet_tiny, batch 1)
     python benchmarks/bench_lower.py --record      # append the tables to RESULTS.md
 
 torch.onnx is imported here only as the comparison.
@@ -65,6 +75,7 @@ from fxloom.pytree import tree_flatten  # noqa: E402
 
 SIDES = ("eager", "fxloom", "torch.onnx")
 BERT_TOKENS = 64
+DEFAULTS_BLOCKS = 4  # blocks of calls per side in the default-settings table
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,18 @@ class Settings:
     batch_sizes: tuple[int, ...]
     repeats: int
     threads: int
+    defaults_model: str = "resnet50"
+    defaults_batch_sizes: tuple[int, ...] = (1, 8)
+
+
+@dataclass(frozen=True)
+class DefaultsRow:
+    model: str
+    batch: int
+    fxloom: float  # median seconds
+    torch_onnx: float
+    exporter: str  # "dynamo=True", or "dynamo=False" where dynamo failed
+    settings: str  # what lower chose, from its report's notes
 
 
 @dataclass(frozen=True)
@@ -152,6 +175,27 @@ def torch_onnx_module(model: nn.Module, inputs: tuple, threads: int, dynamo: boo
     return module
 
 
+class DefaultSession:
+    """A torch.onnx file run as its users run it: ``InferenceSession`` with default options."""
+
+    def __init__(self, model_bytes: bytes) -> None:
+        import onnxruntime
+
+        self.session = onnxruntime.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+        self.names = [declared.name for declared in self.session.get_inputs()]
+
+    def __call__(self, *inputs: torch.Tensor) -> list[Any]:
+        return self.session.run(None, {n: t.numpy() for n, t in zip(self.names, inputs)})
+
+
+def default_peer(model: nn.Module, inputs: tuple) -> tuple[DefaultSession, str]:
+    try:
+        return DefaultSession(torch_onnx_bytes(model, inputs, dynamo=True)), "dynamo=True"
+    except Exception as error:  # the table says which exporter the peer used
+        print(f"torch.onnx.export(dynamo=True) failed: {type(error).__name__}: {error}")
+        return DefaultSession(torch_onnx_bytes(model, inputs, dynamo=False)), "dynamo=False"
+
+
 # ----------------------------------------------------------------------------- measuring
 def run_translation(name: str, config: Settings) -> tuple[TranslationRow, nn.Module, nn.Module]:
     model, inputs = build(name, 1)
@@ -169,7 +213,9 @@ def run_translation(name: str, config: Settings) -> tuple[TranslationRow, nn.Mod
 
 def run_latency(name: str, batch: int, config: Settings) -> LatencyRow:
     model, inputs = build(name, batch)
-    lowered = lower(model, inputs, threads=config.threads)
+    # Spinning off, as for the peer: calls interleave, and spinning workers of one side
+    # would take the cores of the next (the default-settings table measures spinning).
+    lowered = lower(model, inputs, threads=config.threads, spinning=False)
     peer = torch_onnx_module(model, inputs, config.threads, dynamo=False)
     calls: dict[str, Callable[[], Any]] = {
         "eager": lambda: model(*inputs),
@@ -191,6 +237,28 @@ def run_latency(name: str, batch: int, config: Settings) -> LatencyRow:
     )
     median = {side: statistics.median(samples.runs[side]) for side in SIDES}
     return LatencyRow(name, batch, median, error, regions)
+
+
+def run_defaults(name: str, batch: int, config: Settings) -> DefaultsRow:
+    """fxloom's ``lower`` and torch.onnx + ONNX Runtime, both as their defaults leave them."""
+    model, inputs = build(name, batch)
+    lowered = lower(model, inputs)
+    peer, exporter = default_peer(model, inputs)
+    calls: dict[str, Callable[[], Any]] = {
+        "fxloom": lambda: lowered(*inputs),
+        "torch.onnx": lambda: peer(*inputs),
+    }
+    samples = Samples()
+    per_block = max(1, config.repeats // DEFAULTS_BLOCKS)
+    with torch.no_grad():
+        for block in range(DEFAULTS_BLOCKS):
+            for side in rotated(list(calls), block):
+                calls[side]()  # the other side's workers stop spinning; caches warm
+                for _ in range(per_block):
+                    samples.add(side, timed(calls[side]))
+    median = {side: statistics.median(samples.runs[side]) for side in calls}
+    settings = lowered.lowering_report.notes[-1] if lowered.lowering_report.notes else ""
+    return DefaultsRow(name, batch, median["fxloom"], median["torch.onnx"], exporter, settings)
 
 
 def max_error(got: Any, expected: Any) -> float:
@@ -216,6 +284,24 @@ def latency_table(rows: list[LatencyRow]) -> list[str]:
     return lines
 
 
+def defaults_table(rows: list[DefaultsRow]) -> list[str]:
+    lines = [
+        "### Default settings: lower(model, inputs) against torch.onnx + InferenceSession() "
+        "(median ms)",
+        "",
+        "| model | batch | fxloom lower() | torch.onnx + ORT | fxloom / torch.onnx | exporter "
+        "| lower chose |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ours, peer = row.fxloom * 1e3, row.torch_onnx * 1e3
+        lines.append(
+            f"| {row.model} | {row.batch} | {ours:.2f} | {peer:.2f} | {ours / peer:.2f} "
+            f"| {row.exporter} | {row.settings} |"
+        )
+    return lines
+
+
 def translation_table(rows: list[TranslationRow]) -> list[str]:
     lines = [
         "### Translation time (s, batch 1, once)",
@@ -232,6 +318,7 @@ def translation_table(rows: list[TranslationRow]) -> list[str]:
 
 def markdown(
     latency: list[LatencyRow],
+    defaults: list[DefaultsRow],
     translation: list[TranslationRow],
     config: Settings,
     command: str,
@@ -249,6 +336,8 @@ def markdown(
         "",
         *latency_table(latency),
         "",
+        *defaults_table(defaults),
+        "",
         *translation_table(translation),
         "",
         noise_line(loads, SPREAD_IS),
@@ -261,7 +350,7 @@ def markdown(
 def settings(args: argparse.Namespace) -> Settings:
     threads = torch.get_num_threads()
     if args.quick:
-        return Settings(("resnet_tiny", "bert"), (1,), 5, threads)
+        return Settings(("resnet_tiny", "bert"), (1,), 5, threads, "resnet_tiny", (1,))
     return Settings(("resnet50", "bert"), tuple(args.batch_sizes), args.repeats, threads)
 
 
@@ -280,11 +369,13 @@ def main() -> None:
     load_before = load_average()
     translation = [run_translation(name, config)[0] for name in config.models]
     latency = [run_latency(n, b, config) for n in config.models for b in config.batch_sizes]
+    defaults = [run_defaults(config.defaults_model, b, config) for b in config.defaults_batch_sizes]
     command = "python benchmarks/bench_lower.py" + (" --quick" if args.quick else "")
     if args.threads:
         command += f" --threads {args.threads}"
     publish(
-        markdown(latency, translation, config, command, (load_before, load_average())), args.record
+        markdown(latency, defaults, translation, config, command, (load_before, load_average())),
+        args.record,
     )
 
 

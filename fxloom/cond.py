@@ -372,5 +372,5 @@ def _branch_input(tracer: Tracer, branch: _TracedBranch, leaf: Any, index: int) 
     name = leaf.node.name if isinstance(leaf, Proxy) else f"operand_{index}"
     proxy = tracer.proxy(branch.graph.placeholder(name))
     if isinstance(leaf, Proxy):
-        proxy.value = leaf.value  # NO_VALUE when tracing without examples
+        proxy._fxloom_value = leaf._fxloom_example  # NO_VALUE when tracing without examples
     return proxy

@@ -394,6 +394,22 @@ class GraphModule(torch.nn.Module):
         new.graph = self._graph
         return new
 
+    def _replicate_for_data_parallel(self) -> GraphModule:
+        """A replica for ``nn.DataParallel``/``replicate``, sharing this module's generated code.
+
+        ``nn.Module``'s version makes the replica with ``__new__`` (so a fresh instance class,
+        without ``_generated_forward``) and copies ``__dict__``, marks of the compiled version
+        included: the replica would look compiled and find no function. It gets this module's
+        function instead (code for the same graph, compiled once, not once per replica) and its
+        own mirrors, which replicate's ``setattr`` of each copied submodule keeps in step.
+        """
+        self._ensure_current()
+        replica = super()._replicate_for_data_parallel()
+        type(replica)._generated_forward = type(self)._generated_forward
+        replica._set_class_name(type(self).__name__)
+        mirror(replica)
+        return replica
+
     def to_folder(self, folder: str | Path, module_name: str = "FxModule") -> None:
         """Write an importable package: ``from <folder> import <module_name>`` then ``<module_name>()``.
 

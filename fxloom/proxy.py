@@ -48,7 +48,7 @@ __all__ = [
 
 
 class _NoValue:
-    """A proxy's ``value`` when tracing runs without example inputs."""
+    """A proxy's example value when tracing runs without example inputs."""
 
     def __repr__(self) -> str:
         return "NO_VALUE"
@@ -58,7 +58,7 @@ NO_VALUE: Any = _NoValue()
 
 
 class _Pending:
-    """A proxy's ``value`` not computed yet: example values are computed on first need."""
+    """A proxy's example value not computed yet: example values are computed on first need."""
 
     def __repr__(self) -> str:
         return "PENDING"
@@ -197,18 +197,23 @@ class Proxy:
     ``Proxy(node, tracer)`` can also be built by hand around a node of a graph
     being edited, to write new nodes with ordinary operators.
 
-    When tracing with example inputs, ``value`` is the value this proxy takes
-    for them (``NO_VALUE`` otherwise), with every tensor a ``StandIn`` (shape,
-    dtype, device, no data); the tracer uses it to answer questions a program
-    asks about its tensors (``x.dim()``, ``x.dtype``). Where control flow
-    depends on data, the tracer asks for the real value
-    (``Tracer.example_data``) and specialises under a run-time guard. Both are
-    computed on first read: a program that never asks costs no more to trace
-    than without examples.
+    When tracing with example inputs, ``_fxloom_example`` is the value this
+    proxy takes for them (``NO_VALUE`` otherwise), with every tensor a
+    ``StandIn`` (shape, dtype, device, no data); the tracer uses it to answer
+    questions a program asks about its tensors (``x.dim()``, ``x.dtype``,
+    ``hasattr(x, "jax")``). Where control flow depends on data, the tracer asks
+    for the real value (``Tracer.example_data``) and specialises under a
+    run-time guard. Both are computed on first read: a program that never asks
+    costs no more to trace than without examples.
+
+    fxloom's own attributes are ``node`` and ``tracer`` (torch.fx's) and names
+    starting with ``_fxloom_``: any other name read on a proxy is the traced
+    value's attribute (``x.value`` of a traced enum or result object is recorded).
     """
 
-    # _data: the real example value, when the examples had to run for real (PENDING until then)
-    __slots__ = ("node", "tracer", "_value", "_data")
+    # _fxloom_value: the example value so far (PENDING: not computed yet; NO_VALUE: none).
+    # _fxloom_data: the real example value, once the examples had to run for real.
+    __slots__ = ("node", "tracer", "_fxloom_value", "_fxloom_data")
 
     def __init__(self, node: Node, tracer: Tracer | None = None) -> None:
         if tracer is None:
@@ -217,19 +222,16 @@ class Proxy:
             tracer = GraphAppendingTracer(node.graph)
         self.node = node
         self.tracer = tracer
-        self._value = NO_VALUE
-        self._data = PENDING
+        self._fxloom_value = NO_VALUE
+        self._fxloom_data = PENDING
 
     @property
-    def value(self) -> Any:
-        value = self._value
+    def _fxloom_example(self) -> Any:
+        """The example value (stand-ins for tensors), computed now if it is not yet."""
+        value = self._fxloom_value
         if value is PENDING:
             value = self.tracer.example_value(self)
         return value
-
-    @value.setter
-    def value(self, value: Any) -> None:
-        self._value = value
 
     def __repr__(self) -> str:
         return f"Proxy({self.node.name})"
@@ -238,12 +240,13 @@ class Proxy:
         return id(self)
 
     def __getattr__(self, name: str) -> Attribute:
-        if name.startswith("__") and name.endswith("__"):
-            # copy, pickle and friends probe for dunders; recording them would lie.
+        if (name.startswith("__") and name.endswith("__")) or name.startswith("_fxloom_"):
+            # copy, pickle and friends probe for dunders; recording them would lie. fxloom's
+            # own names are only missing while a proxy is being built.
             raise AttributeError(name)
         tracer = self.tracer
         if name in STATIC_TENSOR_ATTRIBUTES:
-            value = self.value
+            value = self._fxloom_example
             if isinstance(value, torch.Tensor):
                 return getattr(value, name)  # fixed by the example inputs (guarded at run time)
         if (
@@ -256,6 +259,8 @@ class Proxy:
         if name in TENSOR_DATA_ATTRIBUTES:
             # Read now, not at first use: an in-place op in between must not change it.
             return tracer.create_proxy("call_function", getattr, (self, name), {})
+        if name not in _TENSOR_ATTRIBUTES and self._fxloom_value is not NO_VALUE:
+            _check_example_has(self, name)
         return Attribute(self, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Proxy:
@@ -331,6 +336,40 @@ TENSOR_DATA_ATTRIBUTES = (
 
 _SHAPE_ATTRIBUTES = frozenset({"shape", "size", "dim", "ndim", "numel", "dtype"})
 
+# Every name a tensor answers: reading one of them needs no example value to be computed.
+_TENSOR_ATTRIBUTES = frozenset(dir(torch.Tensor))
+
+
+def _check_example_has(proxy: Proxy, name: str) -> None:
+    """Raise ``AttributeError`` where the example value has no attribute ``name``.
+
+    Libraries probe values (``hasattr(x, "jax")``, ``getattr(x, "numpy", None)``) to
+    learn what they are; a proxy answering yes to everything would send them down the
+    wrong branch and record a call that fails at run time. With example inputs the
+    answer is the eager one; the attribute is still recorded when it exists.
+    """
+    value = proxy._fxloom_example
+    if value is NO_VALUE:
+        return
+    try:
+        getattr(value, name)
+    except AttributeError:
+        kind = "Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+        raise AttributeError(
+            f"{kind!r} object has no attribute {name!r} (the example value of "
+            f"{_spelled(proxy)}, as the model would see it when run eagerly)"
+        ) from None
+    except Exception:  # a property failing on stand-ins: record the read, as without examples
+        pass
+
+
+def _spelled(proxy: Proxy) -> str:
+    """``%node`` or ``%node.attr``: an attribute not yet used has no node, and naming it
+    must not record one."""
+    if isinstance(proxy, Attribute) and proxy._lazy_node is None:
+        return f"{_spelled(proxy.root)}.{proxy.attr}"
+    return f"%{proxy.node.name}"
+
 
 class Attribute(Proxy):
     """``proxy.name``: becomes a ``getattr`` node when used as a value, or a method call when called."""
@@ -342,23 +381,22 @@ class Attribute(Proxy):
         self.attr = attr
         self.tracer = root.tracer
         self._lazy_node: Node | None = None
-        self._value = NO_VALUE if root._value is NO_VALUE else PENDING
-        self._data = PENDING
+        self._fxloom_value = NO_VALUE if root._fxloom_value is NO_VALUE else PENDING
+        self._fxloom_data = PENDING
 
-    def _attribute_value(self) -> Any:
-        value = self._value
+    @property
+    def _fxloom_example(self) -> Any:
+        value = self._fxloom_value
         if value is PENDING:
             value = NO_VALUE
-            root_value = self.root.value
+            root_value = self.root._fxloom_example
             if root_value is not NO_VALUE:
                 try:
                     value = getattr(root_value, self.attr)
                 except Exception:  # the recorded program will fail the same way when run
                     pass
-            self._value = value
+            self._fxloom_value = value
         return value
-
-    value = property(_attribute_value, Proxy.value.fset)
 
     @property
     def node(self) -> Node:  # type: ignore[override]

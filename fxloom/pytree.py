@@ -27,6 +27,15 @@ unregistered subclass of one of these is walked, and rebuilt, as that base:
 register it to keep its type. ``torch.Size``, strings, bytes and ranges (and
 their subclasses) are leaves.
 
+Classes the ecosystem registers with torch's pytree (``torch.utils._pytree``) are
+containers here too, rebuilt as their own type: Hugging Face's ``ModelOutput``
+classes, and any user type registered there. (torch's registrations of its own and
+of Python's types — ``torch.Size``, ``torch.return_types``, ``deque`` — leave those
+types as described above.) Classes that libraries ship unregistered, which fxloom
+knows how to take apart (``transformers``' ``DynamicCache``), are listed in
+``fxloom.library_containers`` and registered when first met. A registration
+here takes precedence over torch's.
+
 A container is rebuilt in one of three forms, chosen by ``mode``:
 
 * ``"same"``: as the type it was (the default);
@@ -35,7 +44,8 @@ A container is rebuilt in one of three forms, chosen by ``mode``:
 * ``"plain"``: as generated code builds it — ``immutable_list`` becomes
   ``list`` and ``immutable_dict`` becomes ``dict``.
 
-Depends on ``fxloom.immutable_collections`` only.
+Depends on ``fxloom.immutable_collections`` and ``fxloom.library_containers``; reads
+torch's pytree registry.
 """
 
 from __future__ import annotations
@@ -46,16 +56,20 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import torch
+import torch.utils._pytree as torch_pytree
 
 from fxloom.immutable_collections import immutable_dict, immutable_list
+from fxloom.library_containers import LIBRARY_CONTAINERS
 
 __all__ = [
     "ContainerType",
     "SEQUENCE_KINDS",
     "TreeSpec",
+    "NONE_SPEC",
     "register_pytree_node",
     "register_dataclass",
     "container_type",
+    "registered_container",
     "tree_map",
     "tree_leaves",
     "tree_flatten_spec",
@@ -81,7 +95,8 @@ class ContainerType:
     type belongs to, for code that prints containers or compares them loosely:
     ``"tuple"``, ``"namedtuple"``, ``"list"`` (with ``immutable_list``),
     ``"dict"`` (with ``OrderedDict`` and ``immutable_dict``), ``"slice"``,
-    ``"dataclass"`` or ``"custom"`` (registered with ``register_pytree_node``).
+    ``"dataclass"``, ``"custom"`` (registered with ``register_pytree_node``, with torch's
+    pytree, or listed in ``fxloom.library_containers``) or ``"none"`` (``NONE``).
     """
 
     __slots__ = ("type", "flatten", "unflatten", "name", "kind", "frozen", "plain")
@@ -110,9 +125,11 @@ class ContainerType:
 SEQUENCE_KINDS = frozenset({"tuple", "namedtuple", "list"})
 
 # Registered types, by exact type. ``_resolved`` caches what every type seen so
-# far resolves to (None: a leaf), so a walk pays one dict lookup per value.
+# far resolves to (None: a leaf), so a walk pays one dict lookup per value; it is
+# emptied when a type is registered here or with torch's pytree (``_sync``).
 _REGISTRY: dict[type, ContainerType] = {}
 _resolved: dict[type, ContainerType | None] = {}
+_torch_registrations = [0]  # the size of torch's registry when ``_resolved`` was last valid
 # Never containers, although some subclass registered types (torch.Size is a tuple).
 _LEAVES = frozenset({torch.Size, str, bytes, range})
 _UNSEEN: Any = object()
@@ -175,6 +192,7 @@ def register_dataclass(cls: type) -> type:
 
 def container_type(cls: type) -> ContainerType | None:
     """What ``cls`` is walked as: its ``ContainerType``, or None for a leaf."""
+    _sync()
     try:
         return _resolved[cls]
     except KeyError:
@@ -184,19 +202,74 @@ def container_type(cls: type) -> ContainerType | None:
     return entry
 
 
+def registered_container(cls: type) -> ContainerType | None:
+    """``cls``'s own registration (fxloom's, a library table's, or torch's pytree), else None.
+
+    Unlike ``container_type``, a subclass of a registered type, a named tuple and the
+    built-in containers count only if registered themselves; this is what loading a
+    file checks before it rebuilds a container class it names.
+    """
+    if not isinstance(cls, type) or _leaf_base(cls) is not None:
+        return None
+    return _REGISTRY.get(cls) or _from_library(cls) or _from_torch(cls)
+
+
+def _sync() -> None:
+    """Forget resolved types when torch's registry changed (a class registered there after
+    fxloom walked it as a leaf)."""
+    registrations = len(torch_pytree.SUPPORTED_NODES)
+    if registrations != _torch_registrations[0]:
+        _resolved.clear()
+        _torch_registrations[0] = registrations
+
+
 def _resolve(cls: type) -> ContainerType | None:
-    entry = _REGISTRY.get(cls)
+    if _leaf_base(cls) is not None:
+        return None
+    entry = _REGISTRY.get(cls) or _from_library(cls)
     if entry is not None:
         return entry
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return _named_tuple(cls)
+    entry = _from_torch(cls)
+    if entry is not None:
+        return entry
     for base in cls.__mro__:  # an unregistered subclass walks as its nearest registered base
-        if base in _LEAVES:  # ... unless a leaf type comes first (a str subclass)
-            return None
         entry = _REGISTRY.get(base)
         if entry is not None:
             return entry
     return None
+
+
+def _from_library(cls: type) -> ContainerType | None:
+    """The row of ``LIBRARY_CONTAINERS`` for ``cls``, registered the first time it is met."""
+    row = LIBRARY_CONTAINERS.get(f"{cls.__module__}.{cls.__qualname__}")
+    if row is None:
+        return None
+    return _register(cls, *row, None, "custom")
+
+
+# torch's registrations of its own types and Python's: fxloom has its own rules for these.
+_TORCH_OWN_MODULES = ("builtins", "collections", "torch", "fxloom")
+
+
+def _from_torch(cls: type) -> ContainerType | None:
+    """A class a library or user registered with ``torch.utils._pytree``, walked by the
+    functions registered there."""
+    node = torch_pytree.SUPPORTED_NODES.get(cls)
+    if node is None or cls.__module__.partition(".")[0] in _TORCH_OWN_MODULES:
+        return None
+    # One ContainerType per registration, so specs made before ``_resolved`` was emptied
+    # still match values walked after (``tree_flatten_spec`` compares entries by identity).
+    entry = _from_torch_entries.get(cls)
+    if entry is None or entry.flatten is not node.flatten_fn:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        entry = ContainerType(cls, node.flatten_fn, node.unflatten_fn, name)
+        _from_torch_entries[cls] = entry
+    return entry
+
+
+_from_torch_entries: dict[type, ContainerType] = {}
 
 
 def _leaf_base(cls: type) -> type | None:
@@ -233,6 +306,7 @@ def tree_map(
     if mode not in _MODES:
         raise ValueError(f"tree_map: mode is one of {', '.join(map(repr, _MODES))}, got {mode!r}")
     same, frozen = mode == "same", mode == "frozen"
+    _sync()
     lookup = _resolved.get
 
     def walk(value: Any) -> Any:
@@ -322,6 +396,8 @@ class TreeSpec:
     def __repr__(self) -> str:
         if self._container is None:
             return "*"
+        if self._container is NONE:
+            return "None"
         inner = ", ".join(repr(c) for c in self.children)
         context = "" if self.context is None else f"; {self.context!r}"
         return f"{self._container.name}({inner}{context})"
@@ -329,18 +405,37 @@ class TreeSpec:
 
 LEAF_SPEC = TreeSpec(None)
 
+# ``None`` as a container of nothing: how ``tree_flatten(..., none_is_leaf=False)`` sees it.
+# Exported programs' input specs use it, so that an input left None is part of the calling
+# convention (the call must pass None there) without being an input of the graph.
+NONE = ContainerType(
+    type(None), lambda value: ((), None), lambda children, context: None, "None", "none"
+)
+NONE_SPEC = TreeSpec(NONE)
+
 
 def _spec_of_type(cls: type | None, context: Any, children: tuple[TreeSpec, ...]) -> TreeSpec:
+    if cls is type(None):
+        return NONE_SPEC
     return TreeSpec(None if cls is None else container_type(cls), context, children)
 
 
 def tree_flatten(
-    tree: Any, is_leaf: Callable[[Any], bool] | None = None
+    tree: Any, is_leaf: Callable[[Any], bool] | None = None, *, none_is_leaf: bool = True
 ) -> tuple[list[Any], TreeSpec]:
-    """``(leaves, spec)``: the leaves of ``tree`` in order, and its shape."""
+    """``(leaves, spec)``: the leaves of ``tree`` in order, and its shape.
+
+    With ``none_is_leaf=False``, ``None`` is a container with no leaves (its spec is
+    ``NONE_SPEC``): rebuilding gives None back, and ``tree_flatten_spec`` requires None there.
+
+    >>> tree_flatten((1, None), none_is_leaf=False)
+    ([1], tuple(*, None))
+    """
     leaves: list[Any] = []
 
     def walk(value: Any) -> TreeSpec:
+        if value is None and not none_is_leaf:
+            return NONE_SPEC
         entry = container_type(type(value))
         if entry is None or (is_leaf is not None and is_leaf(value)):
             leaves.append(value)
@@ -386,6 +481,13 @@ def tree_flatten_spec(tree: Any, spec: TreeSpec) -> list[Any]:
         expected = node._container
         if expected is None:
             leaves.append(value)
+            return
+        if expected is NONE:
+            if value is not None:
+                raise ValueError(
+                    f"{where} is {type(value).__name__}, where the spec has None (an input "
+                    "fixed to None, which is not an input of the graph)"
+                )
             return
         if expected.kind == "dict" and container_type(type(value)) in _DICT_KINDS:
             missing = [key for key in node.context if key not in value]

@@ -231,7 +231,8 @@ class Tracer:
         (``concrete_args`` may give them fixed entries); a parameter named in ``concrete_args`` is fixed
         to that value (``PH`` keeps it an input). A fixed argument stays in the
         generated signature with its value as default, and passing anything
-        else raises instead of being silently ignored.
+        else raises instead of being silently ignored. With example inputs, a
+        defaulted parameter they leave out is no input: the body sees its default.
         """
         return root_arguments(self, root_fn, is_module, concrete_args, self._example_run)
 
@@ -561,15 +562,37 @@ def symbolic_trace(
     (as torch.fx takes) gives one value per parameter in order, or, for a
     ``forward(self, *args)``, the positional arguments.
 
-    ``example_inputs`` (beyond torch.fx; a tuple for the non-fixed parameters
-    in order, or a dict by name) lets the tracer run the program alongside the
-    recording. Questions about tensors that do not change between calls —
-    ``x.dim()``, ``x.dtype``, ``x.device`` — are then answered from the
+    ``example_inputs`` (beyond torch.fx; a tuple for the leading non-fixed
+    positional parameters, or a dict by name) lets the tracer run the program
+    alongside the recording. Questions about tensors that do not change between
+    calls — ``x.dim()``, ``x.dtype``, ``x.device`` — are then answered from the
     examples, and control flow on traced values follows the examples' branch
     with a run-time guard in the graph that raises if another input would take
     another branch. Sizes stay symbolic unless control flow depends on them.
     Model and library code then also sees ``isinstance(x, torch.Tensor)``
-    hold for a traced tensor.
+    hold for a traced tensor, and attribute probes answered as for the example
+    (``hasattr(x, "jax")`` is False).
+
+    The examples name the inputs, as torch.export's kwargs do: the traced
+    module takes exactly those (by name, or by position for a tuple; names
+    beyond the parameters go to ``**kwargs``, extra positional examples to
+    ``*args``), and the model sees every other parameter at its default, as in
+    the call ``root(**example_inputs)``. To make a defaulted parameter an input
+    anyway, give it an example, or name it ``PH`` in ``concrete_args`` (its
+    default is then its example: where that is None, give an example instead).
+    A parameter without a default stays an input. Without ``example_inputs``
+    every parameter not in ``concrete_args`` is an input, as in torch.fx.
+
+    >>> import torch, fxloom
+    >>> class Scaled(torch.nn.Module):
+    ...     def forward(self, x, mask=None, scale=2.0):
+    ...         return x * scale if mask is None else x * mask * scale
+    >>> gm = fxloom.symbolic_trace(Scaled(), example_inputs={"x": torch.ones(2)})
+    >>> print(gm.code.strip())
+    def forward(self, x):
+        check_tensor_input(x, torch.float32, 1, 'x')
+        mul = x * 2.0;  x = None
+        return mul
 
     ``autoleaf`` (beyond torch.fx): when a submodule cannot be traced, keep the
     innermost user-defined module around the failure as a ``call_module`` and

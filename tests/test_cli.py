@@ -121,9 +121,10 @@ def test_an_exported_program_that_differs_from_eager_fails_the_demo(monkeypatch)
 def test_demo_quantizes_a_model_and_reports_its_speedup_error_and_float_fallbacks(demo_run) -> None:
     result = demo_run
     assert result.returncode == 0, result.stdout + result.stderr
-    quantized = result.stdout[result.stdout.index("Quantize a model to int8: deeprec_tiny") :]
+    quantized = result.stdout[result.stdout.index("Quantize a model to int8: DeepRecommender") :]
     quantized = " ".join(quantized.split())
     assert "latency on the example: fp32 " in quantized and "error against fp32" in quantized
+    assert "median of " in quantized and "1 thread)" in quantized
     assert "static int8, engine x86: 6 int8, 5 float" in quantized
     assert "within relative error 0.1 and cosine 0.99 of fp32: True" in quantized
     assert "the int8 model is close to fp32" in quantized  # the final verdict
@@ -141,7 +142,9 @@ def test_an_int8_model_far_from_fp32_fails_the_demo(monkeypatch) -> None:
     state = demo.DemoState(console=console, results_match=True, traced_match=True)
     demo_quantize.quantize_model(state)
     assert demo._summarise(state) == 1
-    assert "the int8 deeprec_tiny (too far from fp32)" in console.file.getvalue()
+    assert "the int8 DeepRecommender at 1024 items, batch 32 (too far from fp32)" in (
+        " ".join(console.file.getvalue().split())
+    )
 
 
 def test_a_traced_model_that_differs_from_eager_fails_the_demo(monkeypatch, tmp_path) -> None:
@@ -194,6 +197,27 @@ def test_the_console_script_and_python_m_both_run_cli_main() -> None:
     module_name, _, function_name = entry_point.partition(":")
     assert getattr(importlib.import_module(module_name), function_name) is cli.main
     assert importlib.import_module("fxloom.__main__").main is cli.main
+
+
+def test_a_factory_in_the_current_directory_is_found(tmp_path) -> None:
+    (tmp_path / "mymodel.py").write_text(
+        "import torch\n\n"
+        "def make():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(4, 2)), (torch.randn(3, 4),)\n"
+    )
+    # As the console script starts: its own directory, not the current one, on sys.path.
+    console_script = "import sys; sys.path.pop(0); from fxloom.cli import main; sys.exit(main())"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    result = subprocess.run(
+        [sys.executable, "-c", console_script, "cost", "mymodel:make"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Linear" in result.stdout
 
 
 def test_an_unknown_subcommand_exits_2_and_names_the_valid_ones() -> None:

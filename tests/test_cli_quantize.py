@@ -25,7 +25,9 @@ def test_quantize_prints_speedup_error_and_the_report(quantize_run) -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == "deeprec_tiny: static int8, engine x86, 8 random batches"
     assert lines[1].startswith("latency on the example: fp32 ")
-    assert "x); error against fp32: relative 0.0" in lines[1] and ", cosine 0.99" in lines[1]
+    assert "x; median of " in lines[1]
+    assert ", 1 thread); error against fp32: relative 0.0" in lines[1]
+    assert ", cosine 0.99" in lines[1]
     assert "static int8, engine x86: 6 int8, 5 float" in result.stdout
     assert "SELU encoder.1" in result.stdout and "no int8 kernel for it" in result.stdout
 

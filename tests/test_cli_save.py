@@ -7,6 +7,9 @@ a file it refuses gives the loader's message and exit code 2, without a tracebac
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import torch
 
 import fxloom
 from fxloom import cli, zoo
+from fxloom.serialize import FORMAT_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +78,7 @@ def test_save_export_writes_an_exported_program_or_says_it_cannot(tmp_path, caps
 def test_show_prints_the_header_the_graph_and_the_summary(saved, capsys) -> None:
     assert cli.main(["show", str(saved)]) == cli.EXIT_OK
     out = capsys.readouterr().out
-    assert "format version 1, kind graph_module" in out
+    assert f"format version {FORMAT_VERSION}, kind graph_module" in out
     assert f"torch {torch.__version__}" in out
     assert "%conv1 : [num_users=1] = call_module[target=conv1](args = (%x,), kwargs = {})" in out
     assert "layers.0.conv1: torch.nn.modules.conv.Conv2d" in out
@@ -107,18 +111,26 @@ def test_show_builds_no_module(saved, capsys, monkeypatch) -> None:
     assert cli.main(["show", str(saved)]) == cli.EXIT_OK
 
 
-def test_show_refuses_a_file_naming_os_system_without_running_it(saved, tmp_path, capsys) -> None:
+def test_show_lists_a_function_off_the_allowlist_without_running_it(
+    saved, tmp_path, capsys, monkeypatch
+) -> None:
+    import os
+
     def call_os_system(program: dict) -> None:
         for node in program["module"]["graph"]["nodes"]:
             if node["target"] == "operator.add":
                 node["target"] = "os.system"
 
+    ran = []
+    monkeypatch.setattr(os, "system", lambda *args: ran.append(args))
     bad = rewritten(saved, tmp_path / "bad.fxl", call_os_system)
-    assert cli.main(["show", str(bad)]) == cli.EXIT_USAGE
+    assert cli.main(["show", str(bad)]) == cli.EXIT_OK
     captured = capsys.readouterr()
-    assert "'os.system' is not on fxloom's allowlist" in captured.err
-    assert "register_serializable" in captured.err
-    assert "Traceback" not in captured.err and captured.out == ""
+    assert "fxloom.load would refuse (1):" in captured.out
+    assert "function 'os.system' (at node %add of the root module" in captured.out
+    assert "register_serializable" in captured.out
+    assert "call_function[target=os.system]" in captured.out  # the graph, by name
+    assert ran == [] and captured.err == ""
 
 
 def test_show_refuses_a_file_that_is_not_an_fxloom_file(tmp_path, capsys) -> None:
@@ -165,10 +177,80 @@ def test_the_demo_step_saves_loads_and_compares_a_traced_model() -> None:
     assert "same graph and outputs as the traced one: True" in out
 
 
-def test_show_refuses_a_module_class_off_the_allowlist(saved, tmp_path, capsys) -> None:
+def test_show_lists_a_module_class_off_the_allowlist(saved, tmp_path, capsys) -> None:
     def subprocess_module(program: dict) -> None:
         program["module"]["children"]["fc"]["class"] = "subprocess.Popen"
 
     bad = rewritten(saved, tmp_path / "bad_class.fxl", subprocess_module)
-    assert cli.main(["show", str(bad)]) == cli.EXIT_USAGE
-    assert "'subprocess.Popen' is not on fxloom's allowlist" in capsys.readouterr().err
+    assert cli.main(["show", str(bad)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "fc: subprocess.Popen" in out
+    assert "module class 'subprocess.Popen' (at module fc)" in out
+    assert "is not on fxloom's allowlist" in out
+
+
+def test_show_lists_a_graph_it_cannot_decode_and_shows_the_rest(saved, tmp_path, capsys) -> None:
+    def bad_opcode(program: dict) -> None:
+        program["module"]["graph"]["nodes"][1]["op"] = "exec"
+
+    bad = rewritten(saved, tmp_path / "bad_graph.fxl", bad_opcode)
+    assert cli.main(["show", str(bad), "--no-graph"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "(the whole graph)' (at graph of the root module): " in out
+    assert "unknown opcode" in out and "Parameters: float32" in out
+
+
+def test_show_leaves_the_allowlist_as_it_was(saved, tmp_path, capsys) -> None:
+    from fxloom.serialize import allowlist
+
+    def call_os_system(program: dict) -> None:
+        program["module"]["graph"]["nodes"][1]["target"] = "os.system"
+
+    before = allowlist.registered()
+    cli.main(["show", str(rewritten(saved, tmp_path / "bad.fxl", call_os_system))])
+    assert allowlist.registered() == before
+    assert allowlist.find_callable("os.system") is allowlist.MISSING
+
+
+def test_show_says_where_tensors_were_saved(saved, capsys) -> None:
+    assert cli.main(["show", str(saved), "--no-graph"]) == cli.EXIT_OK
+    assert "Tensors saved on: cpu " in capsys.readouterr().out
+
+
+HF_FACTORY = """
+import torch
+from fxloom.zoo.hf_configs import BERT_LIKE, hf
+
+
+def bert():
+    model = hf("BertModel", "BertConfig", **BERT_LIKE)().eval()
+    ids = torch.randint(0, 100, (2, 8))
+    return model, {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+"""
+
+
+def test_show_describes_a_file_saved_from_a_hugging_face_factory(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    pytest.importorskip("transformers")
+    (tmp_path / "tiny_hf_factory.py").write_text(HF_FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "bert.fxl"
+    assert cli.main(["save", "tiny_hf_factory:bert", "-o", str(path)]) == cli.EXIT_OK
+    capsys.readouterr()
+    assert cli.main(["show", str(path)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "kind graph_module" in out and "Parameters: float32" in out
+    assert "target=transformers.modeling_outputs.BaseModelOutputWithPooling" in out
+    # A fresh process has not imported transformers: loading would refuse the ModelOutput
+    # class, and show lists it, with the fix, instead of refusing the file.
+    fresh = subprocess.run(
+        [sys.executable, "-m", "fxloom", "show", str(path), "--no-graph"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(fxloom.__file__).parents[1])},
+    )
+    assert fresh.returncode == cli.EXIT_OK, fresh.stderr
+    assert "fxloom.load would refuse (1):" in fresh.stdout
+    assert "function 'transformers.modeling_outputs.BaseModelOutputWithPooling" in fresh.stdout
+    assert "import transformers.modeling_outputs before loading" in fresh.stdout

@@ -34,6 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": (
         "fxloom.immutable_collections",
         "fxloom.pytree",
+        "fxloom.library_containers",
         "fxloom._mirrored_modules",
         "fxloom.attr_path",
         "fxloom.ops",

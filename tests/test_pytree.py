@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import torch
+import torch.utils._pytree as torch_pytree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -373,3 +374,95 @@ def test_unflatten_of_flatten_rebuilds_any_tree_type_for_type(tree):
 def test_tree_map_in_same_mode_keeps_every_container_type(tree):
     mapped = tree_map(lambda leaf: leaf, tree)
     assert mapped == tree and _same_types(mapped, tree)
+
+
+# ------------------------------------------------ torch's registry, library tables, None
+class Reading:
+    """Registered with torch's pytree only (as a library would): fxloom walks it too."""
+
+    def __init__(self, value: Any, unit: str) -> None:
+        self.value, self.unit = value, unit
+
+
+torch_pytree.register_pytree_node(
+    Reading, lambda r: ([r.value], r.unit), lambda children, unit: Reading(*children, unit)
+)
+
+
+def test_a_class_registered_with_torch_s_pytree_is_a_container_rebuilt_as_itself():
+    leaves, spec = tree_flatten(Reading([1, 2], "mm"))
+    assert leaves == [1, 2] and spec.type is Reading and spec.context == "mm"
+    rebuilt = tree_map(lambda x: x * 10, Reading((3,), "s"))
+    assert (type(rebuilt), rebuilt.value, rebuilt.unit) == (Reading, (30,), "s")
+
+
+def test_fxloom_s_registration_takes_precedence_over_torch_s():
+    class Both:
+        def __init__(self, a: Any, b: Any) -> None:
+            self.a, self.b = a, b
+
+    torch_pytree.register_pytree_node(Both, lambda v: ([v.a, v.b], None), lambda c, _: Both(*c))
+    try:
+        register_pytree_node(Both, lambda v: ([v.b], v.a), lambda c, a: Both(a, *c))
+        assert tree_leaves(Both(1, 2)) == [2]
+    finally:
+        torch_pytree._deregister_pytree_node(Both)
+
+
+@pytest.mark.parametrize(
+    "value, leaves",
+    [
+        (collections.deque([1, 2]), 1),  # torch walks deques; fxloom keeps them leaves
+        (torch.Size([2, 3]), 1),
+        (torch.return_types.max((torch.ones(1), torch.zeros(1))), 2),  # as a tuple
+    ],
+    ids=["deque", "Size", "return_types"],
+)
+def test_torch_s_own_registrations_keep_fxloom_s_rules(value, leaves):
+    assert len(tree_leaves(value)) == leaves
+
+
+def test_library_table_applies_to_a_class_by_its_qualified_name(monkeypatch):
+    class Cache:  # stands for a library's class: the table names it, nothing registers it
+        def __init__(self, items: list) -> None:
+            self.items = items
+
+    name = f"{Cache.__module__}.{Cache.__qualname__}"
+    row = (lambda c: (c.items, None), lambda children, _: Cache(list(children)))
+    monkeypatch.setitem(pytree.LIBRARY_CONTAINERS, name, row)
+    try:
+        assert tree_leaves(Cache([1, 2])) == [1, 2]
+        assert pytree.registered_container(Cache) is container_type(Cache)
+    finally:
+        pytree._REGISTRY.pop(Cache, None)
+        pytree._resolved.clear()
+
+
+def test_none_is_a_container_of_nothing_when_asked():
+    leaves, spec = tree_flatten({"x": 1, "mask": None}, none_is_leaf=False)
+    assert leaves == [1] and spec.num_leaves == 1
+    assert tree_unflatten([5], spec) == {"x": 5, "mask": None}
+    assert pytree.tree_flatten_spec({"x": 7, "mask": None}, spec) == [7]
+    with pytest.raises(ValueError, match=r"input\[1\] is Tensor, where the spec has None"):
+        pytree.tree_flatten_spec({"x": 7, "mask": torch.ones(1)}, spec)
+    assert tree_flatten({"mask": None})[0] == [None]  # a leaf by default
+
+
+def test_a_spec_with_none_survives_pickling():
+    import pickle
+
+    _, spec = tree_flatten((1, None), none_is_leaf=False)
+    assert pickle.loads(pickle.dumps(spec)) == spec and repr(spec) == "tuple(*, None)"
+
+
+def test_a_spec_of_a_torch_registered_class_still_matches_after_torch_s_registry_changes():
+    _, spec = tree_flatten(Reading(1, "mm"))
+
+    class Other:
+        pass
+
+    torch_pytree.register_pytree_node(Other, lambda v: ([], None), lambda c, _: Other())
+    try:  # a library registering its classes on import empties fxloom's cache of types
+        assert pytree.tree_flatten_spec(Reading(2, "mm"), spec) == [2]
+    finally:
+        torch_pytree._deregister_pytree_node(Other)

@@ -153,6 +153,21 @@ def _add_show_arguments(parser: argparse.ArgumentParser) -> None:
     save.add_show_arguments(parser)
 
 
+def _model_text(zoo_models: str, inputs_needed: bool) -> str:
+    """The paragraph on MODEL, one text for every command that takes one."""
+    returns = (
+        "(module, example_inputs)" if inputs_needed else "a module or (module, example_inputs)"
+    )
+    return (
+        f"MODEL is an embedded zoo model ({zoo_models})\n"
+        f"or module:factory, a function returning {returns}\n"
+        "(the inputs a tuple or a dict); the module is looked for in the current\n"
+        "directory first, as python -m does.\n\n"
+    )
+
+
+_EXAMPLE_ZOO = "mlp_tiny, resnet_tiny, transformer_tiny, resnet50, ..."
+
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         name="cost",
@@ -163,10 +178,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "MACs (a multiply-add is 1 MAC = 2 FLOPs), bytes read and written, parameter\n"
             "bytes, activation memory; then totals per module and a peak-memory estimate.\n"
             "Operators with no FLOP formula count 0 and are listed as not counted.\n\n"
-            "MODEL is an embedded zoo model (mlp_tiny, resnet_tiny, transformer_tiny,\n"
-            "resnet50) or package.module:factory, a function returning a module or\n"
-            "(module, example_inputs) with the inputs as a tuple or a dict.\n\n"
-            "examples:\n"
+            + _model_text(_EXAMPLE_ZOO, inputs_needed=False)
+            + "examples:\n"
             "  fxloom cost resnet50\n"
             "  fxloom cost resnet50 --input-shape 256,3,224,224 --depth 2\n"
             "  fxloom cost transformer_tiny --by node --top 10"
@@ -176,7 +189,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     ),
     Subcommand(
         name="demo",
-        summary="build a graph by hand, trace embedded models, run passes; compare with eager",
+        summary="a guided tour: build, trace, transform, save, export, quantize and lower models",
         description=(
             "Walk through fxloom step by step: build a small Graph by hand\n"
             "(placeholder, get_attr, call_function, call_module, call_method, output),\n"
@@ -185,7 +198,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "graph and run it again; then symbolically trace embedded reference models\n"
             "(fxloom.zoo), show their graphs and code, and check them against eager;\n"
             "then run passes: shape propagation, a cost table for ResNet-50, batch-norm\n"
-            "fusion with its latency change, and a drawing written to --output-dir.\n\n"
+            "fusion with its latency change, and a drawing written to --output-dir;\n"
+            "then save and load a model, export one to ATen operators, quantize a\n"
+            "DeepRecommender to int8 (at a size where int8 is faster than fp32) and\n"
+            "lower resnet_tiny to ONNX Runtime. Every latency comparison runs on one\n"
+            "thread (torch's and ONNX Runtime's), the median of interleaved runs, and\n"
+            "says so.\n\n"
             "Exits 0 when all results match, 1 when any does not."
         ),
         run=_run_demo,
@@ -199,10 +217,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "its example inputs (fxloom.passes.shape_prop), and draw the graph with\n"
             "fxloom.passes.graph_drawer: a box per node coloured by opcode, shapes and\n"
             "dtypes on the edges, nodes grouped by the module they came from.\n\n"
-            "MODEL is an embedded zoo model (mlp_tiny, resnet_tiny, transformer_tiny,\n"
-            "resnet50) or package.module:factory, a function returning a module or\n"
-            "(module, example_inputs) with the inputs as a tuple or a dict.\n\n"
-            "Images are rendered by Graphviz's 'dot' program; DOT source needs nothing.\n"
+            + _model_text(_EXAMPLE_ZOO, inputs_needed=False)
+            + "Images are rendered by Graphviz's 'dot' program; DOT source needs nothing.\n"
             "Without 'dot', the DOT source is written next to PATH (out.svg -> out.dot)\n"
             "and the command exits 1, since PATH itself could not be written.\n\n"
             "examples:\n"
@@ -223,10 +239,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "Print a summary (nodes, operator calls, inputs and outputs by kind), the\n"
             "program's Python code (--graph: its graph) and its graph signature: what\n"
             "each input lifts (PARAMETER target='conv1.weight') and what each output is.\n\n"
-            "MODEL is an embedded zoo model (mlp_tiny, resnet_tiny, transformer_tiny,\n"
-            "resnet50) or package.module:factory, a function returning\n"
-            "(module, example_inputs) with the inputs as a tuple or a dict.\n\n"
-            "examples:\n"
+            + _model_text(_EXAMPLE_ZOO, inputs_needed=True)
+            + "examples:\n"
             "  fxloom export mlp_tiny\n"
             "  fxloom export resnet_tiny --graph\n"
             "  fxloom export transformer_tiny --check"
@@ -243,15 +257,16 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "run it in ONNX Runtime (CPU), leaving the other operators in PyTorch between\n"
             "the regions. Print the report (each region lowered or kept in PyTorch, each\n"
             "operator left in PyTorch and why, with its source line) and the latency of\n"
-            "eager and lowered on the example inputs (median of interleaved runs).\n"
-            "--check compares lowered with eager and fails past the tolerance.\n"
+            "eager and lowered on the example inputs (median of interleaved runs, on\n"
+            "--threads threads for torch and ONNX Runtime alike, 1 unless given).\n"
+            "--check compares lowered with eager and fails past the tolerance;\n"
+            "--dynamic-batch leaves dimension 0 of every input free (from Python,\n"
+            "lower(..., dynamic_shapes=...) makes any dimensions dynamic).\n"
             "Needs the onnx extra: pip install fxloom[onnx].\n\n"
-            "MODEL is an embedded zoo model (resnet_tiny, resnet50, transformer_tiny, ...)\n"
-            "or package.module:factory, a function returning (module, example_inputs)\n"
-            "with the inputs as a tuple or a dict.\n\n"
-            "examples:\n"
+            + _model_text("resnet_tiny, resnet50, transformer_tiny, ...", inputs_needed=True)
+            + "examples:\n"
             "  fxloom lower resnet50 --check\n"
-            "  fxloom lower transformer_tiny --threads 1\n"
+            "  fxloom lower transformer_tiny --threads 2\n"
             "  fxloom lower resnet_tiny --dynamic-batch"
         ),
         run=_run_lower,
@@ -266,13 +281,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "batches shaped like its example inputs (or on --data FILE.pt) and converts\n"
             "it to torch's int8 kernels; dynamic mode quantizes Linear/LSTM/GRU weights\n"
             "and quantizes activations at run time (no calibration). Then prints the fp32\n"
-            "and int8 latency on the example inputs (one thread), the int8 output's\n"
-            "relative error and cosine similarity against fp32, and the report: each\n"
-            "operator int8 or float, and why.\n\n"
-            "MODEL is an embedded zoo model (deeprec_tiny, cnn_small, resnet_tiny, ...)\n"
-            "or package.module:factory, a function returning (module, example_inputs)\n"
-            "with the inputs as a tuple or a dict.\n\n"
-            "examples:\n"
+            "and int8 latency on the example inputs (one thread, median of interleaved\n"
+            "runs), the int8 output's relative error and cosine similarity against fp32,\n"
+            "and the report: each operator int8 or float, and why. Torch's quantized\n"
+            "tensors are deprecated upstream; see the README's Quantization section.\n\n"
+            + _model_text("deeprec_tiny, cnn_small, resnet_tiny, ...", inputs_needed=True)
+            + "examples:\n"
             "  fxloom quantize deeprec_tiny\n"
             "  fxloom quantize cnn_small --engine qnnpack --batches 16 --batch-size 4\n"
             "  fxloom quantize deeprec --mode dynamic\n"
@@ -290,10 +304,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "safetensors (the weights), which fxloom.load reads back without unpickling or\n"
             "running code from the file. --export exports MODEL on its example inputs\n"
             "instead (fxloom.export.export) and writes the program with fxloom.export.save.\n\n"
-            "MODEL is an embedded zoo model (mlp_tiny, resnet_tiny, transformer_tiny,\n"
-            "resnet50) or package.module:factory, a function returning a module or\n"
-            "(module, example_inputs) with the inputs as a tuple or a dict.\n\n"
-            "examples:\n"
+            + _model_text(_EXAMPLE_ZOO, inputs_needed=False)
+            + "examples:\n"
             "  fxloom save resnet_tiny -o resnet_tiny.fxl\n"
             "  fxloom save transformer_tiny --export --dynamic-batch -o transformer.pt2"
         ),
@@ -308,10 +320,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "nothing; print the format version and kind, the fxloom and torch versions\n"
             "that wrote it, each graph as print(graph) shows it (--code: its generated\n"
             "Python code), the module tree (the class at each path), the parameters and\n"
-            "other tensors by dtype, the nodes by opcode and the most common targets, and\n"
-            "for exported programs the signature and range constraints.\n"
-            "A file that is not an fxloom file or names anything off the allowlist is\n"
-            "refused with the loader's message (exit code 2).\n\n"
+            "other tensors by dtype and the devices they were saved on, the nodes by\n"
+            "opcode and the most common targets, for exported programs the signature and\n"
+            "range constraints, and the names fxloom.load would refuse (a class whose\n"
+            "library is not imported, a name off the allowlist), with where and why: such\n"
+            "a file is still described. Only a file that is not an fxloom file (or is\n"
+            "damaged) gives the loader's message (exit code 2).\n\n"
             "examples:\n"
             "  fxloom show resnet_tiny.fxl\n"
             "  fxloom show resnet_tiny.fxl --code\n"
@@ -349,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fxloom",
         description=(
             "fxloom captures PyTorch programs into a small graph IR, lets you transform\n"
-            "the graph in plain Python, and generates Python code from it."
+            "the graph in plain Python, and generates Python code from it; it also\n"
+            "exports, quantizes, lowers to ONNX Runtime and saves models."
         ),
         epilog=(
             "examples:\n"

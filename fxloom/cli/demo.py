@@ -12,9 +12,9 @@ shapes propagated into ``node.meta``, a cost table for ResNet-50, batch norms fu
 convolutions (with the latency change), and a drawing of a graph; then export
 (``fxloom.cli.demo_export``): a zoo model exported to ATen operators, its signature summary,
 its cost, and ``ep.module()`` checked against eager; last, quantization
-(``fxloom.cli.demo_quantize``): a zoo model to int8, its speedup, error and report; and
-lowering (``fxloom.cli.demo_lower``): a zoo model run by ONNX Runtime, its speedup and its
-check against eager. The final verdict covers every check.
+(``fxloom.cli.demo_quantize``): a DeepRecommender where int8 pays, its speedup, error and
+report; and lowering (``fxloom.cli.demo_lower``): a zoo model run by ONNX Runtime, its
+speedup and its check against eager. The final verdict covers every check.
 
 Each step is a function of the shared ``DemoState``; ``STEPS`` lists them in order. To extend
 the tour (passes, export, ...), write a step function and add a row to ``STEPS``.

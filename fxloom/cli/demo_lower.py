@@ -28,7 +28,7 @@ ATOL = 1e-4
 
 
 def lower_model(state: DemoState) -> None:
-    from fxloom.cli.lower import compare_latency
+    from fxloom.cli.timing import TIMING_THREADS, compare_latency
 
     try:
         from fxloom.lower.lowering import LoweringError, lower
@@ -47,13 +47,13 @@ def lower_model(state: DemoState) -> None:
         "each to ONNX and runs it in ONNX Runtime; anything else would stay in PyTorch:",
     )
     try:
-        lowered = lower(model, inputs, check=True, rtol=RTOL, atol=ATOL)
+        lowered = lower(model, inputs, check=True, rtol=RTOL, atol=ATOL, threads=TIMING_THREADS)
     except LoweringError as error:
         state.console.print(Text(str(error)), soft_wrap=True)
         state.lower_match = False
         return
     state.console.print(lowered.lowering_report)
-    latency = compare_latency(lambda: model(*inputs), lambda: lowered(*inputs))
+    latency = compare_latency(lambda: model(*inputs), lambda: lowered(*inputs))  # as many threads
     state.console.print(Text(latency.summary(), style="bold"))
     fresh = torch.randn_like(inputs[0])
     with torch.no_grad():

@@ -19,6 +19,7 @@ from rich.text import Text
 
 import fxloom
 from fxloom import zoo
+from fxloom.cli.timing import compare_latency
 
 if TYPE_CHECKING:
     from fxloom.cli.demo import DemoState
@@ -27,7 +28,7 @@ SHAPES_MODEL = "resnet_tiny"
 COST_MODEL = "resnet50"
 COST_BATCH = 256  # on the meta device: no data, no compute, no memory
 FUSION_MODEL = "resnet50"
-FUSION_REPEATS = 3
+FUSION_RUNS = 7  # ResNet-50 at batch 1 on one thread: about 0.1 s a call
 SHAPE_ROWS = 12
 
 
@@ -84,17 +85,20 @@ def fuse_batch_norms(state: DemoState) -> None:
     with torch.no_grad():
         expected = model(*inputs)
         actual = fused(*inputs)
-        unfused_s = _best_seconds(model, inputs)
-        fused_s = _best_seconds(fused, inputs)
+    latency = compare_latency(
+        lambda: model(*inputs), lambda: fused(*inputs), labels=("eager", "fused"), runs=FUSION_RUNS
+    )
     matches = torch.allclose(actual, expected, rtol=1e-3, atol=1e-4)
     state.passes_match = state.passes_match and matches
     difference = (actual - expected).abs().max().item()
     table = Table(show_header=True, header_style="bold")
-    for column in ("", "call_module nodes", "latency (best of 3)", "max |fused - eager|"):
+    timing = f"latency (median of {latency.runs}, {latency.threads} thread)"
+    for column in ("", "call_module nodes", timing, "max |fused - eager|"):
         table.add_column(column)
-    table.add_row("eager", "-", f"{unfused_s * 1e3:.0f} ms", "")
+    unfused_s, fused_s = latency.seconds
+    table.add_row("eager", "-", f"{unfused_s * 1e3:.1f} ms", "")
     modules = sum(node.op == "call_module" for node in fused.graph.nodes)
-    table.add_row("fused", str(modules), f"{fused_s * 1e3:.0f} ms", f"{difference:.2g}")
+    table.add_row("fused", str(modules), f"{fused_s * 1e3:.1f} ms", f"{difference:.2g}")
     state.console.print(table)
     _say(
         state, f"latency change: {100 * (fused_s / unfused_s - 1):+.0f}%; matches eager: {matches}"
@@ -118,16 +122,6 @@ def draw_graph(state: DemoState) -> None:
         "FxGraphDrawer colours nodes by opcode, puts tensor shapes on edges and boxes module "
         f"paths: wrote {written}",
     )
-
-
-def _best_seconds(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> float:
-    module(*inputs)  # warm-up
-    best = float("inf")
-    for _ in range(FUSION_REPEATS):
-        start = time.perf_counter()
-        module(*inputs)
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def _say(state: DemoState, message: str) -> None:

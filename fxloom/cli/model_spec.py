@@ -1,7 +1,8 @@
 """The MODEL argument of ``fxloom cost``, ``draw`` and ``export``: load, trace, propagate shapes.
 
 A MODEL is either the name of an embedded reference model (``fxloom.zoo``: ``resnet_tiny``,
-``transformer_tiny``, ...) or ``package.module:factory``, a function called with no
+``transformer_tiny``, ...) or ``package.module:factory`` (found on ``sys.path`` with the
+current directory first, as ``python -m`` has it), a function called with no
 arguments that returns a model, or ``(model, example_inputs)`` with the inputs as a tuple of
 positional arguments or a dict of keyword arguments. Example inputs let the tracer answer
 questions about tensors and let shape propagation run.
@@ -12,7 +13,8 @@ Depends on: the tracer, ``fxloom.zoo``; ``fxloom.passes.shape_prop`` when it is 
 from __future__ import annotations
 
 import importlib
-import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,7 @@ from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.tracer import symbolic_trace
 
-__all__ = ["LoadedModel", "load_model", "propagate_shapes", "trace_model"]
+__all__ = ["LoadedModel", "call_model", "load_model", "propagate_shapes", "trace_model"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ def load_model(spec: str) -> LoadedModel:
 
 def _from_factory(spec: str) -> LoadedModel:
     module_name, _, attribute_path = spec.partition(":")
+    _search_the_current_directory()
     try:
         factory: Any = importlib.import_module(module_name)
     except ImportError as error:
@@ -79,26 +82,30 @@ def _from_factory(spec: str) -> LoadedModel:
     return LoadedModel(attribute_path.rsplit(".", 1)[-1], model, inputs)
 
 
+def _search_the_current_directory() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` does, so that
+    ``fxloom draw mymodel:make`` finds ``mymodel.py`` where the user runs it. (The
+    ``fxloom`` console script starts with its own directory there instead.)"""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+
+
 def trace_model(loaded: LoadedModel) -> GraphModule:
     """``fxloom.symbolic_trace`` of the model, on its example inputs when it has them.
 
-    With inputs given as a dict, every other parameter of ``forward`` is fixed to its default.
+    The inputs given are the traced module's inputs; parameters they leave out keep their
+    defaults, as in a call ``model(**inputs)`` (the rule of every fxloom entry point that
+    traces from example inputs: ``prepare``, ``lower``, ``to_onnx``).
     """
     if loaded.inputs is None:
         return symbolic_trace(loaded.model)
-    concrete_args = None
-    if isinstance(loaded.inputs, dict):
-        concrete_args = _defaults_of_other_parameters(loaded.model, loaded.inputs)
-    return symbolic_trace(loaded.model, concrete_args, example_inputs=loaded.inputs)
+    return symbolic_trace(loaded.model, example_inputs=loaded.inputs)
 
 
-def _defaults_of_other_parameters(model: torch.nn.Module, given: dict[str, Any]) -> dict[str, Any]:
-    fixed = {}
-    for name, parameter in inspect.signature(model.forward).parameters.items():
-        variadic = parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
-        if name not in given and not variadic and parameter.default is not parameter.empty:
-            fixed[name] = parameter.default
-    return fixed
+def call_model(model: Any, inputs: tuple[Any, ...] | dict[str, Any]) -> Any:
+    """``model`` called on example inputs: a tuple positionally, a dict by name."""
+    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
 
 
 def propagate_shapes(gm: GraphModule, loaded: LoadedModel) -> str | None:
@@ -109,13 +116,9 @@ def propagate_shapes(gm: GraphModule, loaded: LoadedModel) -> str | None:
         from fxloom.passes.shape_prop import ShapeProp
     except ImportError:
         return "shapes are not drawn: fxloom.passes.shape_prop is not available"
-    inputs = loaded.inputs
     try:
         with torch.no_grad():
-            if isinstance(inputs, dict):
-                ShapeProp(gm).propagate(**inputs)
-            else:
-                ShapeProp(gm).propagate(*inputs)
+            call_model(ShapeProp(gm).propagate, loaded.inputs)
     except Exception as error:  # a drawing without shapes is still worth having
         first_line = (str(error).strip().splitlines() or [""])[0]
         return (

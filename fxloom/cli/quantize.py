@@ -9,10 +9,10 @@ normal; integer tensors: drawn from the example's range of values, so token ids 
 anything else: the example's own), or read from ``--data file.pt`` (a list of batches, or
 one tensor cut into batches of ``--batch-size`` rows).
 
-Then, on the example inputs: fp32 and int8 latency (the best of several runs, one thread as
-torch's quantized kernels run here), the int8 output's error against fp32 (relative error
-and cosine similarity over all output tensors), and the report of what became int8 and what
-stayed float, and why.
+Then, on the example inputs: fp32 and int8 latency (``fxloom.cli.timing``: one thread, as
+torch's quantized kernels run here, interleaved calls, medians), the int8 output's error
+against fp32 (relative error and cosine similarity over all output tensors), and the report
+of what became int8 and what stayed float, and why.
 
 Depends on: ``fxloom.cli.model_spec``, ``fxloom.quantize``, ``fxloom.pytree``, rich.
 """
@@ -20,16 +20,15 @@ Depends on: ``fxloom.cli.model_spec``, ``fxloom.quantize``, ``fxloom.pytree``, r
 from __future__ import annotations
 
 import argparse
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["QuantizeResult", "add_arguments", "quantize_and_measure", "random_batches", "run"]
+from fxloom.cli.timing import Latency, compare_latency
 
-TIMING_RUNS = 20
+__all__ = ["QuantizeResult", "add_arguments", "quantize_and_measure", "random_batches", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,19 +69,20 @@ class QuantizeResult:
     """What ``quantize_and_measure`` made and measured."""
 
     int8: torch.nn.Module
-    fp32_seconds: float
-    int8_seconds: float
+    latency: Latency  # fp32 then int8
     relative_error: float
     cosine: float
 
     @property
     def speedup(self) -> float:
-        return self.fp32_seconds / self.int8_seconds
+        return self.latency.speedup
 
     def summary(self) -> str:
+        (fp32, int8), latency = self.latency.seconds, self.latency
+        threads = f"{latency.threads} thread{'s' if latency.threads != 1 else ''}"
         return (
-            f"latency on the example: fp32 {self.fp32_seconds * 1e3:.3f} ms, int8 "
-            f"{self.int8_seconds * 1e3:.3f} ms ({self.speedup:.2f}x); error against fp32: "
+            f"latency on the example: fp32 {fp32 * 1e3:.3f} ms, int8 {int8 * 1e3:.3f} ms "
+            f"({self.speedup:.2f}x; median of {latency.runs}, {threads}); error against fp32: "
             f"relative {self.relative_error:.4f}, cosine {self.cosine:.5f}"
         )
 
@@ -138,22 +138,20 @@ def quantize_and_measure(
     >>> result.relative_error < 0.05, result.cosine > 0.99
     (True, True)
     """
+    from fxloom.cli.model_spec import call_model
     from fxloom.quantize import calibrate, convert, prepare
 
     prepared = prepare(model, inputs, config)
     if calibration is not None:
         calibrate(prepared, calibration, progress=False)
     int8 = convert(prepared)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.no_grad():
-            expected, got = _call(model, inputs), _call(int8, inputs)
-            fp32_seconds, int8_seconds = _best_seconds(model, inputs), _best_seconds(int8, inputs)
-    finally:
-        torch.set_num_threads(threads)
+    with torch.no_grad():
+        expected, got = call_model(model, inputs), call_model(int8, inputs)
+    latency = compare_latency(
+        lambda: call_model(model, inputs), lambda: call_model(int8, inputs), labels=("fp32", "int8")
+    )
     relative, cosine = _error(got, expected)
-    return QuantizeResult(int8, fp32_seconds, int8_seconds, relative, cosine)
+    return QuantizeResult(int8, latency, relative, cosine)
 
 
 def random_batches(
@@ -196,20 +194,6 @@ def _batches(args: argparse.Namespace, inputs: tuple[Any, ...] | dict[str, Any])
         f"--data {args.data} holds a {type(data).__name__}; save a list of batches (tensors, "
         "tuples or dicts of inputs) or one tensor with torch.save"
     )
-
-
-def _call(model: torch.nn.Module, inputs: tuple[Any, ...] | dict[str, Any]) -> Any:
-    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
-
-
-def _best_seconds(model: torch.nn.Module, inputs: tuple[Any, ...] | dict[str, Any]) -> float:
-    _call(model, inputs)  # warm up: packed weights, allocator
-    best = float("inf")
-    for _ in range(TIMING_RUNS):
-        start = time.perf_counter()
-        _call(model, inputs)
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def _error(got: Any, expected: Any) -> tuple[float, float]:

@@ -11,9 +11,16 @@ archive's JSON (``fxloom.serialize.archive.read_archive``) and decodes only the 
 kind, the fxloom and torch versions that wrote it), each graph as ``print(graph)`` shows it
 (``--code``: the Python code it generates instead), the module tree (the class at each path),
 the parameters and other tensors counted by dtype from their records, the nodes by opcode and
-the most common targets, and, for exported programs, the ``signature`` and
-``range_constraints`` documents (``PROGRAM_SECTIONS``) when the file has them. A file that is not an fxloom file, or
-that names anything off the allowlist, gives the ``SerializationError`` message and exit code 2.
+the most common targets, the devices tensors were saved on, and, for exported programs, the
+``signature`` and ``range_constraints`` documents (``PROGRAM_SECTIONS``) when the file has them.
+
+A file that names something ``fxloom.load`` would refuse (a Hugging Face ``ModelOutput`` class
+whose module is not imported, a function off the allowlist, a module class) is still
+described: the names are listed with where they are used and why loading refuses them
+(``fxloom.serialize.refused_names``), and the graphs print them by name, nothing resolved or
+run. A graph that cannot be decoded at all is listed with the reason, the rest still shown.
+Only a file that is not an fxloom file (or a damaged one) gives the ``SerializationError``
+message and exit code 2.
 
 Depends on: ``fxloom.cli.model_spec``, ``fxloom.serialize``, ``fxloom.export`` (``--export``),
 rich.
@@ -27,11 +34,12 @@ import math
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fxloom.passes._cost_report import format_bytes
+from fxloom.serialize.refused_names import Refusal, find_refusals, standing_in
 
 __all__ = [
     "add_save_arguments",
@@ -161,6 +169,8 @@ class FileSummary:
     opcodes: Counter
     targets: Counter
     program_sections: dict[str, Any]  # those of PROGRAM_SECTIONS the file has
+    devices: Counter = field(default_factory=Counter)  # saved device -> tensors stored
+    refusals: list[Refusal] = field(default_factory=list)  # what fxloom.load would refuse
 
 
 def summarise(path: str | Path) -> FileSummary:
@@ -189,16 +199,25 @@ def summarise(path: str | Path) -> FileSummary:
 
 
 def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
-    from fxloom.serialize import allowlist
-
     summary = FileSummary(header, {}, {}, {}, Counter(), Counter(), {})
+    summary.refusals = find_refusals(_module_records(root))
+    with standing_in(summary.refusals):  # refused names decode as inert placeholders
+        _summarise_modules(summary, program, root)
+    return summary
+
+
+def _summarise_modules(summary: FileSummary, program: dict, root: dict) -> None:
+    from fxloom.serialize.errors import SerializationError
+
     seen_tensors: set[str] = set()
     for path, record in _module_records(root):
-        # Resolved (never built) so a class off the allowlist is refused as fxloom.load would.
-        allowlist.resolve_module_class(record.get("class"))
         summary.modules[path] = str(record.get("class"))
         if "graph" in record:
-            summary.graphs[path] = _decode_graph_only(record["graph"], path)
+            try:
+                summary.graphs[path] = _decode_graph_only(record["graph"], path)
+            except SerializationError as e:  # listed, and the rest of the file still shown
+                where = f"graph of {path or 'the root module'}"
+                summary.refusals.append(Refusal("(the whole graph)", "graph", str(e), [where]))
         for kind, records in _tensor_records(record):
             for tensor in records:
                 _count_once(summary, kind, tensor, seen_tensors)
@@ -215,7 +234,6 @@ def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
     for key in PROGRAM_SECTIONS:
         if key in program:
             summary.program_sections[key] = program[key]
-    return summary
 
 
 def _count_once(summary: FileSummary, kind: str, tensor: dict, seen: set[str]) -> None:
@@ -223,6 +241,7 @@ def _count_once(summary: FileSummary, kind: str, tensor: dict, seen: set[str]) -
         return  # a tied tensor is stored, and counted, once
     seen.add(tensor.get("key"))
     _count_tensor(summary.tensors.setdefault(kind, Counter()), tensor)
+    summary.devices[str(tensor.get("device", "cpu"))] += 1  # version 1 files: the CPU
 
 
 def _module_records(root: dict) -> Iterator[tuple[str, dict]]:
@@ -360,8 +379,23 @@ def _summary_lines(summary: FileSummary) -> list[str]:
     top = summary.targets.most_common(TOP_TARGETS)
     if top:
         lines.append("Most common targets: " + ", ".join(f"{t} x{n}" for t, n in top))
+    if summary.devices:
+        saved_on = ", ".join(f"{device} {n}" for device, n in summary.devices.most_common())
+        lines.append(f"Tensors saved on: {saved_on}")
     for key, value in summary.program_sections.items():
         lines += ["", f"{key.replace('_', ' ').capitalize()}:", *_json_lines(value)]
+    return lines + _refusal_lines(summary.refusals)
+
+
+def _refusal_lines(refusals: list[Refusal]) -> list[str]:
+    """What ``fxloom.load`` would refuse, one name a line, with where it is used and why."""
+    if not refusals:
+        return []
+    lines = ["", f"fxloom.load would refuse ({len(refusals)}):"]
+    for refusal in refusals:
+        shown = ", ".join(refusal.places[:3])
+        more = f" and {len(refusal.places) - 3} more" if len(refusal.places) > 3 else ""
+        lines.append(f"  {refusal.kind} {refusal.name!r} (at {shown}{more}): {refusal.reason}")
     return lines
 
 

@@ -140,6 +140,9 @@ def _unknown_names(unknown: list[Any], names: list[str], values: list[Any]) -> s
 def _match(value: Any, entry: Any, where: str, leaves: list, uses: list[_Use]) -> None:
     """Walk ``value`` as ``fxloom.pytree`` flattens it, ``entry`` alongside, recording leaves."""
     container = pytree.container_type(type(value))
+    if value is None:  # an input left None is fixed, not lifted (export's ``none_is_leaf``)
+        _leaf_dims(value, entry, where, uses)  # refuses a dynamic entry for it all the same
+        return
     if container is None:
         leaves.append(_leaf_dims(value, entry, where, uses))
         return

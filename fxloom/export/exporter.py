@@ -66,7 +66,11 @@ def export(
 
     ``args`` is a tuple and ``kwargs`` a dict of the forward's inputs: tensors
     and structures of them (tuples, lists, dicts, named tuples, registered
-    dataclasses and classes), and other values, which the program is fixed to.
+    dataclasses and classes, classes registered with torch's pytree such as
+    Hugging Face's ``ModelOutput``, and transformers' caches), and other values,
+    which the program is fixed to. A None (a parameter left at its default
+    included) is fixed too and is no input of the graph: the signature lists the
+    inputs that carry values, as torch.export's does.
     The result is sound for inputs of the examples' shapes and dtypes:
     ``ep.module()`` checks that. ``strict`` is accepted for torch.export
     compatibility; fxloom always runs the real forward (non-strict).
@@ -105,7 +109,7 @@ def export(
     assert_deferred(capture)
     assert_input_guards(capture)
     graph_signature, out_spec = _finish(capture, input_specs, result)
-    _, in_spec = pytree.tree_flatten(tuple(bound))
+    _, in_spec = pytree.tree_flatten(tuple(bound), none_is_leaf=False)
     state_dict, constants = _state_values(mod, input_specs, capture)
     return ExportedProgram(
         GraphModule(torch.nn.Module(), capture.graph),
@@ -128,11 +132,20 @@ def export(
 
 def _range_constraints(capture: Capture, sizes: InputSizes) -> dict[Any, ValueRange]:
     """Each symbol the program still has (not replaced by another, not dropped): its declared
-    range if a Dim declared one, else the range the program left it."""
+    range if a Dim declared one, else the range the program left it; an index width's bound
+    (``symbolic.index_width``) narrows either."""
     env = capture.shape_env
     sources = capture.sizes.sources
+    narrowed = {n.symbol: n.upper for n in env.index_bounds.values() if n.symbol is not None}
+
+    def reported(symbol: Any, info: Any) -> ValueRange:
+        declared = sizes.declared.get(symbol) or ValueRange(info.lower, info.upper)
+        if symbol not in narrowed:
+            return declared
+        return ValueRange(declared.lower, min(declared.upper, info.upper))
+
     return {
-        symbol: sizes.declared.get(symbol) or ValueRange(info.lower, info.upper)
+        symbol: reported(symbol, info)
         for symbol, info in env.symbols.items()
         if symbol not in env.replacements
         # a data-dependent value the program dropped (dead code) is not one of its sizes
@@ -218,8 +231,10 @@ def _lift_user_input(
     sizes: InputSizes,
 ) -> Any:
     """Placeholders for the leaves of one forward input; the input rebuilt of stand-ins.
-    ``leaf_dims`` gives each leaf's dynamic dimensions, in order."""
-    leaves, spec = pytree.tree_flatten(value)
+    ``leaf_dims`` gives each leaf's dynamic dimensions, in order. A None (an input left at
+    its default, a field not given) is no placeholder: the program is fixed to it, as
+    torch.export fixes inputs it is not given."""
+    leaves, spec = pytree.tree_flatten(value, none_is_leaf=False)
     single = spec.is_leaf()
     lifted = []
     for index, leaf in enumerate(leaves):

@@ -38,7 +38,7 @@ def shape_constraints(env: ShapeEnv, made_static: list[str]) -> list[str]:
     for guard in env.guards:
         symbols = guard.expr.free_symbols
         if symbols and all(env.symbols[s].hint is not None for s in symbols):
-            lines.append(describe_guard(env, guard))
+            lines.append(describe_guard(env, guard) + _index_width_note(env, guard))
     lines.extend(
         f"{entry}: static (Dim.AUTO with an example of size 0 or 1)" for entry in made_static
     )
@@ -65,6 +65,18 @@ def describe_guard(env: ShapeEnv, guard: Guard, *, where: str = "   # ") -> str:
     if unbacked:
         text += f" ({', '.join(unbacked)})"
     return text + (f"{where}{guard.location}: {guard.code.strip()}" if guard.location else "")
+
+
+def _index_width_note(env: ShapeEnv, guard: Guard) -> str:
+    """`` (index width int32: x.size(0) <= 2674)`` for a bound that narrowed a size's range."""
+    narrowing = env.index_bounds.get(guard.expr)
+    if narrowing is None:
+        return ""
+    if narrowing.symbol is None:
+        return f"  (index width {narrowing.bound.width}; checked when it runs)"
+    info = env.symbols[narrowing.symbol]
+    name = info.source or str(narrowing.symbol)
+    return f"  (index width {narrowing.bound.width}: {name} <= {narrowing.upper})"
 
 
 def _text(expr: sympy.Basic) -> str:

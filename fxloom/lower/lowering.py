@@ -18,10 +18,11 @@ Which regions are lowered. A region whose operators do no arithmetic (its cost,
 ``fxloom.passes.cost``, counts 0 FLOPs: a lone reshape, a getitem, a cat) stays in PyTorch,
 where it is free or one copy, while a call into ONNX Runtime costs microseconds and a copy of
 its outputs. A region whose translation, check, session or trial run fails also stays in
-PyTorch; the report says why. With ``dynamic_batch`` the model runs once more at a batch one
-larger, and a region whose inputs do not all follow the batch (a tensor without it, a size
-that changes with it) stays in PyTorch too, so the lowered module runs at any batch size. A model may thus end up with nothing lowered: that is
-reported, not raised.
+PyTorch; the report says why. With ``dynamic_shapes`` (or ``dynamic_batch``) the model runs
+once more per dynamic ``Dim`` at another size; each region is translated with the sizes it
+saw in those runs, so its dynamic dimensions are symbolic, and a region fed a number that
+changes with them (a size passed from PyTorch) stays in PyTorch, so the lowered module runs
+at any size. A model may thus end up with nothing lowered: that is reported, not raised.
 
 ``check=True`` runs the eager model and the lowered one on the examples and records the
 largest absolute and relative errors in the report; outputs further apart than
@@ -41,6 +42,7 @@ when ``lower`` runs.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -49,12 +51,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.guards import is_guard
+from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for
 from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionReport
 from fxloom.lower.runtime import OrtModule, require
 from fxloom.node import Node
 from fxloom.pytree import tree_flatten
+from fxloom.pytree_codegen import PyTreeCodeGen
 
 __all__ = ["BACKENDS", "LoweringError", "lower"]
 
@@ -73,7 +78,9 @@ def lower(
     backend: str = "onnxruntime",
     check: bool = False,
     dynamic_batch: bool = False,
+    dynamic_shapes: Any = None,
     threads: int | None = None,
+    spinning: bool | None = None,
     concrete_args: dict[str, Any] | None = None,
     rtol: float = 1e-3,
     atol: float = 1e-4,
@@ -81,13 +88,28 @@ def lower(
     """Lower the supported regions of a model to ONNX Runtime (see the module docstring).
 
     Args:
-        model_or_gm: a module or function, traced here on ``example_inputs``, or a
-            GraphModule.
+        model_or_gm: a module or function, traced here on ``example_inputs``, a
+            GraphModule, or an ``fxloom.export`` program (lowered as ``ep.module()``).
         example_inputs: a tuple of positional inputs or a dict by name.
         backend: ``"onnxruntime"`` (the only one so far).
         check: compare with eager PyTorch on the examples; raise past ``rtol``/``atol``.
-        dynamic_batch: dimension 0 of every region's inputs and outputs is left free.
-        threads: ONNX Runtime's threads per operator (default: ``torch.get_num_threads()``).
+        dynamic_batch: short for dimension 0 of every tensor input dynamic, one Dim
+            named ``batch``.
+        dynamic_shapes: which input dimensions may vary, in ``fxloom.export``'s form: a
+            dict by forward's parameter names of ``{dimension: Dim}``
+            (``{"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}``).
+            The model runs once more per Dim at another size (``fxloom.lower.dynamic_dims``);
+            each region's inputs and outputs get those dimensions symbolic.
+        threads: ONNX Runtime's threads per operator. By default the settings follow where
+            the work runs. When one region covers the whole model, its session gets ONNX
+            Runtime's own defaults (one thread per physical core, worker threads spinning
+            between calls), as torch.onnx + ONNX Runtime has them. When PyTorch runs
+            operators between regions, spinning is off and the sessions take
+            ``torch.get_num_threads()`` threads, so ONNX Runtime's idle workers do not take
+            the cores PyTorch needs. The report's notes say which was chosen.
+        spinning: whether ONNX Runtime's worker threads spin between calls; None decides as
+            ``threads`` describes (on when one region covers the model). A benchmark that
+            interleaves the lowered model with other work may want it off.
         concrete_args: parameters fixed while tracing a plain module (``{"use_cache": False}``).
 
     Returns:
@@ -113,23 +135,28 @@ def lower(
     from fxloom.lower import onnx_translate
     from fxloom.passes.split_by_support import split_by_support
 
+    if isinstance(model_or_gm, ExportedProgram):  # taken as ``ep.module()`` is called
+        model_or_gm = model_or_gm.module()
     inputs = _as_inputs(example_inputs)
     gm = _traced(model_or_gm, inputs, concrete_args)
     _propagate_shapes(gm, inputs)
     support = _Support(gm, onnx_translate.unsupported_reason)
     split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)
+    _keep_calling_convention(gm, split)
     _drop_unused_regions(split)
     seen = _record_regions(split, inputs)
-    unbatched = _unbatched_regions(split, inputs, seen) if dynamic_batch else {}
-    settings = {"intra_op_num_threads": threads}
+    runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
+    region_runs, fixed = _regions_at_sizes(split, seen, runs)
+    settings, setting_note = _session_settings(split, threads, spinning)
     regions = [
-        _lower_region(split, name, seen[name], dynamic_batch, settings, unbatched.get(name))
+        _lower_region(split, name, seen[name], region_runs[name], settings, fixed.get(name))
         for name in _region_names(split)
         if name in seen  # a region never run on the examples (dead code) stays as it is
     ]
     left = tuple(_left_node(node, reason) for node, reason in support.reasons.items())
     guards = len(support.guards)
     notes = (f"{guards} guard(s) of tracing's assumptions run in PyTorch",) if guards else ()
+    notes += (setting_note,) if any(region.lowered for region in regions) else ()
     report = LoweringReport(_model_name(model_or_gm), backend, tuple(regions), left, notes=notes)
     if check:
         report = _checked(model_or_gm, split, inputs, report, concrete_args, rtol, atol)
@@ -187,6 +214,18 @@ def _traced(
     return GraphModule(tracer.root, graph, _model_name(model))
 
 
+def _keep_calling_convention(gm: GraphModule, split: GraphModule) -> None:
+    """The split module takes and returns the structures ``gm`` does (an exported module's
+    ``ModelOutput``, a traced one's nested inputs): the same placeholders and output, so the
+    same pytree code generator applies."""
+    codegen = gm.graph._codegen
+    names = [node.name for node in gm.graph.find_nodes(op="placeholder")]
+    same_inputs = names == [node.name for node in split.graph.find_nodes(op="placeholder")]
+    if isinstance(codegen, PyTreeCodeGen) and same_inputs:
+        split.graph.set_codegen(codegen)
+        split.recompile()
+
+
 def _propagate_shapes(gm: GraphModule, inputs: tuple[tuple, dict]) -> None:
     from fxloom.passes.shape_prop import ShapeProp
 
@@ -225,6 +264,43 @@ class _Support:
 
 
 # ---------------------------------------------------------------- regions
+def _session_settings(
+    split: GraphModule, threads: int | None, spinning: bool | None
+) -> tuple[dict[str, Any], str]:
+    """ONNX Runtime's settings for the regions, and a note saying which were chosen.
+
+    When one region covers the model (nothing but its call, guards and unpacking its result
+    runs in PyTorch), the sessions get ONNX Runtime's defaults, as torch.onnx + ONNX Runtime
+    users have them: spinning worker threads and one thread per physical core (measured:
+    ResNet-50 at batch 1 ran 1.23x slower without spinning). Otherwise PyTorch runs between
+    the regions, and spinning threads would take the cores its operators need (eager
+    ResNet-50 ran 2x slower next to spinning sessions on 2 cores): spinning off, and
+    ``torch.get_num_threads()`` threads, so both share the machine alike. ``threads`` and
+    ``spinning``, when given, win.
+    """
+    whole = _one_region_covers(split)
+    spin = whole if spinning is None else spinning
+    if whole and threads is None:
+        count, intra = "ONNX Runtime's default threads", 0
+    else:
+        number = torch.get_num_threads() if threads is None else threads
+        count, intra = f"{number} ONNX Runtime thread{'s' if number != 1 else ''}", threads
+    where = "one region covers the model" if whole else "PyTorch runs between regions"
+    note = f"{where}: {count}, spinning {'on' if spin else 'off'}"
+    return {"intra_op_num_threads": intra, "allow_spinning": spin}, note
+
+
+def _one_region_covers(split: GraphModule) -> bool:
+    calls = [n for n in split.graph.nodes if n.op not in _ENDS]
+    regions = [n for n in calls if n.op == "call_module" and n.target.startswith(REGION_PREFIX)]
+    rest = [n for n in calls if n not in regions]
+    unpacking = all(
+        n.op == "call_function" and (n.target is operator.getitem or is_guard(n.target))
+        for n in rest
+    )
+    return len(regions) == 1 and unpacking
+
+
 def _region_names(split: GraphModule) -> list[str]:
     return [name for name, _ in split.named_children() if name.startswith(REGION_PREFIX)]
 
@@ -247,52 +323,59 @@ def _record_regions(split: GraphModule, inputs: tuple[tuple, dict]) -> dict[str,
     return seen
 
 
-def _unbatched_regions(
-    split: GraphModule, inputs: tuple[tuple, dict], seen: dict[str, tuple]
-) -> dict[str, str]:
-    """Regions that cannot take a free batch dimension, and why.
+def _regions_at_sizes(
+    split: GraphModule, seen: dict[str, tuple], runs: list[SizeRun]
+) -> tuple[dict[str, list[SizeRun]], dict[str, str]]:
+    """Each region's inputs in every run at other sizes, and the regions that cannot vary.
 
-    The model runs once more with dimension 0 of every input one larger; a region is
-    batched when each of its tensor inputs grew in dimension 0 and every other input (a
-    size, a flag) kept its value. (A region fed position embeddings, say, is not.)
+    The whole model runs once per run (``fxloom.lower.dynamic_dims``); what each region
+    received there is its own run, from which the translator finds its dynamic dimensions.
+    A region fed a number that changes with the sizes (ONNX Runtime would get it fixed), or
+    not reached at some size, stays in PyTorch, so the lowered module runs at any size.
     """
-    from fxloom.lower.onnx_translate import grow_batch
-
-    try:
-        grown = _record_regions(split, grow_batch(inputs))
-    except Exception as error:
-        raise LoweringError(
-            "dynamic_batch: the model does not run with dimension 0 of every input one larger "
-            f"({type(error).__name__}: {error}); lower it without dynamic_batch"
-        ) from error
-    reasons = {}
-    for name, (args, _) in seen.items():
-        other = grown.get(name, (None, None))[0]
-        for position, value in enumerate(args):
-            if not _grows_with_batch(value, other[position] if other else None):
-                reasons[name] = f"dynamic_batch: its input {position} does not follow the batch"
-                break
-    return reasons
+    at_sizes: dict[str, list[SizeRun]] = {name: [] for name in seen}
+    fixed: dict[str, str] = {}
+    for run in runs:
+        try:
+            grown = _record_regions(split, _as_inputs(run.inputs))
+        except Exception as error:
+            raise LoweringError(run_failed(run, error)) from error
+        for name, (args, _) in seen.items():
+            other = grown.get(name)
+            reason = _fixed_reason(run, args, other[0] if other else None)
+            if reason is not None:
+                fixed.setdefault(name, reason)
+            elif other is not None:
+                at_sizes[name].append(SizeRun(other[0], run.names))
+    return at_sizes, fixed
 
 
-def _grows_with_batch(value: Any, grown: Any) -> bool:
-    if not isinstance(value, torch.Tensor):
-        return not isinstance(grown, torch.Tensor) and grown == value
-    return (
-        isinstance(grown, torch.Tensor)
-        and value.dim() > 0
-        and grown.shape[0] == value.shape[0] + 1
-        and grown.shape[1:] == value.shape[1:]
-    )
+def _fixed_reason(run: SizeRun, args: tuple, other: tuple | None) -> str | None:
+    """Why a region cannot follow the run's sizes: it was not reached, or a number changed."""
+    changed = ", ".join(sorted(set(run.names.values())))
+    if other is None:
+        return f"{run.option}: not run when {changed} changes"
+    for position, value in enumerate(args):
+        holds_tensor = any(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(value)[0])
+        if not holds_tensor and not _same_number(value, other[position]):
+            return (
+                f"{run.option}: its input {position} ({value!r}) changes with {changed}, "
+                "and ONNX Runtime would get it fixed"
+            )
+    return None
+
+
+def _same_number(value: Any, other: Any) -> bool:
+    return not isinstance(other, torch.Tensor) and type(other) is type(value) and other == value
 
 
 def _lower_region(
     split: GraphModule,
     name: str,
     seen: tuple,
-    dynamic_batch: bool,
+    runs: list[SizeRun],
     settings: dict,
-    unbatched: str | None = None,
+    fixed: str | None = None,
 ) -> RegionReport:
     region: GraphModule = getattr(split, name)
     nodes = tuple(
@@ -300,12 +383,12 @@ def _lower_region(
     )
     names = tuple(n.name for n in nodes)
     ops = dict(Counter(_op_name(n, region) for n in nodes))
-    why_not = unbatched or _too_small(region)
+    why_not = fixed or _too_small(region)
     if why_not is not None:
         return RegionReport(name, names, ops, lowered=False, reason=why_not)
     start = time.perf_counter()
     try:
-        replacement = _ort_region(region, name, seen, dynamic_batch, settings)
+        replacement = _ort_region(region, name, seen, runs, settings)
     except Exception as error:  # any failure keeps the region in PyTorch, reported
         first = (str(error).strip().splitlines() or [""])[0]
         reason = f"translation failed: {type(error).__name__}: {first}"
@@ -330,15 +413,15 @@ def _too_small(region: GraphModule) -> str | None:
 
 
 def _ort_region(
-    region: GraphModule, name: str, seen: tuple, dynamic_batch: bool, settings: dict
+    region: GraphModule, name: str, seen: tuple, runs: list[SizeRun], settings: dict
 ) -> OrtModule:
     """Translate, check, start and try one region; raise if any step fails."""
     import onnx
 
-    from fxloom.lower.onnx_translate import translate
+    from fxloom.lower.onnx_translate import translate_at_sizes
 
     args, expected = seen
-    proto = translate(region, args, dynamic_batch=dynamic_batch)
+    proto = translate_at_sizes(region, args, runs)
     onnx.checker.check_model(proto)
     module = OrtModule(
         proto.SerializeToString(),

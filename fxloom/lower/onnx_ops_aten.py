@@ -14,7 +14,7 @@ import torch
 
 from fxloom.lower import onnx_ops_nn as nn_ops
 from fxloom.lower.onnx_ops import UnsupportedArgument, argument, cast_to, register
-from fxloom.lower.onnx_ops_shapes import rank_of
+from fxloom.lower.onnx_ops_shapes import gather_nd, index_refusal, rank_of
 
 aten = torch.ops.aten
 
@@ -109,6 +109,20 @@ def translate_aten_group_norm(ctx: Any, node: Any, args: tuple, kwargs: dict) ->
 def translate_aten_embedding(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     weight, indices = args[0], args[1]
     return ctx.node("Gather", [ctx.name(weight), cast_to(ctx, indices, torch.int64)], axis=0)
+
+
+def _aten_index_refusal(node: Any, module: Any) -> str | None:
+    indices = node.args[1]
+    if any(i is None for i in indices):
+        return "aten.index with None among its indices (a dimension skipped)"
+    return index_refusal(tuple(indices))
+
+
+@register(aten.index, refuses=_aten_index_refusal)
+def translate_aten_index(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    """``x[i, j]`` with integer tensors over the leading dimensions (``padding_mask[b, k]`` of
+    transformers' masks), as the getitem it was."""
+    return gather_nd(ctx, ctx.name(args[0]), list(args[1]))
 
 
 @register(aten.max_pool2d_with_indices)

@@ -283,7 +283,8 @@ def translate_getitem(ctx: Any, node: Any, args: tuple, kwargs: dict) -> Any:
     indices = list(index) if isinstance(index, tuple) else [index]
     if any(_is_tensor_index(i) for i in indices):
         return gather_nd(ctx, ctx.name(source), indices)
-    rank = rank_of(ctx, source) if source.meta.get("tensor_meta") is not None else 1
+    known = isinstance(source, torch.Tensor) or source.meta.get("tensor_meta") is not None
+    rank = rank_of(ctx, source) if known else 1  # a folded tensor sliced at a dynamic size
     return index_tensor(ctx, ctx.name(source), rank, indices)
 
 

@@ -8,8 +8,10 @@ records every node's ``tensor_meta``), then walks it in order:
   initializers, as do ``get_attr`` tensors;
 * a node whose value the examples fix is folded into a Python value: sizes, dtypes, flags, and
   tensors computed from no input (``torch.arange(seq_len)``, a mask built from weights). With
-  ``dynamic_batch`` the graph also runs at another batch size, and a size that changes with it
-  is computed in the ONNX graph (``Shape``, ``Gather``, ``Mul`` ...) instead;
+  ``dynamic_shapes`` (or ``dynamic_batch``) the graph also runs with each dynamic dimension at
+  another size (``fxloom.lower.dynamic_dims``), and a value that changes with it is computed in
+  the ONNX graph (``Shape``, ``Gather``, ``Mul`` ...) instead; the dimensions that change are
+  symbolic in the graph's inputs and outputs, named after their ``Dim``;
 * fxloom's run-time guards are dropped (ONNX Runtime checks input types and ranks itself);
 * every other call node goes to its handler in ``ONNX_TRANSLATIONS`` (``onnx_ops``);
 * the output's tensors, flattened, become the graph outputs ``output_0``, ``output_1`` ...
@@ -33,6 +35,7 @@ import torch
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.guards import is_guard
+from fxloom.lower.dynamic_dims import SizeRun, dim_names, run_failed, runs_for
 from fxloom.lower.extra import require
 from fxloom.lower.onnx_ops import (
     UnsupportedArgument,
@@ -43,13 +46,14 @@ from fxloom.lower.onnx_ops import (
 from fxloom.node import Node, map_arg
 from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes.shape_prop import ShapeProp, TensorMetadata
-from fxloom.pytree import tree_leaves, tree_map
+from fxloom.pytree import tree_leaves
 
 __all__ = [
     "TranslationContext",
     "UnsupportedNodeError",
     "to_onnx",
     "translate",
+    "translate_at_sizes",
     "unsupported_reason",
 ]
 
@@ -158,9 +162,15 @@ def translate(
     example_inputs: tuple[Any, ...] | dict[str, Any],
     *,
     dynamic_batch: bool = False,
+    dynamic_shapes: Any = None,
     opset: int = 18,
 ) -> Any:
     """Translate ``gm`` (a GraphModule or an ExportedProgram) into an ``onnx.ModelProto``.
+
+    ``dynamic_shapes`` (``fxloom.export``'s form: ``{"input_ids": {0: batch, 1: seq}}``)
+    leaves those dimensions free, in the inputs, the outputs and every size computed from
+    them; ``dynamic_batch=True`` is short for dimension 0 of every tensor input (see
+    ``fxloom.lower.dynamic_dims``).
 
     >>> import torch, fxloom
     >>> from fxloom.lower import translate
@@ -171,9 +181,21 @@ def translate(
     >>> [node.op_type for node in proto.graph.node]
     ['Transpose', 'MatMul', 'Add', 'Softmax', 'Identity']
     """
+    runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
+    return translate_at_sizes(gm, example_inputs, runs, opset=opset)
+
+
+def translate_at_sizes(
+    gm: GraphModule | ExportedProgram,
+    example_inputs: tuple[Any, ...] | dict[str, Any],
+    runs: list[SizeRun],
+    *,
+    opset: int = 18,
+) -> Any:
+    """``translate`` with the dynamic dimensions given as runs at other sizes (``SizeRun``)."""
     onnx = require("onnx")
     module = graph_module_of(gm)
-    folded, varying = _record_values(gm, example_inputs, dynamic_batch)
+    folded, sizes = _record_values(gm, example_inputs, runs)
     unsupported = _unsupported_nodes(module, folded)
     if unsupported:
         raise UnsupportedNodeError(unsupported)
@@ -187,10 +209,10 @@ def translate(
         elif node in folded:
             ctx.folded[node] = folded[node]
         elif node.op == "placeholder":
-            graph_inputs.append(_input_value_info(onnx, node, dynamic_batch))
+            graph_inputs.append(_input_value_info(onnx, node, sizes))
             ctx.env[node] = graph_inputs[-1].name
         elif node.op == "output":
-            outputs = _emit_outputs(onnx, ctx, node, varying)
+            outputs = _emit_outputs(onnx, ctx, node, sizes)
         elif node.op == "call_function" and is_guard(node.target):
             continue
         else:
@@ -240,11 +262,16 @@ def to_onnx(
     path: str | os.PathLike,
     *,
     dynamic_batch: bool = False,
+    dynamic_shapes: Any = None,
 ) -> Any:
     """Write ``model_or_gm`` as one checked ONNX file at ``path``; return the ``ModelProto``.
 
     A plain module is traced first (``fxloom.symbolic_trace`` with the examples); a graph with
     any node ONNX cannot take raises ``UnsupportedNodeError`` listing each one and writes nothing.
+    ``dynamic_shapes`` (``{"input_ids": {0: Dim("batch"), 1: Dim("seq")}}``, as
+    ``fxloom.export`` takes it) makes those dimensions symbolic in the file's inputs and
+    outputs, named after their Dims; ``dynamic_batch=True`` is short for dimension 0 of every
+    tensor input, named ``batch``.
 
     >>> import tempfile, os, torch
     >>> from fxloom.lower import to_onnx
@@ -258,7 +285,9 @@ def to_onnx(
     """
     onnx = require("onnx")
     gm = _graph_of(model_or_gm, example_inputs)
-    proto = translate(gm, example_inputs, dynamic_batch=dynamic_batch)
+    proto = translate(
+        gm, example_inputs, dynamic_batch=dynamic_batch, dynamic_shapes=dynamic_shapes
+    )
     onnx.checker.check_model(proto, full_check=True)
     onnx.save_model(proto, os.fspath(path))
     return proto
@@ -283,14 +312,15 @@ class _ValueRecorder(ShapeProp):
     """``ShapeProp`` that also sorts nodes into translated ones and folded ones, with values.
 
     A node is translated when it is a tensor input, when it holds a tensor computed from a
-    translated node, or when its value differs from the one a run at another batch size gave
-    (``other``: that run's values; a dynamic batch); every other node is folded, its value kept.
+    translated node, or when its value differs from the one a run at other sizes gave
+    (``others``: those runs' values; dynamic dimensions); every other node is folded, its
+    value kept.
     """
 
-    def __init__(self, gm: Any, lifted: set[str], other: dict[Node, Any] | None) -> None:
+    def __init__(self, gm: Any, lifted: set[str], others: list[dict[Node, Any]]) -> None:
         super().__init__(gm)
         self.lifted = lifted
-        self.other = other
+        self.others = others
         self.translated: set[Node] = set()
         self.values: dict[Node, Any] = {}
 
@@ -310,42 +340,50 @@ class _ValueRecorder(ShapeProp):
         return value
 
     def _varies(self, n: Node, value: Any) -> bool:
-        if self.other is None or _holds_tensor_value(value):
+        if _holds_tensor_value(value):
             return False
-        return n not in self.other or not _same(value, self.other[n])
+        return any(n not in other or not _same(value, other[n]) for other in self.others)
+
+
+class _Sizes:
+    """The shapes every node had in each run at other sizes; names the dims that changed."""
+
+    def __init__(self, runs: list[SizeRun], metas: list[dict[Node, Any]]) -> None:
+        self.runs = runs
+        self.metas = metas  # per run: node -> its tensor_meta there
+
+    def shape(self, node: Node, position: int, meta: TensorMetadata, fresh: str) -> list[Any]:
+        """``meta``'s shape (the ``position``-th tensor of ``node``), dynamic dims named."""
+        others = []
+        for metas in self.metas:
+            there = tensor_metas(metas.get(node))
+            others.append(tuple(there[position].shape) if position < len(there) else None)
+        return dim_names(tuple(meta.shape), others, self.runs, fresh)
 
 
 def _record_values(
-    gm: Any, example_inputs: Any, dynamic_batch: bool
-) -> tuple[dict[Node, Any], dict[Node, set[int]]]:
-    """Run ``gm`` on the examples: the folded values, and which dims vary with the batch.
+    gm: Any, example_inputs: Any, runs: list[SizeRun]
+) -> tuple[dict[Node, Any], _Sizes]:
+    """Run ``gm`` on the examples: the folded values, and every node's shapes in the runs.
 
-    With ``dynamic_batch`` a first run at batch + 1 finds the values that change with the batch
-    size (they are not folded); the examples run last, so ``tensor_meta`` is theirs.
+    Each run at other sizes comes first and finds the values that change with them (they are
+    not folded); the examples run last, so ``tensor_meta`` is theirs.
     """
     module = graph_module_of(gm)
     lifted = set(lifted_state(gm))
-    other: dict[Node, Any] | None = None
-    other_shapes: dict[Node, Any] = {}
-    if dynamic_batch:
+    others, metas = [], []
+    for run in runs:
         try:
-            other = _run(gm, lifted, None, grow_batch(example_inputs))
+            others.append(_run(gm, lifted, [], run.inputs))
         except Exception as error:
-            raise ValueError(
-                "dynamic_batch: the graph does not run with dimension 0 of every tensor input "
-                f"one larger ({error}); dynamic_batch needs dimension 0 of every input to be "
-                "the batch: translate without it, or pass only batched inputs"
-            ) from error
-        other_shapes = {n: n.meta.get("tensor_meta") for n in module.graph.nodes}
-    values = _run(gm, lifted, other, example_inputs)
-    dims = {
-        n: _varying_dims(n.meta.get("tensor_meta"), other_shapes.get(n)) for n in module.graph.nodes
-    }
-    return values, dims
+            raise ValueError(run_failed(run, error, "the graph")) from error
+        metas.append({n: n.meta.get("tensor_meta") for n in module.graph.nodes})
+    values = _run(gm, lifted, others, example_inputs)
+    return values, _Sizes(runs, metas)
 
 
-def _run(gm: Any, lifted: set[str], other: dict[Node, Any] | None, example_inputs: Any) -> dict:
-    recorder = _ValueRecorder(gm, lifted, other)
+def _run(gm: Any, lifted: set[str], others: list[dict[Node, Any]], example_inputs: Any) -> dict:
+    recorder = _ValueRecorder(gm, lifted, others)
     if isinstance(example_inputs, dict):
         recorder.propagate(**example_inputs)
     else:
@@ -388,23 +426,6 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def grow_batch(example_inputs: Any) -> Any:
-    """The examples with dimension 0 of every tensor one larger (its first row repeated)."""
-
-    def grow(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
-            return torch.cat([value, value[:1]])
-        return value
-
-    return tree_map(grow, example_inputs, mode="plain")
-
-
-def _varying_dims(meta: Any, other: Any) -> set[int]:
-    if other is None or not hasattr(meta, "shape") or not hasattr(other, "shape"):
-        return set()
-    return {i for i, (a, b) in enumerate(zip(meta.shape, other.shape)) if a != b}
-
-
 def _unsupported_nodes(module: GraphModule, folded: dict[Node, Any]) -> list[tuple[Node, str]]:
     found = []
     for node in module.graph.nodes:
@@ -432,18 +453,14 @@ def _argument_value(ctx: TranslationContext, node: Node) -> Any:
     return ctx.folded[node] if node in ctx.folded else node
 
 
-def _input_value_info(onnx: Any, node: Node, dynamic_batch: bool) -> Any:
+def _input_value_info(onnx: Any, node: Node, sizes: _Sizes) -> Any:
     meta = node.meta.get("tensor_meta")
-    shape: list[Any] = list(meta.shape)
-    if dynamic_batch and shape:
-        shape[0] = "batch"
     name = str(node.target).lstrip("*")
+    shape = sizes.shape(node, 0, meta, name)
     return onnx.helper.make_tensor_value_info(name, onnx_dtype(meta.dtype), shape)
 
 
-def _emit_outputs(
-    onnx: Any, ctx: TranslationContext, node: Node, varying: dict[Node, set[int]]
-) -> list[Any]:
+def _emit_outputs(onnx: Any, ctx: TranslationContext, node: Node, sizes: _Sizes) -> list[Any]:
     """``output_0``, ``output_1`` ...: the output's tensors, flattened, in order."""
     outputs = []
     for leaf in tree_leaves(node.args[0]):
@@ -451,12 +468,10 @@ def _emit_outputs(
             continue
         # One tensor, or the items of a multi-output node or container (nested ones too).
         names, metas = _flat_names(ctx.name(leaf)), tensor_metas(leaf.meta["tensor_meta"])
-        for name, meta in zip(names, metas):
+        for position, (name, meta) in enumerate(zip(names, metas)):
             output = f"output_{len(outputs)}"
             ctx.onnx_nodes.append(onnx.helper.make_node("Identity", [name], [output]))
-            shape: list[Any] = list(meta.shape)
-            for dim in varying.get(leaf, ()):
-                shape[dim] = "batch" if dim == 0 else None
+            shape = sizes.shape(leaf, position, meta, output)
             outputs.append(
                 onnx.helper.make_tensor_value_info(output, onnx_dtype(meta.dtype), shape)
             )

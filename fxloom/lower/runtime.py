@@ -77,7 +77,8 @@ class OrtModule(nn.Module):
             (Python numbers, flags), and the values it folded; a call with another value is
             refused. The other arguments, in order, are the session's inputs.
         intra_op_num_threads: threads inside an operator; None uses
-            ``torch.get_num_threads()``, so ONNX Runtime and PyTorch share the machine alike.
+            ``torch.get_num_threads()``, so ONNX Runtime and PyTorch share the machine alike;
+            0 leaves ONNX Runtime's own default (one per physical core).
         inter_op_num_threads: threads across operators (1: operators run in sequence).
         graph_optimization_level: ``"disable"``, ``"basic"``, ``"extended"`` or ``"all"``.
         allow_spinning: let ONNX Runtime's worker threads spin, waiting for work, after a
@@ -243,7 +244,8 @@ class _DeclaredInput:
                 return (
                     f"has size {got} in dimension {axis}, the model was lowered for "
                     f"{_shape_text(self.shape)}; lower it on inputs of this shape"
-                    + (" or with dynamic_batch=True" if axis == 0 else "")
+                    + " or with this dimension in dynamic_shapes"
+                    + (" (or dynamic_batch=True)" if axis == 0 else "")
                 )
         return None
 

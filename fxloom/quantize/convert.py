@@ -78,6 +78,7 @@ def convert(prepared: GraphModule) -> GraphModule:
     >>> print(convert(prepared).code.strip())
     def forward(self, input):
         input_1 = input
+        check_tensor_input(input_1, torch.float32, 2, 'input')
         quantize_per_tensor = torch.quantize_per_tensor(input_1, 0.0..., ..., torch.quint8);  input_1 = None
         _0 = getattr(self, "0")(quantize_per_tensor);  quantize_per_tensor = None
         _2 = getattr(self, "2")(_0);  _0 = None

@@ -2,9 +2,10 @@
 
 Steps, each leaving the user's model untouched:
 
-1. trace the model with ``fxloom.symbolic_trace`` unless it is a ``GraphModule`` already
-   (if that fails, trace again with the example inputs, so control flow on sizes or flags
-   follows them under run-time guards);
+1. trace the model with ``fxloom.symbolic_trace`` on the example inputs unless it is a
+   ``GraphModule`` already: the inputs are the ones given (parameters left out keep their
+   defaults, as when the model is called with them), and control flow on sizes or flags
+   follows the examples under run-time guards;
 2. fold batch norms into the convolutions and linear layers before them
    (``fxloom.passes.fuse.fuse``, which works on a copy);
 3. run the example inputs once through ``ShapeProp`` to learn which values are float tensors;
@@ -23,7 +24,6 @@ Depends on: the IR, the tracer (entry point only), ``passes.fuse``, ``passes.sha
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +31,8 @@ import torch
 
 from fxloom import attr_path
 from fxloom.graph_module import GraphModule
+from fxloom.guards import is_guard
+from fxloom.node import Node
 from fxloom.passes.fuse import fuse
 from fxloom.passes.shape_prop import ShapeProp
 from fxloom.quantize.config import QuantConfig
@@ -53,7 +55,8 @@ def prepare(
         model: an ``nn.Module`` in eval mode (traced here), a ``GraphModule``, or an
             ``fxloom.export`` program (its weighted operators lifted to layers:
             ``quantize.exported``).
-        example_inputs: the positional inputs of one forward (a tuple), or inputs by name.
+        example_inputs: the positional inputs of one forward (a tuple), or inputs by name;
+            the prepared model takes exactly these (parameters left out keep their defaults).
         config: what to quantize and how; ``QuantConfig()`` (static, x86) by default.
 
     Raises:
@@ -68,6 +71,7 @@ def prepare(
     >>> print(prepared.code.strip())
     def forward(self, input):
         input_1 = input
+        check_tensor_input(input_1, torch.float32, 2, 'input')
         input_1_observer = self.input_1_observer(input_1);  input_1 = None
         _0 = getattr(self, "0")(input_1_observer);  input_1_observer = None
         _1 = getattr(self, "1")(_0);  _0 = None
@@ -99,10 +103,6 @@ def prepare(
 def _trace(model: torch.nn.Module, inputs: tuple | dict) -> GraphModule:
     from fxloom.tracer import symbolic_trace  # passes use only the tracer's entry point
 
-    try:
-        return symbolic_trace(model)
-    except Exception:  # control flow on inputs: trace again, following the examples
-        pass
     try:
         return symbolic_trace(model, example_inputs=inputs)
     except Exception as err:
@@ -144,8 +144,25 @@ def _insert_observers(
         name = attr_path.free_name(gm, f"{node.name}_observer")
         observer = spec.activation_observer(engine)
         gm.add_submodule(name, observer if wrap is None else wrap(observer))
-        with graph.inserting_after(node):
+        with graph.inserting_after(_after_its_guards(node)):
             observing = graph.call_module(name, (node,))
-        node.replace_all_uses_with(observing, functools.partial(operator.is_not, observing))
+        node.replace_all_uses_with(observing, functools.partial(_reads_observed, observing))
         plan.observers[name] = node.name
     gm.recompile()
+
+
+def _is_guard_node(node: Node) -> bool:
+    return node.op == "call_function" and is_guard(node.target)
+
+
+def _after_its_guards(node: Node) -> Node:
+    """Where an observer of ``node`` goes: after the inputs and run-time checks that follow
+    it (input guards come after every input), so the observed program checks first."""
+    while node.next.op == "placeholder" or _is_guard_node(node.next):
+        node = node.next
+    return node
+
+
+def _reads_observed(observing: Node, user: Node) -> bool:
+    """Whether ``user`` reads the observer's output: guards keep checking the value itself."""
+    return user is not observing and not _is_guard_node(user)

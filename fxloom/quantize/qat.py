@@ -71,7 +71,8 @@ def prepare_qat(
     Args:
         model: an ``nn.Module`` (in either mode; it is copied, not changed) or a
             ``GraphModule``.
-        example_inputs: the positional inputs of one forward (a tuple), or inputs by name.
+        example_inputs: the positional inputs of one forward (a tuple), or inputs by name;
+            the prepared model takes exactly these (parameters left out keep their defaults).
         config: what to quantize and how (static mode only); ``QAT_CONFIG`` by default.
 
     Raises:

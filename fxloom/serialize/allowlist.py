@@ -8,7 +8,8 @@ object only if it is:
   the listed torch functions and Tensor methods, ``operator``/``math``
   functions, safe builtins, fxloom's run-time functions;
 * a container class registered with fxloom's or torch's pytree (Hugging Face's
-  ``ModelOutput`` classes), looked up only among modules already imported;
+  ``ModelOutput`` classes) or listed in ``fxloom.library_containers`` (its caches),
+  looked up only among modules already imported;
 * an ``nn.Module`` class of ``torch.nn``, ``torch.ao.nn`` or fxloom, for the
   modules of a saved GraphModule;
 * anything the user registered with ``register_serializable``.
@@ -19,8 +20,10 @@ with ``DisallowedNameError``, which names it and says how to allow it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -238,15 +241,17 @@ def class_name(cls: type) -> str:
 
 
 def _container_class(name: str) -> Any:
-    """A class registered as a pytree container, in a module already imported (never imports)."""
+    """A class registered as a pytree container (with fxloom's or torch's pytree, or listed in
+    ``fxloom.library_containers``), in a module already imported (never imports)."""
     found = imported_class(name)
     if found is MISSING:
         return MISSING
     import torch.utils._pytree as torch_pytree
 
-    from fxloom.pytree import _REGISTRY
+    from fxloom.pytree import registered_container
 
-    return found if found in _REGISTRY or found in torch_pytree.SUPPORTED_NODES else MISSING
+    registered = registered_container(found) is not None or found in torch_pytree.SUPPORTED_NODES
+    return found if registered else MISSING
 
 
 def imported_class(name: str) -> Any:
@@ -289,3 +294,24 @@ def _class_in_package(name: str) -> Any:
     except ImportError:
         return MISSING
     return imported_class(name)
+
+
+@contextlib.contextmanager
+def names_standing_in(placeholders: dict[str, Any]) -> Iterator[None]:
+    """Within the block, each name of ``placeholders`` resolves to its placeholder object.
+
+    For describing a file without loading it (``fxloom show``, ``refused_names``): the graph
+    is decoded with inert objects where loading would refuse a name. The registry is as it
+    was afterwards, on every path; a loaded module never holds a placeholder.
+    """
+    saved = dict(_REGISTERED), dict(_NAME_OF)
+    try:
+        for name, placeholder in placeholders.items():
+            _REGISTERED[name] = placeholder
+            _NAME_OF[id(placeholder)] = name
+        yield
+    finally:
+        _REGISTERED.clear()
+        _REGISTERED.update(saved[0])
+        _NAME_OF.clear()
+        _NAME_OF.update(saved[1])

@@ -2,7 +2,7 @@
 
 Layout (every member under ``fxloom/``)::
 
-    fxloom/format.json        {"format": "fxloom", "version": 1, "kind": "graph_module", ...}
+    fxloom/format.json        {"format": "fxloom", "version": 2, "kind": "graph_module", ...}
     fxloom/program.json       what the kind describes (a module tree, a program)
     fxloom/weights.safetensors
 
@@ -35,10 +35,19 @@ from fxloom.serialize.safetensors_format import read_tensors, write_tensors
 __all__ = ["FORMAT_VERSION", "write_archive", "read_archive", "Archive", "UPGRADES"]
 
 FORMAT_NAME = "fxloom"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+
+def _records_cpu_devices(archive: Archive) -> Archive:
+    """Version 1 to 2: tensor records gained ``device``. Version 1 wrote CPU tensors only and
+    a record without a device is a CPU tensor, so the documents stay as they are."""
+    return archive
+
+
 # Upgrades from an older format version to the next: ``UPGRADES[n](archive)`` turns
 # version n's documents into version n + 1's. Files of every listed version keep loading.
-UPGRADES: dict[int, Callable[[Archive], Archive]] = {}
+# Version 2 files are refused by older fxloom, which would load CUDA tensors on the CPU.
+UPGRADES: dict[int, Callable[[Archive], Archive]] = {1: _records_cpu_devices}
 OLDEST_VERSION = FORMAT_VERSION - len(UPGRADES)
 
 _PREFIX = "fxloom/"

@@ -32,6 +32,7 @@ import torch
 from fxloom import pytree
 from fxloom.serialize.allowlist import class_name
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
+from fxloom.serialize.devices import MapLocation, Placement, move_graph_devices
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graph_module_files import _versions, check_loaded, guarded_load
 from fxloom.serialize.graphs import check_identifier, check_path
@@ -110,23 +111,29 @@ def save(ep: ExportedProgram, f: PathOrFile) -> None:
     write_archive(f, KIND, program, writer.tensors, _versions())
 
 
-def load(f: PathOrFile | bytes) -> ExportedProgram:
+def load(f: PathOrFile | bytes, map_location: MapLocation = None) -> ExportedProgram:
     """The ``ExportedProgram`` saved in ``f`` (a path, a binary file or the file's bytes).
+
+    Its state, constants and example inputs go back to the devices they were
+    saved on, or where ``map_location`` says (as for ``fxloom.load``; see
+    ``fxloom.serialize.devices``); with a device, string or dict, the devices
+    the graph names (``device=`` arguments, ``meta["val"]``) move with them.
 
     Raises ``SerializationError`` (or ``FileNotFoundError``) if the file is
     damaged, holds something else (a GraphModule: load it with ``fxloom.load``),
     names anything off the allowlist, or its program breaks the Export IR's rules.
     See ``save`` for an example.
     """
+    placement = Placement(map_location)  # a wrong kind of map_location is the caller's error
     archive = guarded_load(f, read_archive)
     if archive.kind != KIND:
         hint = " (load it with fxloom.load)" if archive.kind == "graph_module" else ""
         raise SerializationError(f"the file holds a {archive.kind}, not an ExportedProgram{hint}")
-    return guarded_load(archive, _build)
+    return guarded_load(archive, lambda archive: _build(archive, placement))
 
 
 # ------------------------------------------------------------------ loading
-def _build(archive: Any) -> ExportedProgram:
+def _build(archive: Any, placement: Placement) -> ExportedProgram:
     from fxloom.export.program import ExportedProgram
     from fxloom.export.verifier import ExportVerifierError, verify
     from fxloom.graph_module import GraphModule
@@ -137,11 +144,14 @@ def _build(archive: Any) -> ExportedProgram:
     env_data = program.get("shape_env")
     env = None if env_data is None else decode_shape_env(env_data)
     codecs = SymbolicCodecs(env)
-    reader = TensorReader(archive.weights)
+    if placement.moves_devices:
+        codecs.move_device = placement.device_for
+    reader = TensorReader(archive.weights, placement)
     gm = decode_module(program.get("graph_module"), reader, codecs, "graph_module")
     if not isinstance(gm, GraphModule):
         raise SerializationError(f"the program's graph is held by a {type(gm).__name__}")
     check_loaded(gm)
+    move_graph_devices(gm, placement)
     signature = _decode_signature(program.get("graph_signature"))
     state_dict = _decode_tensors(program, "state_dict", reader)
     constants = _decode_tensors(program, "constants", reader)

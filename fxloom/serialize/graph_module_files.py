@@ -18,6 +18,7 @@ from fxloom._version import __version__
 from fxloom.graph_module import GraphModule
 from fxloom.lint import lint_graph
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
+from fxloom.serialize.devices import MapLocation, Placement, move_graph_devices
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
 from fxloom.serialize.module_members import MISSING, ParametrizedTensor, held_at
@@ -55,13 +56,21 @@ def save(gm: GraphModule, f: PathOrFile) -> None:
     write_archive(f, KIND, program, writer.tensors, _versions())
 
 
-def load(f: PathOrFile | bytes) -> GraphModule:
+def load(f: PathOrFile | bytes, map_location: MapLocation = None) -> GraphModule:
     """The GraphModule saved in ``f`` (a path, a binary file or the file's bytes).
 
+    Tensors go back to the devices they were saved on, or where ``map_location``
+    says: a device or string (``"cpu"``), a dict ``{saved: new}``, or a callable
+    ``(tensor, saved_device) -> tensor or device`` — as ``torch.load`` takes it;
+    ``fxloom.serialize.devices`` says exactly what each form does. A saved device
+    this machine lacks (CUDA without a GPU) is refused, naming the tensor;
+    ``map_location="cpu"`` loads such a file here.
+
     Raises ``SerializationError`` (and only that, or ``FileNotFoundError``) if
-    the file is damaged, of another kind or version, or names anything not on
-    the allowlist.
+    the file is damaged, of another kind or version, names anything not on
+    the allowlist, or puts a tensor on a device this machine does not have.
     """
+    placement = Placement(map_location)  # a wrong kind of map_location is the caller's error
     archive = guarded_load(f, read_archive)
     if archive.kind != KIND:
         hint = " (load it with fxloom.export.load)" if archive.kind == "exported_program" else ""
@@ -71,14 +80,14 @@ def load(f: PathOrFile | bytes) -> GraphModule:
         program = archive.program
         if not isinstance(program, dict):
             raise SerializationError("program.json must be an object")
-        module = decode_module(
-            program.get("module"), TensorReader(archive.weights), MetaCodecs(), "module"
-        )
+        reader = TensorReader(archive.weights, placement)
+        module = decode_module(program.get("module"), reader, MetaCodecs(), "module")
         if not isinstance(module, GraphModule):
             raise SerializationError(
                 f"the file's root module is a {type(module).__name__}, not a GraphModule"
             )
         check_loaded(module)
+        move_graph_devices(module, placement)
         return module
 
     return guarded_load(archive, build)

@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from fxloom.serialize.devices import parse_device
 from fxloom.serialize.errors import SerializationError
-from fxloom.serialize.values import decode_value, encode_value, expect_pair, short
+from fxloom.serialize.values import decode_value, encode_value, expect_pair
 
 __all__ = ["encode_meta", "decode_meta", "MetaCodecs", "ClassName"]
 
@@ -61,6 +62,11 @@ class MetaCodecs:
         if type(data) is not int:
             raise SerializationError(f"{where}: a size must be an integer, found {data!r}")
         return data
+
+    @staticmethod
+    def move_device(device: torch.device) -> torch.device:
+        """The device a value saved on ``device`` reports once loaded (set from ``map_location``)."""
+        return device
 
     def make_tensor(
         self,
@@ -303,7 +309,7 @@ def _decode_val(data: Any, codecs: MetaCodecs, where: str) -> Any:
                 raise SerializationError(f"{where}: invalid dtype")
             sizes = [codecs.decode_size(s, where) for s in body["shape"]]
             strides = [codecs.decode_size(s, where) for s in body["stride"]]
-            return codecs.make_tensor(sizes, strides, dtype, where, _device(body, where))
+            return codecs.make_tensor(sizes, strides, dtype, where, _device(body, codecs, where))
         if kind == "symbolic":
             return codecs.decode_size(body, where)
         if kind == "tuple" and isinstance(body, list):
@@ -316,13 +322,10 @@ def _decode_val(data: Any, codecs: MetaCodecs, where: str) -> Any:
     return decode_value(data, None, where)
 
 
-def _device(body: dict, where: str) -> torch.device | None:
+def _device(body: dict, codecs: MetaCodecs, where: str) -> torch.device | None:
     if "device" not in body:
         return None
-    try:
-        return torch.device(body["device"])
-    except (RuntimeError, TypeError, ValueError):
-        raise SerializationError(f"{where}: invalid device {short(body['device'])}") from None
+    return codecs.move_device(parse_device(body["device"], where))
 
 
 _Codec = Callable[[Any, MetaCodecs, str], Any]

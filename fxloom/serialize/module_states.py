@@ -244,7 +244,9 @@ def _save_ort(module: nn.Module, writer: TensorWriter, where: str) -> dict[str, 
 
 
 def _load_ort(data: Any, reader: TensorReader, where: str) -> nn.Module:
-    model = reader.get(_field(data, "onnx_model", dict, where), f"{where}.model_bytes")
+    model = reader.get(
+        _field(data, "onnx_model", dict, where), f"{where}.model_bytes", data_on_cpu=True
+    )
     if model.dtype != torch.uint8 or model.dim() != 1:
         raise SerializationError(f"{where}: the ONNX model must be a 1-d uint8 tensor")
     model_bytes = model.numpy().tobytes()

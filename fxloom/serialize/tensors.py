@@ -1,9 +1,11 @@
 """Tensors in a saved file: bytes in one safetensors blob, described by JSON records.
 
 A record says where a tensor's bytes are (``key``) and what it must be
-(``shape``, ``dtype``, ``requires_grad``; ``stride`` when it is not
+(``shape``, ``dtype``, ``device``, ``requires_grad``; ``stride`` when it is not
 contiguous; ``quantized`` with its quantization parameters for int8
-tensors, whose integer values are stored). Loading checks every record
+tensors, whose integer values are stored). The bytes are stored from the CPU;
+loading puts the tensor on its recorded device or where ``map_location`` says
+(``devices``); a record without a device (format version 1) is a CPU tensor. Loading checks every record
 against the bytes, so a file whose tensors disagree with its description is
 refused rather than loaded wrong. A tensor reached from several places (tied
 weights) is stored once and shared again on loading.
@@ -15,6 +17,7 @@ from typing import Any
 
 import torch
 
+from fxloom.serialize.devices import CPU, Placement, parse_device
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.values import decode_value, encode_value
 
@@ -47,6 +50,7 @@ class TensorWriter:
             "key": key,
             "shape": list(tensor.shape),
             "dtype": encode_value(tensor.dtype),
+            "device": str(tensor.device),
         }
         data = tensor.detach()
         if tensor.is_quantized:
@@ -81,17 +85,23 @@ class TensorWriter:
 class TensorReader:
     """Tensors by record, from a file's weights; each is checked against its record."""
 
-    def __init__(self, weights: dict[str, torch.Tensor]) -> None:
+    def __init__(
+        self, weights: dict[str, torch.Tensor], placement: Placement | None = None
+    ) -> None:
         self._raw = weights  # as the archive read them: by key
-        self._built: dict[str, torch.Tensor] = {}
+        self._placement = placement or Placement()
+        self._read: dict[str, torch.Tensor] = {}  # on the CPU, as the file holds them
+        self._built: dict[str, torch.Tensor] = {}  # on their devices
         self._records: dict[str, dict[str, Any]] = {}
 
-    def get(self, record: Any, where: str) -> torch.Tensor:
+    def get(self, record: Any, where: str, *, data_on_cpu: bool = False) -> torch.Tensor:
+        """The tensor of ``record``, on its device; ``data_on_cpu`` for bytes that are data, not
+        a model's tensor (an ONNX model), which stay on the CPU whatever ``map_location`` says."""
         if not isinstance(record, dict) or not isinstance(record.get("key"), str):
             raise SerializationError(f"{where}: a tensor record must name its key")
         key = record["key"]
-        if key not in self._built:
-            self._built[key] = self._build(record, where)
+        if key not in self._records:
+            self._read[key] = self._build(record, where)
             self._records[key] = record
         elif record != self._records[key]:
             # A tied tensor is written as the same record; a second description of the same
@@ -99,7 +109,19 @@ class TensorReader:
             raise SerializationError(
                 f"{where}: the tensor {key!r} is described twice, differently; refused"
             )
+        if data_on_cpu:
+            return self._read[key]
+        if key not in self._built:
+            self._built[key] = self._placed(self._read[key], record, where)
         return self._built[key]
+
+    def _placed(self, data: torch.Tensor, record: dict[str, Any], where: str) -> torch.Tensor:
+        """``data`` on the device it goes to, then a ``Parameter`` or requiring grad as saved."""
+        saved = parse_device(record.get("device", CPU), f"{where}: device")
+        data = self._placement.place(data, saved, where)
+        if record.get("parameter"):
+            return torch.nn.Parameter(data, requires_grad=bool(record.get("requires_grad")))
+        return data.requires_grad_() if record.get("requires_grad") else data
 
     def _build(self, record: dict[str, Any], where: str) -> torch.Tensor:
         key = record["key"]
@@ -122,9 +144,7 @@ class TensorReader:
             data = _restrided(data, stride, where)
         if quantized is not None:
             data = self._quantize(data, quantized, key, dtype, where)
-        if record.get("parameter"):
-            return torch.nn.Parameter(data, requires_grad=bool(record.get("requires_grad")))
-        return data.requires_grad_() if record.get("requires_grad") else data
+        return data
 
     def _quantize(
         self, values: torch.Tensor, q: Any, key: str, dtype: torch.dtype, where: str

@@ -33,8 +33,9 @@ import torch
 
 from fxloom.immutable_collections import immutable_dict
 from fxloom.node import Node
-from fxloom.pytree import TreeSpec, container_type
+from fxloom.pytree import NONE_SPEC, TreeSpec, container_type
 from fxloom.serialize import allowlist, limits
+from fxloom.serialize.devices import parse_device
 from fxloom.serialize.errors import SerializationError
 
 __all__ = [
@@ -185,10 +186,7 @@ def _decode_float(text: Any, nodes: Any, where: str, depth: int) -> float:
 
 
 def _decode_device(text: Any, nodes: Any, where: str, depth: int) -> torch.device:
-    try:
-        return torch.device(_string(text, "device", where))
-    except RuntimeError as e:
-        raise SerializationError(f"{where}: invalid device {short(text)}: {e}") from None
+    return parse_device(text, where)
 
 
 def _decode_container(data: dict, nodes: Any, where: str, depth: int) -> Any:
@@ -326,9 +324,12 @@ _ENCODERS: dict[type, Callable[[Any, str], Any]] = {
 
 # ------------------------------------------------------------------ tree specs
 def encode_spec(spec: TreeSpec) -> Any:
-    """A ``TreeSpec`` as data: ``null`` for a leaf, else its container class, context and children."""
+    """A ``TreeSpec`` as data: ``null`` for a leaf, ``"none"`` for an input fixed to None
+    (``NONE_SPEC``), else its container class, context and children."""
     if spec.is_leaf():
         return None
+    if spec is NONE_SPEC or spec.type is type(None):
+        return "none"
     return {
         "type": allowlist.name_of(spec.type, "container class of a tree spec"),
         "context": encode_value(spec.context, "a tree spec's context"),
@@ -344,6 +345,8 @@ def decode_spec(data: Any, where: str) -> TreeSpec:
 def _decode_spec(data: Any, where: str, depth: int) -> TreeSpec:
     if data is None:
         return TreeSpec(None)
+    if data == "none":
+        return NONE_SPEC
     if not isinstance(data, dict) or not isinstance(data.get("children"), list):
         raise SerializationError(f"{where}: invalid tree spec {short(data)}")
     _check_depth(depth, where)

@@ -35,7 +35,7 @@ __all__ = ["to_bool", "length", "to_python", "iterate"]
 
 def to_bool(tracer: Tracer, obj: Proxy) -> bool:
     """``bool(obj)``: the example's branch under a guard, refused without examples."""
-    value = obj.value
+    value = obj._fxloom_example
     if value is NO_VALUE:
         raise tracer.trace_error(
             "symbolically traced variables cannot be used as inputs to control flow",
@@ -55,7 +55,7 @@ def to_bool(tracer: Tracer, obj: Proxy) -> bool:
 
 def length(tracer: Tracer, obj: Proxy) -> int:
     """``len(obj)``: a rank or a tuple's arity as it is, else the example's length under a guard."""
-    value = obj.value
+    value = obj._fxloom_example
     if value is NO_VALUE:
         raise tracer.trace_error(
             "'len' is not supported in symbolic tracing by default. If you want this call "
@@ -69,7 +69,7 @@ def length(tracer: Tracer, obj: Proxy) -> int:
 
 def to_python(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
     """``convert(obj)`` (``int``, ``float``, ``operator.index``): the example's value under a guard."""
-    if obj.value is NO_VALUE:
+    if obj._fxloom_example is NO_VALUE:
         kind = {int: "int", float: "float"}.get(convert, "an index (int)")
         raise tracer.trace_error(
             f"a traced value (%{obj.node.name}) cannot be converted to {kind} during "
@@ -83,14 +83,14 @@ def to_python(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any]) -> Any:
 
 def iterate(tracer: Tracer, obj: Proxy) -> Iterator[Proxy]:
     """``iter(obj)``: unpacking of a known length works, loops need the examples."""
-    if obj._value is PENDING:
+    if obj._fxloom_value is PENDING:
         # ``a, b = x.shape``: the unpacking says how many, under a guard, without
         # running the examples up to here.
         count = unpack_length(user_frame())
         if count is not None:
             _check_unpack(tracer, obj, count)
             return iter([obj[i] for i in range(count)])
-    value = obj.value
+    value = obj._fxloom_example
     if value is not NO_VALUE:
         if isinstance(value, (tuple, list)):  # e.g. x.unbind(0): arity follows a size
             _check_unpack(tracer, obj, len(value))

@@ -1,9 +1,9 @@
 """Example values for tracing with ``example_inputs``: binding, computing on demand, restoring.
 
-A proxy's ``value`` is what it evaluates to for the example inputs, with
-tensors as ``StandIn``s: shapes, dtypes and devices, no data. Each input's
-placeholder gets its example and, for a tensor, a run-time guard on its dtype
-and rank.
+A proxy's example value (``Proxy._fxloom_example``) is what it evaluates to
+for the example inputs, with tensors as ``StandIn``s: shapes, dtypes and
+devices, no data. Each input's placeholder gets its example and, for a tensor,
+a run-time guard on its dtype and rank.
 
 Values are computed on demand (``ExampleRun``): each recorded operation is
 queued, and the first read of a value runs the queue up to it, in recording
@@ -52,7 +52,7 @@ class Unknown(Exception):
 
 def _value(leaf: Any) -> Any:
     if isinstance(leaf, Proxy):
-        value = leaf.value
+        value = leaf._fxloom_example
         if value is NO_VALUE:
             raise Unknown
         return value
@@ -80,26 +80,66 @@ def bind_examples(
     concrete_args: dict[str, Any] | None,
     example_inputs: tuple[Any, ...] | dict[str, Any] | None,
 ) -> dict[str, Any] | None:
-    """Example inputs by parameter name (positional ones fill the non-fixed parameters in order)."""
+    """Example inputs by parameter name, as a call ``fn(*tuple)`` or ``fn(**dict)`` binds them.
+
+    A tuple fills the positional parameters not fixed by ``concrete_args``, in
+    order, the rest going to ``*args``; names of a dict that are no parameter go
+    to ``**kwargs``. Those become ``{"args": (...)}``/``{"kwargs": {...}}``.
+    Parameters the examples leave out are no inputs (``root_args``).
+    """
     if example_inputs is None:
         return None
+    parameters = list(inspect.signature(fn).parameters.values())[1 if is_module else 0 :]
     if isinstance(example_inputs, dict):
-        return dict(example_inputs)
+        return _bind_by_name(fn, parameters, example_inputs)
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     fixed = {k for k, v in (concrete_args or {}).items() if v is not PH}
-    parameters = list(inspect.signature(fn).parameters.values())[1 if is_module else 0 :]
-    names = [
-        p.name
-        for p in parameters
-        if p.name not in fixed and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if len(example_inputs) > len(names):
-        raise TraceError(
-            f"{len(example_inputs)} example inputs given, but only {len(names)} parameters "
-            f"({names}) can take them"
-        )
-    return dict(zip(names, example_inputs))
+    return _bind_by_position(parameters, fixed, tuple(example_inputs))
+
+
+def _bind_by_name(
+    fn: Callable[..., Any], parameters: list[inspect.Parameter], given: dict[str, Any]
+) -> dict[str, Any]:
+    named = {p.name for p in parameters if p.kind not in _VARIADIC}
+    bound = {name: value for name, value in given.items() if name in named}
+    extra = {name: value for name, value in given.items() if name not in named}
+    if extra:
+        stars = _parameter_of_kind(parameters, inspect.Parameter.VAR_KEYWORD)
+        if stars is None:
+            raise TraceError(
+                f"example_inputs names {sorted(extra)}, which are not parameters of "
+                f"{getattr(fn, '__qualname__', fn)}; its parameters are "
+                f"{[p.name for p in parameters]} (and no **kwargs to take others)"
+            )
+        bound[stars.name] = extra
+    return bound
+
+
+def _bind_by_position(
+    parameters: list[inspect.Parameter], fixed: set[str], given: tuple[Any, ...]
+) -> dict[str, Any]:
+    names = [p.name for p in parameters if p.name not in fixed and p.kind in _POSITIONAL]
+    bound = dict(zip(names, given))
+    if len(given) > len(names):
+        star = _parameter_of_kind(parameters, inspect.Parameter.VAR_POSITIONAL)
+        if star is None:
+            raise TraceError(
+                f"{len(given)} example inputs given, but only {len(names)} parameters "
+                f"({names}) can take them"
+            )
+        bound[star.name] = given[len(names) :]
+    return bound
+
+
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _parameter_of_kind(
+    parameters: list[inspect.Parameter], kind: inspect._ParameterKind
+) -> inspect.Parameter | None:
+    return next((p for p in parameters if p.kind is kind), None)
 
 
 class ModuleState:
@@ -185,7 +225,7 @@ class ExampleRun:
             example = param.default
         else:
             return
-        placeholder.value = tree_map(self._stand_in_of_leaf, example)
+        placeholder._fxloom_value = tree_map(self._stand_in_of_leaf, example)
         self.placeholders.append((placeholder, example))
         if isinstance(example, torch.Tensor):
             self.tracer.create_proxy(
@@ -205,39 +245,39 @@ class ExampleRun:
         if self.closed:
             return
         if kind == "get_attr":  # read now: the attribute may be reassigned later in forward
-            proxy._value = proxy._data = self.tracer.attribute_value(target)
+            proxy._fxloom_value = proxy._fxloom_data = self.tracer.attribute_value(target)
             return
-        proxy._value = PENDING
+        proxy._fxloom_value = PENDING
         self.steps.append((proxy, kind, target, args, kwargs))
 
     # ------------------------------------------------------------ the stand-in run
     def value_of(self, proxy: Proxy) -> Any:
         """``proxy``'s example value, tensors as stand-ins (``NO_VALUE`` if unknown)."""
-        if proxy._value is not PENDING:
-            return proxy._value
+        if proxy._fxloom_value is not PENDING:
+            return proxy._fxloom_value
         if self.closed:  # values not computed while tracing never will be
             return NO_VALUE
         with self._running():
-            while proxy._value is PENDING:
+            while proxy._fxloom_value is PENDING:
                 with self.mode:  # entered once for many steps: entering costs as much as a step
                     needs_data = self._stand_ins_until(proxy)
                 if needs_data is not None:  # outside the mode: real tensors compute for real
-                    needs_data._value = self._run_real_until(needs_data)
-        return proxy._value
+                    needs_data._fxloom_value = self._run_real_until(needs_data)
+        return proxy._fxloom_value
 
     def _stand_ins_until(self, proxy: Proxy) -> Proxy | None:
         """Run steps on stand-ins until ``proxy`` has its value, or until a step's result
         needs data (nonzero, .item()) or fails on stand-ins: that step's proxy is returned."""
         steps = self.steps
-        while proxy._value is PENDING:
+        while proxy._fxloom_value is PENDING:
             index = max(self.stand_in_next, self.real_next)
             if index >= len(steps):  # a PENDING proxy this run never queued
-                proxy._value = NO_VALUE
+                proxy._fxloom_value = NO_VALUE
                 break
             self.stand_in_next = index + 1
             step = steps[index]
             try:
-                step[0]._value = self._on_stand_ins(step)
+                step[0]._fxloom_value = self._on_stand_ins(step)
             except TraceError:
                 raise
             except Exception:  # DataDependentError, or a failure the real run will explain
@@ -264,30 +304,30 @@ class ExampleRun:
     def _run_real_until(self, proxy: Proxy) -> Any:
         if isinstance(proxy, Attribute):
             return self._attribute_data(proxy)
-        if proxy._data is not PENDING:
-            return proxy._data
+        if proxy._fxloom_data is not PENDING:
+            return proxy._fxloom_data
         if self.closed:
             return NO_VALUE
         if self.state.values is None:
             self._start_real_run()
         steps = self.steps
-        while proxy._data is PENDING:
+        while proxy._fxloom_data is PENDING:
             if self.real_next >= len(steps):  # a proxy this run never queued
                 return NO_VALUE
             step = steps[self.real_next]
             steps[self.real_next] = None  # both runs are past it now
             self.real_next += 1
             data = self._on_real_values(step)
-            step[0]._data = data
-            if step[0]._value is PENDING:
-                step[0]._value = data
-        return proxy._data
+            step[0]._fxloom_data = data
+            if step[0]._fxloom_value is PENDING:
+                step[0]._fxloom_value = data
+        return proxy._fxloom_data
 
     def _start_real_run(self) -> None:
         """Save what the real run may change; give the inputs copies of their examples."""
         self.state.save_values()
         for placeholder, example in self.placeholders:
-            placeholder._data = clone_tensors(example)
+            placeholder._fxloom_data = clone_tensors(example)
 
     def _attribute_data(self, attribute: Attribute) -> Any:
         root = self._run_real_until(attribute.root)
@@ -322,7 +362,7 @@ class ExampleRun:
 
     def _data_of_leaf(self, leaf: Any) -> Any:
         if isinstance(leaf, Proxy):
-            data = self._run_real_until(leaf) if isinstance(leaf, Attribute) else leaf._data
+            data = self._run_real_until(leaf) if isinstance(leaf, Attribute) else leaf._fxloom_data
             if data is PENDING or data is NO_VALUE:
                 raise Unknown
             return data

@@ -295,10 +295,10 @@ class TracePatches:
                 _builtin_isinstance(obj, Proxy)
                 and gate.open
                 and _names_tensor(classinfo)
-                and obj._value is not NO_VALUE
+                and obj._fxloom_value is not NO_VALUE
                 and not _asked_by_torch_or_fxloom()
             ):
-                return _builtin_isinstance(obj.value, torch.Tensor)
+                return _builtin_isinstance(obj._fxloom_example, torch.Tensor)
             return _builtin_isinstance(obj, classinfo)
 
         isinstance.__fxloom_original__ = _builtin_isinstance  # type: ignore[attr-defined]

@@ -13,6 +13,12 @@ with ``concrete_args`` for them, the elements and keys given, under guards on
 their count and keys. Through a decorator's ``(*args, **kwargs)`` wrapper
 only the latter is possible, and no entries are the default.
 
+With example inputs, they name the inputs (``examples.bind_examples``): a
+parameter they leave out that ``concrete_args`` does not name and that has a
+default is no input at all — not passed, so the function sees its default
+(``*args``/``**kwargs``: empty) — as when the function is called with the
+examples; their entries for ``*args``/``**kwargs`` are inputs as with ``PH``.
+
 The root itself (``root_function``): a module's ``Tracer.traced_func_name``
 method, a function, or a builtin (recorded as one call if it has a signature).
 
@@ -137,14 +143,23 @@ def root_arguments(
     values: dict[str, Any] = {}
     defaultable = _defaultable_parameters(parameters, concrete_args)
     for param in parameters:
+        if examples is not None and _keeps_default(param, concrete_args, examples.inputs):
+            values[param.name] = _default_of(param)
+            continue
         type_expr = hints.get(param.name)
         spec = concrete_args.get(param.name, PH)
         if param.kind is param.VAR_POSITIONAL:
-            values[param.name] = _variadic_positional(tracer, param, spec, type_expr, as_values)
+            spec = _with_example_entries(param, spec, examples)
+            values[param.name] = _variadic_positional(
+                tracer, param, spec, type_expr, as_values, examples
+            )
         elif param.kind is param.VAR_KEYWORD:
+            spec = _with_example_entries(param, spec, examples)
             if spec is PH and _examples_pass_no_keywords(examples, parameters):
                 spec = {}  # the examples say what the caller passes: nothing
-            values[param.name] = _variadic_keyword(tracer, param, spec, type_expr, as_values)
+            values[param.name] = _variadic_keyword(
+                tracer, param, spec, type_expr, as_values, examples
+            )
         elif spec is not PH and tree_any(_is_placeholder_marker, spec):
             values[param.name] = _structured_input(tracer, param, spec, type_expr)
         elif spec is not PH:
@@ -203,6 +218,45 @@ def concrete_args_by_name(
     return dict(zip(named, concrete_args))
 
 
+# A parameter the example inputs leave out: not passed, so the function uses its own default.
+_DEFAULT: Any = object()
+
+
+def _keeps_default(
+    param: inspect.Parameter, concrete_args: dict[str, Any], inputs: dict[str, Any]
+) -> bool:
+    """With example inputs, whether ``param`` is no input: not given, and it has a default.
+
+    As with torch.export's kwargs, the examples name what the caller passes; the
+    rest keep their defaults (variadics: none). ``concrete_args`` (``PH`` too)
+    still decides for the parameters it names; one without a default stays an input.
+    """
+    if param.name in inputs or param.name in concrete_args:
+        return False
+    variadic = param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
+    return variadic or param.default is not param.empty
+
+
+def _default_of(param: inspect.Parameter) -> Any:
+    if param.kind is param.VAR_POSITIONAL:
+        return ()
+    if param.kind is param.VAR_KEYWORD:
+        return {}
+    return _DEFAULT
+
+
+def _with_example_entries(param: inspect.Parameter, spec: Any, examples: ExampleRun | None) -> Any:
+    """``spec`` for ``*args``/``**kwargs`` plus the entries the example inputs give them (inputs)."""
+    given = None if examples is None else examples.inputs.get(param.name)
+    if given is None:
+        return spec
+    if param.kind is param.VAR_KEYWORD:
+        return {**_keyword_entries(param.name, spec), **dict.fromkeys(given, PH)}
+    if spec is PH or spec is None:
+        return (PH,) * len(given)
+    return spec
+
+
 def _call(
     root_fn: Callable[..., Any],
     parameters: list[inspect.Parameter],
@@ -221,8 +275,8 @@ def _call(
         # By keyword where possible: decorators wrapping forward (*args, **kwargs)
         # often inspect keywords, and mixing would pass a value twice.
         elif param.kind is param.POSITIONAL_ONLY or after_variadic:
-            positional.append(value)
-        else:
+            positional.append(param.default if value is _DEFAULT else value)
+        elif value is not _DEFAULT:  # left out, as the caller of the examples leaves it out
             keyword[param.name] = value
     return functools.partial(root_fn, *positional, **keyword), []
 
@@ -269,7 +323,9 @@ def _call_with_variadics_as_values(
     )
     fn.__qualname__ = root_fn.__qualname__
     names = positional_code.co_varnames[len(leading) : count]
-    return functools.partial(fn, *leading, *(values[name] for name in names)), []
+    defaults = {p.name: p.default for p in parameters}
+    given = [defaults[name] if values[name] is _DEFAULT else values[name] for name in names]
+    return functools.partial(fn, *leading, *given), []
 
 
 def _check_concrete_args(
@@ -295,13 +351,20 @@ def _check_concrete_args(
 
 
 def _variadic_positional(
-    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any, as_value: bool
+    tracer: Tracer,
+    param: inspect.Parameter,
+    spec: Any,
+    type_expr: Any,
+    as_value: bool,
+    examples: ExampleRun | None,
 ) -> Any:
     """``*args``: the traced tuple itself (as torch.fx), or the elements ``concrete_args`` lists.
 
     With elements (none when the tuple cannot be passed as it is), a guard checks their count.
     """
     star = tracer.create_proxy("placeholder", f"*{param.name}", (), {}, type_expr=type_expr)
+    if examples is not None:
+        examples.attach_input(star, param)
     if (spec is PH or spec is None) and as_value:
         return star
     elements = () if spec is PH or spec is None else spec
@@ -317,7 +380,12 @@ def _variadic_positional(
 
 
 def _variadic_keyword(
-    tracer: Tracer, param: inspect.Parameter, spec: Any, type_expr: Any, as_value: bool
+    tracer: Tracer,
+    param: inspect.Parameter,
+    spec: Any,
+    type_expr: Any,
+    as_value: bool,
+    examples: ExampleRun | None,
 ) -> Any:
     """``**kwargs``: the traced dict itself (as torch.fx), or the keys ``concrete_args`` gives.
 
@@ -326,6 +394,8 @@ def _variadic_keyword(
     value (another one raises, as for any fixed argument).
     """
     stars = tracer.create_proxy("placeholder", f"**{param.name}", (), {}, type_expr=type_expr)
+    if examples is not None:
+        examples.attach_input(stars, param)
     if (spec is PH or spec is None) and as_value:
         return stars
     entries = _keyword_entries(param.name, spec)

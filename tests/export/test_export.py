@@ -348,8 +348,7 @@ def test_namedtuple_dataclass_and_keyword_inputs_keep_their_structure_through_mo
         "pair_1",
         "batch_0",
         "batch_1",
-        "extra",
-    ]
+    ]  # extra=None is fixed, not an input (as torch.export does with what it is not given)
 
 
 def test_the_module_refuses_an_input_of_another_shape_naming_it():

@@ -42,7 +42,8 @@ def test_lower_prints_the_report_and_the_latency_of_eager_and_lowered():
     out = " ".join(result.stdout.split())
     assert "ResNetTiny: 1 of 1 region in onnxruntime" in out
     assert "check: max abs error" in out and "(ok)" in out
-    assert "latency on the example (median of 20): eager " in out and "ms, lowered " in out
+    assert "latency on the example (median of " in out and "1 thread): eager " in out
+    assert "ms, lowered " in out
 
 
 def test_lower_names_what_stays_in_pytorch(capsys):
@@ -83,7 +84,7 @@ def test_the_demo_lowers_a_model_and_shows_its_speedup_and_check():
     demo_lower.lower_model(state)
     shown = " ".join(state.console.file.getvalue().split())
     assert "ResNetTiny: 1 of 1 region in onnxruntime" in shown
-    assert "eager " in shown and "lowered " in shown and "x)" in shown
+    assert "1 thread): eager " in shown and "lowered " in shown and "x)" in shown
     assert "lowered matches eager on a fresh input (rtol 0.001, atol 0.0001): True" in shown
     assert state.lower_match and demo._summarise(state) == 0
 
@@ -107,5 +108,7 @@ def test_bench_lower_quick_runs_and_prints_its_tables():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "### Latency (median ms) and speedup" in result.stdout
     assert "| resnet_tiny | 1 |" in result.stdout and "| bert | 1 |" in result.stdout
+    assert "### Default settings: lower(model, inputs)" in result.stdout
+    assert "| resnet_tiny | 1 |" in result.stdout.split("### Default settings")[1]
     assert "### Translation time" in result.stdout
     assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == results_before  # no --record

@@ -196,21 +196,49 @@ class PositionalMLP(torch.nn.Module):
         return torch.relu(self.linear(x + positions))
 
 
-def test_dynamic_batch_keeps_a_region_whose_inputs_are_not_batched_in_pytorch():
+def test_dynamic_batch_lowers_a_region_fed_a_tensor_without_the_batch():
     torch.manual_seed(0)
     model = PositionalMLP().eval()
     lowered = lower(model, (torch.randn(2, 4, 8),), dynamic_batch=True)
     (region,) = lowered.lowering_report.regions
-    assert not region.lowered
-    assert region.reason == "dynamic_batch: its input 1 does not follow the batch"
+    assert region.lowered, str(lowered.lowering_report)
     x = (torch.randn(5, 4, 8),)
+    assert_close(eager(lowered, x), eager(model, x))
+
+
+def row_count(x: torch.Tensor) -> int:
+    """The batch size, computed in PyTorch (wrapped) and passed to a region as a number."""
+    return int(x.shape[0])
+
+
+fxloom.wrap("row_count")
+
+
+class RowsFromPyTorch(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = row_count(x)
+        return torch.relu(self.linear(x)).reshape(rows, 2, 4)
+
+
+def test_dynamic_batch_keeps_a_region_fed_a_number_that_changes_with_the_batch_in_pytorch():
+    torch.manual_seed(0)
+    model = RowsFromPyTorch().eval()
+    lowered = lower(model, (torch.randn(2, 8),), dynamic_batch=True)
+    (region,) = lowered.lowering_report.regions
+    assert not region.lowered
+    assert region.reason.startswith("dynamic_batch: its input 1 (2) changes with batch")
+    x = (torch.randn(5, 8),)
     assert_close(eager(lowered, x), eager(model, x))
 
 
 def test_a_static_region_refuses_another_batch_size_by_name():
     model, inputs = gated_mlp()
     lowered = lower(model, inputs)
-    with pytest.raises(OrtInputError, match="_run_on_acc_0.*dynamic_batch=True"):
+    with pytest.raises(OrtInputError, match="_run_on_acc_0.*dynamic_shapes"):
         lowered.get_submodule("_run_on_acc_0")(torch.randn(5, 8))
 
 
@@ -234,6 +262,41 @@ def test_thread_settings_reach_the_sessions():
     region = lower(model, inputs, threads=2).get_submodule("_run_on_acc_0")
     assert region.intra_op_num_threads == 2
     assert region.session.get_session_options().intra_op_num_threads == 2
+
+
+def spins(region: OrtModule) -> str:
+    options = region.session.get_session_options()
+    return options.get_session_config_entry("session.intra_op.allow_spinning")
+
+
+def test_one_region_covering_the_model_gets_onnx_runtimes_default_settings():
+    model, inputs = zoo.build("resnet_tiny")
+    lowered = lower(model.eval(), inputs)
+    region = lowered.get_submodule("_run_on_acc_0")
+    assert region.session.get_session_options().intra_op_num_threads == 0  # one per core
+    assert spins(region) == "1"
+    assert "one region covers the model: ONNX Runtime's default threads, spinning on" in (
+        lowered.lowering_report.notes
+    )
+
+
+def test_regions_with_pytorch_between_them_do_not_spin_and_take_torchs_threads():
+    model, inputs = gated_mlp()
+    lowered = lower(model, inputs)
+    for name in ort_regions(lowered):
+        region = lowered.get_submodule(name)
+        assert spins(region) == "0"
+        assert region.session.get_session_options().intra_op_num_threads == 1  # one_thread
+    assert "PyTorch runs between regions: 1 ONNX Runtime thread, spinning off" in (
+        lowered.lowering_report.notes
+    )
+
+
+def test_threads_and_spinning_given_win_over_the_defaults():
+    model, inputs = zoo.build("resnet_tiny")
+    region = lower(model.eval(), inputs, threads=1, spinning=False).get_submodule("_run_on_acc_0")
+    assert region.session.get_session_options().intra_op_num_threads == 1
+    assert spins(region) == "0"
 
 
 # ---------------------------------------------------------------- embedded models

@@ -219,7 +219,7 @@ def test_files_of_an_older_format_version_are_upgraded_when_loaded(monkeypatch):
         return old
 
     monkeypatch.setattr(archive, "OLDEST_VERSION", 0)
-    monkeypatch.setattr(archive, "UPGRADES", {0: upgrade_0_to_1})
+    monkeypatch.setattr(archive, "UPGRADES", {**archive.UPGRADES, 0: upgrade_0_to_1})
     assert fxloom.load(data).weight.shape == (2, 3)
 
 

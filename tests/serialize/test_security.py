@@ -275,6 +275,45 @@ def test_container_class_off_the_allowlist_is_refused(sentinel, cls):
     refused(edited(edit), cls)
 
 
+# A ModelOutput class registers itself with torch's pytree when its module is imported: a
+# file naming one from a module nobody imported is refused, and loading imports nothing.
+UNIMPORTED_OUTPUT = "transformers.models.mamba2.modeling_mamba2.Mamba2Output"
+
+
+@pytest.fixture
+def unimported_output():
+    module = UNIMPORTED_OUTPUT.rpartition(".")[0]
+    assert module not in sys.modules
+    yield UNIMPORTED_OUTPUT
+    assert module not in sys.modules
+
+
+def test_registered_container_class_of_a_module_not_imported_is_refused(
+    sentinel, unimported_output
+):
+    def edit(program):
+        node(program, "add")["args"][1] = {
+            "container": unimported_output,
+            "children": [sentinel.command],
+            "context": ["logits"],
+        }
+
+    refused(edited(edit), unimported_output)
+
+
+def test_tree_spec_naming_a_class_of_a_module_not_imported_is_refused(sentinel, unimported_output):
+    def edit(program):
+        spec = {"type": unimported_output, "context": ["logits"], "children": [None]}
+        program["module"]["graph"]["codegen"] = {
+            "kind": "pytree",
+            "orig_args": ["x"],
+            "in_spec": {"type": "tuple", "context": None, "children": [None]},
+            "out_spec": spec,
+        }
+
+    refused(edited(edit), unimported_output)
+
+
 # ------------------------------------------------- code through identifiers
 INJECTIONS = ["x; import os", "x=__import__('os').system('true')", "a\nimport os", "", "1x"]
 
@@ -351,6 +390,39 @@ def test_parameter_buffer_and_child_names_must_be_identifiers(sentinel, name):
             program["module"]["children"]["lin"][field][name] = None
 
         refused(edited(edit), name)
+
+
+# ---------------------------------------------------------------- devices
+HOSTILE_DEVICES = [
+    "cuda:0; import os",
+    "__import__('os').system('true')",
+    "cpu\n",
+    " cuda",
+    "CUDA",
+    "cuda:-1",
+    "cuda:00",
+    "cuda:9999",  # torch keeps 8 bits of an index: this would be cuda:15
+    "lazy",  # a device type torch knows, but not one a file may name
+    "cuda:" + "9" * 10_000,
+    7,
+    {"device": "cpu"},
+]
+
+
+@pytest.mark.parametrize("device", HOSTILE_DEVICES, ids=repr)
+def test_a_tensor_record_whose_device_is_not_a_plain_device_is_refused(sentinel, device):
+    def edit(program):
+        program["module"]["children"]["lin"]["parameters"]["weight"]["device"] = device
+
+    refused(edited(edit), "lin.weight", "is not a device")
+
+
+@pytest.mark.parametrize("device", HOSTILE_DEVICES, ids=repr)
+def test_a_device_argument_that_is_not_a_plain_device_is_refused(sentinel, device):
+    def edit(program):
+        node(program, "sum_1")["kwargs"]["device"] = {"device": device}
+
+    refused(edited(edit), "is not a device")
 
 
 # ---------------------------------------------------------------- pickles
@@ -510,7 +582,7 @@ def test_conv_weight_disagreeing_with_its_channels_is_refused(sentinel):
 @pytest.mark.parametrize(
     "version, culprit",
     [
-        (2, "newer fxloom"),
+        (archive.FORMAT_VERSION + 1, "newer fxloom"),
         (10**6, "newer fxloom"),
         (-1, "-1"),
         (0, "0"),

@@ -15,7 +15,10 @@ recorded), otherwise it is answered with the example's value and recorded as a
 A symbol declared by the user (a ``Dim``) must keep its whole range: a guard that
 would narrow it, specialise it, tie it to another ``Dim`` or require divisibility
 raises ``ConstraintViolationError`` naming the Dim, its range, the condition and the
-line, with the fix. Everything else asks this object; nothing re-derives ranges.
+line, with the fix. One kind of guard is the exception: a bound that comes from an
+index width (``802816*s0 <= 2**31 - 1``, a kernel's 32-bit indexing; ``index_width``)
+narrows the range instead and is kept in ``index_bounds`` for the reports.
+Everything else asks this object; nothing re-derives ranges.
 
     >>> env = ShapeEnv()
     >>> s0 = env.create_symbol(4, dim_name="batch", min=2, max=64)
@@ -38,11 +41,12 @@ from dataclasses import dataclass
 import sympy
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
+from fxloom.export.symbolic import index_width
 from fxloom.export.symbolic.errors import ConstraintViolationError, DataDependentGuardError
 from fxloom.export.symbolic.ranges import Bounds, bounds
 from fxloom.tracing.frames import describe_frame, program_frame
 
-__all__ = ["ShapeEnv", "Guard", "SymbolInfo", "SpecializationRefused"]
+__all__ = ["ShapeEnv", "Guard", "SymbolInfo", "SpecializationRefused", "IndexNarrowing"]
 
 
 class SpecializationRefused(RuntimeError):
@@ -82,6 +86,19 @@ class Guard:
         return f"{self.expr}  # {self.location}: {self.code.strip()}"
 
 
+@dataclass(frozen=True, slots=True)
+class IndexNarrowing:
+    """A guard from an index width, taken as a narrowing: ``symbol`` (None when the bound is
+    on a product of sizes, then asserted when the program runs) is at most ``upper``."""
+
+    bound: index_width.IndexBound
+    fact: sympy.Basic
+    symbol: sympy.Symbol | None
+    upper: sympy.Expr | None
+    location: str | None
+    code: str
+
+
 class ShapeEnv:
     """Symbols, their ranges and hints, facts learned from guards, and simplification."""
 
@@ -92,6 +109,7 @@ class ShapeEnv:
         self.facts: set[sympy.Basic] = set()
         self.guards: list[Guard] = []
         self.deferred_assertions: list[Guard] = []
+        self.index_bounds: dict[sympy.Basic, IndexNarrowing] = {}  # by the guard's fact
         self.version = 0  # bumped when a fact changes what simplification gives
         # Meta kernels ask the same questions on every call: answers per version.
         self._answers: dict[tuple[sympy.Basic, bool], bool | None] = {}
@@ -353,20 +371,31 @@ class ShapeEnv:
 
     def _state(self) -> tuple:
         ranges = {symbol: (info.lower, info.upper) for symbol, info in self.symbols.items()}
-        collections = (dict(self.replacements), set(self.divisible), set(self.facts))
+        collections = (
+            dict(self.replacements),
+            set(self.divisible),
+            set(self.facts),
+            dict(self.index_bounds),
+        )
         return ranges, collections, len(self.guards), len(self.deferred_assertions)
 
     def _restore(self, saved: tuple) -> None:
         ranges, collections, guards, deferred = saved
         for symbol, (lower, upper) in ranges.items():
             self.symbols[symbol].lower, self.symbols[symbol].upper = lower, upper
-        self.replacements, self.divisible, self.facts = collections
+        self.replacements, self.divisible, self.facts, self.index_bounds = collections
         del self.guards[guards:], self.deferred_assertions[deferred:]
         self.version += 1  # a new version: what was simplified meanwhile is stale
 
     # ---- learning facts
 
     def _learn(self, fact: sympy.Basic, location: str | None, code: str) -> None:
+        bound = index_width.upper_bound(fact)
+        if bound is not None:  # narrows a Dim's range, never refuses it (index_width)
+            self._learn_index_bound(bound, fact, location, code)
+            self.facts.add(fact)
+            self.version += 1
+            return
         if isinstance(fact, sympy.Eq):
             self._learn_equality(fact, location, code)
         elif isinstance(fact, (sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)):
@@ -378,6 +407,26 @@ class ShapeEnv:
             self._refuse_if_declared(declared[0], fact, location, code)
         self.facts.add(fact)
         self.version += 1
+
+    def _learn_index_bound(self, bound, fact, location, code) -> None:
+        """``bound.expr <= bound.limit``: on one size, its upper end moves there; on a product
+        of sizes, it stays a fact (and a guard, asserted when the program runs)."""
+        symbol = upper = None
+        if len(bound.expr.free_symbols) == 1:
+            (candidate,) = bound.expr.free_symbols
+            slope = bound.expr.coeff(candidate)
+            offset = sympy.expand(bound.expr - slope * candidate)
+            if slope.is_Rational and slope > 0 and offset.is_Number:
+                info = self.symbols[candidate]
+                symbol = candidate
+                upper = sympy.Min(info.upper, sympy.floor((bound.limit - offset) / slope))
+                if upper < info.lower:
+                    raise ValueError(
+                        f"{fact} leaves no value for {symbol} in [{info.lower}, {info.upper}] "
+                        f"at {location}"
+                    )
+                info.upper = upper
+        self.index_bounds[fact] = IndexNarrowing(bound, fact, symbol, upper, location, code)
 
     def _learn_equality(self, fact: sympy.Eq, location, code) -> None:
         difference = sympy.expand(fact.lhs - fact.rhs)

@@ -263,6 +263,46 @@ CASES += [
         edit_region=_threads("inter_op_num_threads", 200_000),
     ),
 ]
+
+
+def _tensor_device(device):
+    """The file with its Linear weight recorded on ``device``."""
+
+    def edit(program):
+        program["module"]["children"]["lin"]["parameters"]["weight"]["device"] = device
+
+    return lambda: edited(edit)
+
+
+def _device_argument(device):
+    """A graph making a tensor with ``device=`` that device (a device value in the file)."""
+    return lambda: graph_with(
+        call("made", "torch.ops.aten.ones.default", [1], device={"device": device})
+    )
+
+
+CASES += [
+    Case(
+        "device-record-with-code",
+        "a tensor record whose device string carries Python code",
+        _tensor_device("cuda:0; __import__('os').system('touch fxloom_red_team_pwned')"),
+    ),
+    Case(
+        "device-record-wrapped-index",
+        "a tensor record on cuda:9999, which torch's 8-bit index would make cuda:15",
+        _tensor_device("cuda:9999"),
+    ),
+    Case(
+        "device-record-lazy-backend",
+        "a tensor record on the lazy device, a backend torch would initialise to probe",
+        _tensor_device("lazy"),
+    ),
+    Case(
+        "device-argument-unknown-type",
+        "an aten.ones call with device= a type no torch backend has",
+        _device_argument("fxloom_red_team_backend:0"),
+    ),
+]
 family("family3", CASES)
 
 

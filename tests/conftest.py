@@ -1,0 +1,48 @@
+"""What every test file may use: the devices a test can put tensors on, and the GPU marker.
+
+* ``second_device``: a device other than the CPU that tensors can move to — ``cuda`` where a
+  GPU is present, else ``meta`` (tensors without data: for tests of where tensors go and of
+  shapes, never of values).
+* ``accelerator``: ``cuda`` where a GPU is present, else the CPU: for tests that run a model
+  on whatever the machine computes on, with values compared.
+* ``@pytest.mark.cuda``: the test needs a GPU and is skipped (saying so) without one.
+* ``@pytest.mark.cpu_only``: the test states something true of CPU tensors only (a device
+  compared with ``"cpu"``, a CPU kernel's numerics); it runs everywhere, since the tensors it
+  makes are on the CPU, and ``-m cpu_only`` lists them when the suite moves to a GPU.
+
+Tests make their tensors on the CPU unless they ask for a device: the suite passes on a GPU
+machine as it does on a CPU-only one (``tools/gpu_check.sh`` checks that).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cuda: needs a GPU (skipped without one)")
+    config.addinivalue_line(
+        "markers", "cpu_only: asserts what holds of CPU tensors only (see tests/conftest.py)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a GPU: torch.cuda.is_available() is False here")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def second_device() -> torch.device:
+    return torch.device("cuda") if HAS_CUDA else torch.device("meta")
+
+
+@pytest.fixture
+def accelerator() -> torch.device:
+    return torch.device("cuda") if HAS_CUDA else torch.device("cpu")
