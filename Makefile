@@ -16,9 +16,10 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 BENCH_TRACE_ARGS ?=
 ZOO_ARGS ?=
+MATRIX_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test bench bench-passes zoo lint format clean distclean
+.PHONY: help setup demo test test-matrix bench bench-passes zoo lint format clean distclean
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / { printf "  make %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -46,6 +47,9 @@ demo: $(SETUP_STAMP) ## set up, then run the demo (`fxloom demo`)
 
 test: $(SETUP_STAMP) ## set up, then run the tests (extra pytest flags: PYTEST_ARGS=...)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-matrix: $(SETUP_STAMP) ## run the tests on other Python/torch/transformers versions (cached envs; MATRIX_ARGS=)
+	$(PY) tools/test_matrix.py $(MATRIX_ARGS)
 
 bench: $(SETUP_STAMP) ## set up, run the graph then the tracing benchmarks (BENCH_ARGS=, BENCH_TRACE_ARGS=)
 	$(PY) benchmarks/bench_graph.py $(BENCH_ARGS)

@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.attr_path",
         "fxloom.ops",
         "fxloom._version",
+        "fxloom._torch_compat",
     ),
     "ir": (
         "fxloom.node",

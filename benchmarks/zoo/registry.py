@@ -180,6 +180,16 @@ WAV2VEC2_LIKE = dict(
 )
 CLIP_TEXT = dict(BERT_LIKE, eos_token_id=2)
 CLIP_VISION = dict(VIT_LIKE, num_channels=3)
+SEGFORMER_LIKE = dict(
+    num_encoder_blocks=2,
+    depths=[1, 1],
+    sr_ratios=[2, 1],
+    hidden_sizes=[8, 16],
+    patch_sizes=[7, 3],
+    strides=[4, 2],
+    num_attention_heads=[1, 2],
+    mlp_ratios=[2, 2],
+)
 RESNET_LIKE = dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
 
 FUNNEL_LEN = (
@@ -255,6 +265,12 @@ HF_SPECS = [
         "xlnet",
         ENC,
         hf("XLNetModel", "XLNetConfig", vocab_size=VOCAB, d_model=32, n_layer=2, n_head=2),
+        text,
+    ),
+    ModelSpec(
+        "xlnet_lm",  # forward(**kwargs) handed on to XLNetModel
+        ENC,
+        hf("XLNetLMHeadModel", "XLNetConfig", vocab_size=VOCAB, d_model=32, n_layer=2, n_head=2),
         text,
     ),
     ModelSpec(
@@ -527,17 +543,83 @@ HF_SPECS = [
     ModelSpec(
         "segformer",
         VIT,
+        hf("SegformerModel", "SegformerConfig", **SEGFORMER_LIKE),
+        image,
+        **ANY_IMAGE_SIZE,
+    ),
+    # Dense prediction heads: each resizes feature maps to a size computed from another one
+    # (F.interpolate(x, size=y.shape[2:]), or by a scale factor), which dynamic export must
+    # keep symbolic.
+    ModelSpec(
+        "segformer_segmentation",
+        VIT,
         hf(
-            "SegformerModel",
+            "SegformerForSemanticSegmentation",
             "SegformerConfig",
-            num_encoder_blocks=2,
-            depths=[1, 1],
-            sr_ratios=[2, 1],
-            hidden_sizes=[8, 16],
-            patch_sizes=[7, 3],
-            strides=[4, 2],
-            num_attention_heads=[1, 2],
-            mlp_ratios=[2, 2],
+            **SEGFORMER_LIKE,
+            decoder_hidden_size=16,
+            num_labels=3,
+        ),
+        image,
+        **ANY_IMAGE_SIZE,
+    ),
+    ModelSpec(
+        "glpn_depth",
+        VIT,
+        hf("GLPNForDepthEstimation", "GLPNConfig", **SEGFORMER_LIKE, decoder_hidden_size=16),
+        image,
+        **ANY_IMAGE_SIZE,
+    ),
+    ModelSpec(
+        "dpt_depth",
+        VIT,
+        hf(
+            "DPTForDepthEstimation",
+            "DPTConfig",
+            **VIT_LIKE,
+            backbone_out_indices=[0, 1],
+            neck_hidden_sizes=[8, 16],
+            fusion_hidden_size=16,
+            reassemble_factors=[2, 1],
+            head_hidden_size=8,
+        ),
+        image,
+        **FIXED_IMAGE_SIZE,
+    ),
+    ModelSpec(
+        "mobilevit_segmentation",
+        CNN,
+        hf(
+            "MobileViTForSemanticSegmentation",
+            "MobileViTConfig",
+            image_size=IMAGE,
+            hidden_sizes=[16, 24, 32],
+            neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 48],
+            aspp_out_channels=16,
+            num_labels=3,
+        ),
+        image,
+        # Patches are unfolded by int() of the feature map's size (modeling_mobilevit.py:397):
+        # the trace holds for the example's image size, checked by a guard.
+        **FIXED_IMAGE_SIZE,
+        violating=(BATCH, 48),
+    ),
+    ModelSpec(
+        "upernet_convnext",
+        CNN,
+        hf(
+            "UperNetForSemanticSegmentation",
+            "UperNetConfig",
+            backbone_config=dict(
+                model_type="convnext",
+                hidden_sizes=[8, 16, 24, 32],
+                depths=[1, 1, 1, 1],
+                out_features=["stage1", "stage2", "stage3", "stage4"],
+            ),
+            hidden_size=16,
+            auxiliary_in_channels=24,
+            auxiliary_channels=8,
+            num_labels=3,
         ),
         image,
         **ANY_IMAGE_SIZE,

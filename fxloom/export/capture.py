@@ -26,13 +26,18 @@ from __future__ import annotations
 
 import contextlib
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._C import DispatchKey, DispatchKeySet, _ExcludeDispatchKeyGuard
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch._C import DispatchKey, DispatchKeySet
 
+from fxloom._torch_compat import (
+    TorchDispatchMode,
+    exclude_dispatch_keys,
+    has_composite_implicit_kernel,
+)
 from fxloom.export.data_dependent import DATA_DEPENDENT_RULES, MASK_REWRITES
 from fxloom.export.functionalize import (
     SCATTERS,
@@ -198,6 +203,8 @@ class Capture:
         """Record one operator call from the program and return its stand-in result."""
         if len(self.shape_env.deferred_assertions) > self.asserted:
             assert_deferred(self)  # torch._check(...) promises made since the last operator
+        if func in SIZE_QUERIES:
+            return self._size_query(func, args[0])
         decomposition = self.decompositions.get(func)
         if decomposition is None and _is_composite(func):
             # Only reached below autograd (inside a decomposition), where torch does not break
@@ -221,6 +228,19 @@ class Capture:
             return _HANDLERS[kind.kind](self, func, kind, args, kwargs)
         except (DataDependentError, UnsupportedOpError) as err:
             raise self.error(str(err)) from None
+
+    def _size_query(self, func: Any, tensor: Any) -> list[int]:
+        """The answer to a C++ kernel reading ``tensor``'s sizes or strides as ints: the
+        ints if they are known; a symbolic one cannot be an int without fixing it."""
+        values = SIZE_QUERIES[func](tensor)
+        if all(type(value) is int for value in values):
+            return list(values)
+        raise self.error(
+            f"a C++ kernel read the sizes of a tensor of shape {list(tensor.shape)} as plain "
+            f"ints ({func}), which dynamic dimensions cannot be; this torch "
+            f"({torch.__version__}) lacks the Python kernel export runs instead. Make those "
+            "dimensions static, or use a torch release from docs/compatibility.md"
+        )
 
     def error(self, message: str) -> ExportError:
         trace = self._meta.get("stack_trace") or self.provenance.stack_trace()
@@ -366,6 +386,13 @@ class Capture:
         return src
 
 
+# Operators with a schema and no kernel (torch answers "operator aten::size does not exist"):
+# a C++ kernel calls them for the sizes of a tensor whose sizes are symbolic, as plain ints.
+SIZE_QUERIES: dict[Any, Callable[[torch.Tensor], Any]] = {
+    aten.size.default: lambda tensor: tensor.shape,
+    aten.stride.default: lambda tensor: tensor.stride(),
+}
+
 _composite: dict[Any, bool] = {}
 
 
@@ -373,9 +400,7 @@ def _is_composite(func: Any) -> bool:
     """Whether ``func`` is defined in terms of other operators (CompositeImplicitAutograd)."""
     found = _composite.get(func)
     if found is None:
-        found = _composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
-            func.name(), DispatchKey.CompositeImplicitAutograd
-        )
+        found = _composite[func] = has_composite_implicit_kernel(func)
     return found
 
 
@@ -446,7 +471,7 @@ def _metadata(capture: Capture, func: Any, kind: OpKind, args: tuple, kwargs: di
             "exported program cannot do to its caller's tensors; use the out-of-place form"
         )
     view = _view(capture, kind.functional, classify(kind.functional), args, kwargs)
-    with _ExcludeDispatchKeyGuard(_PYTHON_KEYS):  # the stand-in's own sizes and strides
+    with exclude_dispatch_keys(_PYTHON_KEYS):  # the stand-in's own sizes and strides
         func(target, *args[1:], **kwargs)
     target._meta = view._meta
     became = capture.values.pop(id(view))

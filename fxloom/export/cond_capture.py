@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
 
 from fxloom import pytree
+from fxloom._torch_compat import current_dispatch_mode, dispatch_mode_set_aside
 from fxloom.cond import branch_mismatch, cond_op, free_branch_names, order_placeholders
 from fxloom.cond import output_leaves as branch_output_leaves
 from fxloom.export.capture import Capture
@@ -193,9 +193,9 @@ def _capture_branch(
 @contextlib.contextmanager
 def _recording_into(parent: Capture, branch: BranchCapture) -> Iterator[None]:
     """Operators go to ``branch`` instead of ``parent``, both ways they arrive."""
-    top = _get_current_dispatch_mode()
+    top = current_dispatch_mode()
     standing_aside = (
-        _pop_mode_temporarily()
+        dispatch_mode_set_aside()
         if getattr(top, "capture", None) is parent
         else contextlib.nullcontext()
     )

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
+from fxloom._torch_compat import core_aten_decompositions
 from fxloom.export.capture import Capture
 from fxloom.export.exporter import place_constants
 from fxloom.export.program import ExportedProgram
@@ -50,9 +51,7 @@ _META_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn")
 
 def default_decompositions() -> dict[Any, Any]:
     """torch's table down to the core ATen operator set (imported on first use: it is large)."""
-    from torch._decomp import core_aten_decompositions
-
-    return dict(core_aten_decompositions())
+    return core_aten_decompositions()
 
 
 class _FromNode:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from fxloom import pytree
+from fxloom._torch_compat import compiler_reports_exporting, python_dispatcher
 from fxloom.export.capture import Capture, ExportError, Storage
 from fxloom.export.dynamic_shapes import resolve_dynamic_shapes
 from fxloom.export.input_sizes import InputSizes
@@ -100,8 +101,11 @@ def export(
         lifted = _lift_user_input(name, value, capture, input_specs, leaf_dims, sizes)
         user_values.append(lifted)
     call_args, call_kwargs = _call_arguments(mod, arg_names, user_values, len(args))
-    with _swapped(mod, state), _exporting(), provenance.active(), capture.mode(), _active(capture):
-        result = mod(*call_args, **call_kwargs)
+    # Dynamic sizes need torch's Python kernels (composites that read sizes as ints in C++).
+    dispatcher = python_dispatcher() if capture.symbolic else contextlib.nullcontext()
+    with _swapped(mod, state), compiler_reports_exporting(), provenance.active(), dispatcher:
+        with capture.mode(), _active(capture):
+            result = mod(*call_args, **call_kwargs)
     assert_deferred(capture)
     assert_input_guards(capture)
     graph_signature, out_spec = _finish(capture, input_specs, result)
@@ -309,22 +313,6 @@ def _swapped(mod: torch.nn.Module, state: dict[str, StandIn]) -> Iterator[None]:
     finally:
         for table, field, original in reversed(saved):
             table[field] = original
-
-
-@contextlib.contextmanager
-def _exporting() -> Iterator[None]:
-    """``torch.compiler.is_compiling()``/``is_exporting()`` answer True, as under torch.export.
-
-    Libraries ask these to skip shortcuts that read data (transformers' mask helpers check
-    ``mask.all()`` otherwise), which a capture on shapes alone cannot follow.
-    """
-    compiler = torch.compiler
-    saved = compiler._is_compiling_flag, compiler._is_exporting_flag
-    compiler._is_compiling_flag = compiler._is_exporting_flag = True
-    try:
-        yield
-    finally:
-        compiler._is_compiling_flag, compiler._is_exporting_flag = saved
 
 
 @contextlib.contextmanager

@@ -241,7 +241,8 @@ _GENERICS: dict[str, Any] = {
     "tuple": tuple,
     "dict": dict,
     "typing.Union": typing.Union,
-    "typing.Unpack": typing.Unpack,
+    # typing.Unpack is new in Python 3.11 (``*args: *Ts``); 3.10 cannot have written it.
+    **({"typing.Unpack": typing.Unpack} if hasattr(typing, "Unpack") else {}),
 }
 
 

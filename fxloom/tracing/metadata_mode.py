@@ -33,8 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from fxloom._torch_compat import TorchDispatchMode
 from fxloom.export.stand_in import StandIn, run_on_meta
 from fxloom.pytree import tree_any
 

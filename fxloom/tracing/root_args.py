@@ -155,6 +155,8 @@ def root_arguments(
             )
         elif param.kind is param.VAR_KEYWORD:
             spec = _with_example_entries(param, spec, examples)
+            if spec is PH and _examples_pass_no_keywords(examples, parameters):
+                spec = {}  # the examples say what the caller passes: nothing
             values[param.name] = _variadic_keyword(
                 tracer, param, spec, type_expr, as_values, examples
             )
@@ -173,6 +175,19 @@ def root_arguments(
     if as_values:
         return _call_with_variadics_as_values(root_fn, parameters, values, leading)
     return _call(root_fn, parameters, values, leading)
+
+
+def _examples_pass_no_keywords(examples: ExampleRun | None, parameters: list) -> bool:
+    """Whether example inputs were given and none of them goes to ``**kwargs``.
+
+    Hugging Face head models take ``**kwargs`` only to hand them on to their base model;
+    traced as one unknown dict, the hand-on (``self.transformer(..., **kwargs)``) cannot
+    be expanded. Examples that pass none fix it to ``{}``, under a guard on its keys.
+    """
+    if examples is None:
+        return False
+    named = {p.name for p in parameters if p.kind is not p.VAR_KEYWORD}
+    return all(name in named for name in examples.inputs)
 
 
 def concrete_args_by_name(

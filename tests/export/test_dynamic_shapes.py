@@ -67,6 +67,30 @@ def batch_t():
     return torch.export.Dim("batch", min=1, max=64)
 
 
+class UpsampleToSkip(nn.Module):
+    """A decoder step as segmentation models write it: the coarse map resized to the size of
+    the fine one, read from the fine one's shape (torch's C++ kernel reads those sizes as
+    ints; export runs its Python definition, which keeps the batch symbolic)."""
+
+    def forward(self, coarse, fine):
+        resized = nn.functional.interpolate(
+            coarse, size=fine.shape[2:], mode="bilinear", align_corners=False
+        )
+        return resized + fine
+
+
+def test_interpolate_to_a_size_read_from_another_tensor_exports_with_a_dynamic_batch():
+    batch = Dim("batch", max=32)
+    example = (torch.randn(2, 4, 4, 4), torch.randn(2, 4, 8, 8))
+    ep = export(
+        UpsampleToSkip(), example, dynamic_shapes={"coarse": {0: batch}, "fine": {0: batch}}
+    )
+    module = ep.module()
+    for size in (2, 5):
+        inputs = (torch.randn(size, 4, 4, 4), torch.randn(size, 4, 8, 8))
+        torch.testing.assert_close(module(*inputs), UpsampleToSkip()(*inputs))
+
+
 # ------------------------------------------------------------------ real models
 
 

@@ -31,10 +31,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch._decomp
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxloom import pytree
+from fxloom._torch_compat import (
+    TorchDispatchMode,
+    decompositions,
+    has_composite_implicit_kernel,
+    meta_functions,
+)
 
 __all__ = ["compute_symbolic_meta", "SYMBOLIC_META_FALLBACKS", "SymbolicMetaError"]
 
@@ -82,16 +86,10 @@ def compute_symbolic_meta(func: Any, args: tuple, kwargs: dict) -> Any:
 
 def python_definition(func: Any) -> Callable[..., Any] | None:
     """The first Python definition of ``func`` in the fallback order (module docstring)."""
-    for table in (
-        SYMBOLIC_META_FALLBACKS,
-        torch._decomp.meta_table,
-        torch._decomp.decomposition_table,
-    ):
+    for table in (SYMBOLIC_META_FALLBACKS, meta_functions(), decompositions()):
         if func in table:
             return table[func]
-    if torch._C._dispatch_has_kernel_for_dispatch_key(
-        func.name(), torch._C.DispatchKey.CompositeImplicitAutograd
-    ):
+    if has_composite_implicit_kernel(func):
         return func.decompose
     return None
 
