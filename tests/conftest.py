@@ -46,3 +46,13 @@ def second_device() -> torch.device:
 @pytest.fixture
 def accelerator() -> torch.device:
     return torch.device("cuda") if HAS_CUDA else torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module's tests (``pytest.mark.usefixtures("one_thread")``):
+    the models are tiny, and two threads on a busy two-core machine spin against each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

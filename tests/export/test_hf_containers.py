@@ -39,13 +39,8 @@ EXAMPLE, OTHER = (2, 8), (3, 5)  # (batch, sequence length)
 BATCH, SEQ, PAST = Dim("batch", max=16), Dim("seq", max=32), Dim("past", max=32)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on a busy two-core machine: one thread, as tests/test_hf_models.py does."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models on a busy two-core machine: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(name: str) -> torch.nn.Module:

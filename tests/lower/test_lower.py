@@ -29,13 +29,8 @@ if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from t
     sys.path.insert(0, str(ROOT))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small models on a busy two-core machine: one thread for torch and ONNX Runtime."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models on a busy two-core machine: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def spectral_gate(x: torch.Tensor) -> torch.Tensor:

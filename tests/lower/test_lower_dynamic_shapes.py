@@ -38,13 +38,8 @@ from benchmarks.zoo.registry import get  # noqa: E402
 OTHER_SIZES = [(1, 5), (3, 13)]  # (batch, sequence), neither the examples' (2, 7)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on a busy two-core machine: one thread for torch."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models on a busy two-core machine: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
