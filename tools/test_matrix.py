@@ -98,14 +98,6 @@ CELLS: tuple[Cell, ...] = (
                 "the comparison peer, not fxloom: torch.fx 2.11 writes an enum member as its "
                 "repr (<Color.RED: 1>) in generated code"
             ),
-            "tests/test_hf_models.py::test_traced_model_refuses_an_input_that_takes_another_branch[funnel]": (
-                "OPEN (fxloom): on transformers 5.17 Funnel's trace is fixed to the example's "
-                "length without a guard, so another length fails inside gather instead of "
-                "in a guard"
-            ),
-            "tests/test_hf_models.py::test_traced_model_is_right_or_refuses_on_a_single_token[funnel]": (
-                "OPEN (fxloom): the same missing guard as the test above"
-            ),
             "tests/quantize/test_pt2e_peer.py": (
                 "the comparison peer, not fxloom: torchao's PT2E (0.18) does not run on torch 2.11"
             ),

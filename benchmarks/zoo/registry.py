@@ -17,10 +17,12 @@ fxloom.zoo.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -192,6 +194,22 @@ SEGFORMER_LIKE = dict(
 )
 RESNET_LIKE = dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
 
+
+def funnel_fixes_the_length() -> bool:
+    """Whether this transformers' Funnel calls ``len()`` on a traced position tensor.
+
+    Releases differ: 5.0 and 5.23 on write ``len(pooled_pos)`` (the trace is fixed to the
+    example's length by a guard); 5.17 keeps positions as tensors, so the trace runs any length
+    and a guard fires only on the batch size. The source is read, not imported, to keep
+    collecting the tests cheap.
+    """
+    found = importlib.util.find_spec("transformers")
+    if found is None or not found.submodule_search_locations:
+        return True
+    source = Path(found.submodule_search_locations[0]) / "models/funnel/modeling_funnel.py"
+    return not source.exists() or "len(pooled_pos)" in source.read_text()
+
+
 FUNNEL_LEN = (
     "LIMITATION: `num_remove = shift * len(pooled_pos)` at modeling_funnel.py:300 calls len() "
     "on a traced tensor; len must return an int, so the trace is fixed to the example's "
@@ -287,7 +305,7 @@ HF_SPECS = [
             d_inner=37,
         ),
         text,
-        violating=(BATCH, 9),
+        violating=(BATCH, 9) if funnel_fixes_the_length() else None,
         xfail=dict.fromkeys(("generalises", "padded"), FUNNEL_LEN),
     ),
     ModelSpec("deberta_v2", ENC, hf("DebertaV2Model", "DebertaV2Config", **BERT_LIKE), text),
