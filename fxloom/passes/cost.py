@@ -47,7 +47,7 @@ What it does to the module: like ``ShapeProp``, it writes ``node.meta["tensor_me
 ``node.meta["type"]`` (unless ``mode="recorded"``); every other key, node names, the graph and
 the module are unchanged.
 
-Depends on: ``fxloom.passes.shape_prop``; ``fxloom.export``'s program (through ``_exported``);
+Depends on: ``fxloom.passes.shape_prop``; ``fxloom.export``'s program (through ``passes.captured``);
 rich for tables.
 """
 
@@ -81,8 +81,8 @@ from fxloom.ops.mutation import (
     schema_is_mutable,
 )
 from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
-from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes._meta_device import is_shape_spec
+from fxloom.passes.captured import graph_module_of, lifted_state
 from fxloom.passes.shape_prop import ShapeProp, ShapePropError, TensorMetadata
 from fxloom.pytree import tree_any, tree_map
 

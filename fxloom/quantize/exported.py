@@ -51,15 +51,10 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.passes.fuse.weights import fuse_conv_bn_weights
 
-__all__ = ["LIFTS", "is_exported_program", "lift_layers"]
+__all__ = ["LIFTS", "lift_layers"]
 
 aten = torch.ops.aten
 CONVS = {3: nn.Conv1d, 4: nn.Conv2d, 5: nn.Conv3d}  # weight rank -> layer
-
-
-def is_exported_program(value: Any) -> bool:
-    """An ``fxloom.export`` program (told apart by what it has; quantize does not import export)."""
-    return hasattr(value, "graph_signature") and callable(getattr(value, "module", None))
 
 
 def lift_layers(gm: GraphModule) -> GraphModule:
