@@ -56,6 +56,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for
 from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionReport
@@ -160,9 +161,10 @@ def lower(
     guards = len(support.guards)
     notes = (f"{guards} run-time check(s) of the inputs run in PyTorch",) if guards else ()
     notes += (setting_note,) if any(region.lowered for region in regions) else ()
-    report = LoweringReport(model_name(model_or_gm), backend, tuple(regions), left, notes=notes)
+    report = LoweringReport(model_name(gm), backend, tuple(regions), left, notes=notes)
     if check:
-        report = _checked(model_or_gm, split, inputs, report, concrete_args, rtol, atol)
+        eager = gm if isinstance(model_or_gm, ExportedProgram) else model_or_gm  # runs as given
+        report = _checked(eager, split, inputs, report, concrete_args, rtol, atol)
     split.lowering_report = report
     return split
 
@@ -389,6 +391,7 @@ def _ort_region(
         proto.SerializeToString(),
         name=name,
         fixed_inputs={i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)},
+        output_layouts=_memory_orders(expected),
         **_output_layout(name, expected, len(proto.graph.output)),
         **settings,
     )
@@ -414,6 +417,20 @@ def _output_layout(name: str, expected: Any, computed: int) -> dict[str, Any]:
         f"{name} returns {len(leaves)} values in PyTorch ({len(numbers)} of them numbers), its "
         f"ONNX model {computed}"
     )
+
+
+def _memory_orders(expected: Any) -> dict[int, tuple[int, ...]]:
+    """The region's tensor results that PyTorch laid out in another order than row-major
+    (a transpose returned as it is), by position, with their dimensions from the largest
+    stride to the smallest: the lowered region returns them laid out alike, since what runs
+    after it may depend on strides (a ``view`` of a transposed tensor, in exported graphs)."""
+    orders = {}
+    for position, leaf in enumerate(tree_flatten(expected)[0]):
+        if isinstance(leaf, torch.Tensor) and not leaf.is_contiguous():
+            order = tuple(sorted(range(leaf.dim()), key=lambda d, t=leaf: (-t.stride(d), d)))
+            if order != tuple(range(leaf.dim())):
+                orders[position] = order
+    return orders
 
 
 def _same_kind(name: str, position: int, value: Any, reference: Any) -> None:

@@ -83,7 +83,12 @@ from fxloom.ops.mutation import (
 from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
 from fxloom.passes._meta_device import is_shape_spec
 from fxloom.passes.captured import graph_module_of, lifted_state
-from fxloom.passes.shape_prop import ShapeProp, ShapePropError, TensorMetadata
+from fxloom.passes.shape_prop import (
+    ShapeProp,
+    ShapePropError,
+    TensorMetadata,
+    record_captured_shapes,
+)
 from fxloom.pytree import tree_any, tree_map
 
 __all__ = [
@@ -114,7 +119,8 @@ def analyze_cost(
 
     * ``"auto"`` (default): the meta device; if an operator fails there and the inputs are real
       tensors, real mode (``report.notes`` says so). Without inputs, the ``tensor_meta`` already
-      on the nodes (from an earlier ``ShapeProp`` run) if there is any, else a meta run.
+      on the nodes (from an earlier ``ShapeProp`` run) if there is any, else the shapes export
+      recorded (``node.meta["val"]``, all of them fixed), else a meta run.
     * ``"meta"``, ``"real"``: that mode only (real mode needs real tensors).
     * ``"recorded"``: use the ``tensor_meta`` on the nodes; raises if they have none.
 
@@ -152,6 +158,8 @@ def _propagate_shapes(
     if mode == "recorded" or (mode == "auto" and not given and _has_recorded_shapes(module)):
         _check_recorded(module)
         return "recorded"
+    if mode == "auto" and not given and record_captured_shapes(module.graph):
+        return "meta"  # what export's meta kernels recorded (node.meta["val"]): no second run
     if mode == "real":
         ShapeProp(module).propagate(*args, **kwargs)
         return "real"
