@@ -394,8 +394,11 @@ def record_captured_shapes(graph: Any) -> bool:
     Run-time checks (``stays_on_host``) return None and need no value.
     """
     recorded: dict[Node, tuple[Any, type]] = {}
+    root = graph.owning_module
     for node in graph.nodes:
-        if node.op == "output":
+        if node.op == "get_attr" and root is not None:
+            value = attr_path.find(root, str(node.target))  # the weight itself: no run needed
+        elif node.op == "output":
             if any("val" not in n.meta for n in node.all_input_nodes):
                 return False
             value = map_arg(node.args[0], lambda n: n.meta["val"])
