@@ -188,16 +188,7 @@ def test_the_result_returns_what_the_program_returns(program, result) -> None:
     assert_same_output(program.call(result, inputs), program.call(program.model, inputs))
 
 
-def test_the_result_runs_at_another_size_the_program_takes(request, program, result) -> None:
-    if "bert-lower" in request.node.name:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="lowering BERT with dynamic_shapes returns the sequence and batch sizes "
-                "from its first ONNX region as constants (constant_outputs), so another size "
-                "fails in PyTorch after it; the same on main before issue 23",
-            )
-        )
+def test_the_result_runs_at_another_size_the_program_takes(program, result) -> None:
     inputs = program.inputs(3, 7)
     assert_same_output(program.call(result, inputs), program.call(program.model, inputs))
 

@@ -61,6 +61,7 @@ class SizeRun:
 
     inputs: Any  # like the examples: a tuple of positional inputs or a dict by name
     names: dict[tuple[int, int], str] = field(default_factory=dict)
+    outputs: Any = None  # what a lowered region returned in this run (``lower`` records it)
 
     @property
     def option(self) -> str:

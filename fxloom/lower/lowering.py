@@ -25,7 +25,8 @@ PyTorch; the report says why. With ``dynamic_shapes`` (or ``dynamic_batch``) the
 once more per dynamic ``Dim`` at another size; each region is translated with the sizes it
 saw in those runs, so its dynamic dimensions are symbolic, and a region fed a number that
 changes with them (a size passed from PyTorch) stays in PyTorch, so the lowered module runs
-at any size. A model may thus end up with nothing lowered: that is reported, not raised.
+at any size (a number a region returns that changes with them is computed in ONNX and
+returned to PyTorch as a number). A model may thus end up with nothing lowered: that is reported, not raised.
 
 ``check=True`` runs the eager model and the lowered one on the examples and records the
 largest absolute and relative errors in the report; outputs further apart than
@@ -310,7 +311,7 @@ def _regions_at_sizes(
             if reason is not None:
                 fixed.setdefault(name, reason)
             elif other is not None:
-                at_sizes[name].append(SizeRun(other[0], run.names))
+                at_sizes[name].append(SizeRun(other[0], run.names, outputs=other[1]))
     return at_sizes, fixed
 
 
@@ -392,7 +393,7 @@ def _ort_region(
         name=name,
         fixed_inputs={i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)},
         output_layouts=_memory_orders(expected),
-        **_output_layout(name, expected, len(proto.graph.output)),
+        **_output_layout(name, expected, len(proto.graph.output), runs),
         **settings,
     )
     got, _ = tree_flatten(module(*args))
@@ -401,18 +402,24 @@ def _ort_region(
     return module
 
 
-def _output_layout(name: str, expected: Any, computed: int) -> dict[str, Any]:
+def _output_layout(
+    name: str, expected: Any, computed: int, runs: list[SizeRun] = ()
+) -> dict[str, Any]:
     """Which of the region's results ONNX computes, and which are Python numbers.
 
-    The translator emits every tensor; a Python number (a size) is either emitted as a 0-d
-    tensor or, when the examples fix it, folded away and returned as the example's value.
+    The translator emits every tensor, and every number that changes with the dynamic sizes
+    (a size read from a shape) as a 0-d tensor; a number the examples fix is folded away and
+    returned as the example's value.
     """
     leaves, spec = tree_flatten(expected)
     numbers = [i for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)]
     if computed == len(leaves):
         return {"output_spec": spec, "scalar_outputs": tuple(numbers)}
-    if computed == len(leaves) - len(numbers):
-        return {"output_spec": spec, "constant_outputs": {i: leaves[i] for i in numbers}}
+    others = [tree_flatten(run.outputs)[0] for run in runs if run.outputs is not None]
+    varying = [i for i in numbers if any(not _same_number(leaves[i], o[i]) for o in others)]
+    if computed == len(leaves) - len(numbers) + len(varying):
+        fixed = {i: leaves[i] for i in numbers if i not in varying}
+        return {"output_spec": spec, "scalar_outputs": tuple(varying), "constant_outputs": fixed}
     raise LoweringError(
         f"{name} returns {len(leaves)} values in PyTorch ({len(numbers)} of them numbers), its "
         f"ONNX model {computed}"

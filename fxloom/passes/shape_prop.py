@@ -40,6 +40,12 @@ shape from the export's examples, and ``ShapeProp(ep.graph_module).propagate_met
 too. An exported graph is specialised to its examples' shapes (its views carry their sizes): for
 another input shape, export again.
 
+**Shapes capture recorded.** ``record_captured_shapes(gm.graph)`` writes the same
+``tensor_meta``/``type`` from the values export stamped on every node (``meta["val"]``) without
+running anything, when they are all there with fixed sizes; consumers (``lower``,
+``analyze_cost``) try it first and propagate only when it returns False (a traced module, or
+symbolic sizes). ``translate`` always runs the graph: it needs the values, not only the shapes.
+
 What the pass does to a module: ``node.meta["tensor_meta"]`` and ``node.meta["type"]`` are
 added or overwritten on every node that runs (all of them, unless ``run`` is given an
 ``initial_env``); every other key is kept; node names, the graph and the module are unchanged.
