@@ -393,7 +393,9 @@ def _ort_region(
         name=name,
         fixed_inputs={i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)},
         output_layouts=_memory_orders(expected),
-        **_output_layout(name, expected, len(proto.graph.output), runs),
+        **_output_layout(
+            name, expected, len(proto.graph.output), _changing_numbers(region, expected, runs)
+        ),
         **settings,
     )
     got, _ = tree_flatten(module(*args))
@@ -403,27 +405,46 @@ def _ort_region(
 
 
 def _output_layout(
-    name: str, expected: Any, computed: int, runs: list[SizeRun] = ()
+    name: str, expected: Any, computed: int, changing: frozenset[int] = frozenset()
 ) -> dict[str, Any]:
     """Which of the region's results ONNX computes, and which are Python numbers.
 
     The translator emits every tensor, and every number that changes with the dynamic sizes
-    (a size read from a shape) as a 0-d tensor; a number the examples fix is folded away and
-    returned as the example's value.
+    (``changing``: a size read from a shape) as a 0-d tensor; a number the examples fix is
+    folded away and returned as the example's value.
     """
     leaves, spec = tree_flatten(expected)
     numbers = [i for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)]
     if computed == len(leaves):
         return {"output_spec": spec, "scalar_outputs": tuple(numbers)}
-    others = [tree_flatten(run.outputs)[0] for run in runs if run.outputs is not None]
-    varying = [i for i in numbers if any(not _same_number(leaves[i], o[i]) for o in others)]
-    if computed == len(leaves) - len(numbers) + len(varying):
-        fixed = {i: leaves[i] for i in numbers if i not in varying}
-        return {"output_spec": spec, "scalar_outputs": tuple(varying), "constant_outputs": fixed}
+    if computed == len(leaves) - len(numbers) + len(changing):
+        fixed = {i: leaves[i] for i in numbers if i not in changing}
+        return {
+            "output_spec": spec,
+            "scalar_outputs": tuple(sorted(changing)),
+            "constant_outputs": fixed,
+        }
     raise LoweringError(
         f"{name} returns {len(leaves)} values in PyTorch ({len(numbers)} of them numbers), its "
         f"ONNX model {computed}"
     )
+
+
+def _changing_numbers(region: GraphModule, expected: Any, runs: list[SizeRun]) -> frozenset[int]:
+    """Positions, among the region's flattened results, of the numbers the translator emits:
+    a result that is one number (not a ``torch.Size``) and changes in the runs at other sizes."""
+    (output,) = region.graph.find_nodes(op="output")
+    single = not isinstance(output.args[0], tuple)
+    nodes = (output.args[0],) if single else output.args[0]
+    values = (expected,) if single else expected
+    others = [(run.outputs,) if single else run.outputs for run in runs if run.outputs is not None]
+    changing, position = set(), 0
+    for index, (node, value) in enumerate(zip(nodes, values)):
+        is_number = isinstance(node, Node) and node.meta.get("type") in (int, float, bool)
+        if is_number and any(not _same_number(value, other[index]) for other in others):
+            changing.add(position)
+        position += len(tree_flatten(value)[0])
+    return frozenset(changing)
 
 
 def _memory_orders(expected: Any) -> dict[int, tuple[int, ...]]:

@@ -458,7 +458,7 @@ def _emit_outputs(onnx: Any, ctx: TranslationContext, node: Node, sizes: _Sizes)
     """``output_0``, ``output_1`` ...: the output's tensors, flattened, in order."""
     outputs = []
     for leaf in tree_leaves(node.args[0]):
-        if isinstance(leaf, Node) and leaf in ctx.env and leaf.meta.get("tensor_meta") is None:
+        if isinstance(leaf, Node) and leaf in ctx.env and leaf.meta.get("type") in _NUMBERS:
             outputs.append(_number_output(onnx, ctx, leaf, f"output_{len(outputs)}"))
             continue
         if not isinstance(leaf, Node) or leaf.meta.get("tensor_meta") is None:
@@ -475,11 +475,14 @@ def _emit_outputs(onnx: Any, ctx: TranslationContext, node: Node, sizes: _Sizes)
     return outputs
 
 
+_NUMBERS = (int, float, bool)
+
+
 def _number_output(onnx: Any, ctx: TranslationContext, leaf: Node, output: str) -> Any:
     """A number the graph computes (a size that changes with the dynamic dimensions): a 0-d
     output, returned to PyTorch as a Python number (``OrtModule``'s ``scalar_outputs``)."""
     ctx.onnx_nodes.append(onnx.helper.make_node("Identity", [ctx.env[leaf]], [output]))
-    dtype = _python_dtype(leaf.meta.get("type", int)())
+    dtype = _python_dtype(leaf.meta["type"]())
     return onnx.helper.make_tensor_value_info(output, onnx_dtype(dtype), [])
 
 
