@@ -123,3 +123,42 @@ def test_symbolic_sizes_are_not_taken_for_the_examples_sizes() -> None:
     gm = ep.module()
     assert not record_captured_shapes(gm.graph)
     assert not any("tensor_meta" in n.meta for n in gm.graph.nodes)
+
+
+# ------------------------------------------------------------ every consumer takes a program
+class Heads(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.norm = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        y = self.norm(self.conv(x))
+        return {"features": y, "pooled": y.mean((2, 3))}
+
+
+IMAGE = torch.randn(2, 3, 8, 8)
+
+
+def test_fuse_takes_an_exported_program_and_keeps_its_output_dict() -> None:
+    from fxloom.passes.fuse import fuse
+
+    model = Heads().eval()
+    fused = fuse(export(model, (IMAGE,)))
+    got, expected = fused(IMAGE), model(IMAGE)
+    assert type(got) is dict and got.keys() == expected.keys()
+    torch.testing.assert_close(got["pooled"], expected["pooled"])
+
+
+def test_prepare_qat_takes_an_exported_program_and_keeps_its_output_dict() -> None:
+    from fxloom.quantize import prepare_qat
+
+    prepared = prepare_qat(export(Heads().eval(), (IMAGE,)), (IMAGE,))
+    assert type(prepared(IMAGE)) is dict
+
+
+def test_split_by_support_takes_an_exported_program() -> None:
+    from fxloom.passes.split_by_support import split_by_support
+
+    split, _ = split_by_support(export(Heads().eval(), (IMAGE,)), lambda node: True)
+    assert type(split(IMAGE)) is dict
