@@ -160,7 +160,7 @@ def lower(
     ]
     left = tuple(_left_node(node, reason) for node, reason in support.reasons.items())
     guards = len(support.guards)
-    notes = (f"{guards} run-time check(s) of the inputs run in PyTorch",) if guards else ()
+    notes = (f"{guards} run-time check(s) (guards, input checks) run in PyTorch",) if guards else ()
     notes += (setting_note,) if any(region.lowered for region in regions) else ()
     report = LoweringReport(model_name(gm), backend, tuple(regions), left, notes=notes)
     if check:
