@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
+from fxloom._notes import add_note
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.immutable_collections import immutable_dict, immutable_list
@@ -353,15 +354,12 @@ def _load(a: Any, env: dict[Node, Any]) -> Any:
 
 
 def _note_node(err: BaseException, node: Node, interpreter: str) -> None:
-    """Add a note (Python 3.11+) naming the node that raised ``err`` and where it came from."""
-    if not hasattr(err, "add_note"):
-        return
+    """Add a note naming the node that raised ``err`` and where it came from."""
     note = f"fxloom: raised while {interpreter} ran %{node.name}:\n    {node.format_node()}"
     trace = node.stack_trace
     if trace:
         note += f"\n  captured from:\n{textwrap.indent(trace.rstrip(), '    ')}"
-    if note not in getattr(err, "__notes__", ()):
-        err.add_note(note)
+    add_note(err, note)
 
 
 # ================================================================ Transformer

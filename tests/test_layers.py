@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.ops",
         "fxloom._version",
         "fxloom._torch_compat",
+        "fxloom._notes",
     ),
     "ir": (
         "fxloom.node",

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from fxloom._notes import add_note
 from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import STATE_KINDS, InputKind
 from fxloom.graph_module import GraphModule
@@ -171,11 +172,12 @@ def trace(
     try:
         graph = tracer.trace(model, concrete_args, example_inputs=_examples(args, kwargs))
     except Exception as error:
-        error.add_note(
+        add_note(
+            error,
             f"{consumer} traced {model_name(model)} with fxloom.symbolic_trace on the example "
             "inputs; trace it yourself (with concrete_args, or autoleaf=True to keep an "
             "untraceable submodule whole) and pass the GraphModule, or pass an exported "
-            "program (fxloom.export.export)"
+            "program (fxloom.export.export)",
         )
         raise
     return GraphModule(tracer.root, graph, model_name(model))

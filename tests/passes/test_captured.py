@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import fxloom
+from fxloom._notes import notes_of
 from fxloom.export import Dim, export
 from fxloom.passes.captured import (
     call_inputs,
@@ -56,7 +57,7 @@ def test_a_trace_records_each_node_s_source_line() -> None:
 def test_a_failed_trace_keeps_its_error_and_says_how_to_trace_it_yourself() -> None:
     with pytest.raises(Exception) as raised:
         trace(GoesThroughNumpy(), (X,), consumer="a test")
-    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    notes = "\n".join(notes_of(raised.value))
     assert "a test traced GoesThroughNumpy" in notes and "trace it yourself" in notes
 
 
