@@ -129,8 +129,8 @@ class Interpreter:
             args = self.graph.process_inputs(*args)
         steps = self._plan()
         self._dispatch = self._bind_opcode_methods()
-        env = self.env = {} if initial_env is None else dict(initial_env)
-        initial_env = None  # the copy alone holds the values: released ones can be freed
+        env = self.env = _own_env(initial_env)
+        initial_env = None  # env alone holds the values: released ones can be freed
         skip_seeded = bool(env)
         self.args_iter = iter(args)
         run_node = self.run_node
@@ -500,8 +500,24 @@ class Transformer(Interpreter):
         return GraphModule(self.module, self.new_graph, name or "GraphModule")
 
 
+class _HandedOver(dict):
+    """``boxed_run``'s inputs, which ``run`` takes over rather than copies.
+
+    Python 3.10 keeps a call's arguments on the caller's stack until the call returns, so a copy
+    would leave the caller's dict holding every input to the end; releasing from this very dict
+    frees each input after its last use on every Python.
+    """
+
+
+def _own_env(initial_env: dict[Node, Any] | None) -> dict[Node, Any]:
+    """The environment ``run`` fills: a copy of the caller's values, or boxed_run's own dict."""
+    if isinstance(initial_env, _HandedOver):
+        return initial_env
+    return {} if initial_env is None else dict(initial_env)
+
+
 def _take_inputs(placeholders: list[Node], args_list: list[Any]) -> dict[Node, Any]:
     """Placeholder -> value, emptying ``args_list`` (``boxed_run``'s hand-over)."""
-    env = dict(zip(placeholders, args_list))
+    env = _HandedOver(zip(placeholders, args_list))
     args_list.clear()
     return env
