@@ -91,6 +91,8 @@ ALIASES: dict[str, str] = {
     "greater_equal": "ge", "less": "lt", "less_equal": "le", "not_equal": "ne", "fix": "trunc",
     "arccos": "acos", "arcsin": "asin", "arctan": "atan", "arctan2": "atan2", "arccosh": "acosh",
     "arcsinh": "asinh", "arctanh": "atanh", "ger": "outer", "special_expit": "sigmoid",
+    # torch functions that are one object under several names (they compare equal)
+    "spmm": "mm", "dsmm": "mm", "hsmm": "hspmm", "saddmm": "sspaddmm",
 }  # fmt: skip
 
 # Objects whose name, in their namespace, means another operation than the same name elsewhere.
@@ -197,12 +199,17 @@ class _OpRows:
         self.modules = modules  # module classes without a row of their own find their key's
 
     def row(self, spelling: Any) -> Any:
-        """Where a row given for ``spelling`` is filed: its key's name; a class or a spelling
-        with no key (a user's function, a method of their own) is filed as itself."""
+        """Where a row given for ``spelling`` is filed: its key's name (an ATen-only name such
+        as ``"_to_copy"`` is one already); a class, a spelling with no key (a user's function)
+        or an in-place twin the table keeps apart is filed as itself."""
         if isinstance(spelling, type):
             return spelling
         key = op_key(spelling)
-        return spelling if key is None else key.name
+        if key is None and isinstance(spelling, str):
+            key = _normalised(spelling)
+        if key is None or (key.in_place and not self.in_place):
+            return spelling
+        return key.name
 
     def candidates(self, spelling: Any) -> tuple[Any, ...]:
         """The rows a lookup of ``spelling`` tries, in order: itself, its ATen packet, its key."""
@@ -396,11 +403,14 @@ def _functions_of(namespace: Any, prefix: str) -> dict[Any, str]:
         if name.startswith("__"):
             continue
         value = getattr(namespace, name, None)
-        if callable(value) and not isinstance(value, (type, ModuleType)):
-            try:
+        if not callable(value) or isinstance(value, (type, ModuleType)):
+            continue
+        try:
+            # One object under a public and a private name (``F._threshold``): the public wins.
+            if value not in found or not name.startswith("_"):
                 found[value] = prefix + name
-            except TypeError:  # unhashable
-                continue
+        except TypeError:  # unhashable
+            continue
     return found
 
 
