@@ -278,9 +278,11 @@ def view_kind(op: str, target: Any, module: nn.Module | None = None) -> str | No
         target = type(module)
     elif op not in ("call_function", "call_method"):
         return None
-    if target in VIEW_OPS or schema_is_view(target):
+    if target in VIEW_OPS:
         return "view"
-    return "if_contiguous" if target in VIEW_IF_CONTIGUOUS else None
+    if target in VIEW_IF_CONTIGUOUS:  # aten.reshape's schema says "may alias": it may copy
+        return "if_contiguous"
+    return "view" if schema_is_view(target) else None
 
 
 def module_is_random(module: nn.Module) -> bool:

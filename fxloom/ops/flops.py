@@ -39,13 +39,12 @@ Views and reshapes (``fxloom.ops.effects.VIEW_OPS``, ``VIEW_IF_CONTIGUOUS``) are
 A tensor is described by anything with a ``shape`` and a torch ``dtype``: the ``TensorMetadata``
 that ``ShapeProp`` records (``fxloom.passes.shape_prop``), or a tensor itself (a meta tensor).
 
-Depends on: torch, ``fxloom.ops.identity``, ``fxloom.ops.effects`` and ``fxloom.pytree`` (nestings of tensor
+Depends on: torch, ``fxloom.ops`` (``identity``, ``effects``, ``signatures``) and ``fxloom.pytree`` (nestings of tensor
 descriptions). Formulas may see a ``Node`` (a value that was not recorded), never imported here.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import operator
 from collections.abc import Callable, Iterable
@@ -57,7 +56,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fxloom.ops.effects import VIEW_IF_CONTIGUOUS, VIEW_OPS
-from fxloom.ops.identity import OpTable, op_key
+from fxloom.ops.identity import OpTable
+from fxloom.ops.signatures import parameter_names
 from fxloom.pytree import tree_leaves
 
 if TYPE_CHECKING:
@@ -71,7 +71,6 @@ __all__ = [
     "describes_tensor",
     "first_output_numel",
     "numel",
-    "parameter_names",
     "register_flop_formula",
 ]
 
@@ -137,7 +136,7 @@ class OpShapes:
         return self.kwargs.get(name, default)
 
     def named(self, name: str, default: Any = None) -> Any:
-        """The argument called ``name``, wherever this spelling puts it (see ``parameter_names``).
+        """The argument called ``name``, wherever this spelling puts it (``parameter_names``).
 
         Spellings of one operator order their arguments differently (``F.batch_norm`` and
         ``aten.batch_norm``); names don't move.
@@ -150,41 +149,6 @@ class OpShapes:
     def tensor_args(self) -> list[Any]:
         """The ``TensorMetadata`` of the positional tensor arguments, in order."""
         return [arg for arg in self.args if describes_tensor(arg)]
-
-
-_PARAMETER_NAMES: dict[Any, tuple[str, ...]] = {}
-
-
-def parameter_names(target: Any) -> tuple[str, ...]:
-    """The names of ``target``'s parameters, in order (cached): an ATen overload's schema, a
-    Python function's signature, or else (a torch builtin) the schema of its ATen operator."""
-    try:
-        return _PARAMETER_NAMES[target]
-    except KeyError:
-        found = _PARAMETER_NAMES[target] = _read_parameter_names(target)
-        return found
-    except TypeError:  # unhashable
-        return ()
-
-
-def _read_parameter_names(target: Any) -> tuple[str, ...]:
-    schema = getattr(target, "_schema", None)
-    if schema is not None:
-        return tuple(argument.name for argument in schema.arguments)
-    try:
-        parameters = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):  # a C builtin
-        parameters = ()
-    named = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if named:
-        return tuple(named)
-    key = op_key(target)
-    packet = getattr(torch.ops.aten, key.name, None) if key is not None else None
-    overloads = packet.overloads() if packet is not None else ()
-    if not overloads:
-        return ()
-    overload = "default" if "default" in overloads else overloads[0]
-    return tuple(argument.name for argument in getattr(packet, overload)._schema.arguments)
 
 
 Formula = Callable[[OpShapes], "FlopCount | int"]
