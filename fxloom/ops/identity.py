@@ -192,11 +192,16 @@ def functional_overload(overload: Any) -> Any:
 
 # --------------------------------------------------------------------- tables
 class _OpRows:
-    """What ``OpTable`` and ``OpSet`` share: a spelling's row is its operator key's row."""
+    """What ``OpTable`` and ``OpSet`` share: a spelling's row is its operator key's row.
 
-    def __init__(self, *, in_place: bool = False, modules: bool = False) -> None:
+    Lookups are cached per spelling (they sit on hot paths: cost analysis, lowering); every
+    method that changes the rows clears the cache.
+    """
+
+    def _setup(self, in_place: bool, modules: bool) -> None:
         self.in_place = in_place  # in-place twins (``add_``) find their operator's row
         self.modules = modules  # module classes without a row of their own find their key's
+        self._found: dict[Any, Any] = {}  # spelling -> the row it finds, or _MISSING
 
     def row(self, spelling: Any) -> Any:
         """Where a row given for ``spelling`` is filed: its key's name (an ATen-only name such
@@ -224,6 +229,21 @@ class _OpRows:
             found += (key.name,)
         return found
 
+    def find(self, spelling: Any) -> Any:
+        """The row ``spelling`` finds (``_MISSING`` if none), cached."""
+        try:
+            return self._found[spelling]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable callable: in no table
+            return _MISSING
+        found = next((c for c in self.candidates(spelling) if self._has_row(c)), _MISSING)
+        self._found[spelling] = found
+        return found
+
+    def _has_row(self, row: Any) -> bool:
+        raise NotImplementedError
+
 
 class OpTable(_OpRows, dict):
     """A dict of operator facts whose rows are operator keys: ``table[torch.relu] = row`` files
@@ -235,15 +255,20 @@ class OpTable(_OpRows, dict):
     """
 
     def __init__(self, rows: Any = (), *, in_place: bool = False, modules: bool = False) -> None:
-        _OpRows.__init__(self, in_place=in_place, modules=modules)
+        self._setup(in_place, modules)
         dict.__init__(self)
         self.update(rows)
 
+    def _has_row(self, row: Any) -> bool:
+        return dict.__contains__(self, row)
+
     def __setitem__(self, spelling: Any, value: Any) -> None:
+        self._found.clear()
         dict.__setitem__(self, self.row(spelling), value)
 
     def pin(self, spelling: Any, value: Any) -> None:
         """File ``value`` under this very spelling (an ATen packet, a function), not its key."""
+        self._found.clear()
         dict.__setitem__(self, spelling, value)
 
     def update(self, rows: Any = (), **named: Any) -> None:
@@ -251,32 +276,27 @@ class OpTable(_OpRows, dict):
         for spelling, value in (*items, *named.items()):
             self[spelling] = value
 
-    def _find(self, spelling: Any) -> Any:
-        try:
-            for candidate in self.candidates(spelling):
-                if dict.__contains__(self, candidate):
-                    return candidate
-        except TypeError:  # an unhashable callable: in no table
-            pass
-        return _MISSING
-
     def get(self, spelling: Any, default: Any = None) -> Any:
-        found = self._find(spelling)
+        try:  # ``find``, inlined: this is the hot path
+            found = self._found[spelling]
+        except (KeyError, TypeError):
+            found = self.find(spelling)
         return default if found is _MISSING else dict.__getitem__(self, found)
 
     def __getitem__(self, spelling: Any) -> Any:
-        found = self._find(spelling)
+        found = self.find(spelling)
         if found is _MISSING:
             raise KeyError(spelling)
         return dict.__getitem__(self, found)
 
     def __contains__(self, spelling: Any) -> bool:
-        return self._find(spelling) is not _MISSING
+        return self.find(spelling) is not _MISSING
 
     def __delitem__(self, spelling: Any) -> None:
-        found = self._find(spelling)
+        found = self.find(spelling)
         if found is _MISSING:
             raise KeyError(spelling)
+        self._found.clear()
         dict.__delitem__(self, found)
 
     def pop(self, spelling: Any, *default: Any) -> Any:
@@ -288,19 +308,28 @@ class OpTable(_OpRows, dict):
             return default[0]
         raise KeyError(spelling)
 
+    def clear(self) -> None:
+        self._found.clear()
+        dict.clear(self)
+
 
 class OpSet(_OpRows, set):
     """A set of operators whose members are operator keys (see ``OpTable``): adding
     ``torch.relu`` adds ``"relu"``, and ``aten.relu.default in the_set`` is then true."""
 
     def __init__(self, members: Any = (), *, in_place: bool = False, modules: bool = False) -> None:
-        _OpRows.__init__(self, in_place=in_place, modules=modules)
+        self._setup(in_place, modules)
         set.__init__(self, (self.row(member) for member in members))
 
+    def _has_row(self, row: Any) -> bool:
+        return set.__contains__(self, row)
+
     def add(self, spelling: Any) -> None:
+        self._found.clear()
         set.add(self, self.row(spelling))
 
     def discard(self, spelling: Any) -> None:
+        self._found.clear()
         set.discard(self, self.row(spelling))
 
     def update(self, *groups: Any) -> None:
@@ -308,11 +337,15 @@ class OpSet(_OpRows, set):
             for spelling in group:
                 self.add(spelling)
 
+    def clear(self) -> None:
+        self._found.clear()
+        set.clear(self)
+
     def __contains__(self, spelling: Any) -> bool:
-        try:
-            return any(set.__contains__(self, row) for row in self.candidates(spelling))
-        except TypeError:  # an unhashable callable: in no set
-            return False
+        try:  # ``find``, inlined: this is the hot path
+            return self._found[spelling] is not _MISSING
+        except (KeyError, TypeError):
+            return self.find(spelling) is not _MISSING
 
 
 # --------------------------------------------------------------------- derivation
