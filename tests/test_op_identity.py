@@ -7,7 +7,9 @@ export records ATen overloads (``aten.relu.default``): both must hit the same ro
 
 from __future__ import annotations
 
+import gc
 import operator
+import weakref
 
 import pytest
 import torch
@@ -210,3 +212,16 @@ def test_a_spelling_with_its_own_argument_layout_has_its_own_onnx_handler(spelli
     others = {handler_for("call_function", s) for s in _calls(op_key(spelling).name)}
     assert handler_for("call_function", spelling) is not None
     assert len(others) == 2  # its own row, and the one the operator's other spellings share
+
+
+def test_looking_up_a_users_function_does_not_keep_it_alive():
+    def scale(x):
+        return x * 2
+
+    alive = weakref.ref(scale)
+    op_key(scale)
+    find_flop_formula("call_function", scale)
+    assert scale not in SHARES_QPARAMS
+    del scale
+    gc.collect()
+    assert alive() is None

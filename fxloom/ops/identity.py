@@ -140,10 +140,14 @@ def op_key(target: Any) -> OpKey | None:
     try:
         return _KEYS[target]
     except KeyError:
-        found = _KEYS[target] = _derive(target)
-        return found
+        found = _derive(target)
     except TypeError:  # an unhashable callable: no torch spelling
         return None
+    if found is not None or isinstance(target, str):
+        # Only torch's spellings and names are remembered: a user's function (a closure that
+        # may hold a model) is not kept alive by the cache.
+        _KEYS[target] = found
+    return found
 
 
 def op_name(target: Any) -> str | None:
@@ -238,7 +242,8 @@ class _OpRows:
         except TypeError:  # an unhashable callable: in no table
             return _MISSING
         found = next((c for c in self.candidates(spelling) if self._has_row(c)), _MISSING)
-        self._found[spelling] = found
+        if isinstance(spelling, (str, type)) or op_key(spelling) is not None:
+            self._found[spelling] = found  # (a user's function is not kept alive: op_key)
         return found
 
     def _has_row(self, row: Any) -> bool:
