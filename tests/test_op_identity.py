@@ -20,7 +20,15 @@ import fxloom.lower  # noqa: F401 - registers the ONNX handlers
 from fxloom.lower.onnx_ops import handler_for
 from fxloom.ops.effects import FRESH_RESULT_FUNCTIONS, view_kind
 from fxloom.ops.flops import find_flop_formula
-from fxloom.ops.identity import OpKey, OpSet, OpTable, functional_overload, op_key, op_name
+from fxloom.ops.identity import (
+    OpKey,
+    OpSet,
+    OpTable,
+    functional_overload,
+    node_op_key,
+    op_key,
+    op_name,
+)
 from fxloom.quantize.table import KEPT_FLOAT, RELU, SHARES_QPARAMS, STATIC_OPS
 
 aten = torch.ops.aten
@@ -225,3 +233,9 @@ def test_looking_up_a_users_function_does_not_keep_it_alive():
     del scale
     gc.collect()
     assert alive() is None
+
+
+def test_a_call_node_is_keyed_by_its_opcode_and_target():
+    assert node_op_key("call_module", "act", nn.ReLU()) == OpKey("relu")
+    assert node_op_key("call_method", "relu_") == OpKey("relu", in_place=True)
+    assert node_op_key("get_attr", "relu") is None
