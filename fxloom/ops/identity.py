@@ -202,9 +202,10 @@ class _OpRows:
     method that changes the rows clears the cache.
     """
 
-    def _setup(self, in_place: bool, modules: bool) -> None:
+    def _setup(self, in_place: bool, modules: bool, aten: bool) -> None:
         self.in_place = in_place  # in-place twins (``add_``) find their operator's row
         self.modules = modules  # module classes without a row of their own find their key's
+        self.aten = aten  # ATen overloads find their operator's row (else only pinned ones)
         self._found: dict[Any, Any] = {}  # spelling -> the row it finds, or _MISSING
 
     def row(self, spelling: Any) -> Any:
@@ -227,6 +228,8 @@ class _OpRows:
         if packet is not None:
             found += (packet,)
         if isinstance(spelling, type) and not self.modules:
+            return found
+        if packet is not None and not self.aten:
             return found
         key = op_key(spelling)
         if key is not None and (self.in_place or not key.in_place):
@@ -256,11 +259,14 @@ class OpTable(_OpRows, dict):
 
     A row filed under one spelling alone (``pin``) is found before the key's: for a spelling
     whose arguments are laid out unlike the others (``aten.embedding``). ``in_place``: whether
-    in-place twins find their operator's row; ``modules``: whether module classes do.
+    in-place twins find their operator's row; ``modules``: whether module classes do;
+    ``aten``: whether ATen overloads do (else only the ones pinned).
     """
 
-    def __init__(self, rows: Any = (), *, in_place: bool = False, modules: bool = False) -> None:
-        self._setup(in_place, modules)
+    def __init__(
+        self, rows: Any = (), *, in_place: bool = False, modules: bool = False, aten: bool = True
+    ) -> None:
+        self._setup(in_place, modules, aten)
         dict.__init__(self)
         self.update(rows)
 
@@ -322,9 +328,18 @@ class OpSet(_OpRows, set):
     """A set of operators whose members are operator keys (see ``OpTable``): adding
     ``torch.relu`` adds ``"relu"``, and ``aten.relu.default in the_set`` is then true."""
 
-    def __init__(self, members: Any = (), *, in_place: bool = False, modules: bool = False) -> None:
-        self._setup(in_place, modules)
+    def __init__(
+        self,
+        members: Any = (),
+        *,
+        in_place: bool = False,
+        modules: bool = False,
+        aten: bool = True,
+        pinned: Any = (),
+    ) -> None:
+        self._setup(in_place, modules, aten)
         set.__init__(self, (self.row(member) for member in members))
+        set.update(self, pinned)  # these very spellings (``OpTable.pin``)
 
     def _has_row(self, row: Any) -> bool:
         return set.__contains__(self, row)

@@ -62,6 +62,8 @@ from torch import nn
 from fxloom.ops.identity import OpSet, OpTable
 from fxloom.quantize.observers import Observer
 
+aten = torch.ops.aten
+
 __all__ = [
     "DYNAMIC_MODULES",
     "FLOAT_IO",
@@ -151,17 +153,29 @@ STATIC_OPS: OpTable = OpTable(
 
 RELU: OpSet = OpSet({"relu"}, modules=True)
 
+# Torch-level spellings by key. Of exported programs' ATen calls only these: their graphs fix
+# every stride, and a transpose or permute computed on int8 (then dequantized) leaves another
+# layout than the float one a later ``aten.view`` was recorded for (exported BERT: "view size
+# is not compatible with input tensor's size and stride").
 SHARES_QPARAMS: OpSet = OpSet(
     {
         *RELU,
         nn.Dropout,
         nn.Identity,
-        nn.AvgPool2d,  # the module only: F.avg_pool2d and aten.avg_pool2d compute in float
+        nn.AvgPool2d,  # the module only: F.avg_pool2d computes in float
         *("max_pool1d", "max_pool2d", "max_pool3d", "getitem", "flatten", "view", "reshape"),
         *("contiguous", "permute", "transpose", "squeeze", "unsqueeze", "chunk", "split"),
         *("size", "dim"),
     },
     modules=True,
+    aten=False,
+    pinned={
+        aten.relu.default,
+        aten.view.default,
+        aten.reshape.default,
+        aten.flatten.using_ints,
+        aten.max_pool2d.default,
+    },
 )
 
 # A global average over 256 int8 values resolves about 16 times finer than their step; on int8
