@@ -242,9 +242,9 @@ _ELEMENTWISE_OPERATORS = (
     operator.ge,
 )  # fmt: skip
 _ELEMENTWISE_FUNCTIONAL = (
-    F.relu, F.relu_, F.relu6, F.gelu, F.silu, F.mish, F.elu, F.selu, F.celu, F.leaky_relu,
-    F.hardtanh, F.hardswish, F.hardsigmoid, F.softplus, F.softsign, F.tanh, F.sigmoid,
-    F.logsigmoid, F.threshold, F.glu, F.prelu, F.tanhshrink, F.hardshrink, F.softshrink,
+    F.relu6, F.gelu, F.silu, F.mish, F.elu, F.selu, F.celu, F.leaky_relu, F.hardtanh,
+    F.hardswish, F.hardsigmoid, F.softplus, F.softsign, F.logsigmoid, F.threshold, F.glu,
+    F.prelu, F.tanhshrink, F.hardshrink, F.softshrink,
 )  # fmt: skip
 _ACTIVATION_MODULES = (
     nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Mish, nn.ELU, nn.SELU, nn.CELU, nn.LeakyReLU,
@@ -267,9 +267,7 @@ _register_all(_REDUCTION_NAMES, _per_input_element)
 
 _SOFTMAX = ("softmax", "log_softmax")
 _register_all(_SOFTMAX, _softmax)
-_register_all(
-    (F.softmax, F.log_softmax, F.softmin, nn.Softmax, nn.LogSoftmax, nn.Softmin), _softmax
-)
+_register_all((F.softmin, nn.Softmax, nn.LogSoftmax, nn.Softmin), _softmax)
 
 _FREE_NAMES = (
     "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "bool",
@@ -290,7 +288,7 @@ _register_all(
         nn.Embedding, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
         nn.ZeroPad2d, nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d, nn.ReflectionPad1d,
         nn.ReflectionPad2d, nn.ReplicationPad1d, nn.ReplicationPad2d, nn.ChannelShuffle,
-        nn.PixelShuffle, nn.PixelUnshuffle,
+        nn.PixelShuffle, nn.PixelUnshuffle, nn.Flatten, nn.Unflatten,
     ),
     _free,
 )  # fmt: skip
