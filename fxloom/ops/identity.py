@@ -48,7 +48,7 @@ Depends on: torch and ``fxloom.ops.python_operators``.
 from __future__ import annotations
 
 import re
-from types import ModuleType
+from types import FunctionType, MethodType, ModuleType
 from typing import Any, NamedTuple
 
 import torch
@@ -143,11 +143,15 @@ def op_key(target: Any) -> OpKey | None:
         found = _derive(target)
     except TypeError:  # an unhashable callable: no torch spelling
         return None
-    if found is not None or isinstance(target, str):
-        # Only torch's spellings and names are remembered: a user's function (a closure that
-        # may hold a model) is not kept alive by the cache.
+    if found is not None or _long_lived(target):
         _KEYS[target] = found
     return found
+
+
+def _long_lived(target: Any) -> bool:
+    """Whether caching an answer for ``target`` may keep it alive: not a function or method
+    written in Python (a user's closure may hold a model); names, builtins and classes."""
+    return not isinstance(target, (FunctionType, MethodType))
 
 
 def op_name(target: Any) -> str | None:
@@ -245,7 +249,7 @@ class _OpRows:
         except TypeError:  # an unhashable callable: in no table
             return _MISSING
         found = next((c for c in self.candidates(spelling) if self._has_row(c)), _MISSING)
-        if isinstance(spelling, (str, type)) or op_key(spelling) is not None:
+        if _long_lived(spelling) or op_key(spelling) is not None:
             self._found[spelling] = found  # (a user's function is not kept alive: op_key)
         return found
 
