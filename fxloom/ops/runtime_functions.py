@@ -15,7 +15,9 @@ checks that every row names a function that exists and prints as its name.
 
 from __future__ import annotations
 
-__all__ = ["RUNTIME_FUNCTIONS", "EXPORT_RUNTIME_FUNCTIONS", "GRAPH_ARGUMENTS"]
+from typing import Any
+
+__all__ = ["RUNTIME_FUNCTIONS", "EXPORT_RUNTIME_FUNCTIONS", "GRAPH_ARGUMENTS", "stays_on_host"]
 
 # name -> what graphs call it for
 RUNTIME_FUNCTIONS: dict[str, str] = {
@@ -46,3 +48,34 @@ EXPORT_RUNTIME_FUNCTIONS = frozenset({"fxloom.cond.cond_op"})
 # file (get_attr nodes of GraphModule children), never a function value or a value the graph
 # computed (which could be a bound method reached some other way).
 GRAPH_ARGUMENTS: dict[str, tuple[int, ...]] = {"fxloom.cond.cond_op": (1, 2)}
+
+# The checks lowering and splitting keep in the root module, ahead of any region or partition:
+# symbolic tracing's guards and export's input and size checks. They cost next to nothing and
+# are what makes a module refuse an input it was not captured for; a region handed to a
+# backend (ONNX Runtime) would fold them away, or fail inside the backend with its own error.
+_HOST_FUNCTIONS = frozenset(
+    name
+    for name in RUNTIME_FUNCTIONS
+    if name.startswith(("fxloom.guards.", "fxloom.export.input_checks."))
+    or name == "fxloom.export.size_checks.check_sizes"
+)
+# Classes whose instances are such checks (symbolic tracing's fixed and flattened arguments).
+_HOST_CLASSES = frozenset({"fxloom.guards.FixedArgument", "fxloom.guards.FlattenedInput"})
+
+
+def stays_on_host(target: Any) -> bool:
+    """Whether a call_function node calling ``target`` stays in the root module, in PyTorch.
+
+    Told by qualified name (this layer imports neither the guards nor export):
+
+    >>> import torch
+    >>> stays_on_host(torch.relu)
+    False
+    """
+    if _qualified(target) in _HOST_FUNCTIONS:
+        return True
+    return _qualified(type(target)) in _HOST_CLASSES
+
+
+def _qualified(value: Any) -> str:
+    return f"{getattr(value, '__module__', None)}.{getattr(value, '__qualname__', None)}"

@@ -47,7 +47,7 @@ What it does to the module: like ``ShapeProp``, it writes ``node.meta["tensor_me
 ``node.meta["type"]`` (unless ``mode="recorded"``); every other key, node names, the graph and
 the module are unchanged.
 
-Depends on: ``fxloom.passes.shape_prop``; ``fxloom.export``'s program (through ``_exported``);
+Depends on: ``fxloom.passes.shape_prop``; ``fxloom.export``'s program (through ``passes.captured``);
 rich for tables.
 """
 
@@ -75,9 +75,14 @@ from fxloom.ops.flops import (
 from fxloom.ops.identity import is_inplace_name
 from fxloom.ops.mutation import is_inplace_function, module_is_inplace
 from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
-from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes._meta_device import is_shape_spec
-from fxloom.passes.shape_prop import ShapeProp, ShapePropError, TensorMetadata
+from fxloom.passes.captured import graph_module_of, lifted_state
+from fxloom.passes.shape_prop import (
+    ShapeProp,
+    ShapePropError,
+    TensorMetadata,
+    record_captured_shapes,
+)
 from fxloom.pytree import tree_any, tree_map
 
 __all__ = [
@@ -108,7 +113,8 @@ def analyze_cost(
 
     * ``"auto"`` (default): the meta device; if an operator fails there and the inputs are real
       tensors, real mode (``report.notes`` says so). Without inputs, the ``tensor_meta`` already
-      on the nodes (from an earlier ``ShapeProp`` run) if there is any, else a meta run.
+      on the nodes (from an earlier ``ShapeProp`` run) if there is any, else the shapes export
+      recorded (``node.meta["val"]``, all of them fixed), else a meta run.
     * ``"meta"``, ``"real"``: that mode only (real mode needs real tensors).
     * ``"recorded"``: use the ``tensor_meta`` on the nodes; raises if they have none.
 
@@ -146,6 +152,8 @@ def _propagate_shapes(
     if mode == "recorded" or (mode == "auto" and not given and _has_recorded_shapes(module)):
         _check_recorded(module)
         return "recorded"
+    if mode == "auto" and not given and record_captured_shapes(module.graph):
+        return "meta"  # what export's meta kernels recorded (node.meta["val"]): no second run
     if mode == "real":
         ShapeProp(module).propagate(*args, **kwargs)
         return "real"

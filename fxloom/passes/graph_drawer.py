@@ -36,7 +36,7 @@ out.svg``.
 ``nn_module_stack`` for module boxes, ``stack_trace`` with ``parse_stack_trace``. Nothing is
 written; the graph, its node names and the module are left as they were.
 
-Depends on: the IR, ``torch.nn``, ``fxloom.export``'s program (through ``_exported``);
+Depends on: the IR, ``torch.nn``, ``fxloom.export``'s program (through ``passes.captured``);
 rendering needs the ``dot`` program, never a Python package.
 """
 
@@ -65,7 +65,7 @@ from fxloom.passes._dot import (
     quote_id,
 )
 from fxloom.passes._drawing_labels import DTYPE_ABBREVIATIONS, format_tensor_meta
-from fxloom.passes._exported import LiftedTensor, graph_module_of, lifted_state
+from fxloom.passes.captured import LiftedTensor, graph_module_of, lifted_state
 
 __all__ = [
     "DTYPE_ABBREVIATIONS",

@@ -78,9 +78,9 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.passes._ordering import (
     node_positions,
-    require_graph_module,
     side_effect_edges,
 )
+from fxloom.passes.captured import captured_module
 
 __all__ = ["ASYNC_CALLS", "AsyncPair", "register_async", "schedule_async"]
 
@@ -140,7 +140,7 @@ def schedule_async(
     ``pairs`` maps a blocking function to its ``(start, wait)`` pair, on top of
     ``ASYNC_CALLS`` (``register_async``). Returns ``gm``, edited in place.
     """
-    require_graph_module(gm, "schedule_async")
+    gm = captured_module(gm, "schedule_async")
     table = dict(ASYNC_CALLS)
     for blocking, halves in (pairs or {}).items():
         table[blocking] = _pair(blocking, halves)  # validated before anything changes
