@@ -50,10 +50,10 @@ import torch
 from fxloom import attr_path
 from fxloom.immutable_collections import immutable_dict
 from fxloom.lint import ForeignNodeError, InvalidNodeError
+from fxloom.ops.identity import is_inplace_name
 from fxloom.ops.mutation import (
     function_has_side_effect,
     has_side_effect,
-    is_inplace_name,
     module_has_side_effect,
     writes_through_keywords,
 )

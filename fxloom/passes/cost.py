@@ -62,10 +62,9 @@ from fxloom import attr_path
 from fxloom._format import qualified_name
 from fxloom.export.program import ExportedProgram
 from fxloom.node import Node
+from fxloom.ops.effects import VIEW_IF_CONTIGUOUS, VIEW_OPS, view_kind
 from fxloom.ops.flops import (
     FLOP_FORMULAS,
-    VIEW_IF_CONTIGUOUS,
-    VIEW_OPS,
     FlopCount,
     OpShapes,
     find_flop_formula,
@@ -73,13 +72,8 @@ from fxloom.ops.flops import (
     register_flop_formula,
     tensor_metas,
 )
-from fxloom.ops.mutation import (
-    is_inplace_function,
-    is_inplace_name,
-    module_is_inplace,
-    schema_aliased_arguments,
-    schema_is_mutable,
-)
+from fxloom.ops.identity import is_inplace_name
+from fxloom.ops.mutation import is_inplace_function, module_is_inplace
 from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
 from fxloom.passes._meta_device import is_shape_spec
 from fxloom.passes.captured import graph_module_of, lifted_state
@@ -327,25 +321,12 @@ class _CostCounter:
 
     @staticmethod
     def _is_view(node: Node, module: torch.nn.Module | None) -> bool:
-        key = _table_key(node, module)
-        if key in VIEW_OPS or _is_aten_view(key):
-            return True
-        if key in VIEW_IF_CONTIGUOUS:
+        kind = view_kind(node.op, node.target, module)
+        if kind == "if_contiguous":
             first = _first_input(node)
             meta = first.meta.get("tensor_meta") if first is not None else None
             return isinstance(meta, TensorMetadata) and meta.memory_format is not None
-        return False
-
-
-def _is_aten_view(target: Any) -> bool:
-    """Whether ``target`` is an ATen overload returning a view of its input (not writing it)."""
-    return bool(schema_aliased_arguments(target)) and not schema_is_mutable(target)
-
-
-def _table_key(node: Node, module: torch.nn.Module | None) -> Any:
-    if node.op == "call_module":
-        return type(module)
-    return node.target
+        return kind == "view"
 
 
 def _is_in_place(node: Node, module: torch.nn.Module | None) -> bool:

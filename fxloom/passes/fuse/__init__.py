@@ -93,10 +93,10 @@ from fxloom.passes.fuse.rules import (
     fold_linear,
 )
 from fxloom.passes.fuse.sites import (
-    FUNCTION_PARAMETERS,
     Producer,
     consumer_key,
     normalized_input,
+    parameters_of,
     read_batch_norm,
     read_producer,
     training_mode_culprit,
@@ -180,7 +180,7 @@ def _check_rules() -> None:
     """Every function ``FUSION_RULES`` names must have its parameters named, or reading its
     nodes would fail halfway through the pass."""
     functions = {key for pair in FUSION_RULES for key in pair if not isinstance(key, type)}
-    missing = [_key_name(fn) for fn in functions if fn not in FUNCTION_PARAMETERS]
+    missing = [_key_name(fn) for fn in functions if not parameters_of(fn)]
     if missing:
         raise KeyError(
             f"FUSION_RULES names {', '.join(sorted(missing))}, but "
