@@ -53,11 +53,11 @@ from torch import nn
 
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
-from fxloom.guards import is_guard
 from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for
 from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionReport
 from fxloom.lower.runtime import OrtModule, require
 from fxloom.node import Node
+from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.pytree import tree_flatten
 from fxloom.pytree_codegen import PyTreeCodeGen
 
@@ -251,8 +251,8 @@ class _Support:
         self.guards: list[Node] = []
 
     def __call__(self, node: Node) -> bool:
-        if node.op == "call_function" and is_guard(node.target):
-            self.guards.append(node)  # a check of what tracing assumed: cheap, kept a check
+        if node.op == "call_function" and stays_on_host(node.target):
+            self.guards.append(node)  # a run-time check: cheap, kept a check in the root
             return False
         try:
             reason = self.unsupported_reason(node, self.gm)
@@ -295,7 +295,7 @@ def _one_region_covers(split: GraphModule) -> bool:
     regions = [n for n in calls if n.op == "call_module" and n.target.startswith(REGION_PREFIX)]
     rest = [n for n in calls if n not in regions]
     unpacking = all(
-        n.op == "call_function" and (n.target is operator.getitem or is_guard(n.target))
+        n.op == "call_function" and (n.target is operator.getitem or stays_on_host(n.target))
         for n in rest
     )
     return len(regions) == 1 and unpacking

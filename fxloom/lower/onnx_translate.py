@@ -34,7 +34,6 @@ import torch
 
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
-from fxloom.guards import is_guard
 from fxloom.lower.dynamic_dims import SizeRun, dim_names, run_failed, runs_for
 from fxloom.lower.extra import require
 from fxloom.lower.onnx_ops import (
@@ -44,6 +43,7 @@ from fxloom.lower.onnx_ops import (
     onnx_dtype,
 )
 from fxloom.node import Node, map_arg
+from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes.shape_prop import ShapeProp, TensorMetadata
 from fxloom.pytree import tree_leaves
@@ -213,7 +213,7 @@ def translate_at_sizes(
             ctx.env[node] = graph_inputs[-1].name
         elif node.op == "output":
             outputs = _emit_outputs(onnx, ctx, node, sizes)
-        elif node.op == "call_function" and is_guard(node.target):
+        elif node.op == "call_function" and stays_on_host(node.target):
             continue
         else:
             ctx.env[node] = _translate_call(ctx, node)
@@ -240,7 +240,7 @@ def unsupported_reason(node: Node, gm: GraphModule | ExportedProgram) -> str | N
     """
     if node.op in ("placeholder", "output", "get_attr"):
         return None
-    if node.op == "call_function" and is_guard(node.target):
+    if node.op == "call_function" and stays_on_host(node.target):
         return None
     if _always_folded(node):
         return None
@@ -326,7 +326,7 @@ class _ValueRecorder(ShapeProp):
 
     def run_node(self, n: Node) -> Any:
         value = super().run_node(n)
-        if n.op == "output" or (n.op == "call_function" and is_guard(n.target)):
+        if n.op == "output" or (n.op == "call_function" and stays_on_host(n.target)):
             return value
         if n.op == "placeholder":
             computed = n.name not in self.lifted and _holds_tensor_value(value)

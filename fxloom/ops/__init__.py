@@ -25,6 +25,10 @@ module                what it knows, and how to extend it
 ``flops``             FLOP formulas and views (for ``cost``): ``@register_flop_formula(fn)``
                       for a function, a method name or a module class; ``VIEW_OPS`` and
                       ``VIEW_IF_CONTIGUOUS`` for the memory estimate.
+``runtime_functions`` fxloom's own functions that graphs call at run time (guards, input
+                      and size checks, ``cond_op``): one row each, with its effect, whether
+                      exported graphs, files and backends take it, and its TorchScript twin.
+                      Closed: a new one is a new row.
 ===================== =================================================================
 
 Tables keyed by function are matched by identity; tables keyed by module class along the

@@ -31,8 +31,8 @@ import torch
 
 from fxloom import attr_path
 from fxloom.graph_module import GraphModule
-from fxloom.guards import is_guard
 from fxloom.node import Node
+from fxloom.ops.runtime_functions import is_runtime_check
 from fxloom.passes.fuse import fuse
 from fxloom.passes.shape_prop import ShapeProp
 from fxloom.quantize.config import QuantConfig
@@ -152,7 +152,7 @@ def _insert_observers(
 
 
 def _is_guard_node(node: Node) -> bool:
-    return node.op == "call_function" and is_guard(node.target)
+    return node.op == "call_function" and is_runtime_check(node.target)
 
 
 def _after_its_guards(node: Node) -> Node:
