@@ -286,3 +286,38 @@ def test_cond_op_calls_only_graphs_of_the_file_never_function_values():
         allowlist.check_call(fxloom.cond_op, (True, getattr, getattr, (x, "numpy")))
     branch = graph.get_attr("true_graph_0")
     allowlist.check_call(fxloom.cond_op, (True, branch, branch, (x,)))
+
+
+def test_a_file_saved_with_the_old_names_of_the_input_checks_loads(tmp_path):
+    # Files written before the input checks of both frontends moved to fxloom.runtime_checks
+    # name them where they were: fxloom.guards and fxloom.export.input_checks.
+    import json
+
+    from hostile import PROGRAM, member, rewrite
+
+    class Flagged(nn.Module):
+        def forward(self, x, scale=True):
+            return x * 2 if scale else x
+
+    gm = fxloom.symbolic_trace(Flagged(), {"scale": True}, example_inputs={"x": torch.ones(2)})
+    exported = fxloom.export.export(nn.Linear(2, 2), (torch.ones(1, 2),)).module()
+    for module, old in [
+        (gm, "fxloom.guards"),
+        (exported, "fxloom.export.input_checks"),
+    ]:
+        buffer = io.BytesIO()
+        fxloom.save(module, buffer)
+        text = member(buffer.getvalue(), PROGRAM).decode()
+        assert "fxloom.runtime_checks." in text
+        old_file = rewrite(
+            buffer.getvalue(), PROGRAM, text.replace("fxloom.runtime_checks.", f"{old}.").encode()
+        )
+        assert f"{old}.check_" in json.dumps(json.loads(member(old_file, PROGRAM)))
+        loaded = fxloom.load(io.BytesIO(old_file))
+        checks = {n.target for n in loaded.graph.nodes if n.op == "call_function"}
+        assert checks & {
+            fxloom.runtime_checks.check_tensor_input,
+            fxloom.runtime_checks.check_tensor,
+        }
+        with pytest.raises((TypeError, ValueError), match="int64"):
+            loaded(torch.ones(1, 2, dtype=torch.int64))
