@@ -22,10 +22,10 @@ that gives a bool). Each check has a row in ``fxloom.ops.runtime_functions`` say
 effect (a check: kept by dead-code elimination, writes nothing), that lowering and
 splitting keep it on the host, and its TorchScript twin; nothing here registers itself
 anywhere. A check used inside a module being traced again records itself as a call
-(``recorded_when_traced``) instead of running on the proxies.
+(``recorded_when_traced``) instead of running: a frontend's value that records calls says
+so with a ``_fxloom_record_call`` method (the tracer's ``Proxy``), so no frontend is imported.
 
-Depends on ``fxloom.proxy``, ``fxloom.pytree``, the registry and the twins
-(``fxloom._guards_torchscript``).
+Depends on ``fxloom.pytree``, the registry and the twins (``fxloom._guards_torchscript``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from fxloom import _guards_torchscript as twins
 from fxloom import pytree
 from fxloom._guards_torchscript import fixed_message, tensor_input_message
 from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS
-from fxloom.proxy import Proxy
 
 __all__ = [
     "FixedArgument",
@@ -61,16 +60,17 @@ __all__ = [
 def recorded_when_traced(check: Callable[..., None]) -> Callable[..., Any]:
     """Make ``check`` a leaf of tracing, and scriptable where its row names a twin.
 
-    The checked value is always the first argument; only it can be a proxy (the others
-    are constants), so one isinstance test keeps the common path cheap. ``torch.jit.script``
+    The checked value is always the first argument; only it can be a frontend's value (the
+    others are constants), so one lookup on its type keeps the common path cheap. ``torch.jit.script``
     compiles the twin in its place (``__prepare_scriptable__``); without one, a module
     calling the check does not script (the row says why).
     """
 
     @functools.wraps(check)
     def run(value: Any, *rest: Any) -> Any:
-        if isinstance(value, Proxy):
-            return value.tracer.create_proxy("call_function", run, (value, *rest), {})
+        record = getattr(type(value), "_fxloom_record_call", None)
+        if record is not None:
+            return record(value, run, (value, *rest))
         return check(value, *rest)
 
     twin_name = RUNTIME_FUNCTIONS[f"{check.__module__}.{check.__qualname__}"].twin
@@ -210,8 +210,9 @@ class FixedArgument:
         self.__name__ = f"{name}_fixed"  # how generated code names it
 
     def __call__(self, value: Any) -> Any:
-        if isinstance(value, Proxy):  # traced again: record the check, do not run it
-            return value.tracer.create_proxy("call_function", self, (value,), {})
+        record = getattr(type(value), "_fxloom_record_call", None)
+        if record is not None:  # traced again: record the check, do not run it
+            return record(value, self, (value,))
         if not _same(value, self.expected):
             raise FixedArgumentError(fixed_message(self.name, repr(self.expected), repr(value)))
         return None
@@ -236,8 +237,9 @@ class FlattenedInput:
         self.__name__ = f"{name}_leaves"  # how generated code names it
 
     def __call__(self, value: Any) -> Any:
-        if isinstance(value, Proxy):  # traced again: record the call, do not run it
-            return value.tracer.create_proxy("call_function", self, (value,), {})
+        record = getattr(type(value), "_fxloom_record_call", None)
+        if record is not None:  # traced again: record the call, do not run it
+            return record(value, self, (value,))
         leaves, spec = pytree.tree_flatten(value)
         if spec != self.spec:
             raise TypeError(
