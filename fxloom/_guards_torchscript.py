@@ -1,8 +1,9 @@
-"""TorchScript-typed twins of the run-time guards in ``fxloom.guards``, and what guards say.
+"""TorchScript-typed twins of the run-time checks traced code calls, and what the checks say.
 
 ``torch.jit.script`` compiles every global function a forward calls, after
-asking it for ``__prepare_scriptable__()``; each guard of ``fxloom.guards``
-answers with its twin here, so a traced module carrying guards scripts and its
+asking it for ``__prepare_scriptable__()``; each guard of ``fxloom.guards`` and
+input check of ``fxloom.runtime_checks`` whose row in ``fxloom.ops.runtime_functions``
+names a twin answers with it, so a traced module carrying checks scripts and its
 scripted form raises the same errors. The twins are never called from Python.
 
 Written in the subset of Python TorchScript compiles (``typing`` annotations,

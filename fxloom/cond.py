@@ -31,45 +31,42 @@ one element (``x.sum() > 0``), or a symbolic shape test (``x.shape[0] > 4``).
     >>> torch.equal(gm(x), f(x)) and torch.equal(gm(-x.abs()), (-x.abs()).cos())
     True
 
-The export capture of branches is ``fxloom.export.cond_capture``; this
-module holds the operator, eager semantics, the symbolic-trace capture and
-the checks both captures share. Depends on the IR, ``fxloom.pytree`` and
-``fxloom.proxy``.
+This module holds the operator, its eager semantics and the checks every
+capture shares; it knows no frontend. ``cond_op`` is a higher-order operator
+(``fxloom.ops.higher_order``): each frontend registers how it captures a cond
+when its module is imported — symbolic tracing in ``fxloom.tracing.cond_trace``,
+export in ``fxloom.export.cond_capture``. Depends on the IR and ``fxloom.pytree``.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from fxloom import pytree
 from fxloom.graph import Graph
-from fxloom.graph_module import GraphModule
-from fxloom.node import Node, map_arg
-from fxloom.proxy import Proxy
-
-if TYPE_CHECKING:
-    from fxloom.tracer import Tracer
+from fxloom.node import Node
+from fxloom.ops.higher_order import HigherOrderOperator
 
 __all__ = ["cond", "cond_op", "CondOperator"]
 
 
-class CondOperator:
+class CondOperator(HigherOrderOperator):
     """The operator a cond node calls: ``cond_op(pred, true_gm, false_gm, operands)``.
 
     Runs ``true_gm(*operands)`` if ``pred`` holds, else ``false_gm(*operands)``,
     and returns the branch's flat tuple of tensors. On stand-ins under an
     export capture, or on proxies under a trace, it records itself again (its
-    branches re-captured), so a graph holding it can be re-exported,
-    re-decomposed or re-traced.
+    branches re-captured: the frontend's registered implementation), so a
+    graph holding it can be re-exported, re-decomposed or re-traced.
     """
 
     _opname = "cond"  # the name of the nodes calling it
 
     def __init__(self) -> None:
+        super().__init__()
         # How printing and code generation name it: ``fxloom.cond.cond_op``.
         self.__name__ = self.__qualname__ = "cond_op"
         self.__module__ = __name__
@@ -113,14 +110,10 @@ def _cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> tuple[list[A
     check_arguments(pred, true_fn, false_fn, operands)
     if isinstance(pred, bool):  # known now: nothing to choose at run time
         return pytree.tree_flatten((true_fn if pred else false_fn)(*operands))
-    capture = _active_capture()
-    if capture is not None:
-        from fxloom.export.cond_capture import capture_cond
-
-        return capture_cond(capture, pred, true_fn, false_fn, operands)
-    tracer = _tracer_of(pred, operands)
-    if tracer is not None:
-        return trace_cond(tracer, pred, true_fn, false_fn, operands)
+    captured = cond_op.captured_by(pred, operands)
+    if captured is not None:
+        implementation, capture = captured
+        return implementation.run(capture, pred, true_fn, false_fn, operands)
     if _is_description(pred):
         return _described(true_fn, false_fn, operands)
     return pytree.tree_flatten((true_fn if bool(pred) else false_fn)(*operands))
@@ -128,7 +121,7 @@ def _cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> tuple[list[A
 
 def _is_description(pred: Any) -> bool:
     """Whether ``pred`` is a tensor without data (a stand-in or a meta tensor)."""
-    from fxloom.export.stand_in import StandIn
+    from fxloom.export.stand_in import StandIn  # a value, not a frontend: moves under values
 
     return isinstance(pred, StandIn) or (isinstance(pred, torch.Tensor) and pred.is_meta)
 
@@ -143,31 +136,17 @@ def _described(true_fn: Any, false_fn: Any, operands: Any) -> tuple[list[Any], A
     return true_out
 
 
-def _active_capture() -> Any:
-    from fxloom.export.cond_capture import active_capture
-
-    return active_capture()
-
-
-def _tracer_of(pred: Any, operands: Any) -> Tracer | None:
-    if isinstance(pred, Proxy):
-        return pred.tracer
-    for leaf in pytree.tree_leaves(operands):
-        if isinstance(leaf, Proxy):
-            return leaf.tracer
-    return None
-
-
 # ------------------------------------------------------------------ checks
 def check_arguments(pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> None:
     """Refuse a ``pred``, branch or ``operands`` of the wrong kind, saying what is expected."""
-    if isinstance(pred, torch.Tensor) and not isinstance(pred, Proxy):
+    captured = cond_op.value_types()
+    if isinstance(pred, torch.Tensor):
         if pred.numel() != 1:
             raise ValueError(
                 f"cond's pred must have exactly one element, got a tensor of shape "
                 f"{tuple(pred.shape)}; reduce it first (x.sum() > 0, x.any(), x.all())"
             )
-    elif not isinstance(pred, (bool, torch.SymBool, Proxy)):
+    elif not isinstance(pred, (bool, torch.SymBool, *captured)):
         raise TypeError(
             f"cond's pred must be a bool, a one-element tensor (x.sum() > 0) or a shape test "
             f"(x.shape[0] > 4), got {type(pred).__name__} {pred!r}"
@@ -181,15 +160,16 @@ def check_arguments(pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> No
             f"{type(operands).__name__} (write (x,) for one input)"
         )
     for index, leaf in enumerate(pytree.tree_leaves(operands)):
-        if not isinstance(leaf, _OPERAND_TYPES):
+        if not isinstance(leaf, (*_OPERAND_TYPES, *captured)):
             raise TypeError(
                 f"cond's operands must be tensors or sizes (ints), got {type(leaf).__name__} "
                 f"{leaf!r} at position {index}; close over other values in the branch functions"
             )
 
 
-# Tensors, and sizes (an export lifts a size read before the cond as an operand).
-_OPERAND_TYPES = (torch.Tensor, Proxy, int, float, torch.SymInt, torch.SymFloat)
+# Tensors, and sizes (an export lifts a size read before the cond as an operand); a frontend's
+# own values (the tracer's Proxy) come with its implementation.
+_OPERAND_TYPES = (torch.Tensor, int, float, torch.SymInt, torch.SymFloat)
 
 
 def branch_mismatch(true_out: tuple[list, Any], false_out: tuple[list, Any]) -> str | None:
@@ -201,10 +181,8 @@ def branch_mismatch(true_out: tuple[list, Any], false_out: tuple[list, Any]) -> 
             f"{_describe(true_spec)}, false_fn returns {_describe(false_spec)}"
         )
     for path, a, b in zip(leaf_paths(true_spec), true_leaves, false_leaves):
-        if isinstance(a, Proxy) or isinstance(b, Proxy):
-            continue  # a trace knows no shapes
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            continue  # refused where the branch output is read (tensors only)
+            continue  # a trace's proxies know no shapes; others are refused where read
         if a.dtype != b.dtype:
             return f"cond's output {path} has dtype {a.dtype} in true_fn but {b.dtype} in false_fn"
         if not same_shape(a.shape, b.shape):
@@ -253,7 +231,7 @@ def output_leaves(result: Any, role: str) -> tuple[list[Any], Any]:
     """A branch's output flattened; every leaf must be a tensor."""
     leaves, spec = pytree.tree_flatten(result)
     for path, leaf in zip(leaf_paths(spec), leaves):
-        if not isinstance(leaf, (torch.Tensor, Proxy)):
+        if not isinstance(leaf, (torch.Tensor, *cond_op.value_types())):
             raise TypeError(
                 f"cond's {role} returns {type(leaf).__name__} {leaf!r} at output {path}; "
                 "branches return tensors (or tuples, lists, dicts of them)"
@@ -261,7 +239,7 @@ def output_leaves(result: Any, role: str) -> tuple[list[Any], Any]:
     return leaves, spec
 
 
-# ------------------------------------------------------- shared by both captures
+# ------------------------------------------------------- shared by the captures
 def order_placeholders(graph: Graph, ordered: list[Node]) -> None:
     """Move ``ordered`` (placeholders of ``graph``) to the front, in that order."""
     chosen = set(ordered)
@@ -279,98 +257,3 @@ def free_branch_names(graph: Graph, taken: Callable[[str], bool] = lambda name: 
     ):
         index += 1
     return f"true_graph_{index}", f"false_graph_{index}"
-
-
-# ------------------------------------------------------------- symbolic trace
-class _TracedBranch:
-    """One branch being traced: its graph, and the outer nodes it reads, lifted to inputs."""
-
-    def __init__(self, role: str) -> None:
-        self.role = role
-        self.graph = Graph()
-        self.lifted: dict[Node, Node] = {}  # outer node -> its placeholder here
-
-    def local(self, node: Node) -> Node:
-        """``node`` as seen inside the branch: an outer node becomes an input of the branch."""
-        if node.graph is self.graph:
-            return node
-        placeholder = self.lifted.get(node)
-        if placeholder is None:
-            placeholder = self.lifted[node] = self.graph.placeholder(node.name)
-        return placeholder
-
-    def lift_attributes(self, tracer: Tracer) -> None:
-        """Parameters and constants read inside become inputs (outer ``get_attr`` nodes)."""
-        for node in list(self.graph.find_nodes(op="get_attr")):
-            if node.target in self.graph.constants:  # a nested cond's branch
-                continue
-            outer = tracer.create_proxy("get_attr", node.target, (), {}).node
-            node.replace_all_uses_with(self.local(outer))
-            self.graph.erase_node(node)
-
-
-@contextlib.contextmanager
-def _tracing_into(tracer: Tracer, branch: _TracedBranch) -> Iterator[None]:
-    """The tracer records into ``branch.graph``; outer nodes met are lifted, parameters read
-    are recorded anew (the tracer's cache of them holds outer nodes)."""
-    saved_graph, saved_hook = tracer.graph, tracer.__dict__.get("create_arg")
-    cache = tracer._parameter_proxy_cache
-    saved_cache = dict(cache)
-    create_arg = type(tracer).create_arg.__get__(tracer)
-    cache.clear()
-    tracer.graph = branch.graph
-    tracer.create_arg = lambda a: map_arg(create_arg(a), branch.local)  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        tracer.graph = saved_graph
-        if saved_hook is None:
-            del tracer.create_arg
-        else:
-            tracer.create_arg = saved_hook  # type: ignore[method-assign]
-        cache.clear()
-        cache.update(saved_cache)
-
-
-def trace_cond(
-    tracer: Tracer, pred: Any, true_fn: Any, false_fn: Any, operands: Any
-) -> tuple[list[Any], Any]:
-    """Record a cond under ``tracer``: two sub-GraphModules and one ``cond_op`` node."""
-    operand_leaves, operand_spec = pytree.tree_flatten(operands)
-    branches, outputs = [], []
-    for role, fn in (("true_fn", true_fn), ("false_fn", false_fn)):
-        branch = _TracedBranch(role)
-        with _tracing_into(tracer, branch):
-            inputs = [
-                _branch_input(tracer, branch, leaf, i) for i, leaf in enumerate(operand_leaves)
-            ]
-            leaves, spec = output_leaves(fn(*pytree.tree_unflatten(inputs, operand_spec)), role)
-            branch.graph.output(tuple(tracer.create_arg(leaf) for leaf in leaves))
-        branch.lift_attributes(tracer)
-        branches.append((branch, inputs))
-        outputs.append((leaves, spec))
-    problem = branch_mismatch(*outputs)
-    if problem is not None:
-        raise tracer.trace_error(problem, "make both branches return the same structure")
-    lifted = list(dict.fromkeys(node for branch, _ in branches for node in branch.lifted))
-    names = free_branch_names(tracer.graph, lambda name: hasattr(tracer.root, name))
-    for (branch, inputs), name in zip(branches, names):
-        ordered = [proxy.node for proxy in inputs] + [branch.local(node) for node in lifted]
-        order_placeholders(branch.graph, ordered)
-        # From the root: leaf modules the branch calls (call_module) are shared with it.
-        tracer.graph.constants[name] = GraphModule(tracer.root, branch.graph, name)
-    getters = [tracer.create_proxy("get_attr", name, (), {}) for name in names]
-    args = (pred, *getters, (*operand_leaves, *lifted))
-    node = tracer.create_proxy("call_function", cond_op, args, {}, name="cond")
-    leaves, spec = outputs[0]
-    return [node[i] for i in range(len(leaves))], spec
-
-
-def _branch_input(tracer: Tracer, branch: _TracedBranch, leaf: Any, index: int) -> Proxy:
-    """A proxy for operand ``leaf`` inside the branch; with example inputs, it has the
-    operand's example value, so the branch can ask about shapes and dtypes too."""
-    name = leaf.node.name if isinstance(leaf, Proxy) else f"operand_{index}"
-    proxy = tracer.proxy(branch.graph.placeholder(name))
-    if isinstance(leaf, Proxy):
-        proxy._fxloom_value = leaf._fxloom_example  # NO_VALUE when tracing without examples
-    return proxy

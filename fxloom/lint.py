@@ -16,7 +16,25 @@ if TYPE_CHECKING:
     from fxloom.graph import Graph
     from fxloom.node import Node
 
-__all__ = ["GraphLintError", "ForeignNodeError", "InvalidNodeError", "lint_graph"]
+__all__ = [
+    "ARGUMENT_RULES",
+    "GraphLintError",
+    "ForeignNodeError",
+    "InvalidNodeError",
+    "argument_rule_violation",
+    "lint_graph",
+]
+
+# The opcodes that restrict their arguments: (most positional arguments, whether they may use
+# nodes); none of them takes keywords. A placeholder's argument is its default value, evaluated
+# where ``forward`` is defined, so a node there would name a global of the generated code; a
+# get_attr reads its target and takes nothing; an output returns one value. ``lint`` checks
+# every node against these rules, and the loader every node of a file.
+ARGUMENT_RULES: dict[str, tuple[int, bool]] = {
+    "placeholder": (1, False),
+    "get_attr": (0, False),
+    "output": (1, True),
+}
 
 
 class GraphLintError(RuntimeError):
@@ -95,6 +113,9 @@ def lint_graph(graph: Graph, root: torch.nn.Module | None) -> None:
                 _explain_bad_input(node, arg, defined)
         edges += len(inputs)
         user_entries += len(node.users)
+        problem = argument_rule_violation(node)
+        if problem is not None:
+            raise _fail(node, f"%{node._name}: {problem} (fxloom.lint.ARGUMENT_RULES)")
         if node._op == "output":
             output = node
         defined.add(node)
@@ -114,6 +135,20 @@ def lint_graph(graph: Graph, root: torch.nn.Module | None) -> None:
         )
     if root is not None:
         _check_targets(graph, root)
+
+
+def argument_rule_violation(node: Node) -> str | None:
+    """Which rule of ``ARGUMENT_RULES`` ``node``'s arguments break, or None."""
+    rule = ARGUMENT_RULES.get(node.op)
+    if rule is None:
+        return None
+    most, nodes_allowed = rule
+    if len(node.args) > most or node.kwargs or not nodes_allowed and node.all_input_nodes:
+        return (
+            f"a {node.op} node takes at most {most} argument(s)"
+            f"{'' if nodes_allowed else ', none of them a node'}, and no keywords"
+        )
+    return None
 
 
 def _explain_extra_users(graph: Graph) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import operator
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -232,6 +232,11 @@ class Proxy:
         if value is PENDING:
             value = self.tracer.example_value(self)
         return value
+
+    def _fxloom_record_call(self, target: Callable[..., Any], args: tuple) -> Proxy:
+        """Record ``target(*args)`` as a call: how fxloom's run-time checks, used inside a
+        module being traced again, meet this value (``fxloom.runtime_checks``)."""
+        return self.tracer.create_proxy("call_function", target, args, {})
 
     def __repr__(self) -> str:
         return f"Proxy({self.node.name})"

@@ -62,7 +62,11 @@ from fxloom.node import Argument, Node, Target
 from fxloom.ops.mutation import bound_mutable_schema
 from fxloom.proxy import NO_VALUE, Proxy, ProxyableClassMeta, TraceError
 from fxloom.pytree import container_type
-from fxloom.tracing import conversions, errors
+from fxloom.tracing import (
+    cond_trace,  # noqa: F401 - registers how a trace records cond
+    conversions,
+    errors,
+)
 from fxloom.tracing.constants import TensorConstants
 from fxloom.tracing.examples import ExampleRun, bind_examples
 from fxloom.tracing.module_stack import ModuleStack

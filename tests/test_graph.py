@@ -591,6 +591,25 @@ def test_lint_reports_a_node_after_the_output():
         g.lint()
 
 
+@pytest.mark.parametrize(
+    "op, args, kwargs",
+    [
+        ("placeholder", ("x",), {}),  # a default value that is a node
+        ("get_attr", (), {"default": 1}),
+        ("output", (1, 2), {}),
+    ],
+)
+def test_lint_reports_arguments_an_opcode_does_not_take(op, args, kwargs):
+    g = fx.Graph()
+    x = g.placeholder("x")
+    args = tuple(x if a == "x" else a for a in args)
+    g.create_node(op, "weight" if op == "get_attr" else "y", args, kwargs, name="odd")
+    if op != "output":
+        g.output(x)
+    with pytest.raises(fx.GraphLintError, match=f"%odd: a {op} node takes at most"):
+        g.lint()
+
+
 def test_lint_reports_a_get_attr_target_missing_from_the_root_and_suggests_close_names():
     root = torch.nn.Module()
     root.linear = torch.nn.Linear(2, 2)

@@ -59,6 +59,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom.proxy",
         "fxloom.tracer",
         "fxloom.guards",
+        "fxloom.runtime_checks",
         "fxloom._guards_torchscript",
         "fxloom.autoleaf",
         "fxloom.cond",

@@ -1398,7 +1398,9 @@ def test_same_nodes_as_torch_fx(make, shape):
 
 
 def is_guard(node):
-    return node.op == "call_function" and getattr(node.target, "__module__", "") == "fxloom.guards"
+    from fxloom.ops.runtime_functions import is_runtime_check
+
+    return node.op == "call_function" and is_runtime_check(node.target)
 
 
 @pytest.mark.parametrize("make, shape", MODELS, ids=[m[0].__name__[5:] for m in MODELS])

@@ -15,6 +15,9 @@ the node ``cond_op(pred, true_graph_0, false_graph_0, (operands..., lifted...))`
 returns a tuple read by ``getitem`` nodes, whose stand-ins are the true
 branch's. A cond inside a branch nests: its subgraphs belong to the branch.
 
+Registered on ``fxloom.cond_op`` when imported (by ``exporter`` and ``decompose``,
+where captures start): a cond called while a capture records is captured here.
+
 Depends on ``capture``, ``stand_in``, ``fxloom.cond`` and the IR.
 """
 
@@ -37,6 +40,7 @@ from fxloom.export.stand_in import StandIn, wrap
 from fxloom.export.symbolic import wrap_expr
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.ops.higher_order import Implementation
 
 __all__ = ["BranchCapture", "active_capture", "capture_cond"]
 
@@ -248,3 +252,11 @@ def _record_node(
         parent._track(result, getitem)
         _bind_sizes(parent, getitem, result)
     return list(results), spec
+
+
+def _capture_of(pred: Any, operands: Any) -> Capture | None:
+    """The capture recording now claims every cond called under it."""
+    return active_capture()
+
+
+cond_op.register(Implementation("export", _capture_of, capture_cond, precedence=0))

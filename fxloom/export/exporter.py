@@ -23,6 +23,7 @@ import torch
 
 from fxloom import pytree
 from fxloom._torch_compat import compiler_reports_exporting, python_dispatcher
+from fxloom.export import cond_capture  # noqa: F401 - registers how an export records cond
 from fxloom.export.capture import Capture, ExportError, Storage
 from fxloom.export.dynamic_shapes import resolve_dynamic_shapes
 from fxloom.export.input_sizes import InputSizes

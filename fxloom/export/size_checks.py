@@ -9,7 +9,8 @@ graph as size trees (``size_trees``), printed in the generated code::
 
     check_sizes((x, y), ('x', 'y'), ((0, 0, 's0'), (1, 0, ('mul', 2, 's0'))), (('s0', 2, 1024, 'batch'),))
 
-Depends on ``fxloom.ops.mutation``, ``size_trees`` and the IR.
+Its effect (a check: kept, writing nothing) and its place on the host are its row in
+``fxloom.ops.runtime_functions``. Depends on ``size_trees`` and the IR.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from fxloom.export.size_trees import (
 )
 from fxloom.graph import Graph
 from fxloom.node import Node
-from fxloom.ops.mutation import READ_ONLY_EFFECTS, has_side_effect
 
 __all__ = ["add_size_check", "check_sizes", "size_expr"]
 
@@ -40,7 +40,6 @@ DimCheck = tuple[int, int, SizeTree]
 SymbolRange = tuple[str, int, int | None, str | None]
 
 
-@has_side_effect
 def check_sizes(
     values: tuple,
     names: tuple[str, ...],
@@ -144,9 +143,6 @@ class _BoundSizes:
         raise ValueError(
             f"{where}, but the program needs {size_text(tree, self.display)} = {value} ({sources})"
         )
-
-
-READ_ONLY_EFFECTS.add(check_sizes)
 
 
 def add_size_check(

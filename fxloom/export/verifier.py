@@ -5,8 +5,9 @@
   named as it says; the output as long as the signature's outputs;
 * every ``call_function`` target is an operator overload that mutates nothing
   (or ``operator.getitem`` picking one result of a multi-result operator, the
-  arithmetic of symbolic sizes: ``operator.mul``, ``torch.sym_max``..., or one
-  of fxloom's run-time functions listed for exported graphs, ``cond_op``);
+  arithmetic of symbolic sizes: ``operator.mul``, ``torch.sym_max``..., a
+  higher-order operator (torch's, or fxloom's ``cond_op``: allowed by type), or
+  one of fxloom's run-time functions whose row allows it in exported graphs);
 * ``get_attr`` reads only a branch of ``cond``: a GraphModule that is a direct
   child of the graph's module, checked by the same rules; no other module
   anywhere in the tree holds a graph (nothing runs unchecked);
@@ -15,7 +16,7 @@
 
 A broken rule raises ``ExportVerifierError`` naming the node and the rule.
 
-Depends on the IR and ``signature``.
+Depends on the IR, ``signature``, ``size_nodes`` and the registry of run-time functions.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fxloom._format import qualified_name
 from fxloom.export.signature import ConstantArgument
 from fxloom.export.size_nodes import SIZE_FUNCTIONS
 from fxloom.graph_module import GraphModule
-from fxloom.ops.runtime_functions import EXPORT_RUNTIME_FUNCTIONS
+from fxloom.ops.higher_order import HigherOrderOperator
+from fxloom.ops.runtime_functions import exported_graph_may_call
 
 if TYPE_CHECKING:
     from fxloom.export.program import ExportedProgram
@@ -37,8 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["verify", "ExportVerifierError", "ALLOWED_FUNCTIONS"]
 
 # call_function targets allowed besides operator overloads: picking one result of a
-# multi-result operator, and the arithmetic of symbolic sizes. fxloom's run-time functions
-# are allowed by name (EXPORT_RUNTIME_FUNCTIONS), so no import order changes the answer.
+# multi-result operator, and the arithmetic of symbolic sizes. Higher-order operators are
+# allowed by type and fxloom's run-time functions by their rows, so no import order changes
+# the answer.
 ALLOWED_FUNCTIONS: frozenset[Any] = frozenset({operator.getitem, *SIZE_FUNCTIONS})
 _OPERATOR_METADATA = ("val", "stack_trace", "nn_module_stack")
 
@@ -118,9 +120,14 @@ def _check_node(owner: torch.nn.Module, node: Any, checked: set[torch.nn.Module]
 
 
 def _allowed_function(target: Any) -> bool:
-    if target in ALLOWED_FUNCTIONS or isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, (torch._ops.HigherOrderOperator, HigherOrderOperator)):
         return True
-    return callable(target) and qualified_name(target) in EXPORT_RUNTIME_FUNCTIONS
+    try:
+        if target in ALLOWED_FUNCTIONS:
+            return True
+    except TypeError:  # an unhashable callable: in no table
+        return False
+    return exported_graph_may_call(target)
 
 
 def _fail(node: Any, rule: str) -> None:

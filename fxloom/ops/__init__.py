@@ -32,6 +32,10 @@ module                what it knows, and how to extend it
                       ``parameter_names`` for formulas that read arguments by name.
 ``flops``             FLOP formulas (for ``cost``): ``@register_flop_formula(fn)`` for an
                       operator in any spelling, a module class, or a function of yours.
+``runtime_functions`` fxloom's own functions that graphs call at run time (guards, input
+                      and size checks, ``cond_op``): one row each, with its effect, whether
+                      exported graphs, files and backends take it, and its TorchScript twin.
+                      Closed: a new one is a new row.
 ===================== =================================================================
 
 Tables of operator facts are keyed by operator key (``identity``); module classes keep rows

@@ -15,8 +15,10 @@ The rules, each written once here and read by ``Node.is_impure``, the passes (``
   they write (``schema_written_arguments``) or return views of (``schema_aliased_arguments``);
   ``bound_mutable_schema`` finds the schema a call of a torch function binds to, if mutable.
 * **Keywords.** A call given ``out=`` writes into it; ``inplace=True`` writes its input.
-* **Attributes.** A callable or module with a true ``_is_impure`` attribute has side effects
-  (``fxloom.guards.FixedArgument``); a module with ``inplace=True`` writes its input.
+* **Attributes.** A callable or module with a true ``_is_impure`` attribute has side effects;
+  a module with ``inplace=True`` writes its input.
+* **fxloom's run-time functions** (guards, input and size checks: ``fxloom.ops.runtime_functions``)
+  say their effect in their row: a check is kept and writes nothing.
 * **Registered functions.** ``SIDE_EFFECT_FUNCTIONS`` holds the functions dead-code
   elimination keeps although their results are unused; ``has_side_effect`` adds one. Of
   those, ``READ_ONLY_EFFECTS`` write to no value of the program (printing, checks, seeding)
@@ -29,7 +31,8 @@ Extend the sets for your own functions::
     READ_ONLY_EFFECTS.add(log_activation)    # ... and it writes nothing
     WRITES_FIRST_ARGUMENT.add(fill_cache)    # ... or it writes its first argument only
 
-Depends on: torch, ``fxloom.ops.identity``, ``fxloom.ops.python_operators`` and
+Depends on: torch, ``fxloom.ops.identity``, ``fxloom.ops.python_operators``,
+``fxloom.ops.runtime_functions`` and
 ``fxloom.ops.signatures``.
 """
 
@@ -44,12 +47,12 @@ import torch
 
 from fxloom.ops.identity import is_inplace_name
 from fxloom.ops.python_operators import PYTHON_OPERATORS
+from fxloom.ops.runtime_functions import is_runtime_check
 from fxloom.ops.signatures import function_candidates
 
 __all__ = [
     "IN_PLACE_OPERATORS",
     "READ_ONLY_EFFECTS",
-    "READ_ONLY_EFFECT_TYPES",
     "SIDE_EFFECT_FUNCTIONS",
     "TENSOR_IN_PLACE_OPERATORS",
     "WRITES_FIRST_ARGUMENT",
@@ -104,9 +107,6 @@ READ_ONLY_EFFECTS: set[Any] = {
     *_PROFILER_RANGES,
     *(getattr(packet, overload) for packet in _PROFILER_RANGES for overload in packet.overloads()),
 }
-# Callable objects whose calls are read-only effects, by class (``guards.FixedArgument``).
-READ_ONLY_EFFECT_TYPES: set[type] = set()
-
 # Calls the dead-code eliminator must keep even when their result is unused.
 SIDE_EFFECT_FUNCTIONS: set[Any] = {*WRITES_FIRST_ARGUMENT, *READ_ONLY_EFFECTS}
 
@@ -243,8 +243,9 @@ def writes_only_first_argument(op: str, target: Any, kwargs: Mapping[str, Any]) 
 def function_has_side_effect(target: Any) -> bool:
     """Whether a ``call_function`` of ``target`` must be kept although its result is unused.
 
-    Registered functions (``has_side_effect``), callables with a true ``_is_impure``
-    attribute, mutating torch.ops overloads and in-place functions (see the module).
+    Registered functions (``has_side_effect``), fxloom's run-time checks, callables with a
+    true ``_is_impure`` attribute, mutating torch.ops overloads and in-place functions (see
+    the module).
     """
     # The rules of the helpers above, inlined: dead-code elimination asks this of every
     # call_function node, and a frame per rule costs a third of its time.
@@ -254,7 +255,7 @@ def function_has_side_effect(target: Any) -> bool:
         python_operator = target in PYTHON_OPERATORS
     except TypeError:  # an unhashable callable: in no table
         python_operator = False
-    if getattr(target, "_is_impure", False):
+    if getattr(target, "_is_impure", False) or is_runtime_check(target):
         return True
     schema = getattr(target, "_schema", None)
     if schema is not None and getattr(schema, "is_mutable", False):
@@ -266,9 +267,7 @@ def function_has_side_effect(target: Any) -> bool:
 
 def is_read_only_effect(target: Any) -> bool:
     """Whether ``target``'s side effect writes to no value of the program (``print``)."""
-    if _in(READ_ONLY_EFFECTS, target):
-        return True
-    return bool(READ_ONLY_EFFECT_TYPES) and isinstance(target, tuple(READ_ONLY_EFFECT_TYPES))
+    return _in(READ_ONLY_EFFECTS, target) or is_runtime_check(target)
 
 
 def module_has_side_effect(module: torch.nn.Module) -> bool:

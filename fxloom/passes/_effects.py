@@ -12,8 +12,8 @@ Shared by ``cse``, ``const_fold``, ``dce`` and ``normalize``. The knowledge is i
 ``AliasClasses`` combines the last two over a graph: values that may share storage are put in
 one class, and a class is *mutated* if any write reaches it.
 
-Depends on: the IR and ``fxloom.ops`` (the run-time checks of ``fxloom.guards`` register
-themselves there as read-only effects).
+Depends on: the IR and ``fxloom.ops`` (whose registry of run-time functions says that
+fxloom's guards and input checks are read-only effects).
 """
 
 from __future__ import annotations

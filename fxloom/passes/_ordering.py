@@ -11,11 +11,12 @@ Shared by the passes that move nodes or gather them into submodules
   different value from the tensor it views.
 
 Impure nodes that only *check* their arguments (the guards symbolic tracing
-inserts, ``torch._assert``) are **order-free**: dead-code elimination keeps them,
-but they may move like pure nodes. ``ORDER_FREE_TARGETS`` lists them; add your own
-read-only checks to it.
+inserts, the input checks of exported modules, ``torch._assert``) are **order-free**:
+dead-code elimination keeps them, but they may move like pure nodes. fxloom's own are
+its run-time checks (``fxloom.ops.runtime_functions``); ``ORDER_FREE_TARGETS`` lists
+others, and takes your own read-only checks.
 
-Depends on: the IR (``fxloom.node``) and ``fxloom.guards`` (to recognise its checks).
+Depends on: the IR (``fxloom.node``) and the registry of run-time functions.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from typing import Any
 
 import torch
 
-from fxloom import guards
 from fxloom.graph import Graph
 from fxloom.node import Node
+from fxloom.ops.runtime_functions import is_runtime_check
 
 __all__ = [
     "CALL_OPS",
@@ -45,10 +46,10 @@ __all__ = [
 
 CALL_OPS = frozenset({"call_function", "call_method", "call_module"})
 
-# call_function targets that are impure only so that dead-code elimination keeps them: they
-# read their arguments and raise or not, so they need no place among other side effects.
-# Classes among them stand for their instances (``guards.FixedArgument``).
-ORDER_FREE_TARGETS: set[Any] = {*guards.GUARDS, torch._assert}
+# call_function targets besides fxloom's run-time checks that are impure only so that
+# dead-code elimination keeps them: they read their arguments and raise or not, so they need
+# no place among other side effects. Classes among them stand for their instances.
+ORDER_FREE_TARGETS: set[Any] = {torch._assert}
 
 
 class SplitError(RuntimeError):
@@ -57,6 +58,8 @@ class SplitError(RuntimeError):
 
 def _is_order_free(node: Node) -> bool:
     target = node.target
+    if is_runtime_check(target):
+        return True
     try:
         return target in ORDER_FREE_TARGETS or type(target) in ORDER_FREE_TARGETS
     except TypeError:  # an unhashable callable

@@ -33,10 +33,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxloom import attr_path, guards
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.interpreter import Transformer
 from fxloom.node import Node
+from fxloom.ops.runtime_functions import runtime_function
 from fxloom.ops.signatures import (
     SIGNATURES,
     UNKNOWN,
@@ -210,7 +211,7 @@ class _ArgumentNormalizer:
 
     # ------------------------------------------------------------ candidates
     def _function_candidates(self, target: Any) -> Any:
-        if guards.is_guard(target):
+        if runtime_function(target) is not None:  # fxloom's own: called as recorded
             return None
         try:
             if target not in self._functions:

@@ -31,7 +31,7 @@ import torch
 from fxloom import attr_path
 from fxloom._format import qualified_name
 from fxloom.node import Node
-from fxloom.ops.runtime_functions import GRAPH_ARGUMENTS
+from fxloom.ops.runtime_functions import runtime_function
 from fxloom.serialize import attribute_table, call_table
 from fxloom.serialize.errors import DisallowedNameError, SerializationError
 
@@ -163,7 +163,8 @@ def check_call(target: Any, args: tuple, kwargs: dict | None = None) -> None:
                 "read only the attributes of tensors, sizes, dtypes, devices and registered "
                 "containers (fxloom.serialize.attribute_table)"
             )
-    for position in _graph_arguments().get(id(target), ()):
+    row = runtime_function(target)
+    for position in row.graph_arguments if row is not None else ():
         argument = args[position] if position < len(args) else None
         if not (isinstance(argument, Node) and argument.op == "get_attr"):
             raise SerializationError(
@@ -180,18 +181,6 @@ def check_call(target: Any, args: tuple, kwargs: dict | None = None) -> None:
             f"{target.__name__}({', '.join(sorted(refused))}=...) is not allowed: it would call "
             "a function from the file"
         )
-
-
-def _graph_arguments() -> dict[int, tuple[int, ...]]:
-    """``GRAPH_ARGUMENTS`` by the ids of the functions (module-level objects, alive as long as
-    the process), resolved once: it is checked for every node."""
-    if not _GRAPH_ARGUMENT_TARGETS:
-        for name, positions in GRAPH_ARGUMENTS.items():
-            _GRAPH_ARGUMENT_TARGETS[id(call_table.find_table_callable(name))] = positions
-    return _GRAPH_ARGUMENT_TARGETS
-
-
-_GRAPH_ARGUMENT_TARGETS: dict[int, tuple[int, ...]] = {}
 
 
 # -------------------------------------------------------------------- saving

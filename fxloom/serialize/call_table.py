@@ -41,7 +41,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
-from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS
+from fxloom.ops.runtime_functions import runtime_function_named
 from fxloom.serialize.torch_names import TENSOR_METHODS, TORCH_FUNCTIONS
 
 __all__ = [
@@ -180,8 +180,9 @@ def find_table_callable(name: str) -> Any:
         return getattr(math, last) if last in _MATH_FUNCTIONS else MISSING
     if parts[:2] == ["torch", "ops"]:
         return _operator(parts[2:])
-    if name in RUNTIME_FUNCTIONS:
-        return _runtime_function(name)
+    row = runtime_function_named(name)
+    if row is not None and not row.instances:
+        return _runtime_function(row.name)  # an old name (alias) gives today's function
     if name in TORCH_FUNCTIONS or name in TORCH_CLASSES:
         return _printed_as(_torch_object(head, last), name)
     if head == "torch.return_types" and not last.startswith("_"):
@@ -235,7 +236,7 @@ def _printed_as(found: Any, name: str) -> Any:
 
 def _runtime_function(name: str) -> Any:
     module_name, _, attr = name.rpartition(".")
-    module = importlib.import_module(module_name)  # fxloom's own, named in RUNTIME_FUNCTIONS
+    module = importlib.import_module(module_name)  # fxloom's own, named by a registry row
     found = vars(module).get(attr, MISSING)
     return found if found is not MISSING and qualified_name(found) == name else MISSING
 

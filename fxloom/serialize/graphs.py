@@ -27,7 +27,8 @@ import torch
 
 from fxloom.codegen import CodeGen
 from fxloom.graph import Graph
-from fxloom.node import Node
+from fxloom.lint import argument_rule_violation
+from fxloom.node import OPCODES, Node
 from fxloom.pytree_codegen import PyTreeCodeGen, PyTreeInfo
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import SerializationError
@@ -42,9 +43,7 @@ __all__ = [
     "check_path",
 ]
 
-_OPCODES = frozenset(
-    {"placeholder", "get_attr", "call_function", "call_method", "call_module", "output"}
-)
+_OPCODES = frozenset(OPCODES)  # the IR's
 
 
 def encode_graph(graph: Graph, codecs: MetaCodecs | None = None) -> dict[str, Any]:
@@ -155,26 +154,11 @@ def _decode_node(
     return node
 
 
-# Opcodes whose arguments are restricted: (most positional arguments, whether they may use
-# nodes). A placeholder's argument is its default value, evaluated where ``forward`` is
-# defined, so a node there would name a global of the generated code.
-_ARGUMENT_SHAPES: dict[str, tuple[int, bool]] = {
-    "placeholder": (1, False),
-    "get_attr": (0, False),
-    "output": (1, True),
-}
-
-
 def _check_argument_shape(node: Node, where: str) -> None:
-    shape = _ARGUMENT_SHAPES.get(node.op)
-    if shape is None:
-        return
-    most, nodes_allowed = shape
-    if len(node.args) > most or node.kwargs or not nodes_allowed and node.all_input_nodes:
-        raise SerializationError(
-            f"{where}: a {node.op} node takes at most {most} argument(s)"
-            f"{'' if nodes_allowed else ', none of them a node'}, and no keywords"
-        )
+    """The IR's rules for an opcode's arguments (``fxloom.lint.ARGUMENT_RULES``)."""
+    problem = argument_rule_violation(node)
+    if problem is not None:
+        raise SerializationError(f"{where}: {problem}")
 
 
 def _decode_target(op: str, target: Any, where: str) -> Any:

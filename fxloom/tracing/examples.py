@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom.export.stand_in import StandIn
-from fxloom.guards import check_tensor_input
 from fxloom.node import Target
 from fxloom.proxy import NO_VALUE, PENDING, Attribute, Proxy, TraceError
 from fxloom.pytree import tree_map
+from fxloom.runtime_checks import check_tensor_input
 from fxloom.tracing.metadata_mode import MetadataMode, holds_tensor
 from fxloom.tracing.patcher import original_module_call
 from fxloom.tracing.root_args import PH

@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fxloom.guards import (
+from fxloom.ops.signatures import BUILTIN_CALLABLE_TYPES
+from fxloom.proxy import TraceError
+from fxloom.pytree import tree_any, tree_flatten, tree_unflatten
+from fxloom.runtime_checks import (
     FlattenedInput,
     check_fixed,
     check_variadic_keys,
     check_variadic_length,
     fixed_argument_guard,
 )
-from fxloom.ops.signatures import BUILTIN_CALLABLE_TYPES
-from fxloom.proxy import TraceError
-from fxloom.pytree import tree_any, tree_flatten, tree_unflatten
 from fxloom.tracing.patches import recording
 
 if TYPE_CHECKING:

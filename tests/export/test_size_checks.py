@@ -17,7 +17,7 @@ import pytest
 import sympy
 import torch
 
-from fxloom.export.input_checks import add_input_check, add_size_check, check_tensor
+from fxloom.export.input_checks import add_input_check, add_size_check
 from fxloom.export.size_trees import (
     SizeTreeError,
     evaluate_condition,
@@ -30,6 +30,7 @@ from fxloom.export.stand_in import StandIn
 from fxloom.export.symbolic import ShapeEnv, size_symint
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
+from fxloom.runtime_checks import check_tensor
 
 s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
 

@@ -429,10 +429,22 @@ def test_an_in_place_update_of_a_returned_value_is_kept() -> None:
     assert torch.equal(split(torch.ones(2)), torch.full((2,), 3.0))
 
 
-def test_checks_inserted_by_tracing_may_move_freely() -> None:
+def test_checks_inserted_by_tracing_and_export_may_move_freely() -> None:
     import fxloom.guards
+    import fxloom.runtime_checks
+    from fxloom.export.size_checks import check_sizes
+    from fxloom.passes._ordering import is_ordered_effect
 
-    assert fxloom.guards.check_tensor_input in ORDER_FREE_TARGETS
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    checks = [
+        graph.call_function(fxloom.runtime_checks.check_tensor_input, (x, torch.float32, 1, "x")),
+        graph.call_function(fxloom.runtime_checks.check_tensor, (x, (2,), torch.float32, "x")),
+        graph.call_function(fxloom.guards.check_length, (x, 2, "here")),
+        graph.call_function(check_sizes, ((x,), ("x",), (), ())),
+        graph.call_function(torch._assert, (x, "message")),
+    ]
+    assert all(node.is_impure() and not is_ordered_effect(node) for node in checks)
     assert torch._assert in ORDER_FREE_TARGETS
 
 

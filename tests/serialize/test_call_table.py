@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import fxloom
-from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS
+from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS, runtime_function
 from fxloom.serialize import allowlist, attribute_table, call_table, torch_names
 from fxloom.serialize.errors import SerializationError
 
@@ -36,11 +36,35 @@ def test_the_torch_lists_are_what_the_reviewed_rules_give_on_the_pinned_torch():
     assert sorted(torch_names.TENSOR_METHODS) == torch_functions_rules.allowed_methods()
 
 
-@pytest.mark.parametrize("name", sorted(RUNTIME_FUNCTIONS))
+_ROWS = RUNTIME_FUNCTIONS.values()
+
+
+@pytest.mark.parametrize(
+    "name", sorted(row.name for row in _ROWS if row.alias_of is None and not row.instances)
+)
 def test_every_runtime_function_row_names_a_function_that_prints_as_its_name(name):
     found = allowlist.find_callable(name)
     assert found is not allowlist.MISSING
     assert fxloom._format.qualified_name(found) == name
+    assert runtime_function(found) is RUNTIME_FUNCTIONS[name]
+
+
+@pytest.mark.parametrize("name", sorted(row.name for row in _ROWS if row.alias_of is not None))
+def test_a_name_saved_before_a_function_moved_loads_as_the_function_it_moved_to(name):
+    moved_to = RUNTIME_FUNCTIONS[name].alias_of
+    assert allowlist.find_callable(name) is allowlist.find_callable(moved_to)
+
+
+@pytest.mark.parametrize("name", sorted(row.name for row in _ROWS if row.instances))
+def test_a_class_whose_instances_are_checks_is_never_called_from_a_file(name):
+    # Its instances hold Python objects (a fixed config, a tree spec): they are not saved.
+    assert allowlist.find_callable(name) is allowlist.MISSING
+
+
+@pytest.mark.parametrize("name", sorted(row.twin for row in _ROWS if row.twin is not None))
+def test_every_torchscript_twin_a_row_names_exists(name):
+    module, _, attr = name.rpartition(".")
+    assert callable(vars(__import__(module, fromlist=[attr]))[attr])
 
 
 @pytest.mark.parametrize(
@@ -262,3 +286,38 @@ def test_cond_op_calls_only_graphs_of_the_file_never_function_values():
         allowlist.check_call(fxloom.cond_op, (True, getattr, getattr, (x, "numpy")))
     branch = graph.get_attr("true_graph_0")
     allowlist.check_call(fxloom.cond_op, (True, branch, branch, (x,)))
+
+
+def test_a_file_saved_with_the_old_names_of_the_input_checks_loads(tmp_path):
+    # Files written before the input checks of both frontends moved to fxloom.runtime_checks
+    # name them where they were: fxloom.guards and fxloom.export.input_checks.
+    import json
+
+    from hostile import PROGRAM, member, rewrite
+
+    class Flagged(nn.Module):
+        def forward(self, x, scale=True):
+            return x * 2 if scale else x
+
+    gm = fxloom.symbolic_trace(Flagged(), {"scale": True}, example_inputs={"x": torch.ones(2)})
+    exported = fxloom.export.export(nn.Linear(2, 2), (torch.ones(1, 2),)).module()
+    for module, old in [
+        (gm, "fxloom.guards"),
+        (exported, "fxloom.export.input_checks"),
+    ]:
+        buffer = io.BytesIO()
+        fxloom.save(module, buffer)
+        text = member(buffer.getvalue(), PROGRAM).decode()
+        assert "fxloom.runtime_checks." in text
+        old_file = rewrite(
+            buffer.getvalue(), PROGRAM, text.replace("fxloom.runtime_checks.", f"{old}.").encode()
+        )
+        assert f"{old}.check_" in json.dumps(json.loads(member(old_file, PROGRAM)))
+        loaded = fxloom.load(io.BytesIO(old_file))
+        checks = {n.target for n in loaded.graph.nodes if n.op == "call_function"}
+        assert checks & {
+            fxloom.runtime_checks.check_tensor_input,
+            fxloom.runtime_checks.check_tensor,
+        }
+        with pytest.raises((TypeError, ValueError), match="int64"):
+            loaded(torch.ones(1, 2, dtype=torch.int64))
