@@ -65,12 +65,12 @@ from fxloom.pytree import container_type
 from fxloom.tracing import conversions, errors
 from fxloom.tracing.constants import TensorConstants
 from fxloom.tracing.examples import ExampleRun, bind_examples
-from fxloom.tracing.module_stack import ModuleStack
 from fxloom.tracing.patcher import original_module_call
 from fxloom.tracing.patches import TracePatches, holds_proxy
 from fxloom.tracing.root_args import PH, concrete_args_by_name, root_arguments, root_function
 from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
+from fxloom.values.module_stack import ModuleStack
 
 __all__ = [
     "Tracer",

@@ -32,7 +32,7 @@ from fxloom.export.signature import (
     OutputSpec,
     TensorArgument,
 )
-from fxloom.export.stand_in import DataDependentError, StandIn
+from fxloom.values.stand_in import DataDependentError, StandIn
 
 # The capture and what it needs (sympy, torch's decomposition tables) load on first use:
 # ``import fxloom`` reaches this package (the tracer's stand-ins) without exporting anything.

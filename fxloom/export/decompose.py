@@ -38,9 +38,9 @@ from fxloom.export.capture import Capture
 from fxloom.export.exporter import place_constants
 from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import ExportGraphSignature, OutputSpec, TensorArgument
-from fxloom.export.stand_in import StandIn, compute_meta, has_symbolic_sizes
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
+from fxloom.values.stand_in import StandIn, compute_meta, has_symbolic_sizes
 
 __all__ = ["run_decompositions", "default_decompositions"]
 

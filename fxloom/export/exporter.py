@@ -27,7 +27,6 @@ from fxloom.export.capture import Capture, ExportError, Storage
 from fxloom.export.dynamic_shapes import resolve_dynamic_shapes
 from fxloom.export.input_sizes import InputSizes
 from fxloom.export.program import ExportedProgram
-from fxloom.export.provenance import Provenance
 from fxloom.export.runtime_asserts import assert_deferred, assert_input_guards
 from fxloom.export.shape_report import shape_constraints
 from fxloom.export.signature import (
@@ -39,11 +38,12 @@ from fxloom.export.signature import (
     OutputSpec,
     TensorArgument,
 )
-from fxloom.export.stand_in import StandIn
-from fxloom.export.symbolic.ranges import ValueRange
 from fxloom.export.verifier import verify
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.values.provenance import Provenance
+from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic.ranges import ValueRange
 
 __all__ = ["export", "ExportError"]
 

@@ -14,7 +14,7 @@
 * ``meta["type"]``: the Python type of the node's value.
 
 **Meta mode.** ``ShapeProp(gm).propagate_meta(*specs)`` does the same on stand-ins
-(``fxloom.export.stand_in``: tensors with metadata and no data, the ones export and tracing with
+(``fxloom.values.stand_in``: tensors with metadata and no data, the ones export and tracing with
 example inputs use): no data, no compute, no memory beyond the graph's metadata; a ResNet-50 at
 any batch takes a few milliseconds, as results are remembered by the metadata of each call, so
 repeated layers cost one meta kernel call. Inputs may be tensors (on any device; only their
@@ -46,7 +46,7 @@ added or overwritten on every node that runs (all of them, unless ``run`` is giv
 The metadata is written only once the whole graph has run: a run that fails leaves every
 node's ``meta`` as it was.
 
-Depends on: ``fxloom.interpreter``; ``fxloom.tracing.metadata_mode`` for meta mode; ``fxloom.export``'s program
+Depends on: ``fxloom.interpreter``; ``fxloom.values.metadata_mode`` for meta mode; ``fxloom.export``'s program
 and signature (through ``_exported``) for exported programs.
 """
 
@@ -60,13 +60,13 @@ from fxloom import attr_path
 from fxloom._format import qualified_name
 from fxloom.codegen import CodeGen
 from fxloom.export.program import ExportedProgram
-from fxloom.export.stand_in import StandIn
 from fxloom.interpreter import Interpreter
 from fxloom.node import Node, Target
 from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes._meta_device import META_FUNCTIONS, MetaRunner, meta_input
 from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_map
-from fxloom.tracing.metadata_mode import MetadataMode, holds_tensor
+from fxloom.values.metadata_mode import MetadataMode, holds_tensor
+from fxloom.values.stand_in import StandIn
 
 __all__ = [
     "META_FUNCTIONS",

@@ -10,7 +10,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from fxloom.proxy import TraceError
-from fxloom.tracing.frames import describe_frame, innermost_user_frame, is_plumbing, user_frame
+from fxloom.values.frames import describe_frame, innermost_user_frame, is_plumbing, user_frame
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph

@@ -44,7 +44,6 @@ from fxloom.graph_module import GraphModule
 from fxloom.ops.signatures import FORWARD_BINDING_CALLS
 from fxloom.proxy import NO_VALUE, Proxy, tracer_of
 from fxloom.pytree import tree_any
-from fxloom.tracing.fx_interop import FX_TRACING_FLAG, fx_tracing_module, fx_wrapped_names
 from fxloom.tracing.patcher import (
     Patcher,
     original_module_call,
@@ -52,6 +51,7 @@ from fxloom.tracing.patcher import (
     unwrapped,
 )
 from fxloom.tracing.wrapped import wrapped_names
+from fxloom.values.fx_interop import FX_TRACING_FLAG, fx_tracing_module, fx_wrapped_names
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer

@@ -12,7 +12,7 @@ things as the program runs and stamps them on every node:
   module that called it, before it broke into operators (a torch-function
   mode).
 
-Depends on ``fxloom.tracing.module_stack`` and ``fxloom.tracing.frames``.
+Depends on ``fxloom.values.module_stack`` and ``fxloom.values.frames``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from fxloom.tracing.frames import is_library
-from fxloom.tracing.module_stack import ModuleStack
+from fxloom.values.frames import is_library
+from fxloom.values.module_stack import ModuleStack
 
 __all__ = ["Provenance"]
 
