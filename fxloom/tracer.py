@@ -70,6 +70,7 @@ from fxloom.tracing.patches import TracePatches, holds_proxy
 from fxloom.tracing.root_args import PH, concrete_args_by_name, root_arguments, root_function
 from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
+from fxloom.values.capturing import capturing
 from fxloom.values.module_stack import ModuleStack
 
 __all__ = [
@@ -196,14 +197,15 @@ class Tracer:
             fn_globals = getattr(fn, "__globals__", {})
             callable_fn, args = self.create_args_for_root(fn, is_module, concrete_args)
             patches.install(fn_globals)
-            result = callable_fn(*args)
-            self.create_node(
-                "output",
-                "output",
-                (self.create_arg(result),),
-                {},
-                type_expr=getattr(fn, "__annotations__", {}).get("return"),
-            )
+            with capturing("symbolic tracing", self._module_stack):
+                result = callable_fn(*args)
+                self.create_node(
+                    "output",
+                    "output",
+                    (self.create_arg(result),),
+                    {},
+                    type_expr=getattr(fn, "__annotations__", {}).get("return"),
+                )
         except TraceError as err:
             if err.partial_graph is None:
                 err.partial_graph = self.graph

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from fxloom import pytree
-from fxloom._torch_compat import compiler_reports_exporting, python_dispatcher
+from fxloom._torch_compat import python_dispatcher
 from fxloom.export.capture import Capture, ExportError, Storage
 from fxloom.export.dynamic_shapes import resolve_dynamic_shapes
 from fxloom.export.input_sizes import InputSizes
@@ -41,6 +41,7 @@ from fxloom.export.signature import (
 from fxloom.export.verifier import verify
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.values.capturing import capturing
 from fxloom.values.provenance import Provenance
 from fxloom.values.stand_in import StandIn
 from fxloom.values.symbolic.ranges import ValueRange
@@ -103,7 +104,8 @@ def export(
     call_args, call_kwargs = _call_arguments(mod, arg_names, user_values, len(args))
     # Dynamic sizes need torch's Python kernels (composites that read sizes as ints in C++).
     dispatcher = python_dispatcher() if capture.symbolic else contextlib.nullcontext()
-    with _swapped(mod, state), compiler_reports_exporting(), provenance.active(), dispatcher:
+    capturing_export = capturing("export", provenance.modules)
+    with _swapped(mod, state), capturing_export, provenance.active(), dispatcher:
         with capture.mode(), _active(capture):
             result = mod(*call_args, **call_kwargs)
     assert_deferred(capture)

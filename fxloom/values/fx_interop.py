@@ -17,12 +17,13 @@ Depends on nothing of fxloom.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["fx_tracing_module", "fx_wrapped_names"]
+__all__ = ["fx_tracing_module", "fx_wrapped_names", "fx_reports_tracing"]
 
 # torch.fx's symbolic tracer module: its wrap registry and tracing flag live there.
 _FX_TRACER_MODULE = "torch.fx._symbolic_trace"
@@ -48,3 +49,19 @@ def fx_wrapped_names() -> Iterator[tuple[dict[str, Any], str]]:
     for key, globals_dict in list(registry.items()):
         if isinstance(key, tuple) and len(key) == 2 and isinstance(globals_dict, dict):
             yield globals_dict, key[1]
+
+
+@contextlib.contextmanager
+def fx_reports_tracing() -> Iterator[None]:
+    """torch.fx's ``is_fx_tracing()`` answers True inside the block, as it does while torch.fx
+    traces; nothing happens where torch.fx is not loaded."""
+    module = fx_tracing_module()
+    if module is None:
+        yield
+        return
+    saved = getattr(module, FX_TRACING_FLAG)
+    setattr(module, FX_TRACING_FLAG, True)
+    try:
+        yield
+    finally:
+        setattr(module, FX_TRACING_FLAG, saved)
