@@ -71,7 +71,9 @@ from fxloom.tracing.root_args import PH, concrete_args_by_name, root_arguments, 
 from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
 from fxloom.values.capturing import capturing
+from fxloom.values.frames import is_plumbing
 from fxloom.values.module_stack import ModuleStack
+from fxloom.values.provenance import SourceStamper
 
 __all__ = [
     "Tracer",
@@ -147,6 +149,8 @@ class Tracer:
         self._constants = TensorConstants(graph, root)
         self.tensor_attrs = self._constants.names_by_id
         self._module_stack = ModuleStack()
+        # The last three frames of the user's program, as torch.fx records them.
+        self._sources = SourceStamper(is_plumbing, limit=3)
         self._parameter_proxy_cache: dict[str, Proxy] = {}
         self._patches = TracePatches(self, self._parameter_proxy_cache)
         self._example_run = (
@@ -351,7 +355,8 @@ class Tracer:
         name: str | None = None,
         type_expr: Any | None = None,
     ) -> Node:
-        """Create the node and attach metadata (``nn_module_stack``, ``source_fn_stack``, ``stack_trace``)."""
+        """Create the node and attach metadata (``nn_module_stack``, ``source_fn_stack``, and with
+        ``record_stack_traces`` ``stack_trace`` and ``source_location``)."""
         if kind == "call_function" and self.check_mutable_operations:
             self._refuse_mutation(target, args, kwargs)
         node = self.graph.create_node(kind, target, args, kwargs, name, type_expr)
@@ -363,7 +368,7 @@ class Tracer:
             source = self._module_class(target) if kind == "call_module" else target
             meta["source_fn_stack"] = [(node.name, source)]
         if self.record_stack_traces:
-            meta["stack_trace"] = errors.user_stack()
+            self._sources.stamp(meta, skip=1)
         return node
 
     def _refuse_mutation(self, target: Target, args: tuple, kwargs: dict) -> None:

@@ -60,6 +60,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._namespace",
         "fxloom._graph_pickle",
         "fxloom._to_folder",
+        "fxloom.source_location",
     ),
     # What every frontend computes with and owns none of: stand-in tensors, the metadata mode,
     # the shape environment and symbolic sizes, user frames, the module stack, provenance, the

@@ -46,7 +46,7 @@ __all__ = ["run_decompositions", "default_decompositions"]
 
 aten = torch.ops.aten
 
-_META_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn")
+_META_KEYS = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack", "torch_fn")
 
 
 def default_decompositions() -> dict[Any, Any]:

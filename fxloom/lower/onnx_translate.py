@@ -47,6 +47,7 @@ from fxloom.node import Node, map_arg
 from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes.shape_prop import ShapeProp, TensorMetadata
 from fxloom.pytree import tree_leaves
+from fxloom.source_location import source_location
 
 __all__ = [
     "TranslationContext",
@@ -517,14 +518,10 @@ def _target_text(node: Node) -> str:
 
 
 def _source_line(node: Node) -> str:
-    trace = node.meta.get("stack_trace") or ""
-    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    # The innermost frame: 'File "...", line N, in f' followed by the code line.
-    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
-    if not frames:
-        return lines[-1]
-    last = frames[-1]
-    code = lines[last + 1] if last + 1 < len(lines) else ""
-    return f"{lines[last]}: {code}" if code else lines[last]
+    """``File "model.py", line 12, in forward: return torch.relu(x)``, or what the trace says."""
+    location = source_location(node)
+    if location is None:
+        lines = (node.meta.get("stack_trace") or "").strip().splitlines()
+        return lines[-1].strip() if lines else ""
+    where, *code = (line.strip() for line in location.frame_text().splitlines())
+    return f"{where}: {code[0]}" if code else where
