@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from fxloom._format import describe_target
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.guards import is_guard
@@ -66,7 +67,7 @@ class UnsupportedNodeError(RuntimeError):
         self.nodes = unsupported
         lines = [f"{len(unsupported)} node(s) cannot be translated to ONNX:"]
         for node, reason in unsupported:
-            lines.append(f"  %{node.name} ({_target_text(node)}): {reason}")
+            lines.append(f"  %{node.name} ({describe_target(node)}): {reason}")
             where = _source_line(node)
             if where:
                 lines.append(f"      at {where}")
@@ -249,7 +250,7 @@ def unsupported_reason(node: Node, gm: GraphModule | ExportedProgram) -> str | N
     called = module.get_submodule(str(node.target)) if node.op == "call_module" else None
     handler = handler_for(node.op, node.target, called)
     if handler is None:
-        return f"no ONNX translation for {_target_text(node)} (add one to fxloom.lower.ONNX_TRANSLATIONS)"
+        return f"no ONNX translation for {describe_target(node)} (add one to fxloom.lower.ONNX_TRANSLATIONS)"
     for meta in tensor_metas(node.meta.get("tensor_meta")):
         if not has_onnx_dtype(meta.dtype):
             return f"its result is a {meta.dtype} tensor, which ONNX has no element type for"
@@ -500,21 +501,6 @@ def _python_dtype(value: Any) -> torch.dtype:
     if leaves and all(isinstance(v, bool) for v in leaves):
         return torch.bool
     return torch.int64
-
-
-def _target_text(node: Node) -> str:
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    if node.op == "call_module":
-        return f"module {node.target}"
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
-    module = getattr(target, "__module__", None) or ""
-    name = getattr(target, "__name__", str(target))
-    if module.startswith("torch"):
-        module = "torch" if module in ("torch", "torch._C._VariableFunctions") else module
-    return f"{module}.{name}" if module and module != "builtins" else name
 
 
 def _source_line(node: Node) -> str:

@@ -56,8 +56,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fxloom import attr_path
-from fxloom._format import qualified_name
+from fxloom._format import describe_target
 from fxloom.codegen import CodeGen
 from fxloom.export.program import ExportedProgram
 from fxloom.interpreter import Interpreter
@@ -340,7 +339,7 @@ class ShapeProp(Interpreter):
         except Exception:  # the failure was in fetching the arguments themselves
             given = "(arguments unavailable)"
         message = (
-            f"ShapeProp: %{node.name} ({_describe_target(node, self.module)}) failed on "
+            f"ShapeProp: %{node.name} ({node.op} {describe_target(node)}) failed on "
             f"{given}: {type(error).__name__}: {_first_line(error)}"
         )
         if self._meta_runner is not None:
@@ -389,16 +388,6 @@ def _store(node: Node, recorded: tuple[Any, type]) -> None:
     else:
         meta["tensor_meta"] = tensor_meta
     meta["type"] = value_type
-
-
-def _describe_target(node: Node, root: torch.nn.Module) -> str:
-    if node.op == "call_module":
-        module = attr_path.find(root, str(node.target))
-        kind = type(module).__name__ if isinstance(module, torch.nn.Module) else "missing module"
-        return f"call_module {node.target}, a {kind}"
-    if node.op == "call_function":
-        return f"call_function {qualified_name(node.target)}"
-    return f"{node.op} {node.target}"
 
 
 def _summarise(value: Any) -> str:
