@@ -66,14 +66,21 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # the shape environment and symbolic sizes, user frames, the module stack, provenance, the
     # torch.fx interop flag and the one capture context. ``cond`` is a function users call under
     # any frontend, so it sits here too.
-    "values": ("fxloom.values", "fxloom.cond"),
+    # The run-time checks graphs call (the TorchScript twins of the tracer's guards, and
+    # ``fxloom.runtime_checks``, the input checks traced and exported modules share) are
+    # called by every frontend's graphs, so they sit here too.
+    "values": (
+        "fxloom.values",
+        "fxloom.cond",
+        "fxloom._guards_torchscript",
+        "fxloom.runtime_checks",
+    ),
     # The frontends, each its own layer: none imports another.
     "symbolic tracing": (
         "fxloom.proxy",
         "fxloom.tracer",
         "fxloom.tracing",
         "fxloom.guards",
-        "fxloom._guards_torchscript",
         "fxloom.autoleaf",
     ),
     "export": ("fxloom.export",),
