@@ -1,6 +1,6 @@
 """``TraceError``s written for the user: what went wrong, at which line, in which module, and a fix.
 
-Depends on ``frames`` (locating the user's line) and ``fxloom.proxy`` (``TraceError``).
+Depends on ``fxloom.values.frames`` (locating the user's line) and ``fxloom.proxy`` (``TraceError``).
 """
 
 from __future__ import annotations
