@@ -3,8 +3,9 @@
 A frontend stamps two entries on each node it records (``fxloom.values.provenance``):
 ``meta["stack_trace"]``, the user's frames as a traceback prints them (what torch.fx users
 read), and ``meta["source_location"]``, the innermost of those frames as fields. Readers ask
-``source_location(node)``, which also reads a stack trace set by hand or loaded from an older
-file; nothing else parses stack-trace text::
+``source_location(node)``, which also reads a stack trace set by hand. Files keep only the text:
+loading stamps ``source_location`` back from it (``innermost_location``). Nothing else parses
+stack-trace text::
 
     >>> trace = '  File "model.py", line 12, in forward\\n    return torch.relu(x)\\n'
     >>> parse_stack_trace(trace)
@@ -17,6 +18,7 @@ Depends on nothing of fxloom (a ``Node`` is only read).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable
@@ -26,7 +28,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fxloom.node import Node
 
-__all__ = ["SourceLocation", "format_stack_trace", "parse_stack_trace", "source_location"]
+__all__ = [
+    "SourceLocation",
+    "format_stack_trace",
+    "innermost_location",
+    "parse_stack_trace",
+    "source_location",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +80,18 @@ def parse_stack_trace(text: str | None) -> list[SourceLocation]:
     return locations
 
 
+# Nodes of one line share one trace text: a loaded graph reads each once.
+@functools.lru_cache(maxsize=4096)
+def innermost_location(text: str) -> SourceLocation | None:
+    """The innermost frame of a stack trace's text, or None if it holds no frame."""
+    frames = parse_stack_trace(text)
+    return frames[-1] if frames else None
+
+
 def source_location(node: Node) -> SourceLocation | None:
     """The innermost frame of the user's program that made ``node``, or None if unknown."""
     stamped = node.meta.get("source_location")
     if isinstance(stamped, SourceLocation):
         return stamped
-    frames = parse_stack_trace(node.meta.get("stack_trace"))
-    return frames[-1] if frames else None
+    trace = node.meta.get("stack_trace")
+    return innermost_location(trace) if isinstance(trace, str) else None

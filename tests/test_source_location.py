@@ -115,3 +115,13 @@ def test_verbose_code_comments_the_innermost_frame() -> None:
     graph = fxloom.Tracer(record_stack_traces=True).trace(Relu())
     src = graph.python_code("self", verbose=True).src
     assert f'# File "{__file__}", line {RELU_LINE}, in forward | return torch.relu(x)' in src
+
+
+def test_a_loaded_program_reads_its_locations_back_from_the_stack_traces(tmp_path) -> None:
+    ep = export(Relu(), (torch.ones(2),))
+    fxloom.export.save(ep, tmp_path / "relu.fxl")
+    loaded = fxloom.export.load(tmp_path / "relu.fxl")
+    assert (
+        _relu_node(loaded.graph).meta["source_location"]
+        == _relu_node(ep.graph).meta["source_location"]
+    )
