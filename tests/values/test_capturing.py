@@ -81,3 +81,18 @@ def test_an_unknown_frontend_is_refused_naming_the_table() -> None:
 
 def test_every_frontend_says_it_is_compiling() -> None:
     assert all(answers.compiling for answers in FRONTENDS.values())
+
+
+def test_a_reference_to_is_compiling_taken_before_the_trace_answers_too() -> None:
+    # The answer is torch's own flag, not a patched attribute: libraries that imported
+    # ``is_compiling`` by name at their import time hear it as well.
+    from torch.compiler import is_compiling
+
+    class AsksByName(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.answer = is_compiling()
+            return x
+
+    module = AsksByName()
+    fxloom.symbolic_trace(module)
+    assert module.answer is True
