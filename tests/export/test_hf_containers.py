@@ -16,6 +16,7 @@ is compared with eager at the example's size and at another batch and sequence l
 from __future__ import annotations
 
 import copy
+import inspect
 import io
 from typing import Any
 
@@ -76,6 +77,13 @@ def assert_same_lm_output(got: Any, expected: Any) -> None:
     assert_same_cache(got.past_key_values, expected.past_key_values)
 
 
+def cache_input(model: torch.nn.Module) -> str:
+    """The parameter that takes the cache back: `cache` from transformers 5.24 (which still
+    accepts `past_key_values` with a deprecation warning), `past_key_values` before."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 def export_prefill(model: torch.nn.Module) -> Any:
     ids = tokens(*EXAMPLE)
     return export(model, (ids,), dynamic_shapes={"input_ids": {0: BATCH, 1: SEQ}})
@@ -109,10 +117,10 @@ def export_next_step(model: torch.nn.Module) -> Any:
     layer_dims = ({0: BATCH, 2: PAST}, {0: BATCH, 2: PAST})
     dynamic = {
         "input_ids": {0: BATCH},
-        "past_key_values": [layer_dims] * len(past.layers),
+        cache_input(model): [layer_dims] * len(past.layers),
     }
     nxt = tokens(EXAMPLE[0], 1, seed=2)
-    return export(model, (nxt,), {"past_key_values": past}, dynamic_shapes=dynamic)
+    return export(model, (nxt,), {cache_input(model): past}, dynamic_shapes=dynamic)
 
 
 @pytest.mark.parametrize("name", sorted(DECODERS))
@@ -123,9 +131,9 @@ def test_second_decoding_step_takes_the_cache_the_first_returned(name: str, size
     prompt, nxt = tokens(*size, seed=3), tokens(size[0], 1, seed=4)
     with torch.no_grad():
         first = prefill(prompt)
-        got = step(nxt, past_key_values=first.past_key_values)
+        got = step(nxt, **{cache_input(model): first.past_key_values})
         eager_past = model(prompt).past_key_values
-        expected = model(nxt, past_key_values=copy.deepcopy(eager_past))
+        expected = model(nxt, **{cache_input(model): copy.deepcopy(eager_past)})
     assert_same_lm_output(got, expected)
     assert got.past_key_values.get_seq_length() == size[1] + 1
 
@@ -137,7 +145,7 @@ def test_the_exported_step_leaves_the_cache_passed_in_unchanged() -> None:
     with torch.no_grad():
         past = model(tokens(*EXAMPLE)).past_key_values
         before = [(k.clone(), v.clone()) for k, v in layers_of(past)]
-        out = step(tokens(EXAMPLE[0], 1), past_key_values=past)
+        out = step(tokens(EXAMPLE[0], 1), **{cache_input(model): past})
     assert out.past_key_values is not past
     for (keys, values), (old_keys, old_values) in zip(layers_of(past), before):
         assert torch.equal(keys, old_keys) and torch.equal(values, old_values)
@@ -174,7 +182,7 @@ def test_unflattened_lm_returns_its_output_class_with_the_cache() -> None:
 def test_symbolically_traced_lm_returns_its_output_class_with_the_cache(name: str) -> None:
     model = build(name)
     example = {"input_ids": tokens(*EXAMPLE)}
-    fixed = {**fixed_args(model, example), "use_cache": True, "past_key_values": None}
+    fixed = {**fixed_args(model, example), "use_cache": True, cache_input(model): None}
     gm = fxloom.symbolic_trace(model, fixed, example_inputs=example)
     buffer = io.BytesIO()
     fxloom.save(gm, buffer)
@@ -227,12 +235,12 @@ def test_exported_t5_step_takes_the_encoder_decoder_cache_back(t5) -> None:
     step_inputs = {
         "encoder_outputs": (first.encoder_last_hidden_state,),
         "decoder_input_ids": tokens(EXAMPLE[0], 1, seed=12),
-        "past_key_values": first.past_key_values,
+        cache_input(t5): first.past_key_values,
     }
     module = export(t5, (), step_inputs).module()
     with torch.no_grad():
         got = module(**step_inputs)
-        expected = t5(**{**step_inputs, "past_key_values": copy.deepcopy(first.past_key_values)})
+        expected = t5(**{**step_inputs, cache_input(t5): copy.deepcopy(first.past_key_values)})
     assert_same_lm_output(got, expected)
 
 
