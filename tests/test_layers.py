@@ -64,11 +64,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     # What every frontend computes with and owns none of: stand-in tensors, the metadata mode,
     # the shape environment and symbolic sizes, user frames, the module stack, provenance, the
-    # torch.fx interop flag and the one capture context. ``cond`` is a function users call under
-    # any frontend, so it sits here too.
-    # The run-time checks graphs call (the TorchScript twins of the tracer's guards, and
-    # ``fxloom.runtime_checks``, the input checks traced and exported modules share) are
-    # called by every frontend's graphs, so they sit here too.
+    # torch.fx interop flag and the one capture context. Also what every frontend's programs
+    # use: ``cond`` (users call it under any frontend) and the run-time checks graphs call (the
+    # TorchScript twins of the guards; ``fxloom.runtime_checks``, the input checks traced and
+    # exported modules share).
     "values": (
         "fxloom.values",
         "fxloom.cond",
