@@ -366,7 +366,7 @@ def _note_node(err: BaseException, node: Node, interpreter: str) -> None:
 # Provenance kept from each node on the nodes that replace it. Analysis
 # results (``val``, ``tensor_meta``, ...) are dropped: the rewrite may change
 # the values, so passes recompute them.
-CARRIED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "custom")
+CARRIED_META = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack", "custom")
 
 
 class _RebuildingTracer(GraphAppendingTracer):
@@ -421,7 +421,7 @@ class Transformer(Interpreter):
     ``transform()`` runs it without inputs and returns a new ``GraphModule``
     over the original module's attributes; the original is not modified.
 
-    ``node.meta``: the keys in ``CARRIED_META`` (``stack_trace``,
+    ``node.meta``: the keys in ``CARRIED_META`` (``stack_trace``, ``source_location``,
     ``nn_module_stack``, ``source_fn_stack``, ``custom``) are copied from each
     old node to every node recorded while running it; other keys are dropped.
 

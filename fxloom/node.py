@@ -319,6 +319,8 @@ class Node:
     @stack_trace.setter
     def stack_trace(self, trace: str | None) -> None:
         self.meta["stack_trace"] = trace
+        # The stamped innermost frame described the old trace; ``source_location`` reads the new.
+        self.meta.pop("source_location", None)
 
     # ------------------------------------------------------- args bookkeeping
     def _set_args_kwargs(self, args: Any, kwargs: Any) -> None:

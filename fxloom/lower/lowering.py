@@ -66,6 +66,7 @@ from fxloom.node import Node
 from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.passes.captured import call_inputs, model_name, module_to_transform
 from fxloom.pytree import tree_flatten
+from fxloom.source_location import source_location
 
 __all__ = ["BACKENDS", "LoweringError", "lower"]
 
@@ -485,21 +486,11 @@ def _left_node(node: Node, reason: str) -> LeftNode:
 
 def _source(node: Node) -> str | None:
     """The innermost frame of the node's stack trace: ``file.py:41: code``."""
-    trace = node.stack_trace
-    if not trace:
-        return None
-    lines = [line.strip() for line in trace.strip().splitlines()]
-    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
-    if not frames:
-        return lines[-1]
-    where = lines[frames[-1]]  # File "x.py", line 41, in forward
-    code = lines[frames[-1] + 1] if frames[-1] + 1 < len(lines) else ""
-    try:
-        file = where.split('"')[1].rsplit("/", 1)[-1]
-        line = where.split(", line ")[1].split(",")[0]
-    except IndexError:
-        return where
-    return f"{file}:{line}: {code}" if code else f"{file}:{line}"
+    location = source_location(node)
+    if location is None:
+        lines = (node.stack_trace or "").strip().splitlines()
+        return lines[-1].strip() if lines else None
+    return f"{location.short}: {location.code}" if location.code else location.short
 
 
 # ---------------------------------------------------------------- check

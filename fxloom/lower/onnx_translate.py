@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from fxloom._format import describe_target
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, dim_names, run_failed, runs_for
@@ -51,6 +52,7 @@ from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.passes.captured import graph_module_of, lifted_state, program_to_read
 from fxloom.passes.shape_prop import ShapeProp, TensorMetadata
 from fxloom.pytree import tree_leaves
+from fxloom.source_location import source_location
 
 __all__ = [
     "TranslationContext",
@@ -69,7 +71,7 @@ class UnsupportedNodeError(RuntimeError):
         self.nodes = unsupported
         lines = [f"{len(unsupported)} node(s) cannot be translated to ONNX:"]
         for node, reason in unsupported:
-            lines.append(f"  %{node.name} ({_target_text(node)}): {reason}")
+            lines.append(f"  %{node.name} ({describe_target(node)}): {reason}")
             where = _source_line(node)
             if where:
                 lines.append(f"      at {where}")
@@ -254,7 +256,7 @@ def unsupported_reason(node: Node, gm: GraphModule | ExportedProgram) -> str | N
     called = module.get_submodule(str(node.target)) if node.op == "call_module" else None
     handler = handler_for(node.op, node.target, called)
     if handler is None:
-        return f"no ONNX translation for {_target_text(node)} (add one to fxloom.lower.ONNX_TRANSLATIONS)"
+        return f"no ONNX translation for {describe_target(node)} (add one to fxloom.lower.ONNX_TRANSLATIONS)"
     for meta in tensor_metas(node.meta.get("tensor_meta")):
         if not has_onnx_dtype(meta.dtype):
             return f"its result is a {meta.dtype} tensor, which ONNX has no element type for"
@@ -509,30 +511,11 @@ def _python_dtype(value: Any) -> torch.dtype:
     return torch.int64
 
 
-def _target_text(node: Node) -> str:
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    if node.op == "call_module":
-        return f"module {node.target}"
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
-    module = getattr(target, "__module__", None) or ""
-    name = getattr(target, "__name__", str(target))
-    if module.startswith("torch"):
-        module = "torch" if module in ("torch", "torch._C._VariableFunctions") else module
-    return f"{module}.{name}" if module and module != "builtins" else name
-
-
 def _source_line(node: Node) -> str:
-    trace = node.meta.get("stack_trace") or ""
-    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    # The innermost frame: 'File "...", line N, in f' followed by the code line.
-    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
-    if not frames:
-        return lines[-1]
-    last = frames[-1]
-    code = lines[last + 1] if last + 1 < len(lines) else ""
-    return f"{lines[last]}: {code}" if code else lines[last]
+    """``File "model.py", line 12, in forward: return torch.relu(x)``, or what the trace says."""
+    location = source_location(node)
+    if location is None:
+        lines = (node.meta.get("stack_trace") or "").strip().splitlines()
+        return lines[-1].strip() if lines else ""
+    where, *code = (line.strip() for line in location.frame_text().splitlines())
+    return f"{where}: {code[0]}" if code else where

@@ -360,7 +360,7 @@ def _node_statement(node: Node, root: torch.nn.Module, options: _Options) -> str
         rows.append(labels.module_row(_submodule(root, node.target)))
     rows += labels.argument_rows(node, options.skip_node_names_in_args)
     if options.parse_stack_trace:
-        frame = labels.stack_trace_row(node.stack_trace)
+        frame = labels.stack_trace_row(node)
         rows += [frame] if frame else []
     label = labels.html_table(rows, options.max_label_width)
     color = options.colors.get(node.op, "#ffffff")

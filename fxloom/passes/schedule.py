@@ -59,7 +59,7 @@ rewritten.
 Names and ``node.meta``: the blocking node itself becomes the ``wait`` (same
 name, all of its ``meta`` kept: the value is the same); the ``start`` is a new
 node named ``<blocking node>_handle`` (``fetch_handle``), given the blocking
-node's provenance (``stack_trace``, ``nn_module_stack``, ``source_fn_stack``).
+node's provenance (``stack_trace``, ``source_location``, ``nn_module_stack``, ``source_fn_stack``).
 When the blocking call was impure both halves get ``meta["is_impure"] = True``,
 so dead-code elimination keeps them. Other nodes are not touched, only the start and wait
 nodes move. The pass edits ``gm`` in place and returns it.
@@ -85,7 +85,7 @@ from fxloom.passes.captured import captured_module
 __all__ = ["ASYNC_CALLS", "AsyncPair", "register_async", "schedule_async"]
 
 # meta keys saying where a node came from; the start half inherits them
-_PROVENANCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack")
+_PROVENANCE_KEYS = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@
 * ``meta["type"]``: the Python type of the node's value.
 
 **Meta mode.** ``ShapeProp(gm).propagate_meta(*specs)`` does the same on stand-ins
-(``fxloom.export.stand_in``: tensors with metadata and no data, the ones export and tracing with
+(``fxloom.values.stand_in``: tensors with metadata and no data, the ones export and tracing with
 example inputs use): no data, no compute, no memory beyond the graph's metadata; a ResNet-50 at
 any batch takes a few milliseconds, as results are remembered by the metadata of each call, so
 repeated layers cost one meta kernel call. Inputs may be tensors (on any device; only their
@@ -52,7 +52,7 @@ added or overwritten on every node that runs (all of them, unless ``run`` is giv
 The metadata is written only once the whole graph has run: a run that fails leaves every
 node's ``meta`` as it was.
 
-Depends on: ``fxloom.interpreter``; ``fxloom.tracing.metadata_mode`` for meta mode; ``fxloom.export``'s program
+Depends on: ``fxloom.interpreter``; ``fxloom.values.metadata_mode`` for meta mode; ``fxloom.export``'s program
 and signature (through ``passes.captured``) for exported programs.
 """
 
@@ -63,17 +63,17 @@ from typing import Any, NamedTuple
 import torch
 
 from fxloom import attr_path
-from fxloom._format import qualified_name
+from fxloom._format import describe_target
 from fxloom.codegen import CodeGen
 from fxloom.export.program import ExportedProgram
-from fxloom.export.stand_in import StandIn
 from fxloom.interpreter import Interpreter
 from fxloom.node import Node, Target, map_arg
 from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.passes._meta_device import META_FUNCTIONS, MetaRunner, meta_input
 from fxloom.passes.captured import graph_module_of, lifted_state
 from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any, tree_map
-from fxloom.tracing.metadata_mode import MetadataMode, holds_tensor
+from fxloom.values.metadata_mode import MetadataMode, holds_tensor
+from fxloom.values.stand_in import StandIn
 
 __all__ = [
     "META_FUNCTIONS",
@@ -348,7 +348,7 @@ class ShapeProp(Interpreter):
         except Exception:  # the failure was in fetching the arguments themselves
             given = "(arguments unavailable)"
         message = (
-            f"ShapeProp: %{node.name} ({_describe_target(node, self.module)}) failed on "
+            f"ShapeProp: %{node.name} ({node.op} {describe_target(node)}) failed on "
             f"{given}: {type(error).__name__}: {_first_line(error)}"
         )
         if self._meta_runner is not None:
@@ -437,16 +437,6 @@ def _store(node: Node, recorded: tuple[Any, type]) -> None:
     else:
         meta["tensor_meta"] = tensor_meta
     meta["type"] = value_type
-
-
-def _describe_target(node: Node, root: torch.nn.Module) -> str:
-    if node.op == "call_module":
-        module = attr_path.find(root, str(node.target))
-        kind = type(module).__name__ if isinstance(module, torch.nn.Module) else "missing module"
-        return f"call_module {node.target}, a {kind}"
-    if node.op == "call_function":
-        return f"call_function {qualified_name(node.target)}"
-    return f"{node.op} {node.target}"
 
 
 def _summarise(value: Any) -> str:

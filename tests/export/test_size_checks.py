@@ -26,11 +26,11 @@ from fxloom.export.size_trees import (
     size_text,
     size_tree,
 )
-from fxloom.export.stand_in import StandIn
-from fxloom.export.symbolic import ShapeEnv, size_symint
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.runtime_checks import check_tensor
+from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic import ShapeEnv, size_symint
 
 s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
 
