@@ -39,6 +39,15 @@ def notes_of(err: BaseException) -> list[str]:
     return list(getattr(err, "__notes__", ()))
 
 
+def message_of(err: BaseException) -> str:
+    """``str(err)`` without the notes :func:`add_note` appended to it on Python 3.10: the
+    message as raised, the same on every Python."""
+    text = str(err)
+    for note in reversed(notes_of(err)):
+        text = text.removesuffix(f"\n{note}")
+    return text
+
+
 def _show_in_message(err: BaseException, note: str) -> None:
     # Only a message held as the single string argument and printed as is: rewriting the args
     # of, say, a KeyError (printed as a repr) or an error with its own __str__ would garble it.

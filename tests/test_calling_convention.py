@@ -26,6 +26,7 @@ import torch
 from torch.testing import assert_close
 
 from fxloom import pytree, zoo
+from fxloom._notes import message_of
 from fxloom.export import Dim, export
 from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.passes.split_module import split_module
@@ -167,7 +168,7 @@ def assert_same_output(got: Any, expected: Any) -> None:
 def error_of(call: Callable[[], Any]) -> tuple[type, str]:
     with pytest.raises(Exception) as raised:
         call()
-    return type(raised.value), str(raised.value)
+    return type(raised.value), message_of(raised.value)
 
 
 def wrong_shape(program: Program) -> Any:
