@@ -607,6 +607,6 @@ def test_run_time_checks_stay_in_the_parent_and_are_not_given_to_the_callback():
     asked: list[str] = []
     split = split_module(gm, None, lambda node: asked.append(node.name) or 0)
     checks = [n for n in split.graph.nodes if n.op == "call_function"]
-    assert [n.target for n in checks] == [fxloom.guards.check_tensor_input]
+    assert [n.target for n in checks] == [fxloom.runtime_checks.check_tensor_input]
     assert checks[0].name not in asked
     assert "check_tensor_input" not in split.submod_0.code
