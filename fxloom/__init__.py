@@ -15,6 +15,9 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 ``fxloom.passes``; ``replace_pattern`` is also here, as in torch.fx.
 """
 
+# Subpackages used as `fxloom.export.export(...)` and `fxloom.passes....` after `import fxloom`.
+from fxloom import export as export
+from fxloom import passes as passes
 from fxloom._version import __version__ as __version__
 from fxloom.codegen import CodeGen, CodegenError, PythonCode
 from fxloom.cond import cond, cond_op
