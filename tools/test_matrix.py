@@ -121,12 +121,12 @@ CELLS: tuple[Cell, ...] = (
         "5.0.0",
         "the oldest Python and the oldest transformers 5",
         known_failures={
-            "tests/export/test_symbolic.py::test_symbolic_sizes_and_strides_agree_with_torchs_fake_tensors_at_other_sizes": (
+            "tests/values/test_symbolic.py::test_symbolic_sizes_and_strides_agree_with_torchs_fake_tensors_at_other_sizes": (
                 "the comparison peer, not fxloom: torch 2.12's own FakeTensorMode over its "
                 "ShapeEnv raises 'Cannot call numel() on tensor with symbolic sizes' while "
                 "building the reference answers (as torch 2.11 does)"
             ),
-            "tests/export/test_symbolic.py::test_symbolic_sizes_and_strides_match_the_concrete_ones_at_the_examples_values[scaled_dot_product_attention]": (
+            "tests/values/test_symbolic.py::test_symbolic_sizes_and_strides_match_the_concrete_ones_at_the_examples_values[scaled_dot_product_attention]": (
                 "as on torch 2.11: torch 2.12's C++ scaled_dot_product_attention kernel reads "
                 "sizes as ints (here through aten.size.default) and has no Python definition, "
                 "so fxloom's symbolic meta cannot run it alone"
