@@ -157,20 +157,23 @@ def runtime_function(target: Any) -> RuntimeFunction | None:
         row = None
     if row is not None:
         return row
-    row = _genuine_row(target, instances=False) or _genuine_row(type(target), instances=True)
-    if row is not None and not row.instances:
+    # An instance's __module__ is its class's: one read tells fxloom's own from the rest, so
+    # dead-code elimination, which asks of every node, pays little for other targets.
+    module = getattr(target, "__module__", None)
+    if type(module) is not str or not module.startswith("fxloom."):
+        return None
+    row = _genuine_row(target, module, instances=False)
+    if row is not None:
         _FOUND[target] = row  # module-level functions live as long as the process
-    return row
+        return row
+    return _genuine_row(type(target), module, instances=True)
 
 
-# Targets already matched to their rows (dead-code elimination asks of every node).
+# Targets already matched to their rows.
 _FOUND: dict[Any, RuntimeFunction] = {}
 
 
-def _genuine_row(obj: Any, instances: bool) -> RuntimeFunction | None:
-    module = getattr(obj, "__module__", None)
-    if not isinstance(module, str) or not module.startswith("fxloom."):
-        return None  # the common case, decided without building a name
+def _genuine_row(obj: Any, module: str, instances: bool) -> RuntimeFunction | None:
     qualname = getattr(obj, "__qualname__", None)
     row = RUNTIME_FUNCTIONS.get(f"{module}.{qualname}")
     if row is None or row.alias_of is not None or row.instances != instances:
