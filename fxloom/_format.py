@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fxloom import attr_path
 from fxloom.pytree import container_type
 
 if TYPE_CHECKING:
@@ -132,6 +133,30 @@ _CONTAINER_PRINTERS: dict[str, Callable[[Any, float, bool], str]] = {
     "dataclass": _format_dataclass,
     "custom": _format_registered,
 }
+
+
+def describe_target(node: Node) -> str:
+    """What ``node`` calls or reads, for messages: ``torch.relu``, ``torch.ops.aten.add.Tensor``,
+    ``Tensor.view``, ``block.lin, a Linear`` (a module's class, read from the graph's owning
+    module; ``a missing module`` where it has none at that path), ``weight``.
+
+        >>> import torch, fxloom
+        >>> gm = fxloom.symbolic_trace(torch.nn.Sequential(torch.nn.ReLU()))
+        >>> [describe_target(node) for node in gm.graph.nodes]
+        ['input', '0, a ReLU', 'output']
+    """
+    if node.op == "call_function":
+        return qualified_name(node.target)
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_module":
+        owner = node.graph.owning_module
+        if owner is None:
+            return str(node.target)
+        module = attr_path.find(owner, str(node.target))
+        kind = type(module).__name__ if isinstance(module, torch.nn.Module) else "missing module"
+        return f"{node.target}, a {kind}"
+    return str(node.target)
 
 
 def _format_target(node: Node) -> str:

@@ -37,7 +37,7 @@ __all__ = [
     "decompositions",
     "core_aten_decompositions",
     "python_dispatcher",
-    "compiler_reports_exporting",
+    "compiler_reports",
 ]
 
 
@@ -113,15 +113,17 @@ def python_dispatcher() -> contextlib.AbstractContextManager:
 
 
 @contextlib.contextmanager
-def compiler_reports_exporting() -> Iterator[None]:
-    """``torch.compiler.is_compiling()`` and ``is_exporting()`` answer True inside the block.
+def compiler_reports(*, compiling: bool, exporting: bool) -> Iterator[None]:
+    """``torch.compiler.is_compiling()`` and/or ``is_exporting()`` answer True inside the block.
 
     Libraries ask them to skip shortcuts that read data (transformers' mask helpers). The
-    answers come from two private flags of ``torch.compiler``; a flag this torch lacks is
-    left out (its question then answers False, as outside export).
+    answers come from two private flags of ``torch.compiler``; a question not asked for keeps
+    its answer (a trace inside an export is still exporting), and a flag this torch lacks is
+    left out (its question then answers False, as outside a capture).
     """
     compiler = torch.compiler
-    names = [n for n in ("_is_compiling_flag", "_is_exporting_flag") if hasattr(compiler, n)]
+    wanted = {"_is_compiling_flag": compiling, "_is_exporting_flag": exporting}
+    names = [name for name, asked in wanted.items() if asked and hasattr(compiler, name)]
     saved = [getattr(compiler, name) for name in names]
     for name in names:
         setattr(compiler, name, True)

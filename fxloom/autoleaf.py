@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
+from fxloom._notes import add_note
 from fxloom.graph import Graph
 from fxloom.proxy import TraceError
 
@@ -125,5 +126,4 @@ def _caller_of_unpassable_leaf(root: torch.nn.Module, path: str, err: TraceError
 
 def _explain(err: TraceError) -> None:
     note = "autoleaf: the failure is in the root module's own forward, which cannot become a leaf"
-    if hasattr(err, "add_note"):
-        err.add_note(note)
+    add_note(err, note)

@@ -57,6 +57,7 @@ from fxloom.liveness import last_uses
 from fxloom.node import Node
 from fxloom.ops.python_operators import PYTHON_OPERATORS
 from fxloom.pytree import ContainerType, container_type
+from fxloom.source_location import source_location
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -241,7 +242,7 @@ class _Emitter:
                 node = node._next
                 continue
             if verbose and node.stack_trace:
-                body.append(_stack_comment(node.stack_trace))
+                body.append(_stack_comment(node))
                 node_of_line.append(None)
             if op == "output":  # what dies here is not released: the function returns
                 output_args = node._args[0] if node._args else None
@@ -747,6 +748,10 @@ def _is_attr_name(value: Any) -> bool:
     return isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)
 
 
-def _stack_comment(stack_trace: str) -> str:
-    lines = [line.strip() for line in stack_trace.strip().splitlines() if line.strip()]
-    return "# " + " | ".join(lines[-2:])
+def _stack_comment(node: Node) -> str:
+    """``# File "model.py", line 12, in forward | return torch.relu(x)``: the innermost frame."""
+    location = source_location(node)
+    if location is None:  # a trace set by hand, in no traceback's form: its last lines
+        lines = [line.strip() for line in node.stack_trace.strip().splitlines() if line.strip()]
+        return "# " + " | ".join(lines[-2:])
+    return "# " + " | ".join(line.strip() for line in location.frame_text().splitlines())

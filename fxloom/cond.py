@@ -121,7 +121,7 @@ def _cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> tuple[list[A
 
 def _is_description(pred: Any) -> bool:
     """Whether ``pred`` is a tensor without data (a stand-in or a meta tensor)."""
-    from fxloom.export.stand_in import StandIn  # a value, not a frontend: moves under values
+    from fxloom.values.stand_in import StandIn
 
     return isinstance(pred, StandIn) or (isinstance(pred, torch.Tensor) and pred.is_meta)
 

@@ -78,6 +78,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._mirrored_modules import mirror, without_mirrors
+from fxloom._notes import add_note
 from fxloom.codegen import PythonCode
 from fxloom.graph import Graph
 from fxloom.ops.signatures import FORWARD_BINDING_CALLS
@@ -513,8 +514,8 @@ def _copy_attr_from_dict(root: dict[str, Any], gm: GraphModule, node: Any) -> No
 
 # ------------------------------------------------------------------ errors
 def _note_failing_node(err: BaseException, gm: GraphModule) -> None:
-    """Add a note naming the node whose generated line raised ``err`` (Python 3.11+)."""
-    if not hasattr(err, "add_note") or gm._code is None:
+    """Add a note naming the node whose generated line raised ``err``."""
+    if gm._code is None:
         return
     tb = err.__traceback__
     lineno = None
@@ -535,5 +536,4 @@ def _note_failing_node(err: BaseException, gm: GraphModule) -> None:
         note += f"\n  node: {node.format_node()}"
         if node.stack_trace:
             note += f"\n  captured from:\n{textwrap.indent(node.stack_trace.rstrip(), '    ')}"
-    if note not in getattr(err, "__notes__", ()):
-        err.add_note(note)
+    add_note(err, note)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
+from fxloom._notes import add_note
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.immutable_collections import immutable_dict, immutable_list
@@ -128,8 +129,8 @@ class Interpreter:
             args = self.graph.process_inputs(*args)
         steps = self._plan()
         self._dispatch = self._bind_opcode_methods()
-        env = self.env = {} if initial_env is None else dict(initial_env)
-        initial_env = None  # the copy alone holds the values: released ones can be freed
+        env = self.env = _own_env(initial_env)
+        initial_env = None  # env alone holds the values: released ones can be freed
         skip_seeded = bool(env)
         self.args_iter = iter(args)
         run_node = self.run_node
@@ -353,22 +354,19 @@ def _load(a: Any, env: dict[Node, Any]) -> Any:
 
 
 def _note_node(err: BaseException, node: Node, interpreter: str) -> None:
-    """Add a note (Python 3.11+) naming the node that raised ``err`` and where it came from."""
-    if not hasattr(err, "add_note"):
-        return
+    """Add a note naming the node that raised ``err`` and where it came from."""
     note = f"fxloom: raised while {interpreter} ran %{node.name}:\n    {node.format_node()}"
     trace = node.stack_trace
     if trace:
         note += f"\n  captured from:\n{textwrap.indent(trace.rstrip(), '    ')}"
-    if note not in getattr(err, "__notes__", ()):
-        err.add_note(note)
+    add_note(err, note)
 
 
 # ================================================================ Transformer
 # Provenance kept from each node on the nodes that replace it. Analysis
 # results (``val``, ``tensor_meta``, ...) are dropped: the rewrite may change
 # the values, so passes recompute them.
-CARRIED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "custom")
+CARRIED_META = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack", "custom")
 
 
 class _RebuildingTracer(GraphAppendingTracer):
@@ -423,7 +421,7 @@ class Transformer(Interpreter):
     ``transform()`` runs it without inputs and returns a new ``GraphModule``
     over the original module's attributes; the original is not modified.
 
-    ``node.meta``: the keys in ``CARRIED_META`` (``stack_trace``,
+    ``node.meta``: the keys in ``CARRIED_META`` (``stack_trace``, ``source_location``,
     ``nn_module_stack``, ``source_fn_stack``, ``custom``) are copied from each
     old node to every node recorded while running it; other keys are dropped.
 
@@ -502,8 +500,24 @@ class Transformer(Interpreter):
         return GraphModule(self.module, self.new_graph, name or "GraphModule")
 
 
+class _HandedOver(dict):
+    """``boxed_run``'s inputs, which ``run`` takes over rather than copies.
+
+    Python 3.10 keeps a call's arguments on the caller's stack until the call returns, so a copy
+    would leave the caller's dict holding every input to the end; releasing from this very dict
+    frees each input after its last use on every Python.
+    """
+
+
+def _own_env(initial_env: dict[Node, Any] | None) -> dict[Node, Any]:
+    """The environment ``run`` fills: a copy of the caller's values, or boxed_run's own dict."""
+    if isinstance(initial_env, _HandedOver):
+        return initial_env
+    return {} if initial_env is None else dict(initial_env)
+
+
 def _take_inputs(placeholders: list[Node], args_list: list[Any]) -> dict[Node, Any]:
     """Placeholder -> value, emptying ``args_list`` (``boxed_run``'s hand-over)."""
-    env = dict(zip(placeholders, args_list))
+    env = _HandedOver(zip(placeholders, args_list))
     args_list.clear()
     return env

@@ -50,10 +50,10 @@ import torch
 from fxloom import attr_path
 from fxloom.immutable_collections import immutable_dict
 from fxloom.lint import ForeignNodeError, InvalidNodeError
+from fxloom.ops.identity import is_inplace_name
 from fxloom.ops.mutation import (
     function_has_side_effect,
     has_side_effect,
-    is_inplace_name,
     module_has_side_effect,
     writes_through_keywords,
 )
@@ -319,6 +319,8 @@ class Node:
     @stack_trace.setter
     def stack_trace(self, trace: str | None) -> None:
         self.meta["stack_trace"] = trace
+        # The stamped innermost frame described the old trace; ``source_location`` reads the new.
+        self.meta.pop("source_location", None)
 
     # ------------------------------------------------------- args bookkeeping
     def _set_args_kwargs(self, args: Any, kwargs: Any) -> None:

@@ -30,7 +30,7 @@ import torch
 from fxloom.node import Node
 from fxloom.ops.python_operators import PYTHON_OPERATORS
 from fxloom.pytree import tree_leaves
-from fxloom.tracing.frames import user_frame
+from fxloom.values.frames import user_frame
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph

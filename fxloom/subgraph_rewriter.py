@@ -56,7 +56,7 @@ What a rewrite does to the module:
   comes earlier); users of the pattern's returned values use the replacement's instead;
 * new nodes are named after the replacement's nodes, made unique (``stack``, ``stack_1``);
   every other node keeps its name and its ``meta``;
-* ``node.meta`` of new nodes: ``stack_trace`` and ``nn_module_stack`` are copied from the
+* ``node.meta`` of new nodes: ``stack_trace``, ``source_location`` and ``nn_module_stack`` are copied from the
   match's anchor (so errors and module-stack-based tools point at the replaced code); no
   other key is set (run ``fxloom.passes.shape_prop`` again for ``tensor_meta``);
 * a ``call_module``/``get_attr`` of the replacement whose target is also the target of a
@@ -118,7 +118,7 @@ __all__ = [
 ]
 
 # Keys of the anchor's meta that new nodes inherit: where the replaced code came from.
-INHERITED_META = ("stack_trace", "nn_module_stack")
+INHERITED_META = ("stack_trace", "source_location", "nn_module_stack")
 
 PatternLike = Callable[..., Any] | Graph | GraphModule
 

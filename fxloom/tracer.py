@@ -69,12 +69,15 @@ from fxloom.tracing import (
 )
 from fxloom.tracing.constants import TensorConstants
 from fxloom.tracing.examples import ExampleRun, bind_examples
-from fxloom.tracing.module_stack import ModuleStack
 from fxloom.tracing.patcher import original_module_call
 from fxloom.tracing.patches import TracePatches, holds_proxy
 from fxloom.tracing.root_args import PH, concrete_args_by_name, root_arguments, root_function
 from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
+from fxloom.values.capturing import capturing
+from fxloom.values.frames import is_plumbing
+from fxloom.values.module_stack import ModuleStack
+from fxloom.values.provenance import SourceStamper
 
 __all__ = [
     "Tracer",
@@ -150,6 +153,8 @@ class Tracer:
         self._constants = TensorConstants(graph, root)
         self.tensor_attrs = self._constants.names_by_id
         self._module_stack = ModuleStack()
+        # The last three frames of the user's program, as torch.fx records them.
+        self._sources = SourceStamper(is_plumbing, limit=3)
         self._parameter_proxy_cache: dict[str, Proxy] = {}
         self._patches = TracePatches(self, self._parameter_proxy_cache)
         self._example_run = (
@@ -200,14 +205,15 @@ class Tracer:
             fn_globals = getattr(fn, "__globals__", {})
             callable_fn, args = self.create_args_for_root(fn, is_module, concrete_args)
             patches.install(fn_globals)
-            result = callable_fn(*args)
-            self.create_node(
-                "output",
-                "output",
-                (self.create_arg(result),),
-                {},
-                type_expr=getattr(fn, "__annotations__", {}).get("return"),
-            )
+            with capturing("symbolic tracing", self._module_stack):
+                result = callable_fn(*args)
+                self.create_node(
+                    "output",
+                    "output",
+                    (self.create_arg(result),),
+                    {},
+                    type_expr=getattr(fn, "__annotations__", {}).get("return"),
+                )
         except TraceError as err:
             if err.partial_graph is None:
                 err.partial_graph = self.graph
@@ -353,7 +359,8 @@ class Tracer:
         name: str | None = None,
         type_expr: Any | None = None,
     ) -> Node:
-        """Create the node and attach metadata (``nn_module_stack``, ``source_fn_stack``, ``stack_trace``)."""
+        """Create the node and attach metadata (``nn_module_stack``, ``source_fn_stack``, and with
+        ``record_stack_traces`` ``stack_trace`` and ``source_location``)."""
         if kind == "call_function" and self.check_mutable_operations:
             self._refuse_mutation(target, args, kwargs)
         node = self.graph.create_node(kind, target, args, kwargs, name, type_expr)
@@ -365,7 +372,7 @@ class Tracer:
             source = self._module_class(target) if kind == "call_module" else target
             meta["source_fn_stack"] = [(node.name, source)]
         if self.record_stack_traces:
-            meta["stack_trace"] = errors.user_stack()
+            self._sources.stamp(meta, skip=1)
         return node
 
     def _refuse_mutation(self, target: Target, args: tuple, kwargs: dict) -> None:

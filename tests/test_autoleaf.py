@@ -10,6 +10,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import fxloom
+from fxloom._notes import notes_of
 from fxloom.autoleaf import LeafDecision
 
 
@@ -143,9 +144,7 @@ class FailsInRoot(nn.Module):
 def test_a_failure_in_the_root_forward_is_raised_with_an_explanation():
     with pytest.raises(fxloom.TraceError) as info:
         fxloom.symbolic_trace(FailsInRoot(), autoleaf=True)
-    notes = getattr(info.value, "__notes__", [])
-    if notes:  # Python 3.11+
-        assert any("root module's own forward" in note for note in notes)
+    assert any("root module's own forward" in note for note in notes_of(info.value))
 
 
 def test_the_users_module_is_unchanged_after_autoleaf():

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import fxloom as fx
-from fxloom.export.stand_in import StandIn
+from fxloom.values.stand_in import StandIn
 
 CALLS: list[str] = []
 

@@ -2,7 +2,7 @@
 
 They register helpers with ``torch.fx.wrap`` at import time (torchvision's Swin
 models) and ask ``torch.fx._symbolic_trace.is_fx_tracing()``; fxloom honours
-both (``fxloom/tracing/fx_interop.py``). Each behaviour is compared with torch.fx.
+both (``fxloom/values/fx_interop.py``). Each behaviour is compared with torch.fx.
 """
 
 from __future__ import annotations

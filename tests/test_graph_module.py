@@ -21,6 +21,7 @@ from torch.testing import assert_close
 
 import fxloom as fx
 import fxloom.graph_module
+from fxloom._notes import notes_of
 
 
 class Net(torch.nn.Module):
@@ -606,7 +607,7 @@ def test_an_exception_in_generated_code_carries_a_note_naming_the_node():
     gm = _failing_module()
     with pytest.raises(RuntimeError) as info:
         gm(torch.ones(3, 4))
-    notes = "\n".join(getattr(info.value, "__notes__", []))
+    notes = "\n".join(notes_of(info.value))
     assert "fxloom: raised by %matmul" in notes
     assert "matmul = torch.matmul(x, w);  x = w = None" in notes
     assert "call_function[target=torch.matmul]" in notes
@@ -617,7 +618,7 @@ def test_the_note_carries_the_captured_stack_trace():
     find(gm.graph, "matmul").stack_trace = '  File "model.py", line 7, in forward\n'
     with pytest.raises(RuntimeError) as info:
         gm(torch.ones(3, 4))
-    assert 'File "model.py", line 7, in forward' in "\n".join(info.value.__notes__)
+    assert 'File "model.py", line 7, in forward' in "\n".join(notes_of(info.value))
 
 
 def test_traceback_shows_the_generated_source_line():
@@ -639,7 +640,7 @@ def test_an_exception_in_a_called_submodule_is_attributed_to_its_node():
     gm = fx.GraphModule(Net(), g)
     with pytest.raises(RuntimeError) as info:
         gm(torch.ones(2, 7))
-    assert "fxloom: raised by %lin" in "\n".join(info.value.__notes__)
+    assert "fxloom: raised by %lin" in "\n".join(notes_of(info.value))
 
 
 def test_nested_graph_modules_each_add_a_note():
@@ -649,7 +650,7 @@ def test_nested_graph_modules_each_add_a_note():
     outer = fx.GraphModule({"inner": _failing_module()}, outer_graph)
     with pytest.raises(RuntimeError) as info:
         outer(torch.ones(3, 4))
-    notes = info.value.__notes__
+    notes = notes_of(info.value)
     assert len(notes) == 2
     assert "fxloom: raised by %matmul" in notes[0]
     assert "fxloom: raised by %inner" in notes[1]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import doctest
 import operator
-import sys
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
@@ -15,9 +14,9 @@ from torch.testing import assert_close
 import fxloom as fx
 import fxloom.interpreter
 from fxloom import Interpreter, Target, Transformer
+from fxloom._notes import notes_of
 
 SEED = Path("/work/shared/seeds/001_12b8f1bf0ca83988.txt")
-needs_notes = pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes: 3.11+")
 
 
 # ------------------------------------------------------------------- models
@@ -332,20 +331,18 @@ def test_unused_values_are_released_at_once():
 
 
 # ----------------------------------------------------------------- errors
-@needs_notes
 def test_error_keeps_its_type_and_gains_a_note_naming_the_node():
     gm = fx.symbolic_trace(lambda x, w: torch.matmul(x, w) + 1)
     matmul = node_named(gm, "matmul")
     matmul.meta["stack_trace"] = '  File "model.py", line 7, in forward\n    y = x @ w\n'
     with pytest.raises(RuntimeError) as info:
         Interpreter(gm).run(torch.ones(2, 3), torch.ones(4, 5))
-    notes = "\n".join(getattr(info.value, "__notes__", []))
+    notes = "\n".join(notes_of(info.value))
     assert "while Interpreter ran %matmul" in notes
     assert matmul.format_node() in notes
     assert 'model.py", line 7' in notes
 
 
-@needs_notes
 def test_error_from_a_user_function_keeps_its_exact_type():
     class Boom(Exception):
         pass
@@ -358,7 +355,7 @@ def test_error_from_a_user_function_keeps_its_exact_type():
     gm = fx.GraphModule(torch.nn.Module(), g)
     with pytest.raises(Boom) as info:
         Interpreter(gm).run(1)
-    assert any("%explode" in note for note in info.value.__notes__)
+    assert any("%explode" in note for note in notes_of(info.value))
 
 
 def test_missing_attribute_names_the_target():

@@ -10,12 +10,11 @@ import torch
 
 import fxloom as fx
 from fxloom.ops import mutation
+from fxloom.ops.identity import OpKey, is_inplace_name, op_key
 from fxloom.ops.mutation import (
     IN_PLACE_OPERATORS,
     has_side_effect,
     is_inplace_function,
-    is_inplace_name,
-    out_of_place_name,
     schema_aliased_arguments,
     schema_is_mutable,
     schema_written_arguments,
@@ -154,7 +153,7 @@ def test_the_in_place_naming_rule():
     assert not is_inplace_name("add")
     assert not is_inplace_name("__add__")  # a dunder
     assert not is_inplace_name("_private_")  # a private helper
-    assert out_of_place_name("add_") == "add" and out_of_place_name("add") is None
+    assert op_key("add_") == OpKey("add", in_place=True) and op_key("add") == OpKey("add")
 
 
 def test_python_operators_named_for_a_keyword_are_not_in_place():

@@ -41,7 +41,7 @@ def test_a_dispatch_mode_is_current_inside_it_and_set_aside_on_request():
 
 
 def test_is_exporting_answers_true_inside_the_block_and_false_after():
-    with compat.compiler_reports_exporting():
+    with compat.compiler_reports(compiling=True, exporting=True):
         assert torch.compiler.is_exporting() and torch.compiler.is_compiling()
     assert not torch.compiler.is_exporting()
 
@@ -65,5 +65,5 @@ def test_a_missing_entry_point_fails_naming_it_and_the_supported_releases(monkey
 
 def test_a_missing_exporting_flag_is_left_out_rather_than_failing(monkeypatch):
     monkeypatch.delattr(torch.compiler, "_is_exporting_flag")
-    with compat.compiler_reports_exporting():
+    with compat.compiler_reports(compiling=True, exporting=True):
         assert torch.compiler.is_compiling()

@@ -77,6 +77,18 @@ class Cell:
         return f"py{self.python}-torch{torch_minor}-tf{tf_minor}"
 
 
+# The tests of tests/test_hf_models.py that build Phi and so fail where it cannot be built.
+_TESTS_THAT_BUILD_PHI = (
+    "test_traced_model_matches_eager_on_the_example",
+    "test_traced_model_matches_eager_on_another_batch_size_and_length",
+    "test_traced_model_matches_eager_with_a_padded_attention_mask",
+    "test_traced_model_matches_eager_without_padding_when_traced_on_a_padded_mask",
+    "test_traced_model_refuses_an_input_that_takes_another_branch",
+    "test_traced_model_is_right_or_refuses_on_a_single_token",
+    "test_traced_graph_lints",
+    "test_tracing_leaves_the_eager_model_unchanged",
+)
+
 CELLS: tuple[Cell, ...] = (
     Cell(
         "3.12",
@@ -84,12 +96,12 @@ CELLS: tuple[Cell, ...] = (
         "5.17.0",
         "the oldest torch supported, as first reported (issue 22)",
         known_failures={
-            "tests/export/test_symbolic.py::test_symbolic_sizes_and_strides_agree_with_torchs_fake_tensors_at_other_sizes": (
+            "tests/values/test_symbolic.py::test_symbolic_sizes_and_strides_agree_with_torchs_fake_tensors_at_other_sizes": (
                 "the comparison peer, not fxloom: torch 2.11's own FakeTensorMode over its "
                 "ShapeEnv raises 'Cannot call numel() on tensor with symbolic sizes' while "
                 "building the reference answers"
             ),
-            "tests/export/test_symbolic.py::test_symbolic_sizes_and_strides_match_the_concrete_ones_at_the_examples_values[scaled_dot_product_attention]": (
+            "tests/values/test_symbolic.py::test_symbolic_sizes_and_strides_match_the_concrete_ones_at_the_examples_values[scaled_dot_product_attention]": (
                 "torch 2.11's C++ scaled_dot_product_attention kernel reads sizes as ints "
                 "and has no Python definition, so fxloom's symbolic meta cannot run it "
                 "alone (exports of Hugging Face attention with dynamic sizes pass)"
@@ -103,7 +115,42 @@ CELLS: tuple[Cell, ...] = (
             ),
         },
     ),
-    Cell("3.10", "2.12.0", "5.0.0", "the oldest Python and the oldest transformers 5"),
+    Cell(
+        "3.10",
+        "2.12.0",
+        "5.0.0",
+        "the oldest Python and the oldest transformers 5",
+        known_failures={
+            "tests/export/test_symbolic.py::test_symbolic_sizes_and_strides_agree_with_torchs_fake_tensors_at_other_sizes": (
+                "the comparison peer, not fxloom: torch 2.12's own FakeTensorMode over its "
+                "ShapeEnv raises 'Cannot call numel() on tensor with symbolic sizes' while "
+                "building the reference answers (as torch 2.11 does)"
+            ),
+            "tests/export/test_symbolic.py::test_symbolic_sizes_and_strides_match_the_concrete_ones_at_the_examples_values[scaled_dot_product_attention]": (
+                "as on torch 2.11: torch 2.12's C++ scaled_dot_product_attention kernel reads "
+                "sizes as ints (here through aten.size.default) and has no Python definition, "
+                "so fxloom's symbolic meta cannot run it alone"
+            ),
+            **{
+                f"tests/test_hf_models.py::{test}[phi]": (
+                    "transformers 5.0's PhiModel reads config.pad_token_id, which its own "
+                    "PhiConfig does not define: the eager model cannot be built"
+                )
+                for test in _TESTS_THAT_BUILD_PHI
+            },
+            **{
+                f"tests/test_hf_models.py::test_traced_model_refuses_an_input_that_takes_another_branch[{name}]": (
+                    "transformers 5.0's T5 takes the same path for one token as for the "
+                    "example, so there is no branch to guard (traced output equals eager's)"
+                )
+                for name in ("t5", "t5_generator")
+            },
+            "tests/test_hf_models.py::test_traced_model_refuses_an_input_that_takes_another_branch[deit]": (
+                "transformers 5.0's DeiT has no branch on the image size: eager itself fails "
+                "on the other size, with the same error the traced module raises"
+            ),
+        },
+    ),
     Cell("3.13", "2.13.0", "5.24.0", "the newest Python and the newest transformers"),
     Cell("3.11", "2.14.1", "5.23.0", "the newest torch this machine's pip allows"),
 )

@@ -16,8 +16,8 @@ spec's metadata on every node::
     >>> torch.allclose(ep.module()(x), torch.relu(x @ ep.state_dict["0.weight"].T + ep.state_dict["0.bias"]))
     True
 
-The stand-ins, the capture and the functional rewrite are fxloom's own
-(``stand_in``, ``capture``, ``functionalize``); none of torch's export,
+The stand-ins (``fxloom.values.stand_in``, shared with the other frontends), the capture and
+the functional rewrite are fxloom's own (``capture``, ``functionalize``); none of torch's export,
 compiler, fake-tensor or functionalization machinery is used.
 """
 
@@ -32,10 +32,10 @@ from fxloom.export.signature import (
     OutputSpec,
     TensorArgument,
 )
-from fxloom.export.stand_in import DataDependentError, StandIn
+from fxloom.values.stand_in import DataDependentError, StandIn
 
 # The capture and what it needs (sympy, torch's decomposition tables) load on first use:
-# ``import fxloom`` reaches this package (the tracer's stand-ins) without exporting anything.
+# importing this package for ``Dim`` or ``StandIn`` exports nothing.
 _LAZY = {
     "ExportError": "fxloom.export.capture",
     "export": "fxloom.export.exporter",

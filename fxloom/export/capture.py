@@ -47,20 +47,20 @@ from fxloom.export.functionalize import (
     ViewStep,
     classify,
 )
-from fxloom.export.provenance import Provenance
 from fxloom.export.runtime_asserts import assert_deferred
 from fxloom.export.size_nodes import SizeNodes
-from fxloom.export.stand_in import (
+from fxloom.graph import Graph
+from fxloom.node import Node
+from fxloom.values.provenance import Provenance
+from fxloom.values.stand_in import (
     DataDependentError,
     StandIn,
     compute_meta,
     device_of_result,
     wrap,
 )
-from fxloom.export.symbolic import ShapeEnv
-from fxloom.export.symbolic.meta import compute_symbolic_meta
-from fxloom.graph import Graph
-from fxloom.node import Node
+from fxloom.values.symbolic import ShapeEnv
+from fxloom.values.symbolic.meta import compute_symbolic_meta
 
 __all__ = ["Capture", "ExportError"]
 

@@ -36,11 +36,11 @@ from fxloom._torch_compat import current_dispatch_mode, dispatch_mode_set_aside
 from fxloom.cond import branch_mismatch, cond_op, free_branch_names, order_placeholders
 from fxloom.cond import output_leaves as branch_output_leaves
 from fxloom.export.capture import Capture
-from fxloom.export.stand_in import StandIn, wrap
-from fxloom.export.symbolic import wrap_expr
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.ops.higher_order import Implementation
+from fxloom.values.stand_in import StandIn, wrap
+from fxloom.values.symbolic import wrap_expr
 
 __all__ = ["BranchCapture", "active_capture", "capture_cond"]
 

@@ -24,7 +24,7 @@ from typing import Any
 import sympy
 import torch
 
-from fxloom.export.symbolic import ShapeEnv, SymNode
+from fxloom.values.symbolic import ShapeEnv, SymNode
 
 __all__ = ["DATA_DEPENDENT_RULES", "MASK_REWRITES", "unbacked_scalar"]
 

@@ -38,15 +38,15 @@ from fxloom.export.capture import Capture
 from fxloom.export.exporter import place_constants
 from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import ExportGraphSignature, OutputSpec, TensorArgument
-from fxloom.export.stand_in import StandIn, compute_meta, has_symbolic_sizes
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
+from fxloom.values.stand_in import StandIn, compute_meta, has_symbolic_sizes
 
 __all__ = ["run_decompositions", "default_decompositions"]
 
 aten = torch.ops.aten
 
-_META_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn")
+_META_KEYS = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack", "torch_fn")
 
 
 def default_decompositions() -> dict[Any, Any]:

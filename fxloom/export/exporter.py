@@ -22,13 +22,12 @@ from typing import Any
 import torch
 
 from fxloom import pytree
-from fxloom._torch_compat import compiler_reports_exporting, python_dispatcher
+from fxloom._torch_compat import python_dispatcher
 from fxloom.export import cond_capture  # noqa: F401 - registers how an export records cond
 from fxloom.export.capture import Capture, ExportError, Storage
 from fxloom.export.dynamic_shapes import resolve_dynamic_shapes
 from fxloom.export.input_sizes import InputSizes
 from fxloom.export.program import ExportedProgram
-from fxloom.export.provenance import Provenance
 from fxloom.export.runtime_asserts import assert_deferred, assert_input_guards
 from fxloom.export.shape_report import shape_constraints
 from fxloom.export.signature import (
@@ -40,11 +39,13 @@ from fxloom.export.signature import (
     OutputSpec,
     TensorArgument,
 )
-from fxloom.export.stand_in import StandIn
-from fxloom.export.symbolic.ranges import ValueRange
 from fxloom.export.verifier import verify
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.values.capturing import capturing
+from fxloom.values.provenance import Provenance
+from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic.ranges import ValueRange
 
 __all__ = ["export", "ExportError"]
 
@@ -104,7 +105,8 @@ def export(
     call_args, call_kwargs = _call_arguments(mod, arg_names, user_values, len(args))
     # Dynamic sizes need torch's Python kernels (composites that read sizes as ints in C++).
     dispatcher = python_dispatcher() if capture.symbolic else contextlib.nullcontext()
-    with _swapped(mod, state), compiler_reports_exporting(), provenance.active(), dispatcher:
+    capturing_export = capturing("export", provenance.modules)
+    with _swapped(mod, state), capturing_export, provenance.active(), dispatcher:
         with capture.mode(), _active(capture):
             result = mod(*call_args, **call_kwargs)
     assert_deferred(capture)

@@ -39,6 +39,8 @@ from typing import Any
 import torch
 
 from fxloom.export.data_dependent import DATA_DEPENDENT_RULES
+from fxloom.ops.identity import functional_overload
+from fxloom.ops.mutation import schema_is_view
 
 __all__ = [
     "OpKind",
@@ -147,9 +149,7 @@ def _classify(func: Any) -> OpKind:
     schema = func._schema
     written = tuple(a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write)
     if not written:
-        if any(a.alias_info is not None for a in schema.arguments):
-            return OpKind("view")
-        return OpKind("functional")
+        return OpKind("view" if schema_is_view(func) else "functional")
     twin = FUNCTIONAL_TWINS.get(func)
     if all(_is_out(a) for a in schema.arguments if a.name in written):
         return OpKind("out", twin or _out_twin(func), written)
@@ -184,12 +184,11 @@ def _packet(name: str) -> Any:
 
 
 def _inplace_twin(func: Any) -> Any:
-    """``aten.add_.Tensor`` -> ``aten.add.Tensor`` (same overload of the name without ``_``)."""
-    packet = _packet(func._opname[:-1])
-    overload = func._overloadname
-    if packet is not None and overload in packet.overloads():
-        return getattr(packet, overload)
-    raise UnsupportedOpError(f"{func} writes its input and has no functional form export knows")
+    """``aten.add_.Tensor`` -> ``aten.add.Tensor`` (``fxloom.ops.identity.functional_overload``)."""
+    twin = functional_overload(func)
+    if twin is None:
+        raise UnsupportedOpError(f"{func} writes its input and has no functional form export knows")
+    return twin
 
 
 def _out_twin(func: Any) -> Any:

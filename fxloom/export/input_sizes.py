@@ -8,7 +8,7 @@ turns those into the ``torch.SymInt`` sizes of the inputs' stand-ins:
 
     >>> import torch
     >>> from fxloom.export import Dim
-    >>> from fxloom.export.symbolic import ShapeEnv
+    >>> from fxloom.values.symbolic import ShapeEnv
     >>> sizes = InputSizes(ShapeEnv())
     >>> seq = Dim("seq", max=512)
     >>> sizes.of("x", torch.ones(3, 8), {1: seq}), sizes.of("y", torch.ones(17), {0: 2 * seq + 1})
@@ -32,8 +32,8 @@ import torch
 
 from fxloom.export.dims import DerivedDim, Dim, DimHint
 from fxloom.export.dynamic_shapes import symbol_range
-from fxloom.export.symbolic import ShapeEnv, size_symint, wrap_expr
-from fxloom.export.symbolic.ranges import ValueRange
+from fxloom.values.symbolic import ShapeEnv, size_symint, wrap_expr
+from fxloom.values.symbolic.ranges import ValueRange
 
 __all__ = ["InputSizes"]
 

@@ -23,7 +23,7 @@ import torch
 
 from fxloom.export.shape_report import describe_guard
 from fxloom.export.size_nodes import SizeNodes
-from fxloom.export.symbolic import Guard, ShapeEnv
+from fxloom.values.symbolic import Guard, ShapeEnv
 
 if TYPE_CHECKING:
     from fxloom.export.capture import Capture

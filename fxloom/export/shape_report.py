@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sympy
 
-from fxloom.export.symbolic import Guard, ShapeEnv
+from fxloom.values.symbolic import Guard, ShapeEnv
 
 __all__ = ["shape_constraints", "describe_guard"]
 

@@ -27,9 +27,9 @@ from typing import Any
 import sympy
 import torch
 
-from fxloom.export.symbolic import ShapeEnv, wrap_expr
 from fxloom.graph import Graph
 from fxloom.node import Node
+from fxloom.values.symbolic import ShapeEnv, wrap_expr
 
 __all__ = ["SizeNodes", "SYMPY_OPERATORS", "SIZE_FUNCTIONS", "is_symbolic"]
 

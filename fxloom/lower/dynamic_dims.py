@@ -38,7 +38,7 @@ import torch
 
 from fxloom.export.dims import DerivedDim, Dim, DimHint
 from fxloom.export.dynamic_shapes import DynamicShapesError, resolve_dynamic_shapes
-from fxloom.passes._exported import graph_module_of, lifted_state
+from fxloom.passes.captured import graph_module_of, lifted_state
 from fxloom.pytree import tree_flatten, tree_unflatten
 
 __all__ = [
@@ -61,6 +61,7 @@ class SizeRun:
 
     inputs: Any  # like the examples: a tuple of positional inputs or a dict by name
     names: dict[tuple[int, int], str] = field(default_factory=dict)
+    outputs: Any = None  # what a lowered region returned in this run (``lower`` records it)
 
     @property
     def option(self) -> str:

@@ -3,12 +3,15 @@
 The torch.fx paper's lowering with automatic splitting (section 6.4), with ONNX Runtime as
 the backend. In steps:
 
-1. trace a plain module (``fxloom.symbolic_trace`` on the example inputs; a GraphModule is
-   used as it is) and propagate shapes (``ShapeProp``), which the translator reads;
+1. take the module to lower (``fxloom.passes.captured.module_to_transform``: a plain module
+   traced on the example inputs, a GraphModule as it is, an exported program as
+   ``ep.module()``) and give its nodes shapes, which the translator reads (from the values
+   export recorded, else by ``ShapeProp`` on the examples);
 2. ask the translator about every operator (``unsupported_reason``) and gather the
    supported ones into regions (``fxloom.passes.split_by_support``); unsupported operators
-   stay in the parent, which runs them in PyTorch between the regions, and so do fxloom's
-   guards (the checks of what tracing assumed: cheap, and kept as checks);
+   stay in the parent, which runs them in PyTorch between the regions, and so do the
+   run-time checks (``fxloom.ops.runtime_functions.stays_on_host``: tracing's guards,
+   export's input checks), which keep refusing the inputs the module refuses;
 3. run the split module once on the examples, recording what each region receives and
    returns;
 4. translate each region to ONNX on those inputs (``onnx_translate.translate``), check it
@@ -22,7 +25,8 @@ PyTorch; the report says why. With ``dynamic_shapes`` (or ``dynamic_batch``) the
 once more per dynamic ``Dim`` at another size; each region is translated with the sizes it
 saw in those runs, so its dynamic dimensions are symbolic, and a region fed a number that
 changes with them (a size passed from PyTorch) stays in PyTorch, so the lowered module runs
-at any size. A model may thus end up with nothing lowered: that is reported, not raised.
+at any size (a number a region returns that changes with them is computed in ONNX and
+returned to PyTorch as a number). A model may thus end up with nothing lowered: that is reported, not raised.
 
 ``check=True`` runs the eager model and the lowered one on the examples and records the
 largest absolute and relative errors in the report; outputs further apart than
@@ -32,9 +36,11 @@ largest absolute and relative errors in the report; outputs further apart than
 The user's module is never modified: the result is a new GraphModule (sharing the
 parameters of the regions left in PyTorch), and on any error nothing was changed. (A
 GraphModule given to ``lower`` gets the ``tensor_meta`` of its nodes recorded, as
-``ShapeProp`` does; its graph and code stay as they are.)
+``ShapeProp`` does; its graph and code stay as they are.) The result keeps the calling
+convention of the module lowered: it takes and returns the same structures (an exported
+model's ``ModelOutput``, a dict) and refuses the same inputs with the same errors.
 
-Depends on: the tracer, ``fxloom.passes`` (shape_prop, split_by_support, cost),
+Depends on: ``fxloom.passes`` (captured, shape_prop, split_by_support, cost),
 ``fxloom.lower.onnx_translate``, ``fxloom.lower.runtime``; onnx and onnxruntime, imported
 when ``lower`` runs.
 """
@@ -58,8 +64,9 @@ from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionRep
 from fxloom.lower.runtime import OrtModule, require
 from fxloom.node import Node
 from fxloom.ops.runtime_functions import stays_on_host
+from fxloom.passes.captured import call_inputs, model_name, module_to_transform
 from fxloom.pytree import tree_flatten
-from fxloom.pytree_codegen import PyTreeCodeGen
+from fxloom.source_location import source_location
 
 __all__ = ["BACKENDS", "LoweringError", "lower"]
 
@@ -135,14 +142,13 @@ def lower(
     from fxloom.lower import onnx_translate
     from fxloom.passes.split_by_support import split_by_support
 
-    if isinstance(model_or_gm, ExportedProgram):  # taken as ``ep.module()`` is called
-        model_or_gm = model_or_gm.module()
-    inputs = _as_inputs(example_inputs)
-    gm = _traced(model_or_gm, inputs, concrete_args)
+    inputs = call_inputs(example_inputs, "lower")
+    gm = module_to_transform(
+        model_or_gm, example_inputs, consumer="fxloom.lower", concrete_args=concrete_args
+    )
     _propagate_shapes(gm, inputs)
     support = _Support(gm, onnx_translate.unsupported_reason)
-    split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)
-    _keep_calling_convention(gm, split)
+    split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)  # keeps gm's convention
     _drop_unused_regions(split)
     seen = _record_regions(split, inputs)
     runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
@@ -155,11 +161,12 @@ def lower(
     ]
     left = tuple(_left_node(node, reason) for node, reason in support.reasons.items())
     guards = len(support.guards)
-    notes = (f"{guards} guard(s) of tracing's assumptions run in PyTorch",) if guards else ()
+    notes = (f"{guards} run-time check(s) (guards, input checks) run in PyTorch",) if guards else ()
     notes += (setting_note,) if any(region.lowered for region in regions) else ()
-    report = LoweringReport(_model_name(model_or_gm), backend, tuple(regions), left, notes=notes)
+    report = LoweringReport(model_name(gm), backend, tuple(regions), left, notes=notes)
     if check:
-        report = _checked(model_or_gm, split, inputs, report, concrete_args, rtol, atol)
+        eager = gm if isinstance(model_or_gm, ExportedProgram) else model_or_gm  # runs as given
+        report = _checked(eager, split, inputs, report, concrete_args, rtol, atol)
     split.lowering_report = report
     return split
 
@@ -180,64 +187,23 @@ def _drop_unused_regions(split: GraphModule) -> None:
 
 
 # ---------------------------------------------------------------- capture
-def _as_inputs(example_inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if isinstance(example_inputs, dict):
-        return (), dict(example_inputs)
-    if isinstance(example_inputs, (tuple, list)):
-        return tuple(example_inputs), {}
-    if isinstance(example_inputs, torch.Tensor):
-        return (example_inputs,), {}
-    raise TypeError(
-        "lower: example_inputs must be a tuple of positional inputs or a dict by name, got "
-        f"{type(example_inputs).__name__}"
-    )
-
-
 def _call(module: Callable[..., Any], inputs: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
     args, kwargs = inputs
     with torch.no_grad():
         return module(*args, **kwargs)
 
 
-def _traced(
-    model: Callable[..., Any], inputs: tuple[tuple, dict], concrete_args: dict[str, Any] | None
-) -> GraphModule:
-    if isinstance(model, GraphModule):
-        return model
-    if not callable(model):
-        raise TypeError(f"lower: expected an nn.Module or a function, got {type(model)!r}")
-    from fxloom.tracer import Tracer
-
-    args, kwargs = inputs
-    tracer = Tracer(record_stack_traces=True)  # the report names the user's source lines
-    graph = tracer.trace(model, concrete_args, example_inputs=kwargs or args)
-    return GraphModule(tracer.root, graph, _model_name(model))
-
-
-def _keep_calling_convention(gm: GraphModule, split: GraphModule) -> None:
-    """The split module takes and returns the structures ``gm`` does (an exported module's
-    ``ModelOutput``, a traced one's nested inputs): the same placeholders and output, so the
-    same pytree code generator applies."""
-    codegen = gm.graph._codegen
-    names = [node.name for node in gm.graph.find_nodes(op="placeholder")]
-    same_inputs = names == [node.name for node in split.graph.find_nodes(op="placeholder")]
-    if isinstance(codegen, PyTreeCodeGen) and same_inputs:
-        split.graph.set_codegen(codegen)
-        split.recompile()
-
-
 def _propagate_shapes(gm: GraphModule, inputs: tuple[tuple, dict]) -> None:
-    from fxloom.passes.shape_prop import ShapeProp
+    """Shapes and dtypes for the translator: the ones export recorded, else from a run (a
+    traced module has none recorded, and an exported one with dynamic sizes has only
+    symbolic ones, which say nothing about the examples)."""
+    from fxloom.passes.shape_prop import ShapeProp, record_captured_shapes
 
+    if record_captured_shapes(gm.graph):
+        return
     args, kwargs = inputs
     with torch.no_grad():
         ShapeProp(gm).propagate(*args, **kwargs)
-
-
-def _model_name(model: Callable[..., Any]) -> str:
-    if isinstance(model, nn.Module):
-        return model._get_name()
-    return getattr(model, "__name__", type(model).__name__)
 
 
 # ---------------------------------------------------------------- support
@@ -252,7 +218,7 @@ class _Support:
 
     def __call__(self, node: Node) -> bool:
         if node.op == "call_function" and stays_on_host(node.target):
-            self.guards.append(node)  # a run-time check: cheap, kept a check in the root
+            self.guards.append(node)  # a run-time check: cheap, kept a check, before regions
             return False
         try:
             reason = self.unsupported_reason(node, self.gm)
@@ -337,7 +303,7 @@ def _regions_at_sizes(
     fixed: dict[str, str] = {}
     for run in runs:
         try:
-            grown = _record_regions(split, _as_inputs(run.inputs))
+            grown = _record_regions(split, call_inputs(run.inputs, "lower"))
         except Exception as error:
             raise LoweringError(run_failed(run, error)) from error
         for name, (args, _) in seen.items():
@@ -346,7 +312,7 @@ def _regions_at_sizes(
             if reason is not None:
                 fixed.setdefault(name, reason)
             elif other is not None:
-                at_sizes[name].append(SizeRun(other[0], run.names))
+                at_sizes[name].append(SizeRun(other[0], run.names, outputs=other[1]))
     return at_sizes, fixed
 
 
@@ -427,7 +393,10 @@ def _ort_region(
         proto.SerializeToString(),
         name=name,
         fixed_inputs={i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)},
-        **_output_layout(name, expected, len(proto.graph.output)),
+        output_layouts=_memory_orders(expected),
+        **_output_layout(
+            name, expected, len(proto.graph.output), _changing_numbers(region, expected, runs)
+        ),
         **settings,
     )
     got, _ = tree_flatten(module(*args))
@@ -436,22 +405,61 @@ def _ort_region(
     return module
 
 
-def _output_layout(name: str, expected: Any, computed: int) -> dict[str, Any]:
+def _output_layout(
+    name: str, expected: Any, computed: int, changing: frozenset[int] = frozenset()
+) -> dict[str, Any]:
     """Which of the region's results ONNX computes, and which are Python numbers.
 
-    The translator emits every tensor; a Python number (a size) is either emitted as a 0-d
-    tensor or, when the examples fix it, folded away and returned as the example's value.
+    The translator emits every tensor, and every number that changes with the dynamic sizes
+    (``changing``: a size read from a shape) as a 0-d tensor; a number the examples fix is
+    folded away and returned as the example's value.
     """
     leaves, spec = tree_flatten(expected)
     numbers = [i for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)]
     if computed == len(leaves):
         return {"output_spec": spec, "scalar_outputs": tuple(numbers)}
-    if computed == len(leaves) - len(numbers):
-        return {"output_spec": spec, "constant_outputs": {i: leaves[i] for i in numbers}}
+    if computed == len(leaves) - len(numbers) + len(changing):
+        fixed = {i: leaves[i] for i in numbers if i not in changing}
+        return {
+            "output_spec": spec,
+            "scalar_outputs": tuple(sorted(changing)),
+            "constant_outputs": fixed,
+        }
     raise LoweringError(
         f"{name} returns {len(leaves)} values in PyTorch ({len(numbers)} of them numbers), its "
         f"ONNX model {computed}"
     )
+
+
+def _changing_numbers(region: GraphModule, expected: Any, runs: list[SizeRun]) -> frozenset[int]:
+    """Positions, among the region's flattened results, of the numbers the translator emits:
+    a result that is one number (not a ``torch.Size``) and changes in the runs at other sizes."""
+    (output,) = region.graph.find_nodes(op="output")
+    single = not isinstance(output.args[0], tuple)
+    nodes = (output.args[0],) if single else output.args[0]
+    values = (expected,) if single else expected
+    others = [(run.outputs,) if single else run.outputs for run in runs if run.outputs is not None]
+    changing, position = set(), 0
+    for index, (node, value) in enumerate(zip(nodes, values)):
+        is_number = isinstance(node, Node) and node.meta.get("type") in (int, float, bool)
+        if is_number and any(not _same_number(value, other[index]) for other in others):
+            changing.add(position)
+        position += len(tree_flatten(value)[0])
+    return frozenset(changing)
+
+
+def _memory_orders(expected: Any) -> dict[int, tuple[int, ...]]:
+    """The region's tensor results that PyTorch laid out in another order than row-major
+    (a transpose returned as it is), by position, with their dimensions from the largest
+    stride to the smallest: the lowered region returns them laid out alike, since what runs
+    after it may depend on strides (a ``view`` of a transposed tensor, in exported graphs)."""
+    orders = {}
+    for position, leaf in enumerate(tree_flatten(expected)[0]):
+        if isinstance(leaf, torch.Tensor) and not leaf.is_contiguous():
+            order = tuple(sorted(range(leaf.dim()), key=lambda d, t=leaf: (-t.stride(d), d)))
+            if order != tuple(range(leaf.dim())):
+                orders[position] = order
+    return orders
 
 
 def _same_kind(name: str, position: int, value: Any, reference: Any) -> None:
@@ -478,21 +486,11 @@ def _left_node(node: Node, reason: str) -> LeftNode:
 
 def _source(node: Node) -> str | None:
     """The innermost frame of the node's stack trace: ``file.py:41: code``."""
-    trace = node.stack_trace
-    if not trace:
-        return None
-    lines = [line.strip() for line in trace.strip().splitlines()]
-    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
-    if not frames:
-        return lines[-1]
-    where = lines[frames[-1]]  # File "x.py", line 41, in forward
-    code = lines[frames[-1] + 1] if frames[-1] + 1 < len(lines) else ""
-    try:
-        file = where.split('"')[1].rsplit("/", 1)[-1]
-        line = where.split(", line ")[1].split(",")[0]
-    except IndexError:
-        return where
-    return f"{file}:{line}: {code}" if code else f"{file}:{line}"
+    location = source_location(node)
+    if location is None:
+        lines = (node.stack_trace or "").strip().splitlines()
+        return lines[-1].strip() if lines else None
+    return f"{location.short}: {location.code}" if location.code else location.short
 
 
 # ---------------------------------------------------------------- check

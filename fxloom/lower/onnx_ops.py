@@ -6,9 +6,11 @@
 node              key
 ================= ===============================================================
 call_module       the module's class (looked up along its MRO)
-call_function     the function (``torch.relu``, ``operator.add``, ``F.gelu``), or an ATen
-                  overload (``torch.ops.aten.add.Tensor``) or its packet (``aten.add``)
-call_method       the method's name (``"view"``)
+call_function,    the operator's key (``fxloom.ops.identity``): ``"relu"`` serves
+call_method       ``torch.relu``, ``F.relu``, the method ``"relu"`` and ``aten.relu.default``;
+                  a spelling whose arguments differ has a row of its own
+                  (``pin=True``: ``aten.embedding``), found first; in-place twins
+                  (``operator.iadd``) have rows of their own too; other callables by identity
 ================= ===============================================================
 
 A handler is ``handler(ctx, node, args, kwargs) -> str | tuple[str, ...]``: ``args``/``kwargs``
@@ -31,13 +33,13 @@ The families live in ``onnx_ops_elementwise`` (unary, activations, arithmetic, c
 ``onnx_ops_shapes`` (views, joins, splits, indexing, casts, pads, factories), ``onnx_ops_nn``
 (products, convolution, pooling, norms, softmax, reductions, embedding, attention),
 ``onnx_ops_modules`` (nn.Module classes) and ``onnx_ops_aten`` (the ATen spellings of exported
-programs that differ from torch's); one handler serves an operator's torch function, ``F``
-function, Tensor method and ATen packet where their signatures agree. Importing
+programs whose arguments differ from torch's); one handler, registered under the operator's
+key, serves its torch function, ``F`` function, Tensor method and ATen overloads. Importing
 ``fxloom.lower`` registers them all. A call building a container that ``fxloom.pytree`` knows
 (a named tuple, a Hugging Face ``ModelOutput``) goes to the ``CONTAINER`` entry. This module
 imports neither onnx nor onnxruntime: handlers only talk to the context.
 
-Depends on: torch.
+Depends on: torch, ``fxloom.ops.identity``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+
+from fxloom.ops.identity import OpTable
 
 __all__ = [
     "CONTAINER",
@@ -58,7 +62,7 @@ __all__ = [
 
 Handler = Callable[..., Any]
 
-ONNX_TRANSLATIONS: dict[Any, Handler] = {}
+ONNX_TRANSLATIONS: OpTable = OpTable()
 
 # The key of the handler for calls that build a container fxloom.pytree knows (a named tuple,
 # a Hugging Face ModelOutput): their classes are too many to list one by one.
@@ -98,16 +102,24 @@ def has_onnx_dtype(dtype: torch.dtype) -> bool:
 
 
 def register(
-    keys: Any | Iterable[Any], *, refuses: Callable[..., str | None] | None = None
+    keys: Any | Iterable[Any],
+    *,
+    refuses: Callable[..., str | None] | None = None,
+    pin: bool = False,
 ) -> Callable[[Handler], Handler]:
-    """Decorator: register the handler under one key or several."""
+    """Decorator: register the handler under one operator or several (any spelling of each:
+    its key's row). ``pin``: for these very spellings only (an ATen packet whose arguments
+    are laid out unlike torch's)."""
     key_list = list(keys) if isinstance(keys, (list, tuple)) else [keys]
 
     def decorate(handler: Handler) -> Handler:
         if refuses is not None:
             handler.refuses = refuses  # type: ignore[attr-defined]
         for key in key_list:
-            ONNX_TRANSLATIONS[key] = handler
+            if pin:
+                ONNX_TRANSLATIONS.pin(key, handler)
+            else:
+                ONNX_TRANSLATIONS[key] = handler
         return handler
 
     return decorate
@@ -120,12 +132,7 @@ def handler_for(op: str, target: Any, module: Any = None) -> Handler | None:
             if cls in ONNX_TRANSLATIONS:
                 return ONNX_TRANSLATIONS[cls]
         return None
-    try:
-        found = ONNX_TRANSLATIONS.get(target)
-    except TypeError:  # an unhashable target
-        return None
-    if found is None and isinstance(target, torch._ops.OpOverload):
-        found = ONNX_TRANSLATIONS.get(target.overloadpacket)
+    found = ONNX_TRANSLATIONS.get(target)
     if found is None and op == "call_function" and isinstance(target, type):
         from fxloom.pytree import container_type
 

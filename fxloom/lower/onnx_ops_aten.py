@@ -1,7 +1,8 @@
 """ONNX translations of the ATen operators in exported programs (``fxloom.export``).
 
-Most ATen operators share a handler with their torch function (registered under the ATen packet
-in the other families); this module holds the ones whose signature differs.
+Most ATen operators share a handler with their torch function (the row of their operator key,
+in the other families); this module holds ATen's own operators and, pinned to the ATen
+spelling, the ones whose arguments differ from torch's.
 
 Depends on: ``onnx_ops``, ``onnx_ops_nn``.
 """
@@ -18,32 +19,11 @@ from fxloom.lower.onnx_ops_shapes import gather_nd, index_refusal, rank_of
 
 aten = torch.ops.aten
 
-# Same signature as the torch function: the ATen packet shares its handler.
-SHARED_HANDLERS = {
-    aten.mm: nn_ops.translate_matmul,
-    aten.bmm: nn_ops.translate_matmul,
-    aten.matmul: nn_ops.translate_matmul,
-    aten.linear: nn_ops.translate_linear,
-    aten._softmax: nn_ops.softmax("Softmax"),
-    aten.softmax: nn_ops.softmax("Softmax"),
-    aten._log_softmax: nn_ops.softmax("LogSoftmax"),
-    aten.log_softmax: nn_ops.softmax("LogSoftmax"),
-    aten.mean: nn_ops.reduction("ReduceMean"),
-    aten.sum: nn_ops.reduction("ReduceSum"),
-    aten.amax: nn_ops.reduction("ReduceMax"),
-    aten.amin: nn_ops.reduction("ReduceMin"),
-    aten.avg_pool2d: nn_ops.translate_avg_pool,
-    aten.max_pool2d: nn_ops.translate_max_pool,
-    aten.adaptive_avg_pool2d: nn_ops.translate_adaptive_avg_pool,
-    aten._adaptive_avg_pool2d: nn_ops.translate_adaptive_avg_pool,
-    aten.scaled_dot_product_attention: nn_ops.translate_sdpa,
-    aten.cumsum: nn_ops.translate_cumsum,
-    aten.argmax: nn_ops.translate_argmax,
-    aten.layer_norm: nn_ops.translate_layer_norm,
-    aten.group_norm: nn_ops.translate_group_norm,
-}
-for _packet, _handler in SHARED_HANDLERS.items():
-    register(_packet)(_handler)
+# ATen's own names for operators torch spells otherwise (the shared names, ``aten.mm`` or
+# ``aten.softmax``, find torch's row through their operator key).
+register("_softmax")(nn_ops.softmax("Softmax"))
+register("_log_softmax")(nn_ops.softmax("LogSoftmax"))
+register("_adaptive_avg_pool2d")(nn_ops.translate_adaptive_avg_pool)
 
 # Outputs of ATen operators that inference graphs never read (saved statistics, indices):
 # left unnamed, so that a graph reading one fails ONNX's checker instead of running wrong.
@@ -105,7 +85,7 @@ def translate_aten_group_norm(ctx: Any, node: Any, args: tuple, kwargs: dict) ->
     return (out, UNUSED, UNUSED)
 
 
-@register(aten.embedding)
+@register("embedding")  # (weight, indices), as torch.embedding; F.embedding is pinned
 def translate_aten_embedding(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     weight, indices = args[0], args[1]
     return ctx.node("Gather", [ctx.name(weight), cast_to(ctx, indices, torch.int64)], axis=0)

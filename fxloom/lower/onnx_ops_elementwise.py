@@ -1,8 +1,8 @@
 """ONNX translations of elementwise operators: unary functions, activations, arithmetic, compares.
 
-Each family is a table (the torch names of one operator, and its ONNX node) registered in a loop
-under its torch function, its ``F`` function, its Tensor method name and its ATen packet, which
-share one signature. Python numbers become constants of the dtype torch computes in (read from
+Each family is a table (the name of one operator, and its ONNX node) registered in a loop under
+the operator's key (``fxloom.ops.identity``), which its torch function, ``F`` function, Tensor
+method, Python operator and ATen overloads share. Python numbers become constants of the dtype torch computes in (read from
 the node's ``tensor_meta``), so ``x + 1`` on an int64 tensor adds an int64 1.
 
 Depends on: ``onnx_ops`` (the table and helpers).
@@ -15,7 +15,6 @@ import operator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from fxloom.lower.onnx_ops import (
     UnsupportedArgument,
@@ -26,19 +25,9 @@ from fxloom.lower.onnx_ops import (
     register,
     result_dtype,
 )
+from fxloom.ops.identity import op_key
 
 aten = torch.ops.aten
-
-
-def torch_keys(name: str, *, functional: bool = False) -> list[Any]:
-    """The keys an operator named ``name`` has: torch.name, F.name, "name" (method), aten.name."""
-    keys: list[Any] = [name]
-    for namespace in (torch, F) if functional else (torch,):
-        if hasattr(namespace, name):
-            keys.append(getattr(namespace, name))
-    if hasattr(aten, name):
-        keys.append(getattr(aten, name))
-    return keys
 
 
 # ---- unary: one ONNX node on the input, in the result's dtype ------------------------------
@@ -73,10 +62,8 @@ def unary(op_type: str) -> Any:
 
 
 for _name, _op_type in UNARY_OPS.items():
-    register(torch_keys(_name, functional=True))(unary(_op_type))
-register([operator.neg])(unary("Neg"))
-register([operator.invert])(unary("Not"))
-register([torch.rsqrt, "rsqrt", aten.rsqrt])(
+    register(_name)(unary(_op_type))
+register("rsqrt")(
     lambda ctx, node, args, kwargs: ctx.node("Reciprocal", [ctx.node("Sqrt", [ctx.name(args[0])])])
 )
 
@@ -84,7 +71,7 @@ register([torch.rsqrt, "rsqrt", aten.rsqrt])(
 # ---- activations made of a few nodes -------------------------------------------------------
 
 
-@register(torch_keys("gelu", functional=True))
+@register("gelu")
 def translate_gelu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     x = ctx.name(args[0])
     approximate = argument(args, kwargs, 1, "approximate", "none")
@@ -102,19 +89,19 @@ def translate_gelu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Mul", [half_x, ctx.node("Add", [curve, ctx.constant(1.0, dtype=dtype)])])
 
 
-@register(torch_keys("silu", functional=True))
+@register("silu")
 def translate_silu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     x = ctx.name(args[0])
     return ctx.node("Mul", [x, ctx.node("Sigmoid", [x])])
 
 
-@register(torch_keys("mish", functional=True))
+@register("mish")
 def translate_mish(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     x = ctx.name(args[0])
     return ctx.node("Mul", [x, ctx.node("Tanh", [ctx.node("Softplus", [x])])])
 
 
-@register(torch_keys("softplus", functional=True))
+@register("softplus")
 def translate_softplus(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     beta = argument(args, kwargs, 1, "beta", 1.0)
     if beta != 1:
@@ -122,23 +109,23 @@ def translate_softplus(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Softplus", [ctx.name(args[0])])
 
 
-@register(torch_keys("hardswish", functional=True))
+@register("hardswish")
 def translate_hardswish(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("HardSwish", [ctx.name(args[0])])
 
 
-@register(torch_keys("hardsigmoid", functional=True))
+@register("hardsigmoid")
 def translate_hardsigmoid(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("HardSigmoid", [ctx.name(args[0])], alpha=1 / 6, beta=0.5)
 
 
-@register(torch_keys("leaky_relu", functional=True))
+@register("leaky_relu")
 def translate_leaky_relu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     slope = argument(args, kwargs, 1, "negative_slope", 0.01)
     return ctx.node("LeakyRelu", [ctx.name(args[0])], alpha=float(slope))
 
 
-@register(torch_keys("elu", functional=True))
+@register("elu")
 def translate_elu(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     alpha = argument(args, kwargs, 1, "alpha", 1.0)
     return ctx.node("Elu", [ctx.name(args[0])], alpha=float(alpha))
@@ -151,21 +138,21 @@ def clip(ctx: Any, node: Any, x: Any, low: Any, high: Any) -> str:
     return ctx.node("Clip", [cast_to(ctx, x, dtype), *bounds])
 
 
-@register([*torch_keys("clamp"), *torch_keys("clip"), "clamp_min", "clamp_max"])
+@register(["clamp", "clamp_min", "clamp_max"])  # and clip, its alias
 def translate_clamp(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
-    if node.target in ("clamp_max",):
+    if op_key(node.target).name == "clamp_max":
         return clip(ctx, node, args[0], None, argument(args, kwargs, 1, "max"))
     low = argument(args, kwargs, 1, "min")
     return clip(ctx, node, args[0], low, argument(args, kwargs, 2, "max"))
 
 
-@register(torch_keys("hardtanh", functional=True))
+@register("hardtanh")
 def translate_hardtanh(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     low = argument(args, kwargs, 1, "min_val", -1.0)
     return clip(ctx, node, args[0], low, argument(args, kwargs, 2, "max_val", 1.0))
 
 
-@register(torch_keys("relu6", functional=True))
+@register("relu6")
 def translate_relu6(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return clip(ctx, node, args[0], 0.0, 6.0)
 
@@ -173,26 +160,26 @@ def translate_relu6(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 # ---- binary: operands cast to the dtype torch computes in ----------------------------------
 
 ARITHMETIC_OPS = {
-    "add": ("Add", operator.add),
-    "sub": ("Sub", operator.sub),
-    "mul": ("Mul", operator.mul),
-    "div": ("Div", operator.truediv),
-    "pow": ("Pow", operator.pow),
-    "maximum": ("Max", None),
-    "minimum": ("Min", None),
-    "remainder": ("Mod", operator.mod),
-    "bitwise_and": ("And", operator.and_),
-    "bitwise_or": ("Or", operator.or_),
-    "logical_and": ("And", None),
-    "logical_or": ("Or", None),
+    "add": "Add",
+    "sub": "Sub",
+    "mul": "Mul",
+    "div": "Div",
+    "pow": "Pow",
+    "maximum": "Max",
+    "minimum": "Min",
+    "remainder": "Mod",
+    "bitwise_and": "And",
+    "bitwise_or": "Or",
+    "logical_and": "And",
+    "logical_or": "Or",
 }
 
 COMPARISON_OPS = {
-    "eq": ("Equal", operator.eq),
-    "lt": ("Less", operator.lt),
-    "gt": ("Greater", operator.gt),
-    "le": ("LessOrEqual", operator.le),
-    "ge": ("GreaterOrEqual", operator.ge),
+    "eq": "Equal",
+    "lt": "Less",
+    "gt": "Greater",
+    "le": "LessOrEqual",
+    "ge": "GreaterOrEqual",
 }
 
 
@@ -224,11 +211,8 @@ def comparison(op_type: str, negate: bool = False) -> Any:
     return translate_comparison
 
 
-for _name, (_op_type, _python_op) in ARITHMETIC_OPS.items():
-    _keys = torch_keys(_name) + ([_python_op] if _python_op is not None else [])
-    register(_keys)(arithmetic(_op_type))
-register([torch.multiply, "multiply"])(arithmetic("Mul"))
-register([torch.subtract, "subtract"])(arithmetic("Sub"))
+for _name, _op_type in ARITHMETIC_OPS.items():  # and each one's Python operator
+    register(_name)(arithmetic(_op_type))
 # In-place operators (``x += y``) compute what their out-of-place form does; translating them
 # so is right as long as nothing reads the overwritten tensor afterwards (refused otherwise).
 IN_PLACE_OPS = {
@@ -249,12 +233,12 @@ def read_after_overwrite(node: Any, module: Any) -> str | None:
 
 for _python_op, _op_type in IN_PLACE_OPS.items():
     register(_python_op, refuses=read_after_overwrite)(arithmetic(_op_type))
-for _name, (_op_type, _python_op) in COMPARISON_OPS.items():
-    register([*torch_keys(_name), _python_op])(comparison(_op_type))
-register([*torch_keys("ne"), operator.ne])(comparison("Equal", negate=True))
+for _name, _op_type in COMPARISON_OPS.items():
+    register(_name)(comparison(_op_type))
+register("ne")(comparison("Equal", negate=True))
 
 
-@register(["div", torch.div, aten.div, operator.truediv, torch.true_divide, "true_divide"])
+@register("div")  # and operator.truediv, torch.true_divide, torch.divide
 def translate_div(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     mode = kwargs.get("rounding_mode")
     dtype = ctx.dtype_of(node)
@@ -268,7 +252,7 @@ def translate_div(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     raise UnsupportedArgument(f"division with rounding_mode={mode!r} on {dtype}")
 
 
-@register([operator.floordiv, torch.floor_divide, "floor_divide"])
+@register("floor_divide")  # and operator.floordiv
 def translate_floordiv(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     if ctx.dtype_of(node).is_floating_point:
         return ctx.node("Floor", [arithmetic("Div")(ctx, node, args, {})])
@@ -283,7 +267,7 @@ def _floored(ctx: Any, node: Any, args: tuple) -> str:
     return ctx.node("Cast", [floored], to=onnx_dtype(ctx.dtype_of(node)))
 
 
-@register([*torch_keys("where")])
+@register("where")
 def translate_where(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     condition, a, b = (
         args[0],
@@ -295,7 +279,7 @@ def translate_where(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Where", [bool_condition, cast_to(ctx, a, dtype), cast_to(ctx, b, dtype)])
 
 
-@register(torch_keys("masked_fill"))
+@register("masked_fill")
 def translate_masked_fill(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     x, mask, value = args[0], argument(args, kwargs, 1, "mask"), argument(args, kwargs, 2, "value")
     dtype = ctx.dtype_of(node)

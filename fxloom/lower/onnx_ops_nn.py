@@ -10,7 +10,6 @@ Depends on: ``onnx_ops``, ``onnx_ops_shapes`` (transpose, split).
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any
 
 import torch
@@ -40,7 +39,7 @@ def pair_list(value: Any, count: int) -> list[int]:
 # ---- products --------------------------------------------------------------------------------
 
 
-@register(["matmul", torch.matmul, operator.matmul, "bmm", torch.bmm, "mm", torch.mm])
+@register(["matmul", "bmm", "mm"])
 def translate_matmul(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("MatMul", [ctx.name(args[0]), ctx.name(argument(args, kwargs, 1, "other"))])
 
@@ -58,13 +57,13 @@ def linear_node(ctx: Any, x: str, rank: int, weight: Any, bias: Any) -> str:
     return product if bias is None else ctx.node("Add", [product, ctx.name(bias)])
 
 
-@register([F.linear, "linear"])
+@register("linear")
 def translate_linear(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     weight, bias = argument(args, kwargs, 1, "weight"), argument(args, kwargs, 2, "bias")
     return linear_node(ctx, ctx.name(args[0]), rank_of(ctx, args[0]), weight, bias)
 
 
-@register(["baddbmm", torch.baddbmm, aten.baddbmm])
+@register("baddbmm")
 def translate_baddbmm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     """beta * input + alpha * (batch1 @ batch2)."""
     dtype = ctx.dtype_of(node)
@@ -81,7 +80,7 @@ def translate_baddbmm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Add", [base, product])
 
 
-@register([torch.einsum])
+@register("einsum")
 def translate_einsum(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     operands = args[1:]
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
@@ -125,7 +124,7 @@ def conv_node(
     )
 
 
-@register([F.conv1d, F.conv2d, F.conv3d])
+@register(["conv1d", "conv2d", "conv3d"])
 def translate_conv(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return conv_node(
         ctx,
@@ -164,7 +163,7 @@ def pool_node(
     )
 
 
-@register([F.max_pool1d, F.max_pool2d, F.max_pool3d])
+@register(["max_pool1d", "max_pool2d", "max_pool3d"])
 def translate_max_pool(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     if argument(args, kwargs, 6, "return_indices", False):
         raise UnsupportedArgument("max pooling with return_indices=True")
@@ -181,7 +180,7 @@ def translate_max_pool(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     )
 
 
-@register([F.avg_pool1d, F.avg_pool2d, F.avg_pool3d])
+@register(["avg_pool1d", "avg_pool2d", "avg_pool3d"])
 def translate_avg_pool(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     if argument(args, kwargs, 6, "divisor_override") is not None:
         raise UnsupportedArgument("average pooling with divisor_override")
@@ -214,13 +213,14 @@ def adaptive_pool_node(
     return ctx.node(op_type, [x], kernel_shape=kernel, strides=kernel)
 
 
-@register([F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d])
+@register(["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"])
 def translate_adaptive_avg_pool(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     size = argument(args, kwargs, 1, "output_size")
     return adaptive_pool_node(ctx, "AveragePool", ctx.name(args[0]), ctx.shape_of(args[0]), size)
 
 
-@register([F.adaptive_max_pool1d, F.adaptive_max_pool2d])
+# F's forms only: torch's and ATen's also return the indices.
+@register([F.adaptive_max_pool1d, F.adaptive_max_pool2d], pin=True)
 def translate_adaptive_max_pool(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     size = argument(args, kwargs, 1, "output_size")
     return adaptive_pool_node(ctx, "MaxPool", ctx.name(args[0]), ctx.shape_of(args[0]), size)
@@ -246,7 +246,8 @@ def batch_norm_node(
     return ctx.node("BatchNormalization", [x, scale, shift, *stats], epsilon=float(eps))
 
 
-@register([F.batch_norm, torch.batch_norm])
+# F.batch_norm's argument order: torch.batch_norm and ATen's put weight and bias first.
+@register(F.batch_norm, pin=True)
 def translate_batch_norm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     if argument(args, kwargs, 5, "training", False):
         raise UnsupportedArgument("batch norm in training mode (call model.eval() first)")
@@ -282,7 +283,7 @@ def layer_norm_node(
     )
 
 
-@register([F.layer_norm, torch.layer_norm])
+@register("layer_norm")
 def translate_layer_norm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return layer_norm_node(
         ctx,
@@ -317,7 +318,7 @@ def group_norm_node(
     return y
 
 
-@register([F.group_norm, torch.group_norm])
+@register("group_norm")
 def translate_group_norm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return group_norm_node(
         ctx,
@@ -350,8 +351,8 @@ def softmax(op_type: str) -> Any:
     return translate_softmax
 
 
-register(["softmax", torch.softmax, F.softmax])(softmax("Softmax"))
-register(["log_softmax", torch.log_softmax, F.log_softmax])(softmax("LogSoftmax"))
+register("softmax")(softmax("Softmax"))
+register("log_softmax")(softmax("LogSoftmax"))
 
 
 # ---- reductions ------------------------------------------------------------------------------
@@ -380,10 +381,10 @@ def reduction(op_type: str) -> Any:
 
 
 for _name, _op_type in REDUCTIONS.items():
-    register([_name, getattr(torch, _name)])(reduction(_op_type))
+    register(_name)(reduction(_op_type))
 
 
-@register(["argmax", torch.argmax, "argmin", torch.argmin])
+@register(["argmax", "argmin"])
 def translate_argmax(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     op_type = (
         "ArgMin" if "argmin" in str(getattr(node.target, "__name__", node.target)) else "ArgMax"
@@ -398,7 +399,7 @@ def translate_argmax(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     )
 
 
-@register(["norm", torch.norm])
+@register("norm")
 def translate_norm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     p = argument(args, kwargs, 1, "p", 2)
     if p not in (1, 2, "fro"):
@@ -409,7 +410,7 @@ def translate_norm(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return reduce_node(ctx, op_type, args[0], reduce_axes(ctx, args[0], dims), keepdim, node)
 
 
-@register(["topk", torch.topk, aten.topk])
+@register("topk")
 def translate_topk(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
     k = argument(args, kwargs, 1, "k")
     dim = normalized_dim(argument(args, kwargs, 2, "dim", -1), rank_of(ctx, args[0]))
@@ -421,7 +422,7 @@ def translate_topk(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str,
     )
 
 
-@register(["cumsum", torch.cumsum])
+@register("cumsum")
 def translate_cumsum(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
     x = cast_to(ctx, args[0], ctx.dtype_of(node))
@@ -431,7 +432,7 @@ def translate_cumsum(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 # ---- embedding and attention -----------------------------------------------------------------
 
 
-@register([F.embedding])
+@register(F.embedding, pin=True)  # (input, weight); torch.embedding, aten.embedding: onnx_ops_aten
 def translate_embedding(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     if argument(args, kwargs, 3, "max_norm") is not None:
         raise UnsupportedArgument("embedding with max_norm (it renormalises the weight in place)")
@@ -466,7 +467,7 @@ def attention_node(
     return ctx.node("MatMul", [weights, ctx.name(value)])
 
 
-@register([F.scaled_dot_product_attention])
+@register("scaled_dot_product_attention")
 def translate_sdpa(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     if argument(args, kwargs, 4, "dropout_p", 0.0):
         raise UnsupportedArgument("attention with dropout_p > 0 (call model.eval() first)")

@@ -17,7 +17,6 @@ import operator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from fxloom.lower.onnx_ops import (
     CONTAINER,
@@ -31,6 +30,7 @@ from fxloom.lower.onnx_ops import (
     register,
 )
 from fxloom.node import Node
+from fxloom.ops.identity import op_key
 
 aten = torch.ops.aten
 
@@ -56,7 +56,7 @@ def rank_of(ctx: Any, value: Any) -> int:
 # ---- reshapes --------------------------------------------------------------------------------
 
 
-@register(["view", "reshape", torch.reshape, aten.view, aten.reshape, aten._unsafe_view])
+@register(["view", "reshape", "_unsafe_view"])
 def translate_reshape(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     shape = sizes_argument(args, kwargs, "shape" if "shape" in kwargs else "size")
     if isinstance(shape, torch.dtype):
@@ -69,7 +69,7 @@ def translate_view_as(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Reshape", [ctx.name(args[0]), ctx.node("Shape", [ctx.name(args[1])])])
 
 
-@register(["flatten", torch.flatten])
+@register("flatten")
 def translate_flatten(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     rank = rank_of(ctx, args[0])
     start = normalized_dim(argument(args, kwargs, 1, "start_dim", 0), rank)
@@ -85,7 +85,7 @@ def flatten(ctx: Any, x: str, shape: tuple[int, ...], start: int, end: int) -> s
     return ctx.node("Reshape", [x, int_list(ctx, target)])
 
 
-@register(["unflatten", torch.unflatten])
+@register("unflatten")
 def translate_unflatten(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     rank = rank_of(ctx, args[0])
     dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank)
@@ -97,14 +97,14 @@ def translate_unflatten(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 # ---- transposes ------------------------------------------------------------------------------
 
 
-@register(["permute", torch.permute, aten.permute])
+@register("permute")
 def translate_permute(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     rank = rank_of(ctx, args[0])
     dims = sizes_argument(args, kwargs, "dims")
     return ctx.node("Transpose", [ctx.name(args[0])], perm=[normalized_dim(d, rank) for d in dims])
 
 
-@register(["transpose", torch.transpose, aten.transpose, "swapaxes", torch.swapaxes])
+@register("transpose")  # and swapaxes, swapdims
 def translate_transpose(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     rank = rank_of(ctx, args[0])
     a = normalized_dim(argument(args, kwargs, 1, "dim0"), rank)
@@ -118,7 +118,7 @@ def transpose(ctx: Any, x: str, rank: int, a: int, b: int) -> str:
     return ctx.node("Transpose", [x], perm=perm)
 
 
-@register(["t", torch.t, aten.t])
+@register("t")
 def translate_t(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     rank = rank_of(ctx, args[0])
     if rank < 2:
@@ -129,13 +129,13 @@ def translate_t(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 # ---- adding and removing dims ----------------------------------------------------------------
 
 
-@register(["unsqueeze", torch.unsqueeze, aten.unsqueeze])
+@register("unsqueeze")
 def translate_unsqueeze(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]) + 1)
     return ctx.node("Unsqueeze", [ctx.name(args[0]), ctx.constant([dim])])
 
 
-@register(["squeeze", torch.squeeze, aten.squeeze])
+@register("squeeze")
 def translate_squeeze(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     shape = ctx.shape_of(args[0])
     dims = argument(args, kwargs, 1, "dim")
@@ -148,7 +148,7 @@ def translate_squeeze(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Squeeze", [ctx.name(args[0]), ctx.constant(kept)])
 
 
-@register(["expand", aten.expand])
+@register("expand")
 def translate_expand(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     sizes = sizes_argument(args, kwargs, "size")
     if not isinstance(sizes, Node):
@@ -157,12 +157,12 @@ def translate_expand(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Expand", [ctx.name(args[0]), int_list(ctx, sizes)])
 
 
-@register(["expand_as"])
+@register("expand_as")
 def translate_expand_as(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Expand", [ctx.name(args[0]), ctx.node("Shape", [ctx.name(args[1])])])
 
 
-@register(["repeat", aten.repeat])
+@register("repeat")
 def translate_repeat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     repeats = list(sizes_argument(args, kwargs, "repeats"))
     x = ctx.name(args[0])
@@ -175,7 +175,7 @@ def translate_repeat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 # ---- joins and splits ------------------------------------------------------------------------
 
 
-@register([torch.cat, torch.concat, torch.concatenate, aten.cat, aten.concat])
+@register("cat")  # and concat, concatenate
 def translate_cat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     tensors = [t for t in argument(args, kwargs, 0, "tensors") if _non_empty(ctx, t)]
     dim = normalized_dim(
@@ -190,7 +190,7 @@ def _non_empty(ctx: Any, tensor: Any) -> bool:
     return not (isinstance(tensor, Node) and ctx.shape_of(tensor) == (0,))
 
 
-@register([torch.stack, aten.stack])
+@register("stack")
 def translate_stack(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     tensors = argument(args, kwargs, 0, "tensors")
     dim = normalized_dim(
@@ -201,7 +201,7 @@ def translate_stack(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Concat", parts, axis=dim)
 
 
-@register(["split", torch.split, aten.split, aten.split_with_sizes])
+@register(["split", "split_with_sizes"])
 def translate_split(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
     shape = ctx.shape_of(args[0])
     size = argument(args, kwargs, 1, "split_size_or_sections", kwargs.get("split_size"))
@@ -219,7 +219,7 @@ def split(ctx: Any, x: str, sizes: list[int], dim: int) -> tuple[str, ...]:
     return parts if isinstance(parts, tuple) else (parts,)
 
 
-@register(["chunk", torch.chunk, aten.chunk])
+@register("chunk")
 def translate_chunk(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
     shape = ctx.shape_of(args[0])
     chunks = argument(args, kwargs, 1, "chunks")
@@ -229,7 +229,7 @@ def translate_chunk(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str
     return split(ctx, ctx.name(args[0]), sizes, dim)
 
 
-@register(["unbind", torch.unbind, aten.unbind])
+@register("unbind")
 def translate_unbind(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
     shape = ctx.shape_of(args[0])
     dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), len(shape))
@@ -351,7 +351,7 @@ def index_tensor(ctx: Any, x: str, rank: int, indices: list[Any]) -> str:
     return x
 
 
-@register([aten.slice])
+@register("slice")
 def translate_aten_slice(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     rank = rank_of(ctx, args[0])
     dim = normalized_dim(argument(args, kwargs, 1, "dim", 0), rank)
@@ -359,13 +359,13 @@ def translate_aten_slice(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return slice_axis(ctx, ctx.name(args[0]), dim, start, stop, argument(args, kwargs, 4, "step"))
 
 
-@register(["select", torch.select, aten.select])
+@register("select")
 def translate_select(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
     return select(ctx, ctx.name(args[0]), dim, argument(args, kwargs, 2, "index"))
 
 
-@register(["narrow", torch.narrow])
+@register("narrow")
 def translate_narrow(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
     start, length = argument(args, kwargs, 2, "start"), argument(args, kwargs, 3, "length")
@@ -375,7 +375,7 @@ def translate_narrow(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 # ---- sizes (only reached when a dynamic batch makes them vary) -------------------------------
 
 
-@register(["size", aten.sym_size])
+@register(["size", "sym_size"])
 def translate_size(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     shape = ctx.node("Shape", [ctx.name(args[0])])
     dim = argument(args, kwargs, 1, "dim")
@@ -460,7 +460,7 @@ def translate_to_tuple(ctx: Any, node: Any, args: tuple, kwargs: dict) -> tuple:
 CAST_METHODS = ["to", "type", "type_as", "float", "double", "half", "int", "long", "bool"]
 
 
-@register([*CAST_METHODS, aten._to_copy, aten.to, aten._to_copy.default])
+@register([*CAST_METHODS, "_to_copy"])
 def translate_cast(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     """Any conversion: a Cast to the result's dtype (devices and memory formats are dropped)."""
     dtype = ctx.dtype_of(node)
@@ -470,19 +470,7 @@ def translate_cast(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Cast", [x], to=onnx_dtype(dtype))
 
 
-IDENTITY_KEYS = [
-    "contiguous",
-    "clone",
-    "detach",
-    torch.clone,
-    torch.detach,
-    aten.clone,
-    aten.detach,
-    aten.alias,
-    aten.lift_fresh_copy,
-    "cpu",
-    "cuda",
-]
+IDENTITY_KEYS = ["contiguous", "clone", "detach", "alias", "lift_fresh_copy", "cpu", "cuda"]
 
 
 @register(IDENTITY_KEYS)
@@ -499,9 +487,7 @@ def dropout_refusal(node: Any, module: Any) -> str | None:
     return "dropout with training=True (pass training=False, or call model.eval() first)"
 
 
-@register(
-    [F.dropout, F.dropout1d, F.dropout2d, torch.dropout, aten.dropout], refuses=dropout_refusal
-)
+@register(["dropout", "dropout1d", "dropout2d"], refuses=dropout_refusal)
 def translate_dropout(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     p = argument(args, kwargs, 1, "p", 0.5)
     if argument(args, kwargs, 2, "training", True) and p != 0:
@@ -512,7 +498,7 @@ def translate_dropout(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 # ---- tensor factories (only reached when a dynamic batch sets their size) --------------------
 
 
-@register([torch.arange, aten.arange])
+@register("arange")
 def translate_arange(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     bounds = list(args) if args else [kwargs.get("start", 0), kwargs["end"]]
     start, end, step = ([0, *bounds, 1] if len(bounds) == 1 else [*bounds, 1])[:3]
@@ -536,7 +522,7 @@ def filled(fill: Any) -> Any:
 @register(["new_ones", "new_zeros", "new_full"])
 def translate_new_filled(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     """x.new_ones(size): a tensor of the result's dtype, filled; x only lends its dtype."""
-    fill = {"new_ones": 1, "new_zeros": 0}.get(node.target)
+    fill = {"new_ones": 1, "new_zeros": 0}.get(op_key(node.target).name)
     rest = args[1:]
     if fill is None:  # new_full(size, fill_value)
         rest, fill = rest[:1], argument(args, kwargs, 2, "fill_value")
@@ -545,9 +531,9 @@ def translate_new_filled(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Expand", [scalar, int_list(ctx, size)])
 
 
-register([torch.ones, aten.ones])(filled(1))
-register([torch.zeros, aten.zeros])(filled(0))
-register([torch.full, aten.full])(filled(None))
+register("ones")(filled(1))
+register("zeros")(filled(0))
+register("full")(filled(None))
 
 
 # ---- padding and gathering -------------------------------------------------------------------
@@ -555,7 +541,7 @@ register([torch.full, aten.full])(filled(None))
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 
 
-@register([F.pad, aten.constant_pad_nd, aten.pad])
+@register(["pad", "constant_pad_nd"])
 def translate_pad(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     """torch lists (begin, end) pairs from the last dim back; ONNX all begins, then all ends."""
     rank = rank_of(ctx, args[0])
@@ -576,14 +562,14 @@ def translate_pad(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Pad", inputs, mode=PAD_MODES[mode])
 
 
-@register(["gather", torch.gather, aten.gather])
+@register("gather")
 def translate_gather(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
     index = cast_to(ctx, argument(args, kwargs, 2, "index"), torch.int64)
     return ctx.node("GatherElements", [ctx.name(args[0]), index], axis=dim)
 
 
-@register(["index_select", torch.index_select, aten.index_select])
+@register("index_select")
 def translate_index_select(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     dim = normalized_dim(argument(args, kwargs, 1, "dim"), rank_of(ctx, args[0]))
     index = cast_to(ctx, argument(args, kwargs, 2, "index"), torch.int64)

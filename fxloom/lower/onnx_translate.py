@@ -1,7 +1,10 @@
 """Translate an fxloom graph into an ONNX model, and write it to a file (``to_onnx``).
 
-``translate(gm, example_inputs)`` runs the graph once on the examples (``ShapeProp``, which
-records every node's ``tensor_meta``), then walks it in order:
+``translate(gm, example_inputs)`` takes a GraphModule, an exported program or a plain module
+(traced on the examples: ``fxloom.passes.captured.program_to_read``). It runs the graph once on
+the examples (``ShapeProp``, which records every node's ``tensor_meta``; the run is needed even
+where export recorded each node's shape, because the translator folds the values the examples
+fix, which only a real run computes), then walks it in order:
 
 * a placeholder holding a tensor becomes a graph input (named after the forward parameter);
   the placeholders an exported program lifts (parameters, buffers, constants) become
@@ -12,7 +15,8 @@ records every node's ``tensor_meta``), then walks it in order:
   another size (``fxloom.lower.dynamic_dims``), and a value that changes with it is computed in
   the ONNX graph (``Shape``, ``Gather``, ``Mul`` ...) instead; the dimensions that change are
   symbolic in the graph's inputs and outputs, named after their ``Dim``;
-* fxloom's run-time guards are dropped (ONNX Runtime checks input types and ranks itself);
+* fxloom's run-time checks (``stays_on_host``: tracing's guards, export's input checks) are
+  dropped (ONNX Runtime checks input types and ranks itself; ``lower`` keeps them in PyTorch);
 * every other call node goes to its handler in ``ONNX_TRANSLATIONS`` (``onnx_ops``);
 * the output's tensors, flattened, become the graph outputs ``output_0``, ``output_1`` ...
 
@@ -32,6 +36,7 @@ from typing import Any
 
 import torch
 
+from fxloom._format import describe_target
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, dim_names, run_failed, runs_for
@@ -44,9 +49,10 @@ from fxloom.lower.onnx_ops import (
 )
 from fxloom.node import Node, map_arg
 from fxloom.ops.runtime_functions import stays_on_host
-from fxloom.passes._exported import graph_module_of, lifted_state
+from fxloom.passes.captured import graph_module_of, lifted_state, program_to_read
 from fxloom.passes.shape_prop import ShapeProp, TensorMetadata
 from fxloom.pytree import tree_leaves
+from fxloom.source_location import source_location
 
 __all__ = [
     "TranslationContext",
@@ -65,7 +71,7 @@ class UnsupportedNodeError(RuntimeError):
         self.nodes = unsupported
         lines = [f"{len(unsupported)} node(s) cannot be translated to ONNX:"]
         for node, reason in unsupported:
-            lines.append(f"  %{node.name} ({_target_text(node)}): {reason}")
+            lines.append(f"  %{node.name} ({describe_target(node)}): {reason}")
             where = _source_line(node)
             if where:
                 lines.append(f"      at {where}")
@@ -158,14 +164,15 @@ class TranslationContext:
 
 
 def translate(
-    gm: GraphModule | ExportedProgram,
+    gm: GraphModule | ExportedProgram | torch.nn.Module,
     example_inputs: tuple[Any, ...] | dict[str, Any],
     *,
     dynamic_batch: bool = False,
     dynamic_shapes: Any = None,
     opset: int = 18,
 ) -> Any:
-    """Translate ``gm`` (a GraphModule or an ExportedProgram) into an ``onnx.ModelProto``.
+    """Translate ``gm`` (a GraphModule, an ExportedProgram, or a module traced here on the
+    examples) into an ``onnx.ModelProto``.
 
     ``dynamic_shapes`` (``fxloom.export``'s form: ``{"input_ids": {0: batch, 1: seq}}``)
     leaves those dimensions free, in the inputs, the outputs and every size computed from
@@ -181,6 +188,7 @@ def translate(
     >>> [node.op_type for node in proto.graph.node]
     ['Transpose', 'MatMul', 'Add', 'Softmax', 'Identity']
     """
+    gm = program_to_read(gm, example_inputs, consumer="fxloom.lower.translate")
     runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
     return translate_at_sizes(gm, example_inputs, runs, opset=opset)
 
@@ -248,7 +256,7 @@ def unsupported_reason(node: Node, gm: GraphModule | ExportedProgram) -> str | N
     called = module.get_submodule(str(node.target)) if node.op == "call_module" else None
     handler = handler_for(node.op, node.target, called)
     if handler is None:
-        return f"no ONNX translation for {_target_text(node)} (add one to fxloom.lower.ONNX_TRANSLATIONS)"
+        return f"no ONNX translation for {describe_target(node)} (add one to fxloom.lower.ONNX_TRANSLATIONS)"
     for meta in tensor_metas(node.meta.get("tensor_meta")):
         if not has_onnx_dtype(meta.dtype):
             return f"its result is a {meta.dtype} tensor, which ONNX has no element type for"
@@ -284,7 +292,7 @@ def to_onnx(
     (5, 8)
     """
     onnx = require("onnx")
-    gm = _graph_of(model_or_gm, example_inputs)
+    gm = program_to_read(model_or_gm, example_inputs, consumer="fxloom.lower.to_onnx")
     proto = translate(
         gm, example_inputs, dynamic_batch=dynamic_batch, dynamic_shapes=dynamic_shapes
     )
@@ -294,18 +302,6 @@ def to_onnx(
 
 
 # ---- steps ---------------------------------------------------------------------------------
-
-
-def _graph_of(model: Any, example_inputs: Any) -> GraphModule | ExportedProgram:
-    """A GraphModule or program as it is; a plain module traced, with its source lines."""
-    if isinstance(model, (GraphModule, ExportedProgram)):
-        return model
-    from fxloom.tracer import Tracer
-
-    # symbolic_trace with the examples, recording each node's source line for the errors.
-    tracer = Tracer(record_stack_traces=True)
-    graph = tracer.trace(model, example_inputs=example_inputs)
-    return GraphModule(tracer.root, graph, type(model).__name__)
 
 
 class _ValueRecorder(ShapeProp):
@@ -464,6 +460,9 @@ def _emit_outputs(onnx: Any, ctx: TranslationContext, node: Node, sizes: _Sizes)
     """``output_0``, ``output_1`` ...: the output's tensors, flattened, in order."""
     outputs = []
     for leaf in tree_leaves(node.args[0]):
+        if isinstance(leaf, Node) and leaf in ctx.env and leaf.meta.get("type") in _NUMBERS:
+            outputs.append(_number_output(onnx, ctx, leaf, f"output_{len(outputs)}"))
+            continue
         if not isinstance(leaf, Node) or leaf.meta.get("tensor_meta") is None:
             continue
         # One tensor, or the items of a multi-output node or container (nested ones too).
@@ -476,6 +475,17 @@ def _emit_outputs(onnx: Any, ctx: TranslationContext, node: Node, sizes: _Sizes)
                 onnx.helper.make_tensor_value_info(output, onnx_dtype(meta.dtype), shape)
             )
     return outputs
+
+
+_NUMBERS = (int, float, bool)
+
+
+def _number_output(onnx: Any, ctx: TranslationContext, leaf: Node, output: str) -> Any:
+    """A number the graph computes (a size that changes with the dynamic dimensions): a 0-d
+    output, returned to PyTorch as a Python number (``OrtModule``'s ``scalar_outputs``)."""
+    ctx.onnx_nodes.append(onnx.helper.make_node("Identity", [ctx.env[leaf]], [output]))
+    dtype = _python_dtype(leaf.meta["type"]())
+    return onnx.helper.make_tensor_value_info(output, onnx_dtype(dtype), [])
 
 
 def _flat_names(names: Any) -> list[str]:
@@ -501,30 +511,11 @@ def _python_dtype(value: Any) -> torch.dtype:
     return torch.int64
 
 
-def _target_text(node: Node) -> str:
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    if node.op == "call_module":
-        return f"module {node.target}"
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
-    module = getattr(target, "__module__", None) or ""
-    name = getattr(target, "__name__", str(target))
-    if module.startswith("torch"):
-        module = "torch" if module in ("torch", "torch._C._VariableFunctions") else module
-    return f"{module}.{name}" if module and module != "builtins" else name
-
-
 def _source_line(node: Node) -> str:
-    trace = node.meta.get("stack_trace") or ""
-    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    # The innermost frame: 'File "...", line N, in f' followed by the code line.
-    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
-    if not frames:
-        return lines[-1]
-    last = frames[-1]
-    code = lines[last + 1] if last + 1 < len(lines) else ""
-    return f"{lines[last]}: {code}" if code else lines[last]
+    """``File "model.py", line 12, in forward: return torch.relu(x)``, or what the trace says."""
+    location = source_location(node)
+    if location is None:
+        lines = (node.meta.get("stack_trace") or "").strip().splitlines()
+        return lines[-1].strip() if lines else ""
+    where, *code = (line.strip() for line in location.frame_text().splitlines())
+    return f"{where}: {code[0]}" if code else where

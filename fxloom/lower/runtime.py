@@ -73,6 +73,12 @@ class OrtModule(nn.Module):
             are returned there as numbers.
         constant_outputs: positions of outputs the ONNX model does not compute because the
             translator folded them (a size fixed by the examples), and their values.
+        output_layouts: positions of tensor outputs that PyTorch lays out in another order
+            than row-major (a transposed view returned as it is), and that order: the
+            dimensions from the largest stride to the smallest. ONNX Runtime returns them
+            row-major; they are returned laid out as PyTorch had them, so code after the
+            region that depends on strides (an exported graph's ``view`` of a transpose)
+            runs as it does eagerly.
         fixed_inputs: positions of arguments the translator folded into the ONNX model
             (Python numbers, flags), and the values it folded; a call with another value is
             refused. The other arguments, in order, are the session's inputs.
@@ -108,6 +114,7 @@ class OrtModule(nn.Module):
         output_spec: TreeSpec = LEAF_SPEC,
         scalar_outputs: tuple[int, ...] = (),
         constant_outputs: dict[int, Any] | None = None,
+        output_layouts: dict[int, tuple[int, ...]] | None = None,
         fixed_inputs: dict[int, Any] | None = None,
         intra_op_num_threads: int | None = None,
         inter_op_num_threads: int = 1,
@@ -125,6 +132,13 @@ class OrtModule(nn.Module):
         self.output_spec = output_spec
         self.scalar_outputs = tuple(scalar_outputs)
         self.constant_outputs = dict(constant_outputs or {})
+        self.output_layouts = {p: tuple(order) for p, order in (output_layouts or {}).items()}
+        for position, order in self.output_layouts.items():
+            ints = all(type(dimension) is int for dimension in order)
+            if not ints or sorted(order) != list(range(len(order))):
+                raise ValueError(
+                    f"output_layouts[{position}] must order the dimensions 0..n-1, got {order}"
+                )
         self.fixed_inputs = dict(fixed_inputs or {})
         self.intra_op_num_threads = intra_op_num_threads
         self.inter_op_num_threads = inter_op_num_threads
@@ -183,8 +197,16 @@ class OrtModule(nn.Module):
             elif position in self.scalar_outputs:
                 outputs.append(next(arrays).item())
             else:
-                outputs.append(torch.from_numpy(next(arrays)))
+                outputs.append(self._laid_out(position, torch.from_numpy(next(arrays))))
         return tree_unflatten(outputs, self.output_spec)
+
+    def _laid_out(self, position: int, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` in memory in the order PyTorch had it (``output_layouts``)."""
+        order = self.output_layouts.get(position)
+        if order is None or len(order) != tensor.dim():
+            return tensor
+        back = sorted(range(len(order)), key=order.__getitem__)
+        return tensor.permute(order).contiguous().permute(back)
 
     def _session_inputs(self, inputs: tuple[Any, ...]) -> list[Any]:
         """The arguments the session takes; the folded ones must keep their folded values."""

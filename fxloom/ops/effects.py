@@ -6,6 +6,7 @@ functions and modules::
     RANDOM_FUNCTIONS[my_noise] = None                   # always random
     MODULE_PURITY[MyBlock] = lambda module: True        # calls are pure and deterministic
     FRESH_RESULT_FUNCTIONS[my_op] = None                # never returns a view of an input
+    FRESH_RESULT_FUNCTIONS["erf"] = None                # a torch operator: every spelling
 
 A table entry is ``None`` (always) or a predicate of the node (for this call?). The
 questions asked of one call or one module:
@@ -16,6 +17,12 @@ questions asked of one call or one module:
   the module's state (submodules not included)?
 * ``returns_fresh_call(node)``, ``module_returns_fresh(module)``: is the result a new value,
   sharing storage with no input?
+* ``view_kind(op, target, module)``: is the result a view of the first argument
+  (``VIEW_OPS``), or one only when that is contiguous (``VIEW_IF_CONTIGUOUS``)?
+
+Torch operators are keyed by their ``fxloom.ops.identity`` key, so ``torch.add``, ``"add"``,
+``operator.add`` and ``aten.add.Tensor`` share one row. Tables whose predicates read arguments
+by position (``RANDOM_FUNCTIONS``) keep a row per spelling, as spellings place them apart.
 
 What a call writes is in ``fxloom.ops.mutation``; ``fxloom.passes._effects`` combines both
 over a graph (``Effects``, ``AliasClasses``) for ``cse``, ``const_fold`` and ``dce``. What
@@ -24,7 +31,7 @@ their inputs, unknown modules may write to their inputs and their own state, and
 torch.nn modules are pure. (An entry that claims too much, say a view-returning function
 listed as fresh, makes passes wrong.)
 
-Depends on: torch and ``fxloom.ops.mutation``. Nodes are read (``op``, ``target``, ``args``,
+Depends on: torch, ``fxloom.ops.identity`` and ``fxloom.ops.mutation``. Nodes are read (``op``, ``target``, ``args``,
 ``kwargs``, ``meta``), never imported.
 """
 
@@ -39,7 +46,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxloom.ops.mutation import module_has_side_effect, module_is_inplace
+from fxloom.ops.identity import OpSet, OpTable
+from fxloom.ops.mutation import module_has_side_effect, module_is_inplace, schema_is_view
 
 if TYPE_CHECKING:
     from fxloom.node import Node
@@ -50,13 +58,15 @@ __all__ = [
     "RANDOM_MODULES",
     "MODULE_PURITY",
     "FRESH_RESULT_FUNCTIONS",
-    "FRESH_RESULT_METHODS",
     "FRESH_RESULT_MODULES",
+    "VIEW_IF_CONTIGUOUS",
+    "VIEW_OPS",
     "is_random_call",
     "module_is_pure",
     "module_is_random",
     "module_returns_fresh",
     "returns_fresh_call",
+    "view_kind",
 ]
 
 NodePredicate = Callable[["Node"], bool]
@@ -139,6 +149,18 @@ MODULE_PURITY: dict[type, Callable[[nn.Module], bool]] = {
     nn.modules.lazy.LazyModuleMixin: lambda m: not m.has_uninitialized_params(),
 }
 
+# ------------------------------------------------------------------ views
+# Operator keys (``fxloom.ops.identity``) whose result shares its first argument's storage, and
+# those that do only when their input is contiguous (else they copy); ``nn.Identity`` has no key.
+_VIEWS = (
+    "view", "view_as", "transpose", "permute", "expand", "expand_as", "unsqueeze", "squeeze",
+    "t", "narrow", "select", "split", "chunk", "unbind", "movedim", "unflatten", "detach",
+    "as_strided", "diagonal", "unfold", "T", "mT", "getitem", nn.Identity,
+)  # fmt: skip
+# modules=True: nn.Unflatten is a view as Tensor.unflatten is; nn.Flatten one if contiguous.
+VIEW_OPS: OpSet = OpSet(_VIEWS, modules=True)
+VIEW_IF_CONTIGUOUS: OpSet = OpSet({"reshape", "reshape_as", "contiguous", "flatten"}, modules=True)
+
 # ------------------------------------------------------------------ aliasing
 _METADATA_ATTRIBUTES = frozenset(
     ("shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad", "is_leaf")
@@ -146,97 +168,36 @@ _METADATA_ATTRIBUTES = frozenset(
 
 
 def _produces_tensor(node: Node) -> bool:
-    # ``+``, ``*``, ``|``... also concatenate, repeat or merge tuples, lists and dicts, and
-    # the new container holds the very same tensors: fresh only if the result is a tensor,
-    # as analyses record it (``ShapeProp``: ``meta["type"]``; ``meta["val"]``).
+    # As analyses record it (``ShapeProp``: ``meta["type"]``; ``meta["val"]``).
     recorded = node.meta.get("type")
     if isinstance(recorded, type):
         return issubclass(recorded, torch.Tensor)
     return isinstance(node.meta.get("val"), torch.Tensor)
 
 
-# target -> None or predicate(node): the result never shares storage with an input.
-FRESH_RESULT_FUNCTIONS: dict[Any, NodePredicate | None] = {
-    **dict.fromkeys(
-        (operator.add, operator.mul, operator.and_, operator.or_, operator.xor), _produces_tensor
-    ),
-    **dict.fromkeys(
-        (
-            operator.sub,
-            operator.truediv,
-            operator.floordiv,
-            operator.mod,
-            operator.pow,
-            operator.matmul,
-            operator.neg,
-            operator.invert,
-            operator.eq,
-            operator.ne,
-            operator.lt,
-            operator.le,
-            operator.gt,
-            operator.ge,
-            builtins.len,
-            torch.add,
-            torch.sub,
-            torch.mul,
-            torch.div,
-            torch.matmul,
-            torch.mm,
-            torch.bmm,
-            torch.addmm,
-            torch.baddbmm,
-            torch.cat,
-            torch.stack,
-            torch.where,
-            torch.softmax,
-            torch.log_softmax,
-            torch.relu,
-            torch.sigmoid,
-            torch.tanh,
-            torch.exp,
-            torch.log,
-            torch.sqrt,
-            torch.rsqrt,
-            torch.pow,
-            torch.sum,
-            torch.mean,
-            torch.clone,
-            torch.masked_fill,
-            torch.cumsum,
-            torch.arange,
-            torch.zeros,
-            torch.ones,
-            torch.full,
-            torch.eye,
-            torch.zeros_like,
-            torch.ones_like,
-            torch.full_like,
-            torch.conv1d,
-            torch.conv2d,
-            torch.conv3d,
-            torch.layer_norm,
-            torch.embedding,
-            F.linear,
-            F.gelu,
-            F.silu,
-            F.softmax,
-            F.log_softmax,
-            F.layer_norm,
-            F.embedding,
-            F.scaled_dot_product_attention,
-        )
-    ),
-    builtins.getattr: lambda node: len(node.args) > 1 and node.args[1] in _METADATA_ATTRIBUTES,
-}
-
-# Tensor method name -> None or predicate(node), as above.
-FRESH_RESULT_METHODS: dict[str, NodePredicate | None] = dict.fromkeys(
-    ("add", "sub", "mul", "div", "matmul", "bmm", "mm", "pow", "neg", "abs", "exp", "log")
-    + ("sqrt", "rsqrt", "relu", "sigmoid", "tanh", "softmax", "log_softmax", "sum", "mean")
-    + ("cumsum", "clone", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "size", "dim")
-    + ("numel", "new_ones", "new_zeros", "new_full", "new_empty", "new_tensor", "argmax")
-    + ("argmin", "all", "any", "norm")
+# Operator key (``fxloom.ops.identity``: every out-of-place spelling) or other target -> None or
+# predicate(node): the result never shares storage with an input.
+FRESH_RESULT_FUNCTIONS: OpTable = OpTable(
+    {
+        **dict.fromkeys(
+            ("add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "matmul", "neg")
+            + ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "eq", "ne", "lt", "le")
+            + ("gt", "ge", "mm", "bmm", "addmm", "baddbmm", "cat", "stack", "where", "softmax")
+            + ("log_softmax", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs")
+            + ("sum", "mean", "clone", "masked_fill", "cumsum", "arange", "zeros", "ones", "full")
+            + ("eye", "zeros_like", "ones_like", "full_like", "conv1d", "conv2d", "conv3d")
+            + ("layer_norm", "embedding", "linear", "gelu", "silu", "scaled_dot_product_attention")
+            + ("size", "dim", "numel", "new_ones", "new_zeros", "new_full", "new_empty")
+            + ("new_tensor", "argmax", "argmin", "all", "any", "norm")
+        ),
+        builtins.len: None,
+        builtins.getattr: lambda node: len(node.args) > 1 and node.args[1] in _METADATA_ATTRIBUTES,
+    }
+)
+# Python's ``+``, ``*``, ``&``, ``|``, ``^`` also concatenate, repeat or merge tuples, lists and
+# dicts, and the new container holds the very same tensors: fresh only for a tensor result.
+_CONTAINER_OPERATORS = frozenset(
+    (operator.add, operator.mul, operator.and_, operator.or_, operator.xor)
 )
 
 # Module classes (matched along the MRO) whose pure calls return new tensors.
@@ -293,12 +254,35 @@ def is_random_call(node: Node) -> bool:
 
 
 def returns_fresh_call(node: Node) -> bool:
-    """Whether a ``call_function``/``call_method`` node's result shares storage with no input."""
-    if node.op == "call_function":
-        return _table_says(FRESH_RESULT_FUNCTIONS, node.target, node)
-    if node.op == "call_method":
-        return _table_says(FRESH_RESULT_METHODS, node.target, node)
-    return False
+    """Whether a ``call_function``/``call_method`` node's result shares storage with no input.
+
+    In-place spellings (``add_``) return their input: never fresh.
+    """
+    if node.op not in ("call_function", "call_method"):
+        return False
+    if not _table_says(FRESH_RESULT_FUNCTIONS, node.target, node):
+        return False
+    return node.target not in _CONTAINER_OPERATORS or _produces_tensor(node)
+
+
+def view_kind(op: str, target: Any, module: nn.Module | None = None) -> str | None:
+    """``"view"`` if a call's result is a view of its first argument (no new memory),
+    ``"if_contiguous"`` if it is one only for a contiguous input (``reshape``), else ``None``.
+
+    Every spelling of an operator answers alike (``VIEW_OPS`` holds operator keys); ATen
+    overloads not in the tables answer from their schemas (``schema_is_view``).
+    """
+    if op == "call_module":
+        if module is None:
+            return None
+        target = type(module)
+    elif op not in ("call_function", "call_method"):
+        return None
+    if target in VIEW_OPS:
+        return "view"
+    if target in VIEW_IF_CONTIGUOUS:  # aten.reshape's schema says "may alias": it may copy
+        return "if_contiguous"
+    return "view" if schema_is_view(target) else None
 
 
 def module_is_random(module: nn.Module) -> bool:

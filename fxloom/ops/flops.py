@@ -14,11 +14,12 @@ Conventions (the ones fvcore and ptflops use for "MACs"):
 * data movement (views, reshapes, indexing, concatenation, casts, embedding lookups, dropout)
   is free.
 
-``FLOP_FORMULAS`` maps a key to a formula: a ``call_function`` target (``torch.matmul``,
-``operator.add``), a ``call_method`` name (``"matmul"``; ``"add_"`` falls back to ``"add"``), or
-an ``nn.Module`` class for ``call_module`` (subclasses match through their MRO), or an ATen
-operator (``torch.ops.aten.addmm``, the packet, for all its overloads; or one overload): the
-targets of exported graphs, registered in ``fxloom.ops.aten_flops``. A formula
+``FLOP_FORMULAS`` maps a key to a formula: an operator's key (``fxloom.ops.identity``: ``"matmul"``
+stands for ``torch.matmul``, ``operator.matmul``, the method ``"matmul"``, ``aten.matmul`` and
+the in-place twins of such names), an ``nn.Module`` class for ``call_module`` (subclasses match
+through their MRO; module rows read the module's attributes), or any other callable or method
+name, matched as it is. Exported graphs' ATen-only operators are registered in
+``fxloom.ops.aten_flops``. A formula
 takes an ``OpShapes`` (the node's arguments with each node replaced by its ``tensor_meta``,
 its output's ``tensor_meta``, and the module for ``call_module``) and returns a ``FlopCount``
 (or an int: FLOPs without MACs). Add your own with ``register_flop_formula``:
@@ -33,14 +34,12 @@ its output's ``tensor_meta``, and the module for ``call_module``) and returns a 
     >>> pairwise_flops.__name__
     'pairwise_flops'
 
-``VIEW_OPS`` lists the targets whose output shares its first argument's storage (no new memory,
-no bytes moved), for the memory estimate; ``VIEW_IF_CONTIGUOUS`` those that are views only when
-their input is contiguous (``reshape``, ``contiguous``, ``flatten``), and copy otherwise.
+Views and reshapes (``fxloom.ops.effects.VIEW_OPS``, ``VIEW_IF_CONTIGUOUS``) are free.
 
 A tensor is described by anything with a ``shape`` and a torch ``dtype``: the ``TensorMetadata``
 that ``ShapeProp`` records (``fxloom.passes.shape_prop``), or a tensor itself (a meta tensor).
 
-Depends on: torch, ``fxloom.ops.python_operators`` and ``fxloom.pytree`` (nestings of tensor
+Depends on: torch, ``fxloom.ops`` (``identity``, ``effects``, ``signatures``) and ``fxloom.pytree`` (nestings of tensor
 descriptions). Formulas may see a ``Node`` (a value that was not recorded), never imported here.
 """
 
@@ -56,8 +55,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxloom.ops.mutation import out_of_place_name
-from fxloom.ops.python_operators import PYTHON_OPERATORS
+from fxloom.ops.effects import VIEW_IF_CONTIGUOUS, VIEW_OPS
+from fxloom.ops.identity import OpTable
+from fxloom.ops.signatures import parameter_names
 from fxloom.pytree import tree_leaves
 
 if TYPE_CHECKING:
@@ -65,12 +65,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FLOP_FORMULAS",
-    "VIEW_OPS",
-    "VIEW_IF_CONTIGUOUS",
     "FlopCount",
     "OpShapes",
     "find_flop_formula",
     "describes_tensor",
+    "first_output_numel",
     "numel",
     "register_flop_formula",
 ]
@@ -136,28 +135,40 @@ class OpShapes:
             return self.args[index]
         return self.kwargs.get(name, default)
 
+    def named(self, name: str, default: Any = None) -> Any:
+        """The argument called ``name``, wherever this spelling puts it (``parameter_names``).
+
+        Spellings of one operator order their arguments differently (``F.batch_norm`` and
+        ``aten.batch_norm``); names don't move.
+        """
+        names = parameter_names(self.node.target)
+        if name in names:
+            return self.arg(names.index(name), name, default)
+        return self.kwargs.get(name, default)
+
     def tensor_args(self) -> list[Any]:
         """The ``TensorMetadata`` of the positional tensor arguments, in order."""
         return [arg for arg in self.args if describes_tensor(arg)]
 
 
 Formula = Callable[[OpShapes], "FlopCount | int"]
-FLOP_FORMULAS: dict[Any, Formula] = {}
+# Rows by operator key (in-place twins cost what their operator does), module class, or as given.
+FLOP_FORMULAS: OpTable = OpTable(in_place=True)
 
 
 def register_flop_formula(*targets: Any) -> Callable[[Formula], Formula]:
     """Decorator: use the decorated formula for each of ``targets`` (replacing any before).
 
-    A target is a ``call_function`` callable, a ``call_method`` name, an ``nn.Module``
-    class, or an ATen operator (a packet such as ``torch.ops.aten.addmm``, or one overload).
-    See the module docstring for an example.
+    A target is an operator in any spelling (``torch.matmul``, ``"matmul"``, ``aten.mm``: the
+    row is the operator's ``fxloom.ops.identity`` key, so one registration serves them all),
+    an ``nn.Module`` class (for ``call_module``, along the MRO), or any other callable or
+    method name. See the module docstring for an example.
     """
     if not targets:
         raise TypeError("register_flop_formula needs at least one target")
 
     def register(formula: Formula) -> Formula:
-        for target in targets:
-            FLOP_FORMULAS[target] = formula
+        _register_all(targets, formula)
         return formula
 
     return register
@@ -176,42 +187,19 @@ def find_flop_formula(op: str, target: Any, module: nn.Module | None = None) -> 
     """
     if op == "call_module":
         for cls in type(module).__mro__:
-            formula = FLOP_FORMULAS.get(cls)
+            formula = dict.get(FLOP_FORMULAS, cls)  # classes are rows of their own
             if formula is not None:
                 return formula
         return None
-    if op == "call_method":
-        name = str(target)
-        formula = FLOP_FORMULAS.get(name)
-        twin = out_of_place_name(name)
-        if formula is None and twin is not None:
-            formula = FLOP_FORMULAS.get(twin)  # in-place twin: add_ -> add
-        return formula
-    try:
-        formula = FLOP_FORMULAS.get(target)
-    except TypeError:  # an unhashable callable
-        return None
-    if formula is not None:
-        return formula
-    packet = getattr(target, "overloadpacket", None)  # ATen: aten.add.Tensor -> aten.add
-    if packet is not None:
-        return FLOP_FORMULAS.get(packet)
-    if getattr(target, "__objclass__", None) is torch._C.TensorBase:  # torch.Tensor.add
-        return find_flop_formula("call_method", target.__name__)
-    if isinstance(target, type) and issubclass(target, (tuple, list, dict)):
+    formula = FLOP_FORMULAS.get(target)
+    if formula is None and isinstance(target, type) and issubclass(target, (tuple, list, dict)):
         return _free  # packing values into a container (a named tuple, a ModelOutput)
-    return None
+    return formula
 
 
 def _register_all(targets: Iterable[Any], formula: Formula) -> None:
     for target in targets:
         FLOP_FORMULAS[target] = formula
-
-
-def _torch_functions(*names: str) -> list[Any]:
-    """``torch.<name>`` for each name that exists in this torch version."""
-    found = (getattr(torch, name, None) for name in names)
-    return [function for function in found if callable(function)]  # torch.float is a dtype
 
 
 def _free(op: OpShapes) -> FlopCount:
@@ -220,6 +208,12 @@ def _free(op: OpShapes) -> FlopCount:
 
 def _elementwise(op: OpShapes) -> FlopCount:
     return FlopCount(op.out_numel)
+
+
+def first_output_numel(op: OpShapes) -> int:
+    """Elements of the first result: ATen's forms also return indices and saved statistics."""
+    outputs = tensor_metas(op.out)
+    return numel(outputs[0]) if outputs else 0
 
 
 def _per_input_element(op: OpShapes) -> FlopCount:
@@ -247,16 +241,10 @@ _ELEMENTWISE_OPERATORS = (
     operator.or_, operator.xor, operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
     operator.ge,
 )  # fmt: skip
-# ``x += y`` costs what ``x + y`` does.
-_ELEMENTWISE_AUGMENTED = tuple(
-    entry.function
-    for entry in PYTHON_OPERATORS.values()
-    if entry.kind == "augmented" and entry.in_place_of in _ELEMENTWISE_OPERATORS
-)
 _ELEMENTWISE_FUNCTIONAL = (
-    F.relu, F.relu_, F.relu6, F.gelu, F.silu, F.mish, F.elu, F.selu, F.celu, F.leaky_relu,
-    F.hardtanh, F.hardswish, F.hardsigmoid, F.softplus, F.softsign, F.tanh, F.sigmoid,
-    F.logsigmoid, F.threshold, F.glu, F.prelu, F.tanhshrink, F.hardshrink, F.softshrink,
+    F.relu6, F.gelu, F.silu, F.mish, F.elu, F.selu, F.celu, F.leaky_relu, F.hardtanh,
+    F.hardswish, F.hardsigmoid, F.softplus, F.softsign, F.logsigmoid, F.threshold, F.glu,
+    F.prelu, F.tanhshrink, F.hardshrink, F.softshrink,
 )  # fmt: skip
 _ACTIVATION_MODULES = (
     nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Mish, nn.ELU, nn.SELU, nn.CELU, nn.LeakyReLU,
@@ -264,10 +252,10 @@ _ACTIVATION_MODULES = (
     nn.LogSigmoid, nn.Threshold, nn.GLU, nn.PReLU, nn.RReLU, nn.Tanhshrink, nn.Hardshrink,
     nn.Softshrink,
 )  # fmt: skip
+# Rows by operator key: a name stands for every spelling of its operator (``torch.add``,
+# ``"add_"``, ``aten.add.Tensor``, ``operator.iadd``: ``x += y`` costs what ``x + y`` does).
 _register_all(_ELEMENTWISE_NAMES, _elementwise)
-_register_all(_torch_functions(*_ELEMENTWISE_NAMES), _elementwise)
 _register_all(_ELEMENTWISE_OPERATORS, _elementwise)
-_register_all(_ELEMENTWISE_AUGMENTED, _elementwise)
 _register_all(_ELEMENTWISE_FUNCTIONAL, _elementwise)
 _register_all(_ACTIVATION_MODULES, _elementwise)
 
@@ -276,31 +264,10 @@ _REDUCTION_NAMES = (
     "var_mean", "std_mean", "norm", "logsumexp", "cumsum", "cumprod", "all", "any", "count_nonzero",
 )  # fmt: skip
 _register_all(_REDUCTION_NAMES, _per_input_element)
-_register_all(_torch_functions(*_REDUCTION_NAMES), _per_input_element)
 
 _SOFTMAX = ("softmax", "log_softmax")
 _register_all(_SOFTMAX, _softmax)
-_register_all(_torch_functions(*_SOFTMAX), _softmax)
-_register_all(
-    (F.softmax, F.log_softmax, F.softmin, nn.Softmax, nn.LogSoftmax, nn.Softmin), _softmax
-)
-
-# Views: the output shares the first argument's storage.
-_VIEW_NAMES = (
-    "view", "view_as", "transpose", "permute", "expand", "expand_as", "unsqueeze", "squeeze",
-    "t", "narrow", "select", "split", "chunk", "unbind", "movedim", "swapaxes", "unflatten",
-    "detach", "as_strided", "diagonal", "unfold", "T", "mT",
-)  # fmt: skip
-_MAYBE_VIEW_NAMES = ("reshape", "reshape_as", "contiguous", "flatten")
-VIEW_OPS: set[Any] = {
-    *_VIEW_NAMES,
-    *_torch_functions(*_VIEW_NAMES),
-    operator.getitem,
-    nn.Identity,
-    nn.Flatten,
-    nn.Unflatten,
-}
-VIEW_IF_CONTIGUOUS: set[Any] = {*_MAYBE_VIEW_NAMES, *_torch_functions(*_MAYBE_VIEW_NAMES)}
+_register_all((F.softmin, nn.Softmax, nn.LogSoftmax, nn.Softmin), _softmax)
 
 _FREE_NAMES = (
     "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "bool",
@@ -314,15 +281,14 @@ _FREE_NAMES = (
     "one_hot", "nonzero",
 )  # fmt: skip
 _register_all(_FREE_NAMES, _free)
-_register_all(_torch_functions(*_FREE_NAMES), _free)
-_register_all(VIEW_OPS | VIEW_IF_CONTIGUOUS, _free)
+_register_all(VIEW_OPS | VIEW_IF_CONTIGUOUS, _free)  # views and reshapes move no data
 _register_all((getattr, F.embedding, F.dropout, F.pad, F.one_hot), _free)
 _register_all(
     (
         nn.Embedding, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
         nn.ZeroPad2d, nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d, nn.ReflectionPad1d,
         nn.ReflectionPad2d, nn.ReplicationPad1d, nn.ReplicationPad2d, nn.ChannelShuffle,
-        nn.PixelShuffle, nn.PixelUnshuffle,
+        nn.PixelShuffle, nn.PixelUnshuffle, nn.Flatten, nn.Unflatten,
     ),
     _free,
 )  # fmt: skip
@@ -446,9 +412,10 @@ def _batch_norm(op: OpShapes) -> FlopCount:
 
 @register_flop_formula(F.batch_norm)
 def _functional_batch_norm(op: OpShapes) -> FlopCount:
-    computes_statistics = bool(op.arg(5, "training", False))
-    affine = op.arg(3, "weight") is not None
-    return FlopCount(op.out_numel * _batch_norm_per_element(computes_statistics, affine))
+    # Statistics are computed in training, and always without running statistics (no_stats).
+    computes_statistics = bool(op.named("training", False)) or op.named("running_mean") is None
+    affine = op.named("weight") is not None
+    return FlopCount(first_output_numel(op) * _batch_norm_per_element(computes_statistics, affine))
 
 
 def _batch_norm_per_element(computes_statistics: bool, affine: bool) -> int:
@@ -467,17 +434,10 @@ def _instance_norm(op: OpShapes) -> FlopCount:
     return FlopCount(op.out_numel * (5 + (2 if op.module.affine else 0)))
 
 
-def _normalisation_with_weight_at(position: int) -> Formula:
-    def formula(op: OpShapes) -> FlopCount:
-        affine = op.arg(position, "weight") is not None
-        return FlopCount(op.out_numel * (5 + (2 if affine else 0)))
-
-    return formula
-
-
-FLOP_FORMULAS[F.layer_norm] = _normalisation_with_weight_at(2)  # (input, shape, weight, ...)
-FLOP_FORMULAS[F.group_norm] = _normalisation_with_weight_at(2)  # (input, groups, weight, ...)
-FLOP_FORMULAS[F.instance_norm] = _normalisation_with_weight_at(3)  # (input, mean, var, weight)
+@register_flop_formula(F.layer_norm, F.group_norm, F.instance_norm)
+def _functional_normalisation(op: OpShapes) -> FlopCount:
+    affine = op.named("weight") is not None
+    return FlopCount(first_output_numel(op) * (5 + (2 if affine else 0)))
 
 
 @register_flop_formula(nn.RMSNorm)
@@ -487,7 +447,8 @@ def _rms_norm(op: OpShapes) -> FlopCount:
 
 @register_flop_formula(F.rms_norm)
 def _functional_rms_norm(op: OpShapes) -> FlopCount:
-    return FlopCount(op.out_numel * (3 + (1 if op.arg(2, "weight") is not None else 0)))
+    affine = op.named("weight") is not None
+    return FlopCount(first_output_numel(op) * (3 + (1 if affine else 0)))
 
 
 # ------------------------------------------------------------------------------ pooling
@@ -514,8 +475,9 @@ def _pool(op: OpShapes) -> FlopCount:
     F.max_pool1d, F.max_pool2d, F.max_pool3d, F.avg_pool1d, F.avg_pool2d, F.avg_pool3d
 )
 def _functional_pool(op: OpShapes) -> FlopCount:
+    # (input, kernel_size, ...) in every spelling; ATen's forms also return indices.
     spatial_dims = len(op.arg(0, "input").shape) - 2
-    return FlopCount(op.out_numel * _window(op.arg(1, "kernel_size"), spatial_dims))
+    return FlopCount(first_output_numel(op) * _window(op.arg(1, "kernel_size"), spatial_dims))
 
 
 _register_all(
@@ -539,12 +501,12 @@ def _attention_core(
 
 @register_flop_formula(F.scaled_dot_product_attention)
 def _scaled_dot_product_attention(op: OpShapes) -> FlopCount:
-    query, key, value = op.arg(0, "query"), op.arg(1, "key"), op.arg(2, "value")
-    queries, dim = query.shape[-2], query.shape[-1]
-    batch_heads = math.prod(query.shape[:-2])
-    core = _attention_core(batch_heads, queries, key.shape[-2], dim, value.shape[-1])
-    mask = batch_heads * queries * key.shape[-2] if op.arg(3, "attn_mask") is not None else 0
-    return FlopCount(core.flops + mask, core.macs)
+    """softmax(q k^T * scale + mask) v; ATen's fused forms name the mask ``attn_bias``."""
+    query, key, value = (op.named(name) for name in ("query", "key", "value"))
+    batch_heads, queries, keys = math.prod(query.shape[:-2]), query.shape[-2], key.shape[-2]
+    core = _attention_core(batch_heads, queries, keys, query.shape[-1], value.shape[-1])
+    masked = op.named("attn_mask") is not None or op.named("attn_bias") is not None
+    return FlopCount(core.flops + (batch_heads * queries * keys if masked else 0), core.macs)
 
 
 @register_flop_formula(nn.MultiheadAttention)

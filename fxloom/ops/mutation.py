@@ -9,7 +9,8 @@ The rules, each written once here and read by ``Node.is_impure``, the passes (``
   is pure, whatever its name (``operator.and_`` ends in ``_`` only to dodge a keyword).
 * **Names.** A method or function whose name ends in one ``_`` updates its first argument in
   place and returns it (``x.add_(y)``, ``torch.relu_(x)``); dunders (``__add__``) and private
-  names (``_helper_``) do not count. ``out_of_place_name("add_")`` is ``"add"``.
+  names (``_helper_``) do not count (``fxloom.ops.identity.is_inplace_name``; the operator a
+  torch spelling updates with is its ``op_key``: ``op_key("add_") == OpKey("add", True)``).
 * **torch.ops overloads** say it in their schema: ``schema_is_mutable``, and which arguments
   they write (``schema_written_arguments``) or return views of (``schema_aliased_arguments``);
   ``bound_mutable_schema`` finds the schema a call of a torch function binds to, if mutable.
@@ -30,7 +31,8 @@ Extend the sets for your own functions::
     READ_ONLY_EFFECTS.add(log_activation)    # ... and it writes nothing
     WRITES_FIRST_ARGUMENT.add(fill_cache)    # ... or it writes its first argument only
 
-Depends on: torch, ``fxloom.ops.python_operators``, ``fxloom.ops.runtime_functions`` and
+Depends on: torch, ``fxloom.ops.identity``, ``fxloom.ops.python_operators``,
+``fxloom.ops.runtime_functions`` and
 ``fxloom.ops.signatures``.
 """
 
@@ -43,6 +45,7 @@ from typing import Any
 
 import torch
 
+from fxloom.ops.identity import is_inplace_name
 from fxloom.ops.python_operators import PYTHON_OPERATORS
 from fxloom.ops.runtime_functions import is_runtime_check
 from fxloom.ops.signatures import function_candidates
@@ -57,13 +60,12 @@ __all__ = [
     "function_has_side_effect",
     "has_side_effect",
     "is_inplace_function",
-    "is_inplace_name",
     "is_read_only_effect",
     "module_has_side_effect",
     "module_is_inplace",
-    "out_of_place_name",
     "schema_aliased_arguments",
     "schema_is_mutable",
+    "schema_is_view",
     "schema_written_arguments",
     "writes_only_first_argument",
     "writes_through_keywords",
@@ -129,20 +131,6 @@ def _in(table: Container[Any], target: Any) -> bool:
 
 
 # -------------------------------------------------------------------- names
-def is_inplace_name(name: str) -> bool:
-    """Whether a method or function of this name updates its first argument in place.
-
-    >>> [is_inplace_name(n) for n in ("add_", "add", "__add__", "_helper_")]
-    [True, False, False, False]
-    """
-    return name.endswith("_") and not name.endswith("__") and not name.startswith("_")
-
-
-def out_of_place_name(name: str) -> str | None:
-    """The out-of-place twin of an in-place name (``"add_"`` -> ``"add"``), else ``None``."""
-    return name[:-1] if is_inplace_name(name) else None
-
-
 def is_inplace_function(target: Any) -> bool:
     """Whether calling ``target`` updates its first (tensor) argument in place and returns it.
 
@@ -223,6 +211,21 @@ def schema_aliased_arguments(target: Any) -> tuple[str, ...]:
         for argument in schema.arguments
         if argument.alias_info is not None and returned & set(argument.alias_info.before_set)
     )
+
+
+def schema_is_view(target: Any) -> bool:
+    """Whether ``target`` is a torch.ops overload returning a view of an argument, writing none.
+
+    The one schema-level answer to "is a view": the memory estimate (``cost``) and
+    functionalization (``export.functionalize``) read it; ``ops.effects.view_kind`` adds the
+    torch-level spellings.
+    """
+    # Any aliased argument counts: list results (``split``'s ``Tensor(a)[]``) carry their
+    # alias on the element type, where ``schema_aliased_arguments`` does not look.
+    schema = getattr(target, "_schema", None)
+    if schema is None or schema.is_mutable:
+        return False
+    return any(argument.alias_info is not None for argument in schema.arguments)
 
 
 # ------------------------------------------------------------ side effects

@@ -13,7 +13,11 @@ Where signatures come from, most trusted first:
   accepts a call in its keyword form (``Probe``), and ``normalize`` acts only when all
   such candidates agree.
 
-Depends on: torch (operator schemas, ``TorchFunctionMode`` for probing). No ``torch.jit``.
+``parameter_names(target)`` answers the simpler question "what is each position called" for
+formulas that read arguments by name (``fxloom.ops.flops``), whatever the spelling.
+
+Depends on: torch (operator schemas, ``TorchFunctionMode`` for probing) and
+``fxloom.ops.identity``. No ``torch.jit``.
 """
 
 from __future__ import annotations
@@ -29,8 +33,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from fxloom.ops.identity import op_key
+
 __all__ = [
     "SIGNATURES",
+    "parameter_names",
     "UNKNOWN",
     "Candidate",
     "Probe",
@@ -197,6 +204,39 @@ def _python_signature(target: Any) -> inspect.Signature | None:
         return inspect.signature(target, follow_wrapped=False)
     except (TypeError, ValueError):
         return None
+
+
+_PARAMETER_NAMES: dict[Any, tuple[str, ...]] = {}
+
+
+def parameter_names(target: Any) -> tuple[str, ...]:
+    """The names of ``target``'s parameters, in order (cached): an ATen overload's schema, a
+    Python function's signature, or else (a torch builtin) the schema of its ATen operator."""
+    try:
+        return _PARAMETER_NAMES[target]
+    except KeyError:
+        found = _PARAMETER_NAMES[target] = _read_parameter_names(target)
+        return found
+    except TypeError:  # unhashable
+        return ()
+
+
+def _read_parameter_names(target: Any) -> tuple[str, ...]:
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return tuple(argument.name for argument in schema.arguments)
+    signature = _table_signature(target) if _in_table(target) else _python_signature(target)
+    parameters = signature.parameters.values() if signature is not None else ()
+    named = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if named:
+        return tuple(named)
+    key = op_key(target)
+    packet = getattr(torch.ops.aten, key.name, None) if key is not None else None
+    overloads = packet.overloads() if packet is not None else ()
+    if not overloads:
+        return ()
+    overload = "default" if "default" in overloads else overloads[0]
+    return tuple(argument.name for argument in getattr(packet, overload)._schema.arguments)
 
 
 # --------------------------------------------------------------- schemas

@@ -3,6 +3,8 @@
 One module per pass family; import the one you need (nothing is imported here, so a pass's
 dependencies never slow down the others)::
 
+    fxloom.passes.captured         what every consumer works on: a module traced, a GraphModule,
+                                   an exported program (its module, or its graph and state)
     fxloom.passes.shape_prop       ShapeProp: tensor shapes/dtypes into node.meta (real or meta)
     fxloom.passes.cost             FLOPs, bytes, parameters, activation and peak memory
     fxloom.passes.fuse             conv/linear + batch-norm folding for inference
@@ -21,6 +23,6 @@ dependencies never slow down the others)::
 Every pass says what it does to ``node.meta`` (keeps, recomputes or drops each key) and to
 node names (kept, except for new nodes).
 
-Depends on: the IR and ``fxloom.interpreter``; never on the CLI. (``fuse`` traces a plain
-module it is given, importing the tracer only then.)
+Depends on: the IR and ``fxloom.interpreter``; never on the CLI. (A plain module given to a
+pass is traced by ``captured.trace``, which imports the tracer only then.)
 """

@@ -11,7 +11,6 @@ Depends on: torch (dtypes), the IR's text form (``fxloom._format``), ``fxloom.no
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +20,7 @@ from fxloom._format import format_arg, qualified_name
 from fxloom.node import Node, map_arg
 from fxloom.passes._dot import html_text
 from fxloom.pytree import SEQUENCE_KINDS, container_type
+from fxloom.source_location import source_location
 
 __all__ = ["DTYPE_ABBREVIATIONS", "format_tensor_meta", "value_meta"]
 
@@ -166,21 +166,13 @@ def module_row(module: torch.nn.Module | None) -> str:
     return f"{type(module).__name__}({settings[0] if settings else ''})"
 
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
-
-
-def stack_trace_row(stack_trace: str | None) -> str | None:
-    """``folder/file.py:41 code`` for the innermost frame of a recorded stack trace."""
-    if not stack_trace:
+def stack_trace_row(node: Node) -> str | None:
+    """``folder/file.py:41 code`` for the innermost frame of the node's recorded stack trace."""
+    location = source_location(node)
+    if location is None:
         return None
-    lines = stack_trace.rstrip().splitlines()
-    for index in range(len(lines) - 1, -1, -1):
-        frame = _FRAME.search(lines[index])
-        if frame is not None:
-            short_file = "/".join(frame["file"].replace("\\", "/").split("/")[-2:])
-            code = lines[index + 1].strip() if index + 1 < len(lines) else ""
-            return f"{short_file}:{frame['line']} {code}".rstrip()
-    return None
+    short_file = "/".join(location.file.replace("\\", "/").split("/")[-2:])
+    return f"{short_file}:{location.line} {location.code}".rstrip()
 
 
 def html_table(rows: list[str], max_width: int) -> str:

@@ -10,32 +10,24 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from fxloom import attr_path
-from fxloom._format import format_arg, qualified_name
+from fxloom._format import describe_target, format_arg
 from fxloom.node import Node
 
 __all__ = ["Constant", "Place", "Target", "kind", "shown"]
 
 
+# How a reason names what a node does, before ``describe_target``'s text.
+_TARGET_KIND = {"call_function": "target", "call_method": "method", "call_module": "module"}
+
+
 def _target_text(node: Node) -> str:
-    if node.op == "call_function":
-        return f"target {qualified_name(node.target)}"
-    if node.op == "call_method":
-        return f"method .{node.target}()"
-    if node.op == "call_module":
-        module = attr_path.find(node.graph.owning_module, node.target)
-        known = module is not None and module is not attr_path.MISSING
-        cls = f" ({type(module).__name__})" if known else ""
-        return f"module {node.target}{cls}"
-    return f"attribute {node.target}"
+    return f"{_TARGET_KIND.get(node.op, 'attribute')} {describe_target(node)}"
 
 
 def kind(node: Node) -> str:
     """What a node does, as in "no user of %x is a call of torch.sigmoid"."""
-    if node.op == "call_function":
-        return f"a call of {qualified_name(node.target)}"
-    if node.op == "call_method":
-        return f"a call of .{node.target}()"
+    if node.op in ("call_function", "call_method"):
+        return f"a call of {describe_target(node)}"
     return f"a {node.op} of {node.target}"
 
 

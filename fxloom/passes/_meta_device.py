@@ -1,8 +1,8 @@
 """Running graph nodes in meta mode: shapes, dtypes and strides without data or compute.
 
-Meta mode runs on stand-ins (``fxloom.export.stand_in``): tensors with a shape, dtype and
+Meta mode runs on stand-ins (``fxloom.values.stand_in``): tensors with a shape, dtype and
 strides but no storage, whose operators torch's meta kernels answer, under
-``fxloom.tracing.metadata_mode.MetadataMode``, which reads every real tensor an operator meets
+``fxloom.values.metadata_mode.MetadataMode``, which reads every real tensor an operator meets
 (parameters, buffers) as a stand-in of itself and makes tensor factories return stand-ins, so
 the real weights are never copied and never touched. What is left to this module:
 
@@ -15,7 +15,7 @@ the real weights are never copied and never touched. What is left to this module
   meta kernel is missing or lays its output out unlike the CPU kernel does. Add an entry
   (same signature as the target) for an operator of your own that has no meta kernel.
 
-Depends on: torch (meta tensors); ``fxloom.pytree``; ``fxloom.export.stand_in``.
+Depends on: torch (meta tensors); ``fxloom.pytree``; ``fxloom.values.stand_in``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend
 
-from fxloom.export.stand_in import StandIn
 from fxloom.pytree import tree_any, tree_map
+from fxloom.values.stand_in import StandIn
 
 __all__ = ["META_FUNCTIONS", "MetaRunner", "meta_input", "is_shape_spec"]
 
@@ -95,7 +95,7 @@ def is_shape_spec(value: Any) -> bool:
 def meta_input(value: Any, name: str) -> Any:
     """``value`` with every tensor and shape spec in it replaced by a stand-in.
 
-    Stand-ins (``fxloom.export.stand_in``) have a tensor's shape, strides, dtype and
+    Stand-ins (``fxloom.values.stand_in``) have a tensor's shape, strides, dtype and
     ``requires_grad`` and no data; a spec's stand-in is on the CPU. Containers
     (``fxloom.pytree``'s) are rebuilt in its ``"plain"`` form; ``name`` (the graph input) is
     used in errors only.

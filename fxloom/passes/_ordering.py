@@ -29,7 +29,6 @@ from typing import Any
 import torch
 
 from fxloom.graph import Graph
-from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.ops.runtime_functions import is_runtime_check
 
@@ -42,7 +41,6 @@ __all__ = [
     "is_ordered_effect",
     "node_positions",
     "order_units",
-    "require_graph_module",
     "side_effect_edges",
 ]
 
@@ -56,15 +54,6 @@ ORDER_FREE_TARGETS: set[Any] = {torch._assert}
 
 class SplitError(RuntimeError):
     """A split or schedule that cannot be done as asked; the module is left unchanged."""
-
-
-def require_graph_module(gm: Any, pass_name: str) -> None:
-    """Refuse anything but a GraphModule, saying how to get one."""
-    if not isinstance(gm, GraphModule):
-        raise TypeError(
-            f"{pass_name} works on an fxloom.GraphModule, got {type(gm).__name__}; "
-            "trace the model first: fxloom.symbolic_trace(model)"
-        )
 
 
 def _is_order_free(node: Node) -> bool:

@@ -47,7 +47,7 @@ What it does to the module: like ``ShapeProp``, it writes ``node.meta["tensor_me
 ``node.meta["type"]`` (unless ``mode="recorded"``); every other key, node names, the graph and
 the module are unchanged.
 
-Depends on: ``fxloom.passes.shape_prop``; ``fxloom.export``'s program (through ``_exported``);
+Depends on: ``fxloom.passes.shape_prop``; ``fxloom.export``'s program (through ``passes.captured``);
 rich for tables.
 """
 
@@ -62,10 +62,9 @@ from fxloom import attr_path
 from fxloom._format import qualified_name
 from fxloom.export.program import ExportedProgram
 from fxloom.node import Node
+from fxloom.ops.effects import VIEW_IF_CONTIGUOUS, VIEW_OPS, view_kind
 from fxloom.ops.flops import (
     FLOP_FORMULAS,
-    VIEW_IF_CONTIGUOUS,
-    VIEW_OPS,
     FlopCount,
     OpShapes,
     find_flop_formula,
@@ -73,17 +72,17 @@ from fxloom.ops.flops import (
     register_flop_formula,
     tensor_metas,
 )
-from fxloom.ops.mutation import (
-    is_inplace_function,
-    is_inplace_name,
-    module_is_inplace,
-    schema_aliased_arguments,
-    schema_is_mutable,
-)
+from fxloom.ops.identity import is_inplace_name
+from fxloom.ops.mutation import is_inplace_function, module_is_inplace
 from fxloom.passes._cost_report import CostReport, ModuleCost, NodeCost, format_bytes, format_count
-from fxloom.passes._exported import graph_module_of, lifted_state
 from fxloom.passes._meta_device import is_shape_spec
-from fxloom.passes.shape_prop import ShapeProp, ShapePropError, TensorMetadata
+from fxloom.passes.captured import graph_module_of, lifted_state
+from fxloom.passes.shape_prop import (
+    ShapeProp,
+    ShapePropError,
+    TensorMetadata,
+    record_captured_shapes,
+)
 from fxloom.pytree import tree_any, tree_map
 
 __all__ = [
@@ -114,7 +113,8 @@ def analyze_cost(
 
     * ``"auto"`` (default): the meta device; if an operator fails there and the inputs are real
       tensors, real mode (``report.notes`` says so). Without inputs, the ``tensor_meta`` already
-      on the nodes (from an earlier ``ShapeProp`` run) if there is any, else a meta run.
+      on the nodes (from an earlier ``ShapeProp`` run) if there is any, else the shapes export
+      recorded (``node.meta["val"]``, all of them fixed), else a meta run.
     * ``"meta"``, ``"real"``: that mode only (real mode needs real tensors).
     * ``"recorded"``: use the ``tensor_meta`` on the nodes; raises if they have none.
 
@@ -152,6 +152,8 @@ def _propagate_shapes(
     if mode == "recorded" or (mode == "auto" and not given and _has_recorded_shapes(module)):
         _check_recorded(module)
         return "recorded"
+    if mode == "auto" and not given and record_captured_shapes(module.graph):
+        return "meta"  # what export's meta kernels recorded (node.meta["val"]): no second run
     if mode == "real":
         ShapeProp(module).propagate(*args, **kwargs)
         return "real"
@@ -319,25 +321,12 @@ class _CostCounter:
 
     @staticmethod
     def _is_view(node: Node, module: torch.nn.Module | None) -> bool:
-        key = _table_key(node, module)
-        if key in VIEW_OPS or _is_aten_view(key):
-            return True
-        if key in VIEW_IF_CONTIGUOUS:
+        kind = view_kind(node.op, node.target, module)
+        if kind == "if_contiguous":
             first = _first_input(node)
             meta = first.meta.get("tensor_meta") if first is not None else None
             return isinstance(meta, TensorMetadata) and meta.memory_format is not None
-        return False
-
-
-def _is_aten_view(target: Any) -> bool:
-    """Whether ``target`` is an ATen overload returning a view of its input (not writing it)."""
-    return bool(schema_aliased_arguments(target)) and not schema_is_mutable(target)
-
-
-def _table_key(node: Node, module: torch.nn.Module | None) -> Any:
-    if node.op == "call_module":
-        return type(module)
-    return node.target
+        return kind == "view"
 
 
 def _is_in_place(node: Node, module: torch.nn.Module | None) -> bool:

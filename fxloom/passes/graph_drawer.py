@@ -36,7 +36,7 @@ out.svg``.
 ``nn_module_stack`` for module boxes, ``stack_trace`` with ``parse_stack_trace``. Nothing is
 written; the graph, its node names and the module are left as they were.
 
-Depends on: the IR, ``torch.nn``, ``fxloom.export``'s program (through ``_exported``);
+Depends on: the IR, ``torch.nn``, ``fxloom.export``'s program (through ``passes.captured``);
 rendering needs the ``dot`` program, never a Python package.
 """
 
@@ -65,7 +65,7 @@ from fxloom.passes._dot import (
     quote_id,
 )
 from fxloom.passes._drawing_labels import DTYPE_ABBREVIATIONS, format_tensor_meta
-from fxloom.passes._exported import LiftedTensor, graph_module_of, lifted_state
+from fxloom.passes.captured import LiftedTensor, graph_module_of, lifted_state
 
 __all__ = [
     "DTYPE_ABBREVIATIONS",
@@ -360,7 +360,7 @@ def _node_statement(node: Node, root: torch.nn.Module, options: _Options) -> str
         rows.append(labels.module_row(_submodule(root, node.target)))
     rows += labels.argument_rows(node, options.skip_node_names_in_args)
     if options.parse_stack_trace:
-        frame = labels.stack_trace_row(node.stack_trace)
+        frame = labels.stack_trace_row(node)
         rows += [frame] if frame else []
     label = labels.html_table(rows, options.max_label_width)
     color = options.colors.get(node.op, "#ffffff")

@@ -59,7 +59,7 @@ rewritten.
 Names and ``node.meta``: the blocking node itself becomes the ``wait`` (same
 name, all of its ``meta`` kept: the value is the same); the ``start`` is a new
 node named ``<blocking node>_handle`` (``fetch_handle``), given the blocking
-node's provenance (``stack_trace``, ``nn_module_stack``, ``source_fn_stack``).
+node's provenance (``stack_trace``, ``source_location``, ``nn_module_stack``, ``source_fn_stack``).
 When the blocking call was impure both halves get ``meta["is_impure"] = True``,
 so dead-code elimination keeps them. Other nodes are not touched, only the start and wait
 nodes move. The pass edits ``gm`` in place and returns it.
@@ -78,14 +78,14 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.passes._ordering import (
     node_positions,
-    require_graph_module,
     side_effect_edges,
 )
+from fxloom.passes.captured import captured_module
 
 __all__ = ["ASYNC_CALLS", "AsyncPair", "register_async", "schedule_async"]
 
 # meta keys saying where a node came from; the start half inherits them
-_PROVENANCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack")
+_PROVENANCE_KEYS = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack")
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def schedule_async(
     ``pairs`` maps a blocking function to its ``(start, wait)`` pair, on top of
     ``ASYNC_CALLS`` (``register_async``). Returns ``gm``, edited in place.
     """
-    require_graph_module(gm, "schedule_async")
+    gm = captured_module(gm, "schedule_async")
     table = dict(ASYNC_CALLS)
     for blocking, halves in (pairs or {}).items():
         table[blocking] = _pair(blocking, halves)  # validated before anything changes

@@ -14,7 +14,7 @@
 * ``meta["type"]``: the Python type of the node's value.
 
 **Meta mode.** ``ShapeProp(gm).propagate_meta(*specs)`` does the same on stand-ins
-(``fxloom.export.stand_in``: tensors with metadata and no data, the ones export and tracing with
+(``fxloom.values.stand_in``: tensors with metadata and no data, the ones export and tracing with
 example inputs use): no data, no compute, no memory beyond the graph's metadata; a ResNet-50 at
 any batch takes a few milliseconds, as results are remembered by the metadata of each call, so
 repeated layers cost one meta kernel call. Inputs may be tensors (on any device; only their
@@ -40,14 +40,20 @@ shape from the export's examples, and ``ShapeProp(ep.graph_module).propagate_met
 too. An exported graph is specialised to its examples' shapes (its views carry their sizes): for
 another input shape, export again.
 
+**Shapes capture recorded.** ``record_captured_shapes(gm.graph)`` writes the same
+``tensor_meta``/``type`` from the values export stamped on every node (``meta["val"]``) without
+running anything, when they are all there with fixed sizes; consumers (``lower``,
+``analyze_cost``) try it first and propagate only when it returns False (a traced module, or
+symbolic sizes). ``translate`` always runs the graph: it needs the values, not only the shapes.
+
 What the pass does to a module: ``node.meta["tensor_meta"]`` and ``node.meta["type"]`` are
 added or overwritten on every node that runs (all of them, unless ``run`` is given an
 ``initial_env``); every other key is kept; node names, the graph and the module are unchanged.
 The metadata is written only once the whole graph has run: a run that fails leaves every
 node's ``meta`` as it was.
 
-Depends on: ``fxloom.interpreter``; ``fxloom.tracing.metadata_mode`` for meta mode; ``fxloom.export``'s program
-and signature (through ``_exported``) for exported programs.
+Depends on: ``fxloom.interpreter``; ``fxloom.values.metadata_mode`` for meta mode; ``fxloom.export``'s program
+and signature (through ``passes.captured``) for exported programs.
 """
 
 from __future__ import annotations
@@ -57,16 +63,17 @@ from typing import Any, NamedTuple
 import torch
 
 from fxloom import attr_path
-from fxloom._format import qualified_name
+from fxloom._format import describe_target
 from fxloom.codegen import CodeGen
 from fxloom.export.program import ExportedProgram
-from fxloom.export.stand_in import StandIn
 from fxloom.interpreter import Interpreter
-from fxloom.node import Node, Target
-from fxloom.passes._exported import graph_module_of, lifted_state
+from fxloom.node import Node, Target, map_arg
+from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.passes._meta_device import META_FUNCTIONS, MetaRunner, meta_input
-from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_map
-from fxloom.tracing.metadata_mode import MetadataMode, holds_tensor
+from fxloom.passes.captured import graph_module_of, lifted_state
+from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any, tree_map
+from fxloom.values.metadata_mode import MetadataMode, holds_tensor
+from fxloom.values.stand_in import StandIn
 
 __all__ = [
     "META_FUNCTIONS",
@@ -74,6 +81,7 @@ __all__ = [
     "ShapePropError",
     "TensorMetadata",
     "extract_tensor_metadata",
+    "record_captured_shapes",
 ]
 
 
@@ -340,7 +348,7 @@ class ShapeProp(Interpreter):
         except Exception:  # the failure was in fetching the arguments themselves
             given = "(arguments unavailable)"
         message = (
-            f"ShapeProp: %{node.name} ({_describe_target(node, self.module)}) failed on "
+            f"ShapeProp: %{node.name} ({node.op} {describe_target(node)}) failed on "
             f"{given}: {type(error).__name__}: {_first_line(error)}"
         )
         if self._meta_runner is not None:
@@ -381,6 +389,46 @@ def _check_binding(
         )
 
 
+def record_captured_shapes(graph: Any) -> bool:
+    """Write ``tensor_meta``/``type`` from the values capture recorded, without running.
+
+    Export stamps every node's ``meta["val"]`` (a stand-in with the shape and dtype the node
+    computes); where every node of ``graph`` has one with fixed sizes, this records what
+    ``ShapeProp(gm).propagate(*examples)`` would (strides as the meta kernels lay them out) and
+    returns True. Otherwise it writes nothing and returns False, and the caller propagates:
+    a traced module has no values, and symbolic sizes say nothing about the examples' sizes.
+    Run-time checks (``stays_on_host``) return None and need no value.
+    """
+    recorded: dict[Node, tuple[Any, type]] = {}
+    root = graph.owning_module
+    for node in graph.nodes:
+        if node.op == "get_attr" and root is not None:
+            value = attr_path.find(root, str(node.target))  # the weight itself: no run needed
+        elif node.op == "output":
+            if any("val" not in n.meta for n in node.all_input_nodes):
+                return False
+            value = map_arg(node.args[0], lambda n: n.meta["val"])
+        elif "val" in node.meta:
+            value = node.meta["val"]
+        elif node.op == "call_function" and stays_on_host(node.target):
+            value = None
+        else:
+            return False
+        if tree_any(_symbolic, value):
+            return False
+        value_type = torch.Tensor if type(value) is StandIn else type(value)
+        recorded[node] = (_describe(value) if holds_tensor(value) else None, value_type)
+    for node, entry in recorded.items():
+        _store(node, entry)
+    return True
+
+
+def _symbolic(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return not all(type(size) is int for size in value.shape)
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
 def _store(node: Node, recorded: tuple[Any, type]) -> None:
     tensor_meta, value_type = recorded
     meta = node.meta
@@ -389,16 +437,6 @@ def _store(node: Node, recorded: tuple[Any, type]) -> None:
     else:
         meta["tensor_meta"] = tensor_meta
     meta["type"] = value_type
-
-
-def _describe_target(node: Node, root: torch.nn.Module) -> str:
-    if node.op == "call_module":
-        module = attr_path.find(root, str(node.target))
-        kind = type(module).__name__ if isinstance(module, torch.nn.Module) else "missing module"
-        return f"call_module {node.target}, a {kind}"
-    if node.op == "call_function":
-        return f"call_function {qualified_name(node.target)}"
-    return f"{node.op} {node.target}"
 
 
 def _summarise(value: Any) -> str:

@@ -69,10 +69,10 @@ from fxloom.passes._ordering import (
     Unit,
     node_positions,
     order_units,
-    require_graph_module,
     side_effect_edges,
 )
 from fxloom.passes._partition import Group, build_split
+from fxloom.passes.captured import captured_module
 
 __all__ = ["SplitError", "SupportSplit", "split_by_support"]
 
@@ -131,7 +131,7 @@ def split_by_support(
     Returns:
         ``(new module, report)``; the report lists which nodes went where.
     """
-    require_graph_module(gm, "split_by_support")
+    gm = captured_module(gm, "split_by_support")
     if not isinstance(min_size, int) or min_size < 1:
         raise ValueError(f"min_size must be a positive int, got {min_size!r}")
     if not isinstance(prefix, str) or not f"{prefix}0".isidentifier():

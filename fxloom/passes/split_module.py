@@ -35,6 +35,13 @@ What goes where:
 * placeholders stay in the parent, in their order; a partition receives the
   values it uses from outside as placeholders named after them (``relu`` above),
   in order of first use;
+* run-time checks (tracing's guards, an exported module's input checks:
+  ``fxloom.ops.runtime_functions.stays_on_host``) are not given to the callback
+  either: they stay in the parent, where they check the inputs before any
+  partition runs;
+* the parent keeps ``m``'s calling convention: it takes and returns what ``m``
+  does (an exported module's nested inputs and dict or ``ModelOutput``), through
+  ``m``'s code generator;
 * get_attr nodes are not given to the callback: each partition that uses an
   attribute reads it itself (the same tensor object, not a copy), under a
   flattened name (``layer1.0.conv.weight`` -> ``layer1_0_conv_weight``); so are
@@ -67,9 +74,11 @@ from collections.abc import Callable, Hashable
 
 import torch
 
+from fxloom.export.program import ExportedProgram
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.passes._ordering import (
     CALL_OPS,
     ORDER_FREE_TARGETS,
@@ -78,16 +87,16 @@ from fxloom.passes._ordering import (
     first_out_of_order,
     node_positions,
     order_units,
-    require_graph_module,
     side_effect_edges,
 )
 from fxloom.passes._partition import Group, build_split, identifier_part
+from fxloom.passes.captured import captured_module
 
 __all__ = ["ORDER_FREE_TARGETS", "SplitError", "split_module"]
 
 
 def split_module(
-    m: GraphModule,
+    m: GraphModule | ExportedProgram,
     root_m: torch.nn.Module | None,
     split_callback: Callable[[Node], Hashable],
     qualname_map: dict[str, str] | None = None,
@@ -96,7 +105,8 @@ def split_module(
     """Split ``m`` into one submodule per partition id that ``split_callback`` returns.
 
     Args:
-        m: the traced module; its graph and attributes are read, never changed.
+        m: the traced module, or an exported program (split as ``ep.module()``); its
+            graph and attributes are read, never changed.
         root_m: accepted for compatibility with torch.fx (which does not use it
             either): attributes are read from ``m``.
         split_callback: called once per call_function/call_method/call_module
@@ -111,7 +121,7 @@ def split_module(
         A new ``GraphModule`` computing what ``m`` computes. See the module
         docstring for the layout, names and ``meta``.
     """
-    require_graph_module(m, "split_module")
+    m = captured_module(m, "split_module")
     graph = m.graph
     positions = node_positions(graph)
     unit_of, groups = _assign_partitions(graph, positions, split_callback)
@@ -134,6 +144,9 @@ def _assign_partitions(
     unit_of: dict[Node, Unit] = {}
     for node in graph.nodes:
         if node.op not in CALL_OPS:
+            continue
+        if node.op == "call_function" and stays_on_host(node.target):
+            unit_of[node] = Unit(f"%{node.name}", positions[node], [node])  # in the parent
             continue
         partition = _partition_of(node, split_callback)
         unit = units.get(partition)

@@ -45,21 +45,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxloom import attr_path, pytree
-from fxloom.codegen import CodeGen
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.passes.fuse.weights import fuse_conv_bn_weights
 
-__all__ = ["LIFTS", "is_exported_program", "lift_layers"]
+__all__ = ["LIFTS", "lift_layers"]
 
 aten = torch.ops.aten
 CONVS = {3: nn.Conv1d, 4: nn.Conv2d, 5: nn.Conv3d}  # weight rank -> layer
-
-
-def is_exported_program(value: Any) -> bool:
-    """An ``fxloom.export`` program (told apart by what it has; quantize does not import export)."""
-    return hasattr(value, "graph_signature") and callable(getattr(value, "module", None))
 
 
 def lift_layers(gm: GraphModule) -> GraphModule:
@@ -72,33 +66,9 @@ def lift_layers(gm: GraphModule) -> GraphModule:
     for node in list(gm.graph.find_nodes(op="get_attr")):
         if not node.users:  # weights now read by the layers, folded batch norms
             gm.graph.erase_node(node)
-    _plain_calling_convention(gm)
     gm.graph.lint()
     gm.recompile()
     return gm
-
-
-def _plain_calling_convention(gm: GraphModule) -> None:
-    """Tensors in, tensor or tuple out: call the graph as it is, without pytree (un)flattening.
-
-    The same calling convention for these inputs, and what ``ShapeProp`` runs today (it does
-    not yet feed inputs through a pytree code generator's flattening).
-    """
-    info = getattr(gm.graph._codegen, "pytree_info", None)
-    if info is None:
-        return
-    placeholders = len(gm.graph.find_nodes(op="placeholder"))
-    flat_in = pytree.tree_flatten(tuple(range(placeholders)))[1]
-    if placeholders != len(info.orig_args) or info.in_spec != flat_in:
-        return
-    (output,) = gm.graph.find_nodes(op="output")
-    results = output.args[0]
-    one_result = info.out_spec == pytree.tree_flatten(0)[1]
-    if info.out_spec is not None and not one_result:
-        return
-    if one_result and isinstance(results, (tuple, list)) and len(results) == 1:
-        output.args = (results[0],)  # the program's (result,) as the caller sees it: result
-    gm.graph.set_codegen(CodeGen())
 
 
 def _lift_addmm(gm: GraphModule, node: Node) -> None:

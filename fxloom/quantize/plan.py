@@ -78,7 +78,8 @@ class QuantPlan:
 
 
 def table_key(node: Node, gm: GraphModule) -> Any:
-    """What the tables are keyed by: a module's class, the function, or the method name.
+    """What the tables are looked up with: a module's class, the function, or the method name
+    (the tables find an operator's row from any of its spellings: ``fxloom.ops.identity``).
 
     A layer for quantization-aware training stands for the float class it was made from
     (its ``float_class``: ``qat_modules``).
@@ -128,7 +129,8 @@ def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision
         return Decision(node.name, calls, "float", _float_by(source))
     if isinstance(entry, QuantizedModule):
         return Decision(node.name, calls, "int8", entry.kernel, spec)
-    if isinstance(entry, QuantizedFunction):
+    if isinstance(entry, QuantizedFunction) and node.op == "call_function":
+        # (a method call, ``x.add(y)``, would need its node rewritten into a function call)
         if len(_tensor_inputs(node)) == 2 and not node.kwargs:
             return Decision(node.name, calls, "int8", _kernel_name(entry.kernel), spec)
         return Decision(node.name, calls, "float", "its int8 kernel takes two tensors, no scalar")

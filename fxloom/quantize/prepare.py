@@ -2,10 +2,12 @@
 
 Steps, each leaving the user's model untouched:
 
-1. trace the model with ``fxloom.symbolic_trace`` on the example inputs unless it is a
-   ``GraphModule`` already: the inputs are the ones given (parameters left out keep their
-   defaults, as when the model is called with them), and control flow on sizes or flags
-   follows the examples under run-time guards;
+1. take the module to quantize (``fxloom.passes.captured.module_to_transform``): a plain
+   model is traced on the example inputs (parameters left out keep their defaults, as when
+   the model is called with them, and control flow on sizes or flags follows the examples
+   under run-time guards), a ``GraphModule`` is used as it is, and an exported program as
+   ``ep.module()`` with its weighted operators lifted to layers (``quantize.exported``), so
+   the prepared module keeps its calling convention and input checks;
 2. fold batch norms into the convolutions and linear layers before them
    (``fxloom.passes.fuse.fuse``, which works on a copy);
 3. run the example inputs once through ``ShapeProp`` to learn which values are float tensors;
@@ -18,7 +20,7 @@ to float rounding where batch norms were folded into the layer before them).
 node.meta: reads ``nn_module_stack``; writes ``tensor_meta``/``type`` (shape propagation);
 observer nodes get no meta. ``prepared.meta["quantize"]`` holds the ``QuantPlan``.
 
-Depends on: the IR, the tracer (entry point only), ``passes.fuse``, ``passes.shape_prop``.
+Depends on: the IR, ``passes.captured``, ``passes.fuse``, ``passes.shape_prop``.
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
+from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
-from fxloom.ops.runtime_functions import is_runtime_check
+from fxloom.ops.runtime_functions import stays_on_host
+from fxloom.passes.captured import module_to_transform
 from fxloom.passes.fuse import fuse
 from fxloom.passes.shape_prop import ShapeProp
 from fxloom.quantize.config import QuantConfig
 from fxloom.quantize.errors import QuantizeError
-from fxloom.quantize.exported import is_exported_program, lift_layers
+from fxloom.quantize.exported import lift_layers
 from fxloom.quantize.observers import Observer
 from fxloom.quantize.plan import QuantPlan, plan_dynamic, plan_static
 
@@ -81,17 +85,15 @@ def prepare(
         return _2_observer
     """
     config = QuantConfig() if config is None else config
-    if is_exported_program(model):  # its operator-level graph, weighted operators as layers
-        model = lift_layers(model.module()).eval()
-    if not isinstance(model, torch.nn.Module):
+    if not isinstance(model, (torch.nn.Module, ExportedProgram)):
         raise TypeError(f"prepare() takes an nn.Module, got {type(model).__name__}")
-    if model.training:
+    if isinstance(model, torch.nn.Module) and model.training:
         raise QuantizeError(
             f"prepare() quantizes for inference, but the model ({type(model).__name__}) is in "
             "training mode; call .eval() on it first"
         )
     inputs = example_inputs if isinstance(example_inputs, dict) else tuple(example_inputs)
-    gm = model if isinstance(model, GraphModule) else _trace(model, inputs)
+    gm = _module_to_quantize(model, inputs)
     gm = fuse(gm)  # a copy: the caller's model and GraphModule stay as they were
     _propagate_shapes(gm, inputs)
     plan = plan_static(gm, config) if config.mode == "static" else plan_dynamic(gm, config)
@@ -100,11 +102,14 @@ def prepare(
     return gm
 
 
-def _trace(model: torch.nn.Module, inputs: tuple | dict) -> GraphModule:
-    from fxloom.tracer import symbolic_trace  # passes use only the tracer's entry point
-
+def _module_to_quantize(
+    model: torch.nn.Module | ExportedProgram, inputs: tuple | dict
+) -> GraphModule:
+    """The GraphModule to quantize; an exported program's weighted operators become layers."""
+    if isinstance(model, ExportedProgram):  # its operator-level graph
+        return lift_layers(module_to_transform(model, consumer="prepare()")).eval()
     try:
-        return symbolic_trace(model, example_inputs=inputs)
+        return module_to_transform(model, inputs, consumer="prepare()")
     except Exception as err:
         raise QuantizeError(
             f"prepare() could not trace {type(model).__name__} with fxloom.symbolic_trace: "
@@ -152,7 +157,7 @@ def _insert_observers(
 
 
 def _is_guard_node(node: Node) -> bool:
-    return node.op == "call_function" and is_runtime_check(node.target)
+    return node.op == "call_function" and stays_on_host(node.target)
 
 
 def _after_its_guards(node: Node) -> Node:

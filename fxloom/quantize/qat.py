@@ -45,13 +45,14 @@ from typing import Any
 
 import torch
 
+from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.passes.fuse import fuse
 from fxloom.quantize.config import QuantConfig, QuantSpec
 from fxloom.quantize.errors import QuantizeError
 from fxloom.quantize.fake_quantize import FakeQuantize
 from fxloom.quantize.plan import QuantPlan, plan_static, table_key
-from fxloom.quantize.prepare import _insert_observers, _propagate_shapes, _trace
+from fxloom.quantize.prepare import _insert_observers, _module_to_quantize, _propagate_shapes
 from fxloom.quantize.qat_modules import QAT_MODULES
 from fxloom.quantize.table import STATIC_OPS, QuantizedModule
 
@@ -69,8 +70,8 @@ def prepare_qat(
     """A traced copy of ``model`` with fake quantization, in training mode, ready to train.
 
     Args:
-        model: an ``nn.Module`` (in either mode; it is copied, not changed) or a
-            ``GraphModule``.
+        model: an ``nn.Module`` (in either mode; it is copied, not changed), a
+            ``GraphModule``, or an ``fxloom.export`` program (as ``prepare`` takes it).
         example_inputs: the positional inputs of one forward (a tuple), or inputs by name;
             the prepared model takes exactly these (parameters left out keep their defaults).
         config: what to quantize and how (static mode only); ``QAT_CONFIG`` by default.
@@ -80,7 +81,7 @@ def prepare_qat(
             not run on ``example_inputs``; the message says which and what to do.
     """
     config = QAT_CONFIG if config is None else config
-    if not isinstance(model, torch.nn.Module):
+    if not isinstance(model, (torch.nn.Module, ExportedProgram)):
         raise TypeError(f"prepare_qat() takes an nn.Module, got {type(model).__name__}")
     if config.mode != "static":
         raise QuantizeError(
@@ -89,8 +90,9 @@ def prepare_qat(
             "QuantConfig(mode='static') here, or prepare(model, inputs, config) for dynamic"
         )
     inputs = example_inputs if isinstance(example_inputs, dict) else tuple(example_inputs)
-    own = copy.deepcopy(model).eval()  # eval: batch norms fold with their running statistics
-    gm = own if isinstance(own, GraphModule) else _trace(own, inputs)
+    # eval: batch norms fold with their running statistics (a program's module is new already)
+    own = model if isinstance(model, ExportedProgram) else copy.deepcopy(model).eval()
+    gm = _module_to_quantize(own, inputs)
     gm = fuse(gm)
     _propagate_shapes(gm, inputs)
     plan = plan_static(gm, config)

@@ -1,10 +1,13 @@
 """The quantized replacements: which operators have an int8 kernel, and how to swap them in.
 
-Op-specific knowledge lives here, in tables keyed by what a node calls (a module's exact
-class for ``call_module``, the function for ``call_function``, the method name for
-``call_method``). Users extend them for their own layers:
+Op-specific knowledge lives here, in tables keyed by operator (``fxloom.ops.identity``: the row
+``"add"`` serves ``operator.add``, ``torch.add`` and ``aten.add.Tensor``; in-place twins find
+no row) and by a module's exact class for ``call_module`` where the row builds an int8 module
+from it (``STATIC_OPS``, ``FLOAT_IO``, ``DYNAMIC_MODULES``; ``RELU``, ``SHARES_QPARAMS`` and
+``KEPT_FLOAT`` also answer for a module class through its key: ``nn.ReLU`` is ``"relu"``).
+Users extend them for their own layers:
 
-    STATIC_OPS      module class or function -> ``QuantizedModule`` (builds an int8 module
+    STATIC_OPS      module class or operator -> ``QuantizedModule`` (builds an int8 module
                     from the float one and its int8 weight) or ``QuantizedFunction`` (an int8
                     kernel taking ``(a, b, scale, zero_point)``). Inputs are quantized; the
                     output gets its own observer, hence its own scale and zero point.
@@ -39,13 +42,12 @@ Everything else has no int8 kernel here and runs in float, with ``dequantize`` b
     >>> torch.ops.aten.mean.dim in KEPT_FLOAT
     True
 
-Depends on: torch (its quantized CPU modules and kernels: torch.ao.nn.quantized).
+Depends on: torch (its quantized CPU modules and kernels: torch.ao.nn.quantized), ``fxloom.ops``.
 """
 
 from __future__ import annotations
 
 import copy
-import operator
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,9 +57,9 @@ import torch
 import torch.ao.nn.intrinsic.quantized as nniq
 import torch.ao.nn.quantized as nnq
 import torch.ao.nn.quantized.dynamic as nnqd
-import torch.nn.functional as F
 from torch import nn
 
+from fxloom.ops.identity import OpSet, OpTable
 from fxloom.quantize.observers import Observer
 
 aten = torch.ops.aten
@@ -135,55 +137,56 @@ def _bias(module: nn.Module) -> torch.Tensor | None:
     return None if module.bias is None else module.bias.detach().float()
 
 
-STATIC_OPS: dict[Any, QuantizedModule | QuantizedFunction] = {
-    nn.Linear: QuantizedModule(_linear, "quantized::linear"),
-    nn.Conv1d: QuantizedModule(_conv(nnq.Conv1d, nniq.ConvReLU1d), "quantized::conv1d"),
-    nn.Conv2d: QuantizedModule(_conv(nnq.Conv2d, nniq.ConvReLU2d), "quantized::conv2d"),
-    nn.Conv3d: QuantizedModule(_conv(nnq.Conv3d, nniq.ConvReLU3d), "quantized::conv3d"),
-    operator.add: QuantizedFunction(torch.ops.quantized.add, torch.ops.quantized.add_relu),
-    torch.add: QuantizedFunction(torch.ops.quantized.add, torch.ops.quantized.add_relu),
-    operator.mul: QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu),
-    torch.mul: QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu),
-    # exported programs (``quantize.exported`` lifts their weighted operators to layers)
-    aten.add.Tensor: QuantizedFunction(torch.ops.quantized.add, torch.ops.quantized.add_relu),
-    aten.mul.Tensor: QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu),
-}
+_ADD = QuantizedFunction(torch.ops.quantized.add, torch.ops.quantized.add_relu)
+_MUL = QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu)
+# Module classes are rows of their own: a layer's int8 twin is built from the module.
+STATIC_OPS: OpTable = OpTable(
+    {
+        nn.Linear: QuantizedModule(_linear, "quantized::linear"),
+        nn.Conv1d: QuantizedModule(_conv(nnq.Conv1d, nniq.ConvReLU1d), "quantized::conv1d"),
+        nn.Conv2d: QuantizedModule(_conv(nnq.Conv2d, nniq.ConvReLU2d), "quantized::conv2d"),
+        nn.Conv3d: QuantizedModule(_conv(nnq.Conv3d, nniq.ConvReLU3d), "quantized::conv3d"),
+        "add": _ADD,  # operator.add, torch.add, aten.add.Tensor (exported programs)
+        "mul": _MUL,
+    }
+)
 
-RELU: set[Any] = {nn.ReLU, F.relu, torch.relu, "relu", aten.relu.default}
+RELU: OpSet = OpSet({"relu"}, modules=True)
 
-SHARES_QPARAMS: set[Any] = {
-    *RELU,
-    nn.Dropout,
-    nn.Identity,
-    nn.MaxPool1d,
-    nn.MaxPool2d,
-    nn.MaxPool3d,
-    F.max_pool1d,
-    F.max_pool2d,
-    nn.AvgPool2d,
-    nn.Flatten,
-    torch.flatten,
-    operator.getitem,
-    *("flatten", "view", "reshape", "contiguous", "permute", "transpose", "squeeze"),
-    *("unsqueeze", "chunk", "split", "size", "dim"),
-    aten.view.default,
-    aten.reshape.default,
-    aten.flatten.using_ints,
-    aten.max_pool2d.default,
-}
+# Torch-level spellings by key. Of exported programs' ATen calls only these: their graphs fix
+# every stride, and a transpose or permute computed on int8 (then dequantized) leaves another
+# layout than the float one a later ``aten.view`` was recorded for (exported BERT: "view size
+# is not compatible with input tensor's size and stride").
+SHARES_QPARAMS: OpSet = OpSet(
+    {
+        *RELU,
+        nn.Dropout,
+        nn.Identity,
+        nn.AvgPool2d,  # the module only: F.avg_pool2d computes in float
+        *("max_pool1d", "max_pool2d", "max_pool3d", "getitem", "flatten", "view", "reshape"),
+        *("contiguous", "permute", "transpose", "squeeze", "unsqueeze", "chunk", "split"),
+        *("size", "dim"),
+    },
+    modules=True,
+    aten=False,
+    pinned={
+        aten.relu.default,
+        aten.view.default,
+        aten.reshape.default,
+        aten.flatten.using_ints,
+        aten.max_pool2d.default,
+    },
+)
 
 # A global average over 256 int8 values resolves about 16 times finer than their step; on int8
 # it would be rounded back to that step. What reads the average quantizes it with a scale of
 # its own. (cnn_small exported, 8-bit activations: relative error 0.0114 with its average pool
 # on int8, 0.0067 in float, as PT2E's 0.0067.)
 _AVERAGES = "an average over many values is finer than its input's int8 step: computed in float"
-KEPT_FLOAT: dict[Any, str] = {
-    nn.AdaptiveAvgPool1d: _AVERAGES,
-    nn.AdaptiveAvgPool2d: _AVERAGES,
-    F.adaptive_avg_pool2d: _AVERAGES,
-    aten.mean.dim: _AVERAGES,
-    aten.adaptive_avg_pool2d.default: _AVERAGES,
-}
+KEPT_FLOAT: OpTable = OpTable(
+    dict.fromkeys(("adaptive_avg_pool1d", "adaptive_avg_pool2d", "mean"), _AVERAGES),
+    modules=True,
+)
 
 IDENTITY_IN_EVAL: set[type] = {nn.Dropout, nn.Identity}
 

@@ -413,7 +413,7 @@ def _encode_bound(bound: Any) -> Any:
 
 
 def _decode_ranges(data: Any, env: Any) -> dict[Any, Any]:
-    from fxloom.export.symbolic.ranges import ValueRange
+    from fxloom.values.symbolic.ranges import ValueRange
 
     if not isinstance(data, list):
         raise SerializationError("range_constraints must be a list")

@@ -243,7 +243,8 @@ def _encode_type(t: Any) -> Any:
     for name, cls in _ANNOTATION_TYPES.items():
         if t is cls:
             return name
-    if isinstance(t, type):
+    # ``tuple[int]`` passes isinstance(..., type) on Python 3.10: a generic is told by its origin.
+    if isinstance(t, type) and typing.get_origin(t) is None:
         # Other classes by name: loading looks them up among imported modules, never imports.
         return {"class": f"{t.__module__}.{t.__qualname__}"}
     args = typing.get_args(t)

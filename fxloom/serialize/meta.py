@@ -1,7 +1,7 @@
 """Node ``meta`` in a saved file: the entries that describe, not the ones that run.
 
-Saved: ``stack_trace``, ``nn_module_stack``, ``source_fn_stack``,
-``tensor_meta``, ``val`` (tensors as their shape, dtype and stride; symbolic
+Saved: ``stack_trace`` (``source_location`` is read back from it on loading),
+``nn_module_stack``, ``source_fn_stack``, ``tensor_meta``, ``val`` (tensors as their shape, dtype and stride; symbolic
 sizes as expressions, through the ``symbols`` codec of exported programs),
 and any other entry whose value is plain data (numbers, strings, containers of
 these, dtypes...). Entries holding other objects (observers, modules,
@@ -23,6 +23,7 @@ import torch
 from fxloom.serialize.devices import parse_device
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.values import decode_value, encode_value, expect_pair
+from fxloom.source_location import innermost_location
 
 __all__ = ["encode_meta", "decode_meta", "MetaCodecs", "ClassName"]
 
@@ -103,6 +104,10 @@ def decode_meta(data: Any, codecs: MetaCodecs, where: str) -> dict[str, Any]:
     for key, value in data.items():
         decoder = _DECODERS.get(key, _decode_plain)
         meta[key] = decoder(value, codecs, f"{where}, meta[{key!r}]")
+    # Not written: the structured location is the stack trace's innermost frame.
+    location = innermost_location(meta["stack_trace"]) if meta.get("stack_trace") else None
+    if location is not None:
+        meta["source_location"] = location
     return meta
 
 

@@ -210,6 +210,7 @@ _ORT_SETTINGS: dict[str, tuple[type, ...]] = {
     "name": (str,),
     "scalar_outputs": (tuple,),
     "constant_outputs": (dict,),
+    "output_layouts": (dict,),
     "fixed_inputs": (dict,),
 }
 # Session options are the machine's business, never the file's: a loaded region runs with
@@ -280,10 +281,12 @@ def _ort_settings(saved: dict, outputs: int, where: str) -> dict[str, Any]:
     positions = [
         *settings.get("scalar_outputs", ()),
         *settings.get("constant_outputs", {}),
+        *settings.get("output_layouts", {}),
     ]
     if not all(type(p) is int and 0 <= p < outputs for p in positions):
         raise SerializationError(
-            f"{where}: scalar and constant outputs must be positions among its {outputs} outputs"
+            f"{where}: scalar, constant and laid-out outputs must be positions among its "
+            f"{outputs} outputs"
         )
     if not all(type(p) is int and p >= 0 for p in settings.get("fixed_inputs", {})):
         raise SerializationError(f"{where}: fixed inputs must be argument positions")

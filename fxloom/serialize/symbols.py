@@ -20,7 +20,7 @@ is the ``MetaCodecs`` that writes the symbolic sizes of ``meta["val"]`` and
 reads them back as ``torch.SymInt`` of the loaded ShapeEnv, in ``StandIn``s
 like the ones export makes.
 
-Depends on sympy, ``fxloom.export.symbolic`` and ``fxloom.serialize.meta``.
+Depends on sympy, ``fxloom.values.symbolic`` and ``fxloom.serialize.meta``.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ import torch
 from sympy.functions.elementary.piecewise import ExprCondPair
 from sympy.logic.boolalg import Boolean
 
-from fxloom.export.stand_in import StandIn
-from fxloom.export.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
-from fxloom.export.symbolic.sym_node import SymNode, wrap_expr
 from fxloom.serialize import limits
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
 from fxloom.serialize.values import expect_pair, short
+from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
+from fxloom.values.symbolic.sym_node import SymNode, wrap_expr
 
 __all__ = [
     "EXPRESSION_CLASSES",

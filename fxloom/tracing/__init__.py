@@ -16,14 +16,12 @@ conversions    ``bool``/``len``/``int``/``iter`` of a proxy (``to_bool``, ``leng
                ``to_python``, ``iter``) and the run-time guards they record
 examples       example inputs: binding them, computing values on demand (on stand-ins,
                for real where a question needs data)
-metadata_mode  running operators on stand-ins for their results' metadata only
 constants      tensors captured as graph constants (``_tensor_constant0``, ...)
 root_index     where the root's modules, parameters and buffers are
-module_stack   which modules the trace is inside (``nn_module_stack``)
-frames         finding the user's source line among fxloom's and torch's frames
 errors         ``TraceError`` messages naming the line, the module and a fix
 ============== ===============================================================
 
-Everything here is internal: import public names from ``fxloom`` or ``fxloom.tracer``.
+Stand-ins, the module stack, user frames and torch.fx interoperability are shared with
+the other frontends and live in ``fxloom.values``. Everything here is internal: import public names from ``fxloom`` or ``fxloom.tracer``.
 This package imports nothing on its own, so each piece can be imported alone.
 """

@@ -25,7 +25,7 @@ import torch
 
 from fxloom.guards import SPECIALIZATION_GUARDS, check_length
 from fxloom.proxy import NO_VALUE, PENDING, Proxy
-from fxloom.tracing.frames import short_location, user_frame
+from fxloom.values.frames import short_location, user_frame
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer

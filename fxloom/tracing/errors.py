@@ -1,21 +1,19 @@
 """``TraceError``s written for the user: what went wrong, at which line, in which module, and a fix.
 
-Depends on ``frames`` (locating the user's line) and ``fxloom.proxy`` (``TraceError``).
+Depends on ``fxloom.values.frames`` (locating the user's line) and ``fxloom.proxy`` (``TraceError``).
 """
 
 from __future__ import annotations
 
-import sys
-import traceback
 from typing import TYPE_CHECKING
 
 from fxloom.proxy import TraceError
-from fxloom.tracing.frames import describe_frame, innermost_user_frame, is_plumbing, user_frame
+from fxloom.values.frames import describe_frame, innermost_user_frame, user_frame
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
 
-__all__ = ["trace_error", "failure", "user_stack"]
+__all__ = ["trace_error", "failure"]
 
 _DEFAULT_HINT = (
     "make the module doing this a leaf (Tracer.is_leaf_module), wrap the function "
@@ -67,13 +65,3 @@ def failure(err: Exception, graph: Graph, module_path: str) -> TraceError:
         location=location,
         module_path=path,
     )
-
-
-def user_stack() -> str:
-    """The last three frames of the user's program above the caller's caller, formatted."""
-    frames = [
-        summary
-        for summary in traceback.extract_stack(sys._getframe(2))
-        if not is_plumbing(summary.filename)
-    ]
-    return "".join(traceback.format_list(frames[-3:]))

@@ -18,7 +18,7 @@ slots; buffer values and RNG before a real run) is saved, to be put back by
 one that asks only about shapes computes nothing real.
 
 Depends on ``fxloom.proxy``, ``fxloom.guards``, ``fxloom.pytree``,
-``fxloom.export.stand_in``, ``metadata_mode``, ``patcher`` and ``root_args`` (``PH``).
+``fxloom.values.stand_in``, ``metadata_mode``, ``patcher`` and ``root_args`` (``PH``).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fxloom.export.stand_in import StandIn
 from fxloom.node import Target
 from fxloom.proxy import NO_VALUE, PENDING, Attribute, Proxy, TraceError
 from fxloom.pytree import tree_map
 from fxloom.runtime_checks import check_tensor_input
-from fxloom.tracing.metadata_mode import MetadataMode, holds_tensor
 from fxloom.tracing.patcher import original_module_call
 from fxloom.tracing.root_args import PH
+from fxloom.values.metadata_mode import MetadataMode, holds_tensor
+from fxloom.values.stand_in import StandIn
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer

@@ -10,13 +10,12 @@ While a trace runs:
   proxies also gets a ``__setattr__`` that notes assignments of traced values,
   to undo them;
 * functions registered with ``fxloom.wrap`` (or ``torch.fx.wrap``, see
-  ``fx_interop``, which also sets torch.fx's tracing flag), those of the autowrap modules
+  ``fxloom.values.fx_interop``), those of the autowrap modules
   (``math``) reached from the traced code's globals, TorchScript functions and
   torch's tensor factories are replaced by *recording wrappers*: called with a
   proxy (factories: called at all), they record a ``call_function`` instead of
   running;
-* ``torch.vmap`` refuses proxies with a clear error, and
-  ``torch.compiler.is_compiling()`` answers True (we are capturing a graph);
+* ``torch.vmap`` refuses proxies with a clear error;
 * with example inputs, ``isinstance(x, torch.Tensor)`` answers True for a
   traced tensor in model and library code.
 
@@ -25,7 +24,10 @@ example values are computed (``fxloom.tracing.examples``): then every patch
 runs the original it replaced, as if no trace were running. ``TracePatches.restore``
 puts everything back and removes traced values a module cached in a dict.
 
-Depends on ``patcher``, ``wrapped``, ``fx_interop``, ``fxloom.proxy`` and ``fxloom.pytree``.
+What libraries are told while a trace runs (``torch.compiler.is_compiling()``, torch.fx's
+``is_fx_tracing()``) is no patch: the tracer captures inside ``fxloom.values.capturing``.
+
+Depends on ``patcher``, ``wrapped``, ``fxloom.values.fx_interop``, ``fxloom.proxy`` and ``fxloom.pytree``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ from fxloom.graph_module import GraphModule
 from fxloom.ops.signatures import FORWARD_BINDING_CALLS
 from fxloom.proxy import NO_VALUE, Proxy, tracer_of
 from fxloom.pytree import tree_any
-from fxloom.tracing.fx_interop import FX_TRACING_FLAG, fx_tracing_module, fx_wrapped_names
 from fxloom.tracing.patcher import (
     Patcher,
     original_module_call,
@@ -52,6 +53,7 @@ from fxloom.tracing.patcher import (
     unwrapped,
 )
 from fxloom.tracing.wrapped import wrapped_names
+from fxloom.values.fx_interop import fx_wrapped_names
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer
@@ -105,11 +107,6 @@ def _asked_by_torch_or_fxloom() -> bool:
     """Whether the caller of the patched ``isinstance`` (two frames up) is torch's or ours."""
     module = sys._getframe(2).f_globals.get("__name__", "")
     return module.partition(".")[0] in ("torch", "fxloom")
-
-
-def capturing() -> bool:
-    """``torch.compiler.is_compiling`` while tracing."""
-    return True
 
 
 class Gate:
@@ -261,9 +258,6 @@ class TracePatches:
         # A TorchScript function cannot take a Proxy: record its call instead.
         script_call = unwrapped(torch._C.ScriptFunction.__call__)
         patcher.patch_attr(torch._C.ScriptFunction, "__call__", recording(script_call, method=True))
-        # Libraries pick graph-capture-friendly code (no data-dependent shortcuts)
-        # when they believe they are being compiled; we are capturing a graph.
-        patcher.patch_attr(torch.compiler, "is_compiling", capturing)
         # Function transforms cannot batch a Proxy (torch would treat it as a tensor in
         # C++); refuse clearly instead.
         for owner in (torch, torch.func):
@@ -305,8 +299,7 @@ class TracePatches:
         self._patcher.patch_attr(builtins, "isinstance", isinstance)
 
     def _wrap_registered(self) -> None:
-        """Record the functions registered with ``fxloom.wrap`` and with ``torch.fx.wrap``,
-        and answer torch.fx's "is tracing" check as torch.fx does while it traces."""
+        """Record the functions registered with ``fxloom.wrap`` and with ``torch.fx.wrap``."""
         patcher = self._patcher
         registered = [*wrapped_names.values(), *fx_wrapped_names()]
         for globals_dict, name in registered:
@@ -314,9 +307,6 @@ class TracePatches:
             if original is not None:
                 patcher.patch_global(globals_dict, name, recording(original))
                 self._wrapped[id(original)] = (name, original)
-        fx_module = fx_tracing_module()
-        if fx_module is not None:
-            patcher.patch_attr(fx_module, FX_TRACING_FLAG, True)
 
     def restore(self) -> None:
         """Put back everything patched, and drop traced values cached in the traced modules."""

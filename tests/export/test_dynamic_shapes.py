@@ -19,7 +19,7 @@ from benchmarks.zoo.methods import fixed_args
 from benchmarks.zoo.registry import get
 from benchmarks.zoo.worker import tensor_leaves
 from fxloom.export import Dim, export
-from fxloom.export.symbolic import ConstraintViolationError
+from fxloom.values.symbolic import ConstraintViolationError
 
 
 def _no_int_sizes(graph, op) -> list:

@@ -28,7 +28,7 @@ from fxloom.export import (
     StandIn,
     export,
 )
-from fxloom.export.symbolic import DataDependentGuardError
+from fxloom.values.symbolic import DataDependentGuardError
 from fxloom.zoo import (
     mlp_tiny,
     mlp_tiny_inputs,

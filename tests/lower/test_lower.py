@@ -330,3 +330,37 @@ def test_hugging_face_models_are_lowered_and_match_eager(name):
     flags = fixed_args(model, inputs)
     lowered = lower(model, inputs, check=True, concrete_args=flags)
     assert lowered.lowering_report.lowered, str(lowered.lowering_report)
+
+
+# ---------------------------------------------------------------- layouts
+class TransposeThenSort(torch.nn.Module):
+    """A region returning a transposed view, then an operator ONNX has no translation for."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sort((x * 2).transpose(1, 2)).values
+
+
+def test_a_region_returns_a_transposed_result_laid_out_as_pytorch_had_it():
+    x = torch.randn(2, 3, 4)
+    lowered = lower(TransposeThenSort(), (x,))
+    (name,) = ort_regions(lowered)
+    region = getattr(lowered, name)
+    got, expected = region(x), (x * 2).transpose(1, 2)
+    assert region.output_layouts == {0: (0, 2, 1)}
+    assert got.stride() == expected.stride()
+    assert_close(got, expected)
+
+
+def test_output_layouts_must_order_every_dimension_once():
+    with pytest.raises(ValueError, match=r"output_layouts\[0\] must order the dimensions"):
+        OrtModule(b"", output_layouts={0: (0, 0, 1)})
+
+
+def test_a_saved_lowered_module_keeps_its_regions_layouts(tmp_path):
+    x = torch.randn(2, 3, 4)
+    lowered = lower(TransposeThenSort(), (x,))
+    fxloom.save(lowered, tmp_path / "lowered.fxl")
+    loaded = fxloom.load(tmp_path / "lowered.fxl")
+    (name,) = ort_regions(loaded)
+    assert getattr(loaded, name).output_layouts == {0: (0, 2, 1)}
+    assert_close(loaded(x), lowered(x))

@@ -184,3 +184,19 @@ def test_a_dim_whose_range_holds_only_the_example_is_refused_by_name():
     only_two = Dim("rows", min=2, max=2)
     with pytest.raises(DynamicShapesError, match="Dim\\('rows', min=2, max=2\\) can take no size"):
         lower(model, (torch.randn(2, 4),), dynamic_shapes=({0: only_two},))
+
+
+class ReturnsItsBatch(torch.nn.Module):
+    """A region that returns a size (the batch) as well as a tensor: PyTorch reads both."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        return torch.sort(y).values.reshape(y.shape[0], -1) + 1
+
+
+def test_a_size_a_region_returns_follows_the_batch():
+    model, x = ReturnsItsBatch(), torch.randn(2, 3, 4)
+    lowered = lower(model, (x,), dynamic_batch=True)
+    assert lowered.lowering_report.lowered
+    other = torch.randn(5, 3, 4)
+    assert_close(lowered(other), model(other))

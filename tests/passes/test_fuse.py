@@ -15,6 +15,7 @@ from torch import nn
 
 import fxloom
 from fxloom import zoo
+from fxloom._notes import notes_of
 from fxloom.passes.fuse import (
     FUSION_RULES,
     FusionError,
@@ -514,7 +515,7 @@ def test_a_model_that_cannot_be_traced_gets_a_hint_to_trace_it_first():
 
     with pytest.raises(fxloom.TraceError) as raised:
         fuse(DataDependent().eval())
-    assert "trace it yourself" in "\n".join(getattr(raised.value, "__notes__", []))
+    assert "trace it yourself" in "\n".join(notes_of(raised.value))
 
 
 # ----------------------------------------------------------------------------- graph, meta, names

@@ -600,3 +600,13 @@ def test_bert_split_computes_the_same(bert, how: str) -> None:
     split.graph.lint()
     with torch.no_grad():
         assert_close(split(**inputs), expected)
+
+
+def test_run_time_checks_stay_in_the_parent_and_are_not_given_to_the_callback():
+    gm = fxloom.symbolic_trace(torch.nn.Linear(4, 2), example_inputs=(torch.randn(3, 4),))
+    asked: list[str] = []
+    split = split_module(gm, None, lambda node: asked.append(node.name) or 0)
+    checks = [n for n in split.graph.nodes if n.op == "call_function"]
+    assert [n.target for n in checks] == [fxloom.runtime_checks.check_tensor_input]
+    assert checks[0].name not in asked
+    assert "check_tensor_input" not in split.submod_0.code

@@ -212,7 +212,7 @@ def test_new_nodes_inherit_stack_trace_and_module_stack_from_the_anchor_only():
         gm, lambda x: torch.relu(x), lambda x: torch.sigmoid(x) * 2
     )
     for new in done.replacements:
-        assert new.meta.keys() == {"stack_trace", "nn_module_stack"}
+        assert new.meta.keys() == {"stack_trace", "source_location", "nn_module_stack"}
         assert new.meta["nn_module_stack"] == relu.meta["nn_module_stack"]
         assert new.meta["nn_module_stack"] is not relu.meta["nn_module_stack"]  # a copy
         assert "torch.relu(x + 1)" in new.meta["stack_trace"]

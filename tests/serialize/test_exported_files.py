@@ -84,9 +84,9 @@ def test_save_and_load_take_a_path(tmp_path):
 
 
 def test_a_stand_in_keeps_the_device_of_the_value_it_describes():
-    from fxloom.export.stand_in import StandIn
     from fxloom.serialize.meta import decode_meta, encode_meta
     from fxloom.serialize.symbols import SymbolicCodecs
+    from fxloom.values.stand_in import StandIn
 
     on_gpu = StandIn(torch.empty(2, 3, device="meta"), torch.device("cuda", 1))
     codecs = SymbolicCodecs(None)

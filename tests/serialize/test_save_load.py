@@ -108,6 +108,16 @@ def test_node_meta_that_describes_comes_back():
         assert after.meta.get("stack_trace") == before.meta.get("stack_trace")
 
 
+def test_generic_annotations_keep_their_arguments():
+    # Python 3.10 counts ``tuple[torch.Tensor]`` as a class; it must not come back as ``tuple``.
+    g = fxloom.Graph()
+    pair = g.placeholder("pair", type_expr=tuple[torch.Tensor, ...])
+    g.output(g.call_function(operator.getitem, (pair, 0)))
+    loaded = round_trip(fxloom.GraphModule(nn.Module(), g))
+    (placeholder,) = [n for n in loaded.graph.nodes if n.op == "placeholder"]
+    assert placeholder.type == tuple[torch.Tensor, ...]
+
+
 def test_tied_weights_are_stored_once_and_stay_tied():
     class Tied(nn.Module):
         def __init__(self):

@@ -76,8 +76,10 @@ from typing import Any
 
 import torch
 
+from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.passes.captured import module_to_transform
 from fxloom.passes.fuse.attrs import AttrUses
 from fxloom.passes.fuse.rewrite import install, remove_batch_norm
 from fxloom.passes.fuse.rules import (
@@ -91,10 +93,10 @@ from fxloom.passes.fuse.rules import (
     fold_linear,
 )
 from fxloom.passes.fuse.sites import (
-    FUNCTION_PARAMETERS,
     Producer,
     consumer_key,
     normalized_input,
+    parameters_of,
     read_batch_norm,
     read_producer,
     training_mode_culprit,
@@ -121,15 +123,16 @@ class FusionError(RuntimeError):
     """The model cannot be fused as asked (it is in training mode); nothing was changed."""
 
 
-def fuse(model_or_gm: torch.nn.Module, inplace: bool = False) -> GraphModule:
+def fuse(model_or_gm: torch.nn.Module | ExportedProgram, inplace: bool = False) -> GraphModule:
     """Fold every eval-mode batch norm into the convolution or linear layer before it.
 
     See the module docstring for what folds, what does not, and what happens to
     ``node.meta`` and names.
 
     Args:
-        model_or_gm: a ``GraphModule``, or any ``nn.Module``, traced here with
-            ``fxloom.symbolic_trace(model)`` (a model that needs ``concrete_args`` or
+        model_or_gm: a ``GraphModule``, an exported program (fused as ``ep.module()``, a new
+            module), or any ``nn.Module``, traced here as ``fxloom.symbolic_trace(model)``
+            would (``fxloom.passes.captured.trace``; a model that needs ``concrete_args`` or
             ``example_inputs``: trace it yourself and pass the ``GraphModule``).
         inplace: ``False`` (default): the result is a new ``GraphModule`` that shares nothing
             with the input, which is left exactly as it was. ``True``: nothing is copied; a
@@ -151,16 +154,16 @@ def fuse(model_or_gm: torch.nn.Module, inplace: bool = False) -> GraphModule:
     >>> [name for name, _ in fused.named_children()]
     ['0']
     """
-    if not isinstance(model_or_gm, torch.nn.Module):
+    if not isinstance(model_or_gm, (torch.nn.Module, ExportedProgram)):
         raise TypeError(f"fuse() takes an nn.Module or GraphModule, got {type(model_or_gm)!r}")
-    if model_or_gm.training:
+    if isinstance(model_or_gm, torch.nn.Module) and model_or_gm.training:
         raise FusionError(
             f"fuse() folds batch norms for inference, but the model "
             f"({type(model_or_gm).__name__}) is in training mode; call .eval() on it first"
         )
     _check_rules()
-    traced = not isinstance(model_or_gm, GraphModule)
-    gm = _trace(model_or_gm) if traced else model_or_gm
+    traced = not isinstance(model_or_gm, GraphModule)  # a new module, whoever made it
+    gm = module_to_transform(model_or_gm, consumer="fxloom.passes.fuse.fuse")
     consumers = _batch_norm_nodes(gm)
     _refuse_training_mode(gm, consumers)
     if not inplace and not traced:  # the GraphModule given must stay exactly as it was
@@ -177,27 +180,12 @@ def _check_rules() -> None:
     """Every function ``FUSION_RULES`` names must have its parameters named, or reading its
     nodes would fail halfway through the pass."""
     functions = {key for pair in FUSION_RULES for key in pair if not isinstance(key, type)}
-    missing = [_key_name(fn) for fn in functions if fn not in FUNCTION_PARAMETERS]
+    missing = [_key_name(fn) for fn in functions if not parameters_of(fn)]
     if missing:
         raise KeyError(
             f"FUSION_RULES names {', '.join(sorted(missing))}, but "
             "fxloom.passes.fuse.sites.FUNCTION_PARAMETERS does not; add its parameter names there"
         )
-
-
-def _trace(model: torch.nn.Module) -> GraphModule:
-    from fxloom.tracer import symbolic_trace  # the passes layer needs the tracer only here
-
-    try:
-        return symbolic_trace(model)
-    except Exception as err:
-        if hasattr(err, "add_note"):
-            err.add_note(
-                "fxloom.passes.fuse.fuse traced the model with fxloom.symbolic_trace(model); "
-                "trace it yourself (with concrete_args or example_inputs) and pass the "
-                "GraphModule"
-            )
-        raise
 
 
 def _unshared(gm: GraphModule, created: list[Any]) -> GraphModule:

@@ -24,8 +24,8 @@ forward is the standard one, add rows::
     >>> FUSION_RULES[(MyConv, torch.nn.BatchNorm2d)] = fold_conv
     >>> del FUSION_RULES[(MyConv, torch.nn.BatchNorm2d)]  # (leave the table as it was)
 
-A new *function* producer or consumer also needs its parameter names in
-``fxloom.passes.fuse.sites.FUNCTION_PARAMETERS``.
+A new *function* producer or consumer of your own also needs its parameter names in
+``fxloom.passes.fuse.sites.FUNCTION_PARAMETERS`` (torch's are read from their signatures).
 
 Depends on: torch, ``weights``.
 """

@@ -2,7 +2,7 @@
 
 A ``call_module`` node is read through its module (``weight``, ``bias``, ``groups``;
 ``running_mean``, ``running_var``, ``eps``, ``training``). A ``call_function`` node is read
-through its arguments, named by ``FUNCTION_PARAMETERS``; tensors must come from ``get_attr``
+through its arguments, named by ``parameters_of``; tensors must come from ``get_attr``
 nodes (values stored on the module, known now), everything else from literal arguments.
 Anything that is only known at run time makes the pair ``CannotFold``.
 
@@ -15,15 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Argument, Node
+from fxloom.ops.identity import op_key
+from fxloom.ops.signatures import parameter_names
 from fxloom.passes.fuse.rules import BatchNormStats, CannotFold, Layer
 
 __all__ = [
     "FUNCTION_PARAMETERS",
+    "parameters_of",
     "Producer",
     "bind",
     "consumer_key",
@@ -34,46 +36,26 @@ __all__ = [
     "training_mode_culprit",
 ]
 
-# Positional parameter names of the functional forms (torch's builtins expose no signature).
-_CONV = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-_CONV_TRANSPOSE = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups")
-FUNCTION_PARAMETERS: dict[Any, tuple[str, ...]] = {
-    F.conv1d: _CONV,
-    F.conv2d: _CONV,
-    F.conv3d: _CONV,
-    F.conv_transpose1d: _CONV_TRANSPOSE,
-    F.conv_transpose2d: _CONV_TRANSPOSE,
-    F.conv_transpose3d: _CONV_TRANSPOSE,
-    F.linear: ("input", "weight", "bias"),
-    F.batch_norm: (
-        "input",
-        "running_mean",
-        "running_var",
-        "weight",
-        "bias",
-        "training",
-        "momentum",
-        "eps",
-    ),
-    torch.batch_norm: (
-        "input",
-        "weight",
-        "bias",
-        "running_mean",
-        "running_var",
-        "training",
-        "momentum",
-        "eps",
-    ),
-}
+# Parameter names of your own functions that FUSION_RULES names; torch's are read by
+# ``fxloom.ops.signatures.parameter_names`` (a Python signature, or a builtin's ATen schema).
+FUNCTION_PARAMETERS: dict[Any, tuple[str, ...]] = {}
 # The defaults of the parameters a fold reads, where a call may leave them out.
 _DEFAULTS = {"bias": None, "groups": 1, "weight": None, "training": False, "eps": 1e-5}
 
 
+def parameters_of(function: Any) -> tuple[str, ...]:
+    """The names of ``function``'s positional parameters (``()`` if unknown): a torch
+    operator's are read, a function of yours is named in ``FUNCTION_PARAMETERS`` (a fold
+    writes its bias and weight, which its signature alone does not promise to take)."""
+    if function in FUNCTION_PARAMETERS:
+        return FUNCTION_PARAMETERS[function]
+    return parameter_names(function) if op_key(function) is not None else ()
+
+
 def bind(node: Node) -> dict[str, Argument]:
     """The arguments of a ``call_function`` node by parameter name, defaults filled in."""
-    names = FUNCTION_PARAMETERS.get(node.target)
-    if names is None:
+    names = parameters_of(node.target)
+    if not names:
         raise KeyError(
             f"%{node.name} calls {_function_name(node.target)}, which FUSION_RULES names but "
             "fxloom.passes.fuse.sites.FUNCTION_PARAMETERS does not; add its parameter names "
@@ -87,7 +69,7 @@ def bind(node: Node) -> dict[str, Argument]:
 
 def set_argument(node: Node, name: str, value: Argument) -> None:
     """Set parameter ``name`` of a ``call_function`` node, where the call passed it (or by keyword)."""
-    index = FUNCTION_PARAMETERS[node.target].index(name)
+    index = parameters_of(node.target).index(name)
     if index < len(node.args):
         node.update_arg(index, value)
     else:

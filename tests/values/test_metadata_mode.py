@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fxloom.export.stand_in import DataDependentError, StandIn
-from fxloom.tracing.metadata_mode import MetadataMode
+from fxloom.values.metadata_mode import MetadataMode
+from fxloom.values.stand_in import DataDependentError, StandIn
 
 
 def stand_in(*size: int, dtype: torch.dtype = torch.float32) -> StandIn:

@@ -3,7 +3,7 @@
 Tracing with example inputs answers most questions a program asks of its
 values (shapes, dtypes, devices, ranks, how many items a tuple holds) from
 metadata alone. Inside this dispatch mode every operator runs on
-``StandIn`` tensors (``fxloom.export.stand_in``), whose meta kernels compute
+``StandIn`` tensors (``fxloom.values.stand_in``), whose meta kernels compute
 sizes, strides and dtypes without touching data. Real tensors an operator
 meets (parameters, buffers, constants, tensors a module makes) are read as
 stand-ins of themselves, made once per tensor; an in-place operator gets a
@@ -11,7 +11,7 @@ fresh stand-in instead, so the real tensor and the cached stand-in both stay
 as they were. Nothing real is computed or changed::
 
     >>> import torch
-    >>> from fxloom.export.stand_in import StandIn
+    >>> from fxloom.values.stand_in import StandIn
     >>> weight = torch.ones(4, 3)
     >>> with MetadataMode():
     ...     y = StandIn.like(torch.ones(2, 3)) @ weight.T
@@ -25,7 +25,7 @@ Results are remembered by the metadata of the call (``_RESULTS``), so a
 model's repeated layers, and a model traced again, cost one meta kernel call
 per distinct operator call.
 
-Depends on ``fxloom.export.stand_in``.
+Depends on ``fxloom.values.stand_in``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from fxloom._torch_compat import TorchDispatchMode
-from fxloom.export.stand_in import StandIn, run_on_meta
 from fxloom.pytree import tree_any
+from fxloom.values.stand_in import StandIn, run_on_meta
 
 __all__ = ["MetadataMode", "holds_tensor"]
 

@@ -29,7 +29,7 @@ Everything else asks this object; nothing re-derives ranges.
     >>> env.guards
     []
 
-Depends on sympy, ``ranges`` and fxloom.tracing.frames (the user's line).
+Depends on sympy, ``ranges`` and fxloom.values.frames (the user's line).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from dataclasses import dataclass
 import sympy
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
-from fxloom.export.symbolic import index_width
-from fxloom.export.symbolic.errors import ConstraintViolationError, DataDependentGuardError
-from fxloom.export.symbolic.ranges import Bounds, bounds
-from fxloom.tracing.frames import describe_frame, program_frame
+from fxloom.values.frames import describe_frame, program_frame
+from fxloom.values.symbolic import index_width
+from fxloom.values.symbolic.errors import ConstraintViolationError, DataDependentGuardError
+from fxloom.values.symbolic.ranges import Bounds, bounds
 
 __all__ = ["ShapeEnv", "Guard", "SymbolInfo", "SpecializationRefused", "IndexNarrowing"]
 

@@ -1,4 +1,4 @@
-"""Which modules a trace is inside: the one stack behind ``meta["nn_module_stack"]`` and error locations.
+"""Which modules a capture is inside: the one stack behind ``meta["nn_module_stack"]`` and error locations.
 
 Depends on nothing of fxloom.
 """

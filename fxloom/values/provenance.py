@@ -3,8 +3,9 @@
 Export records operators far below the user's code, so it watches three
 things as the program runs and stamps them on every node:
 
-* ``stack_trace``: the user's frames (torch's and fxloom's own are left out),
-  formatted like a traceback;
+* ``stack_trace`` and ``source_location``: the user's frames (torch's and fxloom's own
+  are left out), formatted like a traceback, and the innermost as fields (``SourceStamper``,
+  which symbolic tracing stamps with too);
 * ``nn_module_stack``: the modules whose forward is running, ``{path: (path,
   class)}`` outermost first (module hooks);
 * ``source_fn_stack`` and ``torch_fn``: the torch-level function the user
@@ -12,7 +13,7 @@ things as the program runs and stamps them on every node:
   module that called it, before it broke into operators (a torch-function
   mode).
 
-Depends on ``fxloom.tracing.module_stack`` and ``fxloom.tracing.frames``.
+Depends on ``fxloom.source_location``, ``fxloom.values.module_stack`` and ``fxloom.values.frames``.
 """
 
 from __future__ import annotations
@@ -20,17 +21,77 @@ from __future__ import annotations
 import linecache
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from fxloom.tracing.frames import is_library
-from fxloom.tracing.module_stack import ModuleStack
+from fxloom.source_location import SourceLocation, format_stack_trace
+from fxloom.values.frames import is_library
+from fxloom.values.module_stack import ModuleStack
 
-__all__ = ["Provenance"]
+__all__ = ["Provenance", "SourceStamper"]
 
 _TORCH_NN = "torch.nn."
+
+
+class SourceStamper:
+    """The one stamper of where a node came from: ``meta["stack_trace"]`` (the user's frames as a
+    traceback prints them) and ``meta["source_location"]`` (the innermost, as fields).
+
+    ``is_machinery(filename)`` says which frames are not the user's (``frames.is_plumbing`` for
+    symbolic tracing, the stricter ``frames.is_library`` below the dispatcher, where export
+    records); the walk stops at ``stop`` (the caller of the frontend) and after ``limit`` user
+    frames. A stack seen before is formatted once.
+    """
+
+    def __init__(
+        self,
+        is_machinery: Callable[[str], bool],
+        stop: types.FrameType | None = None,
+        limit: int | None = None,
+    ) -> None:
+        self._is_machinery = is_machinery
+        self._stop = stop
+        self._limit = limit
+        self._seen: dict[tuple, tuple[str, SourceLocation | None]] = {}
+
+    def stamp(self, meta: dict[str, Any], skip: int = 0) -> None:
+        """Stamp the user's frames on ``meta``, looked for from ``skip`` frames above the caller."""
+        text, innermost = self.locate(skip + 1)
+        meta["stack_trace"] = text
+        if innermost is not None:
+            meta["source_location"] = innermost
+
+    def locate(self, skip: int = 0) -> tuple[str, SourceLocation | None]:
+        """``(stack trace text, innermost location)`` of the user's frames, looked for from
+        ``skip`` frames above the caller."""
+        frames = self._user_frames(sys._getframe(skip + 1))
+        key = tuple((frame.f_code, frame.f_lineno) for frame in frames)
+        found = self._seen.get(key)
+        if found is None:
+            locations = [_location(frame) for frame in reversed(frames)]
+            innermost = locations[-1] if locations else None
+            found = self._seen[key] = (format_stack_trace(locations), innermost)
+        return found
+
+    def _user_frames(self, frame: types.FrameType | None) -> list[types.FrameType]:
+        """The user's frames from ``frame`` outwards, innermost first."""
+        frames: list[types.FrameType] = []
+        while frame is not None and frame is not self._stop:
+            if not self._is_machinery(frame.f_code.co_filename):
+                frames.append(frame)
+                if len(frames) == self._limit:
+                    break
+            frame = frame.f_back
+        return frames
+
+
+def _location(frame: types.FrameType) -> SourceLocation:
+    code, line = frame.f_code, frame.f_lineno
+    source = linecache.getline(code.co_filename, line, frame.f_globals).strip()
+    return SourceLocation(code.co_filename, line, code.co_name, source)
 
 
 class _TorchFunctions(TorchFunctionMode):
@@ -59,8 +120,9 @@ class Provenance:
         self.paths = {id(m): path for path, m in root.named_modules(remove_duplicate=False)}
         self.paths.pop(id(root), None)  # the root's own level has no entry, as in tracing
         self.torch_fn: Any = None
-        self._stop = stop  # frames from here outwards are the caller of export, not the program
-        self._traces: dict[tuple, str] = {}
+        # Below the dispatcher all of torch is library; frames from ``stop`` outwards are the
+        # caller of export, not the program.
+        self.sources = SourceStamper(is_library, stop=stop)
         self._fn_counts: dict[str, int] = {}
         self._saved: list[Any] = []
 
@@ -80,10 +142,9 @@ class Provenance:
     # ------------------------------------------------------------ metadata
     def stamp(self) -> dict[str, Any]:
         """The metadata of an operator dispatched now (shared by the nodes it becomes)."""
-        meta: dict[str, Any] = {
-            "stack_trace": self.stack_trace(),
-            "nn_module_stack": self.modules.entries,
-        }
+        meta: dict[str, Any] = {}
+        self.sources.stamp(meta, skip=1)
+        meta["nn_module_stack"] = self.modules.entries
         source = self._source_fn()
         if source is not None:
             meta["source_fn_stack"] = [source]
@@ -93,17 +154,8 @@ class Provenance:
         return meta
 
     def stack_trace(self) -> str:
-        frames = []
-        frame = sys._getframe(2)
-        while frame is not None and frame is not self._stop:
-            if not is_library(frame.f_code.co_filename):
-                frames.append((frame.f_code, frame.f_lineno, frame.f_globals))
-            frame = frame.f_back
-        key = tuple((code, line) for code, line, _ in frames)
-        text = self._traces.get(key)
-        if text is None:
-            text = self._traces[key] = "".join(_format_frame(*f) for f in reversed(frames))
-        return text
+        """The user's frames running now, for an error message."""
+        return self.sources.locate(skip=2)[0]
 
     def _source_fn(self) -> tuple[str, Any] | None:
         # Inside a torch.nn module (a leaf of the model's own code): that module made the op.
@@ -146,11 +198,6 @@ class _Active:
         self.mode.__exit__(*exc)
         for handle in self.handles:
             handle.remove()
-
-
-def _format_frame(code: types.CodeType, lineno: int, globals_: dict) -> str:
-    source = linecache.getline(code.co_filename, lineno, globals_).strip()
-    return f'  File "{code.co_filename}", line {lineno}, in {code.co_name}\n    {source}\n'
 
 
 def _qualified(fn: Any) -> str:

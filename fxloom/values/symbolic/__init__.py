@@ -8,9 +8,9 @@
 Not yet wired into ``fxloom.export.export`` (issue 12).
 """
 
-from fxloom.export.symbolic.errors import ConstraintViolationError, DataDependentGuardError
-from fxloom.export.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
-from fxloom.export.symbolic.sym_node import SymNode, size_symint, unbacked_symint, wrap_expr
+from fxloom.values.symbolic.errors import ConstraintViolationError, DataDependentGuardError
+from fxloom.values.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
+from fxloom.values.symbolic.sym_node import SymNode, size_symint, unbacked_symint, wrap_expr
 
 __all__ = [
     "ConstraintViolationError",

@@ -8,7 +8,7 @@ live on. Stand-ins are fxloom's own; they are also what ``node.meta["val"]``
 holds after export, so passes can ask a node's value about its shape::
 
     >>> import torch
-    >>> from fxloom.export.stand_in import StandIn
+    >>> from fxloom.values.stand_in import StandIn
     >>> x = StandIn.like(torch.ones(2, 3))
     >>> x
     StandIn(size=(2, 3), dtype=torch.float32, device=cpu)
@@ -20,7 +20,7 @@ that capture (``fxloom.export.capture``), which records it; outside a capture
 a stand-in just computes its result's metadata, like above. Anything that
 needs data (``.item()``, printing the values, ``nonzero``) is refused.
 
-Depends on ``fxloom.export.symbolic.meta`` (operators on symbolic sizes), loaded on first use.
+Depends on ``fxloom.values.symbolic.meta`` (operators on symbolic sizes), loaded on first use.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def compute_meta(func: Any, args: tuple, kwargs: dict, *, symbolic: bool = False
     A ``device=`` argument is pointed at the meta device (the real device is
     reported by the wrapping stand-in). With ``symbolic``, sizes may be
     ``torch.SymInt`` and operators whose C++ meta kernel refuses them run their
-    Python definition (``fxloom.export.symbolic.meta``). Operators whose result
+    Python definition (``fxloom.values.symbolic.meta``). Operators whose result
     depends on data raise ``DataDependentError``.
     """
     meta_args = [_metas(arg) for arg in args]
@@ -190,7 +190,7 @@ def compute_meta(func: Any, args: tuple, kwargs: dict, *, symbolic: bool = False
     try:
         if symbolic:
             # Loaded on first use: sympy and torch's decomposition tables are not cheap.
-            from fxloom.export.symbolic.meta import compute_symbolic_meta
+            from fxloom.values.symbolic.meta import compute_symbolic_meta
 
             return compute_symbolic_meta(func, tuple(meta_args), meta_kwargs)
         return func(*meta_args, **meta_kwargs)

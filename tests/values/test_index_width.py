@@ -16,8 +16,8 @@ import sympy
 import torch
 
 from fxloom.export import Dim, export
-from fxloom.export.symbolic import ConstraintViolationError, ShapeEnv
-from fxloom.export.symbolic.index_width import upper_bound
+from fxloom.values.symbolic import ConstraintViolationError, ShapeEnv
+from fxloom.values.symbolic.index_width import upper_bound
 
 ROW = 2**23  # elements per batch row of the wide view below: the batch fits up to 255
 

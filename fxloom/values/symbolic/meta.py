@@ -16,7 +16,7 @@ guarded on a size before refusing leaves no guard); an operator that refused is
 remembered and goes straight to its Python definition next time.
 
     >>> import torch
-    >>> from fxloom.export.symbolic import ShapeEnv, size_symint
+    >>> from fxloom.values.symbolic import ShapeEnv, size_symint
     >>> env = ShapeEnv()
     >>> x = torch.empty(size_symint(env, 4), 6, device="meta")
     >>> compute_symbolic_meta(torch.ops.aten.view.default, (x, [-1]), {}).shape
@@ -78,7 +78,7 @@ def compute_symbolic_meta(func: Any, args: tuple, kwargs: dict) -> Any:
     if definition is None:
         raise SymbolicMetaError(
             f"{func} has no meta kernel for symbolic sizes and no Python definition; "
-            "add one to fxloom.export.symbolic.meta.SYMBOLIC_META_FALLBACKS"
+            "add one to fxloom.values.symbolic.meta.SYMBOLIC_META_FALLBACKS"
         )
     with _SymbolicMetaMode():
         return definition(*args, **kwargs)

@@ -16,7 +16,7 @@ import pytest
 import sympy
 import torch
 
-from fxloom.export.symbolic import (
+from fxloom.values.symbolic import (
     ConstraintViolationError,
     DataDependentGuardError,
     ShapeEnv,
@@ -25,7 +25,7 @@ from fxloom.export.symbolic import (
     unbacked_symint,
     wrap_expr,
 )
-from fxloom.export.symbolic.meta import (
+from fxloom.values.symbolic.meta import (
     SYMBOLIC_META_FALLBACKS,
     compute_symbolic_meta,
     python_definition,

@@ -10,7 +10,7 @@ example's value (the *hint*) and a Python type. Every decision goes to the
 naming it rather than guessing.
 
     >>> import torch
-    >>> from fxloom.export.symbolic import ShapeEnv, size_symint
+    >>> from fxloom.values.symbolic import ShapeEnv, size_symint
     >>> env = ShapeEnv()
     >>> s0 = size_symint(env, 4)
     >>> s0 * 2 // 2, (s0 + 1).node.hint()
@@ -31,7 +31,7 @@ from collections.abc import Callable
 import sympy
 import torch
 
-from fxloom.export.symbolic.shape_env import ShapeEnv
+from fxloom.values.symbolic.shape_env import ShapeEnv
 
 __all__ = ["SymNode", "size_symint", "unbacked_symint", "wrap_expr"]
 
@@ -63,7 +63,7 @@ class SymNode:
     def __getattr__(self, name: str):
         raise AttributeError(
             f"fxloom's SymNode does not implement {name!r}, which torch asked of a symbolic size; "
-            "add it to fxloom/export/symbolic/sym_node.py"
+            "add it to fxloom/values/symbolic/sym_node.py"
         )
 
     # ---- what kind of value
@@ -238,7 +238,7 @@ class _ShapeEnvView:
     def __getattr__(self, name: str):
         raise AttributeError(
             f"fxloom's ShapeEnv does not answer {name!r}, which torch asked of a symbolic "
-            "size's shape_env; add it to _ShapeEnvView in fxloom/export/symbolic/sym_node.py"
+            "size's shape_env; add it to _ShapeEnvView in fxloom/values/symbolic/sym_node.py"
         )
 
 
