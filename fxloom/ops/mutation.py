@@ -255,14 +255,18 @@ def function_has_side_effect(target: Any) -> bool:
         python_operator = target in PYTHON_OPERATORS
     except TypeError:  # an unhashable callable: in no table
         python_operator = False
-    if getattr(target, "_is_impure", False) or is_runtime_check(target):
+    if getattr(target, "_is_impure", False):
         return True
     schema = getattr(target, "_schema", None)
     if schema is not None and getattr(schema, "is_mutable", False):
         return True
     if python_operator:  # named by Python's grammar, not the in-place convention
         return target in TENSOR_IN_PLACE_OPERATORS
-    return is_inplace_name(getattr(target, "__name__", ""))
+    if is_inplace_name(getattr(target, "__name__", "")):
+        return True
+    # Last, and only for fxloom's own objects: its run-time checks (their registry rows).
+    module = getattr(target, "__module__", None)
+    return type(module) is str and module.startswith("fxloom.") and is_runtime_check(target)
 
 
 def is_read_only_effect(target: Any) -> bool:
