@@ -11,6 +11,7 @@ from torch import nn
 
 import fxloom
 from fxloom._format import describe_target
+from fxloom.passes.shape_prop import ShapeProp, ShapePropError
 
 
 class Block(nn.Module):
@@ -71,5 +72,5 @@ def test_shape_prop_names_the_failing_node_with_it() -> None:
     x = graph.placeholder("x")
     graph.output(graph.call_function(operator.matmul, (x, x)))
     gm = fxloom.GraphModule(nn.Module(), graph)
-    with pytest.raises(Exception, match=r"\(call_function operator\.matmul\) failed on"):
-        fxloom.passes.shape_prop.ShapeProp(gm).propagate(torch.ones(2, 3))
+    with pytest.raises(ShapePropError, match=r"\(call_function operator\.matmul\) failed on"):
+        ShapeProp(gm).propagate(torch.ones(2, 3))
