@@ -478,11 +478,10 @@ def _left_node(node: Node, reason: str) -> LeftNode:
 
 
 def _source(node: Node) -> str | None:
-    """The innermost frame of the node's stack trace: ``file.py:41: code``."""
+    """The innermost frame of the user's program that made the node: ``file.py:41: code``."""
     location = source_location(node)
     if location is None:
-        lines = (node.stack_trace or "").strip().splitlines()
-        return lines[-1].strip() if lines else None
+        return None
     return f"{location.short}: {location.code}" if location.code else location.short
 
 
