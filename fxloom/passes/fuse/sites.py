@@ -165,7 +165,7 @@ def training_mode_culprit(node: Node, gm: GraphModule) -> str | None:
     if node.op == "call_module":
         module = attr_path.get(gm, node.target)
         if module.training:
-            return f"{type(module).__name__} {node.target!r} (%{node.name}) is in training mode"
+            return f"%{node.name} ({describe_target(node)}) is in training mode"
         return None
     if bind(node)["training"] is True:
         return f"%{node.name} calls {describe_target(node)} with training=True"
