@@ -189,9 +189,8 @@ def describe_target(
 
 def _function_label(target: Any) -> str:
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return str(
-            target
-        )  # aten.add.Tensor: in a table column or a box, torch.ops. only adds width
+        # aten.add.Tensor: in a table column or a drawn box, "torch.ops." only adds width
+        return str(target)
     return qualified_name(target)
 
 

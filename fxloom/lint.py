@@ -2,6 +2,11 @@
 
 Each violation raises ``GraphLintError`` whose message says what is wrong, how
 to fix it, and shows the offending node among its neighbours.
+
+The rules about arguments live here too, read by node creation, code generation and the file
+format: what each opcode takes (``ARGUMENT_RULES``), which values an argument may hold
+(``LEAF_ARGUMENT_TYPES``, ``OPAQUE_ARGUMENT_TYPES``, ``check_argument_value``) and which a
+placeholder's default may be (``is_default_literal``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARGUMENT_RULES",
+    "DEFAULT_LITERAL_TYPES",
     "LEAF_ARGUMENT_TYPES",
     "OPAQUE_ARGUMENT_TYPES",
     "TORCH_VALUE_TYPES",
