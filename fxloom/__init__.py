@@ -19,6 +19,8 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 from fxloom import export as export
 from fxloom import passes as passes
 from fxloom._version import __version__ as __version__
+from fxloom.bytecode.compiled import compile
+from fxloom.bytecode.explain import explain
 from fxloom.codegen import CodeGen, CodegenError, PythonCode
 from fxloom.cond import cond, cond_op
 from fxloom.graph import Graph
@@ -71,4 +73,6 @@ __all__ = [
     "SerializationError",
     "DisallowedNameError",
     "replace_pattern",
+    "compile",
+    "explain",
 ]

@@ -52,11 +52,6 @@ BREAKS: dict[str, BreakKind] = {
         "a function implemented in C received a tensor",
         "call it outside the compiled function, or use a torch operator instead",
     ),
-    "python-output": BreakKind(
-        "print, logging or warnings inside the compiled function",
-        "move the call out of the compiled function (graph breaks for it are removed in the "
-        "next stage of fxloom.compile)",
-    ),
     "exception": BreakKind(
         "the program raises or handles an exception inside the compiled function",
         "check the condition outside the compiled function",
@@ -91,6 +86,7 @@ class Break(Exception):
         self.kind = kind
         self.detail = detail
         self.where = where
+        self.top_index: int | None = None  # the compiled frame's instruction it happened in
 
     @property
     def row(self) -> BreakKind:

@@ -5,8 +5,8 @@ In order (the first row that applies decides):
 =====================================  ==============================================
 callee                                 what happens
 =====================================  ==============================================
-in ``SPECIAL`` (``super``, grad-mode   its interpreter-level implementation
-context managers, ``print``...)
+in ``SPECIAL`` (``super``; ``print``,  its interpreter-level implementation (Python
+logging, ``warnings.warn``)            output runs after the graph, in order)
 bound method                           the function, with ``self`` first
 a Tensor method on a stand-in          recorded as ``call_method`` (metadata queries
                                        such as ``size``, ``dim`` run natively)
@@ -32,8 +32,10 @@ import builtins
 import collections
 import copy
 import inspect
+import logging
 import sys
 import types
+import warnings
 from typing import Any
 
 import torch
@@ -49,11 +51,23 @@ _TENSOR_METHOD_TYPES = (types.BuiltinMethodType, types.MethodWrapperType)
 METADATA_METHODS = frozenset(
     ("size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "element_size",
      "is_floating_point", "is_complex", "get_device", "storage_offset", "type", "__len__",
-     "is_signed", "__format__", "__repr__", "__str__")
+     "is_signed")
 )  # fmt: skip
 # ... and those that need data: a break.
 DATA_METHODS = frozenset(
-    ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy")
+    (
+        "item",
+        "tolist",
+        "__bool__",
+        "__int__",
+        "__float__",
+        "__index__",
+        "numpy",
+        "__format__",
+        "__repr__",
+        "__str__",
+        "data_ptr",
+    )
 )
 
 # Functions implemented in C that only move references around: safe to run natively on
@@ -96,6 +110,8 @@ def holds_stand_in(args: tuple, kwargs: dict | None = None) -> bool:
 
 def call(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
     """The result of ``fn(*args, **kwargs)`` in the program being compiled; see the module docstring."""
+    if interp.native:
+        return fn(*args, **kwargs)
     special = SPECIAL.get(_key(fn))
     if special is not None:
         return special(interp, args, kwargs)
@@ -371,11 +387,26 @@ def _super(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     return super(cell.cell_contents, frame.locals[first])
 
 
-def _print(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
-    raise Break("python-output", "print(...)")
+def _deferred(fn: Any) -> Any:
+    """Python output (print, logging, warnings): no graph break; it runs after the graph, in
+    program order, with the tensors it shows computed by the graph."""
+
+    def defer(interp: Interpreter, args: tuple, kwargs: dict) -> None:
+        interp.recording.deferred.append((fn, args, dict(kwargs)))
+
+    return defer
+
+
+_LOGGER_METHODS = ("debug", "info", "warning", "warn", "error", "critical", "exception", "log")
+DEFERRED_OUTPUT = (
+    builtins.print,
+    warnings.warn,
+    *(getattr(logging.Logger, name) for name in _LOGGER_METHODS),
+    *(getattr(logging, name) for name in _LOGGER_METHODS if hasattr(logging, name)),
+)
 
 
 SPECIAL: dict[Any, Any] = {
     builtins.super: _super,
-    builtins.print: _print,
+    **{fn: _deferred(fn) for fn in DEFERRED_OUTPUT},
 }

@@ -36,7 +36,9 @@ from typing import Any
 import torch
 
 from fxloom.bytecode.breaks import Break, CompileError
-from fxloom.bytecode.entry import CacheEntry, compile_entry
+from fxloom.bytecode.driver import drive
+from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
+from fxloom.bytecode.guards import watch_modules
 from fxloom.bytecode.sources import local_name
 
 __all__ = ["compile", "CompiledFunction", "CompiledModule", "BACKENDS"]
@@ -79,6 +81,7 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
             "fxloom.symbolic_trace or fxloom.export.export here, or Python 3.11 or newer"
         )
     chosen = _backend(backend)
+    watch_modules()
     if isinstance(fn_or_module, torch.nn.Module):
         return CompiledModule(fn_or_module, chosen, fullgraph, recompile_limit)
     return CompiledFunction(fn_or_module, chosen, fullgraph, recompile_limit)
@@ -114,7 +117,10 @@ class CompiledFunction:
         self.backend = backend
         self.fullgraph = fullgraph
         self.recompile_limit = recompile_limit
-        self.cache: list[CacheEntry] = []
+        self.cache: list[CacheEntry] = []  # entries that start the function
+        # (instruction index, local names, stack depth) -> entries that start after a break
+        self.pieces: dict[tuple, list[CacheEntry]] = {}
+        self.as_python: set[tuple] = set()  # where no piece could be captured
         self.breaks: list[Break] = []
         self.misses: list[str] = []  # why each recompilation happened (the failing guard)
         self.eager_reason: str | None = None
@@ -143,11 +149,13 @@ class CompiledFunction:
         source = (
             f"def dispatch({header}):\n{bind_self}"
             f"    if CACHE and CACHE[0].guard({passed}):\n"
-            f"        return CACHE[0].run({passed})\n"
+            f"        result = CACHE[0].run({passed})\n"
+            f"        return result if type(result) is not NEXT else DRIVE(COMPILED, result)\n"
             f"    return MISS({passed})\n"
         )
         namespace = {"CACHE": self.cache, "MISS": self._miss, "SELF": self._bound_self,
-                     "DEFAULTS": [p.default for p in parameters]}  # fmt: skip
+                     "DEFAULTS": [p.default for p in parameters], "NEXT": Next, "DRIVE": drive,
+                     "COMPILED": self}  # fmt: skip
         exec(
             builtins.compile(source, f"<fxloom dispatch {self.fn.__qualname__}>", "exec"), namespace
         )  # noqa: S102
@@ -161,7 +169,8 @@ class CompiledFunction:
             if entry.guard(*values):
                 self.cache.insert(0, self.cache.pop(index))
                 entry.hits += 1
-                return entry.run(*values)
+                result = entry.run(*values)
+                return result if type(result) is not Next else drive(self, result)
         if self.cache:
             failing = self.cache[0].guards.first_failing(
                 values, self.parameters, self.fn.__globals__, self.fn.__closure__
@@ -178,17 +187,25 @@ class CompiledFunction:
             )
             return self._eager(values)
         try:
-            entry = compile_entry(self.fn, self.parameters, values, self.backend, self.root)
-        except Break as stop:
-            self.breaks.append(stop)
-            if self.fullgraph:
-                raise CompileError(
-                    f"fxloom.compile(fullgraph=True) cannot capture {self.fn.__qualname__}:\n  {stop.message()}"
-                ) from None
-            self.eager_reason = f"graph break: {stop.message()}"
+            entry, stop = compile_entry(self.fn, self.parameters, values, self.backend, self.root)
+        except Break as error:
+            self._refuse(error)
+            self.breaks.append(error)
+            self.eager_reason = f"graph break: {error.message()}"
             return self._eager(values)
+        if stop is not None:
+            self._refuse(stop)
+            self.breaks.append(stop)
         self.cache.insert(0, entry)
-        return entry.run(*values)
+        result = entry.run(*values)
+        return result if type(result) is not Next else drive(self, result)
+
+    def _refuse(self, stop: Break) -> None:
+        if self.fullgraph:
+            raise CompileError(
+                f"fxloom.compile(fullgraph=True) cannot capture {self.fn.__qualname__}:\n"
+                f"  {stop.message()}"
+            ) from None
 
     def _eager(self, values: tuple) -> Any:
         args, kwargs = _unbind(self.fn, self.parameters, values)
@@ -205,7 +222,8 @@ class CompiledFunction:
         """The generated Python of every cache entry: guard, run and graph, with the user's
         file:line beside each graph statement."""
         parts = []
-        for number, entry in enumerate(self.cache):
+        entries = [*self.cache, *(piece for pieces in self.pieces.values() for piece in pieces)]
+        for number, entry in enumerate(entries):
             graph_code = entry.graph_module.graph.python_code("self", verbose=True).src
             parts.append(
                 f"# ---- entry {number}: {self.fn.__qualname__}\n{entry.guard_source}\n{entry.run_source}\n# GRAPH:\n{graph_code}"

@@ -28,14 +28,14 @@ from fxloom import pytree
 from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction handlers
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.guards import GuardSet, global_state
-from fxloom.bytecode.interpreter import Frame, Interpreter
+from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
 from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
 from fxloom.bytecode.sources import Local, local_name
 from fxloom.graph_module import GraphModule
 from fxloom.values.capturing import capturing
 from fxloom.values.stand_in import StandIn
 
-__all__ = ["CacheEntry", "compile_entry"]
+__all__ = ["CacheEntry", "Next", "Start", "compile_entry"]
 
 
 @dataclass
@@ -53,38 +53,58 @@ class CacheEntry:
     parameters: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where an entry starts: the function's first instruction (a call), or, after a graph
+    break, instruction ``index`` with ``stack_depth`` values on the stack (the last
+    ``stack_depth`` of the entry's parameters)."""
+
+    index: int = 0
+    stack_depth: int = 0
+
+
+class Next:
+    """What a piece that ends at a graph break returns: continue at instruction ``index``
+    (the break's own, which the driver runs as Python) with these locals and stack."""
+
+    __slots__ = ("index", "locals", "stack")
+
+    def __init__(self, index: int, local_values: dict[str, Any], stack: list[Any]) -> None:
+        self.index = index
+        self.locals = local_values
+        self.stack = stack
+
+
 def compile_entry(
     fn: types.FunctionType,
     parameters: Sequence[str],
     values: Sequence[Any],
     backend: Callable[[GraphModule, list], Callable[..., Any]],
     root: torch.nn.Module | None,
-) -> CacheEntry:
-    """Interpret ``fn`` on the call's argument ``values`` (in ``parameters`` order) and build
-    its cache entry. Raises ``Break`` where it cannot capture the whole function."""
+    start: Start = Start(),
+) -> tuple[CacheEntry, Break | None]:
+    """Interpret ``fn`` from ``start`` on the real ``values`` of ``parameters`` and build a
+    cache entry, with the graph break it stops at (None: it runs to the return). Raises
+    ``Break`` where no piece can be captured (the function runs as Python from there)."""
     started = time.perf_counter()
-    recording = Recording(root, parameters[0] if root is not None else None)
-    interp = Interpreter(recording)
-    frame = _entry_frame(fn, recording, parameters, values)
-    state = global_state()
+    stop: Break | None = None
     try:
-        with capturing("bytecode"):
-            result = interp.run(frame)
-    finally:
-        torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
-    outputs, rebuild = _returned(recording, result)
+        recording, outcome = _interpret(fn, parameters, values, root, start, None)
+    except Break as error:
+        if error.top_index is None or not _splittable(fn):
+            raise
+        stop = error
+        recording, outcome = _interpret(fn, parameters, values, root, start, error.top_index)
     namespace = _namespace(fn, recording)
-    replay = _replayed_writes(recording, outputs, namespace)
-    graph_module = recording.graph.finish(outputs, f"Compiled_{fn.__name__}")
-    run_source, read_inputs = _run_source(recording, parameters, rebuild, replay)
-    example_inputs = eval(
-        f"({read_inputs},)", {**namespace, **dict(zip(map(local_name, parameters), values))}
-    )  # noqa: S307
-    namespace["GRAPH"] = backend(graph_module, list(example_inputs))
-    namespace["RETURNED"] = rebuild
+    emitter = _Emitter(recording, namespace)
+    run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
+    graph_module = recording.graph.finish(emitter.outputs, f"Compiled_{fn.__name__}")
+    arguments = dict(zip(map(local_name, parameters), values))
+    example_inputs = eval(f"[{read_inputs}]", {**namespace, **arguments})  # noqa: S307
+    namespace["GRAPH"] = backend(graph_module, example_inputs)
     exec(compile(run_source, f"<fxloom run {fn.__qualname__}>", "exec"), namespace)  # noqa: S102
     guards = recording.guards
-    return CacheEntry(
+    entry = CacheEntry(
         guard=guards.compile(parameters, fn.__globals__, fn.__closure__),
         run=namespace["run"],
         graph_module=graph_module,
@@ -94,15 +114,40 @@ def compile_entry(
         seconds=time.perf_counter() - started,
         parameters=tuple(parameters),
     )
+    return entry, stop
 
 
-def _entry_frame(
-    fn: types.FunctionType, recording: Recording, parameters: Sequence[str], values: Sequence[Any]
+def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
+    recording = Recording(root, fn.__code__.co_varnames[0] if root is not None else None)
+    interp = Interpreter(recording)
+    frame = _start_frame(fn, recording, parameters, values, start)
+    state = global_state()
+    try:
+        with capturing("bytecode"):
+            return recording, interp.run(frame, stop_at)
+    finally:
+        torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
+
+
+def _splittable(fn: types.FunctionType) -> bool:
+    """Whether a graph break can split ``fn`` into pieces: its own cells (variables closures
+    capture) are made per call and cannot cross from one piece to the next yet."""
+    return not fn.__code__.co_cellvars
+
+
+def _start_frame(
+    fn: types.FunctionType,
+    recording: Recording,
+    parameters: Sequence[str],
+    values: Sequence[Any],
+    start: Start,
 ) -> Frame:
+    local_count = len(parameters) - start.stack_depth
     local_values = {}
-    variadic = _variadic(fn)
-    for name, value in zip(parameters, values):
-        if recording.root is not None and name == parameters[0]:
+    variadic = _variadic(fn) if start.index == 0 else set()
+    root_name = recording.root_source.name if recording.root_source is not None else None
+    for name, value in zip(parameters[:local_count], values):
+        if name == root_name:
             recording.guards.identity(Local(name), value)
             local_values[name] = value
         elif name in variadic:  # made by Python for this call: the program's own container
@@ -117,7 +162,11 @@ def _entry_frame(
         cells[name] = recording.built(cell)
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         cells[name] = cell
-    return Frame(fn, local_values, cells)
+    frame = Frame(fn, local_values, cells)
+    frame.ip = start.index
+    for name, value in zip(parameters[local_count:], values[local_count:]):
+        frame.stack.append(value if value is NULL else recording.read(value, Local(name)))
+    return frame
 
 
 def _variadic(fn: types.FunctionType) -> set[str]:
@@ -133,116 +182,106 @@ def _variadic(fn: types.FunctionType) -> set[str]:
     return names
 
 
-# ------------------------------------------------------------------ the value returned
-@dataclass(frozen=True)
-class _Returned:
-    """How ``run`` rebuilds the return value: pytree leaves, each an output index or a constant."""
-
-    leaves: list[Any]  # int i: graph output i; _Constant(v): v itself
-    spec: Any
-    inline: str | None  # the same, as one Python expression over ``out``, where plain
+# ------------------------------------------------------------------ values after the graph
+_BOUND_BUILTIN = (types.BuiltinMethodType, types.MethodWrapperType)
 
 
-@dataclass(frozen=True)
-class _Constant:
-    value: Any
+class _Emitter:
+    """Python expressions, over the graph's outputs ``out`` and the entry's arguments, for the
+    values the program holds after the graph: what it returns, the attributes it assigned,
+    and (at a graph break) its locals and stack. Stand-ins become graph outputs (each once);
+    plain containers are built inline, registered pytree containers (model outputs, caches)
+    rebuilt from their leaves; values read from outside are read again by their source."""
 
+    def __init__(self, recording: Recording, namespace: dict[str, Any]) -> None:
+        self.recording = recording
+        self.namespace = namespace
+        self.outputs: list[StandIn] = []
+        self._position: dict[int, int] = {}
 
-def _returned(recording: Recording, result: Any) -> tuple[list[Any], _Returned]:
-    """The graph's outputs (stand-ins, each once) and how to rebuild the return value."""
-    outputs: list[Any] = []
-    position: dict[int, int] = {}
-
-    def output_index(value: StandIn) -> int:
-        index = position.setdefault(id(value), len(outputs))
-        if index == len(outputs):
-            outputs.append(value)
-        return index
-
-    leaves, spec = pytree.tree_flatten(result)
-    marked: list[Any] = []
-    for leaf in leaves:
-        if isinstance(leaf, StandIn):
-            marked.append(output_index(leaf))
-        elif id(leaf) in recording.created and type(leaf) not in CONSTANT_TYPES:
-            raise Break(
-                "return-object", f"the function returns a {type(leaf).__qualname__} it made"
-            )
-        else:
-            marked.append(_Constant(leaf))
-    return outputs, _Returned(marked, spec, _inline(result, position))
-
-
-def _inline(value: Any, position: dict[int, int]) -> str | None:
-    """``value`` as a Python expression over ``out``, or None where it is not plain."""
-    if isinstance(value, StandIn):
-        return f"out[{position[id(value)]}]"
-    kind = type(value)
-    if kind is tuple or kind is list:
-        items = [_inline(item, position) for item in value]
-        if None in items:
-            return None
-        text = ", ".join(items)  # type: ignore[arg-type]
-        if kind is list:
-            return f"[{text}]"
-        return f"({text},)" if len(items) == 1 else f"({text})"
-    if kind is dict and all(type(key) is str for key in value):
-        items = {key: _inline(item, position) for key, item in value.items()}
-        if None in items.values():
-            return None
-        return "{" + ", ".join(f"{key!r}: {text}" for key, text in items.items()) + "}"
-    if value is None or kind in (bool, int, str):
-        return repr(value)
-    return None
-
-
-def _replayed_writes(
-    recording: Recording, outputs: list[Any], namespace: dict[str, Any]
-) -> list[str]:
-    """Statements that assign, after the graph, the attributes the program assigned on
-    objects from outside (their final values; tensors become graph outputs)."""
-    statements = []
-    for owner, name, value in recording.writes.values():
-        target = recording.source_of(owner)
+    def expr(self, value: Any) -> str:
         if isinstance(value, StandIn):
-            outputs.append(value)
-            expr = f"out[{len(outputs) - 1}]"
-        elif type(value) in CONSTANT_TYPES and (value is None or type(value) in (bool, int, str)):
-            expr = repr(value)
-        elif recording.source_of(value) is not None:
-            expr = recording.source_of(value).expr
-        elif id(value) in recording.created:
+            source = self.recording.graph.source_of_input.get(id(value))
+            if source is not None:  # an input passed through: read it again, no graph output
+                return source.expr
+            index = self._position.setdefault(id(value), len(self.outputs))
+            if index == len(self.outputs):
+                self.outputs.append(value)
+            return f"out[{index}]"
+        kind = type(value)
+        if value is None or kind is bool or kind is int or kind is str:
+            return repr(value)
+        source = self.recording.source_of(value)
+        if source is not None and id(value) not in self.recording.created:
+            return source.expr
+        if kind in _BOUND_BUILTIN and isinstance(value.__self__, StandIn):  # x.item, x.size
+            return f"{self.expr(value.__self__)}.{value.__name__}"
+        if kind is types.MethodType:
+            return f"METHOD({self.expr(value.__func__)}, {self.expr(value.__self__)})"
+        if kind is tuple or kind is list:
+            items = [self.expr(item) for item in value]
+            if kind is list:
+                return "[" + ", ".join(items) + "]"
+            return "(" + "".join(f"{item}, " for item in items) + ")"
+        if kind is dict:
+            pairs = (f"{self.constant(key)}: {self.expr(item)}" for key, item in value.items())
+            return "{" + ", ".join(pairs) + "}"
+        if pytree.registered_container(kind) is not None or pytree.container_type(kind) is not None:
+            leaves, spec = pytree.tree_flatten(value)
+            if not (len(leaves) == 1 and leaves[0] is value):
+                items = ", ".join(self.expr(leaf) for leaf in leaves)
+                return f"UNFLATTEN([{items}], {self.constant(spec)})"
+        if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
             raise Break(
-                "outside-mutation",
-                f"{target.text}.{name} is assigned a {type(value).__name__} the program made",
+                "return-object",
+                f"a {kind.__qualname__} the program made is live after the graph",
             )
-        else:
-            expr = f"W{len(namespace)}"
-            namespace[expr] = value
-        statements.append(f"setattr({target.expr}, {name!r}, {expr})")
-    return statements
+        return self.constant(value)
+
+    def constant(self, value: Any) -> str:
+        if value is None or type(value) in (bool, int, str):
+            return repr(value)
+        name = f"V{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def effects(self) -> list[str]:
+        """Statements run after the graph: the program's deferred Python output (``print``,
+        logging, warnings) in order, then its assignments to outside objects' attributes."""
+        statements = []
+        for fn, args, kwargs in self.recording.deferred:
+            arguments = [self.expr(arg) for arg in args]
+            arguments += [f"**{{{key!r}: {self.expr(arg)}}}" for key, arg in kwargs.items()]
+            statements.append(f"{self.constant(fn)}({', '.join(arguments)})")
+        for owner, name, value in self.recording.writes.values():
+            target = self.recording.source_of(owner)
+            statements.append(f"setattr({target.expr}, {name!r}, {self.expr(value)})")
+        return statements
 
 
 def _run_source(
-    recording: Recording, parameters: Sequence[str], returned: _Returned, replay: list[str]
+    recording: Recording, parameters: Sequence[str], emitter: _Emitter, outcome: Any
 ) -> tuple[str, str]:
     arguments = ", ".join(local_name(name) for name in parameters)
+    writes = "".join(f"    {statement}\n" for statement in emitter.effects())
+    if isinstance(outcome, Stopped):
+        frame = outcome.frame
+        local_values = (
+            "{"
+            + ", ".join(f"{name!r}: {emitter.expr(value)}" for name, value in frame.locals.items())
+            + "}"
+        )
+        stack = "[" + ", ".join(emitter.expr(value) for value in frame.stack) + "]"
+        result = f"NEXT({frame.ip}, {local_values}, {stack})"
+    else:
+        result = emitter.expr(outcome)
     read_inputs = ", ".join(source.expr for source in recording.graph.inputs)
-    body = returned.inline if returned.inline is not None else "_rebuild(out, RETURNED)"
-    writes = "".join(f"    {statement}\n" for statement in replay)
-    source = f"def run({arguments}):\n    out = GRAPH({read_inputs})\n{writes}    return {body}\n"
+    graph_call = f"    out = GRAPH({read_inputs})\n" if emitter.outputs or read_inputs else ""
+    source = f"def run({arguments}):\n{graph_call}{writes}    return {result}\n"
     return source, read_inputs
 
 
-def _rebuild(out: Sequence[Any], returned: _Returned) -> Any:
-    values = [leaf.value if type(leaf) is _Constant else out[leaf] for leaf in returned.leaves]
-    return pytree.tree_unflatten(values, returned.spec)
-
-
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
-    return {
-        "G": fn.__globals__,
-        "C": fn.__closure__ or (),
-        "MODULES": sys.modules,
-        "_rebuild": _rebuild,
-    }
+    return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules,
+            "UNFLATTEN": pytree.tree_unflatten, "NEXT": Next,
+            "METHOD": types.MethodType}  # fmt: skip

@@ -46,6 +46,7 @@ class GraphBuilder:
     def __init__(self) -> None:
         self.graph = Graph()
         self.inputs: list[Source] = []  # graph input i is read from inputs[i] at call time
+        self.source_of_input: dict[int, Source] = {}  # id(stand-in of an input) -> its source
         self.modules: dict[str, torch.nn.Module] = {}  # call_module targets, held by reference
         self.constants: dict[str, torch.Tensor] = {}  # get_attr targets, held by reference
         self.where: tuple[tuple[types.CodeType, int], ...] = ()  # the interpreter's frames
@@ -67,6 +68,7 @@ class GraphBuilder:
             node = self.graph.placeholder(name)
             stand_in = self._register(StandIn.like(tensor), node)
             self.inputs.append(source)
+            self.source_of_input[id(stand_in)] = source
             self._remember(tensor, stand_in)
         return stand_in
 

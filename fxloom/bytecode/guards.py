@@ -37,7 +37,7 @@ import torch
 
 from fxloom.bytecode.sources import Source, local_name
 
-__all__ = ["Guard", "GuardSet", "module_epoch", "global_state"]
+__all__ = ["Guard", "GuardSet", "module_epoch", "global_state", "watch_modules"]
 
 # Cheapest first: identities and exact types, then tensor metadata, then values and lengths.
 _IDENTITY, _TENSOR, _VALUE, _STRUCTURE = range(4)
@@ -49,13 +49,22 @@ def _bump_epoch(*_: Any) -> None:
     _EPOCH[0] += 1
 
 
-torch.nn.modules.module.register_module_parameter_registration_hook(_bump_epoch)
-torch.nn.modules.module.register_module_buffer_registration_hook(_bump_epoch)
-torch.nn.modules.module.register_module_module_registration_hook(_bump_epoch)
+_WATCHING: list[bool] = []
+
+
+def watch_modules() -> None:
+    """Count module structure changes from now on (torch's global registration hooks; done
+    by the first ``fxloom.compile``, so importing fxloom changes nothing in torch)."""
+    if not _WATCHING:
+        torch.nn.modules.module.register_module_parameter_registration_hook(_bump_epoch)
+        torch.nn.modules.module.register_module_buffer_registration_hook(_bump_epoch)
+        torch.nn.modules.module.register_module_module_registration_hook(_bump_epoch)
+        _WATCHING.append(True)
 
 
 def module_epoch() -> int:
-    """How many times any module registered a parameter, buffer or submodule so far."""
+    """How many times any module registered a parameter, buffer or submodule since
+    ``watch_modules``."""
     return _EPOCH[0]
 
 

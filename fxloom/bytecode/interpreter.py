@@ -25,10 +25,9 @@ from typing import Any
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.instructions import decode
-from fxloom.bytecode.recording import Recording
 from fxloom.source_location import SourceLocation
 
-__all__ = ["Frame", "Interpreter", "NULL", "Returned", "HANDLERS", "handles"]
+__all__ = ["Frame", "Interpreter", "NULL", "Returned", "Stopped", "HANDLERS", "handles"]
 
 MAX_DEPTH = 64  # inlined calls deeper than this break (recursion is rarely meant to unroll)
 
@@ -99,39 +98,71 @@ class Frame:
         return SourceLocation(self.code.co_filename, line, self.code.co_name, text)
 
 
-class Interpreter:
-    """Interprets frames for one compilation (``recording`` collects the graph and guards)."""
+class Stopped:
+    """``run`` reached its ``stop_at`` instruction: the frame holds the state just before it."""
 
-    def __init__(self, recording: Recording) -> None:
+    __slots__ = ("frame",)
+
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
+
+
+class Interpreter:
+    """Interprets frames for one compilation (``recording`` collects the graph and guards).
+
+    ``native=True`` makes an interpreter that runs instructions on real values and calls
+    every callee natively: how the driver executes a graph break's own instruction, and the
+    rest of a function whose next piece cannot be captured (``fxloom.bytecode.driver``).
+    """
+
+    def __init__(self, recording: Any, native: bool = False) -> None:
         self.recording = recording
+        self.native = native
         self.frames: list[Frame] = []
 
-    def run(self, frame: Frame) -> Any:
-        """Interpret ``frame`` to its return value."""
+    def run(self, frame: Frame, stop_at: int | None = None) -> Any:
+        """Interpret ``frame`` to its return value, or (top frame only) to instruction
+        ``stop_at``, returning ``Stopped``. A ``Break`` leaving the top frame carries the index
+        of the top frame's instruction it happened in (``top_index``)."""
         if len(self.frames) >= MAX_DEPTH:
             raise Break("inline-depth", f"{frame.code.co_name} is call number {MAX_DEPTH} deep")
         self.frames.append(frame)
+        is_top = len(self.frames) == 1
         instructions = frame.instructions
         try:
             while True:
-                instruction = instructions[frame.ip]
-                frame.ip += 1
-                if instruction.line is not None:
-                    frame.line = instruction.line
-                handler = HANDLERS.get(instruction.op)
-                if handler is None:
-                    raise Break(
-                        "unsupported-instruction", f"{instruction.op} in {frame.code.co_name}"
-                    )
-                result = handler(self, frame, instruction)
+                if frame.ip == stop_at and is_top:
+                    return Stopped(frame)
+                result = self.step(frame, instructions[frame.ip])
                 if result is not None:
                     return result.value
         except Break as stop:
             if stop.where is None:
                 stop.where = frame.location()
+            if is_top:
+                stop.top_index = frame.ip - 1
             raise
         finally:
             self.frames.pop()
+
+    def step(self, frame: Frame, instruction: Any) -> Returned | None:
+        """Execute one instruction of ``frame`` (whose ``ip`` points at it)."""
+        frame.ip += 1
+        if instruction.line is not None:
+            frame.line = instruction.line
+        handler = HANDLERS.get(instruction.op)
+        if handler is None:
+            raise Break("unsupported-instruction", f"{instruction.op} in {frame.code.co_name}")
+        try:
+            return handler(self, frame, instruction)
+        except Break:
+            raise
+        except Exception as err:
+            if self.native:
+                raise
+            # The program itself raised (a failed lookup, a bad argument...): capture cannot
+            # follow it; the function runs as Python, where it raises for the user.
+            raise Break("exception", f"{type(err).__name__}: {err}") from err
 
     def where(self) -> tuple[tuple[types.CodeType, int | None], ...]:
         """The interpreted frames, outermost first, as (code, line): nodes' stack traces."""

@@ -77,6 +77,8 @@ class Recording:
         self._sources: dict[int, Source] = {}
         # (id(owner), name) -> (owner, name, value): attributes of outside objects assigned
         self.writes: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+        # (function, args, kwargs): Python output (print, logging, warnings) run after the graph
+        self.deferred: list[tuple[Any, tuple, dict]] = []
         self._alive: list[Any] = []
         self._copies: set[int] = set()  # containers copied from outside (mutating them: a break)
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path

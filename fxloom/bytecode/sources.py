@@ -20,6 +20,7 @@ Depends on nothing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,11 @@ __all__ = ["Attr", "Cell", "Global", "Item", "Local", "Source", "module_source",
 
 
 def local_name(name: str) -> str:
-    """The parameter name of argument ``name`` in generated functions (never a builtin's)."""
-    return f"L_{name}"
+    """The parameter name of local ``name`` in generated functions (never a builtin's; the
+    hidden ``.0`` of comprehensions and the stack slots ``stack[i]`` made identifiers)."""
+    if name.isidentifier():
+        return f"L_{name}"
+    return "S_" + re.sub(r"\W", "_", name)
 
 
 @dataclass(frozen=True, slots=True)

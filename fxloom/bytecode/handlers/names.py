@@ -108,6 +108,8 @@ def load_attr(interp, frame, instruction):
 
 def attribute(interp, owner: Any, name: str) -> Any:
     """``owner.name`` as the program sees it (a property of a Python class is inlined)."""
+    if interp.native:
+        return getattr(owner, name)
     if isinstance(owner, StandIn):
         value = _native_getattr(owner, name)
         if isinstance(value, StandIn):  # .T, .mT, .real, .grad...: a tensor-valued attribute
