@@ -264,8 +264,13 @@ def _holds_stand_in_result(result: Any) -> bool:
     )
 
 
+# Python code in torch that changes global state rather than computing tensors: interpreted,
+# so the state switch it makes (``torch._C._set_grad_enabled``) is recorded.
+_INTERPRETED_TORCH_MODULES = frozenset(("torch.autograd.grad_mode", "torch.utils._contextlib"))
+
+
 def _is_torch(fn: Any) -> bool:
-    if isinstance(fn, type):
+    if isinstance(fn, type) or getattr(fn, "__module__", None) in _INTERPRETED_TORCH_MODULES:
         return False
     module = getattr(fn, "__module__", None)
     if module is None:
@@ -406,7 +411,17 @@ DEFERRED_OUTPUT = (
 )
 
 
+def _set_grad_enabled(interp: Interpreter, args: tuple, kwargs: dict) -> None:
+    """Grad mode switched inside the function (``with torch.no_grad():``): recorded, so the
+    graph switches it too, and switched now, so what is recorded next sees it."""
+    graph = interp.recording.graph
+    graph.where = interp.where()
+    graph.record_effect(torch._C._set_grad_enabled, args)
+    torch._C._set_grad_enabled(*args, **kwargs)
+
+
 SPECIAL: dict[Any, Any] = {
     builtins.super: _super,
+    torch._C._set_grad_enabled: _set_grad_enabled,
     **{fn: _deferred(fn) for fn in DEFERRED_OUTPUT},
 }

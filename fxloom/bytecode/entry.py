@@ -15,6 +15,7 @@ Depends on ``fxloom.bytecode`` (interpreter, calls, recording, handlers), the IR
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 import time
 import types
@@ -184,6 +185,7 @@ def _variadic(fn: types.FunctionType) -> set[str]:
 
 # ------------------------------------------------------------------ values after the graph
 _BOUND_BUILTIN = (types.BuiltinMethodType, types.MethodWrapperType)
+_NOT_IDENTIFIER = re.compile(r"\W")
 
 
 class _Emitter:
@@ -241,7 +243,8 @@ class _Emitter:
     def constant(self, value: Any) -> str:
         if value is None or type(value) in (bool, int, str):
             return repr(value)
-        name = f"V{len(self.namespace)}"
+        label = getattr(value, "__name__", None) or type(value).__name__
+        name = f"{_NOT_IDENTIFIER.sub('_', label)}_{len(self.namespace)}"
         self.namespace[name] = value
         return name
 

@@ -100,6 +100,10 @@ class GraphBuilder:
         )
         return self._result(node, result)
 
+    def record_effect(self, target: Any, args: tuple) -> None:
+        """Record a call the graph makes for its effect on global state (no value)."""
+        self._stamped(self.graph.call_function(target, self.argument(args)))
+
     def argument(self, value: Any) -> Any:
         """``value`` as a node argument: stand-ins and real tensors become nodes."""
         kind = type(value)

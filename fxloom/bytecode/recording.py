@@ -32,6 +32,7 @@ Depends on ``fxloom.bytecode.guards``, ``graph_builder``, ``sources`` and torch.
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
 
@@ -169,6 +170,9 @@ class Recording:
         source = self.source_of(owner)
         if source is None:
             return self.graph.adopt(value)
+        if type(owner) is types.ModuleType and _is_library(owner) and isinstance(value, _CODE):
+            self._remember(value, Attr(source, name))  # library code is taken as it is
+            return value
         if isinstance(value, torch.Tensor | torch.nn.Module) and self.root_source is not None:
             path = self._root_paths.get(id(value))
             if path is not None:
@@ -224,3 +228,13 @@ class Recording:
     def _remember(self, value: Any, source: Source) -> None:
         self._sources.setdefault(id(value), source)
         self._alive.append(value)
+
+
+# Functions, classes and modules of these packages are not guarded when read from their
+# module: rebinding ``torch.relu`` between calls is not something programs do.
+_LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "transformers", "numpy", "fxloom"}
+_CODE = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
+
+
+def _is_library(module: types.ModuleType) -> bool:
+    return module.__name__.partition(".")[0] in _LIBRARIES
