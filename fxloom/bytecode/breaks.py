@@ -64,6 +64,10 @@ BREAKS: dict[str, BreakKind] = {
         "the function returns an object holding tensors that is not a registered pytree node",
         "return tuples, lists, dicts or dataclasses registered with torch.utils._pytree",
     ),
+    "loop-step": BreakKind(
+        "the next step of a for loop whose body has a graph break",
+        "nothing to do: each step is taken as Python and the body's pieces are reused",
+    ),
     "inline-depth": BreakKind(
         "calls nest deeper than fxloom.compile inlines",
         "mark the deep helper with fxloom.compile's backend outside the region",

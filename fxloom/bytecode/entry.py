@@ -29,6 +29,7 @@ from fxloom import pytree
 from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction handlers
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.guards import GuardSet, global_state
+from fxloom.bytecode.handlers.control import ListIterator
 from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
 from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
 from fxloom.bytecode.sources import Local, local_name
@@ -218,6 +219,9 @@ class _Emitter:
             return source.expr
         if kind in _BOUND_BUILTIN and isinstance(value.__self__, StandIn):  # x.item, x.size
             return f"{self.expr(value.__self__)}.{value.__name__}"
+        if kind is ListIterator:
+            items = ", ".join(self.expr(item) for item in value.items)
+            return f"LIST_ITER([{items}], {value.position})"
         if kind is types.MethodType:
             return f"METHOD({self.expr(value.__func__)}, {self.expr(value.__self__)})"
         if kind is tuple or kind is list:
@@ -287,4 +291,4 @@ def _run_source(
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
     return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules,
             "UNFLATTEN": pytree.tree_unflatten, "NEXT": Next,
-            "METHOD": types.MethodType}  # fmt: skip
+            "METHOD": types.MethodType, "LIST_ITER": ListIterator}  # fmt: skip

@@ -159,10 +159,23 @@ class Interpreter:
             raise
         except Exception as err:
             if self.native:
-                raise
+                return self.route(frame, instruction, err)
             # The program itself raised (a failed lookup, a bad argument...): capture cannot
             # follow it; the function runs as Python, where it raises for the user.
             raise Break("exception", f"{type(err).__name__}: {err}") from err
+
+    def route(self, frame: Frame, instruction: Any, error: Exception) -> None:
+        """Send ``error`` to the handler the exception table names for ``instruction`` (the
+        program's ``except``, ``finally`` or ``with`` exit), or raise it on."""
+        handler = instruction.handler
+        if handler is None:
+            raise error
+        del frame.stack[handler.depth :]
+        if handler.lasti:
+            frame.stack.append(instruction.offset)
+        frame.stack.append(error)
+        frame.ip = handler.target
+        return None
 
     def where(self) -> tuple[tuple[types.CodeType, int | None], ...]:
         """The interpreted frames, outermost first, as (code, line): nodes' stack traces."""

@@ -204,7 +204,10 @@ class Recording:
         return self.graph.input(source, tensor)
 
     def _module(self, module: torch.nn.Module, source: Source) -> torch.nn.Module:
-        if self._root_paths.get(id(module)) is None:  # not part of the root: by identity
+        path = self._root_paths.get(id(module))
+        if path is None or source != module_source(self.root_source, path):
+            # Not reached by its own path under the root (another module, or one handed on
+            # by a piece before a graph break): by identity.
             self.guards.identity(source, module)
             self._remember(module, source)
         return module

@@ -10,6 +10,7 @@ from fxloom.bytecode.handlers import (  # noqa: F401 - imported to register
     calling,
     containers,
     control,
+    exceptions,
     generators,
     names,
     operators,

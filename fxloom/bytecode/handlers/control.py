@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import record
 from fxloom.bytecode.interpreter import handles
@@ -78,17 +80,58 @@ def unary_not(interp, frame, instruction):
     frame.stack.append(not truth(frame.stack.pop()))
 
 
+class ListIterator:
+    """A for loop's iterator over items known when the loop starts (a list, a range, a
+    dict's keys, ``enumerate``/``zip`` of such): the program's own, so a graph break inside
+    the loop can hand the remaining items to the next piece (``LIST_ITER(items, position)``)."""
+
+    __slots__ = ("items", "position")
+
+    def __init__(self, items: list, position: int = 0) -> None:
+        self.items = items
+        self.position = position
+
+    def __iter__(self) -> ListIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self.position >= len(self.items):
+            raise StopIteration
+        self.position += 1
+        return self.items[self.position - 1]
+
+
+# Iterables whose items can be listed when the loop starts, without running user code.
+_LISTED = (list, tuple, range, dict, str, bytes, set, frozenset, type({}.keys()),
+           type({}.values()), type({}.items()), enumerate, zip, reversed,
+           type(iter([])), type(iter(())), type(iter(range(0))))  # fmt: skip
+
+
 @handles("GET_ITER")
 def get_iter(interp, frame, instruction):
     value = frame.stack.pop()
-    if isinstance(value, StandIn):
+    if interp.native:
+        frame.stack.append(iter(value))
+        return
+    if isinstance(value, StandIn):  # iterating a tensor: its rows
         value = record(interp, "call_method", "unbind", (value, 0), {})
-    frame.stack.append(iter(value))
+    elif isinstance(value, torch.nn.ModuleList | torch.nn.Sequential | torch.nn.ModuleDict):
+        value = list(value)
+    elif isinstance(value, ListIterator):
+        frame.stack.append(value)
+        return
+    elif not isinstance(value, _LISTED):
+        raise Break("generator", f"a for loop over a {type(value).__qualname__}")
+    frame.stack.append(interp.recording.built(ListIterator(list(value))))
 
 
 @handles("FOR_ITER")
 def for_iter(interp, frame, instruction):
     iterator = frame.stack[-1]
+    if not interp.native and id(iterator) not in interp.recording.created:
+        # The loop's iterator came from the piece before a graph break: each step is taken
+        # as Python, so one piece serves every iteration (guarded on the item it gets).
+        raise Break("loop-step", "the next item of a for loop that a graph break interrupted")
     try:
         item = next(iterator)
     except StopIteration:

@@ -11,9 +11,7 @@ from fxloom.bytecode.interpreter import handles
 
 # op -> break kind
 STOPS = {
-    "RAISE_VARARGS": "exception", "RERAISE": "exception", "PUSH_EXC_INFO": "exception",
-    "POP_EXCEPT": "exception", "CHECK_EXC_MATCH": "exception", "CHECK_EG_MATCH": "exception",
-    "WITH_EXCEPT_START": "exception", "CLEANUP_THROW": "exception",
+    "CHECK_EG_MATCH": "exception", "CLEANUP_THROW": "exception",
     "SEND": "generator", "END_SEND": "generator", "GET_AWAITABLE": "generator",
     "GET_AITER": "generator", "GET_ANEXT": "generator", "BEFORE_ASYNC_WITH": "generator",
     "END_ASYNC_FOR": "generator", "GET_YIELD_FROM_ITER": "generator",
