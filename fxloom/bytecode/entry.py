@@ -232,11 +232,11 @@ class _Emitter:
         if kind is dict:
             pairs = (f"{self.constant(key)}: {self.expr(item)}" for key, item in value.items())
             return "{" + ", ".join(pairs) + "}"
-        if pytree.registered_container(kind) is not None or pytree.container_type(kind) is not None:
-            leaves, spec = pytree.tree_flatten(value)
-            if not (len(leaves) == 1 and leaves[0] is value):
-                items = ", ".join(self.expr(leaf) for leaf in leaves)
-                return f"UNFLATTEN([{items}], {self.constant(spec)})"
+        container = pytree.container_type(kind)
+        if container is not None:  # one level: its children may be outside objects themselves
+            children, context = container.flatten(value)
+            items = ", ".join(self.expr(child) for child in children)
+            return f"{self.constant(container.unflatten)}([{items}], {self.constant(context)})"
         if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
             raise Break(
                 "return-object",
@@ -290,5 +290,5 @@ def _run_source(
 
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
     return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules,
-            "UNFLATTEN": pytree.tree_unflatten, "NEXT": Next,
+            "NEXT": Next,
             "METHOD": types.MethodType, "LIST_ITER": ListIterator}  # fmt: skip
