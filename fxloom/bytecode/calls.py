@@ -122,10 +122,10 @@ def call(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
         return _tensor_method(interp, fn.__self__, fn.__name__, args, kwargs)
     if kind is types.MethodDescriptorType and args and isinstance(args[0], StandIn):
         return _tensor_method(interp, args[0], fn.__name__, args[1:], kwargs)
-    if _is_torch(fn):
-        return _torch_function(interp, fn, args, kwargs)
     if isinstance(fn, torch.nn.Module):
         return _module(interp, fn, args, kwargs)
+    if _is_torch(fn):
+        return _torch_function(interp, fn, args, kwargs)
     if kind is types.FunctionType:
         if _runs_natively(fn) and not holds_stand_in(args, kwargs):
             return _native(interp, fn, args, kwargs)

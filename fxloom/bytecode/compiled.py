@@ -173,7 +173,11 @@ class CompiledFunction:
                 return result if type(result) is not Next else drive(self, result)
         if self.cache:
             failing = self.cache[0].guards.first_failing(
-                values, self.parameters, self.fn.__globals__, self.fn.__closure__
+                values,
+                self.parameters,
+                self.fn.__globals__,
+                self.fn.__closure__,
+                self.cache[0].held,
             )
             self.misses.append(failing.text if failing is not None else "unknown")
         if len(self.cache) >= self.recompile_limit:

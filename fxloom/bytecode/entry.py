@@ -53,6 +53,7 @@ class CacheEntry:
     seconds: float
     hits: int = 0
     parameters: tuple[str, ...] = field(default=())
+    held: dict[str, Any] = field(default_factory=dict)  # ``R``: the root's submodules by path
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def compile_entry(
     exec(compile(run_source, f"<fxloom run {fn.__qualname__}>", "exec"), namespace)  # noqa: S102
     guards = recording.guards
     entry = CacheEntry(
-        guard=guards.compile(parameters, fn.__globals__, fn.__closure__),
+        guard=guards.compile(parameters, fn.__globals__, fn.__closure__, recording.held),
         run=namespace["run"],
         graph_module=graph_module,
         guards=guards,
@@ -115,6 +116,7 @@ def compile_entry(
         run_source=run_source,
         seconds=time.perf_counter() - started,
         parameters=tuple(parameters),
+        held=recording.held,
     )
     return entry, stop
 
@@ -282,13 +284,17 @@ def _run_source(
         result = f"NEXT({frame.ip}, {local_values}, {stack})"
     else:
         result = emitter.expr(outcome)
-    read_inputs = ", ".join(source.expr for source in recording.graph.inputs)
+    held = recording.graph.held
+    read_inputs = ", ".join(
+        emitter.constant(held[index]) if index in held else source.expr
+        for index, source in enumerate(recording.graph.inputs)
+    )
     graph_call = f"    out = GRAPH({read_inputs})\n" if emitter.outputs or read_inputs else ""
     source = f"def run({arguments}):\n{graph_call}{writes}    return {result}\n"
     return source, read_inputs
 
 
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
-    return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules,
+    return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules, "R": recording.held,
             "NEXT": Next,
             "METHOD": types.MethodType, "LIST_ITER": ListIterator}  # fmt: skip

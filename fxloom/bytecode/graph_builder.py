@@ -47,6 +47,7 @@ class GraphBuilder:
         self.graph = Graph()
         self.inputs: list[Source] = []  # graph input i is read from inputs[i] at call time
         self.source_of_input: dict[int, Source] = {}  # id(stand-in of an input) -> its source
+        self.held: dict[int, torch.Tensor] = {}  # input index -> the parameter or buffer itself
         self.modules: dict[str, torch.nn.Module] = {}  # call_module targets, held by reference
         self.constants: dict[str, torch.Tensor] = {}  # get_attr targets, held by reference
         self.where: tuple[tuple[types.CodeType, int], ...] = ()  # the interpreter's frames
@@ -60,13 +61,17 @@ class GraphBuilder:
     def node_of(self, value: Any) -> Node | None:
         return self._node_of.get(id(value))
 
-    def input(self, source: Source, tensor: torch.Tensor) -> StandIn:
-        """The stand-in of a tensor read from ``source`` (one graph input per tensor)."""
+    def input(self, source: Source, tensor: torch.Tensor, held: bool = False) -> StandIn:
+        """The stand-in of a tensor read from ``source`` (one graph input per tensor).
+        ``held``: a parameter or buffer of the root, which the module epoch guard keeps the
+        same object, so the entry passes the object itself instead of reading the source."""
         stand_in = self._stand_in_of.get(id(tensor))
         if stand_in is None:
             name = _NOT_IDENTIFIER.sub("_", source.text)
             node = self.graph.placeholder(name)
             stand_in = self._register(StandIn.like(tensor), node)
+            if held:
+                self.held[len(self.inputs)] = tensor
             self.inputs.append(source)
             self.source_of_input[id(stand_in)] = source
             self._remember(tensor, stand_in)
@@ -129,6 +134,7 @@ class GraphBuilder:
 
     def finish(self, outputs: list[Any], class_name: str) -> GraphModule:
         self.graph.output(tuple(self.argument(value) for value in outputs))
+        self.graph.eliminate_dead_code()
         root: dict[str, Any] = {**self.modules, **self.constants}
         return GraphModule(root, self.graph, class_name)
 

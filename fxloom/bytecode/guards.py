@@ -194,9 +194,13 @@ class GuardSet:
         )
 
     def compile(
-        self, parameters: Sequence[str], globals_: dict, closure: tuple | None
+        self,
+        parameters: Sequence[str],
+        globals_: dict,
+        closure: tuple | None,
+        held: dict | None = None,
     ) -> Callable[..., bool]:
-        namespace = self._namespace(globals_, closure)
+        namespace = self._namespace(globals_, closure, held)
         exec(compile(self.source_code(parameters), "<fxloom guard>", "exec"), namespace)
         return namespace["guard"]
 
@@ -206,9 +210,10 @@ class GuardSet:
         parameters: Sequence[str],
         globals_: dict,
         closure: tuple | None,
+        held: dict | None = None,
     ) -> Guard | None:
         """The first guard that does not hold for ``arguments`` (None: all hold)."""
-        namespace = self._namespace(globals_, closure)
+        namespace = self._namespace(globals_, closure, held)
         namespace.update(zip((local_name(name) for name in parameters), arguments))
         for guard in self:
             try:
@@ -218,8 +223,15 @@ class GuardSet:
                 return guard
         return None
 
-    def _namespace(self, globals_: dict, closure: tuple | None) -> dict[str, Any]:
-        namespace: dict[str, Any] = {"G": globals_, "C": closure or (), "EPOCH": _EPOCH}
+    def _namespace(
+        self, globals_: dict, closure: tuple | None, held: dict | None
+    ) -> dict[str, Any]:
+        namespace: dict[str, Any] = {
+            "G": globals_,
+            "C": closure or (),
+            "EPOCH": _EPOCH,
+            "R": held or {},
+        }
         namespace["MODULES"] = sys.modules
         namespace["STATE"] = global_state
         namespace.update(zip((f"K{i}" for i in itertools.count()), self._constants))

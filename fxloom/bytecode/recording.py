@@ -41,7 +41,7 @@ import torch
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.graph_builder import GraphBuilder
 from fxloom.bytecode.guards import GuardSet
-from fxloom.bytecode.sources import Attr, Item, Local, Source, module_source
+from fxloom.bytecode.sources import Attr, Held, Item, Local, Source
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN"]
 
@@ -84,14 +84,18 @@ class Recording:
         self._copies: set[int] = set()  # containers copied from outside (mutating them: a break)
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
         self.root = root
+        self.held: dict[str, Any] = {}  # path -> submodule: ``R`` of generated code
         self.root_source = None if root_name is None else Local(root_name)
         if root is not None:
             for path, module in root.named_modules(remove_duplicate=False):
                 self._root_paths.setdefault(id(module), path)
+                self.held.setdefault(path, module)
             for path, tensor in root.named_parameters(remove_duplicate=False):
                 self._root_paths.setdefault(id(tensor), path)
+                self.held.setdefault(path, tensor)
             for path, tensor in root.named_buffers(remove_duplicate=False):
                 self._root_paths.setdefault(id(tensor), path)
+                self.held.setdefault(path, tensor)
 
     # ------------------------------------------------------------ sources
     def source_of(self, value: Any) -> Source | None:
@@ -99,7 +103,7 @@ class Recording:
         if source is None and self.root_source is not None:
             path = self._root_paths.get(id(value))
             if path is not None:
-                source = module_source(self.root_source, path)
+                source = Held(path)
         return source
 
     def root_path(self, module: torch.nn.Module) -> str | None:
@@ -176,7 +180,7 @@ class Recording:
         if isinstance(value, torch.Tensor | torch.nn.Module) and self.root_source is not None:
             path = self._root_paths.get(id(value))
             if path is not None:
-                return self.read(value, module_source(self.root_source, path))
+                return self.read(value, Held(path))
         return self.read(value, Attr(source, name))
 
     def read_item(self, container: Any, key: Any, value: Any) -> Any:
@@ -199,13 +203,13 @@ class Recording:
         if self.root_source is not None:
             path = self._root_paths.get(id(tensor))
             if path is not None:  # a parameter or buffer: read at call time, no value guard
-                return self.graph.input(module_source(self.root_source, path), tensor)
+                return self.graph.input(Held(path), tensor, held=True)
         self.guards.tensor(source, tensor)
         return self.graph.input(source, tensor)
 
     def _module(self, module: torch.nn.Module, source: Source) -> torch.nn.Module:
         path = self._root_paths.get(id(module))
-        if path is None or source != module_source(self.root_source, path):
+        if path is None or source != Held(path):
             # Not reached by its own path under the root (another module, or one handed on
             # by a piece before a graph break): by identity.
             self.guards.identity(source, module)

@@ -5,7 +5,8 @@ attribute of either, an item of a container, a closure cell) has a source. A sou
 as the expression that reads the same value again at call time, in the namespace of the
 generated guard and entry functions (``fxloom.bytecode.guards``): arguments are that
 function's parameters (``L_x``), globals come from the compiled function's globals (``G``),
-closure cells from its closure (``C``)::
+closure cells from its closure (``C``), the compiled module's own submodules from the
+entry's table of them (``R``)::
 
     >>> Attr(Attr(Local("self"), "config"), "n_head").expr
     "L_self.config.n_head"
@@ -24,7 +25,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Attr", "Cell", "Global", "Item", "Local", "Source", "module_source", "local_name"]
+__all__ = [
+    "Attr",
+    "Cell",
+    "Global",
+    "Held",
+    "Item",
+    "Local",
+    "Source",
+    "local_name",
+    "module_source",
+]
 
 
 def local_name(name: str) -> str:
@@ -131,6 +142,23 @@ class Item(Source):
     @property
     def text(self) -> str:
         return f"{self.base.text}[{self.key!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Held(Source):
+    """A submodule, parameter or buffer of the compiled module at ``path``, held by the entry
+    (``R[path]``): the guards on the root's identity and the module epoch keep it the same
+    object, so it is reached without walking ``self.blocks[0]...`` at every call."""
+
+    path: str
+
+    @property
+    def expr(self) -> str:
+        return f"R[{self.path!r}]"
+
+    @property
+    def text(self) -> str:
+        return f"self.{self.path}" if self.path else "self"
 
 
 def module_source(root: Source, path: str) -> Source:

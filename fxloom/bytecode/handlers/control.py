@@ -121,7 +121,15 @@ def get_iter(interp, frame, instruction):
         frame.stack.append(value)
         return
     elif not isinstance(value, _LISTED):
-        raise Break("generator", f"a for loop over a {type(value).__qualname__}")
+        # A Python iterable (a generator, a view class): its items listed by running it.
+        graph = interp.recording.graph
+        items = [graph.adopt(item) for item in value]
+        if any(isinstance(item, StandIn) and graph.node_of(item) is None for item in items):
+            raise Break(
+                "generator", f"a for loop over a {type(value).__qualname__} that makes tensors"
+            )
+        frame.stack.append(interp.recording.built(ListIterator(items)))
+        return
     frame.stack.append(interp.recording.built(ListIterator(list(value))))
 
 
