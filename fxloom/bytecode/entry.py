@@ -102,6 +102,7 @@ def compile_entry(
     emitter = _Emitter(recording, namespace)
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
     graph_module = recording.graph.finish(emitter.outputs, f"Compiled_{fn.__name__}")
+    graph_module.train(root.training if root is not None else False)  # as the program ran
     arguments = dict(zip(map(local_name, parameters), values))
     example_inputs = eval(f"[{read_inputs}]", {**namespace, **arguments})  # noqa: S307
     namespace["GRAPH"] = backend(graph_module, example_inputs)
