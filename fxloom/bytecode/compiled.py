@@ -41,24 +41,17 @@ from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
 from fxloom.bytecode.guards import watch_modules
 from fxloom.bytecode.sources import local_name
 
-__all__ = ["compile", "CompiledFunction", "CompiledModule", "BACKENDS"]
+__all__ = ["compile", "CompiledFunction", "CompiledModule", "BACKENDS", "eager_backend"]
 
 
-def _eager(graph_module, example_inputs):
+def eager_backend(graph_module: Any, example_inputs: list) -> Callable[..., Any]:
+    """The default backend: run the captured GraphModule's generated code."""
     return graph_module.forward
 
 
-def _onnxruntime(graph_module, example_inputs):
-    from fxloom.lower import lower
-
-    return lower(graph_module, tuple(example_inputs))
-
-
-# backend name -> backend(graph_module, example_inputs) -> callable
-BACKENDS: dict[str, Callable[..., Callable[..., Any]]] = {
-    "eager": _eager,
-    "onnxruntime": _onnxruntime,
-}
+# backend name -> backend(graph_module, example_inputs) -> callable. The frontend knows only
+# its own; ``fxloom.compile`` (the surface) adds the backends of the layers above it.
+BACKENDS: dict[str, Callable[..., Callable[..., Any]]] = {"eager": eager_backend}
 
 
 def compile(  # noqa: A001 - the documented name, as torch.compile
@@ -70,8 +63,8 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
 ) -> Any:
     """Compile ``fn_or_module`` on first call and on each cache miss; see the module docstring.
 
-    ``backend``: ``"eager"`` (run fxloom's GraphModule), ``"onnxruntime"`` (``fxloom.lower``)
-    or ``backend(graph_module, example_inputs) -> callable``. ``fullgraph=True``: a graph
+    ``backend``: ``"eager"`` (run fxloom's GraphModule) or ``backend(graph_module,
+    example_inputs) -> callable`` (``fxloom.compile`` also takes ``"onnxruntime"``). ``fullgraph=True``: a graph
     break raises ``CompileError`` naming the line and why, instead of running as Python.
     """
     if sys.version_info < (3, 11):
