@@ -39,7 +39,6 @@ from fxloom.bytecode.breaks import Break, CompileError
 from fxloom.bytecode.driver import drive
 from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
 from fxloom.bytecode.guards import watch_modules
-from fxloom.bytecode.sources import local_name
 
 __all__ = ["compile", "CompiledFunction", "CompiledModule", "BACKENDS", "eager_backend"]
 
@@ -135,20 +134,20 @@ class CompiledFunction:
         if self._bound_self is not None:
             parameters = parameters[1:]
         header = _header(parameters)
-        passed = ", ".join(local_name(name) for name in self.parameters)
-        bind_self = (
-            f"    {local_name(self.parameters[0])} = SELF\n" if self._bound_self is not None else ""
-        )
+        # The user's own parameter names (keywords bind by them); the namespace's names are
+        # ones no program uses.
+        passed = ", ".join(self.parameters)
+        bind_self = f"    {self.parameters[0]} = _fx_SELF\n" if self._bound_self is not None else ""
         source = (
             f"def dispatch({header}):\n{bind_self}"
-            f"    if CACHE and CACHE[0].guard({passed}):\n"
-            f"        result = CACHE[0].run({passed})\n"
-            f"        return result if type(result) is not NEXT else DRIVE(COMPILED, result)\n"
-            f"    return MISS({passed})\n"
+            f"    if _fx_CACHE and _fx_CACHE[0].guard({passed}):\n"
+            f"        result = _fx_CACHE[0].run({passed})\n"
+            f"        return result if type(result) is not _fx_NEXT else _fx_DRIVE(_fx_COMPILED, result)\n"
+            f"    return _fx_MISS({passed})\n"
         )
-        namespace = {"CACHE": self.cache, "MISS": self._miss, "SELF": self._bound_self,
-                     "DEFAULTS": [p.default for p in parameters], "NEXT": Next, "DRIVE": drive,
-                     "COMPILED": self}  # fmt: skip
+        namespace = {"_fx_CACHE": self.cache, "_fx_MISS": self._miss, "_fx_SELF": self._bound_self,
+                     "_fx_DEFAULTS": [p.default for p in parameters], "_fx_NEXT": Next,
+                     "_fx_DRIVE": drive, "_fx_COMPILED": self}  # fmt: skip
         exec(
             builtins.compile(source, f"<fxloom dispatch {self.fn.__qualname__}>", "exec"), namespace
         )  # noqa: S102
@@ -268,12 +267,12 @@ def _parameters(fn: types.FunctionType) -> tuple[str, ...]:
 
 
 def _header(parameters: list[inspect.Parameter]) -> str:
-    """A parameter list with the same binding rules, names prefixed, defaults from DEFAULTS."""
+    """A parameter list with the same names and binding rules, defaults from ``_fx_DEFAULTS``."""
     parts: list[str] = []
     saw_positional_only = saw_star = False
     for index, parameter in enumerate(parameters):
-        name = local_name(parameter.name)
-        default = "" if parameter.default is parameter.empty else f"=DEFAULTS[{index}]"
+        name = parameter.name
+        default = "" if parameter.default is parameter.empty else f"=_fx_DEFAULTS[{index}]"
         kind = parameter.kind
         if kind is parameter.POSITIONAL_ONLY:
             saw_positional_only = True

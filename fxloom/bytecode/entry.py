@@ -240,6 +240,11 @@ class _Emitter:
             children, context = container.flatten(value)
             items = ", ".join(self.expr(child) for child in children)
             return f"{self.constant(container.unflatten)}([{items}], {self.constant(context)})"
+        if id(value) in self.recording.created and _plain_object(value):
+            # An object the program made (a dataclass, a small class of its own): made again
+            # with the same attributes, without running its __init__ a second time.
+            state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())
+            return f"MAKE_OBJECT({self.constant(kind)}, {{{state}}})"
         if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
             raise Break(
                 "return-object",
@@ -298,4 +303,21 @@ def _run_source(
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
     return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules, "R": recording.held,
             "NEXT": Next,
-            "METHOD": types.MethodType, "LIST_ITER": ListIterator}  # fmt: skip
+            "METHOD": types.MethodType, "LIST_ITER": ListIterator, "MAKE_OBJECT": _make_object}  # fmt: skip
+
+
+def _plain_object(value: Any) -> bool:
+    """Whether ``value`` is an instance whose whole state is its ``__dict__``."""
+    cls = type(value)
+    return (
+        cls.__new__ is object.__new__
+        and hasattr(value, "__dict__")
+        and "__slots__" not in vars(cls)
+        and not isinstance(value, torch.nn.Module | BaseException)
+    )
+
+
+def _make_object(cls: type, state: dict[str, Any]) -> Any:
+    made = object.__new__(cls)
+    made.__dict__.update(state)
+    return made

@@ -183,7 +183,8 @@ def _run(op: str, target: Any, args: tuple, kwargs: dict, modules: dict) -> Any:
         return target(*args, **kwargs)
     if op == "call_method":
         return getattr(args[0], target)(*args[1:], **kwargs)
-    return modules[target](*args, **kwargs)
+    # ``forward``, not the call: the module's hooks run when the graph runs, not now.
+    return modules[target].forward(*args, **kwargs)
 
 
 def _location(code: types.CodeType, line: int | None) -> SourceLocation:
