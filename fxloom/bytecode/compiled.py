@@ -131,13 +131,21 @@ class CompiledFunction:
     def _make_dispatch(self) -> Callable[..., Any]:
         signature = inspect.signature(self.fn, follow_wrapped=False)
         parameters = list(signature.parameters.values())
-        if self._bound_self is not None:
+        into_varargs = bool(parameters) and parameters[0].kind is parameters[0].VAR_POSITIONAL
+        if self._bound_self is not None and not into_varargs:
             parameters = parameters[1:]
         header = _header(parameters)
         # The user's own parameter names (keywords bind by them); the namespace's names are
         # ones no program uses.
         passed = ", ".join(self.parameters)
-        bind_self = f"    {self.parameters[0]} = _fx_SELF\n" if self._bound_self is not None else ""
+        bind_self = ""
+        if self._bound_self is not None:  # a method of a module: self is its first argument
+            first = self.parameters[0]
+            bind_self = (
+                f"    {first} = (_fx_SELF, *{first})\n"
+                if into_varargs
+                else f"    {first} = _fx_SELF\n"
+            )
         source = (
             f"def dispatch({header}):\n{bind_self}"
             f"    if _fx_CACHE and _fx_CACHE[0].guard({passed}):\n"

@@ -123,7 +123,7 @@ def compile_entry(
 
 
 def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
-    recording = Recording(root, fn.__code__.co_varnames[0] if root is not None else None)
+    recording = Recording(root, _self_name(fn) if root is not None else None)
     interp = Interpreter(recording)
     frame = _start_frame(fn, recording, parameters, values, start)
     state = global_state()
@@ -132,6 +132,11 @@ def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
             return recording, interp.run(frame, stop_at)
     finally:
         torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
+
+
+def _self_name(fn: types.FunctionType) -> str | None:
+    """The parameter that holds the compiled module (None: it arrives inside ``*args``)."""
+    return fn.__code__.co_varnames[0] if fn.__code__.co_argcount else None
 
 
 def _splittable(fn: types.FunctionType) -> bool:
@@ -150,7 +155,7 @@ def _start_frame(
     local_count = len(parameters) - start.stack_depth
     local_values = {}
     variadic = _variadic(fn) if start.index == 0 else set()
-    root_name = recording.root_source.name if recording.root_source is not None else None
+    root_name = recording.root_name
     for name, value in zip(parameters[:local_count], values):
         if name == root_name:
             recording.guards.identity(Local(name), value)

@@ -85,7 +85,10 @@ class Recording:
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
         self.root = root
         self.held: dict[str, Any] = {}  # path -> submodule: ``R`` of generated code
-        self.root_source = None if root_name is None else Local(root_name)
+        # The compiled module's parameter (a module whose forward takes ``*args`` gets it
+        # inside them: no name, guarded as an item like any other).
+        self.root_source = None if root is None else Local(root_name or "self")
+        self.root_name = root_name
         if root is not None:
             for path, module in root.named_modules(remove_duplicate=False):
                 self._root_paths.setdefault(id(module), path)

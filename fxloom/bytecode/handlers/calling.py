@@ -56,8 +56,11 @@ def make_function(interp, frame, instruction):
     for flag, name in reversed(_FUNCTION_PARTS):
         if instruction.arg & flag:
             parts[name] = frame.stack.pop()
+    closure = parts.get("__closure__")
+    if closure is None and code.co_freevars:  # 3.13 sets it next (SET_FUNCTION_ATTRIBUTE)
+        closure = tuple(types.CellType() for _ in code.co_freevars)
     function = types.FunctionType(code, frame.globals, code.co_name, parts.get("__defaults__"),
-                                  parts.get("__closure__"))  # fmt: skip
+                                  closure)  # fmt: skip
     function.__qualname__ = code.co_qualname
     if "__kwdefaults__" in parts:
         function.__kwdefaults__ = parts["__kwdefaults__"]
@@ -72,8 +75,10 @@ def set_function_attribute(interp, frame, instruction):
     value = frame.stack.pop()
     name = dict(_FUNCTION_PARTS)[instruction.arg]
     if name == "__closure__":  # a closure is fixed when a function is made: make it again
-        function = types.FunctionType(function.__code__, function.__globals__, function.__name__,
-                                      function.__defaults__, value)  # fmt: skip
+        remade = types.FunctionType(function.__code__, function.__globals__, function.__name__,
+                                    function.__defaults__, value)  # fmt: skip
+        remade.__kwdefaults__ = function.__kwdefaults__
+        function = remade
         function.__qualname__ = function.__code__.co_qualname
         interp.recording.built(function)
     else:

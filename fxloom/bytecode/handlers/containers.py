@@ -135,14 +135,19 @@ def _iterable(interp, value):
     return value
 
 
-_CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
-
-
-@handles("FORMAT_VALUE")
+@handles("FORMAT")
 def format_value(interp, frame, instruction):
-    spec = frame.stack.pop() if instruction.arg & 4 else ""
+    convert, has_spec = instruction.arg
+    spec = frame.stack.pop() if has_spec else ""
     value = frame.stack.pop()
     if isinstance(value, StandIn):
         raise Break("tensor-data", "formatting a tensor into a string reads its values")
-    convert = _CONVERSIONS[instruction.arg & 3]
     frame.stack.append(format(convert(value) if convert else value, spec))
+
+
+@handles("CONVERT_VALUE")
+def convert_value(interp, frame, instruction):
+    value = frame.stack.pop()
+    if isinstance(value, StandIn):
+        raise Break("tensor-data", "formatting a tensor into a string reads its values")
+    frame.stack.append(instruction.arg(value))

@@ -12,6 +12,7 @@ from fxloom.bytecode.interpreter import handles
 # op -> break kind
 STOPS = {
     "CHECK_EG_MATCH": "exception", "CLEANUP_THROW": "exception",
+    "CALL_INTRINSIC_1": "unsupported-instruction", "CALL_INTRINSIC_2": "unsupported-instruction",
     "SEND": "generator", "END_SEND": "generator", "GET_AWAITABLE": "generator",
     "GET_AITER": "generator", "GET_ANEXT": "generator", "BEFORE_ASYNC_WITH": "generator",
     "END_ASYNC_FOR": "generator", "GET_YIELD_FROM_ITER": "generator",
