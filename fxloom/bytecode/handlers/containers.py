@@ -151,3 +151,8 @@ def convert_value(interp, frame, instruction):
     if isinstance(value, StandIn):
         raise Break("tensor-data", "formatting a tensor into a string reads its values")
     frame.stack.append(instruction.arg(value))
+
+
+@handles("GET_LEN")
+def get_len(interp, frame, instruction):
+    frame.stack.append(len(frame.stack[-1]))  # a ``match`` statement's length check

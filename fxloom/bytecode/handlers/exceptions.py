@@ -79,3 +79,8 @@ def current_exception(frame) -> BaseException | None:
         if isinstance(value, BaseException):
             return value
     return None
+
+
+@handles("LOAD_ASSERTION_ERROR")
+def load_assertion_error(interp, frame, instruction):
+    frame.stack.append(AssertionError)  # ``assert`` raising: RAISE_VARARGS follows

@@ -19,7 +19,20 @@ STOPS = {
     "SETUP_ANNOTATIONS": "unsupported-instruction", "LOAD_BUILD_CLASS": "unsupported-instruction",
     "MATCH_CLASS": "unsupported-instruction", "MATCH_MAPPING": "unsupported-instruction",
     "MATCH_SEQUENCE": "unsupported-instruction", "MATCH_KEYS": "unsupported-instruction",
+    "ASYNC_GEN_WRAP": "generator", "PREP_RERAISE_STAR": "exception",
 }  # fmt: skip
+
+# Opcodes ``dis`` knows that never reach the interpreter: they occur only in module and class
+# bodies (name lookups in a namespace dict, ``import *``, the REPL's echo), or are CPython's
+# pseudo-instructions, instrumented and internal forms, which ``co_code`` does not hold.
+NOT_IN_FUNCTION_CODE = frozenset(
+    ("LOAD_NAME", "STORE_NAME", "DELETE_NAME", "LOAD_CLASSDEREF", "LOAD_LOCALS",
+     "LOAD_FROM_DICT_OR_DEREF", "LOAD_FROM_DICT_OR_GLOBALS", "IMPORT_STAR", "PRINT_EXPR",
+     "ENTER_EXECUTOR", "INTERPRETER_EXIT", "RESERVED", "SETUP_CLEANUP", "SETUP_FINALLY",
+     "SETUP_WITH", "POP_BLOCK", "JUMP_NO_INTERRUPT", "LOAD_SUPER_METHOD", "LOAD_ZERO_SUPER_ATTR",
+     "LOAD_ZERO_SUPER_METHOD", "STORE_FAST_MAYBE_NULL", "EXIT_INIT_CHECK")
+)  # fmt: skip
+NOT_IN_FUNCTION_PREFIXES = ("INSTRUMENTED_",)
 
 
 def _stop(interp, frame, instruction):
