@@ -23,6 +23,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from fxloom._notes import add_note
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.instructions import decode
 from fxloom.source_location import SourceLocation
@@ -169,6 +170,11 @@ class Interpreter:
         program's ``except``, ``finally`` or ``with`` exit), or raise it on."""
         handler = instruction.handler
         if handler is None:
+            location = frame.location()
+            add_note(
+                error,
+                f"raised at {location.short}: {location.code} (fxloom.compile ran this line as Python)",
+            )
             raise error
         del frame.stack[handler.depth :]
         if handler.lasti:
