@@ -17,7 +17,6 @@ from fxloom.bytecode.entry import compile_entry  # noqa: F401 - registers the ha
 from fxloom.bytecode.handlers.unsupported import NOT_IN_FUNCTION_CODE, NOT_IN_FUNCTION_PREFIXES
 from fxloom.bytecode.instructions import (
     SUPPORTED_OPS,
-    UnsupportedPython,
     decode,
     exception_table,
     offset_index,
@@ -164,9 +163,3 @@ def test_every_opcode_is_handled_or_never_in_a_function():
 
 def test_the_normalised_ops_all_have_handlers():
     assert set(SUPPORTED_OPS) <= set(interpreter.HANDLERS)
-
-
-@pytest.mark.skipif(sys.version_info >= (3, 11), reason="the refusal only happens before 3.11")
-def test_python_310_is_refused_with_a_clear_error():  # pragma: no cover - the 3.10 matrix cell
-    with pytest.raises(UnsupportedPython, match="3.11"):
-        decode(loop.__code__)
