@@ -49,6 +49,7 @@ Depends on the standard library only.
 
 from __future__ import annotations
 
+import bisect
 import dis
 import sys
 import types
@@ -302,15 +303,13 @@ def exception_table(code: types.CodeType) -> list[tuple[int, int, int, int, bool
     return entries
 
 
-def _handlers(
-    code: types.CodeType, drafts: list[dict], index_of: dict[int, int]
-) -> list[Handler | None]:
+def _handlers(code: types.CodeType, drafts: list[dict], index_of: dict[int, int]) -> list[Handler | None]:
     handlers: list[Handler | None] = [None] * len(drafts)
+    offsets = [draft["offset"] for draft in drafts]  # ascending
     for start, end, target, depth, lasti in exception_table(code):
         handler = Handler(_index_at(index_of, target), depth, lasti)
-        for position, draft in enumerate(drafts):
-            if start <= draft["offset"] < end:
-                handlers[position] = handler
+        for position in range(bisect.bisect_left(offsets, start), bisect.bisect_left(offsets, end)):
+            handlers[position] = handler
     return handlers
 
 
