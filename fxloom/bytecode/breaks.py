@@ -68,6 +68,11 @@ BREAKS: dict[str, BreakKind] = {
         "the next step of a for loop whose body has a graph break",
         "nothing to do: each step is taken as Python and the body's pieces are reused",
     ),
+    "changing-result": BreakKind(
+        "a call whose result changes between calls (time, randomness, the environment)",
+        "nothing to do: it runs as Python at every call; pass the value in as an argument to "
+        "keep the function in one graph",
+    ),
     "inline-depth": BreakKind(
         "calls nest deeper than fxloom.compile inlines",
         "mark the deep helper with fxloom.compile's backend outside the region",

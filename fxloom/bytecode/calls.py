@@ -87,6 +87,21 @@ MUTATING_METHODS = frozenset(
      "move_to_end", "appendleft", "extendleft", "popleft")
 )  # fmt: skip
 _NATIVE_PACKAGES = frozenset(sys.stdlib_module_names) | {"typing_extensions", "numpy"}
+# Functions whose result changes from call to call (clocks, randomness, the environment, the
+# user): a captured constant would be wrong, so each call runs as Python between pieces.
+CHANGING_MODULES = frozenset(
+    ("random", "time", "datetime", "uuid", "secrets", "os", "socket", "getpass")
+)
+CHANGING_RESULTS = frozenset((builtins.input, builtins.open, builtins.id))
+
+
+def _module_of(fn: Any) -> str:
+    module = getattr(fn, "__module__", None)
+    if module is None:  # a bound builtin method: its owner's module (random.Random().random)
+        module = type(getattr(fn, "__self__", None)).__module__
+    return (module or "").partition(".")[0].lstrip("_")
+
+
 # Native functions whose result is always a new object (the program's own, free to change).
 MAKES_NEW = frozenset((copy.copy, copy.deepcopy))
 
@@ -350,6 +365,8 @@ def _native(interp: Interpreter, fn: Any, args: tuple, kwargs: dict, made: bool 
     recording = interp.recording
     owner = getattr(fn, "__self__", None)
     name = getattr(fn, "__name__", "")
+    if _key(fn) in CHANGING_RESULTS or _module_of(fn) in CHANGING_MODULES:
+        raise Break("changing-result", f"{_name(fn)}() gives another result at every call")
     if owner is not None and name in MUTATING_METHODS and recording.is_outside(owner):
         raise Break(
             "outside-mutation",

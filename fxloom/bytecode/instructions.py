@@ -303,7 +303,9 @@ def exception_table(code: types.CodeType) -> list[tuple[int, int, int, int, bool
     return entries
 
 
-def _handlers(code: types.CodeType, drafts: list[dict], index_of: dict[int, int]) -> list[Handler | None]:
+def _handlers(
+    code: types.CodeType, drafts: list[dict], index_of: dict[int, int]
+) -> list[Handler | None]:
     handlers: list[Handler | None] = [None] * len(drafts)
     offsets = [draft["offset"] for draft in drafts]  # ascending
     for start, end, target, depth, lasti in exception_table(code):
