@@ -19,7 +19,6 @@ Depends on the IR, ``fxloom.values`` (stand-ins, metadata mode, module stack),
 
 from __future__ import annotations
 
-import linecache
 import operator
 import re
 import types
@@ -33,6 +32,7 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.source_location import SourceLocation, format_stack_trace
 from fxloom.values.metadata_mode import MetadataMode
+from fxloom.values.provenance import location_of, stamp_source
 from fxloom.values.stand_in import StandIn
 
 __all__ = ["GraphBuilder"]
@@ -169,12 +169,12 @@ class GraphBuilder:
     def _stamped(self, node: Node) -> Node:
         found = self._traces.get(self.where)
         if found is None:
-            locations = [_location(code, line) for code, line in self.where]
+            locations = [
+                location_of(code, line or code.co_firstlineno) for code, line in self.where
+            ]
             found = (format_stack_trace(locations), locations[-1] if locations else None)
             self._traces[self.where] = found
-        node.meta["stack_trace"], location = found
-        if location is not None:
-            node.meta["source_location"] = location
+        stamp_source(node.meta, *found)
         return node
 
 
@@ -185,8 +185,3 @@ def _run(op: str, target: Any, args: tuple, kwargs: dict, modules: dict) -> Any:
         return getattr(args[0], target)(*args[1:], **kwargs)
     # ``forward``, not the call: the module's hooks run when the graph runs, not now.
     return modules[target].forward(*args, **kwargs)
-
-
-def _location(code: types.CodeType, line: int | None) -> SourceLocation:
-    text = linecache.getline(code.co_filename, line or 0).strip() if line else ""
-    return SourceLocation(code.co_filename, line or 0, code.co_name, text)
