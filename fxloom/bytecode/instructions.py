@@ -29,6 +29,8 @@ op                          covers
 ``STORE_FAST``              ``STORE_FAST_LOAD_FAST``, ``STORE_FAST_STORE_FAST``, split in two
                             (both halves keep the offset; ``offset_index`` names the first;
                             the second has ``split_half=True``)
+``LOAD_CLOSURE``            push a cell (for a closure's tuple); 3.13 writes it as ``LOAD_FAST``
+                            of a cell or free variable, renamed back here
 ``FORMAT``                  ``arg = (conversion, has_spec)``: 3.11/3.12 ``FORMAT_VALUE``,
                             3.13 ``FORMAT_SIMPLE`` (no spec) and ``FORMAT_WITH_SPEC``
 ``CONVERT_VALUE``           3.13 only (``arg``: ``str``, ``repr`` or ``ascii``), before ``FORMAT``
@@ -228,6 +230,7 @@ def _drafts(code: types.CodeType) -> list[dict[str, Any]]:
     """The instructions as dicts of Instruction's fields (no index, target as an offset)."""
     drafts: list[dict[str, Any]] = []
     kwnames: tuple[str, ...] = ()
+    cells = frozenset(code.co_cellvars + code.co_freevars)
     line = code.co_firstlineno
     for raw in dis.get_instructions(code):
         positions = raw.positions
@@ -241,6 +244,8 @@ def _drafts(code: types.CodeType) -> list[dict[str, Any]]:
         if name in _SPLIT:
             first, second = _SPLIT[name]
             for op, value, split_half in zip((first, second), raw.argval, (False, True)):
+                if op == "LOAD_FAST" and value in cells:
+                    op = "LOAD_CLOSURE"
                 drafts.append(
                     {"offset": raw.offset, "op": op, "arg": value, "line": line,
                      "split_half": split_half}
@@ -253,6 +258,8 @@ def _drafts(code: types.CodeType) -> list[dict[str, Any]]:
             draft["nargs"] = raw.arg - len(kwnames)
             draft["kwnames"] = tuple(kwnames)
             kwnames = ()
+        if name == "LOAD_FAST" and raw.argval in cells:
+            draft["op"] = "LOAD_CLOSURE"  # 3.13 compiles LOAD_CLOSURE to LOAD_FAST of the cell
         _fields(draft, raw, name)
         drafts.append(draft)
     return drafts

@@ -61,15 +61,66 @@ def swap_locals(a, b):
     return a, b
 
 
-CORPUS = [
-    with_block,
-    Child.f,
-    generator,
-    square,
-    global_call,
-    method_call_with_keyword,
-    swap_locals,
-]
+def try_finally(d):
+    try:
+        value = d["key"]
+    except KeyError as error:
+        value = str(error)
+    finally:
+        d.clear()
+    return value
+
+
+def loops(xs):
+    total = 0
+    for x in xs:
+        if x is None:
+            continue
+        if x > 10:
+            break
+        total += x
+    while total > 100:
+        total -= 1
+    return total
+
+
+def list_comprehension(xs):
+    return [x * 2 for x in xs]
+
+
+def closure(n):
+    def inc():
+        nonlocal n
+        n += 1
+        return n
+
+    return inc()
+
+
+def fstrings(x, width):
+    return f"{x!r:>{width}} {x!s} {x}"
+
+
+def slices(xs, ys):
+    ys[1:2] = xs[1:3]
+    return ys
+
+
+def star_call(f, *args, **kwargs):
+    return f(1, *args, key=2, **kwargs)
+
+
+def chained(a, b):
+    return a < b <= 10
+
+
+def is_none(a):
+    return a is None
+
+
+CORPUS = [with_block, Child.f, generator, square, global_call, method_call_with_keyword,
+          swap_locals, try_finally, loops, list_comprehension, closure, fstrings, slices,
+          star_call, chained, is_none]  # fmt: skip
 
 
 @pytest.mark.parametrize("fn", CORPUS, ids=lambda fn: fn.__qualname__)
@@ -158,3 +209,57 @@ def test_a_lambda_decodes_to_a_binary_op_with_its_symbol():
 
 def test_every_instruction_has_a_source_line():
     assert all(i.line is not None for i in decode(with_block.__code__))
+
+
+def test_a_closure_loads_its_cells_with_load_closure_on_every_version():
+    # 3.13 writes LOAD_CLOSURE as LOAD_FAST of the cell; the decoder renames it back.
+    instructions = decode(closure.__code__)
+    assert [(i.op, i.arg) for i in instructions if i.op in ("LOAD_CLOSURE", "LOAD_FAST")][0] == (
+        "LOAD_CLOSURE",
+        "n",
+    )
+
+
+def test_a_star_call_is_call_function_ex_with_its_mapping_flag():
+    assert ops(star_call)[-2:] == ["CALL_FUNCTION_EX", "RETURN_VALUE"]
+    assert decode(star_call.__code__)[-2].arg == 1
+    assert "LIST_TO_TUPLE" in ops(star_call)
+
+
+def test_is_none_is_an_is_op_on_the_none_constant():
+    assert ops(is_none) == ["LOAD_FAST", "LOAD_CONST", "IS_OP", "RETURN_VALUE"]
+
+
+def test_f_string_conversions_are_str_or_repr_on_format_or_convert_value():
+    # 3.11/3.12 carry the conversion in FORMAT; 3.13 puts CONVERT_VALUE before FORMAT.
+    instructions = decode(fstrings.__code__)
+    conversions = [i.arg[0] for i in instructions if i.op == "FORMAT" and i.arg[0] is not None]
+    conversions += [i.arg for i in instructions if i.op == "CONVERT_VALUE"]
+    assert conversions == [repr, str]
+    assert [i.arg[1] for i in instructions if i.op == "FORMAT"].count(True) == 1
+
+
+def test_chained_comparison_carries_both_operators():
+    assert [i.arg for i in decode(chained.__code__) if i.op == "COMPARE_OP"] == ["<", "<="]
+
+
+def test_break_and_continue_jump_inside_the_function_and_the_loops_go_back():
+    instructions = decode(loops.__code__)
+    jumps = [i for i in instructions if i.op == "JUMP"]
+    assert any(i.target < i.index for i in jumps)  # the for and while loops jump backwards
+    assert {"POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"} & set(ops(loops))
+
+
+def test_finally_and_except_handlers_start_with_push_exc_info():
+    instructions = decode(try_finally.__code__)
+    subscript = next(i for i in instructions if i.op == "BINARY_SUBSCR")
+    assert instructions[subscript.handler.target].op == "PUSH_EXC_INFO"
+    assert not subscript.handler.lasti
+
+
+def test_a_list_comprehension_loops_inline_or_in_its_own_code():
+    # 3.11 makes a nested function; 3.12+ inline it (PEP 709): the loop is in one of the two.
+    outer = decode(list_comprehension.__code__)
+    nested = [i.arg for i in outer if i.op == "LOAD_CONST" and hasattr(i.arg, "co_code")]
+    loop_ops = [i.op for i in (decode(nested[0]) if nested else outer)]
+    assert "FOR_ITER" in loop_ops and "LIST_APPEND" in loop_ops
