@@ -18,6 +18,7 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 # Subpackages used as `fxloom.export.export(...)` and `fxloom.passes....` after `import fxloom`.
 from typing import Any
 
+from fxloom import _renamed_modules
 from fxloom import export as export
 from fxloom import passes as passes
 from fxloom._version import __version__ as __version__
@@ -41,6 +42,9 @@ from fxloom.serialize import (
 from fxloom.serialize.graph_text import GraphParseError, parse_graph
 from fxloom.subgraph_rewriter import replace_pattern
 from fxloom.tracer import PH, Tracer, symbolic_trace, wrap
+
+# A pickle made before a module moved names its old path: found under it (RENAMED_MODULES).
+_renamed_modules.install()
 
 __all__ = [
     "PH",

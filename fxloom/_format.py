@@ -14,7 +14,7 @@ import builtins
 import sys
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from fxloom.graph import Graph
     from fxloom.node import Node
 
-__all__ = ["qualified_name", "format_arg", "format_node", "graph_to_str", "print_tabular"]
+__all__ = [
+    "qualified_name",
+    "describe_target",
+    "format_arg",
+    "format_node",
+    "graph_to_str",
+    "print_tabular",
+]
 
 # Modules whose functions are exposed under a friendlier public path.
 _PUBLIC_MODULE = {
@@ -135,31 +142,68 @@ _CONTAINER_PRINTERS: dict[str, Callable[[Any, float, bool], str]] = {
 }
 
 
-def describe_target(node: Node) -> str:
-    """What ``node`` calls or reads, for messages: ``torch.relu``, ``torch.ops.aten.add.Tensor``,
-    ``Tensor.view``, ``block.lin, a Linear`` (a module's class, read from the graph's owning
-    module; ``a missing module`` where it has none at that path), ``weight``.
+# How ``describe_target`` may word a target: for a message (the default), for a table
+# column or a count (``label``), or as the graph's text form prints it (``text``).
+TargetStyle = Literal["message", "label", "text"]
+
+
+def describe_target(
+    node: Node, style: TargetStyle = "message", *, module_class: str | None = None
+) -> str:
+    """What ``node`` calls or reads, worded in one of three styles::
+
+    node calls            message (the default)        label               text
+    a function            torch.relu                   (as message)        torch.relu
+    an ATen operator      torch.ops.aten.add.Tensor    aten.add.Tensor     torch.ops.aten.add.Tensor
+    a builtin             getattr                      (as message)        builtins.getattr
+    a method              Tensor.view                  (as message)        view
+    a module              block.lin, a Linear          Linear              block.lin
+    (reads) anything else its target: weight, x, output
+
+    ``message`` names things for errors and reports; ``label`` is short enough for a table
+    column or a count of what a graph calls (modules by class); ``text`` is the target as
+    ``print(graph)`` and ``print_tabular`` show it. A module's class is read from the graph's
+    owning module (``a missing module`` where it has none at that path); where no live module
+    exists (a saved file's description), the caller passes ``module_class``.
 
         >>> import torch, fxloom
         >>> gm = fxloom.symbolic_trace(torch.nn.Sequential(torch.nn.ReLU()))
         >>> [describe_target(node) for node in gm.graph.nodes]
         ['input', '0, a ReLU', 'output']
+        >>> [describe_target(node, "label") for node in gm.graph.nodes]
+        ['input', 'ReLU', 'output']
     """
+    if style == "text":
+        return _text_target(node)
     if node.op == "call_function":
-        return qualified_name(node.target)
+        return _function_label(node.target) if style == "label" else qualified_name(node.target)
     if node.op == "call_method":
         return f"Tensor.{node.target}"
     if node.op == "call_module":
-        owner = node.graph.owning_module
-        if owner is None:
-            return str(node.target)
-        module = attr_path.find(owner, str(node.target))
-        kind = type(module).__name__ if isinstance(module, torch.nn.Module) else "missing module"
-        return f"{node.target}, a {kind}"
+        kind = module_class or _module_class(node)
+        if style == "label":
+            return kind or str(node.target)
+        return f"{node.target}, a {kind}" if kind else str(node.target)
     return str(node.target)
 
 
-def _format_target(node: Node) -> str:
+def _function_label(target: Any) -> str:
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        # aten.add.Tensor: in a table column or a drawn box, "torch.ops." only adds width
+        return str(target)
+    return qualified_name(target)
+
+
+def _module_class(node: Node) -> str | None:
+    """The called module's class name; ``None`` where the graph has no owning module."""
+    owner = node.graph.owning_module
+    if owner is None:
+        return None
+    module = attr_path.find(owner, str(node.target))
+    return type(module).__name__ if isinstance(module, torch.nn.Module) else "missing module"
+
+
+def _text_target(node: Node) -> str:
     if node.op == "call_function":
         target = node.target
         if getattr(target, "__module__", None) == "builtins":  # as torch.fx prints them
@@ -188,9 +232,7 @@ def format_node(
             maybe_return_typename[0] = f" -> {_type_str(node.type)}"
         return f"return {format_arg(node.args[0], percent=False) if node.args else None}"
     typed = f" : {_type_str(node.type)}" if node.type is not None else " :"
-    head = (
-        f"%{node.name}{typed} [num_users={len(node.users)}] = {op}[target={_format_target(node)}]"
-    )
+    head = f"%{node.name}{typed} [num_users={len(node.users)}] = {op}[target={_text_target(node)}]"
     if op == "placeholder":
         return head + (f"(default={format_arg(node.args[0])})" if node.args else "")
     if op == "get_attr":
@@ -216,7 +258,7 @@ def print_tabular(graph: Graph, file: Any = None) -> None:
         cells = (
             node.op,
             node.name,
-            _format_target(node),
+            _text_target(node),
             format_arg(node.args),
             format_arg(node.kwargs),
         )

@@ -53,6 +53,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._namespace import Namespace, sanitize
+from fxloom.lint import TORCH_VALUE_TYPES
 from fxloom.liveness import last_uses
 from fxloom.node import Node
 from fxloom.ops.python_operators import PYTHON_OPERATORS
@@ -194,7 +195,8 @@ DOTTED_ROOTS: dict[str, types.ModuleType] = {
 # a node already has that name). Importable objects only, so ``to_folder`` can write them.
 FX_FRAME_GLOBALS: dict[str, Any] = {"torch": torch, "device": torch.device}
 
-_TORCH_VALUE_TYPES = (torch.dtype, torch.memory_format, torch.layout)
+# torch values printed as the torch attribute they are (``torch.float32``).
+_TORCH_VALUE_TYPES = tuple(TORCH_VALUE_TYPES.values())
 # "forward" is the function being defined: a global of that name would be rebound by it.
 _GLOBAL_RESERVED = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {"forward"}
 

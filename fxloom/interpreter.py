@@ -23,8 +23,9 @@ from fxloom._notes import add_note
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.immutable_collections import immutable_dict, immutable_list
+from fxloom.lint import LEAF_ARGUMENT_TYPES
 from fxloom.liveness import last_uses
-from fxloom.node import _LEAF_TYPES, OPCODES, Argument, Node, Target
+from fxloom.node import OPCODES, Argument, Node, Target
 from fxloom.proxy import Proxy
 from fxloom.pytree import container_type
 from fxloom.tracer import GraphAppendingTracer
@@ -329,7 +330,7 @@ def _load(a: Any, env: dict[Node, Any]) -> Any:
             tx = type(x)
             if tx is Node:
                 values.append(env[x])
-            elif tx in _LEAF_TYPES:
+            elif tx in LEAF_ARGUMENT_TYPES:
                 values.append(x)
             else:
                 values.append(_load(x, env))
@@ -340,7 +341,7 @@ def _load(a: Any, env: dict[Node, Any]) -> Any:
             tx = type(x)
             if tx is Node:
                 loaded[key] = env[x]
-            elif tx in _LEAF_TYPES:
+            elif tx in LEAF_ARGUMENT_TYPES:
                 loaded[key] = x
             else:
                 loaded[key] = _load(x, env)
@@ -349,7 +350,7 @@ def _load(a: Any, env: dict[Node, Any]) -> Any:
     if entry is None:  # a constant: a function, an enum member, ...
         return a
     children, context = entry.flatten(a)  # a slice, a named tuple, a registered container
-    loaded = [c if type(c) in _LEAF_TYPES else _load(c, env) for c in children]
+    loaded = [c if type(c) in LEAF_ARGUMENT_TYPES else _load(c, env) for c in children]
     return entry.plain.unflatten(loaded, context)
 
 

@@ -2,11 +2,18 @@
 
 Each violation raises ``GraphLintError`` whose message says what is wrong, how
 to fix it, and shows the offending node among its neighbours.
+
+The rules about arguments live here too, read by node creation, code generation and the file
+format: what each opcode takes (``ARGUMENT_RULES``), which values an argument may hold
+(``LEAF_ARGUMENT_TYPES``, ``OPAQUE_ARGUMENT_TYPES``, ``check_argument_value``) and which a
+placeholder's default may be (``is_default_literal``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import enum
+import types
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,10 +25,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARGUMENT_RULES",
+    "DEFAULT_LITERAL_TYPES",
+    "LEAF_ARGUMENT_TYPES",
+    "OPAQUE_ARGUMENT_TYPES",
+    "TORCH_VALUE_TYPES",
+    "check_argument_value",
     "GraphLintError",
     "ForeignNodeError",
     "InvalidNodeError",
     "argument_rule_violation",
+    "is_default_literal",
     "lint_graph",
 ]
 
@@ -35,6 +48,57 @@ ARGUMENT_RULES: dict[str, tuple[int, bool]] = {
     "get_attr": (0, False),
     "output": (1, True),
 }
+
+# A placeholder's default is printed in the generated signature (``def forward(self, x,
+# flag=True)``): values of these types, and plain tuples and lists of them, print as Python
+# literals that read back as the same value (``is_default_literal``).
+DEFAULT_LITERAL_TYPES: frozenset[type] = frozenset({int, float, bool, str, type(None), complex})
+
+# The legal argument values of every opcode, besides nodes and the containers of
+# ``fxloom.pytree`` (tuples, lists, dicts, slices, registered types) holding them. Node
+# creation refuses anything else (``check_argument_value``); code generation prints each of
+# these; the file format saves each, and loading builds nodes through the same check.
+
+# torch's enum-like values, by the name torch gives their type: printed and saved by name
+# (``torch.float32``, ``torch.channels_last``).
+TORCH_VALUE_TYPES: dict[str, type] = {
+    "dtype": torch.dtype,
+    "layout": torch.layout,
+    "memory_format": torch.memory_format,
+}
+
+# Values stored as they are (immutable, printable as literals or simple expressions); the fast
+# paths of node creation and the interpreter test ``type(x) in LEAF_ARGUMENT_TYPES``.
+LEAF_ARGUMENT_TYPES: frozenset[type] = frozenset(
+    {
+        int,
+        float,
+        bool,
+        complex,
+        str,
+        bytes,
+        type(None),
+        type(Ellipsis),
+        range,
+        torch.device,
+        torch.Size,
+        torch.SymInt,
+        torch.SymFloat,
+        torch.SymBool,
+        *TORCH_VALUE_TYPES.values(),
+    }
+)
+
+# Values that generated code can only reach through a global binding; allowed as arguments
+# (a function passed to another, an enum member), printed by name. Any other callable is too.
+OPAQUE_ARGUMENT_TYPES: tuple[type, ...] = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.ModuleType,
+    type,
+    enum.Enum,
+)
 
 
 class GraphLintError(RuntimeError):
@@ -149,6 +213,42 @@ def argument_rule_violation(node: Node) -> str | None:
             f"{'' if nodes_allowed else ', none of them a node'}, and no keywords"
         )
     return None
+
+
+def is_default_literal(value: Any) -> bool:
+    """Whether ``value`` can be a placeholder's default: a scalar of ``DEFAULT_LITERAL_TYPES``,
+    or a plain tuple or list of them."""
+    t = type(value)
+    if t in DEFAULT_LITERAL_TYPES:
+        return True
+    return (t is tuple or t is list) and all(is_default_literal(v) for v in value)
+
+
+def check_argument_value(value: Any, owner: Node | None) -> None:
+    """Refuse ``value``, a leaf of ``owner``'s arguments outside ``LEAF_ARGUMENT_TYPES``, unless
+    it is an opaque constant (``OPAQUE_ARGUMENT_TYPES`` or a callable); the ``TypeError`` says
+    where such a value belongs instead."""
+    where = f"%{owner._name} ({owner._op})" if owner is not None else "a node"
+    if isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{where} was given a tensor of shape {tuple(value.shape)} as an argument; tensors "
+            "are not graph arguments. Register it on the root module (as a parameter, buffer or "
+            "attribute) and read it with graph.get_attr('<name>')"
+        )
+    if isinstance(value, torch.nn.Module):
+        raise TypeError(
+            f"{where} was given the module {type(value).__name__} as an argument; modules are "
+            "called with graph.call_module('<qualified name>') or read with graph.get_attr"
+        )
+    if isinstance(value, OPAQUE_ARGUMENT_TYPES) or callable(value):
+        return
+    raise TypeError(
+        f"{where} was given {value!r} of type {type(value).__name__} as an argument; arguments "
+        "are nodes, Python scalars, strings, None, slices, Ellipsis, torch dtypes/devices/"
+        "layouts/memory formats, torch.Size and tuples/lists/dicts of these (or containers "
+        "registered with fxloom.pytree); fxloom.lint.LEAF_ARGUMENT_TYPES lists them. Store "
+        "other objects as attributes of the root module and read them with graph.get_attr"
+    )
 
 
 def _explain_extra_users(graph: Graph) -> None:

@@ -40,8 +40,6 @@ ever rescans the graph to recompute them.
 from __future__ import annotations
 
 import copy
-import enum
-import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -49,7 +47,12 @@ import torch
 
 from fxloom import attr_path
 from fxloom.immutable_collections import immutable_dict
-from fxloom.lint import ForeignNodeError, InvalidNodeError
+from fxloom.lint import (
+    LEAF_ARGUMENT_TYPES,
+    ForeignNodeError,
+    InvalidNodeError,
+    check_argument_value,
+)
 from fxloom.ops.identity import is_inplace_name
 from fxloom.ops.mutation import (
     function_has_side_effect,
@@ -105,42 +108,6 @@ Argument = Optional[  # noqa: UP045 - "Node" is a forward reference
         BaseArgumentTypes,
     ]
 ]
-
-# Values stored as they are (immutable, printable as literals or simple
-# expressions). The fast paths below test ``type(x) in _LEAF_TYPES``.
-_LEAF_TYPES = frozenset(
-    {
-        int,
-        float,
-        bool,
-        complex,
-        str,
-        bytes,
-        type(None),
-        type(Ellipsis),
-        range,
-        torch.dtype,
-        torch.device,
-        torch.memory_format,
-        torch.layout,
-        torch.Size,
-        torch.SymInt,
-        torch.SymFloat,
-        torch.SymBool,
-    }
-)
-
-# Values that generated code can only reach through a global binding; allowed
-# as arguments (e.g. a function passed to another), printed by name.
-_OPAQUE_CONSTANT_TYPES = (
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    types.ModuleType,
-    type,
-    enum.Enum,
-)
-
 
 _NO_KWARGS = immutable_dict()
 
@@ -573,7 +540,7 @@ def _freeze_tuple(args: tuple, inputs: dict[Node, None], owner: Node | None) -> 
         t = type(a)
         if t is Node:
             inputs[a] = None
-        elif t not in _LEAF_TYPES:
+        elif t not in LEAF_ARGUMENT_TYPES:
             return tuple([_freeze(item, inputs, owner) for item in args])
     return args
 
@@ -588,7 +555,7 @@ def _freeze_kwargs(kwargs: dict, inputs: dict[Node, None], owner: Node | None) -
         t = type(value)
         if t is Node:
             inputs[value] = None
-        elif t not in _LEAF_TYPES:
+        elif t not in LEAF_ARGUMENT_TYPES:
             return immutable_dict((k, _freeze(v, inputs, owner)) for k, v in kwargs.items())
     return immutable_dict(kwargs)
 
@@ -606,12 +573,12 @@ def _freeze(a: Any, inputs: dict[Node, None], owner: Node | None) -> Any:
     if t is Node:
         inputs[a] = None
         return a
-    if t in _LEAF_TYPES:
+    if t in LEAF_ARGUMENT_TYPES:
         return a
     entry = container_type(t)
     if entry is None:
         if not isinstance(a, (int, float, str)):  # subclasses such as IntEnum are fine
-            _check_argument_value(a, owner)
+            check_argument_value(a, owner)
         return a
     children, context = entry.flatten(a)
     return entry.frozen.unflatten([_freeze(c, inputs, owner) for c in children], context)
@@ -620,44 +587,20 @@ def _freeze(a: Any, inputs: dict[Node, None], owner: Node | None) -> Any:
 def _map_nodes(a: Any, on_node: Callable[[Node], Any]) -> Any:
     """``a`` as node arguments store it, each node replaced by ``on_node(node)``.
 
-    ``tree_map(fn, a, mode="frozen")`` with nodes and ``_LEAF_TYPES`` values
+    ``tree_map(fn, a, mode="frozen")`` with nodes and ``LEAF_ARGUMENT_TYPES`` values
     tested inline (``map_arg`` runs it on every argument that is not a flat
     tuple, e.g. in each rewrite); other leaves come back as they are.
     """
     t = type(a)
     if t is Node:
         return on_node(a)
-    if t in _LEAF_TYPES:
+    if t in LEAF_ARGUMENT_TYPES:
         return a
     entry = container_type(t)
     if entry is None:
         return a
     children, context = entry.flatten(a)
     return entry.frozen.unflatten([_map_nodes(c, on_node) for c in children], context)
-
-
-def _check_argument_value(a: Any, owner: Node | None) -> None:
-    where = f"%{owner._name} ({owner._op})" if owner is not None else "a node"
-    if isinstance(a, torch.Tensor):
-        raise TypeError(
-            f"{where} was given a tensor of shape {tuple(a.shape)} as an argument; tensors are "
-            "not graph arguments. Register it on the root module (as a parameter, buffer or "
-            "attribute) and read it with graph.get_attr('<name>')"
-        )
-    if isinstance(a, torch.nn.Module):
-        raise TypeError(
-            f"{where} was given the module {type(a).__name__} as an argument; modules are called "
-            "with graph.call_module('<qualified name>') or read with graph.get_attr"
-        )
-    if isinstance(a, _OPAQUE_CONSTANT_TYPES) or callable(a):
-        return
-    raise TypeError(
-        f"{where} was given {a!r} of type {type(a).__name__} as an argument; arguments are "
-        "nodes, Python scalars, strings, None, slices, Ellipsis, torch dtypes/devices/layouts/"
-        "memory formats, torch.Size and tuples/lists/dicts of these (or containers registered "
-        "with fxloom.pytree). Store other objects as attributes of the root module and read "
-        "them with graph.get_attr"
-    )
 
 
 def map_aggregate(a: Argument, fn: Callable[[Argument], Argument]) -> Argument:
@@ -697,7 +640,7 @@ def map_arg(a: Argument, fn: Callable[[Node], Argument]) -> Argument:
             tx = type(x)
             if tx is Node:
                 mapped.append(fn(x))
-            elif tx in _LEAF_TYPES:
+            elif tx in LEAF_ARGUMENT_TYPES:
                 mapped.append(x)
             else:
                 break

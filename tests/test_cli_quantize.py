@@ -29,7 +29,7 @@ def test_quantize_prints_speedup_error_and_the_report(quantize_run) -> None:
     assert ", 1 thread); error against fp32: relative 0.0" in lines[1]
     assert ", cosine 0.99" in lines[1]
     assert "static int8, engine x86: 6 int8, 5 float" in result.stdout
-    assert "SELU encoder.1" in result.stdout and "no int8 kernel for it" in result.stdout
+    assert "encoder.1, a SELU" in result.stdout and "no int8 kernel for it" in result.stdout
 
 
 def test_quantize_is_quiet_about_torch_s_deprecation_notices(quantize_run) -> None:

@@ -74,3 +74,28 @@ def test_shape_prop_names_the_failing_node_with_it() -> None:
     gm = fxloom.GraphModule(nn.Module(), graph)
     with pytest.raises(ShapePropError, match=r"\(call_function operator\.matmul\) failed on"):
         ShapeProp(gm).propagate(torch.ones(2, 3))
+
+
+def test_a_label_names_a_module_by_its_class_alone() -> None:
+    gm = fxloom.symbolic_trace(Block())
+    (lin,) = gm.graph.find_nodes(op="call_module")
+    assert describe_target(lin, "label") == "Linear"
+
+
+def test_a_label_names_an_aten_operator_without_torch_ops() -> None:
+    graph = fxloom.Graph()
+    node = graph.call_function(torch.ops.aten.add.Tensor, (graph.placeholder("x"), 1))
+    assert describe_target(node, "label") == "aten.add.Tensor"
+
+
+def test_a_label_takes_the_module_class_from_the_caller_where_no_module_is_live() -> None:
+    graph = fxloom.Graph()
+    node = graph.call_module("block.lin", (graph.placeholder("x"),))
+    assert describe_target(node, "label", module_class="Linear") == "Linear"
+
+
+def test_the_text_style_is_the_target_as_the_graph_prints_it() -> None:
+    gm = fxloom.symbolic_trace(Block())
+    texts = {node.name: describe_target(node, "text") for node in gm.graph.nodes}
+    assert texts["view"] == "view" and texts["lin"] == "lin" and texts["relu"] == "torch.relu"
+    assert f"[target={texts['add']}]" in str(gm.graph)

@@ -60,6 +60,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._format",
         "fxloom._namespace",
         "fxloom._graph_pickle",
+        "fxloom._renamed_modules",
         "fxloom._to_folder",
         "fxloom.source_location",
     ),

@@ -17,6 +17,7 @@ from fxloom.source_location import (
     parse_stack_trace,
     source_location,
 )
+from fxloom.values.provenance import location_of, stamp_source
 
 TRACE = (
     '  File "/src/app.py", line 3, in main\n'
@@ -125,3 +126,12 @@ def test_a_loaded_program_reads_its_locations_back_from_the_stack_traces(tmp_pat
         _relu_node(loaded.graph).meta["source_location"]
         == _relu_node(ep.graph).meta["source_location"]
     )
+
+
+def test_a_frontend_that_knows_its_frames_by_code_and_line_stamps_the_same_way() -> None:
+    location = location_of(Relu.forward.__code__, RELU_LINE)
+    meta: dict = {}
+    stamp_source(meta, format_stack_trace([location]), location)
+    assert meta["source_location"] == location
+    assert location.code == "return torch.relu(x)  # the line every stamp names"
+    assert parse_stack_trace(meta["stack_trace"]) == [location]

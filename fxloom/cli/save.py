@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fxloom._format import describe_target
 from fxloom.passes._cost_report import format_bytes
 from fxloom.serialize.refused_names import Refusal, find_refusals, standing_in
 
@@ -310,16 +311,13 @@ def _count_tensor(counts: Counter, record: dict) -> None:
 
 
 def _target_label(node: Any, path: str, modules: dict[str, str]) -> str | None:
-    if node.op == "call_function":
-        from fxloom.serialize.allowlist import name_of
-
-        return name_of(node.target, f"node %{node.name}")
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    if node.op == "call_module":
-        full = f"{path}.{node.target}" if path else node.target
-        return modules.get(full, node.target).rsplit(".", 1)[-1]
-    return None
+    """What a node of the module at ``path`` calls, as counted; ``None`` for what only reads."""
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return None
+    full = f"{path}.{node.target}" if path else str(node.target)
+    saved_class = modules.get(full, str(node.target)) if node.op == "call_module" else None
+    module_class = saved_class.rsplit(".", 1)[-1] if saved_class else None
+    return describe_target(node, "label", module_class=module_class)
 
 
 # ------------------------------------------------------------------------------ printing

@@ -41,6 +41,7 @@ from fxloom.export.signature import (
 )
 from fxloom.export.verifier import verify
 from fxloom.graph_module import GraphModule
+from fxloom.lint import is_default_literal
 from fxloom.node import Node
 from fxloom.values.capturing import capturing
 from fxloom.values.provenance import Provenance
@@ -196,13 +197,10 @@ def _declared_names(mod: torch.nn.Module, names: list[str]) -> list[str]:
         parameter = parameters[name]
         default = parameter.default
         # A default the generated code can spell keeps the call optional, as it is in forward.
-        if default is not parameter.empty and type(default) in _LITERALS:
+        if default is not parameter.empty and is_default_literal(default):
             name = f"{name}={default!r}"
         declared.append(stars.get(parameter.kind, "") + name)
     return declared
-
-
-_LITERALS = (type(None), bool, int, float, str)
 
 
 def _call_arguments(

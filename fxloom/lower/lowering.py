@@ -57,6 +57,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxloom._format import describe_target
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for
@@ -348,7 +349,7 @@ def _lower_region(
         n for n in region.graph.nodes if n.op in ("call_function", "call_method", "call_module")
     )
     names = tuple(n.name for n in nodes)
-    ops = dict(Counter(_op_name(n, region) for n in nodes))
+    ops = dict(Counter(describe_target(n, "label") for n in nodes))
     why_not = fixed or _too_small(region)
     if why_not is not None:
         return RegionReport(name, names, ops, lowered=False, reason=why_not)
@@ -472,24 +473,15 @@ def _same_kind(name: str, position: int, value: Any, reference: Any) -> None:
         )
 
 
-def _op_name(node: Node, module: nn.Module) -> str:
-    if node.op == "call_module":
-        return type(module.get_submodule(node.target)).__name__
-    if node.op == "call_method":
-        return str(node.target)
-    return getattr(node.target, "__name__", str(node.target))
-
-
 def _left_node(node: Node, reason: str) -> LeftNode:
-    return LeftNode(node.name, _op_name(node, node.graph.owning_module), reason, _source(node))
+    return LeftNode(node.name, describe_target(node, "label"), reason, _source(node))
 
 
 def _source(node: Node) -> str | None:
-    """The innermost frame of the node's stack trace: ``file.py:41: code``."""
+    """The innermost frame of the user's program that made the node: ``file.py:41: code``."""
     location = source_location(node)
     if location is None:
-        lines = (node.stack_trace or "").strip().splitlines()
-        return lines[-1].strip() if lines else None
+        return None
     return f"{location.short}: {location.code}" if location.code else location.short
 
 

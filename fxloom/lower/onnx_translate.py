@@ -512,10 +512,9 @@ def _python_dtype(value: Any) -> torch.dtype:
 
 
 def _source_line(node: Node) -> str:
-    """``File "model.py", line 12, in forward: return torch.relu(x)``, or what the trace says."""
+    """``File "model.py", line 12, in forward: return torch.relu(x)``; empty where unknown."""
     location = source_location(node)
     if location is None:
-        lines = (node.meta.get("stack_trace") or "").strip().splitlines()
-        return lines[-1].strip() if lines else ""
+        return ""
     where, *code = (line.strip() for line in location.frame_text().splitlines())
     return f"{where}: {code[0]}" if code else where

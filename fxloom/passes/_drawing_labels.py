@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from fxloom._format import format_arg, qualified_name
+from fxloom._format import describe_target, format_arg
 from fxloom.node import Node, map_arg
 from fxloom.passes._dot import html_text
 from fxloom.pytree import SEQUENCE_KINDS, container_type
@@ -146,16 +146,11 @@ def argument_rows(node: Node, skip_node_names: bool) -> list[str]:
 
 
 def target_row(node: Node) -> str:
-    """``call_function[target=torch.relu]``; ATen operators by their short name
-    (``aten.convolution.default``): an exported graph calls nothing else."""
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        shown = str(target)
-    elif node.op == "call_function":
-        shown = qualified_name(target)
-    else:
-        shown = str(target)
-    return f"{node.op}[target={shown}]"
+    """``call_function[target=torch.relu]``: functions by their label (ATen operators by their
+    short name, ``aten.convolution.default``: an exported graph calls nothing else), other
+    targets as the graph's text form prints them."""
+    style = "label" if node.op == "call_function" else "text"
+    return f"{node.op}[target={describe_target(node, style)}]"
 
 
 def module_row(module: torch.nn.Module | None) -> str:

@@ -24,7 +24,8 @@ from torch import nn
 
 from fxloom import attr_path
 from fxloom.graph_module import GraphModule
-from fxloom.node import _LEAF_TYPES, Node
+from fxloom.lint import LEAF_ARGUMENT_TYPES
+from fxloom.node import Node
 from fxloom.ops.effects import (
     is_random_call,
     module_is_pure,
@@ -49,7 +50,7 @@ def is_literal(value: Any) -> bool:
 
 
 def _not_literal(leaf: Any) -> bool:
-    return type(leaf) not in _LEAF_TYPES
+    return type(leaf) not in LEAF_ARGUMENT_TYPES
 
 
 def _not_literal_container(value: Any) -> bool:

@@ -59,7 +59,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
-from fxloom._format import qualified_name
+from fxloom._format import describe_target
 from fxloom.export.program import ExportedProgram
 from fxloom.node import Node
 from fxloom.ops.effects import VIEW_IF_CONTIGUOUS, VIEW_OPS, view_kind
@@ -242,7 +242,7 @@ class _CostCounter:
         base = {
             "name": node.name,
             "op": node.op,
-            "target": _target_name(node),
+            "target": describe_target(node, "label"),
             "module_path": _module_path(node),
         }
         out = node.meta.get("tensor_meta")
@@ -414,14 +414,6 @@ def _argument_bytes(node: Node) -> int:
 def _nbytes(meta: Any) -> int:
     """Bytes of the tensor(s) ``meta`` describes (logical size: numel x element size)."""
     return sum(numel(tensor) * tensor.dtype.itemsize for tensor in tensor_metas(meta))
-
-
-def _target_name(node: Node) -> str:
-    if node.op == "call_function":
-        return qualified_name(node.target)
-    if node.op == "call_method":
-        return f".{node.target}()"
-    return str(node.target)
 
 
 def _module_path(node: Node) -> str:

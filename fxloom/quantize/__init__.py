@@ -29,7 +29,7 @@ int8 and what stayed float, and why::
     >>> bool(error < 0.05)
     True
     >>> [row.calls for row in report(quantized).quantized]
-    ['Linear 0', 'Linear 2']
+    ['0, a Linear', '2, a Linear']
 
 ``prepare_qat(model, example_inputs)`` is the same with fake quantization instead of
 observers, for fine-tuning with int8 rounding in the loop before the same ``convert``.

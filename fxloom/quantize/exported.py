@@ -25,7 +25,7 @@ this itself, so the whole flow is the same as for a module::
     >>> prepared = prepare(export(model, (x,)), (x,))
     >>> int8 = convert(calibrate(prepared, [torch.randn(4, 8) for _ in range(4)], progress=False))
     >>> [row.calls for row in report(int8).quantized]
-    ['Linear 0']
+    ['0, a Linear']
 
 An exported program checks its inputs' shapes: calibrate with batches of the example's shape
 (or export with ``dynamic_shapes``).

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from fxloom._format import describe_target
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.quantize.config import QuantConfig, QuantSpec
@@ -59,7 +60,7 @@ class Decision:
     """What happens to one node: ``kind`` (int8, fused, shared, float, identity, dynamic)."""
 
     node: str
-    calls: str  # what the node calls, for people: "Linear encoder.0", "torch.add"
+    calls: str  # what the node calls, for people: "encoder.0, a Linear", "torch.add"
     kind: str
     reason: str
     spec: QuantSpec | None = None
@@ -108,10 +109,10 @@ def plan_dynamic(gm: GraphModule, config: QuantConfig) -> QuantPlan:
             continue
         spec, source = _choose(node, gm, config)
         if spec is None:
-            decision = Decision(node.name, _calls(node, key), "float", _float_by(source))
+            decision = Decision(node.name, describe_target(node), "float", _float_by(source))
         else:
             decision = Decision(
-                node.name, _calls(node, key), "dynamic", "int8 weights, activations per batch"
+                node.name, describe_target(node), "dynamic", "int8 weights, activations per batch"
             )
             decision.spec = spec
         plan.decisions[node.name] = decision
@@ -120,7 +121,7 @@ def plan_dynamic(gm: GraphModule, config: QuantConfig) -> QuantPlan:
 
 def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision:
     key = table_key(node, gm)
-    calls = _calls(node, key)
+    calls = describe_target(node)
     if isinstance(key, type) and key in IDENTITY_IN_EVAL:
         return Decision(node.name, calls, "identity", "returns its input in eval mode")
     spec, source = _choose(node, gm, config)
@@ -233,19 +234,6 @@ def _tensor_inputs(node: Node) -> list[Node]:
 
 def _inplace(node: Node) -> bool:
     return bool(node.kwargs.get("inplace")) or (len(node.args) > 1 and node.args[1] is True)
-
-
-def _calls(node: Node, key: Any) -> str:
-    if node.op == "call_module":
-        return f"{key.__name__} {node.target}"
-    if node.op == "call_method":
-        return f".{node.target}()"
-    if isinstance(key, torch._ops.OpOverload):
-        return str(key)  # aten.elu.default
-    module = getattr(key, "__module__", None) or ""
-    name = getattr(key, "__name__", repr(key))
-    prefix = {"_operator": "operator.", "torch": "torch.", "torch.nn.functional": "F."}
-    return prefix.get(module, f"{module}." if module else "") + name
 
 
 def _kernel_name(kernel: Any) -> str:

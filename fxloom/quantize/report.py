@@ -9,9 +9,9 @@ with ``rich.print(report)`` or ``report.print()``::
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SELU()).eval()
     >>> print(report(prepare(model, (torch.randn(2, 4),))))
     static int8, engine x86: 1 int8, 1 float
-      node  calls     int8/float  why
-      _0    Linear 0  int8        quantized::linear, float in/out (one int8 kernel)
-      _1    SELU 1    float       no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)
+      node  calls        int8/float  why
+      _0    0, a Linear  int8        quantized::linear, float in/out (one int8 kernel)
+      _1    1, a SELU    float       no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)
 
 Depends on: ``plan``; rich (imported when printing with it).
 """

@@ -30,6 +30,7 @@ import sympy
 import torch
 
 from fxloom import pytree
+from fxloom.lint import is_default_literal
 from fxloom.serialize.allowlist import class_name
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.devices import MapLocation, Placement, move_graph_devices
@@ -353,7 +354,7 @@ def _decode_arg_name(data: Any) -> str:
     text = "*" * data["stars"] + name
     if "default" in data:
         default = decode_value(data["default"], None, f"the default of {name}")
-        if type(default) not in (type(None), bool, int, float, str):
+        if not is_default_literal(default):
             raise SerializationError(f"arg_names: the default of {name} must be a literal")
         text += f"={default!r}"
     return text

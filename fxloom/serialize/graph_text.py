@@ -29,10 +29,11 @@ import torch
 
 from fxloom import attr_path
 from fxloom.graph import Graph
+from fxloom.lint import TORCH_VALUE_TYPES
 from fxloom.node import Node
 from fxloom.serialize import allowlist, limits
 from fxloom.serialize.errors import SerializationError
-from fxloom.serialize.values import NUMPY_SCALARS, TORCH_ENUMS
+from fxloom.serialize.values import NUMPY_SCALARS
 
 __all__ = ["GraphParseError", "parse_graph"]
 
@@ -57,7 +58,7 @@ _VALUE_NAMES: dict[str, Any] = {
     "nan": math.nan,
 }
 # torch attributes that may appear as values (``torch.float32``, ``torch.strided``).
-_TORCH_VALUE_TYPES = tuple(TORCH_ENUMS.values())
+_TORCH_VALUE_TYPES = tuple(TORCH_VALUE_TYPES.values())
 
 
 def parse_graph(text: str, namespace: Mapping[str, Any] | None = None) -> Graph:

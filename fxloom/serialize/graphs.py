@@ -52,6 +52,7 @@ def encode_graph(graph: Graph, codecs: MetaCodecs | None = None) -> dict[str, An
     saved = codecs.start_module_stacks()
     for node in graph.nodes:
         where = f"node %{node.name}"
+        _check_argument_shape(node, where, saving=True)
         record: dict[str, Any] = {
             "name": node.name,
             "op": node.op,
@@ -154,11 +155,18 @@ def _decode_node(
     return node
 
 
-def _check_argument_shape(node: Node, where: str) -> None:
-    """The IR's rules for an opcode's arguments (``fxloom.lint.ARGUMENT_RULES``)."""
+def _check_argument_shape(node: Node, where: str, saving: bool = False) -> None:
+    """The IR's rules for an opcode's arguments (``fxloom.lint.ARGUMENT_RULES``), checked when
+    saving too, so that no file is written that loading would refuse."""
     problem = argument_rule_violation(node)
-    if problem is not None:
-        raise SerializationError(f"{where}: {problem}")
+    if problem is None:
+        return
+    if saving:
+        raise SerializationError(
+            f"cannot save {where}: {problem}, and loading would refuse it; fix the node "
+            "(graph.lint() names the rule), then save"
+        )
+    raise SerializationError(f"{where}: {problem}")
 
 
 def _decode_target(op: str, target: Any, where: str) -> Any:

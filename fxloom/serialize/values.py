@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from fxloom.immutable_collections import immutable_dict
+from fxloom.lint import TORCH_VALUE_TYPES
 from fxloom.node import Node
 from fxloom.pytree import NONE_SPEC, TreeSpec, container_type
 from fxloom.serialize import allowlist, limits
@@ -50,13 +51,10 @@ __all__ = [
     "NUMPY_SCALARS",
 ]
 
-# Values of torch's enum-like types, by the name torch gives them (``torch.float32``).
-TORCH_ENUMS: dict[str, type] = {
-    "dtype": torch.dtype,
-    "layout": torch.layout,
-    "memory_format": torch.memory_format,
-    "qscheme": torch.qscheme,
-}
+# Values of torch's enum-like types, by the name torch gives them (``torch.float32``): those
+# an argument may hold (``fxloom.lint.TORCH_VALUE_TYPES``), and quantization schemes, which only
+# metadata holds.
+TORCH_ENUMS: dict[str, type] = {**TORCH_VALUE_TYPES, "qscheme": torch.qscheme}
 _BY_NAME: dict[str, dict[str, Any]] = {
     kind: {name: value for name, value in vars(torch).items() if isinstance(value, cls)}
     for kind, cls in TORCH_ENUMS.items()

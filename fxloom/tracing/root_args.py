@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fxloom.lint import is_default_literal
 from fxloom.ops.signatures import BUILTIN_CALLABLE_TYPES
 from fxloom.proxy import TraceError
 from fxloom.pytree import tree_any, tree_flatten, tree_unflatten
@@ -424,7 +425,7 @@ def _fixed_argument(
     guard, expected = fixed_argument_guard(param.name, value)
     if type_expr is None and guard is check_fixed and value is not None:
         type_expr = type(value)
-    default = (value,) if may_default and _is_literal(value) else ()
+    default = (value,) if may_default and is_default_literal(value) else ()
     placeholder = tracer.create_proxy("placeholder", param.name, default, {}, type_expr=type_expr)
     tracer.create_proxy("call_function", guard, (placeholder, *expected), {}, "guard")
     return value
@@ -463,7 +464,7 @@ def _defaultable_parameters(
         if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
             continue
         spec = concrete_args.get(param.name, PH)
-        fixed_literal = spec is not PH and _is_literal(spec)
+        fixed_literal = spec is not PH and is_default_literal(spec)
         if not (fixed_literal or (spec is PH and param.default is not param.empty)):
             break
         allowed.add(param.name)
@@ -484,18 +485,6 @@ def _keyword_entries(name: str, spec: Any) -> dict[str, Any]:
 def _has_variadic_positional(parameters: list[inspect.Parameter]) -> bool:
     # With a *args after them, earlier parameters can only be filled positionally.
     return any(p.kind is p.VAR_POSITIONAL for p in parameters)
-
-
-# Values printable as a default in the generated signature.
-_LITERAL_TYPES = frozenset({int, float, bool, str, type(None), complex})
-
-
-def _is_literal(value: Any) -> bool:
-    """A scalar literal, or a plain tuple/list of them: printable as a parameter default."""
-    t = type(value)
-    if t in _LITERAL_TYPES:
-        return True
-    return (t is tuple or t is list) and all(_is_literal(v) for v in value)
 
 
 # Evaluating string annotations (``from __future__ import annotations``) costs more than the

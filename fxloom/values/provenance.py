@@ -31,7 +31,7 @@ from fxloom.source_location import SourceLocation, format_stack_trace
 from fxloom.values.frames import is_library
 from fxloom.values.module_stack import ModuleStack
 
-__all__ = ["Provenance", "SourceStamper"]
+__all__ = ["Provenance", "SourceStamper", "location_of", "stamp_source"]
 
 _TORCH_NN = "torch.nn."
 
@@ -59,10 +59,7 @@ class SourceStamper:
 
     def stamp(self, meta: dict[str, Any], skip: int = 0) -> None:
         """Stamp the user's frames on ``meta``, looked for from ``skip`` frames above the caller."""
-        text, innermost = self.locate(skip + 1)
-        meta["stack_trace"] = text
-        if innermost is not None:
-            meta["source_location"] = innermost
+        stamp_source(meta, *self.locate(skip + 1))
 
     def locate(self, skip: int = 0) -> tuple[str, SourceLocation | None]:
         """``(stack trace text, innermost location)`` of the user's frames, looked for from
@@ -71,7 +68,7 @@ class SourceStamper:
         key = tuple((frame.f_code, frame.f_lineno) for frame in frames)
         found = self._seen.get(key)
         if found is None:
-            locations = [_location(frame) for frame in reversed(frames)]
+            locations = [location_of(f.f_code, f.f_lineno, f.f_globals) for f in reversed(frames)]
             innermost = locations[-1] if locations else None
             found = self._seen[key] = (format_stack_trace(locations), innermost)
         return found
@@ -88,9 +85,23 @@ class SourceStamper:
         return frames
 
 
-def _location(frame: types.FrameType) -> SourceLocation:
-    code, line = frame.f_code, frame.f_lineno
-    source = linecache.getline(code.co_filename, line, frame.f_globals).strip()
+def stamp_source(meta: dict[str, Any], text: str, innermost: SourceLocation | None) -> None:
+    """Write where a node came from on its ``meta``: the frames' text as ``stack_trace`` (for
+    torch.fx's readers) and the innermost frame as ``source_location`` (for fxloom's).
+
+    Every frontend stamps through here: ``SourceStamper`` for those that run the user's Python
+    frames, and directly a frontend that knows its frames otherwise (by code and line)."""
+    meta["stack_trace"] = text
+    if innermost is not None:
+        meta["source_location"] = innermost
+
+
+def location_of(
+    code: types.CodeType, line: int, module_globals: dict[str, Any] | None = None
+) -> SourceLocation:
+    """The frame running ``code`` at ``line`` as a ``SourceLocation``, its source line read
+    through ``linecache`` (``module_globals`` finds the source of a module loaded by a loader)."""
+    source = linecache.getline(code.co_filename, line, module_globals).strip()
     return SourceLocation(code.co_filename, line, code.co_name, source)
 
 

@@ -96,7 +96,7 @@ def test_the_report_names_the_unsupported_operator_its_reason_and_source_line():
     assert left.source is not None and "test_lower.py" in left.source
     assert "spectral_gate(hidden)" in left.source
     assert [region.lowered for region in report.regions] == [True, True]
-    assert report.regions[0].ops == {"Linear": 1, "relu": 1}
+    assert report.regions[0].ops == {"Linear": 1, "torch.relu": 1}
     text = str(report)
     assert "2 of 2 regions in onnxruntime" in text and "%spectral_gate" in text
 

@@ -173,7 +173,7 @@ class _SelfAttention(nn.Module):
 def test_normalisation_and_pooling_follow_the_documented_conventions():
     model = nn.Sequential(nn.BatchNorm2d(3), nn.MaxPool2d(2), nn.LayerNorm(4)).eval()
     report = analyze_cost(fxloom.symbolic_trace(model), torch.Size([1, 3, 8, 8]))
-    flops = {node.target: node.flops for node in report.nodes if node.op == "call_module"}
+    flops = {n.module_path: n.flops for n in report.nodes if n.op == "call_module"}
     assert flops == {"0": 4 * 192, "1": 4 * 48, "2": 7 * 48}  # eval BN: normalise + affine
 
 

@@ -428,7 +428,7 @@ def test_batch_norm_in_training_mode_is_refused_naming_its_path():
     model = with_statistics(zoo.build("resnet_tiny")[0])
     model.layers[1].bn2.train()
     with pytest.raises(
-        FusionError, match=r"BatchNorm2d 'layers.1.bn2' \(%layers_1_bn2\).*\.eval\(\)"
+        FusionError, match=r"%layers_1_bn2 \(layers\.1\.bn2, a BatchNorm2d\).*\.eval\(\)"
     ):
         fuse(model)
 

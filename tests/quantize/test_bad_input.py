@@ -54,9 +54,9 @@ def test_operators_with_no_int8_kernel_are_reported_in_float_with_the_reason(con
     assert rows["sin"].kind == "float" and rows["sin"].reason == NO_KERNEL
     assert rows["gelu"].kind == "float" and rows["gelu"].reason == NO_KERNEL
     assert [row.calls for row in report(int8).quantized] == [
-        "Linear first",
-        "Linear second",
-        "Linear third",
+        "first, a Linear",
+        "second, a Linear",
+        "third, a Linear",
     ]
 
 

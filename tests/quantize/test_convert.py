@@ -252,8 +252,8 @@ def test_the_report_lists_int8_and_float_operators_with_reasons() -> None:
     _, _, _, int8 = quantized("deeprec_tiny")
     text = str(report(int8))
     assert text.startswith("static int8, engine x86: 6 int8, 5 float")
-    assert "SELU encoder.1" in text and "no int8 kernel" in text
-    assert "Dropout drop" in text and "removed" in text
+    assert "encoder.1, a SELU" in text and "no int8 kernel" in text
+    assert "drop, a Dropout" in text and "removed" in text
 
 
 def test_the_report_prints_with_rich() -> None:

@@ -53,10 +53,10 @@ def test_addmm_of_a_transposed_weight_becomes_the_linear_layer_it_was() -> None:
     _, int8 = int8_of("deeprec_tiny", exported=True)
     rows = report(int8).rows
     assert [row.calls for row in report(int8).quantized][:2] == [
-        "Linear encoder.0",
-        "Linear encoder.2",
+        "encoder.0, a Linear",
+        "encoder.2, a Linear",
     ]
-    assert {row.calls for row in rows if row.kind == "float"} == {"aten.elu.default"}
+    assert {row.calls for row in rows if row.kind == "float"} == {"torch.ops.aten.elu.default"}
 
 
 def test_convolution_and_batch_norm_become_one_int8_conv() -> None:
@@ -68,7 +68,7 @@ def test_convolution_and_batch_norm_become_one_int8_conv() -> None:
     # max pooling too, without its unused indices; the global average is float (KEPT_FLOAT),
     # and so the view of it
     in_float = [row.calls for row in report(int8).in_float]
-    assert in_float == ["aten.mean.dim", "aten.view.default"]
+    assert in_float == ["torch.ops.aten.mean.dim", "torch.ops.aten.view.default"]
     kinds = [type(m).__name__ for m in int8.modules()]
     assert kinds.count("ConvReLU2d") == 3 and kinds.count("Conv2d") == 1
 

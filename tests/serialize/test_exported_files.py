@@ -441,3 +441,15 @@ def _places(obj):
         yield obj, key
         if isinstance(value, (dict, list)):
             yield from _places(value)
+
+
+# ------------------------------------------------------------------ literal defaults
+class Scaled(nn.Module):
+    def forward(self, x, scale=(1.0, 2.0), flag=True):
+        return x * scale[0] if flag else x
+
+
+def test_a_literal_default_of_any_kind_the_ir_prints_is_kept_and_saved():
+    ep = export(Scaled(), (torch.ones(2),))
+    assert ep.arg_names == ["x", "scale=(1.0, 2.0)", "flag=True"]
+    assert round_trip(ep).arg_names == ep.arg_names

@@ -18,6 +18,7 @@ from torch import nn
 
 import fxloom
 from fxloom import zoo
+from fxloom.lint import LEAF_ARGUMENT_TYPES
 from fxloom.serialize.archive import FORMAT_VERSION
 
 
@@ -53,10 +54,10 @@ def test_loaded_model_runs_on_another_batch_size():
     torch.testing.assert_close(round_trip(gm)(other), model(other))
 
 
-def test_every_kind_of_argument_value_round_trips():
-    graph = fxloom.Graph()
-    x = graph.placeholder("x")
-    values = (
+def argument_values(x: fxloom.Node | None) -> tuple:
+    """One value of each kind an argument may hold (``fxloom.lint.LEAF_ARGUMENT_TYPES``, the
+    containers, a function), ``x`` inside containers."""
+    return (
         1,
         -2.5,
         float("inf"),
@@ -77,6 +78,12 @@ def test_every_kind_of_argument_value_round_trips():
         range(0, 4, 2),
         torch.relu,
     )
+
+
+def test_every_kind_of_argument_value_round_trips():
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    values = argument_values(x)
     original = graph.call_function(operator.getitem, (x, values))
     graph.output(x)
     loaded = round_trip(fxloom.GraphModule(nn.Module(), graph))
@@ -84,6 +91,27 @@ def test_every_kind_of_argument_value_round_trips():
     assert node.format_node() == original.format_node()
     assert node.args[1][:14] == values[:14] and node.args[1][15:] == values[15:]
     assert [type(v) for v in node.args[1]] == [type(v) for v in original.args[1]]
+
+
+def test_the_round_trip_covers_every_leaf_type_the_ir_allows():
+    # Symbolic sizes are values of a trace, saved as symbols in meta, never as constants.
+    symbolic = {torch.SymInt, torch.SymFloat, torch.SymBool}
+    covered = {type(value) for value in argument_values(None)}
+    assert LEAF_ARGUMENT_TYPES - symbolic <= covered
+
+
+def test_a_node_breaking_an_argument_rule_is_refused_when_saving(tmp_path):
+    root = nn.Module()
+    root.register_buffer("weight", torch.ones(1))
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    graph.create_node("get_attr", "weight", (x,), name="odd")  # a get_attr takes nothing
+    graph.output(x)
+    with pytest.raises(
+        fxloom.SerializationError, match=r"cannot save node %odd: a get_attr node takes"
+    ):
+        fxloom.save(fxloom.GraphModule(root, graph), tmp_path / "odd.fxl")
+    assert not (tmp_path / "odd.fxl").exists()
 
 
 def test_keyword_arguments_and_method_calls_round_trip():

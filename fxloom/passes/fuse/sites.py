@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from fxloom import attr_path
+from fxloom._format import describe_target
 from fxloom.graph_module import GraphModule
 from fxloom.node import Argument, Node
 from fxloom.ops.identity import op_key
@@ -57,7 +58,7 @@ def bind(node: Node) -> dict[str, Argument]:
     names = parameters_of(node.target)
     if not names:
         raise KeyError(
-            f"%{node.name} calls {_function_name(node.target)}, which FUSION_RULES names but "
+            f"%{node.name} calls {describe_target(node)}, which FUSION_RULES names but "
             "fxloom.passes.fuse.sites.FUNCTION_PARAMETERS does not; add its parameter names "
             "there"
         )
@@ -164,10 +165,10 @@ def training_mode_culprit(node: Node, gm: GraphModule) -> str | None:
     if node.op == "call_module":
         module = attr_path.get(gm, node.target)
         if module.training:
-            return f"{type(module).__name__} {node.target!r} (%{node.name}) is in training mode"
+            return f"%{node.name} ({describe_target(node)}) is in training mode"
         return None
     if bind(node)["training"] is True:
-        return f"%{node.name} calls {_function_name(node.target)} with training=True"
+        return f"%{node.name} calls {describe_target(node)} with training=True"
     return None
 
 
@@ -202,8 +203,3 @@ def _function_batch_norm(node: Node, gm: GraphModule) -> BatchNormStats:
     weight = stored_tensor(gm, bound["weight"], node, "weight")
     bias = stored_tensor(gm, bound["bias"], node, "bias")
     return BatchNormStats(mean, var, float(eps), weight, bias)
-
-
-def _function_name(fn: Any) -> str:
-    module = getattr(fn, "__module__", None) or "torch"
-    return f"{module}.{fn.__name__}"
