@@ -27,7 +27,10 @@ op                          covers
                             pops the iterator itself when it is exhausted
 ``LOAD_FAST`` and           3.13's superinstructions ``LOAD_FAST_LOAD_FAST``,
 ``STORE_FAST``              ``STORE_FAST_LOAD_FAST``, ``STORE_FAST_STORE_FAST``, split in two
-                            (both halves keep the offset; ``offset_index`` names the first)
+                            (both halves keep the offset; ``offset_index`` names the first;
+                            the second has ``split_half=True``)
+``LOAD_CLOSURE``            push a cell (for a closure's tuple); 3.13 writes it as ``LOAD_FAST``
+                            of a cell or free variable, renamed back here
 ``FORMAT``                  ``arg = (conversion, has_spec)``: 3.11/3.12 ``FORMAT_VALUE``,
                             3.13 ``FORMAT_SIMPLE`` (no spec) and ``FORMAT_WITH_SPEC``
 ``CONVERT_VALUE``           3.13 only (``arg``: ``str``, ``repr`` or ``ascii``), before ``FORMAT``
@@ -36,6 +39,14 @@ op                          covers
 ``BINARY_OP``               ``arg`` is the operator as Python writes it (``+``, ``@=``)
 ``COMPARE_OP``              ``arg`` is the comparison (``<``, ``==``), whatever bits it carries
 ==========================  ===================================================================
+
+Kept as ``dis`` reads them (so they exist on some versions only; a handler for each is enough):
+``RESUME`` (``arg`` its int), 3.13's ``TO_BOOL`` (not folded into the jump that follows),
+3.12+ ``RETURN_CONST``, ``BINARY_SLICE``/``STORE_SLICE`` (not expanded into ``BUILD_SLICE``),
+``MAKE_FUNCTION`` (``arg`` the 3.11/3.12 flags; 0 on 3.13, where ``SET_FUNCTION_ATTRIBUTE``
+with the flag as ``arg`` follows), ``CALL_FUNCTION_EX`` (``arg`` 1 when a ``**`` mapping is on
+the stack), ``LOAD_SUPER_ATTR`` (3.12+; ``method`` from bit 0, ``arg`` the name; the bit-1
+two-argument flag is not exposed).
 
 Dropped: ``CACHE``, ``EXTENDED_ARG`` (folded by ``dis``), ``PRECALL``, ``KW_NAMES``. Names are
 strings (``arg`` of name ops), constants their value, counts ints. Every instruction in a
@@ -56,6 +67,8 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from fxloom.bytecode.breaks import CompileError  # torch-free, like this module
+
 __all__ = [
     "Handler",
     "Instruction",
@@ -71,7 +84,7 @@ __all__ = [
 NULL_BELOW = sys.version_info < (3, 13)  # where LOAD_GLOBAL's NULL goes: below the callable
 
 
-class UnsupportedPython(RuntimeError):
+class UnsupportedPython(CompileError):
     """fxloom.compile reads the bytecode of Python 3.11 and newer only."""
 
 
@@ -100,6 +113,7 @@ class Instruction:
     kwnames: tuple[str, ...] = ()
     push_null: bool = False
     method: bool = False
+    split_half: bool = False  # the second half of a split superinstruction (same offset)
 
 
 _RENAMED = {
@@ -148,19 +162,23 @@ SUPPORTED_OPS: dict[str, str] = {
     "COMPARE_OP": "a comparison (arg: '<', '==', ...)",
 }  # fmt: skip
 
-_CACHE: dict[types.CodeType, tuple[Instruction, ...]] = {}
+# Keyed by id(code), the code object kept alive in the value: hashing a code object hashes its
+# bytes, constants and names on every lookup (microseconds for a forward), an id does not.
+_CACHE: dict[int, tuple[types.CodeType, tuple[Instruction, ...]]] = {}
 
 
 def decode(code: types.CodeType) -> tuple[Instruction, ...]:
     """The normalised instructions of ``code`` (cached per code object)."""
-    found = _CACHE.get(code)
-    if found is None:
-        if sys.version_info < (3, 11):
-            raise UnsupportedPython(
-                "fxloom.compile reads Python 3.11+ bytecode (exception tables, the CALL forms); "
-                f"this is Python {sys.version_info.major}.{sys.version_info.minor}"
-            )
-        found = _CACHE[code] = _decode(code)
+    entry = _CACHE.get(id(code))
+    if entry is not None and entry[0] is code:
+        return entry[1]
+    if sys.version_info < (3, 11):
+        raise UnsupportedPython(
+            "fxloom.compile reads Python 3.11+ bytecode (exception tables, the CALL forms); "
+            f"this is Python {sys.version_info.major}.{sys.version_info.minor}"
+        )
+    found = _decode(code)
+    _CACHE[id(code)] = (code, found)
     return found
 
 
@@ -212,6 +230,7 @@ def _drafts(code: types.CodeType) -> list[dict[str, Any]]:
     """The instructions as dicts of Instruction's fields (no index, target as an offset)."""
     drafts: list[dict[str, Any]] = []
     kwnames: tuple[str, ...] = ()
+    cells = frozenset(code.co_cellvars + code.co_freevars)
     line = code.co_firstlineno
     for raw in dis.get_instructions(code):
         positions = raw.positions
@@ -224,8 +243,13 @@ def _drafts(code: types.CodeType) -> list[dict[str, Any]]:
             continue
         if name in _SPLIT:
             first, second = _SPLIT[name]
-            for op, value in zip((first, second), raw.argval):
-                drafts.append({"offset": raw.offset, "op": op, "arg": value, "line": line})
+            for op, value, split_half in zip((first, second), raw.argval, (False, True)):
+                if op == "LOAD_FAST" and value in cells:
+                    op = "LOAD_CLOSURE"
+                drafts.append(
+                    {"offset": raw.offset, "op": op, "arg": value, "line": line,
+                     "split_half": split_half}
+                )  # fmt: skip
             continue
         draft: dict[str, Any] = {"offset": raw.offset, "op": _RENAMED.get(name, name), "arg": raw.argval, "line": line}  # fmt: skip
         if name == "CALL_KW":  # 3.13: the names tuple was the last value pushed
@@ -234,6 +258,8 @@ def _drafts(code: types.CodeType) -> list[dict[str, Any]]:
             draft["nargs"] = raw.arg - len(kwnames)
             draft["kwnames"] = tuple(kwnames)
             kwnames = ()
+        if name == "LOAD_FAST" and raw.argval in cells:
+            draft["op"] = "LOAD_CLOSURE"  # 3.13 compiles LOAD_CLOSURE to LOAD_FAST of the cell
         _fields(draft, raw, name)
         drafts.append(draft)
     return drafts

@@ -25,8 +25,9 @@ def test_compile_on_python_310_names_the_version_and_the_alternatives():
 
 @pytest.mark.skipif(not OLD_PYTHON, reason="the refusal happens before Python 3.11")
 def test_decode_on_python_310_is_refused():
-    with pytest.raises(UnsupportedPython, match="3.11"):
+    with pytest.raises(UnsupportedPython, match="3.11") as refused:
         decode(test_decode_on_python_310_is_refused.__code__)
+    assert isinstance(refused.value, CompileError)
 
 
 @pytest.mark.skipif(OLD_PYTHON, reason="Python 3.11+ only")
