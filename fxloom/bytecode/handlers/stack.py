@@ -42,12 +42,9 @@ def load_fast(interp, frame, instruction):
     try:
         frame.stack.append(frame.locals[instruction.arg])
     except KeyError:
-        cell = frame.cells.get(instruction.arg)
-        if cell is None:
-            raise Break(
-                "exception", f"local variable {instruction.arg!r} is read before it is set"
-            ) from None
-        frame.stack.append(cell)  # Python 3.13 loads a cell for a closure with LOAD_FAST
+        raise Break(
+            "exception", f"local variable {instruction.arg!r} is read before it is set"
+        ) from None
 
 
 @handles("LOAD_FAST_AND_CLEAR")
