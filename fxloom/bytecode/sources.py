@@ -9,7 +9,7 @@ closure cells from its closure (``C``), the compiled module's own submodules fro
 entry's table of them (``R``)::
 
     >>> Attr(Attr(Local("self"), "config"), "n_head").expr
-    "L_self.config.n_head"
+    'L_self.config.n_head'
     >>> Item(Global("TABLE"), 3).expr
     "G['TABLE'][3]"
 
