@@ -33,6 +33,7 @@ import collections
 import copy
 import inspect
 import logging
+import operator
 import sys
 import types
 import warnings
@@ -375,9 +376,20 @@ def _native(interp: Interpreter, fn: Any, args: tuple, kwargs: dict, made: bool 
     if holds_stand_in(args, kwargs) and not _holds_safely(fn, owner):
         raise Break("opaque-call", f"{_name(fn)} received a tensor")
     result = _guarded(fn, args, kwargs)
+    if _unrecorded(interp, result):
+        raise Break(
+            "opaque-call", f"{_name(fn)} computed a tensor where fxloom could not record it"
+        )
     if made or type(result) in _CONTAINER_TYPES or _key(fn) in MAKES_NEW:  # the program's own
         recording.built(result)
     return recording.graph.adopt(result)
+
+
+def _unrecorded(interp: Interpreter, result: Any) -> bool:
+    """Whether native code made a stand-in the graph does not know (it did tensor work)."""
+    graph = interp.recording.graph
+    items = result if type(result) in (tuple, list) else (result,)
+    return any(isinstance(item, StandIn) and graph.node_of(item) is None for item in items)
 
 
 def _holds_safely(fn: Any, owner: Any) -> bool:
@@ -437,7 +449,22 @@ def _set_grad_enabled(interp: Interpreter, args: tuple, kwargs: dict) -> None:
     torch._C._set_grad_enabled(*args, **kwargs)
 
 
+def _sum(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
+    """``sum`` of tensors: one recorded ``+`` per item (natively, C would add unrecorded)."""
+    items = list(args[0])
+    total = args[1] if len(args) > 1 else kwargs.get("start", 0)
+    if not any(isinstance(item, StandIn) for item in (*items, total)):
+        return sum(items, total)
+    for item in items:
+        if isinstance(total, StandIn) or isinstance(item, StandIn):
+            total = record(interp, "call_function", operator.add, (total, item), {})
+        else:
+            total = total + item
+    return total
+
+
 SPECIAL: dict[Any, Any] = {
+    builtins.sum: _sum,
     builtins.super: _super,
     torch._C._set_grad_enabled: _set_grad_enabled,
     **{fn: _deferred(fn) for fn in DEFERRED_OUTPUT},

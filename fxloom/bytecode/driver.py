@@ -101,7 +101,7 @@ def drive(compiled: Any, pending: Next) -> Any:
         frame = _frame(compiled, pending)
         _AS_PYTHON.frames.append(frame)
         try:
-            done = _AS_PYTHON.step(frame, frame.instructions[frame.ip])
+            done = _step_as_python(frame)
         finally:
             _AS_PYTHON.frames.pop()
         if done is not None:
@@ -114,6 +114,24 @@ def drive(compiled: Any, pending: Next) -> Any:
         if type(result) is not Next:
             return result
         pending = result
+
+
+def _step_as_python(frame: Frame) -> Any:
+    """Run the break's instruction as Python; if that lands in an ``except`` block, run the
+    block to its end too (handling an exception is Python's business, one break, not one per
+    instruction)."""
+    handling = 0
+    while True:
+        instruction = frame.instructions[frame.ip]
+        done = _AS_PYTHON.step(frame, instruction)
+        if done is not None:
+            return done
+        if instruction.op == "PUSH_EXC_INFO":
+            handling += 1
+        elif instruction.op == "POP_EXCEPT":
+            handling -= 1
+        if handling <= 0 and frame.instructions[frame.ip].op != "PUSH_EXC_INFO":
+            return None
 
 
 def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
@@ -137,7 +155,8 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
         compiled.breaks.append(error)
         compiled.as_python.add(key)
         return _AS_PYTHON.run(frame)
-    if stop is not None:
+    if stop is not None and stop.top_index != key[0]:
+        # (a piece that stops where it starts only hands on to Python: no new break)
         compiled.breaks.append(stop)
     pieces.insert(0, piece)
     return piece.run(*values)

@@ -237,6 +237,9 @@ class _Emitter:
             if kind is list:
                 return "[" + ", ".join(items) + "]"
             return "(" + "".join(f"{item}, " for item in items) + ")"
+        if kind is set or kind is frozenset:
+            items = ", ".join(self.expr(item) for item in value)
+            return f"{kind.__name__}([{items}])"
         if kind is dict:
             pairs = (f"{self.constant(key)}: {self.expr(item)}" for key, item in value.items())
             return "{" + ", ".join(pairs) + "}"
