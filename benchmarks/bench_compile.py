@@ -153,7 +153,9 @@ def worker(case: str, method: str) -> dict[str, Any]:
         result.update(_graphs(method, compiled, target, args, kwargs))
         if other is not None:
             _, other_args, other_kwargs = other
-            correct &= _same(compiled(*other_args, **other_kwargs), target(*other_args, **other_kwargs))
+            correct &= _same(
+                compiled(*other_args, **other_kwargs), target(*other_args, **other_kwargs)
+            )
         result["correct"] = bool(correct)
         if case in OVERHEAD:
             result.update(_overhead(target, compiled, args, kwargs))
@@ -201,7 +203,7 @@ def run_case(case: str, method: str) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     for line in done.stdout.splitlines():
         if line.startswith(PREFIX):
-            return json.loads(line[len(PREFIX):])
+            return json.loads(line[len(PREFIX) :])
     tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
     return {"case": case, "method": method, "error": tail[0][:200]}
 
@@ -229,14 +231,20 @@ def markdown(runs: dict, cases: list[str], repeats: int, command: str, loads: tu
     for case in cases:
         ours, theirs = runs[(case, "fxloom")], runs[(case, "dynamo")]
         if any("error" in run for run in ours + theirs):
-            errors = "; ".join(f"{run['method']}: {run['error']}" for run in ours + theirs if "error" in run)
+            errors = "; ".join(
+                f"{run['method']}: {run['error']}" for run in ours + theirs if "error" in run
+            )
             lines.append(f"| {case} | {_family(case)} | error | | | | | {errors} |")
             continue
-        first = [statistics.median(run["first_call_s"] for run in side) * 1e3 for side in (ours, theirs)]
+        first = [
+            statistics.median(run["first_call_s"] for run in side) * 1e3 for side in (ours, theirs)
+        ]
         ratio = first[0] / first[1]
         if case in ZOO or case in HUGGING_FACE:
             ratios.append(ratio)
-        correct = "/".join("yes" if all(run["correct"] for run in side) else "NO" for side in (ours, theirs))
+        correct = "/".join(
+            "yes" if all(run["correct"] for run in side) else "NO" for side in (ours, theirs)
+        )
         graphs = (ours[0]["graphs"], theirs[0]["graphs"])
         breaks = (ours[0]["breaks"], theirs[0]["breaks"])
         lines.append(
@@ -254,14 +262,28 @@ def markdown(runs: dict, cases: list[str], repeats: int, command: str, loads: tu
 def _start_up(runs: dict) -> str:
     parts = []
     for method, label in (("fxloom", "fxloom"), ("dynamo", "Dynamo")):
-        times = [run["start_up_s"] for (case, m), side in runs.items() if m == method for run in side if "start_up_s" in run]
+        times = [
+            run["start_up_s"]
+            for (case, m), side in runs.items()
+            if m == method
+            for run in side
+            if "start_up_s" in run
+        ]
         if times:
             parts.append(f"{label} {statistics.median(times) * 1e3:.0f} ms")
     return "start-up median " + ", ".join(parts)
 
 
 def _family(case: str) -> str:
-    return "zoo" if case in ZOO else "Hugging Face" if case in HUGGING_FACE else "overhead" if case == "add" else "break"
+    return (
+        "zoo"
+        if case in ZOO
+        else "Hugging Face"
+        if case in HUGGING_FACE
+        else "overhead"
+        if case == "add"
+        else "break"
+    )
 
 
 def _verdict(case: str, ours: dict, theirs: dict) -> str:
@@ -277,7 +299,9 @@ def _overhead_table(runs: dict, cases: list[str]) -> list[str]:
             "| case | eager | fxloom | Dynamo | fxloom overhead | Dynamo overhead | difference | target |",
             "|---|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for case in cases:
-        if case not in OVERHEAD or any("error" in run for run in runs[(case, "fxloom")] + runs[(case, "dynamo")]):
+        if case not in OVERHEAD or any(
+            "error" in run for run in runs[(case, "fxloom")] + runs[(case, "dynamo")]
+        ):
             continue
         ours, theirs = runs[(case, "fxloom")], runs[(case, "dynamo")]
         eager = statistics.median(run["eager_us"] for run in ours + theirs)
@@ -293,7 +317,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", nargs=2, metavar=("CASE", "METHOD"), help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="a few cases, one repeat")
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per case and method")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="fresh processes per case and method"
+    )
     parser.add_argument("--cases", nargs="+", help="only these cases")
     parser.add_argument("--record", action="store_true", help="append the tables to RESULTS.md")
     args = parser.parse_args()

@@ -39,4 +39,6 @@ def test_the_demo_compiles_a_model_with_a_print_and_a_branch(capsys) -> None:
     out = capsys.readouterr().out
     assert state.compile_match
     assert "(printed by the model: hidden has shape (2, 16))" in out
-    assert "a branch depends" in out and "demo_compile.py:" in out  # the break, wrapped in its table
+    assert (
+        "a branch depends" in out and "demo_compile.py:" in out
+    )  # the break, wrapped in its table
