@@ -463,8 +463,42 @@ def _sum(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     return total
 
 
+def _type(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
+    """``type(x)`` of a stand-in is the class of the tensor it stands for, not ``StandIn``."""
+    if len(args) == 1 and isinstance(args[0], StandIn):
+        return interp.recording.graph.real_type(args[0])
+    return type(*args, **kwargs)
+
+
+def _isinstance(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
+    value, classes = args
+    if isinstance(value, StandIn):
+        return issubclass(interp.recording.graph.real_type(value), classes)
+    return isinstance(value, classes)
+
+
+def _rows_taken(make: Any) -> Any:
+    """``enumerate``, ``zip``, ``reversed``, ``list``, ``tuple`` of a tensor iterate its rows:
+    recorded as ``unbind(0)`` first (natively, C would make rows the graph never sees)."""
+
+    def call_with_rows(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
+        rows = tuple(
+            record(interp, "call_method", "unbind", (arg, 0), {})
+            if isinstance(arg, StandIn)
+            else arg
+            for arg in args
+        )
+        result = make(*rows, **kwargs)
+        return interp.recording.built(result) if type(result) is list else result
+
+    return call_with_rows
+
+
 SPECIAL: dict[Any, Any] = {
     builtins.sum: _sum,
+    builtins.type: _type,
+    builtins.isinstance: _isinstance,
+    **{make: _rows_taken(make) for make in (enumerate, zip, reversed, list, tuple)},
     builtins.super: _super,
     torch._C._set_grad_enabled: _set_grad_enabled,
     **{fn: _deferred(fn) for fn in DEFERRED_OUTPUT},

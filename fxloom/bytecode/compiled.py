@@ -116,6 +116,11 @@ class CompiledFunction:
         self.breaks: list[Break] = []
         self.misses: list[str] = []  # why each recompilation happened (the failing guard)
         self.eager_reason: str | None = None
+        if fn.__code__.co_flags & _SUSPENDS:  # a generator or coroutine: its frames suspend
+            self.eager_reason = (
+                f"{fn.__qualname__} is a generator or coroutine function, which fxloom.compile "
+                "does not capture yet (it runs as Python); compile the functions it calls"
+            )
         self.parameters = _parameters(fn)
         self._bound_self = bound_self
         self._dispatch = self._make_dispatch()
@@ -267,6 +272,9 @@ class CompiledModule(torch.nn.Module):
 
 
 # ------------------------------------------------------------------ signatures
+_SUSPENDS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
 def _parameters(fn: types.FunctionType) -> tuple[str, ...]:
     code = fn.__code__
     count = code.co_argcount + code.co_kwonlyargcount

@@ -48,6 +48,8 @@ class GraphBuilder:
         self.inputs: list[Source] = []  # graph input i is read from inputs[i] at call time
         self.source_of_input: dict[int, Source] = {}  # id(stand-in of an input) -> its source
         self.held: dict[int, torch.Tensor] = {}  # input index -> the parameter or buffer itself
+        # id(stand-in of an input) -> the input's own class (Parameter, a tensor subclass)
+        self.real_types: dict[int, type] = {}
         self.modules: dict[str, torch.nn.Module] = {}  # call_module targets, held by reference
         self.constants: dict[str, torch.Tensor] = {}  # get_attr targets, held by reference
         self.where: tuple[tuple[types.CodeType, int], ...] = ()  # the interpreter's frames
@@ -61,6 +63,10 @@ class GraphBuilder:
     def node_of(self, value: Any) -> Node | None:
         return self._node_of.get(id(value))
 
+    def real_type(self, stand_in: StandIn) -> type:
+        """The class the value a stand-in stands for has when the graph runs."""
+        return self.real_types.get(id(stand_in), torch.Tensor)
+
     def input(self, source: Source, tensor: torch.Tensor, held: bool = False) -> StandIn:
         """The stand-in of a tensor read from ``source`` (one graph input per tensor).
         ``held``: a parameter or buffer of the root, which the module epoch guard keeps the
@@ -70,6 +76,7 @@ class GraphBuilder:
             name = _NOT_IDENTIFIER.sub("_", source.text)
             node = self.graph.placeholder(name)
             stand_in = self._register(StandIn.like(tensor), node)
+            self.real_types[id(stand_in)] = type(tensor)
             if held:
                 self.held[len(self.inputs)] = tensor
             self.inputs.append(source)

@@ -246,12 +246,6 @@ def test_writing_into_a_dict_argument_is_kept(capsys):
     assert_same(f, x3, {"count": 4}, capsys=capsys)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the break at STORE_GLOBAL is run by driver.py:126 (_step_as_python) through the same "
-    "handler, handlers/names.py:47, which raises Break('outside-mutation') again, so the Break "
-    "escapes to the caller instead of the store running as Python",
-)
 def test_a_global_statement_writes_the_module_global(capsys):
     global COUNTER
     COUNTER = 0
@@ -323,11 +317,6 @@ def test_an_assert_statement_raises_as_eager_does(capsys):
     assert_same(f, x3, -1, capsys=capsys)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="builtins.type is in calls.py:79 HOLDS_TENSORS, so type(x) runs natively on the "
-    "stand-in and returns fxloom.values.stand_in.StandIn instead of torch.Tensor",
-)
 def test_getattr_hasattr_and_type_names(capsys):
     def f(x, obj):
         scale = getattr(obj, "scale", 1.0)
@@ -376,13 +365,6 @@ def test_a_lambda_default_captured_in_a_loop(capsys):
     assert_same(f, x3, capsys=capsys)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="enumerate(x) over a tensor returns StandIn rows to the caller (plain `for row in x` "
-    "works) and compiles in ~3 s; likely because enumerate is in calls.py _HOLDING_TYPES, so it "
-    "wraps the stand-in natively and FOR_ITER (handlers/control.py:137) steps StandIn.__iter__ "
-    "outside the recording",
-)
 def test_iterating_over_the_rows_of_a_tensor(capsys):
     def f(x):
         return [row.sum() * i for i, row in enumerate(x)]

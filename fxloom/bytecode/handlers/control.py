@@ -130,7 +130,13 @@ def get_iter(interp, frame, instruction):
             )
         frame.stack.append(interp.recording.built(ListIterator(items)))
         return
-    frame.stack.append(interp.recording.built(ListIterator(list(value))))
+    items = list(value)
+    graph = interp.recording.graph
+    if any(isinstance(item, StandIn) and graph.node_of(item) is None for item in items):
+        raise Break(
+            "generator", f"a for loop over a {type(value).__qualname__} that iterates a tensor"
+        )
+    frame.stack.append(interp.recording.built(ListIterator(items)))
 
 
 @handles("FOR_ITER")

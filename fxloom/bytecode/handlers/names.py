@@ -44,7 +44,12 @@ def _global_source(interp, frame, name: str) -> Source:
 
 @handles("STORE_GLOBAL", "DELETE_GLOBAL")
 def store_global(interp, frame, instruction):
-    raise Break("outside-mutation", f"global {instruction.arg} is assigned")
+    if not interp.native:
+        raise Break("outside-mutation", f"global {instruction.arg} is assigned")
+    if instruction.op == "STORE_GLOBAL":
+        frame.globals[instruction.arg] = frame.stack.pop()
+    else:
+        del frame.globals[instruction.arg]
 
 
 @handles("LOAD_CLOSURE")
@@ -111,6 +116,8 @@ def attribute(interp, owner: Any, name: str) -> Any:
     if interp.native:
         return getattr(owner, name)
     if isinstance(owner, StandIn):
+        if name == "__class__":
+            return interp.recording.graph.real_type(owner)
         value = _native_getattr(owner, name)
         if isinstance(value, StandIn):  # .T, .mT, .real, .grad...: a tensor-valued attribute
             return record(interp, "call_function", builtins.getattr, (owner, name), {})
