@@ -310,15 +310,42 @@ def _module(interp: Interpreter, module: torch.nn.Module, args: tuple, kwargs: d
             module, path if path is not None else type(module).__name__
         )
         return record(interp, "call_module", target, args, kwargs)
-    if _has_hooks(module):
-        return inline(interp, type(module)._call_impl, (module, *args), kwargs)
     source = recording.source_of(module)
     if source is not None:
-        recording.guards.no_hooks(source)
+        recording.guards.hooks(source, module)
     forward = type(module).forward
     if type(forward) is not types.FunctionType:
         raise Break("opaque-call", f"{type(module).__qualname__}.forward is not a Python function")
-    return inline(interp, forward, (module, *args), kwargs)
+    if not _has_hooks(module):
+        return inline(interp, forward, (module, *args), kwargs)
+    return _with_hooks(interp, module, forward, args, kwargs)
+
+
+def _with_hooks(
+    interp: Interpreter, module: torch.nn.Module, forward: Any, args: tuple, kwargs: dict
+) -> Any:
+    """A module call with its forward hooks, as ``nn.Module.__call__`` runs them: each
+    pre-hook may replace the arguments, each hook the result; all are inlined."""
+    if module._backward_hooks or module._backward_pre_hooks:
+        raise Break("opaque-call", f"{type(module).__qualname__} has backward hooks")
+    for key, hook in list(module._forward_pre_hooks.items()):
+        if key in module._forward_pre_hooks_with_kwargs:
+            replaced = call(interp, hook, (module, args, kwargs), {})
+            if replaced is not None:
+                args, kwargs = replaced
+        else:
+            replaced = call(interp, hook, (module, args), {})
+            if replaced is not None:
+                args = replaced if isinstance(replaced, tuple) else (replaced,)
+    result = inline(interp, forward, (module, *args), kwargs)
+    for key, hook in list(module._forward_hooks.items()):
+        if key in module._forward_hooks_with_kwargs:
+            replaced = call(interp, hook, (module, args, kwargs, result), {})
+        else:
+            replaced = call(interp, hook, (module, args, result), {})
+        if replaced is not None:
+            result = replaced
+    return result
 
 
 def _is_leaf(module: torch.nn.Module) -> bool:

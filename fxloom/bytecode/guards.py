@@ -174,11 +174,20 @@ class GuardSet:
         check = f"tuple({source.expr}) == {self.constant(keys)}"
         self.add(source.expr, Guard(_STRUCTURE, check, f"{source.text} has keys {list(keys)}"))
 
-    def no_hooks(self, source: Source) -> None:
-        """Module ``source`` has no hooks of its own (calls then run ``forward`` directly)."""
+    def hooks(self, source: Source, module: Any) -> None:
+        """Module ``source`` has the same forward hooks as now (none, usually), which the
+        interpreter inlined; backward hooks are refused before this is asked."""
         e = source.expr
-        check = f"not ({e}._forward_hooks or {e}._forward_pre_hooks or {e}._backward_hooks or {e}._backward_pre_hooks)"  # fmt: skip
-        self.add(e + " hooks", Guard(_STRUCTURE, check, f"{source.text} has no hooks"))
+        kinds = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
+        now = tuple(tuple(getattr(module, kind)) for kind in kinds)
+        if not any(now):
+            check = " or ".join(f"{e}.{kind}" for kind in kinds)
+            self.add(
+                e + " hooks", Guard(_STRUCTURE, f"not ({check})", f"{source.text} has no hooks")
+            )
+            return
+        check = f"({', '.join(f'tuple({e}.{kind})' for kind in kinds)}) == {self.constant(now)}"
+        self.add(e + " hooks", Guard(_STRUCTURE, check, f"{source.text} has the same hooks"))
 
     # ------------------------------------------------------------ generating
     def source_code(self, parameters: Sequence[str]) -> str:

@@ -132,3 +132,27 @@ def test_a_compiled_graph_works_with_fxloom_passes_and_backends():
         pytest.importorskip("onnxruntime")
         assert torch.allclose(fxloom.compile(model, backend="onnxruntime")(x), model(x), atol=1e-4)
     assert seen["shapes"] and all(seen["shapes"][:-1])
+
+
+def test_a_captured_graph_saves_loads_and_quantizes(tmp_path):
+    from fxloom.quantize import calibrate, convert, prepare
+
+    model = zoo.resnet_tiny().eval()
+    x = zoo.resnet_tiny_inputs()
+    x = x[0] if isinstance(x, tuple) else x
+    graphs = []
+
+    def backend(graph_module, example_inputs):
+        graphs.append((graph_module, example_inputs))
+        return graph_module.forward
+
+    with torch.no_grad():
+        fxloom.compile(model, backend=backend)(x)
+        graph_module, example_inputs = graphs[0]
+        fxloom.save(graph_module, tmp_path / "captured.fxl")
+        loaded = fxloom.load(tmp_path / "captured.fxl")
+        assert torch.allclose(loaded(*example_inputs)[0], model(x))
+        prepared = prepare(graph_module, tuple(example_inputs))
+        calibrate(prepared, [tuple(example_inputs)])
+        quantized = convert(prepared)(*example_inputs)[0]
+    assert (quantized - model(x)).abs().max() < 0.1 * model(x).abs().max()

@@ -395,3 +395,32 @@ def test_past_the_recompile_limit_it_runs_as_python_with_one_warning():
     with pytest.warns(UserWarning, match="recompile_limit.*n == 1"):
         assert torch.equal(compiled(x3, 2), x3 + 2)
     assert torch.equal(compiled(x3, 3), x3 + 3)
+
+
+class Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Base()
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+def test_a_modules_forward_hooks_are_inlined_into_the_graph():
+    model = Outer().eval()
+    model.inner.register_forward_pre_hook(lambda module, inputs: (inputs[0] * 3,))
+    model.inner.register_forward_hook(lambda module, inputs, output: output * 10)
+    compiled = fxloom.compile(model)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x3), model(x3))
+    assert compiled.explain().graph_count == 1 and compiled.explain().break_count == 0
+
+
+def test_a_hook_added_later_recompiles():
+    model = Outer().eval()
+    compiled = fxloom.compile(model)
+    with torch.no_grad():
+        compiled(x3)
+        model.inner.register_forward_hook(lambda module, inputs, output: output * 10)
+        assert torch.allclose(compiled(x3), model(x3))
+    assert len(compiled.cache) == 2
