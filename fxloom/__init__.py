@@ -16,10 +16,14 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 """
 
 # Subpackages used as `fxloom.export.export(...)` and `fxloom.passes....` after `import fxloom`.
+from typing import Any
+
 from fxloom import _renamed_modules
 from fxloom import export as export
 from fxloom import passes as passes
 from fxloom._version import __version__ as __version__
+from fxloom.bytecode import compiled as _bytecode
+from fxloom.bytecode.explain import explain
 from fxloom.codegen import CodeGen, CodegenError, PythonCode
 from fxloom.cond import cond, cond_op
 from fxloom.graph import Graph
@@ -75,4 +79,43 @@ __all__ = [
     "SerializationError",
     "DisallowedNameError",
     "replace_pattern",
+    "compile",
+    "explain",
 ]
+
+
+def _onnxruntime_backend(graph_module: GraphModule, example_inputs: list) -> Any:
+    from fxloom.lower import lower
+
+    return lower(graph_module, tuple(example_inputs))
+
+
+# The backends ``fxloom.compile`` knows by name (the frontend knows only "eager": backends sit
+# in a layer above it); a callable ``backend(graph_module, example_inputs)`` is taken as is.
+COMPILE_BACKENDS = {"eager": _bytecode.eager_backend, "onnxruntime": _onnxruntime_backend}
+
+
+def compile(  # noqa: A001 - the documented name, as torch.compile
+    fn_or_module: Any,
+    *,
+    backend: Any = "eager",
+    fullgraph: bool = False,
+    recompile_limit: int = 8,
+) -> Any:
+    """Compile a function or module at the bytecode level on its first call, with guards, a
+    cache and graph breaks (``fxloom.bytecode.compiled``; docs/compile.md).
+
+    ``backend``: ``"eager"`` (run fxloom's GraphModule), ``"onnxruntime"`` (``fxloom.lower``
+    runs each captured graph) or ``backend(graph_module, example_inputs) -> callable``.
+    ``fullgraph=True`` raises ``CompileError`` at the first graph break, naming the line.
+    """
+    if isinstance(backend, str):
+        if backend not in COMPILE_BACKENDS:
+            raise ValueError(
+                f"no fxloom.compile backend {backend!r}; known: {', '.join(COMPILE_BACKENDS)}, "
+                "or a callable backend(graph_module, example_inputs) -> callable"
+            )
+        backend = COMPILE_BACKENDS[backend]
+    return _bytecode.compile(
+        fn_or_module, backend=backend, fullgraph=fullgraph, recompile_limit=recompile_limit
+    )

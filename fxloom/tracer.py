@@ -76,6 +76,7 @@ from fxloom.tracing.root_index import RootIndex
 from fxloom.tracing.wrapped import wrap
 from fxloom.values.capturing import capturing
 from fxloom.values.frames import is_plumbing
+from fxloom.values.leaf_modules import is_torch_nn_leaf
 from fxloom.values.module_stack import ModuleStack
 from fxloom.values.provenance import SourceStamper
 
@@ -253,9 +254,7 @@ class Tracer:
         Default: modules defined in ``torch.nn`` (and ``torch.ao.nn``) are
         leaves, except ``Sequential``, which is traced through.
         """
-        module = type(m).__module__ or ""
-        is_torch_nn = module.startswith(("torch.nn", "torch.ao.nn"))
-        return is_torch_nn and not isinstance(m, torch.nn.Sequential)
+        return is_torch_nn_leaf(m)
 
     def path_of_module(self, mod: torch.nn.Module) -> str:
         """The qualified name of ``mod`` in the root (a dictionary lookup)."""

@@ -93,6 +93,18 @@ def _add_draw_arguments(parser: argparse.ArgumentParser) -> None:
     draw.add_arguments(parser)
 
 
+def _run_compile(args: argparse.Namespace) -> int:
+    from fxloom.cli import compile as compile_command
+
+    return compile_command.run(args)
+
+
+def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+    from fxloom.cli import compile as compile_command
+
+    compile_command.add_arguments(parser)
+
+
 def _run_export(args: argparse.Namespace) -> int:
     from fxloom.cli import export
 
@@ -169,6 +181,23 @@ def _model_text(zoo_models: str, inputs_needed: bool) -> str:
 _EXAMPLE_ZOO = "mlp_tiny, resnet_tiny, transformer_tiny, resnet50, ..."
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand(
+        name="compile",
+        summary="compile a model with fxloom.compile; print its graphs, breaks and guards",
+        description=(
+            "Compile MODEL with fxloom.compile (bytecode-level capture: guards, a cache,\n"
+            "graph breaks), call it on its example inputs and compare with eager PyTorch.\n"
+            "Print the number of graphs and breaks and the first call's time; --explain\n"
+            "prints every graph, every break with the user's file:line, why and what to\n"
+            "do, and the guards; --code the generated Python of each compiled piece.\n\n"
+            + _model_text(_EXAMPLE_ZOO, inputs_needed=True)
+            + "examples:\n"
+            "  fxloom compile transformer_tiny --explain\n"
+            "  fxloom compile resnet_tiny --code"
+        ),
+        run=_run_compile,
+        add_arguments=_add_compile_arguments,
+    ),
     Subcommand(
         name="cost",
         summary="count a model's FLOPs, MACs, parameters, bytes and peak memory, per module",

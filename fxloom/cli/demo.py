@@ -14,7 +14,9 @@ convolutions (with the latency change), and a drawing of a graph; then export
 its cost, and ``ep.module()`` checked against eager; last, quantization
 (``fxloom.cli.demo_quantize``): a DeepRecommender where int8 pays, its speedup, error and
 report; and lowering (``fxloom.cli.demo_lower``): a zoo model run by ONNX Runtime, its
-speedup and its check against eager. The final verdict covers every check.
+speedup and its check against eager; and ``fxloom.compile`` (``fxloom.cli.demo_compile``): a
+model with a ``print`` and a branch on data, compiled, checked, and explained. The final
+verdict covers every check.
 
 Each step is a function of the shared ``DemoState``; ``STEPS`` lists them in order. To extend
 the tour (passes, export, ...), write a step function and add a row to ``STEPS``.
@@ -42,7 +44,7 @@ from torch import nn
 
 import fxloom
 from fxloom import zoo
-from fxloom.cli import demo_export, demo_lower, demo_passes, demo_quantize, demo_save
+from fxloom.cli import demo_compile, demo_export, demo_lower, demo_passes, demo_quantize, demo_save
 
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
@@ -102,6 +104,7 @@ class DemoState:
     export_match: bool = True  # False when an exported program differs from eager
     quantize_match: bool = True  # False when the int8 model is too far from fp32
     lower_match: bool = True  # False when the model lowered to ONNX Runtime differs from eager
+    compile_match: bool = True  # False when the model compiled with fxloom.compile differs
     drawing_dir: Path = field(default_factory=lambda: Path("fxloom-demo"))
 
 
@@ -265,6 +268,7 @@ STEPS: tuple[Step, ...] = (
     Step(f"Export a model to ATen operators: {demo_export.EXPORT_MODEL}", demo_export.export_model),
     Step(f"Quantize a model to int8: {demo_quantize.QUANTIZE_MODEL}", demo_quantize.quantize_model),
     Step(f"Lower a model to ONNX Runtime: {demo_lower.LOWER_MODEL}", demo_lower.lower_model),
+    Step("Compile a model with a print and a branch on data", demo_compile.compile_model),
 )
 
 
@@ -293,13 +297,14 @@ def _summarise(state: DemoState) -> int:
         state.passes_match,
         state.export_match,
         state.lower_match,
+        state.compile_match,
     )
     if all(checks) and state.quantize_match:
         message = (
             "The generated code ran: the hand-built graph, the traced "
             f"{', '.join(state.traced)}, the fused model and the exported program match eager "
             "PyTorch; the int8 model is close to fp32.\nThe model lowered to ONNX Runtime "
-            "matches eager PyTorch too."
+            "matches eager PyTorch too, and so does the model compiled with fxloom.compile."
         )
         state.console.print(Panel(message, title="OK", border_style="green", expand=False))
         return 0
@@ -312,6 +317,7 @@ def _summarise(state: DemoState) -> int:
             ("the fused model", state.passes_match),
             ("the exported program", state.export_match),
             (f"the {demo_lower.LOWER_MODEL} lowered to ONNX Runtime", state.lower_match),
+            ("the model compiled with fxloom.compile", state.compile_match),
         )
         if not ok
     ]

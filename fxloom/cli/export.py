@@ -19,7 +19,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["add_arguments", "batch_shapes", "matches_eager", "run", "signature_summary"]
+__all__ = [
+    "add_arguments",
+    "batch_shapes",
+    "matches_eager",
+    "matches_outputs",
+    "run",
+    "signature_summary",
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,14 +135,16 @@ def _counted(kinds: Counter[str]) -> str:
 
 def matches_eager(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
     """Whether ``ep.module()`` and ``model`` give the same outputs on ``args``/``kwargs``."""
+    with torch.no_grad():
+        return matches_outputs(ep.module()(*args, **kwargs), model(*args, **kwargs))
+
+
+def matches_outputs(actual: Any, expected: Any) -> bool:
+    """Whether two outputs have the same leaves (tensors close, other values equal)."""
     from fxloom.pytree import tree_leaves
 
-    with torch.no_grad():
-        expected = tree_leaves(model(*args, **kwargs))
-        actual = tree_leaves(ep.module()(*args, **kwargs))
-    return len(expected) == len(actual) and all(
-        _same(got, wanted) for got, wanted in zip(actual, expected)
-    )
+    wanted, got = tree_leaves(expected), tree_leaves(actual)
+    return len(wanted) == len(got) and all(_same(a, b) for a, b in zip(got, wanted))
 
 
 def _same(got: Any, wanted: Any) -> bool:

@@ -104,6 +104,7 @@ READ_ONLY_EFFECTS: set[Any] = {
     torch.ops.aten._assert_scalar.default,  # exported programs' runtime assertions
     torch.ops.aten._assert_async.msg,
     torch.manual_seed,  # changes the random stream, which random nodes account for
+    torch._C._set_grad_enabled,  # grad mode switched inside a graph (a captured `no_grad`)
     *_PROFILER_RANGES,
     *(getattr(packet, overload) for packet in _PROFILER_RANGES for overload in packet.overloads()),
 }

@@ -45,10 +45,12 @@ class FrontendAnswers:
 
 
 # frontend -> its answers. Symbolic tracing stands in for torch.fx (libraries written for it ask
-# is_fx_tracing) but is no export; export is both compiling and exporting, as torch.export is.
+# is_fx_tracing) but is no export; export is both compiling and exporting, as torch.export is;
+# the bytecode frontend (fxloom.compile) is compiling, as torch.compile is.
 FRONTENDS: dict[str, FrontendAnswers] = {
     "symbolic tracing": FrontendAnswers(compiling=True, exporting=False, fx_tracing=True),
     "export": FrontendAnswers(compiling=True, exporting=True, fx_tracing=False),
+    "bytecode": FrontendAnswers(compiling=True, exporting=False, fx_tracing=False),
 }
 
 

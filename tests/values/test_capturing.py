@@ -75,7 +75,7 @@ def test_the_capture_records_into_the_module_stack_it_is_given() -> None:
 
 def test_an_unknown_frontend_is_refused_naming_the_table() -> None:
     with pytest.raises(ValueError, match="FRONTENDS in fxloom/values/capturing.py"):
-        with capturing("bytecode"):
+        with capturing("a frontend nobody wrote"):
             pass
 
 

@@ -1,0 +1,114 @@
+"""Every reason the bytecode frontend stops capturing, with what to do about it: one registry.
+
+A *graph break* is a place where the interpreter cannot go on recording: something needs a
+tensor's data, or a call it cannot follow. ``BREAKS`` names each kind once, with the
+sentence ``explain()`` and ``fullgraph=True`` errors show and the fix they suggest; every
+``Break`` raised in ``fxloom/bytecode/`` names one of its keys (a test checks this), so
+messages stay consistent and the list of what fxloom cannot capture is in one place.
+
+Depends on ``fxloom.source_location``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fxloom.source_location import SourceLocation
+
+__all__ = ["BREAKS", "Break", "BreakKind", "CompileError"]
+
+
+@dataclass(frozen=True, slots=True)
+class BreakKind:
+    title: str  # what happened, in a few words
+    fix: str  # what the user can do
+
+
+BREAKS: dict[str, BreakKind] = {
+    "tensor-branch": BreakKind(
+        "a branch depends on a tensor's value",
+        "use fxloom.cond(pred, true_fn, false_fn, operands) to keep both branches in the graph, "
+        "or compute the condition from shapes",
+    ),
+    "tensor-data": BreakKind(
+        "the program reads a tensor's data (.item(), .tolist(), int(), float(), bool())",
+        "keep the value as a tensor (use torch.where, masks or tensor arithmetic), or move the "
+        "read after the compiled function",
+    ),
+    "data-dependent-op": BreakKind(
+        "an operator's result size depends on data (nonzero, unique, boolean masks)",
+        "use a fixed-size formulation (torch.where, masked_fill) or move it out of the "
+        "compiled function",
+    ),
+    "unsupported-instruction": BreakKind(
+        "a Python instruction fxloom.compile does not interpret yet",
+        "move this code into a function called outside the compiled region, or report it",
+    ),
+    "outside-mutation": BreakKind(
+        "the program changes an object that exists outside the compiled function",
+        "return the new value instead of storing it, or change the object after the call",
+    ),
+    "opaque-call": BreakKind(
+        "a function implemented in C received a tensor",
+        "call it outside the compiled function, or use a torch operator instead",
+    ),
+    "exception": BreakKind(
+        "the program raises or handles an exception inside the compiled function",
+        "check the condition outside the compiled function",
+    ),
+    "generator": BreakKind(
+        "a generator or coroutine inside the compiled function",
+        "build a list instead of yielding, or call the generator outside",
+    ),
+    "return-object": BreakKind(
+        "the function returns an object holding tensors that is not a registered pytree node",
+        "return tuples, lists, dicts or dataclasses registered with torch.utils._pytree",
+    ),
+    "loop-step": BreakKind(
+        "the next step of a for loop whose body has a graph break",
+        "nothing to do: each step is taken as Python and the body's pieces are reused",
+    ),
+    "changing-result": BreakKind(
+        "a call whose result changes between calls (time, randomness, the environment)",
+        "nothing to do: it runs as Python at every call; pass the value in as an argument to "
+        "keep the function in one graph",
+    ),
+    "inline-depth": BreakKind(
+        "calls nest deeper than fxloom.compile inlines",
+        "mark the deep helper with fxloom.compile's backend outside the region",
+    ),
+    "unknown-value": BreakKind(
+        "the program uses a value fxloom.compile cannot represent",
+        "pass it as an argument, or compute it outside the compiled function",
+    ),
+}
+
+
+class Break(Exception):
+    """The interpreter cannot go on: ``kind`` names a ``BREAKS`` row, ``detail`` the culprit,
+    ``where`` the user's innermost line (filled in by the interpreter)."""
+
+    def __init__(self, kind: str, detail: str, where: SourceLocation | None = None) -> None:
+        if kind not in BREAKS:
+            raise KeyError(f"no graph break kind {kind!r} in fxloom.bytecode.breaks.BREAKS")
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+        self.where = where
+        self.top_index: int | None = None  # the compiled frame's instruction it happened in
+
+    @property
+    def row(self) -> BreakKind:
+        return BREAKS[self.kind]
+
+    def message(self) -> str:
+        where = f"{self.where.short}: " if self.where is not None else ""
+        code = f"\n    {self.where.code}" if self.where is not None and self.where.code else ""
+        return f"{where}{self.row.title}: {self.detail}{code}\n  fix: {self.row.fix}"
+
+    def __str__(self) -> str:
+        return self.message()
+
+
+class CompileError(RuntimeError):
+    """``fxloom.compile`` cannot compile this program (with ``fullgraph=True``: any break)."""

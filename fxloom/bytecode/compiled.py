@@ -1,0 +1,334 @@
+"""``fxloom.compile``: compile a function or module on its first call, reuse it while its guards hold.
+
+    >>> import torch, fxloom
+    >>> def f(x, y):
+    ...     return torch.relu(x) + y * 2
+    >>> compiled = fxloom.compile(f)
+    >>> x, y = torch.randn(3), torch.randn(3)
+    >>> torch.equal(compiled(x, y), f(x, y))
+    True
+    >>> len(compiled.cache)                       # one entry: guards + graph + generated code
+    1
+
+Each call binds its arguments through a generated function with the compiled function's
+own signature (Python binds them, defaults and keywords included), then tries the cache
+entries, the most recently hit first: the first whose guard holds runs. On a miss the
+function is interpreted again on the new arguments and a new entry is added
+(``fxloom.bytecode.entry``); past ``recompile_limit`` entries it runs as plain Python, with
+one warning that names the guard that kept failing. Where the interpreter cannot capture
+the function (a graph break), ``fullgraph=True`` raises ``CompileError`` naming the line,
+and otherwise the function runs as Python; ``explain()`` lists why.
+
+Depends on ``fxloom.bytecode.entry`` and ``fxloom.bytecode.explain``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import inspect
+import sys
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fxloom.bytecode.breaks import Break, CompileError
+from fxloom.bytecode.driver import drive
+from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
+from fxloom.bytecode.guards import watch_modules
+
+__all__ = ["compile", "CompiledFunction", "CompiledModule", "BACKENDS", "eager_backend"]
+
+
+def eager_backend(graph_module: Any, example_inputs: list) -> Callable[..., Any]:
+    """The default backend: run the captured GraphModule's generated code."""
+    return graph_module.forward
+
+
+# backend name -> backend(graph_module, example_inputs) -> callable. The frontend knows only
+# its own; ``fxloom.compile`` (the surface) adds the backends of the layers above it.
+BACKENDS: dict[str, Callable[..., Callable[..., Any]]] = {"eager": eager_backend}
+
+
+def compile(  # noqa: A001 - the documented name, as torch.compile
+    fn_or_module: Callable[..., Any] | torch.nn.Module,
+    *,
+    backend: str | Callable[..., Callable[..., Any]] = "eager",
+    fullgraph: bool = False,
+    recompile_limit: int = 8,
+) -> Any:
+    """Compile ``fn_or_module`` on first call and on each cache miss; see the module docstring.
+
+    ``backend``: ``"eager"`` (run fxloom's GraphModule) or ``backend(graph_module,
+    example_inputs) -> callable`` (``fxloom.compile`` also takes ``"onnxruntime"``). ``fullgraph=True``: a graph
+    break raises ``CompileError`` naming the line and why, instead of running as Python.
+    """
+    if sys.version_info < (3, 11):
+        raise CompileError(
+            "fxloom.compile reads Python 3.11+ bytecode (its exception tables and call forms); "
+            f"this is Python {sys.version_info.major}.{sys.version_info.minor}. Use "
+            "fxloom.symbolic_trace or fxloom.export.export here, or Python 3.11 or newer"
+        )
+    chosen = _backend(backend)
+    watch_modules()
+    if isinstance(fn_or_module, torch.nn.Module):
+        return CompiledModule(fn_or_module, chosen, fullgraph, recompile_limit)
+    return CompiledFunction(fn_or_module, chosen, fullgraph, recompile_limit)
+
+
+def _backend(backend: Any) -> Callable[..., Any]:
+    if callable(backend):
+        return backend
+    chosen = BACKENDS.get(backend)
+    if chosen is None:
+        raise ValueError(
+            f"no fxloom.compile backend {backend!r}; known: {', '.join(BACKENDS)}, or a callable(graph_module, example_inputs)"
+        )
+    return chosen
+
+
+class CompiledFunction:
+    """A function compiled on demand; see the module docstring."""
+
+    def __init__(self, fn: Callable[..., Any], backend: Callable[..., Any], fullgraph: bool,
+                 recompile_limit: int, root: torch.nn.Module | None = None) -> None:  # fmt: skip
+        if isinstance(fn, types.MethodType):
+            root = fn.__self__ if isinstance(fn.__self__, torch.nn.Module) else root
+            bound_self, fn = fn.__self__, fn.__func__
+        else:
+            bound_self = None
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(
+                f"fxloom.compile needs a Python function or an nn.Module, got {type(fn).__name__}"
+            )
+        self.fn = fn
+        self.root = root
+        self.backend = backend
+        self.fullgraph = fullgraph
+        self.recompile_limit = recompile_limit
+        self.cache: list[CacheEntry] = []  # entries that start the function
+        # (instruction index, local names, stack depth) -> entries that start after a break
+        self.pieces: dict[tuple, list[CacheEntry]] = {}
+        self.as_python: set[tuple] = set()  # where no piece could be captured
+        self.breaks: list[Break] = []
+        self.misses: list[str] = []  # why each recompilation happened (the failing guard)
+        self.eager_reason: str | None = None
+        if fn.__code__.co_flags & _SUSPENDS:  # a generator or coroutine: its frames suspend
+            self.eager_reason = (
+                f"{fn.__qualname__} is a generator or coroutine function, which fxloom.compile "
+                "does not capture yet (it runs as Python); compile the functions it calls"
+            )
+        self.parameters = _parameters(fn)
+        self._bound_self = bound_self
+        self._dispatch = self._make_dispatch()
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._dispatch(*args, **kwargs)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        return self if instance is None else types.MethodType(self, instance)
+
+    # ------------------------------------------------------------ the paths of a call
+    def _make_dispatch(self) -> Callable[..., Any]:
+        signature = inspect.signature(self.fn, follow_wrapped=False)
+        parameters = list(signature.parameters.values())
+        into_varargs = bool(parameters) and parameters[0].kind is parameters[0].VAR_POSITIONAL
+        if self._bound_self is not None and not into_varargs:
+            parameters = parameters[1:]
+        header = _header(parameters)
+        # The user's own parameter names (keywords bind by them); the namespace's names are
+        # ones no program uses.
+        passed = ", ".join(self.parameters)
+        bind_self = ""
+        if self._bound_self is not None:  # a method of a module: self is its first argument
+            first = self.parameters[0]
+            bind_self = (
+                f"    {first} = (_fx_SELF, *{first})\n"
+                if into_varargs
+                else f"    {first} = _fx_SELF\n"
+            )
+        source = (
+            f"def dispatch({header}):\n{bind_self}"
+            f"    if _fx_CACHE and _fx_CACHE[0].guard({passed}):\n"
+            f"        result = _fx_CACHE[0].run({passed})\n"
+            f"        return result if type(result) is not _fx_NEXT else _fx_DRIVE(_fx_COMPILED, result)\n"
+            f"    return _fx_MISS({passed})\n"
+        )
+        namespace = {"_fx_CACHE": self.cache, "_fx_MISS": self._miss, "_fx_SELF": self._bound_self,
+                     "_fx_DEFAULTS": [p.default for p in parameters], "_fx_NEXT": Next,
+                     "_fx_DRIVE": drive, "_fx_COMPILED": self}  # fmt: skip
+        exec(
+            builtins.compile(source, f"<fxloom dispatch {self.fn.__qualname__}>", "exec"), namespace
+        )  # noqa: S102
+        dispatch = namespace["dispatch"]
+        return dispatch
+
+    def _miss(self, *values: Any) -> Any:
+        if self.eager_reason is not None:
+            return self._eager(values)
+        for index, entry in enumerate(self.cache[1:], start=1):
+            if entry.guard(*values):
+                self.cache.insert(0, self.cache.pop(index))
+                entry.hits += 1
+                result = entry.run(*values)
+                return result if type(result) is not Next else drive(self, result)
+        if self.cache:
+            failing = self.cache[0].guards.first_failing(
+                values,
+                self.parameters,
+                self.fn.__globals__,
+                self.fn.__closure__,
+                self.cache[0].held,
+            )
+            self.misses.append(failing.text if failing is not None else "unknown")
+        if len(self.cache) >= self.recompile_limit:
+            self.eager_reason = (
+                f"recompiled {self.recompile_limit} times (recompile_limit); the guard that kept "
+                f"failing: {self.misses[-1]}"
+            )
+            warnings.warn(
+                f"fxloom.compile({self.fn.__qualname__}): {self.eager_reason}; running it as Python from now on",
+                stacklevel=3,
+            )
+            return self._eager(values)
+        try:
+            entry, stop = compile_entry(self.fn, self.parameters, values, self.backend, self.root)
+        except Break as error:
+            self._refuse(error)
+            self.breaks.append(error)
+            self.eager_reason = f"graph break: {error.message()}"
+            return self._eager(values)
+        if stop is not None:
+            self._refuse(stop)
+            self.breaks.append(stop)
+        self.cache.insert(0, entry)
+        result = entry.run(*values)
+        return result if type(result) is not Next else drive(self, result)
+
+    def _refuse(self, stop: Break) -> None:
+        if self.fullgraph:
+            raise CompileError(
+                f"fxloom.compile(fullgraph=True) cannot capture {self.fn.__qualname__}:\n"
+                f"  {stop.message()}"
+            ) from None
+
+    def _eager(self, values: tuple) -> Any:
+        args, kwargs = _unbind(self.fn, self.parameters, values)
+        return self.fn(*args, **kwargs)
+
+    # ------------------------------------------------------------ reports
+    def explain(self) -> Any:
+        from fxloom.bytecode.explain import Explanation
+
+        return Explanation.of(self)
+
+    @property
+    def code(self) -> str:
+        """The generated Python of every cache entry: guard, run and graph, with the user's
+        file:line beside each graph statement."""
+        parts = []
+        entries = [*self.cache, *(piece for pieces in self.pieces.values() for piece in pieces)]
+        for number, entry in enumerate(entries):
+            graph_code = entry.graph_module.graph.python_code("self", verbose=True).src
+            parts.append(
+                f"# ---- entry {number}: {self.fn.__qualname__}\n{entry.guard_source}\n{entry.run_source}\n# GRAPH:\n{graph_code}"
+            )
+        return "\n".join(parts)
+
+
+class CompiledModule(torch.nn.Module):
+    """``module`` with its ``forward`` compiled (parameters are shared, not copied)."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        backend: Callable[..., Any],
+        fullgraph: bool,
+        recompile_limit: int,
+    ) -> None:
+        super().__init__()
+        self._orig_mod = module
+        self.compiled_forward = CompiledFunction(
+            module.forward, backend, fullgraph, recompile_limit, root=module
+        )
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled_forward(*args, **kwargs)
+
+    def explain(self) -> Any:
+        return self.compiled_forward.explain()
+
+    @property
+    def code(self) -> str:
+        return self.compiled_forward.code
+
+    @property
+    def cache(self) -> list[CacheEntry]:
+        return self.compiled_forward.cache
+
+
+# ------------------------------------------------------------------ signatures
+_SUSPENDS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _parameters(fn: types.FunctionType) -> tuple[str, ...]:
+    code = fn.__code__
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return code.co_varnames[:count]
+
+
+def _header(parameters: list[inspect.Parameter]) -> str:
+    """A parameter list with the same names and binding rules, defaults from ``_fx_DEFAULTS``."""
+    parts: list[str] = []
+    saw_positional_only = saw_star = False
+    for index, parameter in enumerate(parameters):
+        name = parameter.name
+        default = "" if parameter.default is parameter.empty else f"=_fx_DEFAULTS[{index}]"
+        kind = parameter.kind
+        if kind is parameter.POSITIONAL_ONLY:
+            saw_positional_only = True
+        elif saw_positional_only:
+            parts.append("/")
+            saw_positional_only = False
+        if kind is parameter.VAR_POSITIONAL:
+            parts.append(f"*{name}")
+            saw_star = True
+        elif kind is parameter.KEYWORD_ONLY:
+            if not saw_star:
+                parts.append("*")
+                saw_star = True
+            parts.append(f"{name}{default}")
+        elif kind is parameter.VAR_KEYWORD:
+            parts.append(f"**{name}")
+        else:
+            parts.append(f"{name}{default}")
+    if saw_positional_only:
+        parts.append("/")
+    return ", ".join(parts)
+
+
+def _unbind(
+    fn: types.FunctionType, parameters: tuple[str, ...], values: tuple
+) -> tuple[tuple, dict]:
+    """Arguments that bind ``fn``'s parameters to ``values`` again."""
+    code = fn.__code__
+    positional = list(values[: code.co_argcount])
+    rest = code.co_argcount
+    kwargs = dict(
+        zip(
+            parameters[rest : rest + code.co_kwonlyargcount],
+            values[rest : rest + code.co_kwonlyargcount],
+        )
+    )
+    rest += code.co_kwonlyargcount
+    if code.co_flags & inspect.CO_VARARGS:
+        positional.extend(values[rest])
+        rest += 1
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        kwargs.update(values[rest])
+    return tuple(positional), kwargs

@@ -1,0 +1,162 @@
+"""The driver: runs a function whose capture stops at graph breaks, piece by piece.
+
+A captured piece ends just before an instruction the interpreter cannot capture (a branch
+on a tensor, a ``print``, a call it cannot follow) and returns ``Next``: that instruction's
+index, the locals and the stack. The driver runs that one instruction as Python, on the
+real values, then looks up the piece that starts after it in the cache — keyed by where it
+starts and the names of the locals it holds, most recently hit first, each with its guard —
+or compiles one there on these values. A break inside a loop becomes a small cycle of
+pieces, each compiled once; a piece that cannot be captured at all runs the rest of the
+function as Python from where it stands.
+
+Running "as Python" uses the same instruction handlers with ``Interpreter(native=True)``:
+real values, every call made natively, nothing recorded.
+
+Depends on ``fxloom.bytecode.interpreter``, ``entry`` and ``recording``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.entry import CacheEntry, Next, Start, compile_entry
+from fxloom.bytecode.interpreter import Frame, Interpreter
+from fxloom.bytecode.recording import NOT_WRITTEN
+
+__all__ = ["drive", "run_as_python"]
+
+
+class _Everything:
+    def __contains__(self, item: Any) -> bool:
+        return True
+
+    def add(self, item: Any) -> None:
+        pass
+
+
+class _PlainGraph:
+    metadata = contextlib.nullcontext()
+
+    @staticmethod
+    def adopt(value: Any) -> Any:
+        return value
+
+
+class _AsPython:
+    """``Recording``'s interface for running as Python: every value is just itself."""
+
+    created = _Everything()
+    graph = _PlainGraph()
+    writes: dict = {}
+
+    def read(self, value: Any, source: Any) -> Any:
+        return value
+
+    def read_attribute(self, owner: Any, name: str, value: Any) -> Any:
+        return value
+
+    def read_item(self, container: Any, key: Any, value: Any) -> Any:
+        return value
+
+    def read_variadic(self, value: Any, source: Any) -> Any:
+        return value
+
+    def built(self, value: Any) -> Any:
+        return value
+
+    def is_outside(self, value: Any) -> bool:
+        return False
+
+    def source_of(self, value: Any) -> None:
+        return None
+
+    def written(self, owner: Any, name: str) -> Any:
+        return NOT_WRITTEN
+
+
+_AS_PYTHON = Interpreter(_AsPython(), native=True)
+
+
+def _frame(compiled: Any, pending: Next) -> Frame:
+    frame = Frame(
+        compiled.fn,
+        pending.locals,
+        dict(zip(compiled.fn.__code__.co_freevars, compiled.fn.__closure__ or ())),
+    )
+    frame.stack = pending.stack
+    frame.ip = pending.index
+    return frame
+
+
+def run_as_python(compiled: Any, pending: Next) -> Any:
+    """Run the rest of the function from ``pending`` as Python."""
+    return _AS_PYTHON.run(_frame(compiled, pending))
+
+
+def drive(compiled: Any, pending: Next) -> Any:
+    """Run the function on from ``pending`` (see the module docstring); returns its value."""
+    while True:
+        frame = _frame(compiled, pending)
+        _AS_PYTHON.frames.append(frame)
+        try:
+            done = _step_as_python(frame)
+        finally:
+            _AS_PYTHON.frames.pop()
+        if done is not None:
+            return done.value
+        names = tuple(frame.locals)
+        depth = len(frame.stack)
+        key = (frame.ip, names, depth)
+        values = (*frame.locals.values(), *frame.stack)
+        result = _run_piece(compiled, key, values, frame)
+        if type(result) is not Next:
+            return result
+        pending = result
+
+
+def _step_as_python(frame: Frame) -> Any:
+    """Run the break's instruction as Python; if that lands in an ``except`` block, run the
+    block to its end too (handling an exception is Python's business, one break, not one per
+    instruction)."""
+    handling = 0
+    while True:
+        instruction = frame.instructions[frame.ip]
+        done = _AS_PYTHON.step(frame, instruction)
+        if done is not None:
+            return done
+        if instruction.op == "PUSH_EXC_INFO":
+            handling += 1
+        elif instruction.op == "POP_EXCEPT":
+            handling -= 1
+        if handling <= 0 and frame.instructions[frame.ip].op != "PUSH_EXC_INFO":
+            return None
+
+
+def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
+    pieces: list[CacheEntry] | None = compiled.pieces.get(key)
+    if pieces is None:
+        pieces = compiled.pieces[key] = []
+    for index, piece in enumerate(pieces):
+        if piece.guard(*values):
+            if index:
+                pieces.insert(0, pieces.pop(index))
+            piece.hits += 1
+            return piece.run(*values)
+    if key in compiled.as_python or len(pieces) >= compiled.recompile_limit:
+        return _AS_PYTHON.run(frame)
+    parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])))
+    try:
+        piece, stop = compile_entry(
+            compiled.fn, parameters, values, compiled.backend, compiled.root, Start(key[0], key[2])
+        )
+    except Break as error:
+        compiled.breaks.append(error)
+        compiled.as_python.add(key)
+        return _AS_PYTHON.run(frame)
+    if stop is not None and stop.top_index != key[0]:
+        # (a piece that stops where it starts only hands on to Python: no new break)
+        compiled.breaks.append(stop)
+    pieces.insert(0, piece)
+    return piece.run(*values)

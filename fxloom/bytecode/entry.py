@@ -1,0 +1,331 @@
+"""One cache entry: the guard, the graph and the generated function that runs them.
+
+Compiling a call (``compile_entry``) interprets the function on the call's arguments,
+then generates the entry's Python: the guard (``fxloom.bytecode.guards``) and a ``run``
+function that reads the graph's inputs by their sources, calls the backend's compiled
+graph and rebuilds the value the function returns::
+
+    def run(L_x, L_self):
+        out = GRAPH(L_x, L_self.fc.weight, L_self.fc.bias)
+        return (out[0], {"hidden": out[1], "n": 3})
+
+Depends on ``fxloom.bytecode`` (interpreter, calls, recording, handlers), the IR and pytree.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+import time
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fxloom import pytree
+from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction handlers
+from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.guards import GuardSet, global_state
+from fxloom.bytecode.handlers.control import ListIterator
+from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
+from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
+from fxloom.bytecode.sources import Local, local_name
+from fxloom.graph_module import GraphModule
+from fxloom.values.capturing import capturing
+from fxloom.values.stand_in import StandIn
+
+__all__ = ["CacheEntry", "Next", "Start", "compile_entry"]
+
+
+@dataclass
+class CacheEntry:
+    """A compiled version of the function, valid while ``guard`` holds."""
+
+    guard: Callable[..., bool]
+    run: Callable[..., Any]
+    graph_module: GraphModule
+    guards: GuardSet
+    guard_source: str
+    run_source: str
+    seconds: float
+    hits: int = 0
+    parameters: tuple[str, ...] = field(default=())
+    held: dict[str, Any] = field(default_factory=dict)  # ``R``: the root's submodules by path
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where an entry starts: the function's first instruction (a call), or, after a graph
+    break, instruction ``index`` with ``stack_depth`` values on the stack (the last
+    ``stack_depth`` of the entry's parameters)."""
+
+    index: int = 0
+    stack_depth: int = 0
+
+
+class Next:
+    """What a piece that ends at a graph break returns: continue at instruction ``index``
+    (the break's own, which the driver runs as Python) with these locals and stack."""
+
+    __slots__ = ("index", "locals", "stack")
+
+    def __init__(self, index: int, local_values: dict[str, Any], stack: list[Any]) -> None:
+        self.index = index
+        self.locals = local_values
+        self.stack = stack
+
+
+def compile_entry(
+    fn: types.FunctionType,
+    parameters: Sequence[str],
+    values: Sequence[Any],
+    backend: Callable[[GraphModule, list], Callable[..., Any]],
+    root: torch.nn.Module | None,
+    start: Start = Start(),
+) -> tuple[CacheEntry, Break | None]:
+    """Interpret ``fn`` from ``start`` on the real ``values`` of ``parameters`` and build a
+    cache entry, with the graph break it stops at (None: it runs to the return). Raises
+    ``Break`` where no piece can be captured (the function runs as Python from there)."""
+    started = time.perf_counter()
+    stop: Break | None = None
+    try:
+        recording, outcome = _interpret(fn, parameters, values, root, start, None)
+    except Break as error:
+        if error.top_index is None or not _splittable(fn):
+            raise
+        stop = error
+        recording, outcome = _interpret(fn, parameters, values, root, start, error.top_index)
+    namespace = _namespace(fn, recording)
+    emitter = _Emitter(recording, namespace)
+    run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
+    graph_module = recording.graph.finish(emitter.outputs, f"Compiled_{fn.__name__}")
+    graph_module.train(root.training if root is not None else False)  # as the program ran
+    arguments = dict(zip(map(local_name, parameters), values))
+    example_inputs = eval(f"[{read_inputs}]", {**namespace, **arguments})  # noqa: S307
+    namespace["GRAPH"] = backend(graph_module, example_inputs)
+    exec(compile(run_source, f"<fxloom run {fn.__qualname__}>", "exec"), namespace)  # noqa: S102
+    guards = recording.guards
+    entry = CacheEntry(
+        guard=guards.compile(parameters, fn.__globals__, fn.__closure__, recording.held),
+        run=namespace["run"],
+        graph_module=graph_module,
+        guards=guards,
+        guard_source=guards.source_code(parameters),
+        run_source=run_source,
+        seconds=time.perf_counter() - started,
+        parameters=tuple(parameters),
+        held=recording.held,
+    )
+    return entry, stop
+
+
+def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
+    recording = Recording(root, _self_name(fn) if root is not None else None)
+    interp = Interpreter(recording)
+    frame = _start_frame(fn, recording, parameters, values, start)
+    state = global_state()
+    try:
+        with capturing("bytecode"):
+            return recording, interp.run(frame, stop_at)
+    finally:
+        torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
+
+
+def _self_name(fn: types.FunctionType) -> str | None:
+    """The parameter that holds the compiled module (None: it arrives inside ``*args``)."""
+    return fn.__code__.co_varnames[0] if fn.__code__.co_argcount else None
+
+
+def _splittable(fn: types.FunctionType) -> bool:
+    """Whether a graph break can split ``fn`` into pieces: its own cells (variables closures
+    capture) are made per call and cannot cross from one piece to the next yet."""
+    return not fn.__code__.co_cellvars
+
+
+def _start_frame(
+    fn: types.FunctionType,
+    recording: Recording,
+    parameters: Sequence[str],
+    values: Sequence[Any],
+    start: Start,
+) -> Frame:
+    local_count = len(parameters) - start.stack_depth
+    local_values = {}
+    variadic = _variadic(fn) if start.index == 0 else set()
+    root_name = recording.root_name
+    for name, value in zip(parameters[:local_count], values):
+        if name == root_name:
+            recording.guards.identity(Local(name), value)
+            local_values[name] = value
+        elif name in variadic:  # made by Python for this call: the program's own container
+            local_values[name] = recording.built(recording.read_variadic(value, Local(name)))
+        else:
+            local_values[name] = recording.read(value, Local(name))
+    cells: dict[str, Any] = {}
+    for name in fn.__code__.co_cellvars:
+        cell = types.CellType()
+        if name in local_values:
+            cell.cell_contents = local_values.pop(name)
+        cells[name] = recording.built(cell)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        cells[name] = cell
+    frame = Frame(fn, local_values, cells)
+    frame.ip = start.index
+    for name, value in zip(parameters[local_count:], values[local_count:]):
+        frame.stack.append(value if value is NULL else recording.read(value, Local(name)))
+    return frame
+
+
+def _variadic(fn: types.FunctionType) -> set[str]:
+    """The names of ``fn``'s ``*args`` and ``**kwargs`` parameters."""
+    code = fn.__code__
+    index = code.co_argcount + code.co_kwonlyargcount
+    names = set()
+    if code.co_flags & inspect.CO_VARARGS:
+        names.add(code.co_varnames[index])
+        index += 1
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        names.add(code.co_varnames[index])
+    return names
+
+
+# ------------------------------------------------------------------ values after the graph
+_BOUND_BUILTIN = (types.BuiltinMethodType, types.MethodWrapperType)
+_NOT_IDENTIFIER = re.compile(r"\W")
+
+
+class _Emitter:
+    """Python expressions, over the graph's outputs ``out`` and the entry's arguments, for the
+    values the program holds after the graph: what it returns, the attributes it assigned,
+    and (at a graph break) its locals and stack. Stand-ins become graph outputs (each once);
+    plain containers are built inline, registered pytree containers (model outputs, caches)
+    rebuilt from their leaves; values read from outside are read again by their source."""
+
+    def __init__(self, recording: Recording, namespace: dict[str, Any]) -> None:
+        self.recording = recording
+        self.namespace = namespace
+        self.outputs: list[StandIn] = []
+        self._position: dict[int, int] = {}
+
+    def expr(self, value: Any) -> str:
+        if isinstance(value, StandIn):
+            source = self.recording.graph.source_of_input.get(id(value))
+            if source is not None:  # an input passed through: read it again, no graph output
+                return source.expr
+            index = self._position.setdefault(id(value), len(self.outputs))
+            if index == len(self.outputs):
+                self.outputs.append(value)
+            return f"out[{index}]"
+        kind = type(value)
+        if value is None or kind is bool or kind is int or kind is str:
+            return repr(value)
+        source = self.recording.source_of(value)
+        if source is not None and id(value) not in self.recording.created:
+            return source.expr
+        if kind in _BOUND_BUILTIN and isinstance(value.__self__, StandIn):  # x.item, x.size
+            return f"{self.expr(value.__self__)}.{value.__name__}"
+        if kind is ListIterator:
+            items = ", ".join(self.expr(item) for item in value.items)
+            return f"LIST_ITER([{items}], {value.position})"
+        if kind is types.MethodType:
+            return f"METHOD({self.expr(value.__func__)}, {self.expr(value.__self__)})"
+        if kind is tuple or kind is list:
+            items = [self.expr(item) for item in value]
+            if kind is list:
+                return "[" + ", ".join(items) + "]"
+            return "(" + "".join(f"{item}, " for item in items) + ")"
+        if kind is set or kind is frozenset:
+            items = ", ".join(self.expr(item) for item in value)
+            return f"{kind.__name__}([{items}])"
+        if kind is dict:
+            pairs = (f"{self.constant(key)}: {self.expr(item)}" for key, item in value.items())
+            return "{" + ", ".join(pairs) + "}"
+        container = pytree.container_type(kind)
+        if container is not None:  # one level: its children may be outside objects themselves
+            children, context = container.flatten(value)
+            items = ", ".join(self.expr(child) for child in children)
+            return f"{self.constant(container.unflatten)}([{items}], {self.constant(context)})"
+        if id(value) in self.recording.created and _plain_object(value):
+            # An object the program made (a dataclass, a small class of its own): made again
+            # with the same attributes, without running its __init__ a second time.
+            state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())
+            return f"MAKE_OBJECT({self.constant(kind)}, {{{state}}})"
+        if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
+            raise Break(
+                "return-object",
+                f"a {kind.__qualname__} the program made is live after the graph",
+            )
+        return self.constant(value)
+
+    def constant(self, value: Any) -> str:
+        if value is None or type(value) in (bool, int, str):
+            return repr(value)
+        label = getattr(value, "__name__", None) or type(value).__name__
+        name = f"{_NOT_IDENTIFIER.sub('_', label)}_{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def effects(self) -> list[str]:
+        """Statements run after the graph: the program's deferred Python output (``print``,
+        logging, warnings) in order, then its assignments to outside objects' attributes."""
+        statements = []
+        for fn, args, kwargs in self.recording.deferred:
+            arguments = [self.expr(arg) for arg in args]
+            arguments += [f"**{{{key!r}: {self.expr(arg)}}}" for key, arg in kwargs.items()]
+            statements.append(f"{self.constant(fn)}({', '.join(arguments)})")
+        for owner, name, value in self.recording.writes.values():
+            target = self.recording.source_of(owner)
+            statements.append(f"setattr({target.expr}, {name!r}, {self.expr(value)})")
+        return statements
+
+
+def _run_source(
+    recording: Recording, parameters: Sequence[str], emitter: _Emitter, outcome: Any
+) -> tuple[str, str]:
+    arguments = ", ".join(local_name(name) for name in parameters)
+    writes = "".join(f"    {statement}\n" for statement in emitter.effects())
+    if isinstance(outcome, Stopped):
+        frame = outcome.frame
+        local_values = (
+            "{"
+            + ", ".join(f"{name!r}: {emitter.expr(value)}" for name, value in frame.locals.items())
+            + "}"
+        )
+        stack = "[" + ", ".join(emitter.expr(value) for value in frame.stack) + "]"
+        result = f"NEXT({frame.ip}, {local_values}, {stack})"
+    else:
+        result = emitter.expr(outcome)
+    held = recording.graph.held
+    read_inputs = ", ".join(
+        emitter.constant(held[index]) if index in held else source.expr
+        for index, source in enumerate(recording.graph.inputs)
+    )
+    graph_call = f"    out = GRAPH({read_inputs})\n" if emitter.outputs or read_inputs else ""
+    source = f"def run({arguments}):\n{graph_call}{writes}    return {result}\n"
+    return source, read_inputs
+
+
+def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
+    return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules, "R": recording.held,
+            "NEXT": Next,
+            "METHOD": types.MethodType, "LIST_ITER": ListIterator, "MAKE_OBJECT": _make_object}  # fmt: skip
+
+
+def _plain_object(value: Any) -> bool:
+    """Whether ``value`` is an instance whose whole state is its ``__dict__``."""
+    cls = type(value)
+    return (
+        cls.__new__ is object.__new__
+        and hasattr(value, "__dict__")
+        and "__slots__" not in vars(cls)
+        and not isinstance(value, torch.nn.Module | BaseException)
+    )
+
+
+def _make_object(cls: type, state: dict[str, Any]) -> Any:
+    made = object.__new__(cls)
+    made.__dict__.update(state)
+    return made

@@ -1,0 +1,168 @@
+"""``explain()``: what ``fxloom.compile`` made of a function — graphs, breaks, guards, cache.
+
+    >>> import torch, fxloom
+    >>> def f(x):
+    ...     return torch.relu(x) * 2
+    >>> report = fxloom.explain(f, torch.randn(3))
+    >>> report.graph_count, report.break_count
+    (1, 0)
+
+``print(report)`` renders it with rich, as the CLI's tables: one row per graph (its node
+count, the call it came from and how long compiling took), every break with the user's
+file:line, the reason and what to do, and each cache entry's guards in the user's names.
+
+Depends on ``fxloom.bytecode.compiled`` (read only) and rich.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Explanation", "explain"]
+
+
+@dataclass(frozen=True)
+class GraphReport:
+    entry: int  # pieces after graph breaks are numbered after the function's own entries
+    nodes: int  # operations (placeholders and the output left out)
+    inputs: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BreakReport:
+    where: str  # file:line
+    code: str  # the user's source line
+    reason: str
+    detail: str
+    fix: str
+
+
+@dataclass
+class Explanation:
+    """What ``fxloom.compile`` made of one function; see the module docstring."""
+
+    function: str
+    graphs: list[GraphReport] = field(default_factory=list)
+    breaks: list[BreakReport] = field(default_factory=list)
+    guards: list[list[str]] = field(default_factory=list)  # per cache entry
+    recompiles: list[str] = field(default_factory=list)  # the guard that failed, per recompile
+    runs_as_python: str | None = None
+
+    @property
+    def graph_count(self) -> int:
+        return len(self.graphs)
+
+    @property
+    def break_count(self) -> int:
+        return len(self.breaks)
+
+    @property
+    def compile_seconds(self) -> float:
+        return sum(graph.seconds for graph in self.graphs)
+
+    @classmethod
+    def of(cls, compiled: Any) -> Explanation:
+        report = cls(compiled.fn.__qualname__, runs_as_python=compiled.eager_reason)
+        entries = [
+            *compiled.cache,
+            *(piece for pieces in compiled.pieces.values() for piece in pieces),
+        ]
+        for number, entry in enumerate(entries):
+            nodes = entry.graph_module.graph.nodes
+            operations = sum(1 for node in nodes if node.op not in ("placeholder", "output"))
+            inputs = sum(1 for node in nodes if node.op == "placeholder")
+            report.graphs.append(GraphReport(number, operations, inputs, entry.seconds))
+            report.guards.append([guard.text for guard in entry.guards])
+        seen = set()
+        for stop in compiled.breaks:
+            where = stop.where
+            key = (where, stop.kind, stop.detail)
+            if key in seen:  # met again by a piece compiled for other values
+                continue
+            seen.add(key)
+            report.breaks.append(
+                BreakReport(
+                    where=where.short if where is not None else "?",
+                    code=where.code if where is not None else "",
+                    reason=stop.row.title,
+                    detail=stop.detail,
+                    fix=stop.row.fix,
+                )
+            )
+        report.recompiles = list(compiled.misses)
+        return report
+
+    # ------------------------------------------------------------ rendering
+    def __rich__(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        parts: list[Any] = [Text(self.summary(), style="bold")]
+        if self.graphs:
+            graphs = Table(show_header=True, header_style="bold", title="graphs")
+            for column in ("entry", "operations", "inputs", "compile ms"):
+                graphs.add_column(column, justify="right")
+            for graph in self.graphs:
+                graphs.add_row(
+                    str(graph.entry),
+                    str(graph.nodes),
+                    str(graph.inputs),
+                    f"{graph.seconds * 1e3:.1f}",
+                )
+            parts.append(graphs)
+        if self.breaks:
+            breaks = Table(show_header=True, header_style="bold", title="graph breaks")
+            for column in ("where", "reason", "what to do"):
+                breaks.add_column(column, overflow="fold")
+            for stop in self.breaks:
+                breaks.add_row(
+                    f"{stop.where}\n{stop.code}", f"{stop.reason}: {stop.detail}", stop.fix
+                )
+            parts.append(breaks)
+        for number, texts in enumerate(self.guards):
+            guards = Table(show_header=False, title=f"guards of entry {number}")
+            guards.add_column("guard", overflow="fold")
+            for text in texts:
+                guards.add_row(text)
+            parts.append(guards)
+        if self.recompiles:
+            parts.append(Text("recompiled because: " + "; ".join(self.recompiles)))
+        return Group(*parts)
+
+    def summary(self) -> str:
+        text = (
+            f"{self.function}: {self.graph_count} graph(s), {self.break_count} break(s), "
+            f"{sum(len(g) for g in self.guards)} guard(s), compiled in "
+            f"{self.compile_seconds * 1e3:.1f} ms"
+        )
+        if self.runs_as_python:
+            text += f"\nruns as Python: {self.runs_as_python}"
+        return text
+
+    def __str__(self) -> str:
+        from rich.console import Console
+
+        console = Console(width=120, record=True, file=_Discard())
+        console.print(self)
+        return console.export_text().rstrip()
+
+
+class _Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def explain(fn: Any, *args: Any, **kwargs: Any) -> Explanation:
+    """Compile ``fn`` (a function or module), call it once with ``args``/``kwargs``, and return
+    what ``fxloom.compile`` made of it."""
+    from fxloom.bytecode.compiled import compile as compile_
+
+    compiled = compile_(fn)
+    compiled(*args, **kwargs)
+    return compiled.explain()

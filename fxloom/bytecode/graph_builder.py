@@ -1,0 +1,194 @@
+"""The graph a compiled function records: inputs by source, torch calls as nodes, outputs.
+
+The bytecode interpreter works on real Python values, with each tensor replaced by a
+``StandIn`` (shape, dtype, device; no data). ``GraphBuilder`` keeps, for every stand-in
+that belongs to the graph, the node that computes it, and records torch-level calls in the
+same IR ``symbolic_trace`` produces (``call_function``, ``call_method``, ``call_module``),
+with ``meta["val"]`` the stand-in and the user's file:line stamped on each node::
+
+    graph input 0  <- x               (placeholder x)
+    graph input 1  <- self.fc.weight  (placeholder self_fc_weight: read at call time)
+    torch.relu(x)  -> relu            (call_function, meta["val"] = StandIn(...))
+
+A tensor met with no source (made by a library's Python code, held by an object the program
+built) becomes a constant of the graph module (``get_attr``), held by reference.
+
+Depends on the IR, ``fxloom.values`` (stand-ins, metadata mode, module stack),
+``fxloom.source_location`` and ``fxloom.bytecode.sources``.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import types
+from typing import Any
+
+import torch
+
+from fxloom.bytecode.sources import Source
+from fxloom.graph import Graph
+from fxloom.graph_module import GraphModule
+from fxloom.node import Node
+from fxloom.source_location import SourceLocation, format_stack_trace
+from fxloom.values.metadata_mode import MetadataMode
+from fxloom.values.provenance import location_of, stamp_source
+from fxloom.values.stand_in import StandIn
+
+__all__ = ["GraphBuilder"]
+
+_NOT_IDENTIFIER = re.compile(r"\W|^(?=\d)")
+
+
+class GraphBuilder:
+    """Records one graph; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.graph = Graph()
+        self.inputs: list[Source] = []  # graph input i is read from inputs[i] at call time
+        self.source_of_input: dict[int, Source] = {}  # id(stand-in of an input) -> its source
+        self.held: dict[int, torch.Tensor] = {}  # input index -> the parameter or buffer itself
+        # id(stand-in of an input) -> the input's own class (Parameter, a tensor subclass)
+        self.real_types: dict[int, type] = {}
+        self.modules: dict[str, torch.nn.Module] = {}  # call_module targets, held by reference
+        self.constants: dict[str, torch.Tensor] = {}  # get_attr targets, held by reference
+        self.where: tuple[tuple[types.CodeType, int], ...] = ()  # the interpreter's frames
+        self._node_of: dict[int, Node] = {}
+        self._stand_in_of: dict[int, StandIn] = {}  # id(real tensor) -> its stand-in
+        self._alive: list[Any] = []  # keeps ids above from being reused while recording
+        self._traces: dict[tuple, tuple[str, SourceLocation | None]] = {}
+        self.metadata = MetadataMode()
+
+    # ------------------------------------------------------------ values
+    def node_of(self, value: Any) -> Node | None:
+        return self._node_of.get(id(value))
+
+    def real_type(self, stand_in: StandIn) -> type:
+        """The class the value a stand-in stands for has when the graph runs."""
+        return self.real_types.get(id(stand_in), torch.Tensor)
+
+    def input(self, source: Source, tensor: torch.Tensor, held: bool = False) -> StandIn:
+        """The stand-in of a tensor read from ``source`` (one graph input per tensor).
+        ``held``: a parameter or buffer of the root, which the module epoch guard keeps the
+        same object, so the entry passes the object itself instead of reading the source."""
+        stand_in = self._stand_in_of.get(id(tensor))
+        if stand_in is None:
+            name = _NOT_IDENTIFIER.sub("_", source.text)
+            node = self.graph.placeholder(name)
+            stand_in = self._register(StandIn.like(tensor), node)
+            self.real_types[id(stand_in)] = type(tensor)
+            if held:
+                self.held[len(self.inputs)] = tensor
+            self.inputs.append(source)
+            self.source_of_input[id(stand_in)] = source
+            self._remember(tensor, stand_in)
+        return stand_in
+
+    def constant(self, tensor: torch.Tensor) -> StandIn:
+        """The stand-in of a tensor the graph holds as a constant (``get_attr``)."""
+        stand_in = self._stand_in_of.get(id(tensor))
+        if stand_in is None:
+            name = f"_constant_{len(self.constants)}"
+            self.constants[name] = tensor
+            stand_in = self._register(
+                StandIn.like(tensor), self._stamped(self.graph.get_attr(name))
+            )
+            self._remember(tensor, stand_in)
+        return stand_in
+
+    def adopt(self, value: Any) -> Any:
+        """``value`` as the program may hold it: a real tensor becomes a graph constant."""
+        if isinstance(value, torch.Tensor) and id(value) not in self._node_of:
+            return self.constant(value)
+        return value
+
+    # ------------------------------------------------------------ recording
+    def call(self, op: str, target: Any, args: tuple, kwargs: dict) -> Any:
+        """Record ``target(*args, **kwargs)`` (as ``op``) and return its stand-in result."""
+        with self.metadata:
+            result = _run(op, target, args, kwargs, self.modules)
+        node = self._stamped(
+            self.graph.create_node(op, target, self.argument(args), self.argument(kwargs))
+        )
+        return self._result(node, result)
+
+    def record_effect(self, target: Any, args: tuple) -> None:
+        """Record a call the graph makes for its effect on global state (no value)."""
+        self._stamped(self.graph.call_function(target, self.argument(args)))
+
+    def argument(self, value: Any) -> Any:
+        """``value`` as a node argument: stand-ins and real tensors become nodes."""
+        kind = type(value)
+        if kind is StandIn or isinstance(value, torch.Tensor):
+            node = self._node_of.get(id(value))
+            return node if node is not None else self._node_of[id(self.constant(value))]
+        if kind is tuple or kind is list:
+            return kind(self.argument(item) for item in value)
+        if kind is dict:
+            return {key: self.argument(item) for key, item in value.items()}
+        if kind is slice:
+            return slice(*(self.argument(part) for part in (value.start, value.stop, value.step)))
+        return value
+
+    def module_path(self, module: torch.nn.Module, path: str) -> str:
+        """The ``call_module`` target of ``module`` (``path``: its place under the root)."""
+        target = path or "self"
+        held = self.modules.setdefault(target, module)
+        if held is not module:  # two modules at one spelling: keep both
+            target = f"{target}_{len(self.modules)}"
+            self.modules[target] = module
+        return target
+
+    def finish(self, outputs: list[Any], class_name: str) -> GraphModule:
+        self.graph.output(tuple(self.argument(value) for value in outputs))
+        self.graph.eliminate_dead_code()
+        root: dict[str, Any] = {**self.modules, **self.constants}
+        return GraphModule(root, self.graph, class_name)
+
+    # ------------------------------------------------------------ helpers
+    def _register(self, stand_in: StandIn, node: Node) -> StandIn:
+        node.meta["val"] = stand_in
+        self._node_of[id(stand_in)] = node
+        self._alive.append(stand_in)
+        return stand_in
+
+    def _remember(self, tensor: torch.Tensor, stand_in: StandIn) -> None:
+        self._stand_in_of[id(tensor)] = stand_in
+        self._alive.append(tensor)
+
+    def _result(self, node: Node, result: Any) -> Any:
+        if isinstance(result, StandIn):
+            return self._register(result, node)
+        if isinstance(result, tuple | list) and any(isinstance(item, StandIn) for item in result):
+            node.meta["val"] = result
+            for index, item in enumerate(result):
+                if isinstance(item, StandIn):
+                    item_node = self.graph.call_function(operator.getitem, (node, index))
+                    item_node.meta.update(
+                        stack_trace=node.meta.get("stack_trace"),
+                        source_location=node.meta.get("source_location"),
+                    )
+                    self._register(item, item_node)
+            return result
+        node.meta["val"] = result
+        return result
+
+    def _stamped(self, node: Node) -> Node:
+        found = self._traces.get(self.where)
+        if found is None:
+            locations = [
+                location_of(code, line or code.co_firstlineno) for code, line in self.where
+            ]
+            found = (format_stack_trace(locations), locations[-1] if locations else None)
+            self._traces[self.where] = found
+        stamp_source(node.meta, *found)
+        return node
+
+
+def _run(op: str, target: Any, args: tuple, kwargs: dict, modules: dict) -> Any:
+    if op == "call_function":
+        return target(*args, **kwargs)
+    if op == "call_method":
+        return getattr(args[0], target)(*args[1:], **kwargs)
+    # ``forward``, not the call: the module's hooks run when the graph runs, not now.
+    return modules[target].forward(*args, **kwargs)

@@ -1,0 +1,102 @@
+"""Handlers: calls, making functions, ``with`` blocks.
+
+The call layout differs between versions (3.11 and 3.12 put NULL below the callable, 3.13
+above it); both are read the same way: of the two slots under the arguments, the one that
+is not NULL is the callable, and if neither is, the second is ``self``.
+"""
+
+from __future__ import annotations
+
+import types
+
+from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.calls import call
+from fxloom.bytecode.interpreter import NULL, handles
+
+
+def _callable_and_self(frame):
+    second = frame.stack.pop()
+    first = frame.stack.pop()
+    if first is NULL:
+        return second, ()
+    if second is NULL:
+        return first, ()
+    return first, (second,)
+
+
+@handles("CALL")
+def call_instruction(interp, frame, instruction):
+    kwnames = instruction.kwnames
+    count = instruction.nargs + len(kwnames)
+    values = frame.stack[len(frame.stack) - count :] if count else []
+    del frame.stack[len(frame.stack) - count :]
+    fn, self_args = _callable_and_self(frame)
+    positional = values[: instruction.nargs]
+    kwargs = dict(zip(kwnames, values[instruction.nargs :]))
+    frame.stack.append(call(interp, fn, (*self_args, *positional), kwargs))
+
+
+@handles("CALL_FUNCTION_EX")
+def call_function_ex(interp, frame, instruction):
+    kwargs = frame.stack.pop() if instruction.arg & 1 else {}
+    args = frame.stack.pop()
+    fn, self_args = _callable_and_self(frame)
+    frame.stack.append(call(interp, fn, (*self_args, *tuple(args)), dict(kwargs)))
+
+
+# MAKE_FUNCTION's flags (3.11, 3.12), in the order their values sit on the stack (top last).
+_FUNCTION_PARTS = ((0x01, "__defaults__"), (0x02, "__kwdefaults__"), (0x04, "__annotations__"),
+                   (0x08, "__closure__"))  # fmt: skip
+
+
+@handles("MAKE_FUNCTION")
+def make_function(interp, frame, instruction):
+    code = frame.stack.pop()
+    parts = {}
+    for flag, name in reversed(_FUNCTION_PARTS):
+        if instruction.arg & flag:
+            parts[name] = frame.stack.pop()
+    closure = parts.get("__closure__")
+    if closure is None and code.co_freevars:  # 3.13 sets it next (SET_FUNCTION_ATTRIBUTE)
+        closure = tuple(types.CellType() for _ in code.co_freevars)
+    function = types.FunctionType(code, frame.globals, code.co_name, parts.get("__defaults__"),
+                                  closure)  # fmt: skip
+    function.__qualname__ = code.co_qualname
+    if "__kwdefaults__" in parts:
+        function.__kwdefaults__ = parts["__kwdefaults__"]
+    if "__annotations__" in parts:
+        function.__annotations__ = _annotations(parts["__annotations__"])
+    frame.stack.append(interp.recording.built(function))
+
+
+@handles("SET_FUNCTION_ATTRIBUTE")
+def set_function_attribute(interp, frame, instruction):
+    function = frame.stack.pop()
+    value = frame.stack.pop()
+    name = dict(_FUNCTION_PARTS)[instruction.arg]
+    if name == "__closure__":  # a closure is fixed when a function is made: make it again
+        remade = types.FunctionType(function.__code__, function.__globals__, function.__name__,
+                                    function.__defaults__, value)  # fmt: skip
+        remade.__kwdefaults__ = function.__kwdefaults__
+        function = remade
+        function.__qualname__ = function.__code__.co_qualname
+        interp.recording.built(function)
+    else:
+        setattr(function, name, _annotations(value) if name == "__annotations__" else value)
+    frame.stack.append(function)
+
+
+def _annotations(value):
+    # Python 3.11 and 3.12 give annotations as a flat tuple (name, value, name, value...).
+    return dict(zip(value[::2], value[1::2])) if isinstance(value, tuple) else value
+
+
+@handles("BEFORE_WITH")
+def before_with(interp, frame, instruction):
+    manager = frame.stack.pop()
+    cls = type(manager)
+    enter, exit_ = getattr(cls, "__enter__", None), getattr(cls, "__exit__", None)
+    if enter is None or exit_ is None:
+        raise Break("exception", f"{cls.__qualname__} is not a context manager")
+    frame.stack.append(types.MethodType(exit_, manager))
+    frame.stack.append(call(interp, enter, (manager,), {}))

@@ -1,0 +1,199 @@
+"""Handlers: globals, closure cells and attributes."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import torch
+
+from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.calls import inline, record
+from fxloom.bytecode.instructions import NULL_BELOW
+from fxloom.bytecode.interpreter import NULL, handles
+from fxloom.bytecode.recording import NOT_WRITTEN
+from fxloom.bytecode.sources import Attr, Cell, Global, Item, Source
+from fxloom.values.stand_in import StandIn
+
+_MISSING = object()
+
+
+@handles("LOAD_GLOBAL")
+def load_global(interp, frame, instruction):
+    name = instruction.arg
+    value = frame.globals.get(name, _MISSING)
+    if value is _MISSING:
+        value = frame.builtins.get(name, _MISSING)
+        if value is _MISSING:
+            raise Break("exception", f"name {name!r} is not defined")
+        # Builtins are taken as Python's own: rebinding them is not guarded.
+    else:
+        value = interp.recording.read(value, _global_source(interp, frame, name))
+    if instruction.push_null and NULL_BELOW:
+        frame.stack.append(NULL)
+    frame.stack.append(value)
+    if instruction.push_null and not NULL_BELOW:
+        frame.stack.append(NULL)
+
+
+def _global_source(interp, frame, name: str) -> Source:
+    if frame.globals is interp.frames[0].globals:
+        return Global(name)
+    return Global(name, module=frame.globals.get("__name__"))
+
+
+@handles("STORE_GLOBAL", "DELETE_GLOBAL")
+def store_global(interp, frame, instruction):
+    if not interp.native:
+        raise Break("outside-mutation", f"global {instruction.arg} is assigned")
+    if instruction.op == "STORE_GLOBAL":
+        frame.globals[instruction.arg] = frame.stack.pop()
+    else:
+        del frame.globals[instruction.arg]
+
+
+@handles("LOAD_CLOSURE")
+def load_closure(interp, frame, instruction):
+    frame.stack.append(frame.cells[instruction.arg])
+
+
+@handles("MAKE_CELL", "COPY_FREE_VARS")
+def cells_made_at_entry(interp, frame, instruction):
+    return None  # ``bind_frame`` made the frame's cells and took its free variables
+
+
+@handles("LOAD_DEREF")
+def load_deref(interp, frame, instruction):
+    name = instruction.arg
+    cell = frame.cells[name]
+    try:
+        value = cell.cell_contents
+    except ValueError:
+        raise Break("exception", f"free variable {name!r} is read before it is set") from None
+    recording = interp.recording
+    if id(cell) not in recording.created:
+        value = recording.read(value, _cell_source(interp, frame, name))
+    frame.stack.append(value)
+
+
+def _cell_source(interp, frame, name: str) -> Source | None:
+    code = frame.code
+    index = code.co_freevars.index(name) if name in code.co_freevars else None
+    if index is None:
+        return None
+    if frame is interp.frames[0]:
+        return Cell(index, name)
+    function_source = interp.recording.source_of(frame.function)
+    if function_source is None:
+        return None
+    return Attr(Item(Attr(function_source, "__closure__"), index), "cell_contents")
+
+
+@handles("STORE_DEREF", "DELETE_DEREF")
+def store_deref(interp, frame, instruction):
+    cell = frame.cells[instruction.arg]
+    if id(cell) not in interp.recording.created:
+        raise Break(
+            "outside-mutation",
+            f"nonlocal variable {instruction.arg} of an outside function is assigned",
+        )
+    if instruction.op == "STORE_DEREF":
+        cell.cell_contents = frame.stack.pop()
+    else:
+        del cell.cell_contents
+
+
+@handles("LOAD_ATTR")
+def load_attr(interp, frame, instruction):
+    owner = frame.stack.pop()
+    frame.stack.append(attribute(interp, owner, instruction.arg))
+    if instruction.method:
+        frame.stack.append(NULL)
+
+
+def attribute(interp, owner: Any, name: str) -> Any:
+    """``owner.name`` as the program sees it (a property of a Python class is inlined)."""
+    if interp.native:
+        return getattr(owner, name)
+    if isinstance(owner, StandIn):
+        if name == "__class__":
+            return interp.recording.graph.real_type(owner)
+        value = _native_getattr(owner, name)
+        if isinstance(value, StandIn):  # .T, .mT, .real, .grad...: a tensor-valued attribute
+            return record(interp, "call_function", builtins.getattr, (owner, name), {})
+        return value
+    written = interp.recording.written(owner, name)
+    if written is not NOT_WRITTEN:
+        return written
+    static = _class_attribute(type(owner), name)
+    if type(static) is property and static.fget is not None and hasattr(static.fget, "__code__"):
+        return inline(interp, static.fget, (owner,), {})
+    value = _native_getattr(owner, name)
+    return interp.recording.read_attribute(owner, name, value)
+
+
+def _class_attribute(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name, _MISSING)
+        if found is not _MISSING:
+            return found
+    return _MISSING
+
+
+def _native_getattr(owner: Any, name: str) -> Any:
+    try:
+        return getattr(owner, name)
+    except AttributeError as err:
+        raise Break("exception", str(err)) from None
+
+
+@handles("LOAD_SUPER_ATTR")
+def load_super_attr(interp, frame, instruction):
+    stack = frame.stack
+    self_object, cls = stack.pop(), stack.pop()
+    stack.pop()  # the global ``super``
+    stack.append(_native_getattr(super(cls, self_object), instruction.arg))
+    if instruction.method:
+        stack.append(NULL)
+
+
+@handles("STORE_ATTR")
+def store_attr(interp, frame, instruction):
+    owner = frame.stack.pop()
+    value = frame.stack.pop()
+    if isinstance(owner, torch.Tensor):
+        raise Break("unknown-value", f"setting attribute {instruction.arg} of a tensor")
+    if id(owner) in interp.recording.created:
+        setattr(owner, instruction.arg, value)
+    else:
+        interp.recording.write_attribute(owner, instruction.arg, value)
+
+
+@handles("DELETE_ATTR")
+def delete_attr(interp, frame, instruction):
+    owner = frame.stack.pop()
+    _check_settable(interp, owner, instruction.arg)
+    delattr(owner, instruction.arg)
+
+
+def _check_settable(interp, owner: Any, name: str) -> None:
+    if isinstance(owner, torch.Tensor):
+        raise Break("unknown-value", f"setting attribute {name} of a tensor")
+    if id(owner) not in interp.recording.created:
+        source = interp.recording.source_of(owner)
+        where = source.text if source is not None else f"a {type(owner).__name__}"
+        raise Break("outside-mutation", f"{where}.{name} is assigned")
+
+
+@handles("IMPORT_NAME")
+def import_name(interp, frame, instruction):
+    # An import inside a function runs each call, but after the first it only looks the
+    # module up: done once here, its result is the same module object every time.
+    from_list = frame.stack.pop()
+    level = frame.stack.pop()
+    frame.stack.append(__import__(instruction.arg, frame.globals, None, from_list, level))
+
+
+@handles("IMPORT_FROM")
+def import_from(interp, frame, instruction):
+    frame.stack.append(_native_getattr(frame.stack[-1], instruction.arg))
