@@ -22,8 +22,9 @@ Conditions on sizes (a guard such as ``s0 % 2 == 0``) encode the same way, with
 ``eq``, ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``and``, ``or``, ``not`` and
 ``True``/``False``; ``evaluate_condition`` answers them.
 Evaluation uses ``fractions.Fraction`` (no floats, no ``eval``). The encoders
-(by sympy type) and evaluators (by operation) are tables: a new operation is
-one entry in each.
+and evaluators are tables keyed by the operation names of
+``fxloom.values.symbolic.interpret`` (the one table of sympy classes): a new
+operation is one entry in each.
 
 Depends on sympy only.
 """
@@ -36,6 +37,8 @@ from fractions import Fraction
 from typing import Union
 
 import sympy
+
+from fxloom.values.symbolic.interpret import interpret
 
 __all__ = [
     "SizeTree",
@@ -61,62 +64,57 @@ class SizeTreeError(TypeError):
 
 def size_tree(expr: sympy.Basic) -> SizeTree:
     """``expr`` (integers, rationals, symbols and the operations above) as a size tree."""
-    if expr in (sympy.true, sympy.false):
-        return bool(expr)
-    if expr.is_Integer:
-        return int(expr)
-    if expr.is_Rational:
-        return ("frac", int(expr.p), int(expr.q))
-    if expr.is_Symbol:
-        return expr.name
-    encode = ENCODERS.get(type(expr))
-    if encode is None:
-        raise SizeTreeError(
-            f"{expr} uses {type(expr).__name__}, which fxloom cannot check at call "
-            "time; add an encoder to fxloom.export.size_trees.ENCODERS (and an evaluator)"
-        )
-    return encode(expr)
+    return interpret(expr, ENCODERS, default=_unsupported)
 
 
-def _operands(expr: sympy.Basic) -> tuple[SizeTree, ...]:
-    return tuple(size_tree(arg) for arg in expr.args)
+def _unsupported(expr: sympy.Basic) -> SizeTree:
+    raise SizeTreeError(
+        f"{expr} uses {type(expr).__name__}, which fxloom cannot check at call "
+        "time; add an encoder to fxloom.export.size_trees.ENCODERS (and an evaluator)"
+    )
 
 
-def _floor(expr: sympy.Basic) -> SizeTree:
+def _tagged(tag: str) -> Callable[[sympy.Basic, list[SizeTree]], SizeTree]:
+    return lambda expr, operands: (tag, *operands)
+
+
+def _in_order(ordered: list[sympy.Basic], expr: sympy.Basic, operands: list) -> list[SizeTree]:
+    """``operands`` (encoded ``expr.args``) rearranged in sympy's printing order."""
+    encoded = dict(zip(expr.args, operands))
+    return [encoded[term] if term in encoded else size_tree(term) for term in ordered]
+
+
+def _floor(expr: sympy.Basic, operands: list[SizeTree]) -> SizeTree:
     # floor(n / d) with an integer d reads best as n // d.
     numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
     if denominator.is_Integer and denominator > 1:
         return ("floordiv", size_tree(sympy.expand(numerator)), int(denominator))
-    return ("floor", *_operands(expr))
+    return ("floor", *operands)
 
 
-def _pow(expr: sympy.Basic) -> SizeTree:
+def _pow(expr: sympy.Basic, operands: list[SizeTree]) -> SizeTree:
     base, exponent = expr.args
     if not exponent.is_Integer:
         raise SizeTreeError(f"the size {expr} has a non-integer exponent; it cannot be checked")
-    return ("pow", size_tree(base), int(exponent))
+    return ("pow", operands[0], int(exponent))
 
 
-# sympy type -> encoder. Terms and factors in printing order, so the trees read like the sizes.
-ENCODERS: dict[type, Callable[[sympy.Basic], SizeTree]] = {
-    sympy.Add: lambda e: ("add", *(size_tree(t) for t in e.as_ordered_terms())),
-    sympy.Mul: lambda e: ("mul", *(size_tree(f) for f in e.as_ordered_factors())),
-    sympy.Pow: _pow,
-    sympy.floor: _floor,
-    sympy.ceiling: lambda e: ("ceiling", *_operands(e)),
-    sympy.Mod: lambda e: ("mod", *_operands(e)),
-    sympy.Max: lambda e: ("max", *_operands(e)),
-    sympy.Min: lambda e: ("min", *_operands(e)),
-    sympy.Abs: lambda e: ("abs", *_operands(e)),
-    sympy.Eq: lambda e: ("eq", *_operands(e)),
-    sympy.Ne: lambda e: ("ne", *_operands(e)),
-    sympy.Lt: lambda e: ("lt", *_operands(e)),
-    sympy.Le: lambda e: ("le", *_operands(e)),
-    sympy.Gt: lambda e: ("gt", *_operands(e)),
-    sympy.Ge: lambda e: ("ge", *_operands(e)),
-    sympy.And: lambda e: ("and", *_operands(e)),
-    sympy.Or: lambda e: ("or", *_operands(e)),
-    sympy.Not: lambda e: ("not", *_operands(e)),
+# operation (fxloom.values.symbolic.interpret) -> encoder of the operands' trees.
+# Terms and factors in printing order, so the trees read like the sizes.
+ENCODERS: dict[str, Callable[..., SizeTree]] = {
+    "boolean": bool,
+    "integer": int,
+    "rational": lambda e: ("frac", int(e.p), int(e.q)),
+    "symbol": lambda e: e.name,
+    "add": lambda e, xs: ("add", *_in_order(e.as_ordered_terms(), e, xs)),
+    "mul": lambda e, xs: ("mul", *_in_order(e.as_ordered_factors(), e, xs)),
+    "pow": _pow,
+    "floor": _floor,
+    **{
+        operation: _tagged(operation)
+        for operation in ("ceiling", "mod", "max", "min", "abs", "eq", "ne", "lt", "le")
+        + ("gt", "ge", "and", "or", "not")
+    },
 }
 
 

@@ -39,6 +39,7 @@ from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
 from fxloom.serialize.values import expect_pair, short
 from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic.interpret import CLASSES, SAVED_NAMES
 from fxloom.values.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
 from fxloom.values.symbolic.sym_node import SymNode, wrap_expr
 
@@ -53,28 +54,10 @@ __all__ = [
     "SymbolicCodecs",
 ]
 
-# The sympy classes an expression in a file may be built of, by the name the file uses.
+# The sympy classes an expression in a file may be built of, by the name the file
+# uses: read from the one table of sympy classes, so decoding cannot drift from it.
 EXPRESSION_CLASSES: dict[str, type] = {
-    "Add": sympy.Add,
-    "Mul": sympy.Mul,
-    "Pow": sympy.Pow,
-    "Mod": sympy.Mod,
-    "floor": sympy.floor,
-    "ceiling": sympy.ceiling,
-    "Max": sympy.Max,
-    "Min": sympy.Min,
-    "Abs": sympy.Abs,
-    "Eq": sympy.Eq,
-    "Ne": sympy.Ne,
-    "Lt": sympy.Lt,
-    "Le": sympy.Le,
-    "Gt": sympy.Gt,
-    "Ge": sympy.Ge,
-    "And": sympy.And,
-    "Or": sympy.Or,
-    "Not": sympy.Not,
-    "Piecewise": sympy.Piecewise,
-    "ExprCondPair": ExprCondPair,
+    SAVED_NAMES[operation]: cls for operation, cls in CLASSES.items()
 }
 # What the arguments of each class must be: numbers (expressions) or conditions.
 _ARGUMENT_KIND: dict[type, type] = {

@@ -2,8 +2,9 @@
 
 ``bounds(expr, ranges)`` gives an inclusive ``(low, high)`` (sympy numbers, ``oo``
 for unbounded) that every value of ``expr`` lies in when each symbol lies in its
-range. The rules are a table keyed by sympy type (``BOUND_RULES``); an expression
-of a type not in the table is unbounded, never wrongly bounded. The shape
+range. The rules are an analysis for ``interpret`` (``BOUND_RULES``, keyed by the
+operation names of ``fxloom.values.symbolic.interpret``); an expression of a kind
+not in the table is unbounded, never wrongly bounded. The shape
 environment uses it to decide guards without recording them.
 
 Depends on sympy only.
@@ -14,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import sympy
+
+from fxloom.values.symbolic.interpret import interpret
 
 __all__ = ["Bounds", "bounds", "BOUND_RULES", "ValueRange"]
 
@@ -27,35 +30,35 @@ def _products(a: Bounds, b: Bounds) -> Bounds:
     return min(corners), max(corners)
 
 
-def _add(args: list[Bounds]) -> Bounds:
+def _add(expr: sympy.Basic, args: list[Bounds]) -> Bounds:
     return sympy.Add(*(lo for lo, _ in args)), sympy.Add(*(hi for _, hi in args))
 
 
-def _mul(args: list[Bounds]) -> Bounds:
+def _mul(expr: sympy.Basic, args: list[Bounds]) -> Bounds:
     result: Bounds = (sympy.S.One, sympy.S.One)
     for arg in args:
         result = _products(result, arg)
     return result
 
 
-def _pow(args: list[Bounds]) -> Bounds:
+def _pow(expr: sympy.Basic, args: list[Bounds]) -> Bounds:
     (base_lo, base_hi), (exp_lo, exp_hi) = args
     if exp_lo != exp_hi or not exp_lo.is_Integer or exp_lo < 0 or base_lo < 0:
         return _UNBOUNDED
     return base_lo**exp_lo, base_hi**exp_lo  # monotone for a non-negative base
 
 
-def _floor(args: list[Bounds]) -> Bounds:
+def _floor(expr: sympy.Basic, args: list[Bounds]) -> Bounds:
     ((lo, hi),) = args
     return sympy.floor(lo), sympy.floor(hi)
 
 
-def _ceiling(args: list[Bounds]) -> Bounds:
+def _ceiling(expr: sympy.Basic, args: list[Bounds]) -> Bounds:
     ((lo, hi),) = args
     return sympy.ceiling(lo), sympy.ceiling(hi)
 
 
-def _mod(args: list[Bounds]) -> Bounds:
+def _mod(expr: sympy.Basic, args: list[Bounds]) -> Bounds:
     # Python's modulo by a positive divisor lies in [0, divisor - 1], and is the
     # dividend itself when that is already below every possible divisor.
     (dividend_lo, dividend_hi), (div_lo, div_hi) = args
@@ -66,24 +69,28 @@ def _mod(args: list[Bounds]) -> Bounds:
     return sympy.S.Zero, div_hi - 1
 
 
-def _max(args: list[Bounds]) -> Bounds:
+def _max(expr: sympy.Basic, args: list[Bounds]) -> Bounds:
     return max(lo for lo, _ in args), max(hi for _, hi in args)
 
 
-def _min(args: list[Bounds]) -> Bounds:
+def _min(expr: sympy.Basic, args: list[Bounds]) -> Bounds:
     return min(lo for lo, _ in args), min(hi for _, hi in args)
 
 
-# sympy type -> rule from the bounds of the arguments to the bounds of the whole.
-BOUND_RULES: dict[type, Callable[[list[Bounds]], Bounds]] = {
-    sympy.Add: _add,
-    sympy.Mul: _mul,
-    sympy.Pow: _pow,
-    sympy.floor: _floor,
-    sympy.ceiling: _ceiling,
-    sympy.Mod: _mod,
-    sympy.Max: _max,
-    sympy.Min: _min,
+# operation -> rule from the bounds of the arguments to the bounds of the whole.
+BOUND_RULES: dict[str, Callable[..., Bounds]] = {
+    "integer": lambda e: (e, e),
+    "rational": lambda e: (e, e),
+    "float": lambda e: (e, e),
+    "infinity": lambda e: (e, e),
+    "add": _add,
+    "mul": _mul,
+    "pow": _pow,
+    "floor": _floor,
+    "ceiling": _ceiling,
+    "mod": _mod,
+    "max": _max,
+    "min": _min,
 }
 
 
@@ -95,14 +102,8 @@ def bounds(expr: sympy.Basic, ranges: Mapping[sympy.Symbol, Bounds]) -> Bounds:
     >>> bounds(2 * s0 + 1, {s0: (sympy.Integer(2), sympy.oo)})
     (5, oo)
     """
-    if expr.is_Number:
-        return expr, expr
-    if expr.is_Symbol:
-        return ranges.get(expr, _UNBOUNDED)
-    rule = BOUND_RULES.get(type(expr))
-    if rule is None:
-        return _UNBOUNDED
-    return rule([bounds(arg, ranges) for arg in expr.args])
+    rules = {**BOUND_RULES, "symbol": lambda e: ranges.get(e, _UNBOUNDED)}
+    return interpret(expr, rules, default=lambda e: _UNBOUNDED)
 
 
 class ValueRange:
