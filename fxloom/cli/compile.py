@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     import fxloom
     from fxloom.cli.export import matches_outputs
-    from fxloom.cli.model_spec import load_model
+    from fxloom.cli.model_spec import load_model, split_inputs
 
     loaded = load_model(args.model)
     if loaded.inputs is None:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.model} comes with no example inputs, and compiling runs the model on them: "
             "make the MODEL factory return (model, example_inputs)"
         )
-    positional, keywords = _split(loaded.inputs)
+    positional, keywords = split_inputs(loaded.inputs)
     model = loaded.model.eval()
     compiled = fxloom.compile(model, fullgraph=args.fullgraph)
     with torch.no_grad():
@@ -74,9 +74,3 @@ def run(args: argparse.Namespace) -> int:
     if args.code:
         console.print(Text(compiled.code))
     return 0 if same else 1
-
-
-def _split(inputs):
-    if isinstance(inputs, dict):
-        return (), dict(inputs)
-    return tuple(inputs), {}

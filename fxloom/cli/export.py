@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.syntax import Syntax
     from rich.text import Text
 
-    from fxloom.cli.model_spec import load_model
+    from fxloom.cli.model_spec import load_model, split_inputs
     from fxloom.export import export
 
     loaded = load_model(args.model)
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.model} comes with no example inputs, and export runs the model on them: make "
             "the MODEL factory return (model, example_inputs)"
         )
-    positional, keywords = _split(loaded.inputs)
+    positional, keywords = split_inputs(loaded.inputs)
     shapes = batch_shapes(loaded.model, positional, keywords) if args.dynamic_batch else None
     ep = export(loaded.model, positional, keywords, dynamic_shapes=shapes)
     console = Console()
@@ -155,9 +155,3 @@ def _same(got: Any, wanted: Any) -> bool:
             and torch.allclose(got, wanted, rtol=1e-4, atol=1e-5)
         )
     return bool(got == wanted)
-
-
-def _split(inputs: tuple[Any, ...] | dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if isinstance(inputs, dict):
-        return (), dict(inputs)
-    return tuple(inputs), {}

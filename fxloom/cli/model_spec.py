@@ -24,7 +24,14 @@ from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.tracer import symbolic_trace
 
-__all__ = ["LoadedModel", "call_model", "load_model", "propagate_shapes", "trace_model"]
+__all__ = [
+    "LoadedModel",
+    "call_model",
+    "load_model",
+    "propagate_shapes",
+    "split_inputs",
+    "trace_model",
+]
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,15 @@ def _search_the_current_directory() -> None:
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)
+
+
+def split_inputs(
+    inputs: tuple[Any, ...] | dict[str, Any],
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Example inputs as ``(args, kwargs)``: a dict is keyword inputs, a tuple positional ones."""
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    return tuple(inputs), {}
 
 
 def trace_model(loaded: LoadedModel) -> GraphModule:

@@ -118,7 +118,8 @@ def _export_save() -> Any:
 
 
 def _export(loaded: Any, dynamic_batch: bool) -> Any:
-    from fxloom.cli.export import _split, batch_shapes
+    from fxloom.cli.export import batch_shapes
+    from fxloom.cli.model_spec import split_inputs
     from fxloom.export import export
 
     if loaded.inputs is None:
@@ -126,7 +127,7 @@ def _export(loaded: Any, dynamic_batch: bool) -> Any:
             f"{loaded.name} comes with no example inputs, and export runs the model on them: "
             "make the MODEL factory return (model, example_inputs)"
         )
-    positional, keywords = _split(loaded.inputs)
+    positional, keywords = split_inputs(loaded.inputs)
     shapes = batch_shapes(loaded.model, positional, keywords) if dynamic_batch else None
     return export(loaded.model, positional, keywords, dynamic_shapes=shapes)
 
