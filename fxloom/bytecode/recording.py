@@ -81,7 +81,8 @@ class Recording:
         # (function, args, kwargs): Python output (print, logging, warnings) run after the graph
         self.deferred: list[tuple[Any, tuple, dict]] = []
         self._alive: list[Any] = []
-        self._copies: set[int] = set()  # containers copied from outside (mutating them: a break)
+        # Containers from outside and the copies made of them: changing one is a break.
+        self._outside_containers: set[int] = set()
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
         self.root = root
         self.held: dict[str, Any] = {}  # path -> submodule: ``R`` of generated code
@@ -116,7 +117,7 @@ class Recording:
         """Whether ``value`` exists outside the compiled function (changing it is a side
         effect a caller can see)."""
         key = id(value)
-        return key in self._copies or (key in self._sources or key in self._root_paths)
+        return key in self._outside_containers or (key in self._sources or key in self._root_paths)
 
     def built(self, value: Any) -> Any:
         """Mark ``value`` as made by the program (no guard; its changes are its own)."""
@@ -232,7 +233,7 @@ class Recording:
             result = value if same else type(value)(read)
         self._remember(result, source)
         if result is not value or type(value) is not tuple:
-            self._copies.add(id(result))
+            self._outside_containers.add(id(result))
         return result
 
     def _remember(self, value: Any, source: Source) -> None:
