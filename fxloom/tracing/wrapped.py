@@ -58,10 +58,14 @@ def wrap_library_function(fn: Callable[..., Any], *modules: types.ModuleType) ->
     torch.distributed.rpc import rpc_sync``): a trace patches both. Called with a proxy,
     ``fn`` is recorded as a ``call_function`` of ``fn`` itself.
     """
-    name = getattr(fn, "__name__", None)
     for module in modules:
-        if not isinstance(name, str) or getattr(module, name, None) is not fn:
-            raise ValueError(f"{module.__name__} has no attribute {name!r} that is {fn!r}")
         globals_dict = vars(module)
-        wrapped_names[(id(globals_dict), name)] = (globals_dict, name)
+        names = [name for name, value in globals_dict.items() if value is fn]  # aliases too
+        if not names:
+            raise ValueError(
+                f"wrap_library_function: module {module.__name__} has no attribute that is "
+                f"{fn!r}; give the modules user code reaches it through"
+            )
+        for name in names:
+            wrapped_names[(id(globals_dict), name)] = (globals_dict, name)
     library_functions[id(fn)] = fn
