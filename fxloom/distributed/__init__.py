@@ -9,6 +9,6 @@ Depends on: ``torch.distributed`` (``launch`` imports it when used; ``rpc`` on i
 """
 
 from fxloom.distributed.launch import LaunchError, rpc_options, run_local
-from fxloom.distributed.rpc import RPC_SYNC, rpc_available, rpc_wait
+from fxloom.distributed.rpc import rpc_available, rpc_wait
 
-__all__ = ["LaunchError", "RPC_SYNC", "rpc_available", "rpc_options", "rpc_wait", "run_local"]
+__all__ = ["LaunchError", "rpc_available", "rpc_options", "rpc_wait", "run_local"]

@@ -8,7 +8,7 @@ it needs the value, so the process sits idle for the round trip. Importing
   model's ``rpc.rpc_sync("ps", lookup, args=(ids,))`` (or a bare ``rpc_sync`` imported
   from ``torch.distributed.rpc``) is recorded as one ``call_function`` node, not run on
   proxies;
-* ``schedule_async`` knows the non-blocking form of ``rpc_sync`` (``RPC_SYNC``):
+* ``schedule_async`` knows the non-blocking form of ``rpc_sync`` (``register_async``):
   ``rpc_sync(to, func, args, kwargs, timeout)`` is ``rpc_wait(rpc_async(to, func, args,
   kwargs, timeout))``. So ``schedule_async(gm)`` starts each remote call as soon as its
   arguments exist and waits for it just before its result is used (tracing and
@@ -55,10 +55,10 @@ from typing import Any
 
 import torch
 
-from fxloom.passes.schedule import AsyncPair, register_async
+from fxloom.passes.schedule import register_async
 from fxloom.tracing.wrapped import wrap_library_function
 
-__all__ = ["RPC_SYNC", "rpc_available", "rpc_wait"]
+__all__ = ["rpc_available", "rpc_wait"]
 
 
 def rpc_available() -> bool:
@@ -71,26 +71,27 @@ def rpc_available() -> bool:
 
 
 def rpc_wait(handle: torch.futures.Future) -> Any:
-    """The value of a remote call started by ``rpc_async``: waits for it, raising its error."""
+    """The value of a remote call started by ``rpc_async``: waits for it, raising its error.
+
+    >>> done = torch.futures.Future()
+    >>> done.set_result(3)
+    >>> rpc_wait(done)
+    3
+    """
     return handle.wait()
 
 
-# The non-blocking form of rpc_sync, or None where this torch has no rpc.
-RPC_SYNC: AsyncPair | None = None
-
-
-def _register() -> AsyncPair | None:
-    """Make the rpc calls leaves of tracing and give rpc_sync its pair; None without rpc."""
+def _register() -> None:
+    """Make the rpc calls leaves of tracing and give rpc_sync its non-blocking pair."""
     wrap_library_function(rpc_wait, sys.modules[__name__])
     if not rpc_available():
-        return None
+        return
     from torch.distributed import rpc
     from torch.distributed.rpc import api
 
     for call in (rpc.rpc_sync, rpc.rpc_async):
         wrap_library_function(call, rpc, api)
     register_async(rpc.rpc_sync, rpc.rpc_async, rpc_wait)
-    return AsyncPair(rpc.rpc_async, rpc_wait)
 
 
-RPC_SYNC = _register()
+_register()
