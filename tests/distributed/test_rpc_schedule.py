@@ -88,6 +88,20 @@ class FailingLookup(nn.Module):
         return h + rpc.rpc_sync("ps", failing_lookup, args=(ids,)).sum()
 
 
+@fxloom.has_side_effect
+def push(value: torch.Tensor) -> torch.Tensor:
+    """A local side effect (a log, a push): remote calls made for an effect stay behind it."""
+    return value
+
+
+fxloom.wrap("push")
+
+
+def push_then_fetch(dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    pushed = push(dense.relu())
+    return pushed.sum() + rpc.rpc_sync("ps", lookup_rows, args=(ids,)).sum()
+
+
 def bare_call(ids: torch.Tensor) -> torch.Tensor:
     """rpc_sync imported into this module's globals, under another name."""
     return bare_rpc_sync("ps", lookup_rows, args=(ids,)) * 2
@@ -142,6 +156,19 @@ def test_an_rpc_whose_argument_is_computed_late_starts_right_after_it():
     names = order(gm)
     assert names.index("rpc_sync_handle") == names.index("argmax") + 1
     assert names.index("after") > names.index("rpc_sync_handle")  # local work still overlaps
+
+
+def test_a_fetch_is_taken_for_a_read_and_starts_before_a_side_effect():
+    names = order(schedule_async(fxloom.symbolic_trace(push_then_fetch)))
+    assert names.index("rpc_sync_handle") < names.index("push")
+
+
+def test_a_fetch_marked_impure_keeps_its_place_after_a_side_effect():
+    gm = fxloom.symbolic_trace(push_then_fetch)
+    (fetch,) = gm.graph.find_nodes(op="call_function", target=rpc.rpc_sync)
+    fetch.meta["is_impure"] = True  # made for its effect: it must stay behind the push
+    names = order(schedule_async(gm))
+    assert names.index("push") < names.index("rpc_sync_handle")
 
 
 def test_rpc_wait_gives_the_value_of_the_finished_call():
