@@ -54,15 +54,19 @@ def legalise(graph: Graph, stage_of: dict[Node, int], values: dict[Node, Any], s
     carried: dict[Node, Node] = {}  # value -> its carry() node, shared by later stages
     for stage in range(1, stages):
         incoming = _incoming(graph, stage_of, stage)
-        available = {v for v in incoming if _is_tensor(values.get(v))}
+        # activations are sent whatever else happens; the rest may be recomputed from them
+        available = {v for v in incoming if _is_activation(values.get(v))}
         copies: dict[Node, Node] = {}
         for value, users in incoming.items():
             replacement = _legal_form(
                 graph, value, users, stage, stage_of, values, available, copies, carried
             )
-            if replacement is not value:
-                for user in users:
-                    user.replace_input_with(value, replacement)
+            if replacement is value:
+                available.add(value)  # sent: later values may be recomputed from it
+            elif isinstance(replacement, Node) and _is_tensor(values.get(replacement)):
+                available.add(replacement)
+            for user in users if replacement is not value else ():
+                user.replace_input_with(value, replacement)
 
 
 def _incoming(graph: Graph, stage_of: dict[Node, int], stage: int) -> dict[Node, list[Node]]:
@@ -81,6 +85,10 @@ def _is_tensor(described: Any) -> bool:
     return isinstance(described, TensorSpec)
 
 
+def _is_activation(described: Any) -> bool:
+    return _is_tensor(described) and described.dtype.is_floating_point
+
+
 def _legal_form(
     graph: Graph,
     value: Node,
@@ -96,8 +104,8 @@ def _legal_form(
     described = values.get(value)
     if isinstance(described, _LITERALS):
         return described
-    if _is_tensor(described) and described.dtype.is_floating_point:
-        return value  # an activation: sent as it is
+    if _is_activation(described):
+        return value  # sent as it is
     cone = _recomputable_cone(value, available, values)
     if cone is not None:
         return _recompute(graph, value, cone, users[0], stage, stage_of, values, copies)
@@ -124,7 +132,7 @@ def _recomputable_cone(
     pending = [value]
     while pending:
         node = pending.pop()
-        if node in seen or node.op == "get_attr" or node in available:
+        if node in seen or node.op == "get_attr" or (node in available and node is not value):
             continue
         seen.add(node)
         if not _recomputable(node, values.get(node)) or len(cone) >= MAX_RECOMPUTED_NODES:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from fxloom.node import Node
+from fxloom.ops.runtime_functions import is_runtime_check
 
 __all__ = ["CUT_AT", "Segment", "block_of", "choose_cuts", "segments"]
 
@@ -82,14 +83,26 @@ def segments(work: Sequence[Node], cut_at: str) -> list[Segment]:
         raise ValueError(f"cut_at={cut_at!r}; use one of {', '.join(map(repr, CUT_AT))}")
     if cut_at == "nodes":
         return [Segment(i, i + 1, block_of(node)) for i, node in enumerate(work)]
+    blocks = _blocks_of(work)
     found: list[Segment] = []
     start = 0
     for i in range(1, len(work) + 1):
-        here = block_of(work[i - 1])
-        if i == len(work) or block_of(work[i]) != here:
-            found.append(Segment(start, i, here))
+        if i == len(work) or blocks[i] != blocks[i - 1]:
+            found.append(Segment(start, i, blocks[i - 1]))
             start = i
     return found
+
+
+def _blocks_of(work: Sequence[Node]) -> list[str]:
+    """Each work node's block; a run-time check (an input check, a guard) takes the block of
+    the node after it, so that checks never make a segment of their own."""
+    blocks = [block_of(node) for node in work]
+    following = ""
+    for i in range(len(work) - 1, -1, -1):
+        if work[i].op == "call_function" and is_runtime_check(work[i].target):
+            blocks[i] = following
+        following = blocks[i]
+    return blocks
 
 
 def choose_cuts(costs: Sequence[float], sends: Sequence[float], stages: int) -> list[int]:

@@ -14,7 +14,9 @@ Steps (each in its own module of this package):
    stage that keeps the model's parameter names (``stages``);
 6. find parameters several stages share and refuse or plan to sync them (``shared``).
 
-The user's model is never modified: the program is traced afresh, or copied.
+The user's model is never modified: the program is traced afresh, or copied. Under
+``torch.distributed`` every rank calls ``pipeline`` on its own copy of the model; the cuts
+rank 0 chooses are broadcast, so all ranks cut alike even though each times the model itself.
 
 Depends on: ``fxloom.passes`` (captured programs, cost), ``fxloom.interpreter``.
 """
@@ -35,6 +37,7 @@ from fxloom.distributed.plan import PipelinePlan, StageReport
 from fxloom.distributed.stages import build_stage_modules
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.ops.runtime_functions import is_runtime_check
 from fxloom.passes.captured import call_inputs, model_name, module_to_transform
 
 __all__ = ["PipelineError", "pipeline"]
@@ -102,7 +105,9 @@ def pipeline(
             f"with cut_at={cut_at!r}, so it cannot be cut into {stages} stages: ask for at "
             f"most {len(found)}" + (", or pass cut_at='nodes'" if cut_at == "modules" else "")
         )
-    starts = _choose(work, work_nodes, found, per_node, per_byte, example, stages)
+    starts = _same_on_every_rank(
+        _choose(work, work_nodes, found, per_node, per_byte, example, stages)
+    )
     stage_of = _assign(work, work_nodes, starts, stages)
     boundaries.legalise(work.graph, stage_of, example.values, stages)
     received = boundaries.crossings(work.graph, stage_of, stages)
@@ -214,6 +219,18 @@ def _bytes_across(work: GraphModule, work_nodes: list[Node], example: costs.Exam
     return across
 
 
+def _same_on_every_rank(starts: list[int]) -> list[int]:
+    """Rank 0's cuts, when this process is one of a group: each rank times the model itself,
+    and timings differ, but every rank must cut the model in the same places."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return starts
+    chosen = [starts]
+    dist.broadcast_object_list(chosen, src=0)
+    return chosen[0]
+
+
 def _assign(
     work: GraphModule, work_nodes: list[Node], starts: list[int], count: int
 ) -> dict[Node, int]:
@@ -283,12 +300,13 @@ def _reports(
     reports = []
     for stage in range(count):
         nodes = [n for n in work.graph.nodes if stage_of.get(n) == stage and n.op in cuts.WORK_OPS]
+        named = [n for n in nodes if not _is_check(n)] or nodes
         sent = received[stage + 1] if stage + 1 < count else []
         reports.append(
             StageReport(
                 index=stage,
-                first=cuts.block_of(nodes[0]) if nodes else "",
-                last=cuts.block_of(nodes[-1]) if nodes else "",
+                first=cuts.block_of(named[0]) if named else "",
+                last=cuts.block_of(named[-1]) if named else "",
                 nodes=len(nodes),
                 flops=sum(flops.get(n.name, 0) for n in nodes),
                 parameter_bytes=sum(
@@ -300,6 +318,10 @@ def _reports(
             )
         )
     return reports
+
+
+def _is_check(node: Node) -> bool:
+    return node.op == "call_function" and is_runtime_check(node.target)
 
 
 def _inputs_spec(

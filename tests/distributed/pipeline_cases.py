@@ -169,3 +169,17 @@ def run_rank(rank: int, world_size: int, names: list[str], sync: bool = True) ->
                 "output": None if output is None else _logits(plan.output(output)).detach(),
             }
     return results
+
+
+TRAINED = ("gpt2", "bert", "llama", "resnet")
+
+
+def run_all(rank: int, world_size: int) -> dict[str, Any]:
+    """Everything the training test checks, in one spawn (a spawn costs ~20 s here).
+
+    Each case with shared-gradient sync, and GPT-2 once more without it (keys ``nosync/...``).
+    """
+    results = run_rank(rank, world_size, list(TRAINED), sync=True)
+    unsynced = run_rank(rank, world_size, ["gpt2"], sync=False)
+    results.update({f"nosync/{key}": value for key, value in unsynced.items()})
+    return results
