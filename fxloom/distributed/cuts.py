@@ -49,20 +49,26 @@ def block_of(node: Node) -> str:
     """The innermost block ``node`` ran in, or "" (the root's own code).
 
     Read from ``node.meta["nn_module_stack"]`` alone (path -> (path, class), outermost
-    first), so a GraphModule whose containers became plain modules still has its blocks: a
-    module is a block when its parent is the root, a container, or was never called itself
-    (a ``ModuleList`` is indexed, not called).
+    first), so a GraphModule whose containers became plain modules still has its blocks. A
+    module is a block when its parent is the root, or is a container that is a block itself,
+    or was never called (a ``ModuleList`` is indexed, not called) and sits in a block or the
+    root. Blocks thus nest from the root down: ``layer1.0`` is one, but the ``Sequential``
+    inside a residual block (``layer1.0.downsample``) does not make its convolution one.
     """
     stack = dict(node.meta.get("nn_module_stack") or {})
     paths = {_path(key, value): _class(value) for key, value in stack.items()}
     if node.op == "call_module":
         paths.setdefault(str(node.target), None)
-    block = ""
+    blocks = {""}
     for path in paths:
         parent = path.rpartition(".")[0]
-        if not parent or parent not in paths or _is_container(paths[parent]):
-            block = path
-    return block
+        if parent in paths:
+            is_block = parent in blocks and _is_container(paths[parent])
+        else:  # the root, or a container indexed rather than called
+            is_block = parent == "" or parent.rpartition(".")[0] in blocks
+        if is_block:
+            blocks.add(path)
+    return max(blocks, key=len)
 
 
 def _path(key: Any, value: Any) -> str:

@@ -214,7 +214,9 @@ class PlanReport:
             title_justify="left",
         )
         for column in ("stage", "modules", "nodes", "FLOPs", "params", "time ms", "sends"):
-            table.add_column(column, justify="left" if column == "modules" else "right")
+            table.add_column(
+                column, justify="left" if column == "modules" else "right", no_wrap=True
+            )
         for stage in plan.stages:
             span = stage.first if stage.first == stage.last else f"{stage.first} .. {stage.last}"
             table.add_row(
