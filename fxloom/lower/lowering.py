@@ -159,15 +159,14 @@ def lower(
     settings, setting_note = backend.lowering_settings(
         whole_model=_one_region_covers(split), threads=threads, spinning=spinning
     )
+    examples = {
+        name: RegionExamples(name, args, outputs, tuple(region_runs[name]), settings)
+        for name, (args, outputs) in seen.items()
+    }
     regions = [
-        _lower_region(
-            backend,
-            split,
-            RegionExamples(name, *seen[name], tuple(region_runs[name]), settings),
-            fixed.get(name),
-        )
+        _lower_region(backend, split, examples[name], fixed.get(name))
         for name in _region_names(split)
-        if name in seen  # a region never run on the examples (dead code) stays as it is
+        if name in examples  # a region never run on the examples (dead code) stays as it is
     ]
     left = tuple(_left_node(node, reason) for node, reason in support.reasons.items())
     guards = len(support.guards)
