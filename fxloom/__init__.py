@@ -94,13 +94,13 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     """Compile a function or module at the bytecode level on its first call, with guards, a
     cache and graph breaks (``fxloom.bytecode.compiled``; docs/compile.md).
 
-    ``backend``: a backend's name in ``fxloom.lower.BACKENDS`` (``"eager"`` runs fxloom's
+    ``backend``: a backend's name in ``fxloom.backends.BACKENDS`` (``"eager"`` runs fxloom's
     GraphModule, ``"onnxruntime"`` lowers each captured graph, or one registered with
-    ``fxloom.lower.register_backend``: ``Backend.compile_program`` says what runs), a
-    ``fxloom.lower.Backend``, or ``backend(graph_module, example_inputs) -> callable``.
+    ``fxloom.backends.register_backend``: ``Backend.compile_program`` says what runs), a
+    ``fxloom.backends.Backend``, or ``backend(graph_module, example_inputs) -> callable``.
     ``fullgraph=True`` raises ``CompileError`` at the first graph break, naming the line.
     """
-    from fxloom.lower.backend import Backend, get_backend
+    from fxloom.backends import Backend, get_backend
 
     if isinstance(backend, (str, Backend)):
         try:

@@ -1,7 +1,7 @@
 """``lower``: run the parts of a model a backend supports in that backend, the rest in PyTorch.
 
 The torch.fx paper's lowering with automatic splitting (section 6.4). The backend
-(``fxloom.lower.backend``) is ONNX Runtime unless another is named; each step asks it what
+(``fxloom.backends``) is ONNX Runtime unless another is named; each step asks it what
 it supports and how to compile. In steps:
 
 1. take the module to lower (``fxloom.passes.captured.module_to_transform``: a plain module
@@ -45,7 +45,7 @@ convention of the module lowered: it takes and returns the same structures (an e
 model's ``ModelOutput``, a dict) and refuses the same inputs with the same errors.
 
 Depends on: ``fxloom.passes`` (captured, shape_prop, split_by_support),
-``fxloom.lower.backend`` (the backend asked at every step).
+``fxloom.backends`` (the backend asked at every step).
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ import torch
 from torch import nn
 
 from fxloom._format import describe_target
+from fxloom.backends import Backend, RegionExamples, get_backend
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
-from fxloom.lower.backend import Backend, RegionExamples, get_backend
 from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for, same_number
 from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionReport
 from fxloom.node import Node
@@ -101,7 +101,7 @@ def lower(
         model_or_gm: a module or function, traced here on ``example_inputs``, a
             GraphModule, or an ``fxloom.export`` program (lowered as ``ep.module()``).
         example_inputs: a tuple of positional inputs or a dict by name.
-        backend: a backend's name in ``fxloom.lower.BACKENDS`` (``"onnxruntime"``,
+        backend: a backend's name in ``fxloom.backends.BACKENDS`` (``"onnxruntime"``,
             ``"eager"``, or one registered with ``register_backend``) or a ``Backend``.
         check: compare with eager PyTorch on the examples; raise past ``rtol``/``atol``.
         dynamic_batch: short for dimension 0 of every tensor input dynamic, one Dim

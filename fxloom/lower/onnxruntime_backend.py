@@ -1,6 +1,6 @@
 """The ``"onnxruntime"`` backend: regions translated to ONNX, each run by an ``OrtModule``.
 
-``fxloom.lower``'s default backend (``fxloom.lower.backend`` says what a backend answers).
+``fxloom.lower``'s default backend (``fxloom.backends`` says what a backend answers).
 What it supports is what the translator can translate (``onnx_translate.unsupported_reason``);
 a region is compiled by translating it on the inputs lowering recorded (and at the other
 sizes ``dynamic_shapes`` asked for, so its dynamic dimensions are symbolic), checking the
@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from fxloom.backends import Backend, RegionExamples, register_backend
 from fxloom.graph_module import GraphModule
-from fxloom.lower.backend import Backend, RegionExamples, register_backend
 from fxloom.lower.dynamic_dims import SizeRun, same_number
 from fxloom.lower.extra import require
 from fxloom.lower.lowering import LoweringError

@@ -1,6 +1,6 @@
 """How an ``OrtModule`` is saved in an fxloom file and loaded back, and what loading refuses.
 
-The ONNX Runtime backend's ``SavedModule`` rule (``fxloom.lower.backend``); ``fxloom.save``
+The ONNX Runtime backend's ``SavedModule`` rule (``fxloom.backends``); ``fxloom.save``
 and ``fxloom.load`` ask the backend registry for it. A region is written as its ONNX model,
 which is data (a protobuf), in a uint8 tensor, with its calling convention (the structure
 of its outputs, the positions of scalar, constant, laid-out outputs and fixed inputs).
@@ -21,7 +21,7 @@ the file's: a loaded region runs with ``OrtModule``'s defaults (intra-op threads
 thread count). Files written before this rule still hold them: checked for type, then not
 used.
 
-Depends on: ``fxloom.lower.runtime``, ``fxloom.lower.backend`` (the rule's types); ``onnx``
+Depends on: ``fxloom.lower.runtime``, ``fxloom.backends`` (the rule's types); ``onnx``
 (imported when a region is saved or loaded).
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxloom.lower.backend import SavedModule, SavedStateError, StateReader, StateWriter
+from fxloom.backends import SavedModule, SavedStateError, StateReader, StateWriter
 from fxloom.lower.runtime import OrtModule
 
 __all__ = ["ONNX_DOMAINS", "ORT_MODULE_SAVING", "check_onnx_model"]

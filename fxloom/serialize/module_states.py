@@ -27,7 +27,6 @@ but torch's packing functions and the backends' rules runs on them.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,6 +38,7 @@ from torch import nn
 from torch.ao.nn.quantized.modules.conv import _ConvNd
 from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
+from fxloom.backends import SavedStateError, saved_module_rules
 from fxloom.pytree import TreeSpec
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.modules import (
@@ -204,11 +204,8 @@ def _subclasses(base: type, *namespaces: Any) -> list[type]:
 
 
 # ------------------------------------------------------------- backends' modules
-_REGISTRY = "fxloom.lower.backend"  # BACKENDS, and each backend's saved_modules
-
-
 class _StateWriter:
-    """``fxloom.lower.backend.StateWriter``: a backend's values written as this file's data."""
+    """``fxloom.backends.StateWriter``: a backend's values written as this file's data."""
 
     def __init__(self, writer: TensorWriter) -> None:
         self._writer = writer
@@ -224,7 +221,7 @@ class _StateWriter:
 
 
 class _StateReader:
-    """``fxloom.lower.backend.StateReader``: this file's data read back as a backend's values."""
+    """``fxloom.backends.StateReader``: this file's data read back as a backend's values."""
 
     def __init__(self, reader: TensorReader) -> None:
         self._reader = reader
@@ -248,16 +245,13 @@ class _StateReader:
 def backend_state(cls: type) -> ModuleState | None:
     """How modules of ``cls`` are saved when a registered backend makes them, or None.
 
-    The registry is read only once it is imported: a backend registers there, and loading a
-    backend's module imports its class's module (``OrtModule``'s imports ``fxloom.lower``),
-    so before that no module is a backend's, and saving or loading anything else does not
-    import ``fxloom.lower`` and what it needs (sympy, for dynamic sizes).
+    A backend registers when its module is imported, and its module classes come from there:
+    loading resolves a class by importing its module (``OrtModule``'s imports
+    ``fxloom.lower``, which registers ONNX Runtime) before it asks for its rule.
     """
-    registry = sys.modules.get(_REGISTRY)
-    rule = None if registry is None else _special(cls, registry.saved_module_rules())
+    rule = _special(cls, saved_module_rules())
     if rule is None:
         return None
-    SavedStateError = registry.SavedStateError  # noqa: N806 - the backend's error class
 
     def save(module: nn.Module, writer: TensorWriter, where: str) -> Any:
         try:

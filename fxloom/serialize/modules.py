@@ -22,7 +22,7 @@ member of the class. Saving runs the same checks on the live module first.
 ``MODULE_STATES`` holds the classes whose state is not plain attributes
 (quantized modules' packed weights) — each with how it is written and read;
 the modules backends make (ONNX Runtime sessions) are written and read by
-their backend's rules (``fxloom.lower.backend``, adapted in ``module_states``).
+their backend's rules (``fxloom.backends``, adapted in ``module_states``).
 """
 
 from __future__ import annotations

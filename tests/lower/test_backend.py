@@ -1,6 +1,6 @@
 """One backend interface: lowering, fxloom.compile, pipeline stages and saving ask it.
 
-A backend (``fxloom.lower.Backend``) says what it supports, how it compiles a region,
+A backend (``fxloom.backends.Backend``) says what it supports, how it compiles a region,
 whether its regions run backward and how the modules it makes are saved; ``BACKENDS``
 knows them by name. These tests show the registry, a backend written by a user running
 through ``lower`` and ``fxloom.compile``, the eager backend, and ONNX Runtime's regions
@@ -20,15 +20,14 @@ from torch import nn
 from torch.testing import assert_close
 
 import fxloom
-from fxloom.lower import (
+from fxloom.backends import (
     BACKENDS,
     Backend,
-    OrtModule,
     get_backend,
-    lower,
     register_backend,
+    saved_module_rules,
 )
-from fxloom.lower.backend import saved_module_rules
+from fxloom.lower import OrtModule, lower
 
 # Written with fxloom.save by main at 7886ac6, before the backend interface (``lowered_mlp``).
 OLD_FILE = Path(__file__).parent / "data" / "lowered_mlp_7886ac6.fxl"

@@ -7,8 +7,9 @@ place: ``fxloom.lower`` (which operators it takes, how to compile the regions it
 modules it makes are written to a file and read back). Subclass ``Backend``, override what
 differs from the defaults, and register an instance under its name::
 
-    >>> import torch, fxloom
-    >>> from fxloom.lower import Backend, lower, register_backend
+    >>> import torch
+    >>> from fxloom.backends import Backend, register_backend
+    >>> from fxloom.lower import lower
     >>> class ReluOnly(Backend):
     ...     name = "relu_only"
     ...     trainable = True  # its regions are GraphModules: autograd runs through them
@@ -43,12 +44,19 @@ package), ``not_worth_compiling`` (a supported region better left in PyTorch),
 ``lowering_settings`` (options shared by a lowering's regions, with a note for the report)
 and ``compile_program`` (what ``fxloom.compile`` runs for a captured graph).
 
-Depends on: ``fxloom.graph_module``, ``fxloom.node`` (types), ``fxloom.lower.dynamic_dims``
-(``SizeRun``), ``fxloom.lower.lowering`` (lazily, in ``compile_program``).
+The registry starts with ``"eager"``; a backend registers itself when its module is imported,
+and ``get_backend`` imports the modules of fxloom's own backends (``"onnxruntime"``:
+``fxloom.lower``) when first asked for them, so this module stays cheap to import
+(``fxloom.compile`` and ``fxloom.save`` read it; lowering's dependencies load only when a
+backend needs them).
+
+Depends on: ``fxloom.graph_module``, ``fxloom.node`` (types); ``fxloom.lower`` when its
+backends are asked for (and ``fxloom.lower.lowering`` in ``compile_program``).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -74,6 +82,7 @@ __all__ = [
     "StateReader",
     "StateWriter",
     "get_backend",
+    "known_backends",
     "register_backend",
     "saved_module_rules",
 ]
@@ -215,8 +224,11 @@ class EagerBackend(Backend):
         return graph_module.forward  # the generated code, without nn.Module's call machinery
 
 
-# name -> backend. ``register_backend`` adds to it; ``fxloom.lower`` registers "onnxruntime".
+# name -> backend. ``register_backend`` adds to it; importing ``fxloom.lower`` registers
+# "onnxruntime".
 BACKENDS: dict[str, Backend] = {"eager": EagerBackend()}
+# fxloom's backends registered by importing a module: get_backend imports it when asked.
+_BUILT_IN: dict[str, str] = {"onnxruntime": "fxloom.lower"}
 
 
 def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
@@ -249,14 +261,21 @@ def get_backend(name_or_backend: str | Backend) -> Backend:
     """The backend registered under a name (a ``Backend`` is returned as it is)."""
     if isinstance(name_or_backend, Backend):
         return name_or_backend
+    if name_or_backend in _BUILT_IN and name_or_backend not in BACKENDS:
+        importlib.import_module(_BUILT_IN[name_or_backend])  # registers it
     found = BACKENDS.get(name_or_backend) if isinstance(name_or_backend, str) else None
     if found is None:
         raise ValueError(
-            f"no backend {name_or_backend!r}; known: {', '.join(sorted(BACKENDS))}. Write one "
-            "(a fxloom.lower.Backend subclass) and register it with "
-            "fxloom.lower.register_backend"
+            f"no backend {name_or_backend!r}; known: {', '.join(known_backends())}. Write one "
+            "(a fxloom.backends.Backend subclass) and register it with "
+            "fxloom.backends.register_backend"
         )
     return found
+
+
+def known_backends() -> list[str]:
+    """The names ``get_backend`` knows: those registered and fxloom's own, sorted."""
+    return sorted({*BACKENDS, *_BUILT_IN})
 
 
 def saved_module_rules() -> dict[type, SavedModule]:
