@@ -261,9 +261,10 @@ def get_backend(name_or_backend: str | Backend) -> Backend:
     """The backend registered under a name (a ``Backend`` is returned as it is)."""
     if isinstance(name_or_backend, Backend):
         return name_or_backend
-    if name_or_backend in _BUILT_IN and name_or_backend not in BACKENDS:
+    named = isinstance(name_or_backend, str)
+    if named and name_or_backend in _BUILT_IN and name_or_backend not in BACKENDS:
         importlib.import_module(_BUILT_IN[name_or_backend])  # registers it
-    found = BACKENDS.get(name_or_backend) if isinstance(name_or_backend, str) else None
+    found = BACKENDS.get(name_or_backend) if named else None
     if found is None:
         raise ValueError(
             f"no backend {name_or_backend!r}; known: {', '.join(known_backends())}. Write one "

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -31,6 +33,10 @@ from fxloom.lower import OrtModule, lower
 
 # Written with fxloom.save by main at 7886ac6, before the backend interface (``lowered_mlp``).
 OLD_FILE = Path(__file__).parent / "data" / "lowered_mlp_7886ac6.fxl"
+onnxruntime_only = pytest.mark.skipif(
+    not all(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime")),
+    reason="needs fxloom[onnx]",
+)
 
 
 class Counted(nn.Module):
@@ -140,6 +146,30 @@ def test_a_backend_without_a_name_is_refused():
         register_backend(Nameless())
 
 
+@onnxruntime_only
+def test_a_module_class_has_one_saving_backend():
+    class Impostor(Backend):
+        name = "impostor"
+        saved_modules = {OrtModule: get_backend("onnxruntime").saved_modules[OrtModule]}
+
+    with pytest.raises(ValueError, match="OrtModule is saved by the backend 'onnxruntime'"):
+        register_backend(Impostor())
+
+
+def test_compiling_eagerly_and_saving_leave_lowering_unimported():
+    """The registry is cheap: fxloom.lower (and ONNX Runtime's backend) loads when asked for."""
+    script = (
+        "import io, sys, torch, fxloom\n"
+        "compiled = fxloom.compile(lambda x: torch.relu(x) + 1)\n"
+        "compiled(torch.randn(3))\n"
+        "fxloom.save(fxloom.symbolic_trace(torch.nn.Linear(2, 2)), io.BytesIO())\n"
+        "print('fxloom.lower' in sys.modules)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["False"]
+
+
 # ---------------------------------------------------------------- a user's backend in lower
 def test_a_registered_backend_compiles_the_regions_it_supports(relu_only):
     model, inputs = relu_between_linears()
@@ -213,12 +243,6 @@ def test_fxloom_compile_names_the_known_backends():
 
 
 # ---------------------------------------------------------------- ONNX Runtime
-onnxruntime_only = pytest.mark.skipif(
-    not all(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime")),
-    reason="needs fxloom[onnx]",
-)
-
-
 @onnxruntime_only
 def test_onnxruntime_compiles_a_whole_graph_as_pipeline_stages_ask():
     model, inputs = lowered_mlp()
