@@ -19,6 +19,7 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 from typing import Any
 
 from fxloom import _renamed_modules
+from fxloom import distributed as distributed
 from fxloom import export as export
 from fxloom import passes as passes
 from fxloom._version import __version__ as __version__
