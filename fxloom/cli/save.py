@@ -119,7 +119,7 @@ def _export_save() -> Any:
 
 def _export(loaded: Any, dynamic_batch: bool) -> Any:
     from fxloom.cli.export import batch_shapes
-    from fxloom.cli.model_spec import split_inputs
+    from fxloom.cli.model_spec import example_inputs_of, split_inputs
     from fxloom.export import export
 
     example_inputs_of(loaded, "export runs the model on them")
