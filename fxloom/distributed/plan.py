@@ -113,8 +113,15 @@ class PipelinePlan:
         group: Any | None = None,
         *,
         stage_index: int | None = None,
+        backend: str | Any = "eager",
+        training: bool = True,
     ) -> Any:
-        """This rank's ``PipelineStage`` (``stage_index`` picks one when a rank has several)."""
+        """This rank's ``PipelineStage`` (``stage_index`` picks one when a rank has several).
+
+        ``backend`` compiles the stage module (``fxloom.backends``: ``"eager"`` runs it as it
+        is; ``"onnxruntime"`` runs it in one ONNX Runtime session, at the example's shapes).
+        ``training=False`` allows backends that cannot run backward (schedules without a loss).
+        """
         import torch.distributed as dist
         from torch.distributed.pipelining import PipelineStage
 
@@ -137,13 +144,18 @@ class PipelinePlan:
             )
         self._make_groups(world_size, group)
         device = torch.device(device)
-        module = self.stage_modules[index].to(device)
+        inputs = _materialise(self.input_specs[index], device)
+        examples = tuple(  # stage 0 gets the example itself; the others, zeros of its shapes
+            t.detach().clone() if index == 0 else torch.zeros_like(t, requires_grad=False)
+            for t in inputs
+        )
+        module = _compiled(self.stage_modules[index].to(device), examples, backend, training)
         return PipelineStage(
             module,
             index,
             len(self.stage_modules),
             device,
-            input_args=_materialise(self.input_specs[index], device),
+            input_args=inputs,
             output_args=_materialise(self.output_specs[index], device),
             group=group,
         )
@@ -179,6 +191,24 @@ class PipelinePlan:
             if group is not None and not (set(row.stages) & set(local)):
                 continue  # not a member: new_group made it, but only members reduce
             sum_gradients(row, local, group)
+
+
+def _compiled(
+    module: GraphModule, inputs: tuple[torch.Tensor, ...], backend: Any, training: bool
+) -> torch.nn.Module:
+    """``module`` compiled by ``backend``; refused when training needs a backward it lacks."""
+    from fxloom.backends import get_backend
+
+    chosen = get_backend(backend)
+    if training and not chosen.trainable:
+        raise ValueError(
+            f"build_stage: backend {chosen.name!r} cannot run backward, so its stages cannot "
+            "train; pass training=False for a schedule without a loss (inference), or use "
+            "backend='eager'"
+        )
+    if chosen.name == "eager":
+        return module
+    return chosen.compile(module, inputs)
 
 
 def _local_modules(stages: Any) -> dict[int, torch.nn.Module]:

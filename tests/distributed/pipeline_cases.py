@@ -182,4 +182,27 @@ def run_all(rank: int, world_size: int) -> dict[str, Any]:
     results = run_rank(rank, world_size, list(TRAINED), sync=True)
     unsynced = run_rank(rank, world_size, ["gpt2"], sync=False)
     results.update({f"nosync/{key}": value for key, value in unsynced.items()})
+    results["resnet/onnxruntime"] = run_inference(rank, world_size, "onnxruntime")
     return results
+
+
+def run_inference(rank: int, world_size: int, backend: str) -> Any:
+    """ResNet cut in two, each stage compiled by ``backend``, run forward only (no loss)."""
+    from torch.distributed import pipelining
+
+    import fxloom.distributed
+
+    case = CASES["resnet"]
+    model = case.build()
+    inputs, _ = batch_of(case)
+    plan = fxloom.distributed.pipeline(
+        model, {k: v[:MICROBATCH] for k, v in inputs.items()}, stages=world_size
+    )
+    stage = plan.build_stage(rank, torch.device("cpu"), backend=backend, training=False)
+    schedule = pipelining.ScheduleGPipe(stage, n_microbatches=MICROBATCHES)
+    with torch.no_grad():
+        output = schedule.step(*inputs.values()) if rank == 0 else schedule.step()
+    return {
+        "output": None if output is None else output.detach(),
+        "module": type(stage.submod).__name__,
+    }

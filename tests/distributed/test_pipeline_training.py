@@ -85,3 +85,20 @@ def test_tied_embedding_matches_only_with_shared_gradient_sync(ranks, references
     assert (unsynced - expected).abs().max() > 1e-3  # the head's share is missing
     head = ranks[1][f"gpt2/{schedule}"]["grads"]["lm_head.weight"]
     torch.testing.assert_close(head, synced)  # both copies step alike
+
+
+def test_stages_compiled_by_onnxruntime_run_inference(ranks, references):
+    """A forward-only schedule (no loss) may run stages in another backend."""
+    pytest.importorskip("onnxruntime")
+    assert ranks[0]["resnet/onnxruntime"]["module"] == "OrtModule"
+    output = ranks[1]["resnet/onnxruntime"]["output"]
+    torch.testing.assert_close(output, references["resnet"]["output"], atol=1e-5, rtol=1e-4)
+
+
+def test_a_backend_that_cannot_run_backward_is_refused_for_training():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    plan = fxloom.distributed.pipeline(model, (torch.randn(2, 4),), stages=1, balance="flops")
+    with pytest.raises(ValueError, match="cannot run backward"):
+        fxloom.distributed.plan._compiled(
+            plan.stage_modules[0], (torch.randn(2, 4),), "onnxruntime", training=True
+        )
