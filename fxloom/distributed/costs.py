@@ -16,7 +16,7 @@ anything else (sizes, flags, tuples). Stage boundaries are sized and typed from 
 Each measure comes with the cost of one byte sent between stages (``PER_BYTE``), so that a
 cut's traffic and the stages' work add up in one unit.
 
-Depends on: ``fxloom.interpreter``, ``fxloom.passes.cost``.
+Depends on: ``fxloom.interpreter``, ``fxloom.passes.shape_prop``, ``fxloom.passes.cost``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "BALANCES",
     "Example",
     "TensorSpec",
+    "cost_report",
     "describe",
     "node_costs",
     "run_example",
@@ -113,32 +114,51 @@ def describe(value: Any) -> Any:
     return value
 
 
-def run_example(gm: GraphModule, inputs: list[Any], repeats: int = 3) -> Example:
-    """Run ``gm``'s graph on ``inputs`` (one per placeholder) ``repeats`` times after a warm-up."""
+def run_example(gm: GraphModule, inputs: list[Any], repeats: int = 2) -> Example:
+    """Run ``gm``'s graph on ``inputs`` (one per placeholder) ``repeats`` times after a warm-up.
+
+    The warm-up is a ``ShapeProp`` run: it leaves each node's ``tensor_meta``, so the cost
+    report (``analyze_cost(gm, mode="recorded")``) needs no run of its own.
+    """
+    from fxloom.passes.shape_prop import ShapeProp
+
+    ShapeProp(gm).run(*inputs, enable_io_processing=False)
     interpreter = _TimingInterpreter(gm)
-    for _ in range(repeats + 1):
+    for _ in range(repeats):
         interpreter.run(*inputs, enable_io_processing=False)
-        if not interpreter.seconds:
-            break
     return Example(interpreter.seconds, interpreter.values)
+
+
+def cost_report(gm: GraphModule) -> Any:
+    """``analyze_cost`` from the shapes ``run_example`` recorded; None where it cannot count."""
+    from fxloom.passes.cost import analyze_cost
+
+    try:
+        return analyze_cost(gm, mode="recorded")
+    except Exception:  # FLOPs are a column of the report; planning by time still works
+        return None
 
 
 def node_costs(
     balance: str | Callable[[Node], float],
     gm: GraphModule,
     example: Example,
-    inputs: list[Any],
+    report: Any,
     bandwidth: float = DEFAULT_BANDWIDTH,
 ) -> tuple[dict[Node, float], float]:
-    """Per-node cost by ``balance``, and what one byte sent to the next stage costs."""
+    """Per-node cost by ``balance``, and what one byte sent to the next stage costs.
+
+    ``report`` is ``cost_report(gm)`` (needed for ``"flops"`` and ``"memory"``).
+    """
     if callable(balance):
         return {node: float(balance(node)) for node in gm.graph.nodes}, 0.0
     if balance == "time":
         return dict(example.seconds), 1.0 / bandwidth
     if balance in ("flops", "memory"):
-        from fxloom.passes.cost import analyze_cost
+        if report is None:
+            from fxloom.passes.cost import analyze_cost
 
-        report = analyze_cost(gm, *inputs)
+            analyze_cost(gm, mode="recorded")  # raises, saying why it cannot count
         by_name = {row.name: row for row in report.nodes}
         if balance == "flops":
             costs = {n: float(getattr(by_name.get(n.name), "flops", 0)) for n in gm.graph.nodes}

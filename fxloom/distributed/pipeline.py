@@ -33,8 +33,9 @@ import torch
 from fxloom.distributed import boundaries, costs, cuts
 from fxloom.distributed import shared as sharing
 from fxloom.distributed.outputs import OutputLayout, needs_layout, tensor_leaves
-from fxloom.distributed.plan import PipelinePlan, StageReport
+from fxloom.distributed.plan import FlopCounter, PipelinePlan, StageReport
 from fxloom.distributed.stages import build_stage_modules
+from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.ops.runtime_functions import is_runtime_check
@@ -91,12 +92,13 @@ def pipeline(
     _check_arguments(stages, microbatches, balance)
     args, kwargs = call_inputs(example_inputs, CONSUMER)
     kwargs.update(example_kwargs or {})
-    program = _captured(model, args, kwargs)
-    work = GraphModule(program, copy.deepcopy(program.graph), class_name=type(program).__name__)
+    work = _captured(model, args, kwargs)
     inputs = _placeholder_values(work, args, kwargs)
     with torch.no_grad():
         example = costs.run_example(work, inputs)
-    per_node, per_byte = costs.node_costs(balance, work, example, inputs, bandwidth)
+    needs_report = not callable(balance) and balance in ("flops", "memory")
+    report = costs.cost_report(work) if needs_report else None
+    per_node, per_byte = costs.node_costs(balance, work, example, report, bandwidth)
     work_nodes = [n for n in work.graph.nodes if n.op in cuts.WORK_OPS]
     found = cuts.segments(work_nodes, cut_at)
     if stages > len(found):
@@ -115,7 +117,7 @@ def pipeline(
     layout = OutputLayout.of(output) if needs_layout(output) else None
     modules = build_stage_modules(work, stage_of, received, flatten_output=layout is not None)
     shared_rows = _shared(modules, work, shared)
-    reports = _reports(work, stage_of, received, example, per_node_flops(work, inputs), modules)
+    reports = _reports(work, stage_of, received, example, FlopCounter(work, report), modules)
     return PipelinePlan(
         stage_modules=modules,
         stages=reports,
@@ -143,10 +145,15 @@ def _check_arguments(count: int, microbatches: int, balance: Any) -> None:
 
 
 def _captured(model: Any, args: tuple, kwargs: dict) -> GraphModule:
+    """The program to cut, ours to change: traced afresh, or a copy of the user's graph."""
     examples = kwargs if kwargs and not args else args if not kwargs else None
     if examples is None:  # both: bind positional ones by name
         examples = _bind_by_name(model, args, kwargs)
-    return module_to_transform(model, examples, consumer=CONSUMER)
+    program = module_to_transform(model, examples, consumer=CONSUMER)
+    if program is model or isinstance(model, (GraphModule, ExportedProgram)):
+        graph = copy.deepcopy(program.graph)  # the user's (or the program's) own graph
+        return GraphModule(program, graph, class_name=type(program).__name__)
+    return program
 
 
 def _bind_by_name(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -277,23 +284,12 @@ def _updated_in_place(work: GraphModule) -> set[str]:
 _NORMS = (torch.nn.modules.batchnorm._BatchNorm,)
 
 
-def per_node_flops(work: GraphModule, inputs: list[Any]) -> dict[str, int]:
-    """FLOPs per node name, for the report (0 where no formula knows an operator)."""
-    from fxloom.passes.cost import analyze_cost
-
-    try:
-        report = analyze_cost(work, *inputs)
-    except Exception:  # the report shows FLOPs where it can; timing already worked
-        return {}
-    return {row.name: row.flops for row in report.nodes}
-
-
 def _reports(
     work: GraphModule,
     stage_of: dict[Node, int],
     received: list[list[Node]],
     example: costs.Example,
-    flops: dict[str, int],
+    counter: FlopCounter,
     modules: list[GraphModule],
 ) -> list[StageReport]:
     count = len(received)
@@ -308,13 +304,14 @@ def _reports(
                 first=cuts.block_of(named[0]) if named else "",
                 last=cuts.block_of(named[-1]) if named else "",
                 nodes=len(nodes),
-                flops=sum(flops.get(n.name, 0) for n in nodes),
                 parameter_bytes=sum(
                     p.numel() * p.element_size() for p in modules[stage].parameters()
                 ),
                 seconds=sum(example.seconds.get(n, 0.0) for n in nodes),
                 receives=tuple(n.name for n in received[stage]),
                 bytes_sent=sum(costs.value_bytes(example.values.get(n)) for n in sent),
+                node_names=tuple(n.name for n in nodes),
+                counter=counter,
             )
         )
     return reports

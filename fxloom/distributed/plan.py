@@ -34,7 +34,7 @@ from fxloom.distributed.shared import SharedParameter, sum_gradients
 from fxloom.graph_module import GraphModule
 from fxloom.passes._cost_report import format_bytes, format_count
 
-__all__ = ["PipelinePlan", "StageReport"]
+__all__ = ["FlopCounter", "PipelinePlan", "StageReport"]
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,36 @@ class StageReport:
     first: str  # the block (module path) of its first node
     last: str
     nodes: int
-    flops: int
     parameter_bytes: int
     seconds: float  # its nodes' measured forward time on one microbatch
     receives: tuple[str, ...]  # names of the tensors it receives
     bytes_sent: int  # what it sends to the next stage per microbatch
+    node_names: tuple[str, ...] = ()
+    counter: FlopCounter | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def flops(self) -> int:
+        """Its nodes' FLOPs on one microbatch (counted when first asked: planning by time
+        does not need them)."""
+        return self.counter.total(self.node_names) if self.counter is not None else 0
+
+
+class FlopCounter:
+    """FLOPs per node name of a program, from ``analyze_cost`` run once, when first needed."""
+
+    def __init__(self, program: GraphModule, report: Any = None) -> None:
+        self._program = program
+        self._by_name: dict[str, int] | None = None
+        if report is not None:
+            self._by_name = {row.name: row.flops for row in report.nodes}
+
+    def total(self, names: tuple[str, ...]) -> int:
+        if self._by_name is None:
+            from fxloom.distributed.costs import cost_report
+
+            report = cost_report(self._program)
+            self._by_name = {row.name: row.flops for row in report.nodes} if report else {}
+        return sum(self._by_name.get(name, 0) for name in names)
 
 
 @dataclass
