@@ -51,7 +51,9 @@ class BoundaryError(ValueError):
 
 def legalise(graph: Graph, stage_of: dict[Node, int], values: dict[Node, Any], stages: int) -> None:
     """Rewrite ``graph`` so that only tensors cross stage boundaries (see the module docstring)."""
-    carried: dict[Node, Node] = {}  # value -> its carry() node, shared by later stages
+    # what the producing stage sends, made once and shared by every later stage:
+    # value -> its carry() node, (value, index) -> the getitem of a tuple's tensor
+    carried: dict[Any, Node] = {}
     for stage in range(1, stages):
         incoming = _incoming(graph, stage_of, stage)
         # activations are sent whatever else happens; the rest may be recomputed from them
@@ -98,7 +100,7 @@ def _legal_form(
     values: dict[Node, Any],
     available: set[Node],
     copies: dict[Node, Node],
-    carried: dict[Node, Node],
+    carried: dict[Any, Node],
 ) -> Any:
     """What ``users`` (in ``stage``) read instead of ``value`` (from an earlier stage)."""
     described = values.get(value)
@@ -185,7 +187,7 @@ def _carry(
     stage: int,
     stage_of: dict[Node, int],
     values: dict[Node, Any],
-    carried: dict[Node, Node],
+    carried: dict[Any, Node],
 ) -> Node:
     described = values[value]
     sent = carried.get(value)
@@ -208,17 +210,18 @@ def _send_items(
     stage: int,
     stage_of: dict[Node, int],
     values: dict[Node, Any],
-    carried: dict[Node, Node],
+    carried: dict[Any, Node],
 ) -> Node:
     items = []
     for index, item in enumerate(described):
-        key = carried.get((value, index))  # type: ignore[call-overload]
-        if key is None:
+        sent = carried.get((value, index))
+        if sent is None:
             with graph.inserting_after(_after(graph, value)):
-                key = graph.call_function(operator.getitem, (value, index))
-            carried[(value, index)] = key  # type: ignore[index]
-            stage_of[key], values[key] = stage_of[value], item
-        items.append(key)
+                sent = carried[(value, index)] = graph.call_function(
+                    operator.getitem, (value, index)
+                )
+            stage_of[sent], values[sent] = stage_of[value], item
+        items.append(sent)
     with graph.inserting_before(before):
         rebuilt = graph.call_function(type(described), (items,))
     stage_of[rebuilt], values[rebuilt] = stage, described

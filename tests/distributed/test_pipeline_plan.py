@@ -268,20 +268,63 @@ def test_a_shared_buffer_updated_in_place_cannot_be_split():
         pipeline(model, (torch.randn(3, 4),), stages=3, balance="flops")
 
 
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+
+def test_a_tuple_of_tensors_crosses_as_its_tensors():
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Pair(), nn.Linear(4, 4)])
+
+        def forward(self, x):
+            pair = self.blocks[0](x)
+            return self.blocks[1](pair[0]) * pair[1]
+
+    model = TwoHeads()
+    plan = pipeline(model, (torch.randn(2, 4),), stages=2, balance="flops")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(run_stages(plan, x), model(x))
+    with torch.no_grad():
+        sent = plan.stage_modules[0](x)
+    assert all(isinstance(t, torch.Tensor) for t in sent)
+
+
+class Box:
+    """Not a tensor, a number or a tuple: nothing PipelineStage can send."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def make_box(value):
+    return Box(value)
+
+
+fxloom.wrap("make_box")  # a leaf of tracing: its Box is a value in the graph
+
+
 def test_a_value_that_cannot_be_sent_is_named():
-    class PassesAModule(nn.Module):
+    class Boxes(nn.Module):
         def __init__(self):
             super().__init__()
             self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
 
         def forward(self, x):
-            pair = {"a": self.blocks[0](x)}  # a dict crosses the cut
-            return self.blocks[1](pair["a"]) + 1
+            box = make_box(self.blocks[0](x))
+            return self.blocks[1](box.value)
 
-    model = PassesAModule()
-    plan = pipeline(model, (torch.randn(2, 4),), stages=2, balance="flops")
-    torch.testing.assert_close(run_stages(plan, torch.ones(2, 4)), model(torch.ones(2, 4)))
-    assert BoundaryError.__doc__
+    def cut_after_the_box(node):  # halves of equal cost meet between make_box and .value
+        return 0.5 if node.op == "call_module" or node.target in (make_box, getattr) else 0.0
+
+    with pytest.raises(BoundaryError, match=r"%make_box .* stage 0 .* stage 1, but a Box cannot"):
+        pipeline(Boxes(), (torch.randn(2, 4),), stages=2, balance=cut_after_the_box, cut_at="nodes")
 
 
 @pytest.mark.parametrize(
