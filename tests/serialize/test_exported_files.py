@@ -249,6 +249,22 @@ def test_classes_that_are_not_imported_are_kept_by_name():
     assert type(unflatten(loaded)).__name__ == "NotImported"
 
 
+def test_a_file_naming_the_size_check_by_its_name_before_it_moved_loads_and_checks():
+    # Files written before issue 23 call fxloom.export.size_checks.check_sizes.
+    moved = "fxloom.values.symbolic.size_checks.check_sizes"
+    written: list[str] = []
+
+    def as_before_the_move(text: str) -> str:
+        written.append(text)
+        return text.replace(moved, "fxloom.export.size_checks.check_sizes")
+
+    module = load(_edited(_saved_dynamic(), as_before_the_move)).module()
+    assert moved in written[0]
+    assert module(torch.ones(8, 3, 5)).shape == Flatten()(torch.ones(8, 3, 5)).shape
+    with pytest.raises(ValueError, match="'b'"):
+        module(torch.ones(65, 3, 5))
+
+
 # ------------------------------------------------------------------ Hugging Face
 
 
