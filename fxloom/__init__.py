@@ -19,6 +19,7 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 from typing import Any
 
 from fxloom import _renamed_modules
+from fxloom import distributed as distributed
 from fxloom import export as export
 from fxloom import passes as passes
 from fxloom._version import __version__ as __version__
@@ -84,17 +85,6 @@ __all__ = [
 ]
 
 
-def _onnxruntime_backend(graph_module: GraphModule, example_inputs: list) -> Any:
-    from fxloom.lower import lower
-
-    return lower(graph_module, tuple(example_inputs))
-
-
-# The backends ``fxloom.compile`` knows by name (the frontend knows only "eager": backends sit
-# in a layer above it); a callable ``backend(graph_module, example_inputs)`` is taken as is.
-COMPILE_BACKENDS = {"eager": _bytecode.eager_backend, "onnxruntime": _onnxruntime_backend}
-
-
 def compile(  # noqa: A001 - the documented name, as torch.compile
     fn_or_module: Any,
     *,
@@ -105,17 +95,22 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     """Compile a function or module at the bytecode level on its first call, with guards, a
     cache and graph breaks (``fxloom.bytecode.compiled``; docs/compile.md).
 
-    ``backend``: ``"eager"`` (run fxloom's GraphModule), ``"onnxruntime"`` (``fxloom.lower``
-    runs each captured graph) or ``backend(graph_module, example_inputs) -> callable``.
+    ``backend``: a backend's name in ``fxloom.backends.BACKENDS`` (``"eager"`` runs fxloom's
+    GraphModule, ``"onnxruntime"`` lowers each captured graph, or one registered with
+    ``fxloom.backends.register_backend``: ``Backend.compile_program`` says what runs), a
+    ``fxloom.backends.Backend``, or ``backend(graph_module, example_inputs) -> callable``.
     ``fullgraph=True`` raises ``CompileError`` at the first graph break, naming the line.
     """
-    if isinstance(backend, str):
-        if backend not in COMPILE_BACKENDS:
+    from fxloom.backends import Backend, get_backend
+
+    if isinstance(backend, (str, Backend)):
+        try:
+            backend = get_backend(backend).compile_program
+        except ValueError as error:
             raise ValueError(
-                f"no fxloom.compile backend {backend!r}; known: {', '.join(COMPILE_BACKENDS)}, "
-                "or a callable backend(graph_module, example_inputs) -> callable"
-            )
-        backend = COMPILE_BACKENDS[backend]
+                f"fxloom.compile: {error}; or pass a callable "
+                "backend(graph_module, example_inputs) -> callable"
+            ) from None
     return _bytecode.compile(
         fn_or_module, backend=backend, fullgraph=fullgraph, recompile_limit=recompile_limit
     )

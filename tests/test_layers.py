@@ -89,7 +89,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "bytecode": ("fxloom.bytecode",),
     "run": ("fxloom.interpreter",),
     "passes": ("fxloom.passes", "fxloom.subgraph_rewriter", "fxloom.quantize"),
-    "backends": ("fxloom.lower", "fxloom.distributed"),
+    "backends": ("fxloom.backends", "fxloom.lower", "fxloom.distributed"),
     "persistence": ("fxloom.serialize",),
     "surface": ("fxloom", "fxloom.__main__", "fxloom.cli", "fxloom.zoo"),
 }

@@ -21,6 +21,7 @@ import inspect
 import math
 import operator
 import re
+import types
 from math import sqrt
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from torch import nn, zeros
 from torch.testing import assert_close
 
 import fxloom as fx
+from fxloom.tracing.wrapped import wrap_library_function
 
 fx.wrap("len")
 
@@ -827,6 +829,42 @@ def test_wrap_decorator_returns_the_function_unchanged():
 def test_wrap_called_inside_a_function_raises():
     with pytest.raises(RuntimeError, match="top level of a module"):
         fx.wrap("len")
+
+
+# ============================================================ wrap_library_function
+# A library whose function user code reaches as an attribute of its module or imports by name
+# (``fxloom.distributed`` registers torch.distributed.rpc.rpc_sync this way).
+fake_library = types.ModuleType("fake_library")
+
+
+def _scale_if_positive(x):
+    """Does not trace: a traced value has no truth value."""
+    return x * 2 if x.sum() > 0 else x
+
+
+fake_library.scale_if_positive = _scale_if_positive
+wrap_library_function(fake_library.scale_if_positive, fake_library)
+scale_from_library = fake_library.scale_if_positive  # `from fake_library import ... as ...`
+
+
+def test_a_library_function_is_recorded_when_reached_through_its_module():
+    def fn(x):
+        return fake_library.scale_if_positive(x) + 1
+
+    gm = fx.symbolic_trace(fn)
+    assert calls(gm.graph)[0] == ("call_function", _scale_if_positive)
+    for x in (torch.ones(3), -torch.ones(3)):
+        assert_close(gm(x), fn(x))
+
+
+def test_a_library_function_is_recorded_when_imported_under_another_name():
+    gm = fx.symbolic_trace(lambda x: scale_from_library(x) + 1)
+    assert calls(gm.graph)[0] == ("call_function", _scale_if_positive)
+
+
+def test_a_library_function_given_a_module_without_it_is_refused():
+    with pytest.raises(ValueError, match="module empty has no attribute that is"):
+        wrap_library_function(_scale_if_positive, types.ModuleType("empty"))
 
 
 # ============================================================ no trace left behind

@@ -4,7 +4,7 @@ Usage: ``fxloom COMMAND [options]`` (or ``python -m fxloom COMMAND``). Run ``fxl
 
 This module holds the parser, the subcommand table and ``main``; each command's work lives in
 a module of its own beside it: ``demo`` (the guided tour, with its pass steps in
-``demo_passes``), ``cost``, ``draw``, ``export``, ``lower``, ``quantize`` and ``save`` (``save``
+``demo_passes``), ``cost``, ``draw``, ``export``, ``lower``, ``pipeline``, ``quantize`` and ``save`` (``save``
 and ``show``); all but ``show`` read their MODEL argument with ``model_spec``.
 Nothing in the library imports from this package (tests/test_layers.py checks).
 
@@ -103,6 +103,18 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     from fxloom.cli import compile as compile_command
 
     compile_command.add_arguments(parser)
+
+
+def _run_pipeline(args: argparse.Namespace) -> int:
+    from fxloom.cli import pipeline
+
+    return pipeline.run(args)
+
+
+def _add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    from fxloom.cli import pipeline
+
+    pipeline.add_arguments(parser)
 
 
 def _run_export(args: argparse.Namespace) -> int:
@@ -300,6 +312,26 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         ),
         run=_run_lower,
         add_arguments=_add_lower_arguments,
+    ),
+    Subcommand(
+        name="pipeline",
+        summary="cut a model into balanced pipeline stages; print the plan and its balance",
+        description=(
+            "Cut MODEL into pipeline stages with fxloom.distributed.pipeline: candidate\n"
+            "cuts at module boundaries, the stages' cost balanced by measured time,\n"
+            "FLOPs or memory (an exact dynamic program), boundaries that carry only\n"
+            "tensors, and the model's parameter names kept. Print per stage the modules\n"
+            "it spans, FLOPs, parameter bytes, measured time and bytes sent on, the\n"
+            "balance (slowest stage over the mean), shared parameters, and whether the\n"
+            "stages run one after another equal eager PyTorch. The example inputs are\n"
+            "one microbatch. Exits 1 when the stages differ from eager.\n\n"
+            + _model_text(_EXAMPLE_ZOO, inputs_needed=True)
+            + "examples:\n"
+            "  fxloom pipeline resnet_tiny --stages 2\n"
+            "  fxloom pipeline transformer_tiny --stages 2 --balance flops --code"
+        ),
+        run=_run_pipeline,
+        add_arguments=_add_pipeline_arguments,
     ),
     Subcommand(
         name="quantize",

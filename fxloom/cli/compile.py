@@ -42,14 +42,10 @@ def run(args: argparse.Namespace) -> int:
 
     import fxloom
     from fxloom.cli.export import matches_outputs
-    from fxloom.cli.model_spec import load_model, split_inputs
+    from fxloom.cli.model_spec import example_inputs_of, load_model, split_inputs
 
     loaded = load_model(args.model)
-    if loaded.inputs is None:
-        raise ValueError(
-            f"{args.model} comes with no example inputs, and compiling runs the model on them: "
-            "make the MODEL factory return (model, example_inputs)"
-        )
+    example_inputs_of(loaded, "compiling runs the model on them")
     positional, keywords = split_inputs(loaded.inputs)
     model = loaded.model.eval()
     compiled = fxloom.compile(model, fullgraph=args.fullgraph)

@@ -57,15 +57,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.syntax import Syntax
     from rich.text import Text
 
-    from fxloom.cli.model_spec import load_model, split_inputs
+    from fxloom.cli.model_spec import example_inputs_of, load_model, split_inputs
     from fxloom.export import export
 
     loaded = load_model(args.model)
-    if loaded.inputs is None:
-        raise ValueError(
-            f"{args.model} comes with no example inputs, and export runs the model on them: make "
-            "the MODEL factory return (model, example_inputs)"
-        )
+    example_inputs_of(loaded, "export runs the model on them")
     positional, keywords = split_inputs(loaded.inputs)
     shapes = batch_shapes(loaded.model, positional, keywords) if args.dynamic_batch else None
     ep = export(loaded.model, positional, keywords, dynamic_shapes=shapes)

@@ -46,17 +46,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from fxloom.cli.model_spec import call_model, load_model
+    from fxloom.cli.model_spec import call_model, example_inputs_of, load_model
     from fxloom.lower.lowering import lower
 
     if args.threads < 1:
         raise ValueError("--threads takes a positive number")
     loaded = load_model(args.model)
-    if loaded.inputs is None:
-        raise ValueError(
-            f"{args.model} comes with no example inputs, and lower translates and runs the "
-            "model on them: make the MODEL factory return (model, example_inputs)"
-        )
+    example_inputs_of(loaded, "lower translates and runs the model on them")
     model, inputs = loaded.model.eval(), loaded.inputs
     with pinned_threads(args.threads):
         lowered = lower(

@@ -26,6 +26,7 @@ from fxloom.tracer import symbolic_trace
 
 __all__ = [
     "LoadedModel",
+    "example_inputs_of",
     "call_model",
     "load_model",
     "propagate_shapes",
@@ -41,6 +42,17 @@ class LoadedModel:
     name: str
     model: torch.nn.Module
     inputs: tuple[Any, ...] | dict[str, Any] | None
+
+
+def example_inputs_of(loaded: LoadedModel, why: str) -> tuple[Any, ...] | dict[str, Any]:
+    """``loaded``'s example inputs, for a command that ``why`` (e.g. "export runs the model on
+    them"); a model without any is refused with what to do."""
+    if loaded.inputs is None:
+        raise ValueError(
+            f"{loaded.name} comes with no example inputs, and {why}: make the MODEL factory "
+            "return (model, example_inputs)"
+        )
+    return loaded.inputs
 
 
 def load_model(spec: str) -> LoadedModel:

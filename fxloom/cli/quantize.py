@@ -92,17 +92,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from fxloom.cli.model_spec import load_model
+    from fxloom.cli.model_spec import example_inputs_of, load_model
     from fxloom.quantize import QuantConfig, report
 
     if args.batches < 1 or (args.batch_size is not None and args.batch_size < 1):
         raise ValueError("--batches and --batch-size take a positive number")
     loaded = load_model(args.model)
-    if loaded.inputs is None:
-        raise ValueError(
-            f"{args.model} comes with no example inputs, and quantize prepares and measures the "
-            "model on them: make the MODEL factory return (model, example_inputs)"
-        )
+    example_inputs_of(loaded, "quantize prepares and measures the model on them")
     config = QuantConfig(engine=args.engine, mode=args.mode)
     data = None
     if args.mode == "static":

@@ -119,14 +119,10 @@ def _export_save() -> Any:
 
 def _export(loaded: Any, dynamic_batch: bool) -> Any:
     from fxloom.cli.export import batch_shapes
-    from fxloom.cli.model_spec import split_inputs
+    from fxloom.cli.model_spec import example_inputs_of, split_inputs
     from fxloom.export import export
 
-    if loaded.inputs is None:
-        raise ValueError(
-            f"{loaded.name} comes with no example inputs, and export runs the model on them: "
-            "make the MODEL factory return (model, example_inputs)"
-        )
+    example_inputs_of(loaded, "export runs the model on them")
     positional, keywords = split_inputs(loaded.inputs)
     shapes = batch_shapes(loaded.model, positional, keywords) if dynamic_batch else None
     return export(loaded.model, positional, keywords, dynamic_shapes=shapes)

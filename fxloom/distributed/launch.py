@@ -109,6 +109,7 @@ def run_local(
     """
     _check_arguments(fn, nprocs, args, init)
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="fxloom-run-") as folder:
@@ -120,7 +121,7 @@ def run_local(
                 join=True,
                 start_method="spawn",
             )
-        except mp.ProcessException as err:
+        except ProcessException as err:
             raise LaunchError(_failure_text(err, Path(folder), nprocs)) from None
         return [_result(Path(folder), rank) for rank in range(nprocs)]
 

@@ -1,7 +1,10 @@
-"""Lowering fxloom graphs to ONNX (and ONNX Runtime): the translator and ``to_onnx``.
+"""Lowering fxloom graphs to a backend (ONNX Runtime by default): ``lower``, the translator and
+``to_onnx``.
 
-``lower(model, example_inputs)`` runs what ONNX can take in ONNX Runtime and the rest in
-PyTorch (``lowering``; ``OrtModule`` is the region that runs a session).
+``lower(model, example_inputs)`` runs what a backend (``fxloom.backends``) can take in that
+backend and the rest in PyTorch (``lowering``). Importing this package registers the
+``"onnxruntime"`` backend (``onnxruntime_backend``: ``OrtModule`` is the region that runs a
+session, ``runtime_saving`` how one is saved).
 ``translate(gm, example_inputs)`` turns a GraphModule (traced or exported) into an
 ``onnx.ModelProto``; ``to_onnx(model, example_inputs, path)`` writes one checked ONNX file for a
 fully supported graph, or raises ``UnsupportedNodeError`` listing every node it cannot take.
@@ -11,7 +14,7 @@ operators); ``unsupported_reason(node, gm)`` says why a node cannot be translate
 onnx and onnxruntime are optional (``pip install fxloom[onnx]``): importing this package works
 without them; the functions that need them raise an ``ImportError`` naming the extra.
 
-Depends on: ``fxloom.passes.shape_prop``, ``fxloom.export``; onnx, lazily.
+Depends on: ``fxloom.passes``, ``fxloom.export``; onnx and onnxruntime, lazily.
 """
 
 from fxloom.lower import (  # noqa: F401 -- importing the families registers their handlers
@@ -30,10 +33,12 @@ from fxloom.lower.onnx_translate import (
     translate,
     unsupported_reason,
 )
+from fxloom.lower.onnxruntime_backend import OnnxRuntimeBackend  # registers "onnxruntime"
 from fxloom.lower.runtime import OrtModule
 
 __all__ = [
     "LoweringError",
+    "OnnxRuntimeBackend",
     "ONNX_TRANSLATIONS",
     "OrtModule",
     "TranslationContext",

@@ -49,6 +49,7 @@ __all__ = [
     "input_names",
     "run_failed",
     "runs_for",
+    "same_number",
     "size_runs",
 ]
 
@@ -71,6 +72,11 @@ class SizeRun:
     def changed(self) -> str:
         """The sizes this run changes: ``seq 7 -> 14``."""
         return ", ".join(f"{name} {a} -> {b}" for (a, b), name in self.names.items())
+
+
+def same_number(value: Any, other: Any) -> bool:
+    """Whether a number (not a tensor) in a run at other sizes is the example's number."""
+    return not isinstance(other, torch.Tensor) and type(other) is type(value) and other == value
 
 
 def runs_for(

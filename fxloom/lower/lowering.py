@@ -1,26 +1,30 @@
-"""``lower``: run the parts of a model ONNX supports in ONNX Runtime, the rest in PyTorch.
+"""``lower``: run the parts of a model a backend supports in that backend, the rest in PyTorch.
 
-The torch.fx paper's lowering with automatic splitting (section 6.4), with ONNX Runtime as
-the backend. In steps:
+The torch.fx paper's lowering with automatic splitting (section 6.4). The backend
+(``fxloom.backends``) is ONNX Runtime unless another is named; each step asks it what
+it supports and how to compile. In steps:
 
 1. take the module to lower (``fxloom.passes.captured.module_to_transform``: a plain module
    traced on the example inputs, a GraphModule as it is, an exported program as
-   ``ep.module()``) and give its nodes shapes, which the translator reads (from the values
+   ``ep.module()``) and give its nodes shapes, which backends read (from the values
    export recorded, else by ``ShapeProp`` on the examples);
-2. ask the translator about every operator (``unsupported_reason``) and gather the
-   supported ones into regions (``fxloom.passes.split_by_support``); unsupported operators
+2. ask the backend about every operator (``Backend.unsupported_reason``; for ONNX Runtime,
+   the translator's) and gather the supported ones into regions
+   (``fxloom.passes.split_by_support``); unsupported operators
    stay in the parent, which runs them in PyTorch between the regions, and so do the
    run-time checks (``fxloom.ops.runtime_functions.stays_on_host``: tracing's guards,
    export's input checks), which keep refusing the inputs the module refuses;
 3. run the split module once on the examples, recording what each region receives and
    returns;
-4. translate each region to ONNX on those inputs (``onnx_translate.translate``), check it
-   (``onnx.checker``), start its session, run it once, and put an ``OrtModule`` in its place.
+4. compile each region on those inputs (``Backend.compile_region``) and put the module it
+   returns in its place. ONNX Runtime (``fxloom.lower.onnxruntime_backend``) translates the
+   region to ONNX, checks it (``onnx.checker``), starts its session, runs it once, and
+   returns an ``OrtModule``.
 
-Which regions are lowered. A region whose operators do no arithmetic (its cost,
-``fxloom.passes.cost``, counts 0 FLOPs: a lone reshape, a getitem, a cat) stays in PyTorch,
-where it is free or one copy, while a call into ONNX Runtime costs microseconds and a copy of
-its outputs. A region whose translation, check, session or trial run fails also stays in
+Which regions are lowered. A region the backend finds not worth compiling stays in PyTorch
+(``Backend.not_worth_compiling``; ONNX Runtime leaves a region that does no arithmetic, 0
+FLOPs by ``fxloom.passes.cost``: a lone reshape, a getitem, a cat). A region whose
+compilation fails (for ONNX Runtime: translation, check, session or trial run) also stays in
 PyTorch; the report says why. With ``dynamic_shapes`` (or ``dynamic_batch``) the model runs
 once more per dynamic ``Dim`` at another size; each region is translated with the sizes it
 saw in those runs, so its dynamic dimensions are symbolic, and a region fed a number that
@@ -40,9 +44,8 @@ GraphModule given to ``lower`` gets the ``tensor_meta`` of its nodes recorded, a
 convention of the module lowered: it takes and returns the same structures (an exported
 model's ``ModelOutput``, a dict) and refuses the same inputs with the same errors.
 
-Depends on: ``fxloom.passes`` (captured, shape_prop, split_by_support, cost),
-``fxloom.lower.onnx_translate``, ``fxloom.lower.runtime``; onnx and onnxruntime, imported
-when ``lower`` runs.
+Depends on: ``fxloom.passes`` (captured, shape_prop, split_by_support),
+``fxloom.backends`` (the backend asked at every step).
 """
 
 from __future__ import annotations
@@ -58,20 +61,19 @@ import torch
 from torch import nn
 
 from fxloom._format import describe_target
+from fxloom.backends import Backend, RegionExamples, get_backend
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
-from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for
+from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for, same_number
 from fxloom.lower.report import CheckResult, LeftNode, LoweringReport, RegionReport
-from fxloom.lower.runtime import OrtModule, require
 from fxloom.node import Node
 from fxloom.ops.runtime_functions import stays_on_host
 from fxloom.passes.captured import call_inputs, model_name, module_to_transform
 from fxloom.pytree import tree_flatten
 from fxloom.source_location import source_location
 
-__all__ = ["BACKENDS", "LoweringError", "lower"]
+__all__ = ["LoweringError", "lower"]
 
-BACKENDS = ("onnxruntime",)
 REGION_PREFIX = "_run_on_acc_"
 
 
@@ -83,7 +85,7 @@ def lower(
     model_or_gm: nn.Module | Callable[..., Any],
     example_inputs: tuple[Any, ...] | dict[str, Any],
     *,
-    backend: str = "onnxruntime",
+    backend: str | Backend = "onnxruntime",
     check: bool = False,
     dynamic_batch: bool = False,
     dynamic_shapes: Any = None,
@@ -93,13 +95,14 @@ def lower(
     rtol: float = 1e-3,
     atol: float = 1e-4,
 ) -> GraphModule:
-    """Lower the supported regions of a model to ONNX Runtime (see the module docstring).
+    """Lower the supported regions of a model to a backend (see the module docstring).
 
     Args:
         model_or_gm: a module or function, traced here on ``example_inputs``, a
             GraphModule, or an ``fxloom.export`` program (lowered as ``ep.module()``).
         example_inputs: a tuple of positional inputs or a dict by name.
-        backend: ``"onnxruntime"`` (the only one so far).
+        backend: a backend's name in ``fxloom.backends.BACKENDS`` (``"onnxruntime"``,
+            ``"eager"``, or one registered with ``register_backend``) or a ``Backend``.
         check: compare with eager PyTorch on the examples; raise past ``rtol``/``atol``.
         dynamic_batch: short for dimension 0 of every tensor input dynamic, one Dim
             named ``batch``.
@@ -108,7 +111,8 @@ def lower(
             (``{"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}``).
             The model runs once more per Dim at another size (``fxloom.lower.dynamic_dims``);
             each region's inputs and outputs get those dimensions symbolic.
-        threads: ONNX Runtime's threads per operator. By default the settings follow where
+        threads: ONNX Runtime's threads per operator (other backends may read it too:
+            ``Backend.lowering_settings``). By default the settings follow where
             the work runs. When one region covers the whole model, its session gets ONNX
             Runtime's own defaults (one thread per physical core, worker threads spinning
             between calls), as torch.onnx + ONNX Runtime has them. When PyTorch runs
@@ -121,7 +125,8 @@ def lower(
         concrete_args: parameters fixed while tracing a plain module (``{"use_cache": False}``).
 
     Returns:
-        A GraphModule calling an ``OrtModule`` per lowered region, with
+        A GraphModule calling the backend's module (an ``OrtModule`` for ONNX Runtime) per
+        lowered region, with
         ``lowering_report`` (a ``LoweringReport``) attached.
 
     Example::
@@ -136,11 +141,8 @@ def lower(
         >>> torch.allclose(lowered(x), model(x), atol=1e-6)
         True
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"lower: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    require("onnx")
-    require("onnxruntime")
-    from fxloom.lower import onnx_translate
+    backend = get_backend(backend)
+    backend.require()
     from fxloom.passes.split_by_support import split_by_support
 
     inputs = call_inputs(example_inputs, "lower")
@@ -148,23 +150,30 @@ def lower(
         model_or_gm, example_inputs, consumer="fxloom.lower", concrete_args=concrete_args
     )
     _propagate_shapes(gm, inputs)
-    support = _Support(gm, onnx_translate.unsupported_reason)
+    support = _Support(gm, backend.unsupported_reason)
     split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)  # keeps gm's convention
     _drop_unused_regions(split)
     seen = _record_regions(split, inputs)
     runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
     region_runs, fixed = _regions_at_sizes(split, seen, runs)
-    settings, setting_note = _session_settings(split, threads, spinning)
+    settings, setting_note = backend.lowering_settings(
+        whole_model=_one_region_covers(split), threads=threads, spinning=spinning
+    )
+    examples = {
+        name: RegionExamples(name, args, outputs, tuple(region_runs[name]), settings)
+        for name, (args, outputs) in seen.items()
+    }
     regions = [
-        _lower_region(split, name, seen[name], region_runs[name], settings, fixed.get(name))
+        _lower_region(backend, split, examples[name], fixed.get(name))
         for name in _region_names(split)
-        if name in seen  # a region never run on the examples (dead code) stays as it is
+        if name in examples  # a region never run on the examples (dead code) stays as it is
     ]
     left = tuple(_left_node(node, reason) for node, reason in support.reasons.items())
     guards = len(support.guards)
     notes = (f"{guards} run-time check(s) (guards, input checks) run in PyTorch",) if guards else ()
-    notes += (setting_note,) if any(region.lowered for region in regions) else ()
-    report = LoweringReport(model_name(gm), backend, tuple(regions), left, notes=notes)
+    if setting_note is not None and any(region.lowered for region in regions):
+        notes += (setting_note,)
+    report = LoweringReport(model_name(gm), backend.name, tuple(regions), left, notes=notes)
     if check:
         eager = gm if isinstance(model_or_gm, ExportedProgram) else model_or_gm  # runs as given
         report = _checked(eager, split, inputs, report, concrete_args, rtol, atol)
@@ -195,7 +204,7 @@ def _call(module: Callable[..., Any], inputs: tuple[tuple[Any, ...], dict[str, A
 
 
 def _propagate_shapes(gm: GraphModule, inputs: tuple[tuple, dict]) -> None:
-    """Shapes and dtypes for the translator: the ones export recorded, else from a run (a
+    """Shapes and dtypes for the backend: the ones export recorded, else from a run (a
     traced module has none recorded, and an exported one with dynamic sizes has only
     symbolic ones, which say nothing about the examples)."""
     from fxloom.passes.shape_prop import ShapeProp, record_captured_shapes
@@ -209,7 +218,7 @@ def _propagate_shapes(gm: GraphModule, inputs: tuple[tuple, dict]) -> None:
 
 # ---------------------------------------------------------------- support
 class _Support:
-    """``split_by_support``'s question, asked of the translator; keeps its reasons."""
+    """``split_by_support``'s question, asked of the backend; keeps its reasons."""
 
     def __init__(self, gm: GraphModule, unsupported_reason: Callable[..., str | None]) -> None:
         self.gm = gm
@@ -223,41 +232,16 @@ class _Support:
             return False
         try:
             reason = self.unsupported_reason(node, self.gm)
-        except Exception as error:  # the translator cannot tell: PyTorch runs it, reported
-            reason = f"the translator could not judge it ({type(error).__name__}: {error})"
+        except Exception as error:  # the backend cannot tell: PyTorch runs it, reported
+            reason = f"the backend could not judge it ({type(error).__name__}: {error})"
         if reason is not None:
             self.reasons[node] = reason
         return reason is None
 
 
 # ---------------------------------------------------------------- regions
-def _session_settings(
-    split: GraphModule, threads: int | None, spinning: bool | None
-) -> tuple[dict[str, Any], str]:
-    """ONNX Runtime's settings for the regions, and a note saying which were chosen.
-
-    When one region covers the model (nothing but its call, guards and unpacking its result
-    runs in PyTorch), the sessions get ONNX Runtime's defaults, as torch.onnx + ONNX Runtime
-    users have them: spinning worker threads and one thread per physical core (measured:
-    ResNet-50 at batch 1 ran 1.23x slower without spinning). Otherwise PyTorch runs between
-    the regions, and spinning threads would take the cores its operators need (eager
-    ResNet-50 ran 2x slower next to spinning sessions on 2 cores): spinning off, and
-    ``torch.get_num_threads()`` threads, so both share the machine alike. ``threads`` and
-    ``spinning``, when given, win.
-    """
-    whole = _one_region_covers(split)
-    spin = whole if spinning is None else spinning
-    if whole and threads is None:
-        count, intra = "ONNX Runtime's default threads", 0
-    else:
-        number = torch.get_num_threads() if threads is None else threads
-        count, intra = f"{number} ONNX Runtime thread{'s' if number != 1 else ''}", threads
-    where = "one region covers the model" if whole else "PyTorch runs between regions"
-    note = f"{where}: {count}, spinning {'on' if spin else 'off'}"
-    return {"intra_op_num_threads": intra, "allow_spinning": spin}, note
-
-
 def _one_region_covers(split: GraphModule) -> bool:
+    """Whether nothing but one region's call, guards and unpacking its result runs in PyTorch."""
     calls = [n for n in split.graph.nodes if n.op not in _ENDS]
     regions = [n for n in calls if n.op == "call_module" and n.target.startswith(REGION_PREFIX)]
     rest = [n for n in calls if n not in regions]
@@ -296,8 +280,8 @@ def _regions_at_sizes(
     """Each region's inputs in every run at other sizes, and the regions that cannot vary.
 
     The whole model runs once per run (``fxloom.lower.dynamic_dims``); what each region
-    received there is its own run, from which the translator finds its dynamic dimensions.
-    A region fed a number that changes with the sizes (ONNX Runtime would get it fixed), or
+    received there is its own run, from which the backend finds its dynamic dimensions.
+    A region fed a number that changes with the sizes (the backend would get it fixed), or
     not reached at some size, stays in PyTorch, so the lowered module runs at any size.
     """
     at_sizes: dict[str, list[SizeRun]] = {name: [] for name in seen}
@@ -324,38 +308,30 @@ def _fixed_reason(run: SizeRun, args: tuple, other: tuple | None) -> str | None:
         return f"{run.option}: not run when {changed} changes"
     for position, value in enumerate(args):
         holds_tensor = any(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(value)[0])
-        if not holds_tensor and not _same_number(value, other[position]):
+        if not holds_tensor and not same_number(value, other[position]):
             return (
                 f"{run.option}: its input {position} ({value!r}) changes with {changed}, "
-                "and ONNX Runtime would get it fixed"
+                "and the backend would get it fixed"
             )
     return None
 
 
-def _same_number(value: Any, other: Any) -> bool:
-    return not isinstance(other, torch.Tensor) and type(other) is type(value) and other == value
-
-
 def _lower_region(
-    split: GraphModule,
-    name: str,
-    seen: tuple,
-    runs: list[SizeRun],
-    settings: dict,
-    fixed: str | None = None,
+    backend: Backend, split: GraphModule, examples: RegionExamples, fixed: str | None = None
 ) -> RegionReport:
+    name = examples.name
     region: GraphModule = getattr(split, name)
     nodes = tuple(
         n for n in region.graph.nodes if n.op in ("call_function", "call_method", "call_module")
     )
     names = tuple(n.name for n in nodes)
     ops = dict(Counter(describe_target(n, "label") for n in nodes))
-    why_not = fixed or _too_small(region)
+    why_not = fixed or backend.not_worth_compiling(region)
     if why_not is not None:
         return RegionReport(name, names, ops, lowered=False, reason=why_not)
     start = time.perf_counter()
     try:
-        replacement = _ort_region(region, name, seen, runs, settings)
+        replacement = backend.compile_region(region, examples)
     except Exception as error:  # any failure keeps the region in PyTorch, reported
         first = (str(error).strip().splitlines() or [""])[0]
         reason = f"translation failed: {type(error).__name__}: {first}"
@@ -364,113 +340,6 @@ def _lower_region(
     return RegionReport(
         name, names, ops, lowered=True, translate_seconds=time.perf_counter() - start
     )
-
-
-def _too_small(region: GraphModule) -> str | None:
-    """Why a region is not worth an ONNX Runtime call: it does no arithmetic."""
-    from fxloom.passes.cost import analyze_cost
-
-    try:
-        report = analyze_cost(region, mode="recorded")
-    except Exception:  # no cost known: lower it and let the measurements speak
-        return None
-    if report.flops == 0 and not report.not_counted:
-        return "no arithmetic, cheaper in PyTorch than a call into ONNX Runtime"
-    return None
-
-
-def _ort_region(
-    region: GraphModule, name: str, seen: tuple, runs: list[SizeRun], settings: dict
-) -> OrtModule:
-    """Translate, check, start and try one region; raise if any step fails."""
-    import onnx
-
-    from fxloom.lower.onnx_translate import translate_at_sizes
-
-    args, expected = seen
-    proto = translate_at_sizes(region, args, runs)
-    onnx.checker.check_model(proto)
-    module = OrtModule(
-        proto.SerializeToString(),
-        name=name,
-        fixed_inputs={i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)},
-        output_layouts=_memory_orders(expected),
-        **_output_layout(
-            name, expected, len(proto.graph.output), _changing_numbers(region, expected, runs)
-        ),
-        **settings,
-    )
-    got, _ = tree_flatten(module(*args))
-    for position, (value, reference) in enumerate(zip(got, tree_flatten(expected)[0])):
-        _same_kind(name, position, value, reference)
-    return module
-
-
-def _output_layout(
-    name: str, expected: Any, computed: int, changing: frozenset[int] = frozenset()
-) -> dict[str, Any]:
-    """Which of the region's results ONNX computes, and which are Python numbers.
-
-    The translator emits every tensor, and every number that changes with the dynamic sizes
-    (``changing``: a size read from a shape) as a 0-d tensor; a number the examples fix is
-    folded away and returned as the example's value.
-    """
-    leaves, spec = tree_flatten(expected)
-    numbers = [i for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)]
-    if computed == len(leaves):
-        return {"output_spec": spec, "scalar_outputs": tuple(numbers)}
-    if computed == len(leaves) - len(numbers) + len(changing):
-        fixed = {i: leaves[i] for i in numbers if i not in changing}
-        return {
-            "output_spec": spec,
-            "scalar_outputs": tuple(sorted(changing)),
-            "constant_outputs": fixed,
-        }
-    raise LoweringError(
-        f"{name} returns {len(leaves)} values in PyTorch ({len(numbers)} of them numbers), its "
-        f"ONNX model {computed}"
-    )
-
-
-def _changing_numbers(region: GraphModule, expected: Any, runs: list[SizeRun]) -> frozenset[int]:
-    """Positions, among the region's flattened results, of the numbers the translator emits:
-    a result that is one number (not a ``torch.Size``) and changes in the runs at other sizes."""
-    (output,) = region.graph.find_nodes(op="output")
-    single = not isinstance(output.args[0], tuple)
-    nodes = (output.args[0],) if single else output.args[0]
-    values = (expected,) if single else expected
-    others = [(run.outputs,) if single else run.outputs for run in runs if run.outputs is not None]
-    changing, position = set(), 0
-    for index, (node, value) in enumerate(zip(nodes, values)):
-        is_number = isinstance(node, Node) and node.meta.get("type") in (int, float, bool)
-        if is_number and any(not _same_number(value, other[index]) for other in others):
-            changing.add(position)
-        position += len(tree_flatten(value)[0])
-    return frozenset(changing)
-
-
-def _memory_orders(expected: Any) -> dict[int, tuple[int, ...]]:
-    """The region's tensor results that PyTorch laid out in another order than row-major
-    (a transpose returned as it is), by position, with their dimensions from the largest
-    stride to the smallest: the lowered region returns them laid out alike, since what runs
-    after it may depend on strides (a ``view`` of a transposed tensor, in exported graphs)."""
-    orders = {}
-    for position, leaf in enumerate(tree_flatten(expected)[0]):
-        if isinstance(leaf, torch.Tensor) and not leaf.is_contiguous():
-            order = tuple(sorted(range(leaf.dim()), key=lambda d, t=leaf: (-t.stride(d), d)))
-            if order != tuple(range(leaf.dim())):
-                orders[position] = order
-    return orders
-
-
-def _same_kind(name: str, position: int, value: Any, reference: Any) -> None:
-    if not isinstance(reference, torch.Tensor):
-        return
-    if value.dtype != reference.dtype or value.shape != reference.shape:
-        raise LoweringError(
-            f"{name} output {position}: ONNX Runtime gave {value.dtype} {tuple(value.shape)}, "
-            f"PyTorch {reference.dtype} {tuple(reference.shape)}"
-        )
 
 
 def _left_node(node: Node, reason: str) -> LeftNode:
@@ -512,7 +381,7 @@ def _checked(
         raise LoweringError(
             f"the lowered {report.model} differs from eager PyTorch beyond rtol={rtol}, "
             f"atol={atol} on the example inputs (max abs error {max_abs:.3g}); the regions "
-            f"below ran in ONNX Runtime: lower it again with check=False to inspect it, or "
+            f"below ran in {report.backend}: lower it again with check=False to inspect it, or "
             f"report the operator at fault\n{report}"
         )
     return report

@@ -1,8 +1,8 @@
-"""``LoweringReport``: what ``fxloom.lower`` ran in ONNX Runtime, what stayed in PyTorch, and why.
+"""``LoweringReport``: what ``fxloom.lower`` ran in its backend, what stayed in PyTorch, and why.
 
 The report is plain data (frozen dataclasses): one ``RegionReport`` per region the
 splitter made, lowered or kept in PyTorch with the reason; one ``LeftNode`` per operator the
-translator does not support, with its reason and the user's source line; with
+backend does not support, with its reason and the user's source line; with
 ``check=True``, the largest errors of the lowered module against eager PyTorch. ``str()``
 gives a text summary; printing with rich shows a table.
 
@@ -26,7 +26,7 @@ class RegionReport:
         name: the submodule's name in the lowered module (``_run_on_acc_0``).
         nodes: the names of its call nodes, in order.
         ops: how many of each operator it holds (``{"conv2d": 3, "relu": 3}``).
-        lowered: True when it runs in ONNX Runtime.
+        lowered: True when it runs in the backend (``LoweringReport.backend``).
         reason: why it stayed in PyTorch (None when lowered).
         translate_seconds: translating, checking and starting its session.
     """
@@ -46,7 +46,7 @@ class RegionReport:
 
 @dataclass(frozen=True)
 class LeftNode:
-    """An operator left in PyTorch because the translator does not support it."""
+    """An operator left in PyTorch because the backend does not support it."""
 
     name: str
     op: str

@@ -53,6 +53,9 @@ MISSING = attr_path.MISSING
 
 # Packages whose nn.Module classes may be rebuilt from a file (by state, never by pickle).
 _MODULE_CLASS_PACKAGES = ("torch.nn.", "torch.ao.nn.", "fxloom.")
+# Where the functions that talk to other processes live (rpc calls, their waits, collectives):
+# saving refuses them with a reason of their own.
+_REMOTE_CALLS = ("torch.distributed.", "fxloom.distributed.rpc.")
 
 # Names users allowed, both ways.
 _REGISTERED: dict[str, Any] = {}
@@ -199,6 +202,14 @@ def name_of(obj: Any, what: str = "target") -> str:
     if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         reason = call_table.operator_refusal(obj) or "is not a listed operator"
         raise SerializationError(f"cannot save {what} {name}: loading refuses it, as it {reason}")
+    if name.startswith(_REMOTE_CALLS):
+        raise SerializationError(
+            f"cannot save {what} {name}: it reaches other processes (torch.distributed), and "
+            "loading a file never does unless you allow it. Save the model's state_dict and "
+            "trace it again where it runs; or, if you trust the files you load to make these "
+            "calls, register each function the graph calls (the rpc calls and the remote "
+            "function) with fxloom.register_serializable"
+        )
     raise SerializationError(
         f"cannot save {what} {name}: loading would refuse it, as it is not on fxloom's "
         f"allowlist. If it is safe to call, register it with fxloom.register_serializable({name.rsplit('.', 1)[-1]})"

@@ -10,24 +10,23 @@ rows are there whenever a module tree is written or read):
   loading with the layer's own ``set_weight_bias``, for the engine current then. Linear
   layers keep theirs in a ``LinearPackedParams`` child (so ``fxloom.quantize``'s
   ``LinearFloatIO`` is covered too); convolutions and dynamic LSTM/GRU hold them directly.
-* ``fxloom.lower``'s ``OrtModule`` (a region running in ONNX Runtime): its ONNX model, which
-  is data (a protobuf), is written as a uint8 tensor with the region's calling convention;
-  loading checks the model (``onnx_regions``: no external data, no custom operators; that
-  needs the onnx package) and makes the module again without starting a session, which it
-  starts on its first call, with fxloom's session options, never the file's.
-* What ``fxloom.quantize.prepare`` inserts (observers, fake quantization, QAT layers) is
+* the modules backends make (``fxloom.lower``'s ``OrtModule``, a region running in ONNX
+  Runtime) are written and read by their backend's rules (``Backend.saved_modules``, which
+  ``backend_state`` finds in the registry and adapts: the backend gets its values written
+  and read through ``StateWriter``/``StateReader`` and never imports this package; the
+  ONNX Runtime rules are ``fxloom.lower.runtime_saving``'s);
+* what ``fxloom.quantize.prepare`` inserts (observers, fake quantization, QAT layers) is
   refused: a prepared model's quantization plan lives in its ``meta`` and is not saved, so a
   loaded copy could not be converted. Convert first, then save the int8 model.
 
-Classes of fxloom's higher layers (``fxloom.lower``, ``fxloom.quantize``) are keyed by their
-qualified names, so that this package never imports them. Loading rebuilds a module from
-the file's values only: no pickle, and nothing but torch's packing functions runs on them.
+Classes of ``fxloom.quantize`` are keyed by their qualified names, so that this package never
+imports it. Loading rebuilds a module from the file's values only: no pickle, and nothing
+but torch's packing functions and the backends' rules runs on them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,7 +38,8 @@ from torch import nn
 from torch.ao.nn.quantized.modules.conv import _ConvNd
 from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
-from fxloom.serialize import allowlist, onnx_regions
+from fxloom.backends import SavedStateError, saved_module_rules
+from fxloom.pytree import TreeSpec
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.modules import (
     _MODULE_INTERNALS,
@@ -48,6 +48,7 @@ from fxloom.serialize.modules import (
     ModuleState,
     _check_attribute,
     _refuse_hooks,
+    _special,
 )
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 from fxloom.serialize.values import decode_spec, decode_value, encode_spec, encode_value, short
@@ -202,95 +203,69 @@ def _subclasses(base: type, *namespaces: Any) -> list[type]:
     ]
 
 
-# ---------------------------------------------------------- ONNX Runtime regions
-ORT_MODULE = "fxloom.lower.runtime.OrtModule"
-# What a file says of a region: OrtModule's keyword arguments that describe the model's
-# calling convention, each with the type its value must have.
-_ORT_SETTINGS: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "scalar_outputs": (tuple,),
-    "constant_outputs": (dict,),
-    "output_layouts": (dict,),
-    "fixed_inputs": (dict,),
-}
-# Session options are the machine's business, never the file's: a loaded region runs with
-# OrtModule's defaults (intra-op threads: torch's thread count, at most the cores). Files
-# written before this still hold them: checked for type, then not used.
-_CORES = os.cpu_count() or 1
-_ORT_SESSION_OPTIONS: dict[str, tuple[type, ...]] = {
-    "intra_op_num_threads": (int, type(None)),
-    "inter_op_num_threads": (int,),
-    "graph_optimization_level": (str,),
-    "allow_spinning": (bool,),
-}
+# ------------------------------------------------------------- backends' modules
+class _StateWriter:
+    """``fxloom.backends.StateWriter``: a backend's values written as this file's data."""
+
+    def __init__(self, writer: TensorWriter) -> None:
+        self._writer = writer
+
+    def tensor(self, tensor: torch.Tensor, where: str) -> Any:
+        return self._writer.add(tensor, where)
+
+    def value(self, value: Any, where: str) -> Any:
+        return encode_value(value, where)
+
+    def spec(self, spec: TreeSpec) -> Any:
+        return encode_spec(spec)
 
 
-def _save_ort(module: nn.Module, writer: TensorWriter, where: str) -> dict[str, Any]:
-    model = bytes(module.model_bytes)
-    onnx_regions.check_onnx_model(model, where)  # what loading would refuse is not written
-    data = (
-        torch.frombuffer(bytearray(model), dtype=torch.uint8)
-        if model
-        else torch.empty(0, dtype=torch.uint8)
-    )
-    record = {
-        "onnx_model": writer.add(data, f"{where}.model_bytes"),
-        "output_spec": encode_spec(module.output_spec),
-        "settings": {
-            name: encode_value(vars(module)[name], f"{where}.{name}") for name in _ORT_SETTINGS
-        },
-    }
-    _ort_settings(record["settings"], module.output_spec.num_leaves, where)
-    return record
+class _StateReader:
+    """``fxloom.backends.StateReader``: this file's data read back as a backend's values."""
+
+    def __init__(self, reader: TensorReader) -> None:
+        self._reader = reader
+
+    def tensor(self, record: Any, where: str, *, data_on_cpu: bool = False) -> torch.Tensor:
+        return self._reader.get(record, where, data_on_cpu=data_on_cpu)
+
+    def value(self, data: Any, where: str) -> Any:
+        return decode_value(data, None, where)
+
+    def spec(self, data: Any, where: str) -> TreeSpec:
+        return decode_spec(data, where)
+
+    def field(self, data: Any, key: str, kind: type, where: str) -> Any:
+        return _field(data, key, kind, where)
+
+    def describe(self, data: Any) -> str:
+        return short(data)
 
 
-def _load_ort(data: Any, reader: TensorReader, where: str) -> nn.Module:
-    model = reader.get(
-        _field(data, "onnx_model", dict, where), f"{where}.model_bytes", data_on_cpu=True
-    )
-    if model.dtype != torch.uint8 or model.dim() != 1:
-        raise SerializationError(f"{where}: the ONNX model must be a 1-d uint8 tensor")
-    model_bytes = model.numpy().tobytes()
-    onnx_regions.check_onnx_model(model_bytes, where)
-    spec = decode_spec(data.get("output_spec"), f"{where}.output_spec")
-    settings = _ort_settings(_field(data, "settings", dict, where), spec.num_leaves, where)
-    cls = allowlist.resolve_module_class(ORT_MODULE)
-    try:  # the session is made on the first call, not here
-        return cls(model_bytes, output_spec=spec, **settings)
-    except ValueError as e:
-        raise SerializationError(f"{where}: {e}") from None
+def backend_state(cls: type) -> ModuleState | None:
+    """How modules of ``cls`` are saved when a registered backend makes them, or None.
 
+    A backend registers when its module is imported, and its module classes come from there:
+    loading resolves a class by importing its module (``OrtModule``'s imports
+    ``fxloom.lower``, which registers ONNX Runtime) before it asks for its rule.
+    """
+    rule = _special(cls, saved_module_rules())
+    if rule is None:
+        return None
 
-def _ort_settings(saved: dict, outputs: int, where: str) -> dict[str, Any]:
-    """The region's settings from a file's, each checked; session options left out."""
-    settings = {}
-    for name, value in saved.items():
-        kinds = _ORT_SETTINGS.get(name) or _ORT_SESSION_OPTIONS.get(name)
-        if kinds is None:
-            raise SerializationError(f"{where}: OrtModule has no setting {name!r}")
-        decoded = decode_value(value, None, f"{where}.{name}")
-        if not isinstance(decoded, kinds):
-            raise SerializationError(f"{where}: {name} cannot be {short(value)}")
-        if name.endswith("_threads") and decoded is not None and not 0 <= decoded <= _CORES:
-            # Never used, but no file fxloom wrote asked for more threads than cores.
-            raise SerializationError(
-                f"{where}: {name}={decoded} is more threads than this machine's {_CORES} cores"
-            )
-        if name in _ORT_SETTINGS:
-            settings[name] = decoded
-    positions = [
-        *settings.get("scalar_outputs", ()),
-        *settings.get("constant_outputs", {}),
-        *settings.get("output_layouts", {}),
-    ]
-    if not all(type(p) is int and 0 <= p < outputs for p in positions):
-        raise SerializationError(
-            f"{where}: scalar, constant and laid-out outputs must be positions among its "
-            f"{outputs} outputs"
-        )
-    if not all(type(p) is int and p >= 0 for p in settings.get("fixed_inputs", {})):
-        raise SerializationError(f"{where}: fixed inputs must be argument positions")
-    return settings
+    def save(module: nn.Module, writer: TensorWriter, where: str) -> Any:
+        try:
+            return rule.save(module, _StateWriter(writer), where)
+        except SavedStateError as e:
+            raise SerializationError(str(e)) from None
+
+    def load(data: Any, reader: TensorReader, where: str) -> nn.Module:
+        try:
+            return rule.load(data, _StateReader(reader), where)
+        except SavedStateError as e:
+            raise SerializationError(str(e)) from None
+
+    return _refusing_hooks(ModuleState(save, load))
 
 
 # ------------------------------------------------ what prepare() inserts: refused
@@ -319,7 +294,6 @@ _ROWS: dict[type | str, ModuleState] = {
     },
     nnqd.LSTM: _rnn_state(nnqd.LSTM),
     nnqd.GRU: _rnn_state(nnqd.GRU),
-    ORT_MODULE: ModuleState(_save_ort, _load_ort),
     "fxloom.quantize.observers.Observer": _refused("an observer"),
     "fxloom.quantize.fake_quantize.FakeQuantize": _refused("a fake-quantize module"),
     "fxloom.quantize.qat_modules.QATModule": _refused("a quantization-aware training layer"),

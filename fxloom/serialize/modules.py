@@ -20,14 +20,15 @@ parametrization would run), and parametrizations are torch's own only
 parameters, buffers, children, tensors and attributes, and never hides a
 member of the class. Saving runs the same checks on the live module first.
 ``MODULE_STATES`` holds the classes whose state is not plain attributes
-(quantized modules' packed weights, ONNX Runtime sessions) — each with how
-it is written and read.
+(quantized modules' packed weights) — each with how it is written and read;
+the modules backends make (ONNX Runtime sessions) are written and read by
+their backend's rules (``fxloom.backends``, adapted in ``module_states``).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +91,8 @@ class ModuleState:
     load: Callable[[Any, TensorReader, str], nn.Module]
 
 
-# Keyed by class, or by qualified class name for classes of layers above this package
-# (fxloom.lower, fxloom.quantize), which it never imports. Rows: ``module_states``.
+# Keyed by class, or by qualified class name for fxloom.quantize's classes, which this
+# package never imports. Rows: ``module_states``. Backends' classes: ``_state_of``.
 MODULE_STATES: dict[type | str, ModuleState] = {}
 # Run on a module after its state is back, for what its __init__ derives from that state
 # (read from its dictionaries: nothing runs through attributes).
@@ -108,7 +109,13 @@ _NAMED_TABLES = ("parameters", "buffers", "children", "tensors", "attributes")
 _SESSION_ANALYSES = frozenset({"meta", "lowering_report"})
 
 
-def _special(cls: type, table: dict[type | str, Any]) -> Any:
+def _state_of(cls: type) -> ModuleState | None:
+    """How modules of ``cls`` are saved when attributes and tensors are not enough: its row
+    of ``MODULE_STATES``, else the rule of the backend that makes them, else None."""
+    return _special(cls, MODULE_STATES) or module_states.backend_state(cls)
+
+
+def _special(cls: type, table: Mapping[type | str, Any]) -> Any:
     """The row of ``cls`` or of its nearest base, found by class or by qualified name."""
     for base in cls.__mro__:
         for key in (base, f"{base.__module__}.{base.__qualname__}"):
@@ -131,7 +138,7 @@ def encode_module(
     }
     if parametrized.parametrized_names(module):
         record["parametrized"] = parametrized.parametrized_names(module)
-    state = _special(cls, MODULE_STATES)
+    state = _state_of(cls)
     if state is not None:
         record["state"] = state.save(module, writer, where)
         return record
@@ -292,7 +299,7 @@ def decode_module(
     training = data.get("training", False)
     if not isinstance(training, bool):
         raise SerializationError(f"{where}: 'training' must be true or false")
-    state = _special(cls, MODULE_STATES)
+    state = _state_of(cls)
     if state is not None:
         module = state.load(data.get("state"), reader, where)
         if not isinstance(module, cls):
@@ -449,5 +456,6 @@ def _mapping(data: dict, key: str, where: str) -> dict:
     return value
 
 
-# The rows of MODULE_STATES and REBUILT_HOOKS (that file imports this one's names).
-from fxloom.serialize import module_states  # noqa: E402, F401
+# The rows of MODULE_STATES and REBUILT_HOOKS, and backends' rules (that file imports this
+# one's names).
+from fxloom.serialize import module_states  # noqa: E402

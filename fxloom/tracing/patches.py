@@ -10,8 +10,8 @@ While a trace runs:
   proxies also gets a ``__setattr__`` that notes assignments of traced values,
   to undo them;
 * functions registered with ``fxloom.wrap`` (or ``torch.fx.wrap``, see
-  ``fxloom.values.fx_interop``), those of the autowrap modules
-  (``math``) reached from the traced code's globals, TorchScript functions and
+  ``fxloom.values.fx_interop``) or ``wrap_library_function``, those of the
+  autowrap modules (``math``) reached from the traced code's globals, TorchScript functions and
   torch's tensor factories are replaced by *recording wrappers*: called with a
   proxy (factories: called at all), they record a ``call_function`` instead of
   running;
@@ -52,7 +52,7 @@ from fxloom.tracing.patcher import (
     original_module_getattr,
     unwrapped,
 )
-from fxloom.tracing.wrapped import wrapped_names
+from fxloom.tracing.wrapped import library_functions, wrapped_names
 from fxloom.values.fx_interop import fx_wrapped_names
 
 if TYPE_CHECKING:
@@ -191,7 +191,8 @@ def recording(
 
 def _autowrap_ids(tracer: Tracer) -> set[int]:
     """Identities of the functions recorded when given a proxy: autowrap modules' and functions,
-    and the tensor factories. Originals, not our wrappers, even while another trace runs."""
+    library functions (``wrap_library_function``) and the tensor factories. Originals, not our
+    wrappers, even while another trace runs."""
     ids = {
         id(unwrapped(value))
         for module in tracer.autowrap_modules
@@ -199,6 +200,7 @@ def _autowrap_ids(tracer: Tracer) -> set[int]:
         if callable(value) and not isinstance(value, type)
     }
     ids |= {id(unwrapped(fn)) for fn in tracer.autowrap_functions}
+    ids.update(library_functions)  # their originals: registered unwrapped
     ids |= {id(unwrapped(getattr(torch, name))) for name in TENSOR_FACTORIES}
     return ids
 

@@ -1,18 +1,27 @@
 """``fxloom.wrap``: the registry of global functions that tracing records as calls instead of running.
 
-Depends on nothing of fxloom; ``patches`` reads ``wrapped_names`` when a trace starts.
+Two kinds of registration: ``wrap`` names a global of the calling module (torch.fx's rule);
+``wrap_library_function`` registers a library's function wherever traced code reaches it.
+
+Depends on nothing of fxloom; ``patches`` reads ``wrapped_names`` and ``library_functions``
+when a trace starts.
 """
 
 from __future__ import annotations
 
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["wrap", "wrapped_names"]
+__all__ = ["library_functions", "wrap", "wrap_library_function", "wrapped_names"]
 
-# (globals dict, name) of every function registered with ``wrap``.
+# (globals dict, name) of every function registered with ``wrap``, and of each module
+# attribute registered with ``wrap_library_function``.
 wrapped_names: dict[tuple[int, str], tuple[dict[str, Any], str]] = {}
+# id -> function of every ``wrap_library_function``: recorded wherever a traced module's
+# globals bind it, under any name (``from torch.distributed.rpc import rpc_sync``).
+library_functions: dict[int, Callable[..., Any]] = {}
 
 
 def wrap(fn_or_name: str | Callable[..., Any]) -> Any:
@@ -38,3 +47,25 @@ def wrap(fn_or_name: str | Callable[..., Any]) -> Any:
     globals_dict = frame.f_globals
     wrapped_names[(id(globals_dict), name)] = (globals_dict, name)
     return fn_or_name
+
+
+def wrap_library_function(fn: Callable[..., Any], *modules: types.ModuleType) -> None:
+    """Make a library's function a leaf of symbolic tracing wherever traced code reaches it.
+
+    ``wrap`` covers one global of one module. User code reaches a library's function as
+    an attribute of its module (``rpc.rpc_sync(...)``: give that module, or each module
+    that exposes it, in ``modules``) or imported into its own globals (``from
+    torch.distributed.rpc import rpc_sync``): a trace patches both. Called with a proxy,
+    ``fn`` is recorded as a ``call_function`` of ``fn`` itself.
+    """
+    for module in modules:
+        globals_dict = vars(module)
+        names = [name for name, value in globals_dict.items() if value is fn]  # aliases too
+        if not names:
+            raise ValueError(
+                f"wrap_library_function: module {module.__name__} has no attribute that is "
+                f"{fn!r}; give the modules user code reaches it through"
+            )
+        for name in names:
+            wrapped_names[(id(globals_dict), name)] = (globals_dict, name)
+    library_functions[id(fn)] = fn

@@ -15,7 +15,7 @@ from test_module_records import loads_without_running, refused, refused_on_savin
 from torch import nn
 
 import fxloom
-from fxloom.serialize import onnx_regions
+from fxloom.lower import runtime_saving
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
@@ -68,7 +68,7 @@ def region_program(model_bytes: bytes) -> fxloom.GraphModule:
 def saved_unchecked(model_bytes: bytes, monkeypatch) -> bytes:
     """A region file written by a writer that does not check the ONNX model."""
     with monkeypatch.context() as patch:
-        patch.setattr(onnx_regions, "check_onnx_model", lambda *a: None)
+        patch.setattr(runtime_saving, "check_onnx_model", lambda *a: None)
         return saved(region_program(model_bytes))
 
 
@@ -102,7 +102,7 @@ def test_a_region_is_refused_when_onnx_is_missing(monkeypatch):
     def missing(name):
         raise ImportError(name)
 
-    monkeypatch.setattr(onnx_regions.importlib, "import_module", missing)
+    monkeypatch.setattr(runtime_saving.importlib, "import_module", missing)
     refused(data, "module.region", "needs the onnx package")
 
 

@@ -1,0 +1,175 @@
+"""What each node of a program costs, by the measure a pipeline is balanced on.
+
+``run_example(gm, args, kwargs)`` runs the program once on one microbatch with fxloom's
+``Interpreter``, timing every node (the best of ``repeats`` runs after a warm-up) and keeping
+what each node produced: a ``TensorSpec`` (shape, dtype) for a tensor, the value itself for
+anything else (sizes, flags, tuples). Stage boundaries are sized and typed from it, and
+``PipelineStage`` gets its static input and output metadata from it.
+
+``node_costs(balance, ...)`` turns that into one number per node:
+
+* ``"time"``: the measured seconds;
+* ``"flops"``: ``analyze_cost``'s FLOPs (memory-bound operations count 0);
+* ``"memory"``: the bytes a node allocates plus the parameter bytes it reads;
+* a callable ``balance(node) -> float``: the user's own measure.
+
+Each measure comes with the cost of one byte sent between stages (``PER_BYTE``), so that a
+cut's traffic and the stages' work add up in one unit.
+
+Depends on: ``fxloom.interpreter``, ``fxloom.passes.shape_prop``, ``fxloom.passes.cost``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fxloom.graph_module import GraphModule
+from fxloom.interpreter import Interpreter
+from fxloom.node import Node
+
+__all__ = [
+    "BALANCES",
+    "Example",
+    "TensorSpec",
+    "cost_report",
+    "describe",
+    "node_costs",
+    "run_example",
+    "value_bytes",
+]
+
+BALANCES = ("time", "flops", "memory")
+
+# A measure's cost of sending one byte to the next stage: gloo on loopback moves about 1 GB/s
+# (../shared/design/distributed.md); a CPU here does some 10 GFLOP/s on small matmuls, so a
+# byte sent weighs as 10 FLOPs; memory balance counts a received byte as a byte held.
+DEFAULT_BANDWIDTH = 1e9
+FLOPS_PER_SECOND = 1e10
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor's shape and dtype, as stage metadata needs them."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    requires_grad: bool
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count * torch.empty((), dtype=self.dtype).element_size()
+
+    def empty(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.empty(self.shape, dtype=self.dtype, device=device)
+
+
+@dataclass
+class Example:
+    """One microbatch through the program: per node, its seconds and what it produced."""
+
+    seconds: dict[Node, float]
+    values: dict[Node, Any]  # TensorSpec for tensors, the value itself for the rest
+
+
+def value_bytes(value: Any) -> int:
+    """Bytes ``value`` takes on the wire: its tensors' bytes, 8 per number otherwise."""
+    if isinstance(value, TensorSpec):
+        return value.nbytes
+    if isinstance(value, (tuple, list)):
+        return sum(value_bytes(item) for item in value)
+    if isinstance(value, dict):
+        return sum(value_bytes(item) for item in value.values())
+    return 8 if isinstance(value, (int, float, bool)) else 0
+
+
+class _TimingInterpreter(Interpreter):
+    def __init__(self, module: GraphModule) -> None:
+        super().__init__(module)
+        self.seconds: dict[Node, float] = {}
+        self.values: dict[Node, Any] = {}
+
+    def run_node(self, n: Node) -> Any:
+        start = time.perf_counter()
+        result = super().run_node(n)
+        elapsed = time.perf_counter() - start
+        self.seconds[n] = min(elapsed, self.seconds.get(n, elapsed))
+        self.values[n] = result if n.op == "output" else describe(result)
+        return result
+
+
+def describe(value: Any) -> Any:
+    """A tensor as its ``TensorSpec`` (in tuples and lists too); anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        return TensorSpec(tuple(value.shape), value.dtype, value.requires_grad)
+    if isinstance(value, (tuple, list)) and type(value) in (tuple, list, torch.Size):
+        return type(value)(describe(item) for item in value)
+    return value
+
+
+def run_example(gm: GraphModule, inputs: list[Any], repeats: int = 2) -> Example:
+    """Run ``gm``'s graph on ``inputs`` (one per placeholder) ``repeats`` times after a warm-up.
+
+    The warm-up is a ``ShapeProp`` run: it leaves each node's ``tensor_meta``, so the cost
+    report (``analyze_cost(gm, mode="recorded")``) needs no run of its own.
+    """
+    from fxloom.passes.shape_prop import ShapeProp
+
+    ShapeProp(gm).run(*inputs, enable_io_processing=False)
+    interpreter = _TimingInterpreter(gm)
+    for _ in range(repeats):
+        interpreter.run(*inputs, enable_io_processing=False)
+    return Example(interpreter.seconds, interpreter.values)
+
+
+def cost_report(gm: GraphModule) -> Any:
+    """``analyze_cost`` from the shapes ``run_example`` recorded; None where it cannot count."""
+    from fxloom.passes.cost import analyze_cost
+
+    try:
+        return analyze_cost(gm, mode="recorded")
+    except Exception:  # FLOPs are a column of the report; planning by time still works
+        return None
+
+
+def node_costs(
+    balance: str | Callable[[Node], float],
+    gm: GraphModule,
+    example: Example,
+    report: Any,
+    bandwidth: float = DEFAULT_BANDWIDTH,
+) -> tuple[dict[Node, float], float]:
+    """Per-node cost by ``balance``, and what one byte sent to the next stage costs.
+
+    ``report`` is ``cost_report(gm)`` (needed for ``"flops"`` and ``"memory"``).
+    """
+    if callable(balance):
+        return {node: float(balance(node)) for node in gm.graph.nodes}, 0.0
+    if balance == "time":
+        return dict(example.seconds), 1.0 / bandwidth
+    if balance in ("flops", "memory"):
+        if report is None:
+            from fxloom.passes.cost import analyze_cost
+
+            analyze_cost(gm, mode="recorded")  # raises, saying why it cannot count
+        by_name = {row.name: row for row in report.nodes}
+        if balance == "flops":
+            costs = {n: float(getattr(by_name.get(n.name), "flops", 0)) for n in gm.graph.nodes}
+            return costs, FLOPS_PER_SECOND / bandwidth
+        costs = {n: float(_memory(by_name.get(n.name))) for n in gm.graph.nodes}
+        return costs, 1.0
+    raise ValueError(
+        f"balance={balance!r}; use one of {', '.join(map(repr, BALANCES))} or a function "
+        "node -> cost"
+    )
+
+
+def _memory(row: Any) -> int:
+    return 0 if row is None else row.allocated + row.param_bytes
