@@ -296,7 +296,7 @@ def _reports(
     reports = []
     for stage in range(count):
         nodes = [n for n in work.graph.nodes if stage_of.get(n) == stage and n.op in cuts.WORK_OPS]
-        named = [n for n in nodes if not _is_check(n)] or nodes
+        named = [n for n in nodes if not _is_check(n) and cuts.block_of(n)] or nodes
         sent = received[stage + 1] if stage + 1 < count else []
         reports.append(
             StageReport(

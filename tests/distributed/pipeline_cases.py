@@ -183,7 +183,22 @@ def run_all(rank: int, world_size: int) -> dict[str, Any]:
     unsynced = run_rank(rank, world_size, ["gpt2"], sync=False)
     results.update({f"nosync/{key}": value for key, value in unsynced.items()})
     results["resnet/onnxruntime"] = run_inference(rank, world_size, "onnxruntime")
+    example = _example_script()
+    for schedule in ("1F1B", "Interleaved1F1B"):  # 2 stages, and 4 stages looped on 2 ranks
+        results[f"example/{schedule}"] = example.train(rank, world_size, schedule)
     return results
+
+
+def _example_script() -> Any:
+    """``examples/pipeline_train.py``, the runnable example the docs point to."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "pipeline_train.py"
+    spec = importlib.util.spec_from_file_location("pipeline_train", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_inference(rank: int, world_size: int, backend: str) -> Any:

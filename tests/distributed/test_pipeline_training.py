@@ -102,3 +102,12 @@ def test_a_backend_that_cannot_run_backward_is_refused_for_training():
         fxloom.distributed.plan._compiled(
             plan.stage_modules[0], (torch.randn(2, 4),), "onnxruntime", training=True
         )
+
+
+def test_the_example_trains_under_a_looped_schedule_as_under_1f1b(ranks):
+    """examples/pipeline_train.py: 4 stages looped on 2 ranks (Interleaved1F1B) learn exactly
+    what 2 stages under 1F1B learn, step after step."""
+    two_stages = ranks[1]["example/1F1B"]
+    looped = ranks[1]["example/Interleaved1F1B"]
+    assert len(two_stages) == 3 and two_stages[-1] < two_stages[0]  # it learns
+    assert looped == two_stages
