@@ -40,6 +40,17 @@ RENAMED_MODULES: dict[str, str] = {
     "fxloom.tracing.fx_interop": "fxloom.values.fx_interop",
     "fxloom.tracing.metadata_mode": "fxloom.values.metadata_mode",
     "fxloom.tracing.module_stack": "fxloom.values.module_stack",
+    # issue 23: the size files, frontend-neutral ones with the shape environment, the rest of
+    # export's dynamic shapes under fxloom/export/sizes
+    "fxloom.export.size_trees": "fxloom.values.symbolic.size_trees",
+    "fxloom.export.size_nodes": "fxloom.values.symbolic.size_nodes",
+    "fxloom.export.size_checks": "fxloom.values.symbolic.size_checks",
+    "fxloom.export.shape_report": "fxloom.values.symbolic.shape_report",
+    "fxloom.export.dims": "fxloom.export.sizes.dims",
+    "fxloom.export.dynamic_shapes": "fxloom.export.sizes.dynamic_shapes",
+    "fxloom.export.input_sizes": "fxloom.export.sizes.input_sizes",
+    "fxloom.export.data_dependent": "fxloom.export.sizes.data_dependent",
+    "fxloom.export.runtime_asserts": "fxloom.export.sizes.runtime_asserts",
 }
 
 

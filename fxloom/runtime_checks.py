@@ -113,7 +113,7 @@ def check_tensor(value: Any, shape: tuple[int | str, ...], dtype: torch.dtype, n
     """Raise unless ``value`` is a tensor of ``dtype`` whose sizes are ``shape``'s ints.
 
     A string in ``shape`` is a symbolic size (its expression, e.g. ``"2*s0"``): any size
-    passes here, ``fxloom.export.size_checks.check_sizes`` checks it against the others.
+    passes here, ``fxloom.values.symbolic.size_checks.check_sizes`` checks it against the others.
     """
     if not isinstance(value, torch.Tensor):
         raise TypeError(

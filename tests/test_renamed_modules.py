@@ -49,6 +49,18 @@ def test_a_package_row_covers_the_modules_inside_it() -> None:
     assert new_name("fxloom.export.symbolic.shape_env") == "fxloom.values.symbolic.shape_env"
 
 
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("fxloom.export.size_checks", "fxloom.values.symbolic.size_checks"),
+        ("fxloom.export.size_trees", "fxloom.values.symbolic.size_trees"),
+        ("fxloom.export.dims", "fxloom.export.sizes.dims"),
+    ],
+)
+def test_the_size_files_are_found_under_their_names_before_they_moved(old: str, new: str) -> None:
+    assert importlib.import_module(old) is importlib.import_module(new)
+
+
 def test_a_name_that_never_existed_is_still_not_found() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("fxloom.export.never_was")

@@ -12,7 +12,6 @@ import torch
 
 import fxloom
 from fxloom import guards, runtime_checks
-from fxloom.export.size_checks import check_sizes
 from fxloom.ops import mutation
 from fxloom.ops.higher_order import HigherOrderOperator
 from fxloom.ops.runtime_functions import (
@@ -22,6 +21,7 @@ from fxloom.ops.runtime_functions import (
     runtime_function,
     stays_on_host,
 )
+from fxloom.values.symbolic.size_checks import check_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = [

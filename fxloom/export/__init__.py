@@ -21,8 +21,6 @@ the functional rewrite are fxloom's own (``capture``, ``functionalize``); none o
 compiler, fake-tensor or functionalization machinery is used.
 """
 
-from fxloom.export.dims import DerivedDim, Dim, DimHint, dims
-from fxloom.export.dynamic_shapes import DynamicShapesError
 from fxloom.export.signature import (
     ConstantArgument,
     ExportGraphSignature,
@@ -32,6 +30,8 @@ from fxloom.export.signature import (
     OutputSpec,
     TensorArgument,
 )
+from fxloom.export.sizes.dims import DerivedDim, Dim, DimHint, dims
+from fxloom.export.sizes.dynamic_shapes import DynamicShapesError
 from fxloom.values.stand_in import DataDependentError, StandIn
 
 # The capture and what it needs (sympy, torch's decomposition tables) load on first use:

@@ -38,7 +38,6 @@ from fxloom._torch_compat import (
     exclude_dispatch_keys,
     has_composite_implicit_kernel,
 )
-from fxloom.export.data_dependent import DATA_DEPENDENT_RULES, MASK_REWRITES
 from fxloom.export.functionalize import (
     SCATTERS,
     UNARY_INVERSES,
@@ -47,8 +46,8 @@ from fxloom.export.functionalize import (
     ViewStep,
     classify,
 )
-from fxloom.export.runtime_asserts import assert_deferred
-from fxloom.export.size_nodes import SizeNodes
+from fxloom.export.sizes.data_dependent import DATA_DEPENDENT_RULES, MASK_REWRITES
+from fxloom.export.sizes.runtime_asserts import assert_deferred
 from fxloom.graph import Graph
 from fxloom.node import Node
 from fxloom.values.provenance import Provenance
@@ -61,6 +60,8 @@ from fxloom.values.stand_in import (
 )
 from fxloom.values.symbolic import ShapeEnv
 from fxloom.values.symbolic.meta import compute_symbolic_meta
+from fxloom.values.symbolic.size_nodes import SizeNodes
+from fxloom.values.symbolic_scalars import has_symbolic_size
 
 __all__ = ["Capture", "ExportError"]
 
@@ -157,7 +158,7 @@ class Capture:
             stand_in = StandIn.with_sizes(example, sizes)
         else:
             stand_in = StandIn.like(example)  # a stand-in (meta["val"]) keeps its symbolic sizes
-        if any(isinstance(size, torch.SymInt) for size in stand_in.shape):
+        if has_symbolic_size(stand_in):
             self.symbolic = True
             self.sizes.bind_sizes(node, stand_in.shape)
         node.meta["val"] = stand_in

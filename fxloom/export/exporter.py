@@ -25,11 +25,7 @@ from fxloom import pytree
 from fxloom._torch_compat import python_dispatcher
 from fxloom.export import cond_capture  # noqa: F401 - registers how an export records cond
 from fxloom.export.capture import Capture, ExportError, Storage
-from fxloom.export.dynamic_shapes import resolve_dynamic_shapes
-from fxloom.export.input_sizes import InputSizes
 from fxloom.export.program import ExportedProgram
-from fxloom.export.runtime_asserts import assert_deferred, assert_input_guards
-from fxloom.export.shape_report import shape_constraints
 from fxloom.export.signature import (
     ConstantArgument,
     ExportGraphSignature,
@@ -39,6 +35,9 @@ from fxloom.export.signature import (
     OutputSpec,
     TensorArgument,
 )
+from fxloom.export.sizes.dynamic_shapes import resolve_dynamic_shapes
+from fxloom.export.sizes.input_sizes import InputSizes
+from fxloom.export.sizes.runtime_asserts import assert_deferred, assert_input_guards
 from fxloom.export.verifier import verify
 from fxloom.graph_module import GraphModule
 from fxloom.lint import is_default_literal
@@ -47,6 +46,7 @@ from fxloom.values.capturing import capturing
 from fxloom.values.provenance import Provenance
 from fxloom.values.stand_in import StandIn
 from fxloom.values.symbolic.ranges import ValueRange
+from fxloom.values.symbolic.shape_report import shape_constraints
 
 __all__ = ["export", "ExportError"]
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from fxloom.export.data_dependent import DATA_DEPENDENT_RULES
+from fxloom.export.sizes.data_dependent import DATA_DEPENDENT_RULES
 from fxloom.ops.identity import functional_overload
 from fxloom.ops.mutation import schema_is_view
 

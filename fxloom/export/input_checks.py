@@ -10,7 +10,7 @@ dimension exported as dynamic is any size there (``check_tensor`` takes its
 expression as text); ``size_checks.check_sizes``, added by ``add_size_check``,
 then checks the symbolic sizes against each other and their ranges.
 
-Depends on ``fxloom.runtime_checks``, ``fxloom.pytree_codegen`` and ``size_checks``.
+Depends on ``fxloom.runtime_checks``, ``fxloom.pytree_codegen`` and ``fxloom.values.symbolic.size_checks``.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
-from fxloom.export.size_checks import add_size_check, size_expr
 from fxloom.graph import Graph
 from fxloom.node import Node
 from fxloom.pytree_codegen import PyTreeCodeGen
 from fxloom.runtime_checks import check_tensor, check_value, flatten_inputs
+from fxloom.values.symbolic.size_checks import add_size_check
+from fxloom.values.symbolic_scalars import symbolic_expr
 
 __all__ = ["ExportedCodeGen", "add_input_check", "add_input_checks", "add_size_check"]
 
@@ -55,7 +56,7 @@ def add_input_check(graph: Graph, placeholder: Node, val: Any) -> None:
 
 def _static_or_text(size: Any) -> int | str:
     """A size as ``check_tensor`` takes it: an int, or a symbolic size's expression as text."""
-    expr = size_expr(size)
+    expr = symbolic_expr(size)
     return int(size) if expr is None else str(expr)
 
 

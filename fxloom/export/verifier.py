@@ -16,7 +16,7 @@
 
 A broken rule raises ``ExportVerifierError`` naming the node and the rule.
 
-Depends on the IR, ``signature``, ``size_nodes`` and the registry of run-time functions.
+Depends on the IR, ``signature``, ``fxloom.values.symbolic.size_nodes`` and the registry of run-time functions.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom.export.signature import ConstantArgument
-from fxloom.export.size_nodes import SIZE_FUNCTIONS
 from fxloom.graph_module import GraphModule
 from fxloom.ops.higher_order import HigherOrderOperator
 from fxloom.ops.runtime_functions import exported_graph_may_call
+from fxloom.values.symbolic.size_nodes import SIZE_FUNCTIONS
 
 if TYPE_CHECKING:
     from fxloom.export.program import ExportedProgram

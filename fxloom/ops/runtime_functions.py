@@ -109,7 +109,7 @@ RUNTIME_FUNCTIONS: dict[str, RuntimeFunction] = _rows(
     RuntimeFunction(f"{_CHECKS}.check_tensor", "an exported input's shape and dtype", no_twin=_NOT_SCRIPTED_EXPORT),
     RuntimeFunction(f"{_CHECKS}.check_value", "an exported non-tensor input", no_twin=_NOT_SCRIPTED_EXPORT),
     RuntimeFunction(f"{_CHECKS}.flatten_inputs", "exported inputs flattened by their tree spec", no_twin=_NOT_SCRIPTED_EXPORT),
-    RuntimeFunction("fxloom.export.size_checks.check_sizes", "exported inputs' sizes against their ranges", no_twin=_NOT_SCRIPTED_EXPORT),
+    RuntimeFunction("fxloom.values.symbolic.size_checks.check_sizes", "exported inputs' sizes against their ranges", no_twin=_NOT_SCRIPTED_EXPORT),
     # ---- structured control flow: a higher-order operator, computed where the graph runs
     RuntimeFunction(
         "fxloom.cond.cond_op", "the branch a cond node picks at run time", effect="pure",
@@ -124,6 +124,8 @@ RUNTIME_FUNCTIONS: dict[str, RuntimeFunction] = _rows(
     RuntimeFunction("fxloom.export.input_checks.check_tensor", "saved name", alias_of=f"{_CHECKS}.check_tensor"),
     RuntimeFunction("fxloom.export.input_checks.check_value", "saved name", alias_of=f"{_CHECKS}.check_value"),
     RuntimeFunction("fxloom.export.input_checks.flatten_inputs", "saved name", alias_of=f"{_CHECKS}.flatten_inputs"),
+    # ---- before the size files moved under fxloom/values/symbolic (issue 23)
+    RuntimeFunction("fxloom.export.size_checks.check_sizes", "saved name", alias_of="fxloom.values.symbolic.size_checks.check_sizes"),
 )  # fmt: skip
 
 

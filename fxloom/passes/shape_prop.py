@@ -74,6 +74,7 @@ from fxloom.passes.captured import graph_module_of, lifted_state
 from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any, tree_map
 from fxloom.values.metadata_mode import MetadataMode, holds_tensor
 from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic_scalars import has_symbolic_size, is_symbolic
 
 __all__ = [
     "META_FUNCTIONS",
@@ -425,8 +426,8 @@ def record_captured_shapes(graph: Any) -> bool:
 
 def _symbolic(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
-        return not all(type(size) is int for size in value.shape)
-    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+        return has_symbolic_size(value)
+    return is_symbolic(value)
 
 
 def _store(node: Node, recorded: tuple[Any, type]) -> None:

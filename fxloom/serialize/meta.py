@@ -24,6 +24,7 @@ from fxloom.serialize.devices import parse_device
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.values import decode_value, encode_value, expect_pair
 from fxloom.source_location import innermost_location
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["encode_meta", "decode_meta", "MetaCodecs", "ClassName"]
 
@@ -53,7 +54,7 @@ class MetaCodecs:
         return table
 
     def encode_size(self, size: Any, where: str) -> Any:
-        if isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if isinstance(size, SYMBOLIC_TYPES):
             # Their symbols live in an exported program's ShapeEnv, which a GraphModule does
             # not carry: the entry is left out (fxloom.export.save keeps it).
             raise _NotData
@@ -285,7 +286,7 @@ def _encode_val(value: Any, codecs: MetaCodecs, where: str) -> Any:
         if value.device.type != "meta":  # a stand-in reports the device of the real value
             described["device"] = str(value.device)
         return {"tensor": described}
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+    if isinstance(value, SYMBOLIC_TYPES):
         return {"symbolic": codecs.encode_size(value, where)}
     if isinstance(value, (tuple, list)):
         items = [_encode_val(v, codecs, where) for v in value]

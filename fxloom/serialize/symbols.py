@@ -1,8 +1,10 @@
 """Symbolic sizes in a saved exported program: sympy expressions as JSON trees, and the ShapeEnv.
 
-An expression is written as a tree over a fixed table of sympy classes
-(``EXPRESSION_CLASSES``: sums, products, powers, ``Mod``, ``floor``, ``Max``,
-relations, ``And``/``Or``/``Not``...)::
+An expression is written as a tree over the one table of sympy classes
+(``fxloom.values.symbolic.interpret``: sums, products, powers, ``Mod``, ``floor``,
+``Max``, relations, ``And``/``Or``/``Not``..., each by its ``SAVED_NAMES`` entry);
+writing is an analysis folded by ``interpret`` (``ENCODERS``), reading builds each
+operation's class from the same table::
 
     2*s0 + 1   ->   {"op": "Add", "args": [1, {"op": "Mul", "args": [2, {"symbol": "s0"}]}]}
 
@@ -27,11 +29,11 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import sympy
 import torch
-from sympy.functions.elementary.piecewise import ExprCondPair
 from sympy.logic.boolalg import Boolean
 
 from fxloom.serialize import limits
@@ -39,12 +41,13 @@ from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.meta import MetaCodecs
 from fxloom.serialize.values import expect_pair, short
 from fxloom.values.stand_in import StandIn
-from fxloom.values.symbolic.interpret import CLASSES, SAVED_NAMES
+from fxloom.values.symbolic.interpret import CLASSES, OPERAND_KINDS, SAVED_NAMES, interpret
 from fxloom.values.symbolic.shape_env import Guard, ShapeEnv, SymbolInfo
 from fxloom.values.symbolic.sym_node import SymNode, wrap_expr
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = [
-    "EXPRESSION_CLASSES",
+    "ENCODERS",
     "encode_expr",
     "decode_expr",
     "encode_shape_env",
@@ -54,49 +57,46 @@ __all__ = [
     "SymbolicCodecs",
 ]
 
-# The sympy classes an expression in a file may be built of, by the name the file
-# uses: read from the one table of sympy classes, so decoding cannot drift from it.
-EXPRESSION_CLASSES: dict[str, type] = {
-    SAVED_NAMES[operation]: cls for operation, cls in CLASSES.items()
-}
-# What the arguments of each class must be: numbers (expressions) or conditions.
-_ARGUMENT_KIND: dict[type, type] = {
-    **{cls: sympy.Expr for cls in (sympy.Add, sympy.Mul, sympy.Pow, sympy.Mod, sympy.floor)},
-    **{cls: sympy.Expr for cls in (sympy.ceiling, sympy.Max, sympy.Min, sympy.Abs)},
-    **{cls: sympy.Expr for cls in (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)},
-    **{cls: Boolean for cls in (sympy.And, sympy.Or, sympy.Not)},
-}
-_NAME_OF_CLASS = {cls: name for name, cls in EXPRESSION_CLASSES.items()}
+# The name a file writes for each operation -> the operation (its class is CLASSES[operation]):
+# read from the one table of sympy classes, so decoding cannot drift from it.
+_OPERATION_SAVED_AS: dict[str, str] = {name: operation for operation, name in SAVED_NAMES.items()}
+# What the operands of an operation must be, as sympy types.
+_OPERAND_TYPES: dict[str, type] = {"number": sympy.Expr, "condition": Boolean}
 _SYMBOL_NAME = re.compile(r"[sif][0-9]{1,9}")
 _PYTYPES = {"int": int, "float": float, "bool": bool}
 
 
 # ------------------------------------------------------------------ expressions
+def _saved_as(name: str) -> Callable[[sympy.Basic, list[Any]], Any]:
+    return lambda expr, args: {"op": name, "args": args}
+
+
+# operation (fxloom.values.symbolic.interpret) -> its JSON tree from its operands' trees.
+ENCODERS: dict[str, Callable[..., Any]] = {
+    "boolean": bool,
+    "infinity": lambda expr: "oo" if expr == sympy.oo else "-oo",
+    "integer": int,
+    "rational": lambda expr: {"rational": [int(expr.p), int(expr.q)]},
+    "float": lambda expr: {"float": float(expr)},
+    "symbol": lambda expr: {"symbol": expr.name},
+    **{operation: _saved_as(name) for operation, name in SAVED_NAMES.items()},
+}
+
+
 def encode_expr(expr: Any, where: str = "an expression") -> Any:
     """``expr`` (a sympy expression, or a Python number) as a JSON tree."""
-    if isinstance(expr, bool) or expr is sympy.true or expr is sympy.false:
-        return bool(expr)
+    if isinstance(expr, bool):
+        return expr
     if isinstance(expr, (int, float)):
         expr = sympy.Integer(expr) if isinstance(expr, int) else sympy.Float(expr)
-    if expr == sympy.oo:
-        return "oo"
-    if expr == -sympy.oo:
-        return "-oo"
-    if isinstance(expr, sympy.Integer):
-        return int(expr)
-    if isinstance(expr, sympy.Rational):
-        return {"rational": [int(expr.p), int(expr.q)]}
-    if isinstance(expr, sympy.Float):
-        return {"float": float(expr)}
-    if isinstance(expr, sympy.Symbol):
-        return {"symbol": expr.name}
-    name = _NAME_OF_CLASS.get(type(expr))
-    if name is None:
+
+    def unsaveable(part: sympy.Basic) -> Any:
         raise SerializationError(
-            f"cannot save {where}: {expr} uses {type(expr).__name__}, which is not among the "
-            "sympy classes a file may hold (fxloom.serialize.symbols.EXPRESSION_CLASSES)"
+            f"cannot save {where}: {part} uses {type(part).__name__}, which is not among the "
+            "sympy classes a file may hold (fxloom.values.symbolic.interpret.SAVED_NAMES)"
         )
-    return {"op": name, "args": [encode_expr(arg, where) for arg in expr.args]}
+
+    return interpret(expr, ENCODERS, default=unsaveable)
 
 
 def decode_expr(
@@ -197,14 +197,14 @@ class _ExpressionReader:
 
     def node(self, data: dict, depth: int) -> _Decoded:
         where, name, args = self.where, data.get("op"), data.get("args")
-        cls = EXPRESSION_CLASSES.get(name) if isinstance(name, str) else None
-        if cls is None or set(data) != {"op", "args"} or not isinstance(args, list):
+        operation = _OPERATION_SAVED_AS.get(name) if isinstance(name, str) else None
+        if operation is None or set(data) != {"op", "args"} or not isinstance(args, list):
             raise SerializationError(f"{where}: invalid expression {short(data)}")
         most = limits.MAX_EXPRESSION_ARGUMENTS.get(name, limits.MAX_OTHER_EXPRESSION_ARGUMENTS)
         if len(args) > most:
             raise limits.exceeded(f"{where}: the argument count of one {name}", most, len(args))
         decoded = [self.read(arg, depth + 1) for arg in args]
-        kind = _ARGUMENT_KIND.get(cls)
+        kind = _OPERAND_TYPES.get(OPERAND_KINDS.get(operation, ""))
         if kind is not None and not all(isinstance(d.expr, kind) for d in decoded):
             raise SerializationError(
                 f"{where}: {name} of {short(args)} mixes numbers and truth values"
@@ -212,21 +212,21 @@ class _ExpressionReader:
         nodes = 1 + sum(d.nodes for d in decoded)
         if name in limits.MAX_EXPRESSION_ARGUMENTS:  # evaluating it compares arguments pairwise
             self.budget.charge(len(decoded) * (nodes - 1), where)
-        bits = _bits(cls, decoded, where)
+        bits = _bits(operation, decoded, where)
         if bits > limits.MAX_EXPRESSION_BITS:
             what = f"{where}: the bits the value of a {name} may need"
             raise limits.exceeded(what, limits.MAX_EXPRESSION_BITS, bits)
-        return _Decoded(_build(cls, name, [d.expr for d in decoded], where), nodes, bits)
+        return _Decoded(_build(operation, name, [d.expr for d in decoded], where), nodes, bits)
 
 
-def _bits(cls: type, args: list[_Decoded], where: str) -> int:
-    """An upper bound on the bits of ``cls(*args)``'s value, from its arguments' bounds."""
-    if cls is sympy.Mul:
+def _bits(operation: str, args: list[_Decoded], where: str) -> int:
+    """An upper bound on the bits of the operation's value, from its arguments' bounds."""
+    if operation == "mul":
         return sum(a.bits for a in args)
-    if cls is sympy.Pow:
+    if operation == "pow":
         return args[0].bits * _exponent(args, where)
     widest = max((a.bits for a in args), default=1)
-    return widest + len(args).bit_length() if cls is sympy.Add else widest
+    return widest + len(args).bit_length() if operation == "add" else widest
 
 
 def _exponent(args: list[_Decoded], where: str) -> int:
@@ -244,13 +244,14 @@ def _exponent(args: list[_Decoded], where: str) -> int:
     return size
 
 
-# Classes built without ``evaluate=False``: they do no work on their arguments anyway.
-_ALWAYS_EVALUATED = frozenset({ExprCondPair})
+# Operations built without ``evaluate=False``: they do no work on their arguments anyway.
+_ALWAYS_EVALUATED = frozenset({"case"})
 
 
-def _build(cls: type, name: str, args: list[sympy.Basic], where: str) -> sympy.Basic:
+def _build(operation: str, name: str, args: list[sympy.Basic], where: str) -> sympy.Basic:
+    cls = CLASSES[operation]
     try:
-        if cls in _ALWAYS_EVALUATED:
+        if operation in _ALWAYS_EVALUATED:
             return cls(*args)
         return cls(*args, evaluate=False)
     except (TypeError, ValueError, AttributeError) as e:
@@ -445,7 +446,7 @@ class SymbolicCodecs(MetaCodecs):
         self.budget = expression_budget(env)  # the file's, when env was read from one
 
     def encode_size(self, size: Any, where: str) -> Any:
-        if not isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if not isinstance(size, SYMBOLIC_TYPES):
             return size
         node = size.node
         if not isinstance(node, SymNode) or node.env is not self.env:

@@ -10,7 +10,11 @@ module         owns
 stand_in       ``StandIn``, the tensor without data (``meta["val"]``)
 metadata_mode  running operators on stand-ins for their results' metadata only
 symbolic/      the shape environment (symbols, ranges, guards over sympy),
-               ``SymNode`` behind ``torch.SymInt`` and ``compute_symbolic_meta``
+               ``SymNode`` behind ``torch.SymInt``, ``compute_symbolic_meta``,
+               one interpreter of sympy sizes and its analyses (bounds, size
+               trees, graph nodes), the call-time size check, the shape report
+symbolic_      whether a value is a symbolic size (``is_symbolic``): the one
+scalars        answer, without importing sympy
 frames         finding the user's source line among fxloom's and torch's frames
 module_stack   which modules a capture is inside (``nn_module_stack``)
 provenance     stamping where a node came from (``stack_trace``, module stack,

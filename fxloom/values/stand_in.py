@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
+
 __all__ = ["StandIn", "DataDependentError"]
 
 _META = torch.device("meta")
@@ -231,11 +233,8 @@ def has_symbolic_sizes(args: tuple) -> bool:
         if isinstance(arg, StandIn):
             if arg._meta._has_symbolic_sizes_strides:
                 return True
-        elif isinstance(arg, _SYMBOLIC_SCALARS):
+        elif isinstance(arg, SYMBOLIC_TYPES):
             return True
         elif isinstance(arg, (list, tuple)) and has_symbolic_sizes(arg):
             return True
     return False
-
-
-_SYMBOLIC_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool)

@@ -19,7 +19,12 @@ import torch
 
 from fxloom._notes import message_of
 from fxloom.export.input_checks import add_input_check, add_size_check
-from fxloom.export.size_trees import (
+from fxloom.graph import Graph
+from fxloom.graph_module import GraphModule
+from fxloom.runtime_checks import check_tensor
+from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic import ShapeEnv, size_symint
+from fxloom.values.symbolic.size_trees import (
     SizeTreeError,
     evaluate_condition,
     evaluate_size,
@@ -27,11 +32,6 @@ from fxloom.export.size_trees import (
     size_text,
     size_tree,
 )
-from fxloom.graph import Graph
-from fxloom.graph_module import GraphModule
-from fxloom.runtime_checks import check_tensor
-from fxloom.values.stand_in import StandIn
-from fxloom.values.symbolic import ShapeEnv, size_symint
 
 s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
 

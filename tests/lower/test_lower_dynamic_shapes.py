@@ -24,7 +24,7 @@ import onnxruntime  # noqa: E402
 
 import fxloom  # noqa: E402
 from fxloom.export import Dim  # noqa: E402
-from fxloom.export.dynamic_shapes import DynamicShapesError  # noqa: E402
+from fxloom.export.sizes.dynamic_shapes import DynamicShapesError  # noqa: E402
 from fxloom.lower import lower, to_onnx  # noqa: E402
 from fxloom.lower.dynamic_dims import SizeRun, dim_names  # noqa: E402
 

@@ -432,8 +432,8 @@ def test_an_in_place_update_of_a_returned_value_is_kept() -> None:
 def test_checks_inserted_by_tracing_and_export_may_move_freely() -> None:
     import fxloom.guards
     import fxloom.runtime_checks
-    from fxloom.export.size_checks import check_sizes
     from fxloom.passes._ordering import is_ordered_effect
+    from fxloom.values.symbolic.size_checks import check_sizes
 
     graph = fxloom.Graph()
     x = graph.placeholder("x")

@@ -249,6 +249,28 @@ def test_classes_that_are_not_imported_are_kept_by_name():
     assert type(unflatten(loaded)).__name__ == "NotImported"
 
 
+def test_a_module_file_naming_the_size_check_by_its_name_before_it_moved_loads_and_checks():
+    # The exported module's graph calls check_sizes; files written before issue 23 name it
+    # fxloom.export.size_checks.check_sizes.
+    ep = export(Flatten(), (torch.randn(4, 3, 5),), dynamic_shapes={"x": {0: Dim("b", max=64)}})
+    buffer = io.BytesIO()
+    fxloom.save(ep.module(), buffer)
+    moved, before = "fxloom.values.symbolic.size_checks.check_sizes", "fxloom.export.size_checks"
+    out = io.BytesIO()
+    with zipfile.ZipFile(buffer) as source, zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            content = source.read(info.filename)
+            if info.filename.endswith(".json") and moved.encode() in content:
+                content = content.replace(moved.encode(), f"{before}.check_sizes".encode())
+                before = None  # renamed
+            target.writestr(info.filename, content)
+    assert before is None, "the saved module does not call check_sizes"
+    module = fxloom.load(out.getvalue())
+    assert torch.equal(module(torch.ones(8, 3, 5)), Flatten()(torch.ones(8, 3, 5)))
+    with pytest.raises(ValueError, match="'b'"):
+        module(torch.ones(65, 3, 5))
+
+
 # ------------------------------------------------------------------ Hugging Face
 
 

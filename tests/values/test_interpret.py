@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import pytest
 import sympy
+import torch
 
-from fxloom.export.size_trees import evaluate_condition, exact_value, size_text, size_tree
-from fxloom.serialize.symbols import EXPRESSION_CLASSES, decode_expr, encode_expr
+from fxloom.graph import Graph
+from fxloom.graph_module import GraphModule
+from fxloom.serialize.symbols import decode_expr, encode_expr
+from fxloom.values.symbolic import ShapeEnv, size_symint
 from fxloom.values.symbolic.interpret import (
     CLASSES,
+    OPERAND_KINDS,
     OPERATIONS,
     SAVED_NAMES,
     UnsupportedExpression,
@@ -16,6 +20,14 @@ from fxloom.values.symbolic.interpret import (
     operation_of,
 )
 from fxloom.values.symbolic.ranges import bounds
+from fxloom.values.symbolic.size_nodes import EMITTERS, SizeNodes
+from fxloom.values.symbolic.size_trees import (
+    evaluate_condition,
+    exact_value,
+    expr_text,
+    size_text,
+    size_tree,
+)
 
 s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
 VALUES = {s0: 6, s1: 4}
@@ -48,7 +60,8 @@ CONDITIONS = {
 
 def test_every_class_has_one_operation_and_one_saved_name():
     assert set(CLASSES) == set(OPERATIONS.values()) == set(SAVED_NAMES)
-    assert set(EXPRESSION_CLASSES) == set(SAVED_NAMES.values())
+    assert len(set(SAVED_NAMES.values())) == len(SAVED_NAMES)
+    assert set(OPERAND_KINDS) <= set(CLASSES)
 
 
 @pytest.mark.parametrize("operation", [*SIZES, *CONDITIONS])
@@ -73,6 +86,24 @@ def test_size_trees_evaluate_as_sympy_substitutes(operation):
         assert evaluate_condition(size_tree(expr), names) == bool(expected)
     else:
         assert exact_value(size_tree(expr), names) == int(expected)
+
+
+def test_the_saved_form_of_an_expression_is_unchanged():
+    # Part of the file format: files written before the interpreter read the same.
+    assert encode_expr(2 * s0 + 1) == {
+        "op": "Add",
+        "args": [1, {"op": "Mul", "args": [2, {"symbol": "s0"}]}],
+    }
+    assert encode_expr(sympy.Eq(sympy.Mod(s0, 2), 0)) == {
+        "op": "Eq",
+        "args": [{"op": "Mod", "args": [{"symbol": "s0"}, 2]}, 0],
+    }
+    assert [encode_expr(sympy.oo), encode_expr(-sympy.oo), encode_expr(sympy.true)] == [
+        "oo",
+        "-oo",
+        True,
+    ]
+    assert encode_expr(sympy.Rational(3, 2)) == {"rational": [3, 2]}
 
 
 @pytest.mark.parametrize("operation", list(SIZES))
@@ -109,3 +140,68 @@ def test_an_analysis_without_a_handler_names_the_operation():
 
 def test_a_default_answers_for_what_the_analysis_lacks():
     assert interpret(sympy.Mod(s0, s1), {}, default=lambda e: "unknown") == "unknown"
+
+
+# ----------------------------------------------------------------- emitting nodes
+EMITTED_SIZES = {operation: SIZES[operation] for operation in SIZES if operation != "abs"}
+
+
+def emitted_module(expr: sympy.Basic) -> GraphModule:
+    """A module of two tensors ``x`` and ``y`` returning ``expr`` of their first sizes (s0, s1),
+    its nodes made by ``SizeNodes``."""
+    env = ShapeEnv()
+    a, b = size_symint(env, 6), size_symint(env, 4)
+    graph = Graph()
+    sizes = SizeNodes(graph, env, stamp=dict, simplify=lambda e: e)
+    for name, size in (("x", a), ("y", b)):
+        sizes.bind_sizes(graph.placeholder(name), [size])
+    ours = {a.node.expr: s0, b.node.expr: s1}
+    graph.output(sizes.node(expr.xreplace({v: k for k, v in ours.items()})))
+    return GraphModule(torch.nn.Module(), graph)
+
+
+@pytest.mark.parametrize("operation", [*EMITTED_SIZES, *CONDITIONS])
+def test_emitted_nodes_compute_what_sympy_substitutes(operation):
+    expr = {**EMITTED_SIZES, **CONDITIONS}[operation]
+    module = emitted_module(expr)
+    for a, b in [(6, 4), (9, 2), (2, 7)]:
+        expected = expr.subs({s0: a, s1: b})
+        got = module(torch.empty(a), torch.empty(b))
+        assert got == (bool(expected) if operation in CONDITIONS else int(expected))
+
+
+def test_a_difference_is_one_subtraction_without_a_node_for_the_negated_term():
+    module = emitted_module(s0 - s1)
+    targets = [node.target for node in module.graph.nodes if node.op == "call_function"]
+    assert targets.count(torch.ops.aten.sym_size.int) == 2
+    assert [t.__name__ for t in targets if t is not torch.ops.aten.sym_size.int] == ["sub"]
+
+
+def test_an_operation_with_no_graph_form_names_the_table_to_extend():
+    with pytest.raises(NotImplementedError, match="size_nodes.EMITTERS"):
+        emitted_module(sympy.Abs(s0 - 7))
+
+
+def test_every_emitter_is_keyed_by_an_operation_the_interpreter_knows():
+    assert set(EMITTERS) - {"symbol"} <= set(CLASSES)
+
+
+# ----------------------------------------------------------------- printing
+
+
+@pytest.mark.parametrize(
+    ("expr", "text"),
+    [
+        (sympy.Eq(sympy.Mod(s0, 2), 0), "x.size(0) % 2 == 0"),
+        (sympy.Eq(s1, s0 / 2), "y.size(0) == x.size(0)/2"),
+        (sympy.Lt(8388608 * s0, 2147483648), "8388608*x.size(0) < 2147483648"),
+        (sympy.Ne(s0, 5), "x.size(0) != 5"),
+    ],
+)
+def test_a_guard_prints_with_the_inputs_sizes_for_its_symbols(expr, text):
+    assert expr_text(expr, {"s0": "x.size(0)", "s1": "y.size(0)"}) == text
+
+
+def test_an_expression_without_a_size_tree_prints_as_sympy_does_renamed():
+    piecewise = sympy.Piecewise((s0, s0 > 2), (1, True))
+    assert expr_text(piecewise, {"s0": "n"}) == str(piecewise).replace("s0", "n")

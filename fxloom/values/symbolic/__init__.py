@@ -1,11 +1,17 @@
-"""Symbolic sizes for export: a shape environment and fxloom's node behind ``torch.SymInt``.
+"""Symbolic sizes for every frontend: a shape environment and fxloom's node behind ``torch.SymInt``.
 
 * ``shape_env``: ``ShapeEnv`` owns symbols, ranges, facts learned from guards, simplification.
 * ``sym_node``: ``SymNode`` implements torch's symbolic-node protocol over sympy.
 * ``meta``: ``compute_symbolic_meta`` runs an operator on meta tensors with symbolic sizes.
+* ``interpret``: the one table of sympy classes and the fold the analyses below share.
 * ``ranges``: interval bounds of expressions (used by the ShapeEnv to decide guards).
+* ``size_trees``: sizes as plain graph arguments, evaluated exactly and printed (the one printer).
+* ``size_nodes``: the graph nodes that compute symbolic sizes.
+* ``size_checks``: ``check_sizes``, the call-time check of the inputs' symbolic sizes.
+* ``shape_report``: the guards on input sizes in the user's words.
 
-Not yet wired into ``fxloom.export.export`` (issue 12).
+What only export knows (``Dim``, the ``dynamic_shapes`` argument, data-dependent rules,
+runtime assertions) is in ``fxloom.export.sizes``.
 """
 
 from fxloom.values.symbolic.errors import ConstraintViolationError, DataDependentGuardError

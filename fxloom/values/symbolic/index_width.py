@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import sympy
 
+from fxloom.values.symbolic.interpret import OPERATIONS
+
 __all__ = ["INDEX_LIMITS", "IndexBound", "upper_bound"]
 
 # The largest value of each index width (and the first value past it, which guards
@@ -52,14 +54,19 @@ class IndexBound:
     width: str
 
 
+# inequality (by operation name, fxloom.values.symbolic.interpret) -> (smaller side, larger
+# side, 1 if strict).
+_SIDES = {
+    "le": lambda f: (f.lhs, f.rhs, 0),
+    "lt": lambda f: (f.lhs, f.rhs, 1),
+    "ge": lambda f: (f.rhs, f.lhs, 0),
+    "gt": lambda f: (f.rhs, f.lhs, 1),
+}
+
+
 def upper_bound(fact: sympy.Basic) -> IndexBound | None:
     """The index-width bound ``fact`` states, or None when it is any other condition."""
-    sides = {
-        sympy.Le: lambda f: (f.lhs, f.rhs, 0),
-        sympy.Lt: lambda f: (f.lhs, f.rhs, 1),
-        sympy.Ge: lambda f: (f.rhs, f.lhs, 0),
-        sympy.Gt: lambda f: (f.rhs, f.lhs, 1),
-    }.get(type(fact))
+    sides = _SIDES.get(OPERATIONS.get(type(fact)))
     if sides is None:
         return None
     small, big, strict = sides(fact)

@@ -19,6 +19,13 @@ Leaves are handled by the names in ``LEAVES`` (``integer``, ``rational``,
 The class names a saved file uses (``SAVED_NAMES``) sit next to the class
 table so that decoding a file and walking an expression cannot drift.
 
+The analyses, each a table keyed by these names: bounds
+(``ranges.BOUND_RULES``), size trees (``size_trees.ENCODERS``; the trees are
+then evaluated, solved and printed by tables keyed by the same names), graph
+nodes (``size_nodes.EMITTERS``, which walks top-down through ``operation_of``)
+and the saved format (``fxloom.serialize.symbols.ENCODERS``; decoding builds
+``CLASSES[operation]`` from ``SAVED_NAMES``, checking ``OPERAND_KINDS``).
+
 Depends on sympy only (frontend-neutral: export, serialize and the shape
 environment all read it).
 """
@@ -33,6 +40,7 @@ from sympy.functions.elementary.piecewise import ExprCondPair
 
 __all__ = [
     "LEAVES",
+    "OPERAND_KINDS",
     "OPERATIONS",
     "CLASSES",
     "SAVED_NAMES",
@@ -92,6 +100,14 @@ SAVED_NAMES: dict[str, str] = {
 }
 
 LEAVES = ("integer", "rational", "float", "infinity", "symbol", "boolean")
+
+# operation name -> what its operands are: numbers (sizes) or conditions (truth values).
+# A piecewise expression and its cases mix both.
+OPERAND_KINDS: dict[str, str] = {
+    **dict.fromkeys(("add", "mul", "pow", "mod", "floor", "ceiling", "max", "min"), "number"),
+    **dict.fromkeys(("abs", "eq", "ne", "lt", "le", "gt", "ge"), "number"),
+    **dict.fromkeys(("and", "or", "not"), "condition"),
+}
 
 Handler = Callable[..., Any]
 

@@ -39,6 +39,7 @@ from fxloom._torch_compat import (
     has_composite_implicit_kernel,
     meta_functions,
 )
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["compute_symbolic_meta", "SYMBOLIC_META_FALLBACKS", "SymbolicMetaError"]
 
@@ -113,8 +114,8 @@ def _shape_env(args: tuple, kwargs: dict):
 def _sym_node_of(value: Any):
     if isinstance(value, torch.Tensor):
         for size in (*value.shape, value.storage_offset()):
-            if isinstance(size, torch.SymInt):
+            if isinstance(size, SYMBOLIC_TYPES):
                 return size.node
-    elif isinstance(value, torch.SymInt):
+    elif isinstance(value, SYMBOLIC_TYPES):
         return value.node
     return None

@@ -44,6 +44,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 from fxloom.values.frames import describe_frame, program_frame
 from fxloom.values.symbolic import index_width
 from fxloom.values.symbolic.errors import ConstraintViolationError, DataDependentGuardError
+from fxloom.values.symbolic.interpret import OPERATIONS
 from fxloom.values.symbolic.ranges import Bounds, bounds
 
 __all__ = ["ShapeEnv", "Guard", "SymbolInfo", "SpecializationRefused", "IndexNarrowing"]
@@ -55,9 +56,6 @@ class SpecializationRefused(RuntimeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{message} (refused: it would specialise symbolic sizes)")
-
-
-_RELATIONS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
 
 
 @dataclass(slots=True)
@@ -237,7 +235,7 @@ class ShapeEnv:
             return True
         if sympy.Not(expr) in self.facts:
             return False
-        if isinstance(expr, _RELATIONS):
+        if _operation(expr) in _RELATION_DECISIONS:
             return self._decide_relation(expr, size_oblivious)
         return self._decide_logic(expr, size_oblivious)
 
@@ -246,7 +244,7 @@ class ShapeEnv:
         if difference.is_Number:
             return bool(rel.func(difference, 0))
         ranges = self.ranges(size_oblivious=size_oblivious)
-        decide = _RELATION_DECISIONS[rel.func]
+        decide = _RELATION_DECISIONS[_operation(rel)]
         decided = decide(*bounds(difference, ranges))
         if decided is None:
             # Interval bounds lose that both terms share a symbol: s0*s1 - s0 is
@@ -268,7 +266,7 @@ class ShapeEnv:
 
     def implied_by_ranges(self, expr: sympy.Basic) -> bool:
         """Whether the symbols' ranges alone make the condition ``expr`` hold (no other facts)."""
-        if isinstance(expr, _RELATIONS):
+        if _operation(expr) in _RELATION_DECISIONS:
             return self._decide_relation(expr, False) is True
         return False
 
@@ -396,9 +394,9 @@ class ShapeEnv:
             self.facts.add(fact)
             self.version += 1
             return
-        if isinstance(fact, sympy.Eq):
+        if _operation(fact) == "eq":
             self._learn_equality(fact, location, code)
-        elif isinstance(fact, (sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)):
+        elif _operation(fact) in _AT_LEAST_ZERO:
             self._learn_bound(fact, location, code)
         # What the learners above could not turn into a range or a replacement (a product,
         # a sum of two Dims, s0 != 3) is still a promise the declared ranges do not make.
@@ -473,12 +471,7 @@ class ShapeEnv:
     def _learn_bound(self, fact, location, code) -> None:
         # Normalise to `e >= 0` over the integers.
         difference = sympy.expand(fact.lhs - fact.rhs)
-        nonnegative = {
-            sympy.Ge: difference,
-            sympy.Gt: difference - 1,
-            sympy.Le: -difference,
-            sympy.Lt: -difference - 1,
-        }[fact.func]
+        nonnegative = _AT_LEAST_ZERO[_operation(fact)](difference)
         if len(nonnegative.free_symbols) != 1:
             return
         (symbol,) = nonnegative.free_symbols
@@ -571,17 +564,27 @@ def _advice(info: SymbolInfo, fact, solution, new_range, symbols) -> str:
     return f"Fix: the declared range does not promise this; make {name} static (drop it from dynamic_shapes), or change the program."
 
 
+def _operation(expr: sympy.Basic) -> str | None:
+    """``expr``'s operation name (``fxloom.values.symbolic.interpret``), None for a leaf."""
+    return OPERATIONS.get(type(expr))
+
+
+# relation (by operation name) -> whether it holds, from the bounds of lhs - rhs (None: unknown).
 _RELATION_DECISIONS = {
-    sympy.Eq: lambda low, high: (
-        True if low == high == 0 else False if low > 0 or high < 0 else None
-    ),
-    sympy.Ne: lambda low, high: (
-        False if low == high == 0 else True if low > 0 or high < 0 else None
-    ),
-    sympy.Gt: lambda low, high: True if low > 0 else False if high <= 0 else None,
-    sympy.Ge: lambda low, high: True if low >= 0 else False if high < 0 else None,
-    sympy.Lt: lambda low, high: True if high < 0 else False if low >= 0 else None,
-    sympy.Le: lambda low, high: True if high <= 0 else False if low > 0 else None,
+    "eq": lambda low, high: True if low == high == 0 else False if low > 0 or high < 0 else None,
+    "ne": lambda low, high: False if low == high == 0 else True if low > 0 or high < 0 else None,
+    "gt": lambda low, high: True if low > 0 else False if high <= 0 else None,
+    "ge": lambda low, high: True if low >= 0 else False if high < 0 else None,
+    "lt": lambda low, high: True if high < 0 else False if low >= 0 else None,
+    "le": lambda low, high: True if high <= 0 else False if low > 0 else None,
+}
+
+# inequality (by operation name) -> the integer expression, from lhs - rhs, that it says is >= 0.
+_AT_LEAST_ZERO = {
+    "ge": lambda difference: difference,
+    "gt": lambda difference: difference - 1,
+    "le": lambda difference: -difference,
+    "lt": lambda difference: -difference - 1,
 }
 
 

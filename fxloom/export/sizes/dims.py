@@ -18,7 +18,7 @@ fix the size, or require it to stay dynamic::
     >>> Dim.AUTO, Dim.DYNAMIC(min=4)
     (Dim.AUTO, Dim.DYNAMIC(min=4))
 
-``fxloom.export.dynamic_shapes`` matches these to the inputs and checks them
+``fxloom.export.sizes.dynamic_shapes`` matches these to the inputs and checks them
 against the examples. Depends on nothing of fxloom.
 """
 

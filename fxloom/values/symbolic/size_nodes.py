@@ -10,12 +10,22 @@ expression into nodes:
   of ``nonzero``'s result) or a scalar read from data (``i1`` is the result
   of ``aten._local_scalar_dense``);
 * an expression is built from its symbols with Python's operators, one node
-  per sympy operation (``SYMPY_OPERATORS``), each node made once per expression.
+  per sympy operation, each node made once per expression.
+
+How each operation becomes nodes is a table keyed by the operation names of
+``fxloom.values.symbolic.interpret`` (the one table of sympy classes):
+``OPERATORS`` for those that are one Python function folded over the operands
+(``Max`` is ``torch.sym_max``), ``EMITTERS`` for all of them. Unlike the other
+analyses it walks top-down, not with ``interpret``'s bottom-up fold: emitting
+chooses which subexpressions get nodes (``s0 - s1`` is one subtraction, with no
+node for ``-s1``; ``floor(a/b)`` one floor division, with none for ``a/b``).
 
 A node for a symbol is only made when something uses it, at that point of
 the graph, so the graph reads the sizes it needs where it needs them.
 
-Depends on sympy, the IR and ``symbolic``.
+Frontend-neutral (any frontend that records operators with symbolic sizes
+needs them), so it lives with the shape environment. Depends on sympy, the IR
+and ``symbolic``.
 """
 
 from __future__ import annotations
@@ -29,46 +39,39 @@ import torch
 
 from fxloom.graph import Graph
 from fxloom.node import Node
-from fxloom.values.symbolic import ShapeEnv, wrap_expr
+from fxloom.values.symbolic.interpret import UnsupportedExpression, operation_of
+from fxloom.values.symbolic.shape_env import ShapeEnv
+from fxloom.values.symbolic.sym_node import wrap_expr
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES, is_symbolic
 
-__all__ = ["SizeNodes", "SYMPY_OPERATORS", "SIZE_FUNCTIONS", "is_symbolic"]
+__all__ = ["EMITTERS", "OPERATORS", "SIZE_FUNCTIONS", "SizeNodes"]
 
 aten = torch.ops.aten
 
-# sympy operation -> the Python function computing it on ints and bools (folded over
-# the arguments left to right when there are more than two).
-SYMPY_OPERATORS: dict[type, Callable[..., Any]] = {
-    sympy.Add: operator.add,
-    sympy.Mul: operator.mul,
-    sympy.Mod: operator.mod,
-    sympy.Pow: operator.pow,
-    sympy.Max: torch.sym_max,
-    sympy.Min: torch.sym_min,
-    sympy.Eq: operator.eq,
-    sympy.Ne: operator.ne,
-    sympy.Lt: operator.lt,
-    sympy.Le: operator.le,
-    sympy.Gt: operator.gt,
-    sympy.Ge: operator.ge,
-    sympy.And: operator.and_,
-    sympy.Or: operator.or_,
-    sympy.Not: torch.sym_not,
+# operation -> the Python function computing it on ints and bools (folded over the
+# operands left to right when there are more than two).
+OPERATORS: dict[str, Callable[..., Any]] = {
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "max": torch.sym_max,
+    "min": torch.sym_min,
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "and": operator.and_,
+    "or": operator.or_,
+    "not": torch.sym_not,
 }
 
-# Every function a size node may call (the verifier's allowance for exported graphs).
+# Every function a size node may call (the verifier's allowance for exported graphs):
+# the operators above, and those sums, products and rounded divisions are written with.
 SIZE_FUNCTIONS: frozenset[Callable[..., Any]] = frozenset(
-    {*SYMPY_OPERATORS.values(), operator.sub, operator.neg, operator.floordiv, operator.truediv}
+    {*OPERATORS.values(), operator.add, operator.mul, operator.sub, operator.neg}
+    | {operator.floordiv, operator.truediv}
 )
-
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
-def is_symbolic(value: Any) -> bool:
-    """Whether ``value`` is a symbolic scalar whose value is not a known constant."""
-    if not isinstance(value, _SYMBOLIC):
-        return False
-    expr = value.node.expr
-    return not (expr.is_Number or expr in (sympy.true, sympy.false))
 
 
 class SizeNodes:
@@ -104,19 +107,17 @@ class SizeNodes:
     def bind_sizes(self, tensor: Node, sizes: Any) -> None:
         """Bind each size of ``sizes`` that is a bare symbol to its dimension of ``tensor``."""
         for dim, size in enumerate(sizes):
-            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+            if is_symbolic(size) and size.node.expr.is_Symbol:
                 self.bind_size(size.node.expr, tensor, dim)
 
     def value(self, value: Any) -> Any:
-        """``value`` for a node's arguments: a node for a symbolic scalar, else ``value``."""
-        if not isinstance(value, _SYMBOLIC):
-            return value
-        expr = value.node.expr
-        if expr in (sympy.true, sympy.false):
-            return bool(expr)
-        if expr.is_Number:
-            return int(expr) if isinstance(value, torch.SymInt) else float(expr)
-        return self.node(expr)
+        """``value`` for a node's arguments: a node for a symbolic scalar, else ``value``
+        (a symbolic scalar fixed to one number as that Python number)."""
+        if is_symbolic(value):
+            return self.node(value.node.expr)
+        if isinstance(value, SYMBOLIC_TYPES):
+            return value.node.pytype(value.node.expr)
+        return value
 
     def node(self, expr: sympy.Basic) -> Any:
         """The node computing ``expr`` (made once), or a Python number for a constant."""
@@ -134,20 +135,20 @@ class SizeNodes:
 
     # ------------------------------------------------------------------ building
     def _build(self, expr: sympy.Basic) -> Node:
-        if expr.is_Symbol:
-            return self._read_symbol(expr)
-        if isinstance(expr, (sympy.floor, sympy.ceiling)):
-            return self._rounded_division(expr)
-        if isinstance(expr, sympy.Add):
-            return self._sum(expr)
-        if isinstance(expr, sympy.Mul):
-            return self._product(expr)
-        function = SYMPY_OPERATORS.get(type(expr))
-        if function is None:
+        try:
+            emit = EMITTERS.get(operation_of(expr))
+        except UnsupportedExpression:
+            emit = None
+        if emit is None:
             raise NotImplementedError(
                 f"the size expression {expr} ({type(expr).__name__}) has no graph form; add its "
-                "sympy type to fxloom.export.size_nodes.SYMPY_OPERATORS"
+                "operation to fxloom.values.symbolic.size_nodes.EMITTERS"
             )
+        return emit(self, expr)
+
+    def _folded(self, expr: sympy.Basic) -> Node:
+        """``expr``'s function (``OPERATORS``) folded over its operands' nodes."""
+        function = OPERATORS[operation_of(expr)]
         args = [self.node(arg) for arg in expr.args]
         result = args[0]
         for arg in args[1:]:
@@ -218,3 +219,14 @@ class SizeNodes:
         values = [arg.meta["val"] if isinstance(arg, Node) else arg for arg in args]
         node.meta["val"] = function(*values)
         return node
+
+
+# operation -> how the nodes computing it are made.
+EMITTERS: dict[str, Callable[[SizeNodes, sympy.Basic], Any]] = {
+    "symbol": SizeNodes._read_symbol,
+    "add": SizeNodes._sum,
+    "mul": SizeNodes._product,
+    "floor": SizeNodes._rounded_division,
+    "ceiling": SizeNodes._rounded_division,
+    **dict.fromkeys(OPERATORS, SizeNodes._folded),
+}

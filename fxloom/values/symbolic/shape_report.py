@@ -10,25 +10,17 @@ report::
     x.size(0) % 2 == 0   # model.py:12: h = x.view(-1, 2, 8)
     y.size(0) == x.size(0)   # model.py:14: return h + y
 
-Depends on sympy and ``symbolic``.
+The guards print through the one printer of sizes
+(``size_trees.expr_text``). Frontend-neutral: it reads only the shape
+environment, so it lives beside it. Depends on ``shape_env`` and ``size_trees``.
 """
 
 from __future__ import annotations
 
-import sympy
-
-from fxloom.values.symbolic import Guard, ShapeEnv
+from fxloom.values.symbolic.shape_env import Guard, ShapeEnv
+from fxloom.values.symbolic.size_trees import expr_text
 
 __all__ = ["shape_constraints", "describe_guard"]
-
-_RELATION_TEXT = {
-    sympy.Eq: "==",
-    sympy.Ne: "!=",
-    sympy.Lt: "<",
-    sympy.Le: "<=",
-    sympy.Gt: ">",
-    sympy.Ge: ">=",
-}
 
 
 def shape_constraints(env: ShapeEnv, made_static: list[str]) -> list[str]:
@@ -53,15 +45,10 @@ def describe_guard(env: ShapeEnv, guard: Guard, *, where: str = "   # ") -> str:
     for symbol in sorted(guard.expr.free_symbols, key=lambda s: s.name):
         info = env.symbols[symbol]
         if info.hint is not None and info.source:
-            names[symbol] = sympy.Symbol(info.source)
+            names[symbol.name] = info.source
         elif info.hint is None:
             unbacked.append(f"{symbol} from {info.source or 'tensor data'}")
-    expr = guard.expr
-    if type(expr) in _RELATION_TEXT:
-        lhs, rhs = (side.xreplace(names) for side in expr.args)
-        text = f"{_text(lhs)} {_RELATION_TEXT[type(expr)]} {_text(rhs)}"
-    else:
-        text = _text(expr.xreplace(names))
+    text = expr_text(guard.expr, names)
     if unbacked:
         text += f" ({', '.join(unbacked)})"
     return text + (f"{where}{guard.location}: {guard.code.strip()}" if guard.location else "")
@@ -77,9 +64,3 @@ def _index_width_note(env: ShapeEnv, guard: Guard) -> str:
     info = env.symbols[narrowing.symbol]
     name = info.source or str(narrowing.symbol)
     return f"  (index width {narrowing.bound.width}: {name} <= {narrowing.upper})"
-
-
-def _text(expr: sympy.Basic) -> str:
-    if isinstance(expr, sympy.Mod):
-        return f"{_text(expr.args[0])} % {_text(expr.args[1])}"
-    return str(expr)

@@ -10,7 +10,10 @@ graph as size trees (``size_trees``), printed in the generated code::
     check_sizes((x, y), ('x', 'y'), ((0, 0, 's0'), (1, 0, ('mul', 2, 's0'))), (('s0', 2, 1024, 'batch'),))
 
 Its effect (a check: kept, writing nothing) and its place on the host are its row in
-``fxloom.ops.runtime_functions``. Depends on ``size_trees`` and the IR.
+``fxloom.ops.runtime_functions`` (saved under this module's name; files that name
+``fxloom.export.size_checks``, its home before issue 23, load through an alias row).
+Frontend-neutral: it needs only the inputs' symbolic sizes, not how they were
+captured, so it lives with the shape environment. Depends on ``size_trees`` and the IR.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Any
 import sympy
 import torch
 
-from fxloom.export.size_trees import (
+from fxloom.graph import Graph
+from fxloom.node import Node
+from fxloom.values.symbolic.size_trees import (
     SizeTree,
     exact_value,
     linear_form,
@@ -29,10 +34,9 @@ from fxloom.export.size_trees import (
     size_text,
     size_tree,
 )
-from fxloom.graph import Graph
-from fxloom.node import Node
+from fxloom.values.symbolic_scalars import symbolic_expr
 
-__all__ = ["add_size_check", "check_sizes", "size_expr"]
+__all__ = ["add_size_check", "check_sizes"]
 
 # One symbolic dimension to check: (input position, dimension, size tree).
 DimCheck = tuple[int, int, SizeTree]
@@ -186,17 +190,9 @@ def _symbolic_size_trees(val: Any) -> list[tuple[int, SizeTree]]:
         return []
     return [
         (dim, size_tree(expr))
-        for dim, expr in enumerate(size_expr(size) for size in val.shape)
+        for dim, expr in enumerate(symbolic_expr(size) for size in val.shape)
         if expr is not None
     ]
-
-
-def size_expr(size: Any) -> sympy.Expr | None:
-    """A symbolic size's expression; None for a static one (an int, or a SymInt fixed to one)."""
-    if not isinstance(size, torch.SymInt):
-        return None
-    expr = size.node.expr
-    return None if expr.is_Number else expr
 
 
 def _finite(bound: Any) -> int | None:

@@ -11,7 +11,7 @@ about and the user's line that made the program rely on it:
   operator runs. Ranges and equal sizes are checked with the inputs instead
   (``input_checks``).
 
-Depends on the IR, ``size_nodes`` and ``symbolic``.
+Depends on the IR and ``fxloom.values.symbolic`` (``size_nodes``, ``shape_report``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 import sympy
 import torch
 
-from fxloom.export.shape_report import describe_guard
-from fxloom.export.size_nodes import SizeNodes
 from fxloom.values.symbolic import Guard, ShapeEnv
+from fxloom.values.symbolic.shape_report import describe_guard
+from fxloom.values.symbolic.size_nodes import SizeNodes
 
 if TYPE_CHECKING:
     from fxloom.export.capture import Capture

@@ -30,10 +30,11 @@ from typing import Any
 import sympy
 import torch
 
-from fxloom.export.dims import DerivedDim, Dim, DimHint
-from fxloom.export.dynamic_shapes import symbol_range
+from fxloom.export.sizes.dims import DerivedDim, Dim, DimHint
+from fxloom.export.sizes.dynamic_shapes import symbol_range
 from fxloom.values.symbolic import ShapeEnv, size_symint, wrap_expr
 from fxloom.values.symbolic.ranges import ValueRange
+from fxloom.values.symbolic_scalars import is_symbolic
 
 __all__ = ["InputSizes"]
 
@@ -54,7 +55,7 @@ class InputSizes:
         sizes: list[Any] = list(tensor.shape)
         for index, spec in dims.items():
             sizes[index] = self._size(f"{path}.size({index})", tensor.shape[index], spec)
-        return sizes if any(isinstance(size, torch.SymInt) for size in sizes) else None
+        return sizes if any(is_symbolic(size) for size in sizes) else None
 
     def _size(self, source: str, example: int, spec: Dim | DimHint) -> Any:
         if isinstance(spec, DerivedDim):  # coefficient * root + offset

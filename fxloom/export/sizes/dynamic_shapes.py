@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from fxloom import pytree
-from fxloom.export.dims import DerivedDim, Dim, DimHint
+from fxloom.export.sizes.dims import DerivedDim, Dim, DimHint
 
 __all__ = ["DynamicShapesError", "batch_dims", "resolve_dynamic_shapes", "symbol_range"]
 
