@@ -124,7 +124,7 @@ def pipeline(
         balance=balance if isinstance(balance, str) else getattr(balance, "__name__", "custom"),
         shared=shared_rows,
         microbatches=microbatches,
-        input_specs=[_inputs_spec(s, received, example, args, kwargs, work) for s in range(stages)],
+        input_specs=[_inputs_spec(s, received, example, args, kwargs) for s in range(stages)],
         output_specs=[_outputs_spec(s, received, example, output) for s in range(stages)],
         output_layout=layout,
         example_inputs=args,
@@ -208,9 +208,7 @@ def _bytes_across(work: GraphModule, work_nodes: list[Node], example: costs.Exam
     """Bytes live across each possible cut: before work node i, for i in 0..len."""
     index = {node: i for i, node in enumerate(work_nodes)}
     change = [0] * (len(work_nodes) + 2)
-    position = 0
     for node in work.graph.nodes:
-        position = index.get(node, position)
         if node.op in ("get_attr", "output"):
             continue
         born = index[node] + 1 if node in index else 0
@@ -327,8 +325,8 @@ def _inputs_spec(
     example: costs.Example,
     args: tuple,
     kwargs: dict,
-    work: GraphModule,
 ) -> tuple[Any, ...]:
+    """The example tensors ``stage`` receives: the user's inputs for stage 0."""
     if stage == 0:
         return tuple(a for a in args if isinstance(a, torch.Tensor)) + tuple(
             v for v in kwargs.values() if isinstance(v, torch.Tensor)
