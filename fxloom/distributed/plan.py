@@ -210,12 +210,8 @@ class PipelinePlan:
         for number, row in enumerate(self.shared):
             if not row.is_parameter:
                 continue
-            group = groups.get(number)
-            if group is None and not (set(row.stages) & set(local)):
-                continue
-            if group is not None and not (set(row.stages) & set(local)):
-                continue  # not a member: new_group made it, but only members reduce
-            sum_gradients(row, local, group)
+            if set(row.stages) & set(local):  # only the ranks holding it reduce
+                sum_gradients(row, local, groups.get(number))
 
 
 def _compiled(
