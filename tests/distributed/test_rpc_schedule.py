@@ -208,7 +208,9 @@ def docs_section() -> str:
 
 
 def test_the_docs_example_prints_the_code_the_docs_show():
-    example_code, printed = re.findall(r"```python\n(.*?)```", docs_section(), re.S)[:2]
+    section = docs_section()
+    (example_code,) = re.findall(r"```python\n(.*?)```", section, re.S)[:1]
+    (printed,) = re.findall(r"```text\n(.*?)```", section, re.S)[:1]
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         # dont_inherit: the snippet runs as a user would run it, without this file's __future__.
