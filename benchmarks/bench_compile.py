@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 import torch
 
 from benchmarks._common import load_average, machine_line, noise_line, publish
+from fxloom import pytree
 
 RTOL, ATOL = 1e-4, 1e-5
 PREFIX = "COMPILE-RESULT "
@@ -110,18 +111,7 @@ def build(case: str, other: bool = False) -> tuple[Any, tuple, dict]:
     return model.eval(), (), dict(inputs)
 
 
-def _leaves(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _leaves(item)]
-    if isinstance(value, tuple | list):
-        return [t for item in value for t in _leaves(item)]
-    if hasattr(value, "self_attention_cache"):
-        return _leaves(value.self_attention_cache) + _leaves(value.cross_attention_cache)
-    if hasattr(value, "layers"):
-        return [t for layer in value.layers for t in _leaves([layer.keys, layer.values])]
-    return []
+_leaves = pytree.tensor_leaves  # every tensor of an output, transformers' caches included
 
 
 def _same(got: Any, want: Any) -> bool:

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks._common import load_average, machine_line, noise_line, publish
+from fxloom import pytree
 
 MICROBATCH, SEQ = 4, 32
 UNBALANCED = dict(  # a Llama-like decoder whose head costs as much as several layers
@@ -135,10 +136,7 @@ def _fxloom_stage_inputs(plan: Any, inputs: dict) -> tuple[list[tuple[tuple, dic
     return captured, plan.output(value)
 
 
-def _leaves(value: Any) -> list[torch.Tensor]:
-    from fxloom import pytree
-
-    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+_leaves = pytree.tensor_leaves
 
 
 def _same(got: Any, expected: Any) -> bool:

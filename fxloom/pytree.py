@@ -72,6 +72,7 @@ __all__ = [
     "registered_container",
     "tree_map",
     "tree_leaves",
+    "tensor_leaves",
     "tree_flatten_spec",
     "tree_any",
     "tree_flatten",
@@ -332,6 +333,16 @@ def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list
     leaves: list[Any] = []
     _collect(tree, leaves, is_leaf)
     return leaves
+
+
+def tensor_leaves(tree: Any) -> tuple[torch.Tensor, ...]:
+    """The tensors among ``tree``'s leaves, in order: a model's output (``ModelOutput``, dicts,
+    tuples) and the keys and values of transformers' caches included.
+
+    >>> tensor_leaves({"logits": torch.zeros(1), "loss": None, "sizes": (2, torch.ones(1))})
+    (tensor([0.]), tensor([1.]))
+    """
+    return tuple(leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor))
 
 
 def _collect(value: Any, leaves: list[Any], is_leaf: Callable[[Any], bool] | None) -> None:

@@ -22,6 +22,7 @@ import torch
 from torch.testing import assert_close
 
 import fxloom
+from fxloom import pytree
 from fxloom.lower import to_onnx
 from fxloom.lower.lowering import lower
 from fxloom.pytree import container_type
@@ -66,20 +67,7 @@ MODELS = [
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors of a model's output, in order: model-output fields, tuples, and the
-    keys and values of transformers' caches (``DynamicCache``, ``EncoderDecoderCache``)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):  # ModelOutput subclasses too
-        return [t for item in value.values() for t in tensors(item)]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in tensors(item)]
-    if hasattr(value, "self_attention_cache"):
-        return tensors(value.self_attention_cache) + tensors(value.cross_attention_cache)
-    if hasattr(value, "layers"):
-        return [t for layer in value.layers for t in (layer.keys, layer.values)]
-    return []
+tensors = pytree.tensor_leaves  # model outputs, tuples, transformers' caches
 
 
 def assert_same_outputs(got: Any, expected: Any) -> None:

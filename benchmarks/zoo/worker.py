@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from fxloom import pytree
+
 if __package__ in (None, ""):  # run as a script: make `benchmarks.zoo` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -36,15 +38,7 @@ WARM_LIMIT_S = 3.0
 RESULT_PREFIX = "ZOO-RESULT "
 
 
-def tensor_leaves(output: Any) -> list[torch.Tensor]:
-    """Every tensor in a model output (tuples, lists, dicts, ``ModelOutput``), in order."""
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, dict):  # ModelOutput is an OrderedDict of its non-None fields
-        output = list(output.values())
-    if isinstance(output, (tuple, list)):
-        return [tensor for item in output for tensor in tensor_leaves(item)]
-    return []
+tensor_leaves = pytree.tensor_leaves  # every tensor of a model output, in order
 
 
 def compare(actual: Any, expected: Any) -> str | None:

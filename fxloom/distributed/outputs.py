@@ -3,7 +3,7 @@
 ``torch.distributed.pipelining`` treats what the last stage returns as a tensor or a tuple of
 tensors (it detaches them after backward), so a stage cannot return a Hugging Face
 ``ModelOutput`` or a dict. When the model's output is anything but a tensor or a tuple of
-tensors, the last stage returns ``tensor_leaves(output)``, and ``OutputLayout.rebuild`` turns
+tensors, the last stage returns ``fxloom.pytree.tensor_leaves(output)``, and ``OutputLayout.rebuild`` turns
 that tuple back into the model's output: ``plan.loss(loss_fn)`` does so before calling the
 loss, ``plan.output(result)`` for what the last rank's ``schedule.step`` returns.
 
@@ -19,12 +19,7 @@ import torch
 
 from fxloom import pytree
 
-__all__ = ["OutputLayout", "needs_layout", "tensor_leaves"]
-
-
-def tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
-    """The tensors in ``value`` (a ``ModelOutput``, a dict, nested lists), in pytree order."""
-    return tuple(leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor))
+__all__ = ["OutputLayout", "needs_layout"]
 
 
 def needs_layout(value: Any) -> bool:

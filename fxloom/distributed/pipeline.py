@@ -30,9 +30,10 @@ from typing import Any
 
 import torch
 
+from fxloom import pytree
 from fxloom.distributed import boundaries, costs, cuts
 from fxloom.distributed import shared as sharing
-from fxloom.distributed.outputs import OutputLayout, needs_layout, tensor_leaves
+from fxloom.distributed.outputs import OutputLayout, needs_layout
 from fxloom.distributed.plan import FlopCounter, PipelinePlan, StageReport
 from fxloom.distributed.stages import build_stage_modules
 from fxloom.export.program import ExportedProgram
@@ -350,4 +351,4 @@ def _outputs_spec(
     """
     if stage + 1 < len(received):
         return tuple(example.values[n] for n in received[stage + 1])
-    return tuple(costs.describe(leaf) for leaf in tensor_leaves(output))
+    return tuple(costs.describe(leaf) for leaf in pytree.tensor_leaves(output))

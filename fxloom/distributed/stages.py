@@ -21,7 +21,6 @@ import copy
 from typing import Any
 
 from fxloom import pytree
-from fxloom.distributed.outputs import tensor_leaves
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
@@ -79,7 +78,7 @@ def _stage_module(
             info: Any = getattr(graph._codegen, "pytree_info", None)
             if info is not None and info.out_spec is not None:  # already flat leaves
                 result = tuple(result)
-            result = new.call_function(tensor_leaves, (result,))
+            result = new.call_function(pytree.tensor_leaves, (result,))
         new.output(result)
     else:
         new.output(tuple(read(node) for node in received[stage + 1]))

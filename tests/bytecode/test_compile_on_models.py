@@ -18,6 +18,7 @@ import torch
 
 import fxloom
 import fxloom.zoo as zoo
+from fxloom import pytree
 
 ROOT = str(Path(__file__).resolve().parents[2])
 if ROOT not in sys.path:  # `benchmarks` is not installed; import it from the checkout
@@ -26,19 +27,7 @@ if ROOT not in sys.path:  # `benchmarks` is not installed; import it from the ch
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors of an output in order: model outputs, tuples, and transformers' caches."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in tensors(item)]
-    if isinstance(value, tuple | list):
-        return [t for item in value for t in tensors(item)]
-    if hasattr(value, "self_attention_cache"):
-        return tensors(value.self_attention_cache) + tensors(value.cross_attention_cache)
-    if hasattr(value, "layers"):
-        return [t for layer in value.layers for t in tensors([layer.keys, layer.values])]
-    return []
+tensors = pytree.tensor_leaves  # model outputs, tuples, transformers' caches
 
 
 def assert_same(got: Any, expected: Any) -> None:
