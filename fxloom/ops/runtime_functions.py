@@ -79,6 +79,7 @@ _TWINS = "fxloom._guards_torchscript"
 _CHECKS = "fxloom.runtime_checks"
 _NOT_SCRIPTED_ROOT = "only *args/**kwargs roots call it, and TorchScript scripts neither"
 _NOT_SCRIPTED_EXPORT = "exported modules are not scripted (their graphs are ATen)"
+_NOT_SCRIPTED_STAGE = "pipeline stages run under torch.distributed.pipelining, not TorchScript"
 
 
 def _rows(*rows: RuntimeFunction) -> dict[str, RuntimeFunction]:
@@ -115,6 +116,19 @@ RUNTIME_FUNCTIONS: dict[str, RuntimeFunction] = _rows(
         "fxloom.cond.cond_op", "the branch a cond node picks at run time", effect="pure",
         exported=True, on_host=False, graph_arguments=(1, 2),
         no_twin="its branches are GraphModules, which TorchScript calls as modules, not functions",
+    ),
+    # ---- pipeline stage boundaries (fxloom.distributed): what stages send, as tensors
+    RuntimeFunction(
+        "fxloom.distributed.carried.carry", "numbers a pipeline stage sends on, as one tensor",
+        effect="pure", on_host=False, no_twin=_NOT_SCRIPTED_STAGE,
+    ),
+    RuntimeFunction(
+        "fxloom.distributed.carried.uncarry", "numbers a pipeline stage received, rebuilt",
+        effect="pure", on_host=False, no_twin=_NOT_SCRIPTED_STAGE,
+    ),
+    RuntimeFunction(
+        "fxloom.pytree.tensor_leaves", "the tensors of a last pipeline stage's output",
+        effect="pure", on_host=False, no_twin=_NOT_SCRIPTED_STAGE,
     ),
     # ---- names saved by earlier releases, before the input checks moved to one module
     RuntimeFunction("fxloom.guards.check_tensor_input", "saved name", alias_of=f"{_CHECKS}.check_tensor_input"),

@@ -340,3 +340,33 @@ def test_bad_arguments_are_named(kwargs, message):
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
     with pytest.raises(ValueError, match=message):
         pipeline(model, (torch.randn(2, 4),), **kwargs)
+
+
+# ---------------------------------------------------------------- saving stages
+def test_stage_modules_save_and_load_in_a_fresh_interpreter(gpt2, gpt2_plan, tmp_path):
+    """Each stage is a GraphModule fxloom.save writes (its carried sizes and output leaves are
+    run-time functions on the allowlist) and a fresh process loads and runs."""
+    import subprocess
+    import sys
+
+    for index, module in enumerate(gpt2_plan.stage_modules):
+        fxloom.save(module, tmp_path / f"stage{index}.fxl")
+    other = ids(3, 5, seed=4)
+    with torch.no_grad():
+        torch.save({"ids": other, "logits": gpt2(input_ids=other).logits}, tmp_path / "expected.pt")
+    script = (
+        "import sys, torch, fxloom\n"
+        # the classes the last stage builds (its output, its cache): fxloom.load imports nothing
+        "import transformers.cache_utils, transformers.modeling_outputs\n"
+        "folder = sys.argv[1]\n"
+        "first, last = (fxloom.load(f'{folder}/stage{i}.fxl') for i in (0, 1))\n"
+        "expected = torch.load(f'{folder}/expected.pt')\n"
+        "with torch.no_grad():\n"
+        "    leaves = last(*first(input_ids=expected['ids']))\n"
+        "print(torch.allclose(leaves[0], expected['logits'], atol=1e-6))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("True")
