@@ -51,24 +51,102 @@ class BoundaryError(ValueError):
 
 def legalise(graph: Graph, stage_of: dict[Node, int], values: dict[Node, Any], stages: int) -> None:
     """Rewrite ``graph`` so that only tensors cross stage boundaries (see the module docstring)."""
-    # what the producing stage sends, made once and shared by every later stage:
-    # value -> its carry() node, (value, index) -> the getitem of a tuple's tensor
-    carried: dict[Any, Node] = {}
+    rewriter = _Rewriter(graph, stage_of, values)
     for stage in range(1, stages):
-        incoming = _incoming(graph, stage_of, stage)
+        rewriter.legalise_stage(stage)
+
+
+class _Rewriter:
+    """The graph being legalised, with each node's stage and example value kept current."""
+
+    def __init__(self, graph: Graph, stage_of: dict[Node, int], values: dict[Node, Any]) -> None:
+        self.graph, self.stage_of, self.values = graph, stage_of, values
+        # what a producing stage sends, made once and shared by every later stage:
+        # value -> its carry() node, (value, index) -> the getitem of a tuple's tensor
+        self.sent: dict[Any, Node] = {}
+
+    def legalise_stage(self, stage: int) -> None:
+        incoming = _incoming(self.graph, self.stage_of, stage)
         # activations are sent whatever else happens; the rest may be recomputed from them
-        available = {v for v in incoming if _is_activation(values.get(v))}
-        copies: dict[Node, Node] = {}
+        available = {v for v in incoming if _is_activation(self.values.get(v))}
+        copies: dict[Node, Node] = {}  # an earlier stage's node -> its copy in this stage
+        position = {node: i for i, node in enumerate(self.graph.nodes)}
         for value, users in incoming.items():
-            replacement = _legal_form(
-                graph, value, users, stage, stage_of, values, available, copies, carried
-            )
+            replacement = self.legal_form(value, users, stage, available, copies, position)
             if replacement is value:
                 available.add(value)  # sent: later values may be recomputed from it
-            elif isinstance(replacement, Node) and _is_tensor(values.get(replacement)):
+                continue
+            if isinstance(replacement, Node) and _is_tensor(self.values.get(replacement)):
                 available.add(replacement)
-            for user in users if replacement is not value else ():
+            for user in users:
                 user.replace_input_with(value, replacement)
+
+    def legal_form(
+        self,
+        value: Node,
+        users: list[Node],
+        stage: int,
+        available: set[Node],
+        copies: dict[Node, Node],
+        position: dict[Node, int],
+    ) -> Any:
+        """What ``users`` (in ``stage``) read instead of ``value`` (from an earlier stage)."""
+        described = self.values.get(value)
+        if isinstance(described, _LITERALS):
+            return described
+        if _is_activation(described):
+            return value  # sent as it is
+        cone = _recomputable_cone(value, available, self.values)
+        if cone is not None:
+            for node in sorted(cone, key=position.__getitem__):
+                if node not in copies:
+                    with self.graph.inserting_before(users[0]):
+                        copy = self.graph.node_copy(node, lambda arg: copies.get(arg, arg))
+                    copies[node] = self.place(copy, stage, self.values.get(node))
+            return copies[value]
+        if _is_tensor(described):
+            return value  # a mask or ids that cannot be recomputed here: sent
+        if is_carriable(described):
+            sent = self.sent_once(value, value, carry, (value,), _describe_tensor(carry(described)))
+            return self.add(
+                stage, "before", users[0], uncarry, (sent, layout_of(described)), described
+            )
+        if isinstance(described, (tuple, list)) and all(map(_is_tensor, described)):
+            items = [
+                self.sent_once((value, i), value, operator.getitem, (value, i), item)
+                for i, item in enumerate(described)
+            ]
+            return self.add(stage, "before", users[0], type(described), (items,), described)
+        raise BoundaryError(
+            f"%{value.name} ({value.format_node()}) is made in stage {self.stage_of[value]} and "
+            f"used by %{users[0].name} in stage {stage}, but a {type(described).__name__} "
+            "cannot be sent between stages (only tensors, numbers and tuples of them can). Cut "
+            "elsewhere (cut_at, or a balance that moves the cut), or make the model return "
+            "tensors there"
+        )
+
+    def sent_once(self, key: Any, value: Node, target: Any, args: tuple, described: Any) -> Node:
+        """``target(*args)`` in ``value``'s stage right after it, made once per ``key``."""
+        if key not in self.sent:
+            anchor = _after(self.graph, value)
+            self.sent[key] = self.add(
+                self.stage_of[value], "after", anchor, target, args, described
+            )
+        return self.sent[key]
+
+    def add(
+        self, stage: int, where: str, anchor: Node, target: Any, args: tuple, described: Any
+    ) -> Node:
+        """``target(*args)``, a new node of ``stage``, ``where`` ("before"/"after") ``anchor``."""
+        insert = self.graph.inserting_before if where == "before" else self.graph.inserting_after
+        with insert(anchor):
+            node = self.graph.call_function(target, args)
+        return self.place(node, stage, described)
+
+    def place(self, node: Node, stage: int, described: Any) -> Node:
+        """Record a node the rewrite added: its stage and its example value."""
+        self.stage_of[node], self.values[node] = stage, described
+        return node
 
 
 def _incoming(graph: Graph, stage_of: dict[Node, int], stage: int) -> dict[Node, list[Node]]:
@@ -89,40 +167,6 @@ def _is_tensor(described: Any) -> bool:
 
 def _is_activation(described: Any) -> bool:
     return _is_tensor(described) and described.dtype.is_floating_point
-
-
-def _legal_form(
-    graph: Graph,
-    value: Node,
-    users: list[Node],
-    stage: int,
-    stage_of: dict[Node, int],
-    values: dict[Node, Any],
-    available: set[Node],
-    copies: dict[Node, Node],
-    carried: dict[Any, Node],
-) -> Any:
-    """What ``users`` (in ``stage``) read instead of ``value`` (from an earlier stage)."""
-    described = values.get(value)
-    if isinstance(described, _LITERALS):
-        return described
-    if _is_activation(described):
-        return value  # sent as it is
-    cone = _recomputable_cone(value, available, values)
-    if cone is not None:
-        return _recompute(graph, value, cone, users[0], stage, stage_of, values, copies)
-    if _is_tensor(described):
-        return value  # a mask or ids that cannot be recomputed here: sent
-    if is_carriable(described):
-        return _carry(graph, value, users[0], stage, stage_of, values, carried)
-    if isinstance(described, (tuple, list)) and all(map(_is_tensor, described)):
-        return _send_items(graph, value, described, users[0], stage, stage_of, values, carried)
-    raise BoundaryError(
-        f"%{value.name} ({value.format_node()}) is made in stage {stage_of[value]} and used by "
-        f"%{users[0].name} in stage {stage}, but a {type(described).__name__} cannot be sent "
-        "between stages (only tensors, numbers and tuples of them can). Cut elsewhere "
-        "(cut_at, or a balance that moves the cut), or make the model return tensors there"
-    )
 
 
 def _recomputable_cone(
@@ -152,80 +196,11 @@ def _recomputable(node: Node, described: Any) -> bool:
     return described is not None and not isinstance(described, torch.nn.Module)
 
 
-def _recompute(
-    graph: Graph,
-    value: Node,
-    cone: list[Node],
-    before: Node,
-    stage: int,
-    stage_of: dict[Node, int],
-    values: dict[Node, Any],
-    copies: dict[Node, Node],
-) -> Node:
-    position = {node: i for i, node in enumerate(graph.nodes)}
-    with graph.inserting_before(before):
-        for node in sorted(cone, key=position.__getitem__):
-            if node not in copies:
-                copy = graph.node_copy(node, lambda arg: copies.get(arg, arg))
-                copies[node] = copy
-                stage_of[copy] = stage
-                values[copy] = values.get(node)
-    return copies[value]
-
-
 def _after(graph: Graph, value: Node) -> Node:
     """Where to put a node computed from ``value`` right away (placeholders stay first)."""
     if value.op != "placeholder":
         return value
     return [node for node in graph.nodes if node.op == "placeholder"][-1]
-
-
-def _carry(
-    graph: Graph,
-    value: Node,
-    before: Node,
-    stage: int,
-    stage_of: dict[Node, int],
-    values: dict[Node, Any],
-    carried: dict[Any, Node],
-) -> Node:
-    described = values[value]
-    sent = carried.get(value)
-    if sent is None:
-        with graph.inserting_after(_after(graph, value)):
-            sent = carried[value] = graph.call_function(carry, (value,))
-        stage_of[sent] = stage_of[value]
-        values[sent] = _describe_tensor(carry(described))
-    with graph.inserting_before(before):
-        received = graph.call_function(uncarry, (sent, layout_of(described)))
-    stage_of[received], values[received] = stage, described
-    return received
-
-
-def _send_items(
-    graph: Graph,
-    value: Node,
-    described: tuple | list,
-    before: Node,
-    stage: int,
-    stage_of: dict[Node, int],
-    values: dict[Node, Any],
-    carried: dict[Any, Node],
-) -> Node:
-    items = []
-    for index, item in enumerate(described):
-        sent = carried.get((value, index))
-        if sent is None:
-            with graph.inserting_after(_after(graph, value)):
-                sent = carried[(value, index)] = graph.call_function(
-                    operator.getitem, (value, index)
-                )
-            stage_of[sent], values[sent] = stage_of[value], item
-        items.append(sent)
-    with graph.inserting_before(before):
-        rebuilt = graph.call_function(type(described), (items,))
-    stage_of[rebuilt], values[rebuilt] = stage, described
-    return rebuilt
 
 
 def _describe_tensor(tensor: torch.Tensor) -> TensorSpec:
