@@ -548,9 +548,10 @@ def _check(module: nn.Module, cls: type, own: Shapes, packed: Tensors | None) ->
         _check_packed(module, cls, packed, expected)
     for name, shape in expected.items():
         if name in held and held[name] != shape:
+            sizes = _attributes(module)
+            basis = f"its attributes ({sizes})" if sizes else "its other tensors"
             raise SerializationError(
-                f"its {name} has shape {list(held[name])}, but its attributes "
-                f"({_attributes(module)}) make it {list(shape)}"
+                f"its {name} has shape {list(held[name])}, but {basis} make it {list(shape)}"
             )
 
 
