@@ -456,8 +456,10 @@ def _check_weight_scales(name: str, weight: torch.Tensor, axis: int | None) -> N
     if scheme in PER_TENSOR or (scheme in PER_CHANNEL and weight.q_per_channel_axis() == axis):
         return
     found = f"{scheme} along dim {weight.q_per_channel_axis()}" if scheme in PER_CHANNEL else scheme
-    wanted = "per-tensor" if axis is None else f"per-tensor or per-channel along dim {axis}"
-    raise SerializationError(f"its {name} is quantized {found}; this layer packs {wanted} scales")
+    wanted = "" if axis is None else f", or one per output channel (along dim {axis})"
+    raise SerializationError(
+        f"its {name} is quantized {found}; this layer packs per-tensor scales{wanted}"
+    )
 
 
 # ------------------------------------------------- output quantization parameters

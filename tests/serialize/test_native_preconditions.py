@@ -281,7 +281,7 @@ def test_a_quantized_transposed_convolution_breaking_a_rule_is_refused(
         (lambda: torch.randn(6, 2, 3, 3), ["its weight is torch.float32", "torch.qint8"]),
         (
             lambda: per_channel(torch.randn(6, 2, 3, 3), axis=1),
-            ["per_channel_affine along dim 1", "per-channel along dim 0"],
+            ["per_channel_affine along dim 1", "one per output channel (along dim 0)"],
         ),
         (lambda: per_tensor(torch.randn(6, 2, 3)), ["its weight has shape [6, 2, 3]"]),
         (lambda: per_tensor(torch.randn(12, 2, 3, 3)), ["its weight has shape [12, 2, 3, 3]"]),
@@ -382,6 +382,24 @@ def test_a_float_io_linear_with_an_input_zero_point_out_of_range_is_refused(engi
 def test_a_float_io_linear_contradicting_its_weight_is_refused(engine):
     data = with_attribute(float_io_file(), "out_features", 5, path="0")
     refused(data, "LinearFloatIO", "out_features=5", "[3, 4]")
+
+
+# --------------------------------------- other quantized modules' parameters
+def test_a_quantized_activation_with_a_zero_scale_is_refused(engine):
+    """nnq.ELU keeps its output scale as an attribute (QUANTIZATION_PARAMETERS)."""
+    data = with_attribute(saved(Int8(nnq.ELU(0.1, 0))), "scale", 0.0)
+    refused(data, "module layer (torch.ao.nn.quantized.ELU)", "scale=0.0", "positive")
+
+
+def test_a_quantize_zero_point_outside_its_dtype_is_refused(engine):
+    """nnq.Quantize keeps its parameters as buffers, and its dtype as an attribute."""
+    data = saved(Float(nnq.Quantize(0.1, 0, torch.qint8)))
+
+    def locate(program):
+        return record(program, "layer")["buffers"], "zero_point"
+
+    data = with_tensor(data, locate, torch.tensor([200]))
+    refused(data, "zero_point=200", "[-128, 127] for torch.qint8")
 
 
 # ------------------------------------------------------- dynamic LSTM and GRU
