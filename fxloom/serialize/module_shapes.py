@@ -353,8 +353,8 @@ def _packed_child(*dtypes: torch.dtype) -> Callable[[nn.Module], Shapes]:
 @dataclass(frozen=True)
 class ShapeRule:
     """``shapes(module, held)`` checks the attributes and returns the shapes they give the
-    tensors; ``held(module)`` says where those tensors are when they are not the module's
-    own (a quantized layer's packed child); ``held`` passes their shapes to ``shapes``."""
+    tensors, given ``held``, the shapes of the tensors the module holds: its own, unless
+    ``held(module)`` says where they are (a quantized layer's packed child)."""
 
     shapes: Callable[[nn.Module, Shapes], Shapes]
     held: Callable[[nn.Module], Shapes] | None = None
