@@ -56,12 +56,13 @@ def is_plain_identifier(name: Any) -> bool:
 
 def sanitize(candidate: str) -> str:
     """Turn any string into a snake_case ASCII identifier stem (``"layer1.Conv"`` ->
-    ``"layer1_conv"``; ``"poids_é"`` -> ``"poids_e"``: letters lose their accents)."""
+    ``"layer1_conv"``; ``"poids_é"`` -> ``"poids_e"``: letters lose their accents; a character
+    with no ASCII form is spelled by its code point, ``"π"`` -> ``"u03c0"``)."""
     dotted = candidate.replace(".", "_")  # fast path: a lower-case module path ("layer1.0.conv")
     if dotted.islower() and not dotted.startswith("_") and is_plain_identifier(dotted):
         return dotted
-    if not candidate.isascii():  # NFKD splits "é" into "e" and a combining accent, dropped
-        candidate = unicodedata.normalize("NFKD", candidate).encode("ascii", "ignore").decode()
+    if not candidate.isascii():
+        candidate = "".join(map(_ascii_spelling, candidate))
     stem = _CAMEL_BOUNDARY.sub("_", candidate)
     stem = _INVALID_CHARS.sub("_", stem).lower()
     # "__add__" -> "add"; a trailing "_" that marks an in-place op ("add_") stays.
@@ -71,6 +72,16 @@ def sanitize(candidate: str) -> str:
     if stem[0].isdigit():
         stem = "_" + stem
     return stem
+
+
+def _ascii_spelling(char: str) -> str:
+    if char.isascii():
+        return char
+    # NFKD splits "é" into "e" and a combining accent (dropped), "ｘ" and "𝐱" into "x".
+    folded = unicodedata.normalize("NFKD", char).encode("ascii", "ignore").decode()
+    if folded or unicodedata.combining(char):
+        return folded
+    return f"u{ord(char):04x}"
 
 
 class Namespace:
