@@ -199,6 +199,13 @@ def _check_header(header: Any, source: Any) -> None:
         raise SerializationError(f"{_name(source)}: unknown format version {version}")
     if not isinstance(header.get("kind"), str):
         raise SerializationError(f"{_name(source)}: the header does not say what the file holds")
+    for key, value in header.items():
+        # The header is the first line `fxloom show` prints: its strings are text to read.
+        if not all(text.isprintable() for text in (key, value) if isinstance(text, str)):
+            raise SerializationError(
+                f"{_name(source)}: format.json's {key!r} entry holds a control or format "
+                f"character ({value!r:.80}); refused"
+            )
 
 
 def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytearray:

@@ -10,8 +10,8 @@ then the data. Files written here load with the ``safetensors`` library too.
 * ``read_tensors`` allocates each tensor once and reads its bytes from the file
   into it (``readinto``), as unpickling does: one copy, and allocations of tensor
   size, which the allocator recycles across loads. Every header entry is checked
-  (known dtype, non-negative shape, offsets inside the data, byte length equal to
-  the shape's, no two tensors sharing bytes) before anything is read, the header
+  (a printable name, known dtype, non-negative shape, offsets inside the data, byte
+  length equal to the shape's, no two tensors sharing bytes) before anything is read, the header
   is parsed strictly (``strict_json``: a key given twice is refused), and the
   header's size and number of tensors are bounded (``limits``), so the memory
   allocated is at most the member's size; anything else is a ``SerializationError``.
@@ -126,6 +126,10 @@ def _empty(name: str, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
 
 def _entry(name: str, entry: Any, data_length: int) -> tuple[torch.dtype, list[int], int, int]:
     where = f"the weights' tensor {name!r}"
+    if not name.isprintable():
+        # A name is a key the records refer to, and error messages quote it: one that holds
+        # an escape sequence or a bidi override is no name fxloom writes.
+        raise SerializationError(f"{where}: its name holds a control or format character")
     if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
         raise SerializationError(f"{where} has no known dtype")
     shape, offsets = entry.get("shape"), entry.get("data_offsets")
