@@ -210,9 +210,8 @@ def summarise(path: str | Path) -> FileSummary:
 
 def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
     summary = FileSummary(_escaped_header(header), {}, {}, {}, Counter(), Counter(), {})
-    refused = find_refusals(_module_records(root))
-    summary.refusals = list(refused)
-    with standing_in(refused):  # refused names decode as inert placeholders
+    summary.refusals = find_refusals(_module_records(root))
+    with standing_in(summary.refusals):  # refused names decode as inert placeholders
         _summarise_modules(summary, program, root)
     # A refusal's name is the file's (the placeholders stood in for it): shown escaped.
     summary.refusals = [replace(r, name=printable(r.name)) for r in summary.refusals]
