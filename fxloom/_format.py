@@ -132,7 +132,9 @@ def _format_list(arg: list, max_list_len: float, percent: bool) -> str:
 
 def _format_dict(arg: dict, max_list_len: float, percent: bool) -> str:
     items = ", ".join(
-        f"{k}: {format_arg(v, max_list_len, percent=percent)}" for k, v in arg.items()
+        # Keys print bare, as torch.fx prints them; a key from a file may hold controls.
+        f"{printable(str(k))}: {format_arg(v, max_list_len, percent=percent)}"
+        for k, v in arg.items()
     )
     return f"{{{items}}}"
 

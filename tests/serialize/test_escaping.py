@@ -6,6 +6,7 @@ conceal text, write the clipboard), C1 controls, bidi overrides or newlines that
 (and so ``GraphParseError``) passes its own message through it, so no quoting site can forget.
 """
 
+import io
 import unicodedata
 
 import pytest
@@ -194,3 +195,33 @@ def test_a_header_string_with_controls_is_refused():
     message = str(caught.value)
     assert "format.json's 'fxloom_version' entry holds a control or format character" in message
     assert "\\x1b]52;c;eA==\\x07" in message and not forbidden(message)
+
+
+def test_a_dict_argument_key_prints_escaped_in_the_graph_text():
+    graph = fxloom.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(dict, ({"\x1b[2Jk": x},)))
+    assert "\x1b" not in str(graph) and "\\x1b[2Jk" in str(graph)
+
+
+def test_an_exported_programs_printed_strings_hold_no_controls():
+    import json
+
+    import fxloom.export
+
+    buffer = io.BytesIO()
+    fxloom.export.save(fxloom.export.export(nn.Linear(3, 2), (torch.randn(2, 3),)), buffer)
+    program = json.loads(member(buffer.getvalue(), "fxloom/program.json"))
+    program["module_hierarchy"] = [["", "torch.nn.modules.linear.Linear\x1b[8m"]]
+    data = rewrite(buffer.getvalue(), "fxloom/program.json", json.dumps(program).encode())
+    with pytest.raises(SerializationError, match="not a class name") as refused:
+        fxloom.export.load(data)
+    assert "\x1b" not in str(refused.value)
+
+
+def test_the_cli_prints_an_unexpected_error_escaped():
+    from fxloom.cli import _one_line
+
+    assert _one_line(ValueError("bad \x1b]52;c;aGk=\x07 name")) == (
+        "ValueError: bad \\x1b]52;c;aGk=\\x07 name"
+    )
