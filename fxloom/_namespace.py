@@ -28,7 +28,6 @@ from typing import Any
 
 __all__ = ["Namespace", "sanitize", "is_plain_identifier", "RESERVED_NAMES"]
 
-_PLAIN_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INVALID_CHARS = re.compile(r"[^0-9a-zA-Z_]+")
 _SUFFIXED = re.compile(r"^(.*)_(\d+)$")
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -47,9 +46,11 @@ def is_plain_identifier(name: Any) -> bool:
     """Whether ``name`` is a string of ASCII letters, digits and ``_``, not starting with a
     digit and not a keyword: the only names generated code and saved files use, since each
     means exactly itself (no NFKC folding, no second spelling)."""
+    # For ASCII text, isidentifier() is exactly [A-Za-z_][A-Za-z0-9_]* (and as fast as it gets).
     return (
         isinstance(name, str)
-        and _PLAIN_IDENTIFIER.fullmatch(name) is not None
+        and name.isascii()
+        and name.isidentifier()
         and not keyword.iskeyword(name)
     )
 
