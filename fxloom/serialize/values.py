@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from fxloom._format import printable
 from fxloom.immutable_collections import immutable_dict
 from fxloom.lint import TORCH_VALUE_TYPES
 from fxloom.node import Node
@@ -105,7 +106,7 @@ def _encode_container(value: Any, entry: Any, where: str) -> Any:
         }
     children, context = entry.flatten(value)
     return {
-        "container": allowlist.name_of(entry.type, f"container class at {where}"),
+        "container": allowlist.name_of(entry.type, f"container class at {where}", container=True),
         "children": [encode_value(v, where) for v in children],
         "context": encode_value(context, where),
     }
@@ -190,7 +191,7 @@ def _decode_device(text: Any, nodes: Any, where: str, depth: int) -> torch.devic
 def _decode_container(data: dict, nodes: Any, where: str, depth: int) -> Any:
     if set(data) != {"container", "children", "context"}:
         raise SerializationError(f"{where}: cannot read the value {short(data)}")
-    cls = allowlist.resolve_callable(_string(data["container"], "class", where), "container class")
+    cls = allowlist.resolve_container_class(_string(data["container"], "class", where))
     entry = container_type(cls) if isinstance(cls, type) else None
     if entry is None:
         raise SerializationError(f"{where}: {data['container']} is not a container class")
@@ -231,7 +232,9 @@ def _ints(value: Any, where: str) -> list[int]:
 
 
 def short(value: Any) -> str:
-    text = repr(value)
+    """``value`` quoted for a message: its ``repr``, escaped (``printable``: a placeholder's
+    ``repr`` is the file's own name) and cut to 80 characters."""
+    text = printable(repr(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -329,7 +332,7 @@ def encode_spec(spec: TreeSpec) -> Any:
     if spec is NONE_SPEC or spec.type is type(None):
         return "none"
     return {
-        "type": allowlist.name_of(spec.type, "container class of a tree spec"),
+        "type": allowlist.name_of(spec.type, "container class of a tree spec", container=True),
         "context": encode_value(spec.context, "a tree spec's context"),
         "children": [encode_spec(c) for c in spec.children],
     }
@@ -348,7 +351,7 @@ def _decode_spec(data: Any, where: str, depth: int) -> TreeSpec:
     if not isinstance(data, dict) or not isinstance(data.get("children"), list):
         raise SerializationError(f"{where}: invalid tree spec {short(data)}")
     _check_depth(depth, where)
-    cls = allowlist.resolve_callable(data.get("type"), "container class")
+    cls = allowlist.resolve_container_class(data.get("type"))
     entry = container_type(cls) if isinstance(cls, type) else None
     if entry is None:
         raise SerializationError(f"{where}: {data.get('type')} is not a container class")
