@@ -149,6 +149,15 @@ def _read_roots() -> tuple[str, ...]:
     roots.update(site.getsitepackages())
     roots.update(p for p in sysconfig.get_paths().values())
     roots.update({"/proc/self", "/sys/devices/system/cpu", "/sys/fs/cgroup", "/dev/null"})
+    # Installed packages' metadata (``fxloom --version`` reads it; an editable install of a
+    # checkout keeps fxloom's beside the package, in fxloom.egg-info).
+    for entry in sys.path:
+        if os.path.isdir(entry):
+            roots.update(
+                os.path.join(entry, name)
+                for name in os.listdir(entry)
+                if name.endswith((".egg-info", ".dist-info"))
+            )
     return tuple(os.path.realpath(r) for r in roots if r)
 
 
