@@ -45,7 +45,7 @@ import pytest
 from red_team_harness import _child_env
 
 DRIVER = Path(__file__).with_name("generative_driver.py")
-CI_EXAMPLES = 300
+CI_EXAMPLES = 500
 EXAMPLES = int(os.environ.get("FXLOOM_RED_TEAM_EXAMPLES", CI_EXAMPLES))
 SEED = int(os.environ.get("FXLOOM_RED_TEAM_SEED", "0"))
 STARTUP_SECONDS = 120  # importing torch, building the corpus, on a busy machine
