@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import copy
+import importlib.util
 import json
 import os
 import resource
@@ -83,8 +84,7 @@ _real_open = builtins.open
 
 # ------------------------------------------------------------------ the audit hook
 # Audit events that must not happen while a file loads or runs (prefixes), and whether the
-# hook also blocks them (raising in the hook stops the operation; imports are only recorded,
-# as blocking them would break torch's own lazy imports, the warm-up having done the rest).
+# hook also blocks them (raising in the hook stops the operation; imports are only recorded).
 AUDITED = {
     "os.system": True, "os.exec": True, "os.spawn": True, "os.posix_spawn": True,
     "os.fork": True, "os.forkpty": True, "os.kill": True, "os.remove": True,
@@ -92,13 +92,35 @@ AUDITED = {
     "os.putenv": True, "os.unsetenv": True, "os.chdir": True, "shutil.rmtree": True,
     "subprocess.Popen": True, "ctypes.dlopen": True, "ctypes.dlsym": True,
     "ctypes.cdata": True, "ctypes.string_at": True, "pickle.find_class": True,
-    "marshal.loads": True, "socket.connect": True, "socket.bind": True,
+    "socket.connect": True, "socket.bind": True,
     "webbrowser.open": True, "builtins.input": True, "builtins.breakpoint": True,
     "sys.addaudithook": True, "sys.settrace": True, "sys.setprofile": True,
     "cpython.run_": True, "import": False,
 }  # fmt: skip
+# Libraries whose own modules torch and fxloom may import lazily, on a path a file chose (an
+# error message's helper, a schema check): their imports, and the execution of their modules'
+# code, are the library's, not the file's (as red_team_runner.py allows them). Any other
+# import of a module not yet in sys.modules is recorded.
+LIBRARIES = (
+    "torch", "fxloom", "numpy", "sympy", "mpmath", "onnx", "onnxruntime", "google",
+    "typing_extensions", "safetensors", "ml_dtypes",
+)  # fmt: skip
+
+
+def _library_files() -> tuple[str, ...]:
+    """The folders of the libraries' packages (and the file of a one-file module)."""
+    found: list[str] = []
+    for spec in map(importlib.util.find_spec, LIBRARIES):
+        if spec is not None and spec.submodule_search_locations:
+            found += [os.path.join(folder, "") for folder in spec.submodule_search_locations]
+        elif spec is not None and spec.origin:
+            found.append(spec.origin)
+    return tuple(found)
+
+
+LIBRARY_FILES = _library_files()
 # Code fxloom generates (its forwards) carries this file name prefix; other code executed
-# while a file loads or runs is recorded.
+# while a file loads or runs is recorded, but that of the libraries' own modules.
 GENERATED_FILES = "<fxloom-generated>"
 # fxloom's safetensors reader copies each tensor's bytes through ``from_address`` of the
 # tensor it just allocated; ``from_address`` anywhere else is recorded.
@@ -122,14 +144,19 @@ def _audit(event: str, args: tuple) -> None:
 def _audited(event: str, args: tuple) -> str | None:
     """What the event did, in words, if it is one to record."""
     if event == "import":
-        return None if args[0] in sys.modules else f"import {args[0]}"
+        name = args[0]
+        return (
+            None if name in sys.modules or name.partition(".")[0] in LIBRARIES else f"import {name}"
+        )
     if event == "open":
         return _open_outside(args)
     if event == "ctypes.cdata" and _called_from(OWN_MEMORY_READER):
         return None
     if event == "exec":  # compiling runs nothing (parse_graph's literals are ast.parse'd)
         name = getattr(args[0], "co_filename", "?")
-        return None if name.startswith(GENERATED_FILES) else f"exec of code from {name[:80]}"
+        if name.startswith(GENERATED_FILES) or name.startswith(LIBRARY_FILES):
+            return None
+        return f"exec of code from {name[:80]}"
     if any(event.startswith(prefix) for prefix in AUDITED):
         return f"{event}{tuple(repr(a)[:60] for a in args)}"
     return None
@@ -360,7 +387,7 @@ def _judged(entry: Entry, data: bytes) -> dict:
     if error is not None:
         return _verdict("load_raised", error=_error(error))
     module, program = loaded
-    before = tree_print(module)
+    before, values = tree_print(module), _tensor_values(module, program)
     got, got_error = _call(module, *entry.inputs)
     changes = tree_changes(before, tree_print(module))
     if changes:
@@ -371,6 +398,7 @@ def _judged(entry: Entry, data: bytes) -> dict:
         shown, signature = shown_module(data, module, program)
     except Unjudgeable as e:
         return _verdict("unjudgeable", error=str(e)[:400])
+    _restore(values)
     want, want_error = _call(shown_call, shown, signature, program, entry.inputs)
     if isinstance(want_error, Unjudgeable):
         return _verdict("unjudgeable", error=str(want_error)[:400])
@@ -383,6 +411,23 @@ def _judged(entry: Entry, data: bytes) -> dict:
             f"{_error(want_error) if want_error else 'ran'}",
         )
     return _verdict("equal" if same(got, want) else "differs")
+
+
+def _tensor_values(module, program) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(tensor, a copy of its values) for every parameter, buffer and constant: a graph may
+    write its own tensors in place (allowed, as a BatchNorm's running statistics are), and the
+    shown module must start from the values the loaded one started from."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if program is not None:
+        tensors += [*program.state_dict.values(), *program.constants.values()]
+    unique = {id(t): t for t in tensors if isinstance(t, torch.Tensor)}
+    return [(t, t.detach().clone()) for t in unique.values()]
+
+
+def _restore(values: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    with torch.no_grad():
+        for tensor, copy_ in values:
+            tensor.copy_(copy_)
 
 
 def _verdict(outcome: str, **details) -> dict:
