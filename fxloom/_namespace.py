@@ -3,8 +3,11 @@
 Every node name and every global of generated code is handed out by a
 ``Namespace``. Its invariants:
 
-* a returned name is a valid identifier, never a Python keyword, never a
-  builtin's name and never one of the namespace's reserved words;
+* a returned name is a plain identifier (``is_plain_identifier``: ASCII letters, digits
+  and ``_``), never a Python keyword, never a builtin's name and never one of the
+  namespace's reserved words. ASCII because Python folds other identifiers to NFKC
+  when it compiles generated code: ``ｓｅｌｆ`` and ``𝐬𝐞𝐥𝐟`` would both become ``self``,
+  and two names that print differently would be one variable;
 * a returned name is never returned again by the same namespace;
 * the candidate is kept when it is free (``"add"``), otherwise a numeric suffix
   is added (``"add_1"``, ``"add_2"``, ...). A candidate that already carries a
@@ -20,9 +23,12 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
+import unicodedata
+from typing import Any
 
-__all__ = ["Namespace", "sanitize", "RESERVED_NAMES"]
+__all__ = ["Namespace", "sanitize", "is_plain_identifier", "RESERVED_NAMES"]
 
+_PLAIN_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INVALID_CHARS = re.compile(r"[^0-9a-zA-Z_]+")
 _SUFFIXED = re.compile(r"^(.*)_(\d+)$")
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -37,11 +43,25 @@ RESERVED_NAMES = frozenset(
 )
 
 
+def is_plain_identifier(name: Any) -> bool:
+    """Whether ``name`` is a string of ASCII letters, digits and ``_``, not starting with a
+    digit and not a keyword: the only names generated code and saved files use, since each
+    means exactly itself (no NFKC folding, no second spelling)."""
+    return (
+        isinstance(name, str)
+        and _PLAIN_IDENTIFIER.fullmatch(name) is not None
+        and not keyword.iskeyword(name)
+    )
+
+
 def sanitize(candidate: str) -> str:
-    """Turn any string into a snake_case identifier stem (``"layer1.Conv"`` -> ``"layer1_conv"``)."""
+    """Turn any string into a snake_case ASCII identifier stem (``"layer1.Conv"`` ->
+    ``"layer1_conv"``; ``"poids_é"`` -> ``"poids_e"``: letters lose their accents)."""
     dotted = candidate.replace(".", "_")  # fast path: a lower-case module path ("layer1.0.conv")
-    if dotted.isidentifier() and dotted.islower() and not dotted.startswith("_"):
+    if dotted.islower() and not dotted.startswith("_") and is_plain_identifier(dotted):
         return dotted
+    if not candidate.isascii():  # NFKD splits "é" into "e" and a combining accent, dropped
+        candidate = unicodedata.normalize("NFKD", candidate).encode("ascii", "ignore").decode()
     stem = _CAMEL_BOUNDARY.sub("_", candidate)
     stem = _INVALID_CHARS.sub("_", stem).lower()
     # "__add__" -> "add"; a trailing "_" that marks an in-place op ("add_") stays.
@@ -81,7 +101,7 @@ class Namespace:
     def _split(self, candidate: str) -> tuple[str, int]:
         split = self._split_cache.get(candidate)
         if split is None:
-            stem = candidate if candidate.isidentifier() else sanitize(candidate)
+            stem = candidate if is_plain_identifier(candidate) else sanitize(candidate)
             match = _SUFFIXED.match(stem)
             if match and match.group(1) and not match.group(2).startswith("0"):
                 split = (match.group(1), int(match.group(2)))

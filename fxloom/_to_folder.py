@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import keyword
 import textwrap
 import types
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom import attr_path
+from fxloom._namespace import is_plain_identifier
 
 if TYPE_CHECKING:
     from fxloom.graph_module import GraphModule
@@ -33,7 +33,7 @@ __all__ = ["write_folder"]
 
 
 def write_folder(gm: GraphModule, folder: Path, module_name: str) -> None:
-    if not module_name.isidentifier() or keyword.iskeyword(module_name):
+    if not is_plain_identifier(module_name):
         raise ValueError(f"to_folder: module_name must be a Python identifier, got {module_name!r}")
     code = gm.graph.python_code(root_module="self")
     imports = [_import_line(name, value) for name, value in code.globals.items()]
@@ -85,7 +85,9 @@ class _ModuleBuilder:
     def build(self, module: torch.nn.Module, expr: str, prefix: str = "") -> list[str]:
         lines = self._own_tensors(module, expr, prefix)
         for name, child in module.named_children():
-            child_expr = f"{expr}.{name}" if name.isidentifier() else f"getattr({expr}, {name!r})"
+            child_expr = (
+                f"{expr}.{name}" if is_plain_identifier(name) else f"getattr({expr}, {name!r})"
+            )
             path = f"{prefix}{name}"
             constructor = _constructor(child)
             if type(child) is torch.nn.Module:

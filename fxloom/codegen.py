@@ -21,7 +21,11 @@ What the source looks like::
   freed as early as in a hand-written forward; where that is comes from
   ``liveness.last_uses``, which the Interpreter follows too. A call whose
   value nothing reads is not bound at all (``print(x)``);
-* node names never collide with globals: globals get names the graph does not use.
+* node names never collide with globals: globals get names the graph does not use;
+* every identifier in the code is plain ASCII (``_namespace.is_plain_identifier``): an
+  attribute path part, method or keyword that is not is written as a string
+  (``getattr(self.layers, "0")``, ``**{"clé": v}``), since Python would fold it to NFKC
+  and ``self.ſcale`` would read ``self.scale``.
 
 Each node first becomes a ``_Statement`` (what is assigned to what), decided
 from facts about the node; ``_line`` alone turns statements into text.
@@ -52,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom import attr_path
-from fxloom._namespace import Namespace, sanitize
+from fxloom._namespace import Namespace, is_plain_identifier, sanitize
 from fxloom.lint import TORCH_VALUE_TYPES
 from fxloom.liveness import last_uses
 from fxloom.node import Node
@@ -350,8 +354,7 @@ class _Emitter:
         """The target when it can be a parameter name (so callers may pass it by keyword)."""
         wanted = str(node.target).lstrip("*")
         usable = (
-            wanted.isidentifier()
-            and not keyword.iskeyword(wanted)
+            is_plain_identifier(wanted)
             and wanted not in self.param_names
             and (wanted == node.name or wanted not in self.global_names)
             and wanted != self.root_module
@@ -411,7 +414,7 @@ class _Emitter:
         if not args:
             raise CodegenError(f"call_method %{node.name} ({target}) has no self argument")
         receiver = self._receiver(args[0])
-        if target.isidentifier() and not keyword.iskeyword(target):
+        if is_plain_identifier(target):
             method = f"{receiver}.{target}"
         else:
             method = f"{self._builtin('getattr')}({receiver}, {target!r})"
@@ -441,7 +444,7 @@ class _Emitter:
         parts = [self._expr(a) for a in args]
         odd: dict[str, Any] = {}
         for key, value in kwargs.items():
-            if isinstance(key, str) and key.isidentifier() and not keyword.iskeyword(key):
+            if is_plain_identifier(key):
                 parts.append(f"{key}={self._expr(value)}")
             else:
                 odd[key] = value
@@ -569,7 +572,7 @@ class _Emitter:
         if expr is None:
             name = getattr(obj, "__name__", None)
             candidate = name if isinstance(name, str) else type(obj).__name__
-            if not candidate.isidentifier():
+            if not is_plain_identifier(candidate):
                 candidate = sanitize(candidate)
             expr = self.global_names.create_name(candidate)
             self.globals[expr] = obj
@@ -728,7 +731,7 @@ def _attr_path(base: str, qualified_name: str, getattr_name: str = "getattr") ->
     """
     expr = base
     for part in qualified_name.split("."):
-        if part.isidentifier() and not keyword.iskeyword(part):
+        if is_plain_identifier(part):
             expr = f"{expr}.{part}"
         else:
             expr = f"{getattr_name}({expr}, {_string_literal(part)})"
@@ -747,7 +750,7 @@ def _is_bracketed(text: str) -> bool:
 
 
 def _is_attr_name(value: Any) -> bool:
-    return isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)
+    return is_plain_identifier(value)
 
 
 def _stack_comment(node: Node) -> str:

@@ -6,10 +6,18 @@ object only if it is:
 
 * in the closed table of ``call_table``: pure ATen/prims operator overloads,
   the listed torch functions and Tensor methods, ``operator``/``math``
-  functions, safe builtins, fxloom's run-time functions;
-* a container class registered with fxloom's or torch's pytree (Hugging Face's
-  ``ModelOutput`` classes) or listed in ``fxloom.library_containers`` (its caches),
-  looked up only among modules already imported;
+  functions, safe builtins, fxloom's run-time functions, the torch classes that
+  build values (``torch.Size``, ``torch.device``, dtype info, result types);
+* an output class a graph rebuilds through its own constructor: a ``ModelOutput``
+  dataclass of ``transformers`` whose fields have no default factory
+  (``OUTPUT_CONTAINER_BASES``), looked up only among modules already imported. These
+  are the only classes a graph may call besides the table's: a class runs code of
+  its own when called (``collections.defaultdict``'s factory at a missing key);
+* for tree specs and container values only, never as call targets
+  (``resolve_container_class``): a container class registered with fxloom's or
+  torch's pytree or listed in ``fxloom.library_containers`` (its caches), looked up
+  only among modules already imported; the pytree registry says how to rebuild a
+  container, not what a graph may call;
 * an ``nn.Module`` class of ``torch.nn``, ``torch.ao.nn`` or fxloom, for the
   modules of a saved GraphModule;
 * anything the user registered with ``register_serializable``.
@@ -21,6 +29,7 @@ with ``DisallowedNameError``, which names it and says how to allow it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import sys
 from collections.abc import Iterator
@@ -30,6 +39,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom._namespace import is_plain_identifier
 from fxloom.node import Node
 from fxloom.ops.runtime_functions import runtime_function
 from fxloom.serialize import attribute_table, call_table
@@ -39,7 +49,9 @@ __all__ = [
     "register_serializable",
     "registered",
     "resolve_callable",
+    "resolve_container_class",
     "resolve_module_class",
+    "OUTPUT_CONTAINER_BASES",
     "name_of",
     "module_class_name",
     "allowed_method",
@@ -108,6 +120,17 @@ def resolve_callable(name: str, what: str = "target") -> Any:
     return found
 
 
+def resolve_container_class(name: str, what: str = "container class") -> Any:
+    """The container class ``name`` stands for, for rebuilding a tree spec or a container
+    value (never for calling): a callable class, or one registered with a pytree."""
+    found = find_callable(name)
+    if found is MISSING and isinstance(name, str):
+        found = _container_class(name)
+    if found is MISSING:
+        raise DisallowedNameError(name, what)
+    return found
+
+
 def find_callable(name: str) -> Any:
     """``resolve_callable`` without the error: ``MISSING`` where the name is not allowed."""
     if not isinstance(name, str):
@@ -128,7 +151,27 @@ _FOUND: dict[str, Any] = {}
 
 def _find_allowed(name: str) -> Any:
     found = call_table.find_table_callable(name)
-    return found if found is not call_table.MISSING else _container_class(name)
+    return found if found is not call_table.MISSING else _output_class(name)
+
+
+# Bases of the classes a graph may call to build its output (besides call_table's).
+OUTPUT_CONTAINER_BASES = frozenset({"transformers.utils.generic.ModelOutput"})
+
+
+def _output_class(name: str) -> Any:
+    """A library's output dataclass (``OUTPUT_CONTAINER_BASES``, defined in that library), whose
+    constructor only stores its fields: no field has a default factory to call."""
+    found = _container_class(name)
+    if found is MISSING or not dataclasses.is_dataclass(found):
+        return MISSING
+    bases = {class_name(base) for base in found.__mro__}
+    library = {base.partition(".")[0] for base in OUTPUT_CONTAINER_BASES & bases}
+    if not library or found.__module__.partition(".")[0] not in library:
+        return MISSING
+    fields = dataclasses.fields(found)
+    if any(field.default_factory is not dataclasses.MISSING for field in fields):
+        return MISSING
+    return found
 
 
 def resolve_module_class(name: str) -> type:
@@ -187,8 +230,9 @@ def check_call(target: Any, args: tuple, kwargs: dict | None = None) -> None:
 
 
 # -------------------------------------------------------------------- saving
-def name_of(obj: Any, what: str = "target") -> str:
-    """The name ``obj`` is saved by; it must resolve back to ``obj`` when loading.
+def name_of(obj: Any, what: str = "target", *, container: bool = False) -> str:
+    """The name ``obj`` is saved by; it must resolve back to ``obj`` when loading (as a call
+    target, or with ``container``, as the class of a tree spec or container value).
 
     Raises ``SerializationError`` at save time for what a loader would refuse,
     so no file is written that cannot be loaded.
@@ -197,8 +241,18 @@ def name_of(obj: Any, what: str = "target") -> str:
     if registered_name is not None and _REGISTERED.get(registered_name) is obj:
         return registered_name
     name = class_name(obj) if isinstance(obj, type) else qualified_name(obj)
-    if find_callable(name) is obj:
+    found = find_callable(name)
+    if found is MISSING and container:
+        found = _container_class(name)
+    if found is obj:
         return name
+    if isinstance(obj, type) and not container and _container_class(name) is obj:
+        raise SerializationError(
+            f"cannot save {what} {name}: a graph from a file may call only the classes fxloom "
+            "lists (torch.Size, torch.device, dtype info, result types, transformers' "
+            "ModelOutput classes), since calling a class runs its code; if calling it is safe "
+            f"on any arguments, register it with fxloom.register_serializable({obj.__qualname__})"
+        )
     if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         reason = call_table.operator_refusal(obj) or "is not a listed operator"
         raise SerializationError(f"cannot save {what} {name}: loading refuses it, as it {reason}")
@@ -276,7 +330,7 @@ def _importable(module_name: str, packages: tuple[str, ...]) -> bool:
     spelled as plain identifiers, and never a ``__main__`` (importing it runs a program)."""
     parts = module_name.split(".")
     return any(module_name == p or module_name.startswith(p + ".") for p in packages) and all(
-        part.isidentifier() and not part.startswith("__") for part in parts
+        is_plain_identifier(part) and not part.startswith("__") for part in parts
     )
 
 

@@ -41,6 +41,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom._format import qualified_name
+from fxloom._namespace import is_plain_identifier
 from fxloom.ops.runtime_functions import runtime_function_named
 from fxloom.serialize.torch_names import TENSOR_METHODS, TORCH_FUNCTIONS
 
@@ -208,7 +209,7 @@ def _operator(parts: list[str]) -> Any:
     """``torch.ops.<namespace>.<op>[.<overload>]``, if ``operator_refusal`` allows it."""
     if len(parts) not in (2, 3) or parts[0] not in OPERATOR_NAMESPACES:
         return MISSING
-    if any(not p.isidentifier() or p.startswith("__") for p in parts):
+    if any(not is_plain_identifier(p) or p.startswith("__") for p in parts):
         return MISSING
     namespace = getattr(torch.ops, parts[0])
     try:

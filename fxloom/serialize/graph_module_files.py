@@ -20,6 +20,8 @@ from fxloom.lint import lint_graph
 from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
 from fxloom.serialize.devices import MapLocation, Placement, move_graph_devices
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.frozen_tree import check_get_attr_uses
+from fxloom.serialize.generated_code import check_generated_forward
 from fxloom.serialize.meta import MetaCodecs
 from fxloom.serialize.module_members import MISSING, ParametrizedTensor, held_at
 from fxloom.serialize.module_shapes import check_module_shapes
@@ -126,6 +128,7 @@ def check_loaded(gm: GraphModule) -> None:
             except Exception as e:
                 raise SerializationError(f"the loaded graph is not valid: {e}") from None
             _check_targets(module, where)
+            check_generated_forward(module, where)
 
 
 def _check_targets(gm: GraphModule, where: str) -> None:
@@ -142,6 +145,7 @@ def _check_targets(gm: GraphModule, where: str) -> None:
                 )
             if op == "get_attr":
                 _check_tensor_meta(node, value)
+                check_get_attr_uses(node, value, where)
 
 
 def _check_tensor_meta(node: Any, value: Any) -> None:

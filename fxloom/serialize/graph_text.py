@@ -33,6 +33,7 @@ from fxloom.lint import TORCH_VALUE_TYPES
 from fxloom.node import Node
 from fxloom.serialize import allowlist, limits
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.graphs import check_identifier, check_path
 from fxloom.serialize.values import NUMPY_SCALARS
 
 __all__ = ["GraphParseError", "parse_graph"]
@@ -121,6 +122,8 @@ def _parse_line(line: str, graph: Graph, nodes: dict[str, Node], resolver: _Reso
     type_expr = resolver.type(type_text) if type_text else None
     target = resolver.target(op, target_text)
     args, kwargs = _parse_call_rest(op, rest, nodes, resolver)
+    for key in kwargs:
+        _checked(check_identifier, key, "keyword")
     try:
         allowlist.check_call(target, args, kwargs)
     except SerializationError as e:
@@ -131,6 +134,15 @@ def _parse_line(line: str, graph: Graph, nodes: dict[str, Node], resolver: _Reso
     nodes[name] = node
 
 
+def _checked(check: Any, name: Any, what: str) -> Any:
+    """``check(name, what)`` (``graphs.check_identifier``/``check_path``: the rules files keep)
+    with its refusal as a ``GraphParseError``."""
+    try:
+        return check(name, what)
+    except SerializationError as e:
+        raise GraphParseError(str(e)) from None
+
+
 _HEADER_FORM = "expected '%name : [num_users=N] = op[target=T](args = (...), kwargs = {...})'"
 
 
@@ -138,6 +150,9 @@ def _split_header(line: str) -> tuple[str, str | None, str, str, str | None]:
     """``%name : type [num_users=N] = op[target=T](rest)`` as (name, type, op, target, rest),
     read left to right in one pass."""
     name_end = _word_end(line, 1)
+    if line[name_end : name_end + 1].isidentifier():  # a letter past ASCII's
+        name = line[1 : line.find(" ", 1) if " " in line else len(line)]
+        _checked(check_identifier, name, "node name")
     users = line.find(" [num_users=", name_end)
     if not line.startswith("%") or name_end == 1 or users < 0:
         raise GraphParseError(_HEADER_FORM)
@@ -202,7 +217,10 @@ class _Resolver:
         self.namespace = namespace
 
     def target(self, op: str, text: str) -> Any:
-        if op in ("placeholder", "call_module", "get_attr"):
+        if op in ("call_module", "get_attr"):
+            return _checked(check_path, text, f"{op} target")
+        if op == "placeholder":
+            _checked(check_identifier, text.lstrip("*"), "parameter name")
             return text
         if op == "call_method":
             if text in self.namespace or allowlist.allowed_method(text):
@@ -454,7 +472,7 @@ def _check_depth(depth: int, what: str = "a value") -> None:
 # and finds its end with runs of one character class (``_RUNS``), which cannot backtrack.
 _RUNS = {
     "space": re.compile(r"\s*"),
-    "word": re.compile(r"\w*"),
+    "word": re.compile(r"\w*", re.ASCII),  # names are plain ASCII (no NFKC twins)
     "digits": re.compile(r"[0-9]*"),
     "string_body": re.compile(r"[^'\"\\]*"),
 }

@@ -9,22 +9,25 @@ One record per node, in order::
 are written by ``values``. Targets of ``call_function`` are names resolved
 through the allowlist; ``call_method`` targets must be Tensor methods;
 ``get_attr``/``call_module`` targets are dotted attribute paths. Every name
-that generated code will contain (node names, parameter names, attribute
-paths, keyword names) is checked to be a plain identifier before the graph
-is built, so a file cannot smuggle code into ``forward``.
+that generated code will contain or that is looked up (node names, parameter
+names, attribute paths, keyword names) is checked to be a plain ASCII
+identifier before the graph is built (``_namespace.is_plain_identifier``), so a
+file cannot smuggle code into ``forward``, and no two names that read
+differently become one when Python folds identifiers to NFKC.
 """
 
 from __future__ import annotations
 
-import keyword
 import operator
 import types
 import typing
+import unicodedata
 from functools import reduce
 from typing import Any
 
 import torch
 
+from fxloom._namespace import is_plain_identifier
 from fxloom.codegen import CodeGen
 from fxloom.graph import Graph
 from fxloom.lint import argument_rule_violation
@@ -109,6 +112,11 @@ def _encode_target(node: Node, where: str) -> Any:
         return name
     if not isinstance(node.target, str):
         raise SerializationError(f"cannot save {where}: its target {node.target!r} is not a name")
+    if node.op in ("get_attr", "call_module"):
+        try:
+            check_path(node.target, f"{where}: the attribute path")
+        except SerializationError as e:
+            raise SerializationError(f"cannot save {e}; rename the attribute") from None
     if node.op == "call_method" and not allowlist.allowed_method(node.target):
         raise SerializationError(
             f"cannot save {where}: loading refuses the method {node.target!r}, which is not in "
@@ -198,21 +206,35 @@ def _decode_target(op: str, target: Any, where: str) -> Any:
 
 
 def check_identifier(name: Any, where: str) -> str:
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise SerializationError(f"{where} {short(name)} is not a valid identifier")
+    """A plain ASCII identifier (``[A-Za-z_][A-Za-z0-9_]*``, not a keyword)."""
+    if not is_plain_identifier(name):
+        raise SerializationError(
+            f"{where} {short(name)} is not a valid identifier{_ascii_hint(name)}"
+        )
     return name
 
 
 def check_path(path: Any, where: str) -> str:
-    """A dotted path of identifiers (``layer.0.weight``: digits name sequence entries)."""
+    """A dotted path of plain identifiers (``layer.0.weight``: digits name sequence entries)."""
     if not isinstance(path, str) or not path:
         raise SerializationError(f"{where} {short(path)} is not a dotted path")
     for part in path.split("."):
-        if not (part.isidentifier() and not keyword.iskeyword(part) or part.isdigit()):
-            raise SerializationError(f"{where} {short(path)} is not a dotted path")
+        if not (is_plain_identifier(part) or part.isascii() and part.isdigit()):
+            raise SerializationError(
+                f"{where} {short(path)} is not a dotted path of plain identifiers{_ascii_hint(path)}"
+            )
         if part.startswith("__"):
             raise SerializationError(f"{where} {short(path)} reaches a private attribute")
     return path
+
+
+def _ascii_hint(name: Any) -> str:
+    if not isinstance(name, str) or name.isascii():
+        return ""
+    return (
+        " (names in files are ASCII: Python would read this one as "
+        f"{short(unicodedata.normalize('NFKC', name))})"
+    )
 
 
 # ----------------------------------------------------------------- annotations

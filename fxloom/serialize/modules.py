@@ -161,6 +161,7 @@ def encode_module(
     if module._non_persistent_buffers_set:
         record["non_persistent"] = sorted(module._non_persistent_buffers_set)
     _check_one_meaning(record, where)
+    _check_saved_names(module, record, where)
     record["children"] = {
         name: None if child is None else encode_module(child, writer, codecs, f"{where}.{name}")
         for name, child in module._modules.items()
@@ -246,6 +247,18 @@ def _check_one_meaning(record: dict, where: str) -> None:
                     "has one meaning in a module"
                 )
             seen[name] = table
+
+
+def _check_saved_names(module: nn.Module, record: dict, where: str) -> None:
+    """The names loading checks (``_check_member``, ``_check_attribute``: plain ASCII), checked
+    before anything is written."""
+    try:
+        for name in (*module._parameters, *module._buffers, *module._modules):
+            check_path(name, f"{where}: the member name")
+        for name in (*record["attributes"], *record.get("tensors", ())):
+            check_identifier(name, f"{where}: the attribute name")
+    except SerializationError as e:
+        raise SerializationError(f"cannot save {e}; rename it") from None
 
 
 def _encode_graph_constant(

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from torch import nn
 from torch.nn.utils import parametrizations, parametrize
 
+from fxloom._namespace import is_plain_identifier
 from fxloom.serialize.errors import SerializationError
 
 __all__ = [
@@ -215,7 +216,7 @@ def _check_free(module: nn.Module, name: str, where: str) -> None:
     held = (module._parameters, module._buffers, module._modules, vars(module))
     if (
         not isinstance(name, str)
-        or not name.isidentifier()
+        or not is_plain_identifier(name)
         or any(name in table for table in held)
         or inspect.getattr_static(type(module), name, None) is not None
     ):

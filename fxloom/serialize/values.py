@@ -105,7 +105,7 @@ def _encode_container(value: Any, entry: Any, where: str) -> Any:
         }
     children, context = entry.flatten(value)
     return {
-        "container": allowlist.name_of(entry.type, f"container class at {where}"),
+        "container": allowlist.name_of(entry.type, f"container class at {where}", container=True),
         "children": [encode_value(v, where) for v in children],
         "context": encode_value(context, where),
     }
@@ -190,7 +190,7 @@ def _decode_device(text: Any, nodes: Any, where: str, depth: int) -> torch.devic
 def _decode_container(data: dict, nodes: Any, where: str, depth: int) -> Any:
     if set(data) != {"container", "children", "context"}:
         raise SerializationError(f"{where}: cannot read the value {short(data)}")
-    cls = allowlist.resolve_callable(_string(data["container"], "class", where), "container class")
+    cls = allowlist.resolve_container_class(_string(data["container"], "class", where))
     entry = container_type(cls) if isinstance(cls, type) else None
     if entry is None:
         raise SerializationError(f"{where}: {data['container']} is not a container class")
@@ -329,7 +329,7 @@ def encode_spec(spec: TreeSpec) -> Any:
     if spec is NONE_SPEC or spec.type is type(None):
         return "none"
     return {
-        "type": allowlist.name_of(spec.type, "container class of a tree spec"),
+        "type": allowlist.name_of(spec.type, "container class of a tree spec", container=True),
         "context": encode_value(spec.context, "a tree spec's context"),
         "children": [encode_spec(c) for c in spec.children],
     }
@@ -348,7 +348,7 @@ def _decode_spec(data: Any, where: str, depth: int) -> TreeSpec:
     if not isinstance(data, dict) or not isinstance(data.get("children"), list):
         raise SerializationError(f"{where}: invalid tree spec {short(data)}")
     _check_depth(depth, where)
-    cls = allowlist.resolve_callable(data.get("type"), "container class")
+    cls = allowlist.resolve_container_class(data.get("type"))
     entry = container_type(cls) if isinstance(cls, type) else None
     if entry is None:
         raise SerializationError(f"{where}: {data.get('type')} is not a container class")
