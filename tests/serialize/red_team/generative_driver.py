@@ -512,13 +512,14 @@ class Run:
         def explore(data):
             i = next(index)
             entry = data.draw(st.sampled_from(self.entries), label="entry")
+            engine = _engine(entry, data.draw)
             program = Program(copy.deepcopy(self.documents[entry.name]), entry.exported)
             try:
                 done = mutate(program, data.draw)
             except Exception:  # a bug of the mutation table: reported, not a verdict
                 self.write({"start": i, "mutation_error": traceback.format_exc()})
                 return
-            did = [d for _, d in done]
+            did = [d for _, d in done] + ([f"on the {engine} engine"] if engine else [])
             if i < skip:  # drawn again after a crash: the parent checks it is the same mutant
                 self.write({"drawn": i, "entry": entry.name, "did": did})
                 return
@@ -540,8 +541,21 @@ class Run:
         self.out.write(json.dumps(line) + "\n")
 
 
+# Quantized files are loaded and run on every quantized engine torch has here (a kernel's
+# preconditions differ between fbgemm, qnnpack, onednn and x86); the engine is drawn.
+QUANTIZED_ENGINES = sorted(e for e in torch.backends.quantized.supported_engines if e != "none")
+DEFAULT_ENGINE = torch.backends.quantized.engine
+
+
+def _engine(entry: Entry, draw) -> str | None:
+    if entry.kind != "quantized":
+        return None
+    return draw(st.sampled_from(QUANTIZED_ENGINES), label="quantized engine")
+
+
 def _reset_process_state() -> None:
     """Undo what a mutant may have changed process-wide, so the next is judged alone."""
+    torch.backends.quantized.engine = DEFAULT_ENGINE
     torch.set_default_dtype(torch.float32)
     torch.set_grad_enabled(True)
     torch.manual_seed(0)

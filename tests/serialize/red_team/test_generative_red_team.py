@@ -195,9 +195,12 @@ def describe(mutants: list[dict], examples_per_group: int = 2) -> str:
 
 
 def counts(run: Run) -> str:
-    """Per kind of file: mutants tried, refused, loaded and equal (or both raised), got through."""
+    """Per kind of file: mutants tried, refused, loaded and equal (or both raised), got through
+    (the simulated crash left out)."""
     table = defaultdict(Counter)
-    for m in run.mutants.values():
+    for i, m in run.mutants.items():
+        if i == run.simulated_crash:
+            continue
         outcome = m["verdict"]["outcome"]
         column = (
             "refused"
