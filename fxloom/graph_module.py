@@ -70,6 +70,7 @@ import itertools
 import linecache
 import textwrap
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from types import MethodType
 from typing import Any
@@ -269,10 +270,16 @@ class GraphModule(torch.nn.Module):
 
     forward = _GeneratedForward()
 
-    def recompile(self) -> PythonCode:
-        """Regenerate and compile ``forward`` from the graph now; return the ``PythonCode``."""
+    def recompile(self, *, check: Callable[[PythonCode], None] | None = None) -> PythonCode:
+        """Regenerate and compile ``forward`` from the graph now; return the ``PythonCode``.
+
+        ``check``, if given, is called with the generated code before any of it is compiled
+        or run, and may raise to stop it (``fxloom.load`` checks a file's code this way).
+        """
         graph = self._graph
         code = graph.python_code(root_module="self")
+        if check is not None:
+            check(code)
         forward, filename = _compile_forward(code, type(self).__name__)
         type(self)._generated_forward = forward
         pytree_info = getattr(graph._codegen, "pytree_info", None)

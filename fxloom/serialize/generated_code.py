@@ -19,8 +19,9 @@ guarantee holds on the code itself, whatever a bug in decoding or code generatio
   attribute is a private dunder other than an allowed operator method, and no call passes
   a keyword the table refuses for its callee (``max(key=...)``) or ``**`` keywords.
 
-The code checked is the code compiled: ``GraphModule.recompile`` compiles exactly the
-source it returns, and a loaded module's forward is not generated again unless its graph
+The code checked is the code compiled, and it is checked before any of it runs:
+``GraphModule.recompile(check=...)`` hands the generated source to the check, then compiles
+exactly that source; a loaded module's forward is not generated again unless its graph
 changes afterwards.
 """
 
@@ -32,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fxloom._namespace import is_plain_identifier
+from fxloom.codegen import PythonCode
 from fxloom.graph_module import GraphModule
 from fxloom.serialize import allowlist, call_table
 from fxloom.serialize.errors import SerializationError
@@ -76,9 +78,13 @@ READABLE_BUILTINS: frozenset[str] = call_table.SAFE_BUILTINS | {"complex", "byte
 
 
 def check_generated_forward(gm: GraphModule, where: str) -> None:
-    """Regenerate ``gm``'s forward and refuse it unless it is code generation's own form over
-    the graph's validated names (see the module docstring)."""
-    code = gm.recompile()
+    """Regenerate ``gm``'s forward and refuse it, before any of it is compiled or run, unless
+    it is code generation's own form over the graph's validated names (see the module
+    docstring)."""
+    gm.recompile(check=lambda code: _check_code(code, gm, where))
+
+
+def _check_code(code: PythonCode, gm: GraphModule, where: str) -> None:
     tree = ast.parse(code.src)
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
         _refuse(where, "it is not a single function definition")

@@ -139,6 +139,23 @@ def test_the_forward_is_checked_as_python_code(header, problem):
         check_generated_forward(gm, "the module")
 
 
+def test_the_code_is_checked_before_any_of_it_runs():
+    ran = []
+
+    class Recording(CodeGen):
+        def gen_fn_def(self, free_vars, maybe_return_annotation):
+            return "ran.append(1)\n" + super().gen_fn_def(free_vars, maybe_return_annotation)
+
+        def additional_globals(self):
+            return [("ran", ran)]
+
+    gm = fxloom.symbolic_trace(Scaled())
+    gm.graph.set_codegen(Recording())
+    with pytest.raises(SerializationError, match="not a single function"):
+        check_generated_forward(gm, "the module")
+    assert ran == []  # refused before the module-level line could run
+
+
 def test_the_check_refuses_syntax_code_generation_never_writes():
     class Lambda(CodeGen):
         def gen_fn_def(self, free_vars, maybe_return_annotation):
