@@ -7,7 +7,8 @@ a dynamic batch and with ``fxloom.cond``, quantized, lowered to ONNX Runtime, an
 two stage modules) with the edits of ``generative_mutations.MUTATIONS``: names replaced by
 look-alikes Python folds to another name (``self``, ``torch``, a builtin, a keyword, another
 name of the file), nodes inserted before the output that write into the module tree or call
-classes, and module attributes changed within their types.
+classes, and module attributes changed within their types. A quantized file is loaded on a
+quantized engine drawn among those torch has (fbgemm, qnnpack, onednn, x86).
 
 The mutants are drawn and judged in ONE child interpreter (``generative_driver.py``; a mutant
 may kill it, with SIGFPE in a native kernel) with a seed, so every run tries the same files.
