@@ -720,7 +720,9 @@ def call_class(program: Program, draw: Draw) -> str | None:
 
 
 # ------------------------------------------------------------------ attribute values
-INTS = [0, -1, 1, 2, 3, 2**31 - 1, 2**31, 2**63 - 1, -(2**63), 2**64, 10**9]
+# Zero and -1 come up most (a divisor, a count, a stride: what native kernels trust), then
+# small and huge values.
+INTS = [0, 0, 0, -1, -1, 1, 2, 3, 2**31 - 1, 2**31, 2**63 - 1, -(2**63), 2**64, 10**9]
 FLOATS = [{"float": "nan"}, {"float": "inf"}, {"float": "-inf"}, 0.0, -1.0, 1e-45, 1e308]
 STRINGS = [
     "zeros", "reflect", "replicate", "circular", "mean", "sum", "none", "tanh", "relu",
