@@ -1,4 +1,5 @@
-"""The text form of graphs and nodes (``print(graph)``, ``Node.format_node``, ``print_tabular``).
+"""The text form of graphs and nodes (``print(graph)``, ``Node.format_node``, ``print_tabular``),
+and ``printable``, which makes a string read from a file safe to print.
 
 Text form of one node::
 
@@ -26,13 +27,37 @@ if TYPE_CHECKING:
     from fxloom.node import Node
 
 __all__ = [
+    "printable",
     "qualified_name",
     "describe_target",
     "format_arg",
     "format_node",
+    "graph_lines",
     "graph_to_str",
     "print_tabular",
 ]
+
+
+def printable(text: str) -> str:
+    r"""``text`` with every character a terminal could act on written as ``repr`` writes it.
+
+    A string from a file may hold escape sequences (clear the screen, hide text, write the
+    clipboard), bidi overrides that reorder what is shown, or a newline that forges a line of
+    output. Every character ``str.isprintable`` rejects is escaped: controls (C0 with newline
+    and tab, DEL, C1, ESC), format characters (bidi overrides and isolates, zero-width ones),
+    line and paragraph separators, spaces other than " ", surrogates, private-use and
+    unassigned code points. Quotes and backslashes stay as they are, so a name reads as
+    itself, and escaping printable text changes nothing (escaping twice is escaping once)::
+
+        >>> printable("relu\x1b[2J\u202e")
+        'relu\\x1b[2J\\u202e'
+        >>> printable("layer.0")
+        'layer.0'
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
 
 # Modules whose functions are exposed under a friendlier public path.
 _PUBLIC_MODULE = {
@@ -107,7 +132,9 @@ def _format_list(arg: list, max_list_len: float, percent: bool) -> str:
 
 def _format_dict(arg: dict, max_list_len: float, percent: bool) -> str:
     items = ", ".join(
-        f"{k}: {format_arg(v, max_list_len, percent=percent)}" for k, v in arg.items()
+        # Keys print bare, as torch.fx prints them; a key from a file may hold controls.
+        f"{printable(str(k))}: {format_arg(v, max_list_len, percent=percent)}"
+        for k, v in arg.items()
     )
     return f"{{{items}}}"
 
@@ -240,10 +267,15 @@ def format_node(
     return f"{head}(args = {format_arg(node.args)}, kwargs = {format_arg(node.kwargs)})"
 
 
+def graph_lines(graph: Graph) -> list[str]:
+    """The lines of ``print(graph)``, one a node: a reader that must not print a string as
+    it is (``fxloom show``, which passes each line through ``printable``) can escape a node's
+    line whole, newlines inside its names or arguments included."""
+    return ["graph():", *(f"    {format_node(node)}" for node in graph.nodes)]
+
+
 def graph_to_str(graph: Graph) -> str:
-    lines = ["graph():"]
-    lines.extend(f"    {format_node(node)}" for node in graph.nodes)
-    return "\n".join(lines)
+    return "\n".join(graph_lines(graph))
 
 
 def print_tabular(graph: Graph, file: Any = None) -> None:

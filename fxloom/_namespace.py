@@ -28,7 +28,6 @@ from typing import Any
 
 __all__ = ["Namespace", "sanitize", "is_plain_identifier", "RESERVED_NAMES"]
 
-_PLAIN_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INVALID_CHARS = re.compile(r"[^0-9a-zA-Z_]+")
 _SUFFIXED = re.compile(r"^(.*)_(\d+)$")
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -47,21 +46,24 @@ def is_plain_identifier(name: Any) -> bool:
     """Whether ``name`` is a string of ASCII letters, digits and ``_``, not starting with a
     digit and not a keyword: the only names generated code and saved files use, since each
     means exactly itself (no NFKC folding, no second spelling)."""
+    # For ASCII text, isidentifier() is exactly [A-Za-z_][A-Za-z0-9_]* (and as fast as it gets).
     return (
         isinstance(name, str)
-        and _PLAIN_IDENTIFIER.fullmatch(name) is not None
+        and name.isascii()
+        and name.isidentifier()
         and not keyword.iskeyword(name)
     )
 
 
 def sanitize(candidate: str) -> str:
     """Turn any string into a snake_case ASCII identifier stem (``"layer1.Conv"`` ->
-    ``"layer1_conv"``; ``"poids_é"`` -> ``"poids_e"``: letters lose their accents)."""
+    ``"layer1_conv"``; ``"poids_é"`` -> ``"poids_e"``: letters lose their accents; a character
+    with no ASCII form is spelled by its code point, ``"π"`` -> ``"u03c0"``)."""
     dotted = candidate.replace(".", "_")  # fast path: a lower-case module path ("layer1.0.conv")
     if dotted.islower() and not dotted.startswith("_") and is_plain_identifier(dotted):
         return dotted
-    if not candidate.isascii():  # NFKD splits "é" into "e" and a combining accent, dropped
-        candidate = unicodedata.normalize("NFKD", candidate).encode("ascii", "ignore").decode()
+    if not candidate.isascii():
+        candidate = "".join(map(_ascii_spelling, candidate))
     stem = _CAMEL_BOUNDARY.sub("_", candidate)
     stem = _INVALID_CHARS.sub("_", stem).lower()
     # "__add__" -> "add"; a trailing "_" that marks an in-place op ("add_") stays.
@@ -71,6 +73,16 @@ def sanitize(candidate: str) -> str:
     if stem[0].isdigit():
         stem = "_" + stem
     return stem
+
+
+def _ascii_spelling(char: str) -> str:
+    if char.isascii():
+        return char
+    # NFKD splits "é" into "e" and a combining accent (dropped), "ｘ" and "𝐱" into "x".
+    folded = unicodedata.normalize("NFKD", char).encode("ascii", "ignore").decode()
+    if folded or unicodedata.combining(char):
+        return folded
+    return f"u{ord(char):04x}"
 
 
 class Namespace:

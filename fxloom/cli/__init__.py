@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
+from fxloom._format import printable
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -495,4 +497,4 @@ def _one_line(error: BaseException) -> str:
     """`Type: first line of the message`: fxloom's messages lead with what went wrong."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     message = lines[0] if lines else "(no message)"
-    return f"{type(error).__name__}: {message}"
+    return f"{type(error).__name__}: {printable(message)}"  # a message may quote a file

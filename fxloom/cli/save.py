@@ -14,6 +14,13 @@ the parameters and other tensors counted by dtype from their records, the nodes 
 the most common targets, the devices tensors were saved on, and, for exported programs, the
 ``signature`` and ``range_constraints`` documents (``PROGRAM_SECTIONS``) when the file has them.
 
+Every string ``show`` prints from the file (class names, module paths, header strings, device
+and dtype names, node names and arguments, refused names, the program sections' keys) is
+escaped as it is read (``fxloom._format.printable``: control characters, escape sequences,
+bidi overrides and newlines as ``repr`` writes them), so the ``FileSummary`` holds escaped
+strings; graphs are printed a node a line, each line escaped whole; and every line printed is
+escaped once more on its way out. A file cannot clear the screen, hide a line or forge one.
+
 A file that names something ``fxloom.load`` would refuse (a Hugging Face ``ModelOutput`` class
 whose module is not imported, a function off the allowlist, a module class) is still
 described: the names are listed with where they are used and why loading refuses them
@@ -34,11 +41,11 @@ import math
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fxloom._format import describe_target
+from fxloom._format import describe_target, graph_lines, printable
 from fxloom.passes._cost_report import format_bytes
 from fxloom.serialize.refused_names import Refusal, find_refusals, standing_in
 
@@ -150,7 +157,7 @@ def run_show(args: argparse.Namespace) -> int:
         summary = summarise(args.file)
     except (SerializationError, FileNotFoundError, IsADirectoryError) as error:
         message = str(error) if isinstance(error, SerializationError) else f"no file {args.file}"
-        print(f"fxloom show: error: {message}", file=sys.stderr)
+        print(_escaped_lines(f"fxloom show: error: {message}"), file=sys.stderr)
         return EXIT_BAD_FILE
     _print_summary(summary, args.file, code=args.code, graphs=not args.no_graph)
     return 0
@@ -158,9 +165,14 @@ def run_show(args: argparse.Namespace) -> int:
 
 @dataclass
 class FileSummary:
-    """What ``fxloom show`` prints about a file, read from its JSON alone."""
+    """What ``fxloom show`` prints about a file, read from its JSON alone.
 
-    header: dict[str, Any]
+    Its strings from the file are escaped (``printable``) as they are read; the graphs are the
+    file's own (printed through ``printable`` a node a line) and the program sections its own
+    JSON documents (printed by ``json.dumps``, which escapes every control character).
+    """
+
+    header: dict[str, Any]  # its strings escaped
     graphs: dict[str, Any]  # a Graph per module path ("" is the root), decoded without meta
     modules: dict[str, str]  # module path -> class name, root first
     tensors: dict[str, Counter]  # "parameters", ... -> {(dtype, "elements" | "bytes"): count}
@@ -197,11 +209,21 @@ def summarise(path: str | Path) -> FileSummary:
 
 
 def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
-    summary = FileSummary(header, {}, {}, {}, Counter(), Counter(), {})
+    summary = FileSummary(_escaped_header(header), {}, {}, {}, Counter(), Counter(), {})
     summary.refusals = find_refusals(_module_records(root))
     with standing_in(summary.refusals):  # refused names decode as inert placeholders
         _summarise_modules(summary, program, root)
+    # A refusal's name is the file's (the placeholders stood in for it): shown escaped.
+    summary.refusals = [replace(r, name=printable(r.name)) for r in summary.refusals]
     return summary
+
+
+def _escaped_header(header: dict) -> dict[str, Any]:
+    """format.json's entries with their strings escaped (other values print by ``repr``)."""
+    return {
+        printable(str(key)): printable(value) if isinstance(value, str) else value
+        for key, value in header.items()
+    }
 
 
 def _summarise_modules(summary: FileSummary, program: dict, root: dict) -> None:
@@ -209,12 +231,12 @@ def _summarise_modules(summary: FileSummary, program: dict, root: dict) -> None:
 
     seen_tensors: set[str] = set()
     for path, record in _module_records(root):
-        summary.modules[path] = str(record.get("class"))
+        summary.modules[printable(path)] = printable(str(record.get("class")))
         if "graph" in record:
             try:
-                summary.graphs[path] = _decode_graph_only(record["graph"], path)
+                summary.graphs[printable(path)] = _decode_graph_only(record["graph"], path)
             except SerializationError as e:  # listed, and the rest of the file still shown
-                where = f"graph of {path or 'the root module'}"
+                where = printable(f"graph of {path or 'the root module'}")
                 summary.refusals.append(Refusal("(the whole graph)", "graph", str(e), [where]))
         for kind, records in _tensor_records(record):
             for tensor in records:
@@ -224,11 +246,11 @@ def _summarise_modules(summary: FileSummary, program: dict, root: dict) -> None:
             summary.opcodes[node.op] += 1
             target = _target_label(node, path, summary.modules)
             if target is not None:
-                summary.targets[target] += 1
+                summary.targets[printable(target)] += 1
     for key, value in program.items():  # an exported program's state_dict, constants, ...
         if value is not root:
             for tensor in _find_tensor_records(value):
-                _count_once(summary, key.replace("_", " "), tensor, seen_tensors)
+                _count_once(summary, printable(key.replace("_", " ")), tensor, seen_tensors)
     for key in PROGRAM_SECTIONS:
         if key in program:
             summary.program_sections[key] = program[key]
@@ -239,7 +261,7 @@ def _count_once(summary: FileSummary, kind: str, tensor: dict, seen: set[str]) -
         return  # a tied tensor is stored, and counted, once
     seen.add(tensor.get("key"))
     _count_tensor(summary.tensors.setdefault(kind, Counter()), tensor)
-    summary.devices[str(tensor.get("device", "cpu"))] += 1  # version 1 files: the CPU
+    summary.devices[printable(str(tensor.get("device", "cpu")))] += 1  # version 1: the CPU
 
 
 def _module_records(root: dict) -> Iterator[tuple[str, dict]]:
@@ -302,7 +324,7 @@ def _count_tensor(counts: Counter, record: dict) -> None:
     if not isinstance(shape, list) or not all(type(n) is int for n in shape):
         return
     elements = math.prod(shape)
-    name = str(dtype).removeprefix("torch.")
+    name = printable(str(dtype).removeprefix("torch."))
     counts[(name, "elements")] += elements
     counts[(name, "bytes")] += elements * getattr(dtype, "itemsize", 0)
 
@@ -311,7 +333,7 @@ def _target_label(node: Any, path: str, modules: dict[str, str]) -> str | None:
     """What a node of the module at ``path`` calls, as counted; ``None`` for what only reads."""
     if node.op not in ("call_function", "call_method", "call_module"):
         return None
-    full = f"{path}.{node.target}" if path else str(node.target)
+    full = printable(f"{path}.{node.target}" if path else str(node.target))
     saved_class = modules.get(full, str(node.target)) if node.op == "call_module" else None
     module_class = saved_class.rsplit(".", 1)[-1] if saved_class else None
     return describe_target(node, "label", module_class=module_class)
@@ -323,15 +345,19 @@ def _print_summary(summary: FileSummary, path: str, *, code: bool, graphs: bool)
     from rich.syntax import Syntax
     from rich.text import Text
 
+    # Every line goes out through _escaped_lines: a no-op on what was escaped as it was read,
+    # and the last defence for anything that was not (rich's Text keeps ESC as it is).
     console = Console()
     if not console.is_terminal:
         console.width = 160  # a pipe or a file: don't fold long lines into 80 columns
     header = summary.header
     console.print(
         Text(
-            f"{path}: fxloom file, format version {header.get('version')}, kind "
-            f"{header.get('kind')}; written by fxloom {header.get('fxloom_version', '?')}, "
-            f"torch {header.get('torch_version', '?')}",
+            _escaped_lines(
+                f"{path}: fxloom file, format version {header.get('version')}, kind "
+                f"{header.get('kind')}; written by fxloom {header.get('fxloom_version', '?')}, "
+                f"torch {header.get('torch_version', '?')}"
+            ),
             style="bold",
         ),
         soft_wrap=True,
@@ -339,14 +365,23 @@ def _print_summary(summary: FileSummary, path: str, *, code: bool, graphs: bool)
     if graphs:
         for module_path, graph in summary.graphs.items():
             console.print()
-            console.print(Text(f"Graph of {module_path or 'the root module'}:", style="bold"))
+            title = _escaped_lines(f"Graph of {module_path or 'the root module'}:")
+            console.print(Text(title, style="bold"))
             if code:
-                source = graph.python_code("self").src.strip("\n")
+                source = _escaped_lines(graph.python_code("self").src.strip("\n"))
                 console.print(Syntax(source, "python", background_color="default"), soft_wrap=True)
             else:
-                console.print(Text(str(graph)), soft_wrap=True)
+                # A node a line, escaped whole: a newline inside a name cannot start a line.
+                text = "\n".join(printable(line) for line in graph_lines(graph))
+                console.print(Text(text), soft_wrap=True)
     for line in _summary_lines(summary):
-        console.print(Text(line, style="bold" if line.endswith(":") else ""), soft_wrap=True)
+        style = "bold" if line.endswith(":") else ""
+        console.print(Text(_escaped_lines(line), style=style), soft_wrap=True)
+
+
+def _escaped_lines(text: str) -> str:
+    """``text`` with each of its lines escaped (``printable``), the newlines between them kept."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def _summary_lines(summary: FileSummary) -> list[str]:
@@ -390,7 +425,7 @@ def _refusal_lines(refusals: list[Refusal]) -> list[str]:
     for refusal in refusals:
         shown = ", ".join(refusal.places[:3])
         more = f" and {len(refusal.places) - 3} more" if len(refusal.places) > 3 else ""
-        lines.append(f"  {refusal.kind} {refusal.name!r} (at {shown}{more}): {refusal.reason}")
+        lines.append(f"  {refusal.kind} '{refusal.name}' (at {shown}{more}): {refusal.reason}")
     return lines
 
 
@@ -403,6 +438,7 @@ def _json_lines(value: Any) -> list[str]:
         return [f"  {_compact(value)}"]
     lines = []
     for key, item in value.items():
+        key = printable(key)  # json.dumps escapes what it writes; a key printed bare is not
         if isinstance(item, list) and any(isinstance(e, (dict, list)) for e in item):
             lines.append(f"  {key}:")
             lines += [f"    {_compact(entry)}" for entry in item]

@@ -11,9 +11,9 @@ may repeat a name, and ``zipfile`` would silently read the last), member names
 that would leave the archive (``../``, absolute paths) are refused outright,
 each member is decompressed a piece at a time and refused as soon as it passes
 its size limit or compresses better than a real file does (so a zip bomb's
-claimed size does not matter), a JSON document's values are counted before it is
-parsed, and documents nested too deeply to walk are refused. The limits are in
-``limits``.
+claimed size does not matter), and each JSON document is parsed strictly
+(``strict_json``: values counted before parsing, a key given twice in one object,
+``NaN`` and documents nested too deeply to walk refused). The limits are in ``limits``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import IO, Any
 from fxloom.serialize import limits
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.safetensors_format import read_tensors, write_tensors
+from fxloom.serialize.strict_json import parse_json
 
 __all__ = ["FORMAT_VERSION", "write_archive", "read_archive", "Archive", "UPGRADES"]
 
@@ -198,6 +199,13 @@ def _check_header(header: Any, source: Any) -> None:
         raise SerializationError(f"{_name(source)}: unknown format version {version}")
     if not isinstance(header.get("kind"), str):
         raise SerializationError(f"{_name(source)}: the header does not say what the file holds")
+    for key, value in header.items():
+        # The header is the first line `fxloom show` prints: its strings are text to read.
+        if not all(text.isprintable() for text in (key, value) if isinstance(text, str)):
+            raise SerializationError(
+                f"{_name(source)}: format.json's {key!r} entry holds a control or format "
+                f"character ({value!r:.80}); refused"
+            )
 
 
 def _read(z: zipfile.ZipFile, name: str, limit: int) -> bytearray:
@@ -258,18 +266,7 @@ def _read_weights(z: zipfile.ZipFile, f: IO[bytes], name: str, limit: int) -> di
 
 
 def _read_json(z: zipfile.ZipFile, name: str, limit: int) -> Any:
-    data = _read(z, name, limit)
-    limits.check_json_values(data, name)
-    try:
-        return json.loads(data, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise SerializationError(f"{name} is nested too deeply; refused") from None
-    except ValueError as e:
-        raise SerializationError(f"{name} is not valid JSON: {e}") from None
-
-
-def _refuse_constant(text: str) -> Any:
-    raise ValueError(f"{text} is not JSON")
+    return parse_json(_read(z, name, limit), name)
 
 
 def _name(source: Any) -> str:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+from fxloom._format import printable
+
 __all__ = ["SerializationError", "DisallowedNameError"]
 
 
 class SerializationError(ValueError):
-    """A file cannot be saved or loaded: malformed, unsupported, or unsafe.
+    r"""A file cannot be saved or loaded: malformed, unsupported, or unsafe.
 
     ``fxloom.load`` raises only this (or a subclass): whatever is wrong with a
     file, the caller never gets a partial module and never another exception.
+
+    A message quotes the file's strings (names, keys, devices), and a hostile file makes them
+    escape sequences or forged lines: the error escapes its own message (``printable``), so
+    no quoting site can forget. Each argument is one line, newlines in it escaped too; the
+    lines are joined with newlines::
+
+        >>> print(SerializationError("node %a\x1b[2J: refused", "    the line"))
+        node %a\x1b[2J: refused
+            the line
     """
+
+    def __init__(self, *lines: object) -> None:
+        super().__init__(*(["\n".join(printable(str(line)) for line in lines)] if lines else []))
 
 
 class DisallowedNameError(SerializationError):

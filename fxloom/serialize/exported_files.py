@@ -448,12 +448,18 @@ def _decode_hierarchy(data: Any) -> dict[str, Any]:
         path, name = entry
         if path:
             check_path(path, "module_hierarchy: path")
+        if not name.isprintable():  # print(ep) shows it as it is
+            raise SerializationError(f"module_hierarchy: {short(name)} is not a class name")
         found = imported_class(name)
         hierarchy[path] = ClassName(name) if found is MISSING else found
     return hierarchy
 
 
 def _strings(data: Any, field: str) -> list[str]:
+    """Lines ``print(ep)`` shows as they are: printable text only (no terminal controls)."""
     if not isinstance(data, list) or not all(isinstance(line, str) for line in data):
         raise SerializationError(f"{field} must be a list of strings")
+    for line in data:
+        if not line.isprintable():
+            raise SerializationError(f"{field}: {short(line)} holds control characters")
     return data

@@ -40,7 +40,8 @@ __all__ = ["GraphParseError", "parse_graph"]
 
 
 class GraphParseError(SerializationError):
-    """The graph text is malformed or names a target that is not allowed."""
+    """The graph text is malformed or names a target that is not allowed (its message escapes
+    control characters, as ``SerializationError``'s does; each argument is one line)."""
 
 
 # Constructors a value may be written with, besides those in the namespace.
@@ -109,7 +110,7 @@ def _parse_lines(text: str, resolver: _Resolver) -> Graph:
         try:
             _parse_line(line, graph, nodes, resolver)
         except GraphParseError as e:
-            raise GraphParseError(f"line {number}: {e}\n    {line[:200]}") from None
+            raise GraphParseError(f"line {number}: {e}", f"    {line[:200]}") from None
     return graph
 
 

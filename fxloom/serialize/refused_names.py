@@ -7,6 +7,9 @@ with where it is used and the loader's reason (which says how to allow it).
 ``standing_in(refusals)`` then lets the graphs be decoded for printing: each
 refused function name resolves to an inert ``RefusedName`` that prints as the
 name and refuses to be called. Nothing is imported and nothing from the file runs.
+What a refusal says where it is used, and what a placeholder prints, is escaped
+(``fxloom._format.printable``); ``Refusal.name`` stays the file's name, which the
+placeholders stand in for.
 
 Depends on ``allowlist``.
 """
@@ -18,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fxloom._format import printable
 from fxloom.serialize import allowlist
 from fxloom.serialize.errors import DisallowedNameError, SerializationError
 
@@ -35,11 +39,15 @@ class Refusal:
 
 
 class RefusedName:
-    """Stands for a refused function in a graph decoded only to be described."""
+    """Stands for a refused function in a graph decoded only to be described.
+
+    It prints (``repr``, and its ``__module__``/``__name__``, which the graph's text form
+    reads) as the file's name escaped (``printable``): the name is the file's string.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        module, _, qualname = name.rpartition(".")
+        module, _, qualname = printable(name).rpartition(".")
         self.__module__ = module
         self.__name__ = self.__qualname__ = qualname
 
@@ -47,7 +55,7 @@ class RefusedName:
         raise SerializationError(f"{self.name} is not on fxloom's allowlist; it is only described")
 
     def __repr__(self) -> str:
-        return self.name
+        return printable(self.name)
 
 
 def find_refusals(modules: Iterable[tuple[str, dict]]) -> list[Refusal]:
@@ -59,13 +67,13 @@ def find_refusals(modules: Iterable[tuple[str, dict]]) -> list[Refusal]:
         refusal.places.append(place)
 
     for path, record in modules:
-        where = f"module {path}" if path else "the root module"
+        where = printable(f"module {path}" if path else "the root module")
         try:
             allowlist.resolve_module_class(record.get("class"))
         except DisallowedNameError as e:
             refuse(e.name, "module class", e, where)
         for node in _node_records(record):
-            place = f"node %{node.get('name')} of {where}"
+            place = printable(f"node %{node.get('name')} of {where}")
             target = node.get("target")
             if node.get("op") == "call_function" and isinstance(target, str):
                 if allowlist.find_callable(target) is allowlist.MISSING:

@@ -10,8 +10,9 @@ then the data. Files written here load with the ``safetensors`` library too.
 * ``read_tensors`` allocates each tensor once and reads its bytes from the file
   into it (``readinto``), as unpickling does: one copy, and allocations of tensor
   size, which the allocator recycles across loads. Every header entry is checked
-  (known dtype, non-negative shape, offsets inside the data, byte length equal to
-  the shape's, no two tensors sharing bytes) before anything is read, and the
+  (a printable name, known dtype, non-negative shape, offsets inside the data, byte
+  length equal to the shape's, no two tensors sharing bytes) before anything is read, the header
+  is parsed strictly (``strict_json``: a key given twice is refused), and the
   header's size and number of tensors are bounded (``limits``), so the memory
   allocated is at most the member's size; anything else is a ``SerializationError``.
 """
@@ -27,6 +28,7 @@ import torch
 
 from fxloom.serialize import limits
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.strict_json import parse_json
 
 __all__ = ["read_tensors", "write_tensors"]
 
@@ -89,16 +91,12 @@ def _read_header(f: IO[bytes], start: int, size: int) -> tuple[dict, int, int]:
             f"the weights are truncated or damaged: their header claims {header_length} bytes"
         )
     raw_header = f.read(header_length)
-    limits.check_json_values(raw_header, "the weights' header")
     # One object per tensor (and one for __metadata__), counted before any is built.
     if raw_header.count(b"{") > limits.MAX_TENSORS + 2:
         raise limits.exceeded(
             "the weights' tensors", limits.MAX_TENSORS, f"about {raw_header.count(b'{'):,}"
         )
-    try:
-        header = json.loads(raw_header)
-    except (ValueError, RecursionError) as e:
-        raise SerializationError(f"the weights' header is not valid JSON: {e}") from None
+    header = parse_json(raw_header, "the weights' header")
     if not isinstance(header, dict):
         raise SerializationError("the weights' header must be a JSON object")
     if len(header) > limits.MAX_TENSORS + 1:
@@ -128,6 +126,10 @@ def _empty(name: str, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
 
 def _entry(name: str, entry: Any, data_length: int) -> tuple[torch.dtype, list[int], int, int]:
     where = f"the weights' tensor {name!r}"
+    if not name.isprintable():
+        # A name is a key the records refer to, and error messages quote it: one that holds
+        # an escape sequence or a bidi override is no name fxloom writes.
+        raise SerializationError(f"{where}: its name holds a control or format character")
     if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
         raise SerializationError(f"{where} has no known dtype")
     shape, offsets = entry.get("shape"), entry.get("data_offsets")

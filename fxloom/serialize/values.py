@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from fxloom._format import printable
 from fxloom.immutable_collections import immutable_dict
 from fxloom.lint import TORCH_VALUE_TYPES
 from fxloom.node import Node
@@ -231,7 +232,9 @@ def _ints(value: Any, where: str) -> list[int]:
 
 
 def short(value: Any) -> str:
-    text = repr(value)
+    """``value`` quoted for a message: its ``repr``, escaped (``printable``: a placeholder's
+    ``repr`` is the file's own name) and cut to 80 characters."""
+    text = printable(repr(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -228,7 +228,9 @@ def _tail(workdir: Path, attempt: int) -> str:
 # ----------------------------------------------------------------- judging
 def problems(verdict: dict, kind: str = "graph_module") -> list[str]:
     """What is wrong with ``verdict`` against: refused with SerializationError (GraphParseError
-    for text) while loading, nothing recorded, no file changed, within 10 s and 1 GiB."""
+    for text) while loading, nothing recorded, no file changed, within 10 s and 1 GiB; and,
+    an error message holding no character a terminal acts on; and, for the files ``fxloom
+    show`` reads, shown without crashing, recording nothing, and printing no such character."""
     outcome = verdict.get("outcome")
     if outcome == "not_built":
         return [
@@ -261,6 +263,21 @@ def problems(verdict: dict, kind: str = "graph_module") -> list[str]:
         found.append(f"FILES CHANGED in the working directory: {verdict['files_changed']}")
     if verdict.get("seconds", 0) > LIMIT_SECONDS:
         found.append(f"SLOW: took {verdict['seconds']} s (limit {LIMIT_SECONDS} s)")
+    return found + review_problems(verdict)
+
+
+def review_problems(verdict: dict) -> list[str]:
+    """What went wrong in what a reviewer reads: the error message and ``fxloom show``'s output
+    (``red_team_runner.review_case``)."""
+    found = []
+    if verdict.get("message_printed"):
+        found.append(f"the ERROR MESSAGE holds control characters: {verdict['message_printed']}")
+    if verdict.get("show_crashed"):
+        found.append(f"SHOW crashed: {verdict['show_crashed']}")
+    if verdict.get("show_printed"):
+        found.append(f"SHOW printed control characters: {verdict['show_printed'][:5]}")
+    if verdict.get("recorded_while_showing"):
+        found.append(f"RECORDED dangerous calls WHILE SHOWING: {verdict['recorded_while_showing']}")
     return found
 
 

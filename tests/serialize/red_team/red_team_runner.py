@@ -9,16 +9,22 @@ Python's own files, process-wide torch settings, fxloom's pytree registry). For 
 writes one ``{"start": id}`` line, then one ``{"verdict": {...}}`` line to RESULTS, so the
 parent can name the file that killed the process. Each file gets its own limits: 1 GiB of
 address space above what the warm interpreter holds, and 10 s of CPU (the parent adds the
-wall-clock timeout).
+wall-clock timeout). Then what a reviewer reads of the file is checked (``review_case``): the
+loader's error message, and, for ``fxloom.load``/``fxloom.export.load`` files, ``fxloom show
+FILE`` (and with ``--code``, in this process, watched and limited the same way). The verdict
+says whether show crashed, what it recorded, and any character a terminal would act on that
+the message or show's output held.
 """
 
 import builtins
+import contextlib
 import io
 import json
 import os
 import resource
 import sys
 import time
+import unicodedata
 
 MANIFEST, RESULTS = sys.argv[1], sys.argv[2]
 _real_open = builtins.open
@@ -332,14 +338,104 @@ def reset_state() -> None:
     torch.set_printoptions(profile="default")
 
 
+# ----------------------------------------------------------------------- show
+SHOWN_KINDS = ("graph_module", "exported")  # the kinds `fxloom show` reads (not graph text)
+SHOW_OPTIONS = ([], ["--code"])
+SHOW_EXITS = (0, 2)  # described, or "not an fxloom file" with the loader's message
+# Characters a terminal may act on: controls (C0 and C1, ESC among them), format characters
+# (bidi overrides and isolates), line and paragraph separators, and lone surrogates (which a
+# UTF-8 terminal cannot even be sent). Only show's own newlines and tabs may be printed.
+FORBIDDEN_CATEGORIES = {"Cc", "Cf", "Zl", "Zp", "Cs"}
+
+
+def _show(file: str, options: list) -> tuple[int, str]:
+    """``fxloom show FILE OPTIONS`` in this process: its exit code and everything it printed."""
+    from fxloom.cli import build_parser
+
+    args = build_parser().parse_args(["show", file, *options])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = args.run(args)
+    return code, printed.getvalue()
+
+
+def warm_up_show() -> None:
+    """Show a file of each kind, unwatched: rich's and pygments' lazy imports. Colour stays off
+    (rich writes its own escape sequences where asked to)."""
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        os.environ.pop(name, None)
+    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    fxloom.save(fxloom.symbolic_trace(model), "warm_up.fxl")
+    fxloom.export.save(fxloom.export.export(model, (torch.randn(2, 3),)), "warm_up_export.fxl")
+    for file in ("warm_up.fxl", "warm_up_export.fxl"):
+        for options in SHOW_OPTIONS:
+            _show(file, options)
+
+
+def forbidden_characters(text: str) -> list[str]:
+    """The lines of ``text`` holding a character of ``FORBIDDEN_CATEGORIES`` (tab aside)."""
+    found = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.isprintable():
+            continue
+        bad = {c for c in line if c != "\t" and unicodedata.category(c) in FORBIDDEN_CATEGORIES}
+        if bad:
+            found.append(
+                f"line {number}: {', '.join(sorted(map(ascii, bad)))} in {ascii(line)[:160]}"
+            )
+    return found
+
+
+def review_case(case: dict, message: str) -> dict:
+    """What a reviewer reads of the case's file: ``message_printed`` (forbidden characters in
+    the loader's error ``message``) and, for the kinds show reads, ``show_case``'s fields."""
+    review = {"message_printed": forbidden_characters(message)}
+    if case["kind"] in SHOWN_KINDS:
+        review.update(show_case(case))
+    return review
+
+
+def show_case(case: dict) -> dict:
+    """Show the case's file as a user would review it: ``shown`` (each run and its exit code),
+    ``show_crashed`` (an exception, or an exit code show does not give), ``show_printed``
+    (forbidden characters in its output), ``recorded_while_showing``."""
+    global ACTIVE
+    verdict = {"shown": [], "show_crashed": [], "show_printed": [], "recorded_while_showing": []}
+    for options in SHOW_OPTIONS:
+        command = " ".join(["show", *options])
+        CALLS.clear()
+        set_limits()
+        ACTIVE = True
+        try:
+            code, printed = _show(case["file"], options)
+        except BaseException as e:  # noqa: BLE001  (show must survive any file)
+            code, printed = None, ""
+            verdict["show_crashed"].append(f"{command}: {type(e).__name__}: {str(e)[:300]}")
+        finally:
+            ACTIVE = False
+            lift_limits()
+        verdict["recorded_while_showing"] += CALLS
+        verdict["shown"].append(f"{command}: exit {code}")
+        if code is not None and code not in SHOW_EXITS:
+            verdict["show_crashed"].append(f"{command}: exit code {code}")
+        verdict["show_printed"] += [
+            f"{command}, {found}" for found in forbidden_characters(printed)
+        ]
+    CALLS.clear()
+    return verdict
+
+
 def main() -> None:
     with _real_open(MANIFEST) as f:
         manifest = json.load(f)
     warm_up()
+    warm_up_show()
     install_recorders()
     for case in manifest["cases"]:
         out.write(json.dumps({"start": case["id"]}) + "\n")
         verdict = run_case(case)
+        reset_state()
+        verdict.update(review_case(case, verdict.get("message", "")))
         reset_state()
         out.write(json.dumps({"verdict": verdict}) + "\n")
     out.write(json.dumps({"done": True}) + "\n")
