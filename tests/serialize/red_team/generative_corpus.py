@@ -5,13 +5,14 @@ modules, exported plain, with a dynamic batch and with ``fxloom.cond``, quantize
 ONNX Runtime, and the two stage modules of a pipeline), saved with ``fxloom.save`` or
 ``fxloom.export.save``, with the inputs it is called on. ``corpus(folder)`` builds them once
 and keeps the bytes and inputs in ``folder`` (safetensors, no pickle), so a driver restarted
-after a crash reads the same files. Every build is seeded: the same bytes on every run.
+after a crash, or a later run given the same folder, reads the same files. Every build is seeded: the same bytes on every run.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +174,9 @@ def corpus(folder: Path) -> list[Entry]:
                 save_file({str(i): t.contiguous() for i, t in enumerate(inputs)},
                           str(folder / f"{entry}.inputs"))  # fmt: skip
                 rows.append({"name": entry, "kind": kind, "exported": is_exported})
-        index.write_text(json.dumps(rows))
+        partial = folder / f"index.{os.getpid()}.json"  # renamed into place: readers of a
+        partial.write_text(json.dumps(rows))  # corpus another run is writing wait for none
+        partial.replace(index)
     entries = []
     for row in json.loads(index.read_text()):
         tensors = load_file(str(folder / f"{row['name']}.inputs"))

@@ -2,7 +2,8 @@
 
 Run as ``python generative_driver.py FOLDER RESULTS --examples N --seed S [--skip K]
 [--crash-at C]``, with ``FOLDER`` a temporary directory (the working directory too). It builds
-the corpus into ``FOLDER/corpus`` (``generative_corpus``, reused by a restarted driver),
+the corpus into ``FOLDER/corpus`` or ``--corpus`` (``generative_corpus``; reused by a restarted
+driver, and by later runs where the parent keeps it),
 judges each valid file once unwatched (lazy imports happen then) and once watched (a
 control: it must be "equal"), then lets hypothesis draw ``N`` mutants
 (``generative_mutations``) with seed ``S``. For each it writes one ``{"start": i, ...}`` line,
@@ -445,11 +446,12 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip", type=int, default=0)
+    parser.add_argument("--corpus", type=Path, help="where the corpus is kept (FOLDER/corpus)")
     # The parent's test of crash isolation: the first mutant judged from this index on kills
     # the driver as a native crash would (SIGFPE), before it is judged.
     parser.add_argument("--crash-at", type=int, default=-1)
     args = parser.parse_args()
-    entries = corpus(args.folder / "corpus")
+    entries = corpus(args.corpus or args.folder / "corpus")
     for entry in entries:
         judge(entry, entry.data)  # unwatched first: torch's and fxloom's lazy imports
         add_generated_globals(_generated_globals(entry))

@@ -32,6 +32,8 @@ CI draws ``CI_EXAMPLES`` mutants (well within a minute on two cores); a longer r
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -43,9 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from red_team_harness import _child_env
+from red_team_harness import REPO, _child_env
 
-DRIVER = Path(__file__).with_name("generative_driver.py")
+HERE = Path(__file__).parent
+DRIVER = HERE / "generative_driver.py"
 CI_EXAMPLES = 500
 EXAMPLES = int(os.environ.get("FXLOOM_RED_TEAM_EXAMPLES", CI_EXAMPLES))
 SEED = int(os.environ.get("FXLOOM_RED_TEAM_SEED", "0"))
@@ -79,13 +82,26 @@ class Run:
         ]
 
 
-def run_driver(folder: Path, examples: int, seed: int, crash_at: int = -1) -> Run:
+def corpus_folder(cache: Path) -> Path:
+    """Where the corpus is kept between runs under ``cache``: one folder per version of what
+    writes it (fxloom's sources, the corpus builders, torch), so a change builds it anew."""
+    digest = hashlib.sha256(importlib.metadata.version("torch").encode())
+    sources = sorted((REPO / "fxloom").rglob("*.py"))
+    sources += [HERE / "generative_corpus.py", HERE / "red_team_files.py"]
+    for path in sources:
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return cache / digest.hexdigest()[:16]
+
+
+def run_driver(
+    folder: Path, examples: int, seed: int, crash_at: int = -1, corpus: Path | None = None
+) -> Run:
     """Run driver children until every mutant has a verdict (a crash: the next child skips
     past the mutant it died on)."""
     run, skip, started = Run(), 0, time.perf_counter()
     for attempt in range(MAX_CHILDREN):
         results = folder / f"results{attempt}.jsonl"
-        died = _one_child(folder, results, [examples, seed, skip, crash_at], run)
+        died = _one_child(folder, results, [examples, seed, skip, crash_at], run, corpus)
         if died is None:
             break
         skip = died + 1
@@ -95,11 +111,12 @@ def run_driver(folder: Path, examples: int, seed: int, crash_at: int = -1) -> Ru
     return run
 
 
-def _one_child(folder: Path, results: Path, numbers: list[int], run: Run):
+def _one_child(folder: Path, results: Path, numbers: list[int], run: Run, corpus: Path | None):
     """One driver child (``numbers``: examples, seed, skip, crash_at); the index of the mutant
     it died or hung on, or None if it finished."""
     results.write_text("")
     command = [sys.executable, str(DRIVER), str(folder), str(results)]
+    command += ["--corpus", str(corpus)] if corpus is not None else []
     for option, number in zip(("--examples", "--seed", "--skip", "--crash-at"), numbers):
         command += [option, str(number)]
     with open(folder / f"{results.stem}.log", "wb") as log:
@@ -229,8 +246,10 @@ def counts(run: Run) -> str:
 
 # ------------------------------------------------------------------ the tests
 @pytest.fixture(scope="module")
-def red_team_run(tmp_path_factory) -> Run:
-    run = run_driver(tmp_path_factory.mktemp("generative-red-team"), EXAMPLES, SEED, CRASH_AT)
+def red_team_run(tmp_path_factory, pytestconfig) -> Run:
+    corpus = corpus_folder(pytestconfig.cache.mkdir("generative-red-team-corpus"))
+    folder = tmp_path_factory.mktemp("generative-red-team")
+    run = run_driver(folder, EXAMPLES, SEED, CRASH_AT, corpus)
     if EXAMPLES != CI_EXAMPLES:  # a long run (make red-team): the figures for RESULTS.md
         print(f"\n{len(run.mutants)} mutants (seed {SEED}) in {run.seconds:.0f} s\n{counts(run)}")
         print(describe(run.got_through(), examples_per_group=3))
