@@ -40,11 +40,14 @@ import signal
 import subprocess
 import sys
 import time
+import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from red_team_harness import REPO, _child_env
 
 HERE = Path(__file__).parent
@@ -292,3 +295,24 @@ def test_every_mutant_is_refused_or_computes_what_show_displays(red_team_run):
     assert not through, f"{len(through)} of {len(run.mutants)} mutants got through:\n" + describe(
         through
     )
+
+
+def test_every_mutation_and_every_kind_of_file_is_tried(red_team_run):
+    """The CI sample reaches every row of the mutation table and every file of the corpus."""
+    from generative_mutations import MUTATIONS
+
+    tried = {name for m in red_team_run.mutants.values() for name in m.get("mutations", [])}
+    assert tried == {m.name for m in MUTATIONS}
+    assert {m["entry"] for m in red_team_run.mutants.values()} == set(red_team_run.controls)
+
+
+@settings(max_examples=200, derandomize=True, database=None)
+@given(
+    st.sampled_from(["self", "torch", "getattr", "lambda", "weight", "p_lin_bias", "x"]), st.data()
+)
+def test_a_look_alike_is_another_identifier_that_python_folds_to_its_target(target, data):
+    from generative_mutations import look_alike
+
+    spelled = look_alike(target, data.draw)
+    assert spelled != target and spelled.isidentifier()
+    assert unicodedata.normalize("NFKC", spelled) == target
