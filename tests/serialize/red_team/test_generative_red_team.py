@@ -16,15 +16,19 @@ The driver's docstring says how a mutant is judged; in short, loading must raise
 ``SerializationError``, or give a module ``M`` that, called on the file's inputs with an audit
 hook recording process, library, pickle, import and file-writing events, records nothing,
 leaves its module tree as it was, and gives the result of the graphs ``fxloom show`` prints
-(parsed back with ``fxloom.parse_graph`` and built over ``M``'s modules) on the same inputs,
-or raises as they do. For an exported program ``M`` is ``program.module()`` and the shown
+(parsed back with ``fxloom.parse_graph``, built over ``M``'s modules and run node by node by
+``fxloom.Interpreter``, so no generated Python stands between the text and what it computes)
+on the same inputs, or raises as they do. For an exported program ``M`` is ``program.module()`` and the shown
 graph is the lifted one, called with the inputs its printed ``graph_signature`` names (state
 from ``program.state_dict`` and ``program.constants``); its user outputs are compared with
 the tensors of ``M``'s result.
 
 If the child dies or hangs on a mutant, that mutant is a failure and a new child goes on
-after it (the same draws, the ones before not judged again). Every mutant that got through is
-named in the failure, grouped by the kind of file, the mutations and the outcome.
+after it (the same draws, the ones before not judged again, but compared with the first
+child's: the draws of a seed do not depend on the process). Every run simulates one such
+crash (``CRASH_AT``) to show it. Every mutant that got through is named in the failure,
+grouped by the kind of file, the mutations and the outcome. The corpus is built once per
+version of fxloom and kept in pytest's cache.
 
 CI draws ``CI_EXAMPLES`` mutants (well within a minute on two cores); a longer run sets
 ``FXLOOM_RED_TEAM_EXAMPLES`` (``make red-team``), and ``FXLOOM_RED_TEAM_SEED`` another seed.
@@ -58,8 +62,8 @@ SEED = int(os.environ.get("FXLOOM_RED_TEAM_SEED", "0"))
 STARTUP_SECONDS = 120  # importing torch, building the corpus, on a busy machine
 SECONDS_PER_MUTANT = 20  # the driver's own CPU limit is 10 s per mutant
 MAX_CHILDREN = 12  # a crash per child at most: beyond, the run stops and says so
-# The driver kills itself at this mutant as a native crash would: every run shows that a
-# crash is named and the run goes on after it.
+# The driver kills itself at the first mutant from this index on, as a native crash would:
+# every run shows that a crash is named and the run goes on after it.
 CRASH_AT = 100
 OK = {"refused", "equal", "both_raised"}
 
