@@ -220,12 +220,13 @@ def tree_print(module: torch.nn.Module) -> dict[str, object]:
     """What a call must not change: the module at each path (object and class), each
     parameter and buffer (object, shape, dtype), each plain attribute's value."""
     rows: dict[str, object] = {}
-    stack = [("", module)]
+    stack, seen = [("", module)], set()
     while stack:
         path, m = stack.pop()
         rows[f"module {path or '(root)'}"] = (id(m), type(m).__qualname__)
-        if not isinstance(m, torch.nn.Module):
-            continue
+        if not isinstance(m, torch.nn.Module) or id(m) in seen:
+            continue  # a module held twice (or made to hold itself) is walked once
+        seen.add(id(m))
         for name, value in vars(m).items():
             if name in ("_modules", "_parameters", "_buffers") or name in CACHES:
                 continue
