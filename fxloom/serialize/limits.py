@@ -86,6 +86,14 @@ MAX_GRAPH_TEXT_BYTES = 64 * 2**20
 # Nodes of one parsed graph (a large transformer has tens of thousands).
 MAX_GRAPH_NODES = 2**20
 
+# ------------------------------------------------------------------ native kernels
+# A convolution's kernel size, stride, dilation, padding and output padding, each. Torch's
+# quantized kernels compute sizes in 32-bit integers: a stride of 2**32 wraps to 0 and
+# FBGEMM and QNNPACK die of SIGFPE; FBGEMM runs a padding of 2**62 as if it were small.
+# Real convolutions stay far below (ResNet-50's largest: a 7x7 kernel, stride 2, padding 3;
+# WaveNet's dilations reach 512); the product of two stays below 2**31.
+MAX_CONV_PARAMETER = 2**15
+
 
 def exceeded(
     what: str,

@@ -18,6 +18,14 @@ rows are there whenever a module tree is written or read):
 * what ``fxloom.quantize.prepare`` inserts (observers, fake quantization, QAT layers) is
   refused: a prepared model's quantization plan lives in its ``meta`` and is not saved, so a
   loaded copy could not be converted. Convert first, then save the int8 model.
+* torch's other packed layers (quantized embeddings and embedding bags, dynamic RNN cells,
+  sparse quantized linear layers) are refused, saving and loading alike: fxloom does not
+  write their packed weights, and a record without them would load a layer that cannot run.
+
+A packed layer's attributes and tensors are checked before anything is packed
+(``module_shapes.check_module_shapes`` with the tensors to pack): torch's packing functions
+divide by ``groups`` and ``stride`` (SIGFPE at 0 on FBGEMM and QNNPACK) and trust the
+shapes they are given. Saving runs the same check on the live layer.
 
 Classes of ``fxloom.quantize`` are keyed by their qualified names, so that this package never
 imports it. Loading rebuilds a module from the file's values only: no pickle, and nothing
@@ -35,12 +43,17 @@ import torch.ao.nn.intrinsic.quantized as nniq
 import torch.ao.nn.quantized as nnq
 import torch.ao.nn.quantized.dynamic as nnqd
 from torch import nn
+from torch.ao.nn.quantized.dynamic.modules.rnn import PackedParameter, RNNCellBase
 from torch.ao.nn.quantized.modules.conv import _ConvNd
+from torch.ao.nn.quantized.modules.embedding_ops import EmbeddingPackedParams
 from torch.ao.nn.quantized.modules.linear import LinearPackedParams
+from torch.ao.nn.sparse.quantized import linear as sparse_linear
+from torch.ao.nn.sparse.quantized.dynamic import linear as sparse_dynamic_linear
 
 from fxloom.backends import SavedStateError, saved_module_rules
 from fxloom.pytree import TreeSpec
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.module_shapes import check_module_shapes, record_packed
 from fxloom.serialize.modules import (
     _MODULE_INTERNALS,
     MODULE_STATES,
@@ -95,6 +108,14 @@ def _optional_tensor(reader: TensorReader, record: Any, where: str) -> torch.Ten
     return None if record is None else reader.get(record, where)
 
 
+def _checked_for_saving(module: nn.Module, where: str, packed: dict[str, Any]) -> None:
+    """What loading checks before packing, checked of the live layer before writing it."""
+    try:
+        check_module_shapes(module, where, packed)
+    except SerializationError as e:
+        raise SerializationError(f"cannot save {e}") from None
+
+
 @contextlib.contextmanager
 def _repacking(where: str) -> Iterator[None]:
     """Packing errors (a weight of the wrong dtype or shape for the layer) as SerializationError."""
@@ -107,6 +128,7 @@ def _repacking(where: str) -> Iterator[None]:
 # --------------------------------------------------- quantized linear weights
 def _save_linear_packed(module: nn.Module, writer: TensorWriter, where: str) -> dict[str, Any]:
     weight, bias = module._weight_bias()
+    _checked_for_saving(module, where, {"weight": weight, "bias": bias})
     return {
         "dtype": encode_value(module.dtype),
         "weight": writer.add(weight, f"{where}.weight"),
@@ -115,17 +137,17 @@ def _save_linear_packed(module: nn.Module, writer: TensorWriter, where: str) -> 
 
 
 def _load_linear_packed(data: Any, reader: TensorReader, where: str) -> nn.Module:
-    dtype = decode_value(_field(data, "dtype", dict, where), where=where)
-    if dtype not in (torch.qint8, torch.float16):
-        raise SerializationError(
-            f"{where}: packed linear weights are qint8 or float16, not {dtype}"
-        )
     module = LinearPackedParams.__new__(LinearPackedParams)
     nn.Module.__init__(module)
-    module.dtype = dtype
-    weight = reader.get(data.get("weight"), f"{where}.weight")
+    module.dtype = decode_value(_field(data, "dtype", dict, where), where=where)
+    packed = {
+        "weight": reader.get(data.get("weight"), f"{where}.weight"),
+        "bias": _optional_tensor(reader, data.get("bias"), f"{where}.bias"),
+    }
+    check_module_shapes(module, where, packed)
     with _repacking(where):
-        module.set_weight_bias(weight, _optional_tensor(reader, data.get("bias"), f"{where}.bias"))
+        module.set_weight_bias(packed["weight"], packed["bias"])
+    record_packed(module, packed)
     return module
 
 
@@ -149,6 +171,7 @@ def _weight_bias_state(cls: type, packed: str) -> ModuleState:
 
     def save(module: nn.Module, writer: TensorWriter, where: str) -> dict[str, Any]:
         weight, bias = module._weight_bias()
+        _checked_for_saving(module, where, {"weight": weight, "bias": bias})
         return {
             "attributes": _save_attributes(module, frozenset({packed}), where),
             "weight": writer.add(weight, f"{where}.weight"),
@@ -159,6 +182,7 @@ def _weight_bias_state(cls: type, packed: str) -> ModuleState:
         module = _empty_with_attributes(cls, data, where)
         weight = reader.get(data.get("weight"), f"{where}.weight")
         bias = _optional_tensor(reader, data.get("bias"), f"{where}.bias")
+        check_module_shapes(module, where, {"weight": weight, "bias": bias})
         with _repacking(where):
             module.set_weight_bias(weight, bias)
         return module
@@ -173,6 +197,7 @@ def _rnn_state(cls: type) -> ModuleState:
         with _repacking(where):
             tensors = module._weight_bias()
         named = {**tensors["weight"], **tensors["bias"]}
+        _checked_for_saving(module, where, named)
         return {
             "attributes": _save_attributes(module, frozenset({"_all_weight_values"}), where),
             "weights": {
@@ -187,6 +212,7 @@ def _rnn_state(cls: type) -> ModuleState:
             name: _optional_tensor(reader, record, f"{where}.{name}")
             for name, record in _field(data, "weights", dict, where).items()
         }
+        check_module_shapes(module, where, weights)
         with _repacking(where):
             module.set_weight_bias(weights)
         return module
@@ -285,6 +311,26 @@ def _refused(what: str) -> ModuleState:
     return ModuleState(save, load)
 
 
+# ---------------------------------------- torch's other packed layers: refused
+def _not_saved(what: str) -> ModuleState:
+    why = (
+        f"it holds {what} packed for torch's quantized kernels, which fxloom does not save; "
+        "fxloom saves the quantized layers fxloom.quantize makes (Linear, Conv1d/2d/3d, LSTM, "
+        "GRU): keep this one in float"
+    )
+
+    def save(module: nn.Module, writer: TensorWriter, where: str) -> Any:
+        raise SerializationError(f"cannot save {where} ({type(module).__qualname__}): {why}")
+
+    def load(data: Any, reader: TensorReader, where: str) -> nn.Module:
+        raise SerializationError(
+            f"{where}: the file holds {what} packed for torch's quantized kernels, which "
+            "fxloom does not load; refused"
+        )
+
+    return ModuleState(save, load)
+
+
 # ------------------------------------------------------------------- the rows
 _ROWS: dict[type | str, ModuleState] = {
     LinearPackedParams: ModuleState(_save_linear_packed, _load_linear_packed),
@@ -294,6 +340,13 @@ _ROWS: dict[type | str, ModuleState] = {
     },
     nnqd.LSTM: _rnn_state(nnqd.LSTM),
     nnqd.GRU: _rnn_state(nnqd.GRU),
+    nnq.Embedding: _not_saved("an embedding table"),  # and EmbeddingBag
+    EmbeddingPackedParams: _not_saved("an embedding table"),
+    RNNCellBase: _not_saved("a recurrent cell's weights"),  # LSTMCell, GRUCell, RNNCell
+    PackedParameter: _not_saved("one cell of a dynamic LSTM/GRU (saved with its layer)"),
+    sparse_linear.Linear: _not_saved("sparse linear weights"),
+    sparse_linear.LinearPackedParams: _not_saved("sparse linear weights"),
+    sparse_dynamic_linear.Linear: _not_saved("sparse linear weights"),
     "fxloom.quantize.observers.Observer": _refused("an observer"),
     "fxloom.quantize.fake_quantize.FakeQuantize": _refused("a fake-quantize module"),
     "fxloom.quantize.qat_modules.QATModule": _refused("a quantization-aware training layer"),

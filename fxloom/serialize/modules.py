@@ -41,7 +41,7 @@ from fxloom.serialize import allowlist, parametrized, rnn_weights
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graphs import check_identifier, check_path, decode_graph, encode_graph
 from fxloom.serialize.meta import MetaCodecs
-from fxloom.serialize.module_shapes import check_module_shapes
+from fxloom.serialize.module_shapes import check_module_shapes, row_for
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 from fxloom.serialize.values import decode_value, encode_value, short
 
@@ -117,11 +117,7 @@ def _state_of(cls: type) -> ModuleState | None:
 
 def _special(cls: type, table: Mapping[type | str, Any]) -> Any:
     """The row of ``cls`` or of its nearest base, found by class or by qualified name."""
-    for base in cls.__mro__:
-        for key in (base, f"{base.__module__}.{base.__qualname__}"):
-            if key in table:
-                return table[key]
-    return None
+    return row_for(table, cls)
 
 
 # ---------------------------------------------------------------------- saving

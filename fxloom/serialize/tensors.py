@@ -21,10 +21,10 @@ from fxloom.serialize.devices import CPU, Placement, parse_device
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.values import decode_value, encode_value
 
-__all__ = ["TensorWriter", "TensorReader"]
+__all__ = ["TensorWriter", "TensorReader", "PER_CHANNEL", "PER_TENSOR", "check_scales"]
 
-_PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
-_PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric)
+PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
+PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric)
 
 
 class TensorWriter:
@@ -69,13 +69,13 @@ class TensorWriter:
 
     def _quantization(self, tensor: torch.Tensor, key: str) -> dict[str, Any]:
         scheme = tensor.qscheme()
-        if scheme in _PER_TENSOR:
+        if scheme in PER_TENSOR:
             return {
                 "qscheme": encode_value(scheme),
                 "scale": tensor.q_scale(),
                 "zero_point": tensor.q_zero_point(),
             }
-        if scheme in _PER_CHANNEL:
+        if scheme in PER_CHANNEL:
             self.tensors[f"{key}.scales"] = tensor.q_per_channel_scales().contiguous()
             self.tensors[f"{key}.zero_points"] = tensor.q_per_channel_zero_points().contiguous()
             return {"qscheme": encode_value(scheme), "axis": tensor.q_per_channel_axis()}
@@ -152,16 +152,16 @@ class TensorReader:
         if not isinstance(q, dict):
             raise SerializationError(f"{where}: invalid quantization record")
         scheme = decode_value(q.get("qscheme"), where=where)
-        if scheme in _PER_TENSOR:
+        if scheme in PER_TENSOR:
             scale, zero_point = q.get("scale"), q.get("zero_point")
             if not isinstance(scale, float) or type(zero_point) is not int:
                 raise SerializationError(f"{where}: invalid scale or zero point")
-            _check_scales(torch.tensor([scale]), torch.tensor([zero_point]), dtype, where)
+            check_scales(torch.tensor([scale]), torch.tensor([zero_point]), dtype, where)
             try:  # keeps the layout of ``values`` (channels-last, a transpose)
                 return torch._make_per_tensor_quantized_tensor(values, scale, zero_point)
             except RuntimeError as e:
                 raise SerializationError(f"{where}: invalid quantization parameters: {e}") from None
-        if scheme in _PER_CHANNEL:
+        if scheme in PER_CHANNEL:
             scales, zero_points, axis = self._per_channel(values, q, key, dtype, where)
             return _per_channel_tensor(values, scales, zero_points, axis, where)
         raise SerializationError(f"{where}: unknown quantization scheme {q.get('qscheme')!r}")
@@ -191,14 +191,15 @@ class TensorReader:
                     f"{where}: {t.numel()} {name} ({t.dtype}) for {channels} channels along "
                     f"axis {axis}; there must be one per channel"
                 )
-        _check_scales(scales, zero_points, dtype, where)
+        check_scales(scales, zero_points, dtype, where)
         return scales, zero_points, axis
 
 
-def _check_scales(
+def check_scales(
     scales: torch.Tensor, zero_points: torch.Tensor, dtype: torch.dtype, where: str
 ) -> None:
-    """Scales finite and positive, zero points representable in ``dtype``."""
+    """Scales finite and positive, zero points representable in ``dtype``: what a quantized
+    tensor's record and a quantized module's output parameters (``module_shapes``) must hold."""
     if not bool(torch.isfinite(scales).all()) or not bool((scales > 0).all()):
         raise SerializationError(f"{where}: quantization scales must be finite and positive")
     info = torch.iinfo(_INTEGER_OF_QUANTIZED[dtype])

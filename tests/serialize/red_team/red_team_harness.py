@@ -41,6 +41,7 @@ class Case:
     build: Callable[[], bytes | str]
     kind: str = "graph_module"
     inputs: list = field(default_factory=lambda: [{"randn": [4, 3]}])
+    engine: str | None = None  # torch.backends.quantized.engine while loading; None: as is
 
 
 # family name -> its cases; each test module registers its own at import (collection) time.
@@ -54,12 +55,15 @@ def family(name: str, cases: list[Case]) -> list[Case]:
     return cases
 
 
-def case(id: str, kind: str = "graph_module", inputs: list | None = None):
+def case(
+    id: str, kind: str = "graph_module", inputs: list | None = None, engine: str | None = None
+):
     """Decorator: the function builds the file; its docstring says the attack."""
 
     def make(build: Callable[[], bytes | str]) -> Case:
         doc = (build.__doc__ or id).strip().splitlines()[0]
-        return Case(id, doc, build, kind, inputs if inputs is not None else [{"randn": [4, 3]}])
+        given = inputs if inputs is not None else [{"randn": [4, 3]}]
+        return Case(id, doc, build, kind, given, engine)
 
     return make
 
@@ -85,7 +89,13 @@ def _launch(cases: list[Case], files: dict[str, str], workdir: Path, attempt: in
         json.dumps(
             {
                 "cases": [
-                    {"id": c.id, "kind": c.kind, "file": files[c.id], "inputs": c.inputs}
+                    {
+                        "id": c.id,
+                        "kind": c.kind,
+                        "file": files[c.id],
+                        "inputs": c.inputs,
+                        "engine": c.engine,
+                    }
                     for c in cases
                 ]
             }

@@ -285,6 +285,8 @@ def run_case(case: dict) -> dict:
     CALLS.clear()
     verdict = {"id": case["id"], "stage": "load"}
     started, cpu_started = time.perf_counter(), time.process_time()
+    if case.get("engine"):  # the quantized engine that packs the file's int8 weights
+        torch.backends.quantized.engine = case["engine"]
     set_limits()
     ACTIVE = True
     try:
@@ -325,8 +327,12 @@ def run_case(case: dict) -> dict:
     return verdict
 
 
+ENGINE = torch.backends.quantized.engine
+
+
 def reset_state() -> None:
     """Undo what a file may have changed process-wide, so the next file is judged alone."""
+    torch.backends.quantized.engine = ENGINE
     torch.set_default_dtype(torch.float32)
     torch.set_default_device(None)
     torch.set_grad_enabled(True)
