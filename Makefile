@@ -17,9 +17,11 @@ BENCH_ARGS ?=
 BENCH_TRACE_ARGS ?=
 ZOO_ARGS ?=
 MATRIX_ARGS ?=
+RED_TEAM_EXAMPLES ?= 20000
+RED_TEAM_SEED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-matrix bench bench-passes zoo lint format clean distclean
+.PHONY: help setup demo test test-matrix red-team bench bench-passes zoo lint format clean distclean
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / { printf "  make %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -50,6 +52,10 @@ test: $(SETUP_STAMP) ## set up, then run the tests (extra pytest flags: PYTEST_A
 
 test-matrix: $(SETUP_STAMP) ## run the tests on other Python/torch/transformers versions (cached envs; MATRIX_ARGS=)
 	$(PY) tools/test_matrix.py $(MATRIX_ARGS)
+
+red-team: $(SETUP_STAMP) ## the generative red team's long run: RED_TEAM_EXAMPLES mutants (20000), RED_TEAM_SEED=
+	FXLOOM_RED_TEAM_EXAMPLES=$(RED_TEAM_EXAMPLES) FXLOOM_RED_TEAM_SEED=$(RED_TEAM_SEED) \
+		$(PY) -m pytest tests/serialize/red_team/test_generative_red_team.py -q -s $(PYTEST_ARGS)
 
 bench: $(SETUP_STAMP) ## set up, run the graph then the tracing benchmarks (BENCH_ARGS=, BENCH_TRACE_ARGS=)
 	$(PY) benchmarks/bench_graph.py $(BENCH_ARGS)
