@@ -109,15 +109,17 @@ class _SourceLoader:
         return self._src
 
 
-def _compile_forward(code: PythonCode, class_name: str) -> tuple[Any, str]:
-    """Execute generated source; return the ``forward`` function and its file name."""
+def _compile_forward(code: PythonCode, class_name: str, tree: Any = None) -> tuple[Any, str]:
+    """Execute generated source (or ``tree``, the ``ast.Module`` parsed from it); return the
+    ``forward`` function and its file name."""
     filename = f"<fxloom-generated>/{class_name}_{next(_file_counter)}.py"
     namespace = dict(code.globals)
     namespace["__name__"] = filename
     namespace["__loader__"] = _SourceLoader(code.src)
     # dont_inherit: this file's ``from __future__ import annotations`` must not
     # turn the generated annotations into strings.
-    exec(compile(code.src, filename, "exec", dont_inherit=True), namespace)
+    source = code.src if tree is None else tree
+    exec(compile(source, filename, "exec", dont_inherit=True), namespace)
     forward = namespace["forward"]
     # Registered eagerly so tracebacks and inspect see the source at once; removed after the
     # function is gone so big generated sources do not pile up. Not removed by the finalizer
@@ -270,17 +272,18 @@ class GraphModule(torch.nn.Module):
 
     forward = _GeneratedForward()
 
-    def recompile(self, *, check: Callable[[PythonCode], None] | None = None) -> PythonCode:
+    def recompile(self, *, check: Callable[[PythonCode], Any] | None = None) -> PythonCode:
         """Regenerate and compile ``forward`` from the graph now; return the ``PythonCode``.
 
         ``check``, if given, is called with the generated code before any of it is compiled
-        or run, and may raise to stop it (``fxloom.load`` checks a file's code this way).
+        or run, and may raise to stop it (``fxloom.load`` checks a file's code this way). It
+        may return the ``ast.Module`` it parsed from ``code.src``: that tree is compiled, so
+        what was checked is exactly what runs (and the source is parsed once).
         """
         graph = self._graph
         code = graph.python_code(root_module="self")
-        if check is not None:
-            check(code)
-        forward, filename = _compile_forward(code, type(self).__name__)
+        tree = check(code) if check is not None else None
+        forward, filename = _compile_forward(code, type(self).__name__, tree)
         type(self)._generated_forward = forward
         pytree_info = getattr(graph._codegen, "pytree_info", None)
         state = self.__dict__  # plain attributes: see _invalidate

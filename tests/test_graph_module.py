@@ -235,9 +235,9 @@ def test_many_edits_regenerate_code_once(monkeypatch):
     compiles = []
     original = fxloom.graph_module._compile_forward
 
-    def counting(code, class_name):
+    def counting(code, class_name, tree=None):
         compiles.append(code.src)
-        return original(code, class_name)
+        return original(code, class_name, tree)
 
     monkeypatch.setattr(fxloom.graph_module, "_compile_forward", counting)
     gm = fx.GraphModule(torch.nn.Module(), relu_graph())

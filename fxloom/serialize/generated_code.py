@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from fxloom._namespace import is_plain_identifier
@@ -84,7 +84,8 @@ def check_generated_forward(gm: GraphModule, where: str) -> None:
     gm.recompile(check=lambda code: _check_code(code, gm, where))
 
 
-def _check_code(code: PythonCode, gm: GraphModule, where: str) -> None:
+def _check_code(code: PythonCode, gm: GraphModule, where: str) -> ast.Module:
+    """The parsed ``code``, checked (``recompile`` compiles this very tree)."""
     tree = ast.parse(code.src)
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
         _refuse(where, "it is not a single function definition")
@@ -101,12 +102,40 @@ def _check_code(code: PythonCode, gm: GraphModule, where: str) -> None:
     )
     if shadowed:
         _refuse(where, f"the names {sorted(shadowed)} would shadow globals or builtins")
-    locals_ = nodes | parameters
-    readable = locals_ | globals_ | READABLE_BUILTINS
-    for item in ast.walk(tree):
-        problem = _problem(item, locals_, readable, code.globals)
+    scope = _Scope(nodes | parameters, nodes | parameters | globals_ | READABLE_BUILTINS, code)
+    for item in _syntax_nodes(tree):
+        check = _CHECKS.get(type(item), _not_written)
+        problem = check(item, scope) if check is not None else None
         if problem is not None:
             _refuse(where, f"{problem} (line {getattr(item, 'lineno', '?')})")
+    return tree
+
+
+def _syntax_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every syntax node of ``tree`` but contexts and operators (``Load``, ``Add``: leaves,
+    each kind allowed), in one loop over the fields that hold nodes: ``ast.walk``'s generator
+    chain costs several times as much, and this runs at every load."""
+    found, stack = [], [tree]
+    fields_of = _NODE_FIELDS
+    while stack:
+        item = stack.pop()
+        found.append(item)
+        kind = type(item)
+        fields = fields_of.get(kind)
+        if fields is None:
+            fields = fields_of[kind] = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)
+        for field in fields:
+            value = getattr(item, field, None)
+            if type(value) is list:
+                stack.extend(v for v in value if v is not None)  # a Dict's ** entry is None
+            elif isinstance(value, ast.AST):
+                stack.append(value)
+    return found
+
+
+# Fields whose values are leaves the grammar fixes to allowed kinds (a context, an operator).
+_LEAF_FIELDS = frozenset({"ctx", "op", "ops"})
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _parameters(function: ast.FunctionDef, gm: GraphModule, where: str) -> frozenset[str]:
@@ -127,48 +156,70 @@ def _parameters(function: ast.FunctionDef, gm: GraphModule, where: str) -> froze
     return frozenset(given)
 
 
-def _problem(item: ast.AST, locals_: frozenset, readable: frozenset, globals_: dict) -> Any:
-    """What is wrong with one syntax node, or None."""
-    if type(item) not in ALLOWED_SYNTAX:
-        return f"it contains {type(item).__name__}, which code generation never writes"
-    for name in _identifiers(item):
-        if not is_plain_identifier(name) and name != "self":
-            return f"the identifier {name!r} is not plain ASCII"
-    if isinstance(item, ast.Name):
-        if isinstance(item.ctx, ast.Store) and item.id not in locals_:
+@dataclass(frozen=True)
+class _Scope:
+    """What the checks of one forward compare names with."""
+
+    locals: frozenset[str]  # node and parameter names: what it may assign
+    readable: frozenset[str]  # locals, globals, self and the allowed builtins
+    code: PythonCode
+
+
+def _not_written(item: ast.AST, scope: _Scope) -> str:
+    return f"it contains {type(item).__name__}, which code generation never writes"
+
+
+def _name(item: ast.Name, scope: _Scope) -> str | None:
+    # Both sets hold only names validated as plain ASCII: membership checks that too.
+    if type(item.ctx) is ast.Store:
+        if item.id not in scope.locals:
             return f"it assigns {item.id!r}, which is no node of the graph"
-        if isinstance(item.ctx, ast.Load) and item.id not in readable:
-            return f"it reads {item.id!r}, which is neither a node, a global nor an allowed builtin"
-    if isinstance(item, ast.Attribute) and item.attr.startswith("__"):
-        if not allowlist.allowed_method(item.attr):
-            return f"it reads the attribute {item.attr!r}"
-    if isinstance(item, ast.Call):
-        return _call_problem(item, locals_, globals_)
+    elif item.id not in scope.readable:
+        return f"it reads {item.id!r}, which is neither a node, a global nor an allowed builtin"
     return None
 
 
-def _identifiers(item: ast.AST) -> Iterator[str]:
-    if isinstance(item, ast.Name):
-        yield item.id
-    elif isinstance(item, ast.Attribute):
-        yield item.attr
-    elif isinstance(item, (ast.keyword, ast.arg)):
-        yield item.arg
-    elif isinstance(item, ast.FunctionDef):
-        yield item.name
+def _attribute(item: ast.Attribute, scope: _Scope) -> str | None:
+    attr = item.attr
+    if not is_plain_identifier(attr):
+        return f"the attribute {attr!r} is not a plain ASCII identifier"
+    if attr.startswith("__") and not allowlist.allowed_method(attr):
+        return f"it reads the attribute {attr!r}"
+    return None
 
 
-def _call_problem(call: ast.Call, locals_: frozenset, globals_: dict) -> Any:
-    if isinstance(call.func, ast.Name) and call.func.id in locals_:
-        return f"it calls the value {call.func.id!r}; only functions and modules are called"
-    callee = _global_object(call.func, globals_)
+def _named(item: ast.keyword | ast.arg, scope: _Scope) -> str | None:
+    if item.arg is None:
+        return "it passes ** keywords"
+    if not is_plain_identifier(item.arg) and item.arg != "self":
+        return f"the name {item.arg!r} is not a plain ASCII identifier"
+    return None
+
+
+def _call(item: ast.Call, scope: _Scope) -> str | None:
+    func = item.func
+    if type(func) is not ast.Name:
+        return None
+    if func.id in scope.locals:
+        return f"it calls the value {func.id!r}; only functions and modules are called"
+    callee = _global_object(func, scope.code.globals)
     refused = call_table.CALLABLE_KEYWORDS.get(callee, frozenset()) if callee else frozenset()
-    for keyword in call.keywords:
-        if keyword.arg is None:
-            return "it passes ** keywords"
+    for keyword in item.keywords:
         if keyword.arg in refused:
             return f"it passes {keyword.arg}= to {callee.__name__}, which would call it"
     return None
+
+
+# What is checked of each kind of syntax node (None: nothing more than that it is allowed);
+# a kind not listed is syntax code generation never writes.
+_CHECKS: dict[type, Any] = {
+    **dict.fromkeys(ALLOWED_SYNTAX),
+    ast.Name: _name,
+    ast.Attribute: _attribute,
+    ast.keyword: _named,
+    ast.arg: _named,
+    ast.Call: _call,
+}
 
 
 def _global_object(func: ast.expr, globals_: dict) -> Any:
