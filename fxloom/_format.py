@@ -113,7 +113,9 @@ def format_arg(arg: Any, max_list_len: float = float("inf"), *, percent: bool = 
     printer = _CONTAINER_PRINTERS.get(entry.kind) if entry is not None else None
     if printer is not None:
         return printer(arg, max_list_len, percent)
-    if callable(arg) and hasattr(arg, "__name__") and not isinstance(arg, type):
+    if isinstance(arg, type):  # by name, as functions are: graph text reads it back
+        return qualified_name(arg)
+    if callable(arg) and hasattr(arg, "__name__"):
         return qualified_name(arg)
     return repr(arg)
 

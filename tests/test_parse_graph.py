@@ -232,3 +232,12 @@ def test_operator_targets_resolve_to_the_operator_functions():
     return add"""
     (add,) = [n for n in fxloom.parse_graph(text).nodes if n.op == "call_function"]
     assert add.target is operator.add
+
+
+def test_a_class_given_as_an_argument_prints_by_name_and_reads_back():
+    # fxloom show prints what a file's graph holds; a class value (isinstance's) must read back.
+    g = fxloom.Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(isinstance, (x, dict)))
+    assert "(%x, dict)" in str(g)
+    assert str(fxloom.parse_graph(str(g))) == str(g)
