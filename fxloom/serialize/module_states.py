@@ -294,41 +294,37 @@ def backend_state(cls: type) -> ModuleState | None:
     return _refusing_hooks(ModuleState(save, load))
 
 
-# ------------------------------------------------ what prepare() inserts: refused
-def _refused(what: str) -> ModuleState:
-    why = (
-        f"it is {what}, which fxloom.quantize.prepare and prepare_qat insert; a prepared "
-        "model's quantization plan is not saved, so a loaded copy could not be converted. "
-        "Call fxloom.quantize.convert(prepared) first and save the int8 model it returns"
-    )
+# ------------------------- what prepare() inserts, and torch's other packed layers: refused
+def _refusing(why_not_saved: str, why_not_loaded: str) -> ModuleState:
+    """A row that refuses modules of its class both ways, saying why."""
 
     def save(module: nn.Module, writer: TensorWriter, where: str) -> Any:
-        raise SerializationError(f"cannot save {where} ({type(module).__qualname__}): {why}")
-
-    def load(data: Any, reader: TensorReader, where: str) -> nn.Module:
-        raise SerializationError(f"{where}: the file holds {what}, which fxloom does not load")
-
-    return ModuleState(save, load)
-
-
-# ---------------------------------------- torch's other packed layers: refused
-def _not_saved(what: str) -> ModuleState:
-    why = (
-        f"it holds {what} packed for torch's quantized kernels, which fxloom does not save; "
-        "fxloom saves the quantized layers fxloom.quantize makes (Linear, Conv1d/2d/3d, LSTM, "
-        "GRU): keep this one in float"
-    )
-
-    def save(module: nn.Module, writer: TensorWriter, where: str) -> Any:
-        raise SerializationError(f"cannot save {where} ({type(module).__qualname__}): {why}")
-
-    def load(data: Any, reader: TensorReader, where: str) -> nn.Module:
         raise SerializationError(
-            f"{where}: the file holds {what} packed for torch's quantized kernels, which "
-            "fxloom does not load; refused"
+            f"cannot save {where} ({type(module).__qualname__}): {why_not_saved}"
         )
 
+    def load(data: Any, reader: TensorReader, where: str) -> nn.Module:
+        raise SerializationError(f"{where}: the file holds {why_not_loaded}; refused")
+
     return ModuleState(save, load)
+
+
+def _refused(what: str) -> ModuleState:
+    return _refusing(
+        f"it is {what}, which fxloom.quantize.prepare and prepare_qat insert; a prepared "
+        "model's quantization plan is not saved, so a loaded copy could not be converted. "
+        "Call fxloom.quantize.convert(prepared) first and save the int8 model it returns",
+        f"{what}, which fxloom does not load",
+    )
+
+
+def _not_saved(what: str) -> ModuleState:
+    return _refusing(
+        f"it holds {what} packed for torch's quantized kernels, which fxloom does not save; "
+        "fxloom saves the quantized layers fxloom.quantize makes (Linear, Conv1d/2d/3d, LSTM, "
+        "GRU): keep this one in float",
+        f"{what} packed for torch's quantized kernels, which fxloom does not load",
+    )
 
 
 # ------------------------------------------------------------------- the rows

@@ -27,6 +27,18 @@ WEIGHTS = "fxloom/weights.safetensors"
 # Functions whose call means a module's code ran: forwards, nn.Module's call path, and the
 # getter torch's parametrize gives each parametrized tensor.
 MODULE_CODE = frozenset({"forward", "_call_impl", "_wrapped_call_impl", "get_parametrized"})
+# What calling a loaded module may raise: its graph is valid, its values may not fit.
+RUN_ERRORS = (
+    RuntimeError,
+    TypeError,
+    ValueError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    ZeroDivisionError,
+    OverflowError,
+    NotImplementedError,
+)
 
 
 def saved(model: nn.Module) -> bytes:

@@ -15,6 +15,7 @@ import json
 import zipfile
 
 import torch
+from hostile import RUN_ERRORS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -25,18 +26,6 @@ from fxloom.graph_module import GraphModule
 PROGRAM = "fxloom/program.json"
 WEIGHTS = "fxloom/weights.safetensors"
 
-# What calling a loaded module may raise: its graph is valid, its values may not fit.
-RUN_ERRORS = (
-    RuntimeError,
-    TypeError,
-    ValueError,
-    IndexError,
-    KeyError,
-    AttributeError,
-    ZeroDivisionError,
-    OverflowError,
-    NotImplementedError,
-)
 FUZZ = settings(
     max_examples=150,
     deadline=None,

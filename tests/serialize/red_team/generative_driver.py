@@ -40,7 +40,6 @@ import copy
 import importlib.util
 import json
 import os
-import resource
 import signal
 import sys
 import time
@@ -50,10 +49,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/serialize: hostile
 
 import torch  # noqa: E402
+from child_limits import lift_limits, set_limits  # noqa: E402
 from generative_corpus import Entry, corpus, load  # noqa: E402
 from generative_mutations import Program, add_generated_globals, mutate  # noqa: E402
+from hostile import RUN_ERRORS  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from red_team_files import PROGRAM, read, rewrite  # noqa: E402
@@ -64,19 +66,6 @@ from fxloom import attr_path  # noqa: E402
 from fxloom.cli.save import summarise  # noqa: E402
 from fxloom.serialize import SerializationError  # noqa: E402
 
-# What calling a loaded module may raise: its graph is valid, its values may not fit (as in
-# tests/serialize/test_fuzz.py).
-RUN_ERRORS = (
-    RuntimeError,
-    TypeError,
-    ValueError,
-    IndexError,
-    KeyError,
-    AttributeError,
-    ZeroDivisionError,
-    OverflowError,
-    NotImplementedError,
-)
 MEMORY_PER_MUTANT = 2**30
 CPU_SECONDS_PER_MUTANT = 10
 TMP = os.path.realpath(os.getcwd())
@@ -183,28 +172,10 @@ def _open_outside(args: tuple) -> str | None:
 
 
 # ------------------------------------------------------------------ limits
-def _vm_bytes() -> int:
-    with _real_open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def _limit() -> None:
     """1 GiB of address space above what the interpreter holds, 10 s of CPU: a mutant that
     loops or allocates without end is killed (the parent names it)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = int(usage.ru_utime + usage.ru_stime) + CPU_SECONDS_PER_MUTANT + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.getrlimit(resource.RLIMIT_CPU)[1]))
-    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-    resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + MEMORY_PER_MUTANT, hard))
-
-
-def _unlimit() -> None:
-    for limit in (resource.RLIMIT_AS, resource.RLIMIT_CPU):
-        hard = resource.getrlimit(limit)[1]
-        resource.setrlimit(limit, (hard, hard))
+    set_limits(CPU_SECONDS_PER_MUTANT, MEMORY_PER_MUTANT)
 
 
 # ------------------------------------------------------------------ the module tree
@@ -379,7 +350,7 @@ def judge(entry: Entry, data: bytes) -> dict:
         return _verdict("judge_raised", error=_error(e), where=traceback.format_exc()[-1500:])
     finally:
         WATCHING = False
-        _unlimit()
+        lift_limits()
 
 
 def _judged(entry: Entry, data: bytes) -> dict:

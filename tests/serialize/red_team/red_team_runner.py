@@ -21,7 +21,6 @@ import contextlib
 import io
 import json
 import os
-import resource
 import sys
 import time
 import unicodedata
@@ -35,9 +34,11 @@ import importlib  # noqa: E402
 import pickle  # noqa: E402
 import subprocess  # noqa: E402
 
+import child_limits  # noqa: E402
 import numpy  # noqa: E402, F401
 import sympy  # noqa: E402, F401
 import torch  # noqa: E402
+from child_limits import lift_limits  # noqa: E402
 from torch import nn  # noqa: E402
 
 import fxloom  # noqa: E402
@@ -227,27 +228,8 @@ def install_recorders() -> None:
 
 
 # --------------------------------------------------------------------- limits
-def _vm_bytes() -> int:
-    with _real_open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def set_limits() -> None:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = int(usage.ru_utime + usage.ru_stime) + CPU_SECONDS_PER_FILE + 1
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, hard))
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + MEMORY_PER_FILE, hard))
-
-
-def lift_limits() -> None:
-    for limit in (resource.RLIMIT_AS, resource.RLIMIT_CPU):
-        _, hard = resource.getrlimit(limit)
-        resource.setrlimit(limit, (hard, hard))
+    child_limits.set_limits(CPU_SECONDS_PER_FILE, MEMORY_PER_FILE)
 
 
 # ---------------------------------------------------------------------- cases

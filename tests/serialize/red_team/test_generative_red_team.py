@@ -254,8 +254,10 @@ def counts(run: Run) -> str:
 # ------------------------------------------------------------------ the tests
 @pytest.fixture(scope="module")
 def red_team_run(tmp_path_factory, pytestconfig) -> Run:
-    corpus = corpus_folder(pytestconfig.cache.mkdir("generative-red-team-corpus"))
+    cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
+    kept = cache.mkdir("generative-red-team-corpus") if cache is not None else None
     folder = tmp_path_factory.mktemp("generative-red-team")
+    corpus = corpus_folder(kept or tmp_path_factory.mktemp("generative-red-team-corpus"))
     run = run_driver(folder, EXAMPLES, SEED, CRASH_AT, corpus)
     if EXAMPLES != CI_EXAMPLES:  # a long run (make red-team): the figures for RESULTS.md
         print(f"\n{len(run.mutants)} mutants (seed {SEED}) in {run.seconds:.0f} s\n{counts(run)}")
