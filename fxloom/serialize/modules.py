@@ -39,8 +39,10 @@ from torch.nn.utils import parametrize
 from fxloom.graph_module import GraphModule
 from fxloom.serialize import allowlist, parametrized, rnn_weights
 from fxloom.serialize.errors import SerializationError
+from fxloom.serialize.frozen_tree import check_get_attr_uses
 from fxloom.serialize.graphs import check_identifier, check_path, decode_graph, encode_graph
 from fxloom.serialize.meta import MetaCodecs
+from fxloom.serialize.module_members import MISSING, held_at
 from fxloom.serialize.module_shapes import check_module_shapes, row_for
 from fxloom.serialize.tensors import TensorReader, TensorWriter
 from fxloom.serialize.values import decode_value, encode_value, short
@@ -193,6 +195,13 @@ def _encode_graph(
 ) -> None:
     record["class_name"] = type(module).__name__
     record["graph"] = encode_graph(module.graph, codecs)
+    for node in module.graph.find_nodes(op="get_attr"):  # what loading checks (frozen_tree)
+        value = held_at(module, node.target)
+        if value is not MISSING:
+            try:
+                check_get_attr_uses(node, value, where)
+            except SerializationError as e:
+                raise SerializationError(f"cannot save {e}") from None
     constants = module.graph.constants
     if constants:
         record["graph_constants"] = {

@@ -317,3 +317,15 @@ def test_only_transformers_own_output_dataclasses_are_callable():
         assert find_callable(f"{__name__}.Mine") is MISSING
     finally:
         del globals()["Mine"]
+
+
+def test_saving_refuses_a_graph_that_hands_a_module_to_a_function():
+    gm = fxloom.symbolic_trace(Scaled())
+    graph = gm.graph
+    output = next(iter(graph.find_nodes(op="output")))
+    with graph.inserting_before(output):
+        lin = graph.get_attr("lin")
+        graph.call_method("double", (lin,))
+    gm.recompile()
+    with pytest.raises(SerializationError, match="cannot save.*reads the module 'lin'"):
+        fxloom.save(gm, io.BytesIO())
