@@ -40,7 +40,7 @@ import torch
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.graph_builder import GraphBuilder
-from fxloom.bytecode.guards import GuardSet
+from fxloom.bytecode.guards import GuardSet, storage_key
 from fxloom.bytecode.sources import Attr, Held, Item, Local, Source
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN"]
@@ -207,9 +207,45 @@ class Recording:
         if self.root_source is not None:
             path = self._root_paths.get(id(tensor))
             if path is not None:  # a parameter or buffer: read at call time, no value guard
+                if source != Held(path):  # passed in as well (an argument): the same object
+                    self.guards.same_object(source, Held(path))
                 return self.graph.input(Held(path), tensor, held=True)
         self.guards.tensor(source, tensor)
         return self.graph.input(source, tensor)
+
+    def guard_identities(self, graph_writes: bool) -> None:
+        """Guard how the tensors read from outside relate, as the graph assumed: sources that
+        held one object share its graph input (``y is x``); different objects stay different
+        (``x is not y``) and none of them becomes a parameter the graph reads; and, where the
+        graph writes to a tensor, objects that shared no storage still share none while those
+        that did share it exactly as now (writing through one changes what the other reads)."""
+        groups: dict[int, list[Source]] = {}
+        tensors: dict[int, torch.Tensor] = {}
+        for source, tensor in self.graph.reads.items():
+            groups.setdefault(id(tensor), []).append(source)
+            tensors[id(tensor)] = tensor
+        firsts = []
+        for sources in groups.values():
+            for other in sources[1:]:
+                self.guards.same_object(other, sources[0])
+            firsts.append(sources[0])
+        self.guards.different_objects(firsts)
+        held = frozenset(map(id, self.graph.held.values()))
+        for source in firsts if held else ():
+            self.guards.none_of(source, held)
+        if graph_writes:
+            self._guard_storage(groups, tensors)
+
+    def _guard_storage(self, groups: dict[int, list[Source]], tensors: dict[int, Any]) -> None:
+        by_storage: dict[int, list[int]] = {}
+        for key in groups:
+            by_storage.setdefault(storage_key(tensors[key]), []).append(key)
+        for keys in by_storage.values():
+            anchor = keys[0]
+            for key in keys[1:]:
+                self.guards.same_storage(groups[key][0], tensors[key], groups[anchor][0],
+                                         tensors[anchor])  # fmt: skip
+        self.guards.disjoint([groups[keys[0]][0] for keys in by_storage.values()])
 
     def _module(self, module: torch.nn.Module, source: Source) -> torch.nn.Module:
         path = self._root_paths.get(id(module))
