@@ -222,7 +222,10 @@ class GuardSet:
         """No two of the tensors at ``sources`` share a storage (``storage_key``)."""
         if len(sources) < 2:
             return
-        check = f"DISJOINT({', '.join(source.expr for source in sources)})"
+        if len(sources) == 2:  # the common case, without building a set
+            check = f"STORAGE({sources[0].expr}) != STORAGE({sources[1].expr})"
+        else:
+            check = f"DISJOINT({', '.join(source.expr for source in sources)})"
         text = f"{_listed(source.text for source in sources)} share no storage"
         self.add(check, Guard(_STRUCTURE, check, text))
 
