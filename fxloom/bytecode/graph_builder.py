@@ -72,7 +72,8 @@ class GraphBuilder:
         return self.real_types.get(id(stand_in), torch.Tensor)
 
     def input(self, source: Source, tensor: torch.Tensor, held: bool = False) -> StandIn:
-        """The stand-in of a tensor read from ``source`` (one graph input per tensor).
+        """The stand-in of a tensor read from ``source`` (one graph input per tensor object,
+        however many sources hold it: the entry guards which do, ``y is x``).
         ``held``: a parameter or buffer of the root, which the module epoch guard keeps the
         same object, so the entry passes the object itself instead of reading the source."""
         if not held:

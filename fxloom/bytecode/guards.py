@@ -4,7 +4,9 @@ While the interpreter runs a function on its first call, every value it consults
 outside the function (``fxloom.bytecode.sources``) adds a guard: a tensor's type, dtype,
 device, ``requires_grad`` and sizes; a Python constant's value; a module's, function's or
 global's identity; a container's length or a dict's keys; the global state (grad mode,
-inference mode, autocast, default dtype) in one check. ``GuardSet.compile`` turns them into
+inference mode, autocast, default dtype) in one check. Once the graph is recorded, how the
+tensors read relate is guarded too (``Recording.guard_identities``): which are the same object
+(``y is x``, ``x is not y``) and, where the graph writes, which share storage. ``GuardSet.compile`` turns them into
 one straight-line function, cheapest checks first, which the cache calls before reusing the
 entry::
 

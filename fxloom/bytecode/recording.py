@@ -22,7 +22,9 @@ any other object            the object itself                       exact type; 
                                                                     they are read
 ==========================  ======================================  ===========================
 
-Objects the program builds (``created``) need no guard. Assigning an attribute of an object
+The tensors read are guarded together as well, after the graph is recorded
+(``guard_identities``): which sources hold the same object, and, where the graph writes,
+which share storage. Objects the program builds (``created``) need no guard. Assigning an attribute of an object
 from outside is a side effect: it is kept aside (``write_attribute``; later reads see it) and
 the compiled entry replays it after its graph; other changes to outside objects (a list
 append, a dict item) are a break for now.
