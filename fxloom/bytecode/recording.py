@@ -83,6 +83,9 @@ class Recording:
         # (function, args, kwargs): Python output (print, logging, warnings) run after the graph
         self.deferred: list[tuple[Any, tuple, dict]] = []
         self._alive: list[Any] = []
+        # Every source an outside object (not a constant, container, module or function) was
+        # read from: objects whose attributes the program assigns are guarded by identity.
+        self._objects: dict[Source, Any] = {}
         # Containers from outside and the copies made of them: changing one is a break.
         self._outside_containers: set[int] = set()
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
@@ -171,6 +174,7 @@ class Recording:
             return self._container(value, source)
         self.guards.exact_type(source, value)
         self._remember(value, source)
+        self._objects.setdefault(source, value)
         return value
 
     def read_attribute(self, owner: Any, name: str, value: Any) -> Any:
@@ -221,22 +225,42 @@ class Recording:
         (``x is not y``) and none of them becomes a parameter the graph reads; and, where the
         graph writes to a tensor, objects that shared no storage still share none while those
         that did share it exactly as now (writing through one changes what the other reads)."""
-        groups: dict[int, list[Source]] = {}
-        tensors: dict[int, torch.Tensor] = {}
-        for source, tensor in self.graph.reads.items():
-            groups.setdefault(id(tensor), []).append(source)
-            tensors[id(tensor)] = tensor
-        firsts = []
-        for sources in groups.values():
-            for other in sources[1:]:
-                self.guards.same_object(other, sources[0])
-            firsts.append(sources[0])
-        self.guards.different_objects(firsts)
+        groups, tensors = _by_identity(self.graph.reads)
+        firsts = self._guard_groups(groups)
         held = frozenset(map(id, self.graph.held.values()))
         for source in firsts if held else ():
             self.guards.none_of(source, held)
         if graph_writes:
             self._guard_storage(groups, tensors)
+        # Other objects: the entry reads an object's attributes through the first source it
+        # came from (``source_of``), so ``q is p`` where one object came twice. An attribute
+        # assigned through one object is read through every alias of it, so where the program
+        # assigns attributes of a type, its objects are also guarded to stay different.
+        written = {type(owner) for owner, _, _ in self.writes.values()}
+        groups = _by_identity(self._objects)[0]
+        self._guard_groups(groups, different=False)
+        if written:
+            self._guard_groups(
+                {
+                    key: sources
+                    for key, sources in groups.items()
+                    if type(self._objects[sources[0]]) in written
+                }  # fmt: skip
+            )
+
+    def _guard_groups(
+        self, groups: dict[int, list[Source]], different: bool = True
+    ) -> list[Source]:
+        """``y is x`` within each group of sources of one object, and (``different``) ``x is
+        not y`` between the groups; returns each group's first source."""
+        firsts = []
+        for sources in groups.values():
+            for other in sources[1:]:
+                self.guards.same_object(other, sources[0])
+            firsts.append(sources[0])
+        if different:
+            self.guards.different_objects(firsts)
+        return firsts
 
     def _guard_storage(self, groups: dict[int, list[Source]], tensors: dict[int, Any]) -> None:
         by_storage: dict[int, list[int]] = {}
@@ -277,6 +301,16 @@ class Recording:
     def _remember(self, value: Any, source: Source) -> None:
         self._sources.setdefault(id(value), source)
         self._alive.append(value)
+
+
+def _by_identity(values: dict[Source, Any]) -> tuple[dict[int, list[Source]], dict[int, Any]]:
+    """The sources of each object (by id, in the order read), and the objects by id."""
+    groups: dict[int, list[Source]] = {}
+    objects: dict[int, Any] = {}
+    for source, value in values.items():
+        groups.setdefault(id(value), []).append(source)
+        objects[id(value)] = value
+    return groups, objects
 
 
 # Functions, classes and modules of these packages are not guarded when read from their

@@ -284,3 +284,53 @@ def test_call_sequences_that_swap_aliasing_agree_with_python(program, calls):
     compiled = fxloom.compile(program)
     for names in calls:
         assert_same_as_python(compiled, program, names)
+
+
+# ----------------------------------------------------------------------------- objects
+class Box:
+    def __init__(self, value) -> None:
+        self.value = value
+
+
+def double_then_read(p, q):
+    p.value = p.value * 2  # replayed after the graph
+    return q.value + 1  # the assigned value, where q is p
+
+
+@pytest.mark.parametrize("one_box_first", [True, False])
+def test_an_attribute_assigned_through_one_alias_of_an_object(one_box_first):
+    compiled = fxloom.compile(double_then_read)
+    calls = ["one box", "two boxes"] if one_box_first else ["two boxes", "one box"]
+    for kind in calls * 2:
+        results = []
+        for fn in (double_then_read, compiled):
+            box = Box(torch.ones(3))
+            boxes = (box, box) if kind == "one box" else (box, Box(torch.zeros(3)))
+            results.append((fn(*boxes), boxes[0].value))
+        (got, got_value), (want, want_value) = results[1], results[0]
+        assert torch.equal(got, want) and torch.equal(got_value, want_value), kind
+    assert len(compiled.cache) == 2
+
+
+def add_values(p, q):
+    return p.value + q.value
+
+
+def test_one_object_twice_then_two_objects_reads_each_one():
+    compiled = fxloom.compile(add_values)
+    box = Box(torch.ones(3))
+    assert torch.equal(compiled(box, box), torch.full((3,), 2.0))
+    assert "q is p" in guard_texts(compiled)
+    assert torch.equal(compiled(Box(torch.ones(3)), Box(torch.zeros(3))), torch.ones(3))
+
+
+def test_different_objects_are_kept_apart_only_where_their_attributes_are_assigned():
+    """Reading ``p.value`` and ``q.value`` from two objects guards the two tensors
+    (``p.value is not q.value``); the objects themselves need no ``is not``."""
+    compiled = fxloom.compile(add_values)
+    compiled(Box(torch.ones(3)), Box(torch.zeros(3)))
+    texts = guard_texts(compiled)
+    assert "p is not q" not in texts and "p.value is not q.value" in texts
+    compiled = fxloom.compile(double_then_read)
+    compiled(Box(torch.ones(3)), Box(torch.zeros(3)))
+    assert "p is not q" in guard_texts(compiled)
