@@ -334,3 +334,21 @@ def test_different_objects_are_kept_apart_only_where_their_attributes_are_assign
     compiled = fxloom.compile(double_then_read)
     compiled(Box(torch.ones(3)), Box(torch.zeros(3)))
     assert "p is not q" in guard_texts(compiled)
+
+
+@seed(33)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    program=st.sampled_from([double_then_read, add_values]),
+    calls=st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from("ab")), min_size=1, max_size=6),
+)
+def test_call_sequences_that_swap_aliased_objects_agree_with_python(program, calls):
+    compiled = fxloom.compile(program)
+    for names in calls:
+        results = []
+        for fn in (program, compiled):
+            boxes = {"a": Box(torch.ones(3)), "b": Box(torch.zeros(3))}
+            result = fn(*(boxes[name] for name in names))
+            results.append((result, boxes["a"].value, boxes["b"].value))
+        for got, want in zip(results[1], results[0]):
+            assert torch.equal(got, want), names
