@@ -103,6 +103,7 @@ def compile_entry(
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
     graph_module = recording.graph.finish(emitter.outputs, f"Compiled_{fn.__name__}")
     graph_module.train(root.training if root is not None else False)  # as the program ran
+    recording.guard_identities(_writes(graph_module))
     arguments = dict(zip(map(local_name, parameters), values))
     example_inputs = eval(f"[{read_inputs}]", {**namespace, **arguments})  # noqa: S307
     namespace["GRAPH"] = backend(graph_module, example_inputs)
@@ -132,6 +133,15 @@ def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
             return recording, interp.run(frame, stop_at)
     finally:
         torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
+
+
+def _writes(graph_module: GraphModule) -> bool:
+    """Whether the graph may write to a tensor (an in-place op, ``out=``, a side effect: the
+    IR's own impurity rule, ``Node.is_impure``)."""
+    return any(
+        node.op not in ("placeholder", "output") and node.is_impure()
+        for node in graph_module.graph.nodes
+    )
 
 
 def _self_name(fn: types.FunctionType) -> str | None:

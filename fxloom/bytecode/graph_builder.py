@@ -47,6 +47,10 @@ class GraphBuilder:
         self.graph = Graph()
         self.inputs: list[Source] = []  # graph input i is read from inputs[i] at call time
         self.source_of_input: dict[int, Source] = {}  # id(stand-in of an input) -> its source
+        # Every source a tensor input was read from (not the held ones), with the tensor: two
+        # sources of one tensor share its graph input, which the entry's guards must justify
+        # (``Recording.guard_identities``).
+        self.reads: dict[Source, torch.Tensor] = {}
         self.held: dict[int, torch.Tensor] = {}  # input index -> the parameter or buffer itself
         # id(stand-in of an input) -> the input's own class (Parameter, a tensor subclass)
         self.real_types: dict[int, type] = {}
@@ -68,9 +72,12 @@ class GraphBuilder:
         return self.real_types.get(id(stand_in), torch.Tensor)
 
     def input(self, source: Source, tensor: torch.Tensor, held: bool = False) -> StandIn:
-        """The stand-in of a tensor read from ``source`` (one graph input per tensor).
+        """The stand-in of a tensor read from ``source`` (one graph input per tensor object,
+        however many sources hold it: the entry guards which do, ``y is x``).
         ``held``: a parameter or buffer of the root, which the module epoch guard keeps the
         same object, so the entry passes the object itself instead of reading the source."""
+        if not held:
+            self.reads.setdefault(source, tensor)
         stand_in = self._stand_in_of.get(id(tensor))
         if stand_in is None:
             name = _NOT_IDENTIFIER.sub("_", source.text)

@@ -4,7 +4,9 @@ While the interpreter runs a function on its first call, every value it consults
 outside the function (``fxloom.bytecode.sources``) adds a guard: a tensor's type, dtype,
 device, ``requires_grad`` and sizes; a Python constant's value; a module's, function's or
 global's identity; a container's length or a dict's keys; the global state (grad mode,
-inference mode, autocast, default dtype) in one check. ``GuardSet.compile`` turns them into
+inference mode, autocast, default dtype) in one check. Once the graph is recorded, how the
+tensors read relate is guarded too (``Recording.guard_identities``): which are the same object
+(``y is x``, ``x is not y``) and, where the graph writes, which share storage. ``GuardSet.compile`` turns them into
 one straight-line function, cheapest checks first, which the cache calls before reusing the
 entry::
 
@@ -37,7 +39,15 @@ import torch
 
 from fxloom.bytecode.sources import Source, local_name
 
-__all__ = ["Guard", "GuardSet", "module_epoch", "global_state", "watch_modules"]
+__all__ = [
+    "Guard",
+    "GuardSet",
+    "disjoint_storage",
+    "global_state",
+    "module_epoch",
+    "storage_key",
+    "watch_modules",
+]
 
 # Cheapest first: identities and exact types, then tensor metadata, then values and lengths.
 _IDENTITY, _TENSOR, _VALUE, _STRUCTURE = range(4)
@@ -78,6 +88,22 @@ def global_state() -> tuple:
         torch.get_default_dtype(),
         torch.are_deterministic_algorithms_enabled(),
     )
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """Where ``tensor``'s elements live: its storage's address. A storage with no bytes
+    (address 0, shared by every empty tensor) or no storage at all (sparse) cannot be written
+    through another tensor: the tensor stands for itself."""
+    try:
+        return tensor.untyped_storage().data_ptr() or id(tensor)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return id(tensor)
+
+
+def disjoint_storage(*tensors: torch.Tensor) -> bool:
+    """Whether no two of ``tensors`` share a storage."""
+    keys = {storage_key(tensor) for tensor in tensors}
+    return len(keys) == len(tensors)
 
 
 _GLOBAL_STATE_TEXT = (
@@ -163,6 +189,63 @@ class GuardSet:
         )
         self.add(expr, Guard(_TENSOR, " and ".join(checks), described))
 
+    # ------------------------------------------------------------ identity relations
+    # Two sources of one tensor share one graph input, and the program's ``x is y`` was
+    # decided on the objects it saw: which inputs are the same object is part of what the
+    # entry assumed. Storage shared by different objects matters only where the graph writes
+    # (``Recording.guard_identities``).
+    def same_object(self, source: Source, other: Source) -> None:
+        check = f"{source.expr} is {other.expr}"
+        self.add(check, Guard(_IDENTITY, check, f"{source.text} is {other.text}"))
+
+    def different_objects(self, sources: Sequence[Source]) -> None:
+        """No two of ``sources`` are the same object (pairwise ``is not`` while that is
+        cheaper than one set of ids)."""
+        if len(sources) < 2:
+            return
+        if len(sources) <= 4:
+            for first, second in itertools.combinations(sources, 2):
+                check = f"{first.expr} is not {second.expr}"
+                self.add(check, Guard(_IDENTITY, check, f"{first.text} is not {second.text}"))
+            return
+        ids = ", ".join(f"id({source.expr})" for source in sources)
+        check = f"len({{{ids}}}) == {len(sources)}"
+        text = f"{_listed(source.text for source in sources)} are different objects"
+        self.add(check, Guard(_IDENTITY, check, text))
+
+    def none_of(self, source: Source, held: frozenset[int]) -> None:
+        """``source`` is none of the root's parameters and buffers the graph reads (``held``:
+        their ids; the entry holds them, so the ids stay theirs)."""
+        check = f"id({source.expr}) not in {self.constant(held)}"
+        text = f"{source.text} is none of the module's parameters and buffers the graph reads"
+        self.add(check, Guard(_IDENTITY, check, text))
+
+    def disjoint(self, sources: Sequence[Source]) -> None:
+        """No two of the tensors at ``sources`` share a storage (``storage_key``)."""
+        if len(sources) < 2:
+            return
+        if len(sources) == 2:  # the common case, without building a set
+            check = f"STORAGE({sources[0].expr}) != STORAGE({sources[1].expr})"
+        else:
+            check = f"DISJOINT({', '.join(source.expr for source in sources)})"
+        text = f"{_listed(source.text for source in sources)} share no storage"
+        self.add(check, Guard(_STRUCTURE, check, text))
+
+    def same_storage(self, source: Source, tensor: torch.Tensor, other: Source,
+                     other_tensor: torch.Tensor) -> None:  # fmt: skip
+        """The tensor at ``source`` shares the storage of the one at ``other`` exactly as now:
+        same storage, each at the same offset with the same strides (the shapes are guarded)."""
+        checks = [f"STORAGE({source.expr}) == STORAGE({other.expr})"]
+        for place, value in ((source, tensor), (other, other_tensor)):
+            checks.append(f"{place.expr}.storage_offset() == {value.storage_offset()}")
+            checks.append(f"{place.expr}.stride() == {value.stride()}")
+        text = (
+            f"{source.text} shares {other.text}'s storage (offsets {tensor.storage_offset()} "
+            f"and {other_tensor.storage_offset()}, strides {tensor.stride()} and "
+            f"{other_tensor.stride()})"
+        )
+        self.add(checks[0], Guard(_STRUCTURE, " and ".join(checks), text))
+
     def length(self, source: Source, value: Sequence[Any]) -> None:
         self.exact_type(source, value)
         self.add(source.expr, Guard(_STRUCTURE, f"len({source.expr}) == {len(value)}",
@@ -243,8 +326,16 @@ class GuardSet:
         }
         namespace["MODULES"] = sys.modules
         namespace["STATE"] = global_state
+        namespace["STORAGE"] = storage_key
+        namespace["DISJOINT"] = disjoint_storage
         namespace.update(zip((f"K{i}" for i in itertools.count()), self._constants))
         return namespace
+
+
+def _listed(texts: Any) -> str:
+    """``x``, ``x and y``, ``x, y and z``."""
+    texts = list(texts)
+    return texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} and {texts[-1]}"
 
 
 def _kind(value: Any) -> str:

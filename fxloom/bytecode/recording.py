@@ -22,7 +22,9 @@ any other object            the object itself                       exact type; 
                                                                     they are read
 ==========================  ======================================  ===========================
 
-Objects the program builds (``created``) need no guard. Assigning an attribute of an object
+The tensors read are guarded together as well, after the graph is recorded
+(``guard_identities``): which sources hold the same object, and, where the graph writes,
+which share storage. Objects the program builds (``created``) need no guard. Assigning an attribute of an object
 from outside is a side effect: it is kept aside (``write_attribute``; later reads see it) and
 the compiled entry replays it after its graph; other changes to outside objects (a list
 append, a dict item) are a break for now.
@@ -40,7 +42,7 @@ import torch
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.graph_builder import GraphBuilder
-from fxloom.bytecode.guards import GuardSet
+from fxloom.bytecode.guards import GuardSet, storage_key
 from fxloom.bytecode.sources import Attr, Held, Item, Local, Source
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN"]
@@ -81,6 +83,9 @@ class Recording:
         # (function, args, kwargs): Python output (print, logging, warnings) run after the graph
         self.deferred: list[tuple[Any, tuple, dict]] = []
         self._alive: list[Any] = []
+        # Every source an outside object (not a constant, container, module or function) was
+        # read from: objects whose attributes the program assigns are guarded by identity.
+        self._objects: dict[Source, Any] = {}
         # Containers from outside and the copies made of them: changing one is a break.
         self._outside_containers: set[int] = set()
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
@@ -169,6 +174,7 @@ class Recording:
             return self._container(value, source)
         self.guards.exact_type(source, value)
         self._remember(value, source)
+        self._objects.setdefault(source, value)
         return value
 
     def read_attribute(self, owner: Any, name: str, value: Any) -> Any:
@@ -207,9 +213,65 @@ class Recording:
         if self.root_source is not None:
             path = self._root_paths.get(id(tensor))
             if path is not None:  # a parameter or buffer: read at call time, no value guard
+                if source != Held(path):  # passed in as well (an argument): the same object
+                    self.guards.same_object(source, Held(path))
                 return self.graph.input(Held(path), tensor, held=True)
         self.guards.tensor(source, tensor)
         return self.graph.input(source, tensor)
+
+    def guard_identities(self, graph_writes: bool) -> None:
+        """Guard how the tensors read from outside relate, as the graph assumed: sources that
+        held one object share its graph input (``y is x``); different objects stay different
+        (``x is not y``) and none of them becomes a parameter the graph reads; and, where the
+        graph writes to a tensor, objects that shared no storage still share none while those
+        that did share it exactly as now (writing through one changes what the other reads)."""
+        groups, tensors = _by_identity(self.graph.reads)
+        firsts = self._guard_groups(groups)
+        held = frozenset(map(id, self.graph.held.values()))
+        for source in firsts if held else ():
+            self.guards.none_of(source, held)
+        if graph_writes:
+            self._guard_storage(groups, tensors)
+        # Other objects: the entry reads an object's attributes through the first source it
+        # came from (``source_of``), so ``q is p`` where one object came twice. An attribute
+        # assigned through one object is read through every alias of it, so where the program
+        # assigns attributes of a type, its objects are also guarded to stay different.
+        written = {type(owner) for owner, _, _ in self.writes.values()}
+        groups = _by_identity(self._objects)[0]
+        self._guard_groups(groups, different=False)
+        if written:
+            self._guard_groups(
+                {
+                    key: sources
+                    for key, sources in groups.items()
+                    if type(self._objects[sources[0]]) in written
+                }  # fmt: skip
+            )
+
+    def _guard_groups(
+        self, groups: dict[int, list[Source]], different: bool = True
+    ) -> list[Source]:
+        """``y is x`` within each group of sources of one object, and (``different``) ``x is
+        not y`` between the groups; returns each group's first source."""
+        firsts = []
+        for sources in groups.values():
+            for other in sources[1:]:
+                self.guards.same_object(other, sources[0])
+            firsts.append(sources[0])
+        if different:
+            self.guards.different_objects(firsts)
+        return firsts
+
+    def _guard_storage(self, groups: dict[int, list[Source]], tensors: dict[int, Any]) -> None:
+        by_storage: dict[int, list[int]] = {}
+        for key in groups:
+            by_storage.setdefault(storage_key(tensors[key]), []).append(key)
+        for keys in by_storage.values():
+            anchor = keys[0]
+            for key in keys[1:]:
+                self.guards.same_storage(groups[key][0], tensors[key], groups[anchor][0],
+                                         tensors[anchor])  # fmt: skip
+        self.guards.disjoint([groups[keys[0]][0] for keys in by_storage.values()])
 
     def _module(self, module: torch.nn.Module, source: Source) -> torch.nn.Module:
         path = self._root_paths.get(id(module))
@@ -239,6 +301,16 @@ class Recording:
     def _remember(self, value: Any, source: Source) -> None:
         self._sources.setdefault(id(value), source)
         self._alive.append(value)
+
+
+def _by_identity(values: dict[Source, Any]) -> tuple[dict[int, list[Source]], dict[int, Any]]:
+    """The sources of each object (by id, in the order read), and the objects by id."""
+    groups: dict[int, list[Source]] = {}
+    objects: dict[int, Any] = {}
+    for source, value in values.items():
+        groups.setdefault(id(value), []).append(source)
+        objects[id(value)] = value
+    return groups, objects
 
 
 # Functions, classes and modules of these packages are not guarded when read from their
