@@ -191,7 +191,7 @@ def _attribute(item: ast.Attribute, scope: _Scope) -> str | None:
 def _named(item: ast.keyword | ast.arg, scope: _Scope) -> str | None:
     if item.arg is None:
         return "it passes ** keywords"
-    if not is_plain_identifier(item.arg) and item.arg != "self":
+    if not is_plain_identifier(item.arg):
         return f"the name {item.arg!r} is not a plain ASCII identifier"
     return None
 
