@@ -11,7 +11,7 @@ Per cell the run leaves, in its environment directory: ``build.log`` (pip), ``fr
 was installed), ``pytest.log`` (the whole run), ``junit.xml`` and ``result.json`` (counts and the
 failing test ids). After the runs, the table in docs/compatibility.md between its ``matrix``
 markers is regenerated from every cell's ``result.json`` (cells not run this time keep their last
-result, with its date).
+result, with its date and the commit it ran at).
 
     python tools/test_matrix.py --list
     python tools/test_matrix.py --cells py3.12-torch2.11-tf5.17
@@ -227,11 +227,26 @@ def run_suite(cell: Cell, python: Path, cache: Path, pytest_args: list[str]) -> 
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
         "versions": installed_versions(python),
         "selection": " ".join(pytest_args) or "whole suite",
+        "commit": checkout_commit(),
         "exit_code": code.returncode,
         **junit_counts(junit),
     }
     (where / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def checkout_commit() -> str:
+    """The commit the suite ran at (``+changes`` when the working tree differed from it)."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{head}+changes" if head and dirty else head or "unknown"
 
 
 def installed_versions(python: Path) -> str:
@@ -278,7 +293,8 @@ def render_table(results: list[dict]) -> str:
     for r in results:
         lines.append(
             f"| `{r['cell']}` | {r['versions']} | {r['passed']} | {r['failed']} | {r['skipped']} "
-            f"| {r['date']}, {r['minutes']} min, {r['machine']} | {r['selection']} |"
+            f"| {r['date']} at `{r.get('commit', 'unknown')}`, {r['minutes']} min, {r['machine']} "
+            f"| {r['selection']} |"
         )
     failing = [r for r in results if r["failures"]]
     for r in failing:
