@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from red_team_files import Small, exported, lowered_file, saved, saved_gm
+from red_team_files import Cond, Small, exported, lowered_file, saved, saved_gm
 from torch import nn
 
 import fxloom
@@ -74,18 +74,6 @@ def _containers_file() -> bytes:
     for name in ("heads", "extra", "blocks"):
         setattr(gm, name, getattr(model, name))
     return saved_gm(gm)
-
-
-class Cond(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin = nn.Linear(3, 3)
-
-    def forward(self, x):
-        return fxloom.cond(
-            x.sum() > 0, lambda x: self.lin(x).relu(), lambda x: self.lin(x) - 1, (x,)
-        )
 
 
 def _quantized_file() -> bytes:

@@ -48,6 +48,20 @@ class Square(nn.Module):
         return self.lin(x) * 2
 
 
+class Cond(nn.Module):
+    """x (n, 3) -> fxloom.cond(x.sum() > 0, relu(lin(x)), lin(x) - 1): an exported cond file."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return fxloom.cond(
+            x.sum() > 0, lambda x: self.lin(x).relu(), lambda x: self.lin(x) - 1, (x,)
+        )
+
+
 def saved(model: nn.Module | None = None) -> bytes:
     buffer = io.BytesIO()
     fxloom.save(fxloom.symbolic_trace(model or Small()), buffer)

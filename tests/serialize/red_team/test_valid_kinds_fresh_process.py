@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 import torch
+from red_team_files import Cond
 from red_team_harness import REPO, _child_env
 from torch import nn
 
@@ -55,18 +56,6 @@ class _Small(nn.Module):
         return self.lin(x).relu()
 
 
-class _Cond(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin = nn.Linear(3, 3)
-
-    def forward(self, x):
-        return fxloom.cond(
-            x.sum() > 0, lambda x: self.lin(x).relu(), lambda x: self.lin(x) - 1, (x,)
-        )
-
-
 def _x(*shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(1))
 
@@ -76,7 +65,7 @@ def _exported():
 
 
 def _exported_cond():
-    return fxloom.export.export(_Cond(), (_x(4, 3),)), (_x(4, 3),)
+    return fxloom.export.export(Cond(), (_x(4, 3),)), (_x(4, 3),)
 
 
 def _exported_dynamic():
