@@ -56,8 +56,9 @@ backends are asked for (and ``fxloom.lower.lowering`` in ``compile_program``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -201,9 +202,16 @@ class Backend:
     ) -> Callable[..., Any]:
         """What ``fxloom.compile`` runs for one captured graph: by default the graph lowered
         with this backend (its supported regions compiled, the rest run by PyTorch)."""
+        from fxloom.lower.held_storage import writes_held_storage
         from fxloom.lower.lowering import lower
 
-        return lower(graph_module, tuple(example_inputs), backend=self)
+        if not writes_held_storage(graph_module):
+            return lower(graph_module, tuple(example_inputs), backend=self)
+        # Lowering runs the graph several times (shapes, regions, a trial run): on copies of
+        # the inputs, with the state of the modules it calls put back afterwards, so the
+        # caller's tensors change once, when the entry runs.
+        with _state_kept(graph_module):
+            return lower(graph_module, tuple(_private_copies(example_inputs)), backend=self)
 
     def __repr__(self) -> str:
         return f"<backend {self.name!r}>"
@@ -282,6 +290,45 @@ def known_backends() -> list[str]:
 def saved_module_rules() -> dict[type, SavedModule]:
     """Every registered backend's module classes and how each is saved (for fxloom.save)."""
     return {cls: rule for b in BACKENDS.values() for cls, rule in b.saved_modules.items()}
+
+
+@contextlib.contextmanager
+def _state_kept(module: nn.Module) -> Iterator[None]:
+    """Put the values of ``module``'s parameters and buffers (its submodules' included) back
+    as they were on leaving."""
+    saved = [(tensor, tensor.detach().clone()) for tensor in _state_tensors(module)]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in saved:
+                tensor.copy_(value)
+
+
+def _state_tensors(module: nn.Module) -> list[torch.Tensor]:
+    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
+    return [tensor for tensor in tensors.values() if tensor.layout is torch.strided]
+
+
+def _private_copies(values: list[Any]) -> list[Any]:
+    """Copies of the tensors among ``values`` that share storage as the originals do (a view
+    and its base stay a view and its base), so a graph that writes into its inputs can run on
+    them while it is lowered without changing the caller's tensors."""
+    storages: dict[int, Any] = {}
+
+    def copy(value: Any) -> Any:
+        if type(value) not in (torch.Tensor, nn.Parameter) or value.layout is not torch.strided:
+            return value
+        storage = value.untyped_storage()
+        key = storage.data_ptr() or id(value)  # an empty storage stands for itself
+        copied = storages.get(key)
+        if copied is None:
+            copied = storages[key] = storage.clone()
+        with torch.no_grad():
+            made = torch.empty(0, dtype=value.dtype, device=value.device)
+            return made.set_(copied, value.storage_offset(), value.size(), value.stride())
+
+    return [copy(value) for value in values]
 
 
 def _saving_backend(cls: type) -> Backend | None:
