@@ -49,6 +49,14 @@ class OnnxRuntimeBackend(Backend):
     trainable = False
     saved_modules = MappingProxyType({OrtModule: ORT_MODULE_SAVING})
 
+    def __init__(self, *, threads: int | None = None, spinning: bool | None = None) -> None:
+        """``threads``, ``spinning``: the sessions' settings where ``lower`` is given none (as
+        ``lower``'s own arguments; None decides by where the work runs). For a caller that
+        cannot pass them to ``lower``: ``fxloom.compile(model,
+        backend=OnnxRuntimeBackend(threads=1))``."""
+        self.threads = threads
+        self.spinning = spinning
+
     def unsupported_reason(self, node: Node, gm: GraphModule) -> str | None:
         reason = unsupported_reason(node, gm)
         if reason is None and node.op in _CALLS:  # it computes into memory of its own
@@ -114,8 +122,10 @@ class OnnxRuntimeBackend(Backend):
         runs between the regions, and spinning threads would take the cores its operators
         need (eager ResNet-50 ran 2x slower next to spinning sessions on 2 cores): spinning
         off, and ``torch.get_num_threads()`` threads, so both share the machine alike.
-        ``threads`` and ``spinning``, when given, win.
+        ``threads`` and ``spinning``, when given, win over the backend's own.
         """
+        threads = self.threads if threads is None else threads
+        spinning = self.spinning if spinning is None else spinning
         spin = whole_model if spinning is None else spinning
         if whole_model and threads is None:
             count, intra = "ONNX Runtime's default threads", 0
