@@ -35,7 +35,7 @@ from fxloom.node import Node
 from fxloom.ops.effects import view_kind
 from fxloom.passes._effects import Effects
 
-__all__ = ["held_storage_reasons", "writes_held_storage"]
+__all__ = ["held_storage_reasons", "written_state", "writes_held_storage"]
 
 _CALLS = ("call_function", "call_method", "call_module")
 _HELD = ("placeholder", "get_attr")
@@ -60,6 +60,30 @@ def writes_held_storage(module: Any) -> bool:
     """Whether ``module``'s graph writes into storage its caller holds (inputs, parameters,
     buffers or views of them): running it on the caller's tensors changes them."""
     return bool(_Aliases(module).held_writers())
+
+
+def written_state(module: Any) -> set[int]:
+    """The ids of ``module``'s parameters and buffers that its graph may write: those of a
+    module whose call writes its state, and those read by ``get_attr`` that a write reaches."""
+    aliases = _Aliases(module)
+    written: set[int] = set()
+    roots = set()
+    for items in aliases.held_writers().values():
+        for item in items:
+            roots.add(aliases.find(item))
+            if isinstance(item, tuple):  # ("attr", path): everything under the path
+                written.update(map(id, _tensors_at(module, item[1])))
+    for node in aliases.graph.find_nodes(op="get_attr"):
+        if aliases.find(node) in roots:
+            written.update(map(id, _tensors_at(module, node.target)))
+    return written
+
+
+def _tensors_at(module: Any, path: str) -> list[torch.Tensor]:
+    found = attr_path.find(module, path)
+    if isinstance(found, torch.nn.Module):
+        return [*found.parameters(), *found.buffers()]
+    return [found] if isinstance(found, torch.Tensor) else []
 
 
 class _Aliases:

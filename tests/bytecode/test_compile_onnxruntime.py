@@ -246,3 +246,32 @@ def test_module_state_the_graph_writes_changes_once_per_call():
         x = torch.randn(8, 4)
         assert_close(compiled(x), plain(x))
         assert_close(compiled_model.state_dict(), plain.state_dict())
+
+
+# ----------------------------------------------------------------------------- parameters
+def linear_relu():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+
+
+def test_a_parameter_changed_in_place_is_read_by_the_next_call():
+    """ONNX Runtime keeps the weights in its session: a weight changed in place (an optimizer
+    step) makes the graph be lowered again, not a stale result."""
+    model = linear_relu()
+    compiled = fxloom.compile(model, backend="onnxruntime")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled(x)
+        model[0].weight.mul_(-2)
+        assert_close(compiled(x), model(x))
+
+
+def test_a_loaded_state_dict_is_read_by_the_next_call():
+    model = linear_relu()
+    compiled = fxloom.compile(model, backend="onnxruntime")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled(x)
+        model.load_state_dict({k: torch.randn_like(v) for k, v in model.state_dict().items()})
+        assert_close(compiled(x), model(x))
+    assert len(compiled.cache) == 1  # lowered again inside the entry, not compiled again
