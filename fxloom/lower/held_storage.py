@@ -33,6 +33,7 @@ from fxloom import attr_path
 from fxloom.graph import Graph
 from fxloom.node import Node
 from fxloom.ops.effects import view_kind
+from fxloom.ops.mutation import module_has_side_effect, module_is_inplace
 from fxloom.passes._effects import Effects
 
 __all__ = ["held_storage_reasons", "written_state", "writes_held_storage"]
@@ -97,7 +98,9 @@ class _Aliases:
         self._parent: dict[Any, Any] = {}
         self.writes: dict[Node, tuple[Any, ...]] = {}
         for node in self.graph.nodes:
-            written = effects.mutated_inputs(node)
+            written = _inplace_module_writes(module, node)
+            if written is None:
+                written = effects.mutated_inputs(node)
             if written is not None:
                 self.writes[node] = written
                 for item in written:
@@ -127,6 +130,19 @@ class _Aliases:
             for node, written in self.writes.items()
             if any(self.find(item) in self.held for item in written)
         }
+
+
+def _inplace_module_writes(module: Any, node: Node) -> tuple[Any, ...] | None:
+    """What a call of a torch.nn module with ``inplace=True`` (``nn.ReLU(inplace=True)``)
+    writes: its input, not its own state (``Effects`` counts any impure module as writing
+    both). None: not such a call."""
+    if node.op != "call_module" or not node.args or not isinstance(node.args[0], Node):
+        return None
+    called = attr_path.find(module, node.target)
+    torch_own = type(called).__module__.startswith("torch.nn.")
+    if torch_own and module_is_inplace(called) and not module_has_side_effect(called):
+        return (node.args[0],)
+    return None
 
 
 def _may_be_tensor(node: Node) -> bool:

@@ -108,6 +108,16 @@ def test_the_graphs_run_in_onnx_runtime():
     )
 
 
+def test_resnet_50_runs_wholly_in_onnx_runtime():
+    """Its ``nn.ReLU(inplace=True)`` writes a tensor the graph made, not the caller's."""
+    model, (x,) = zoo.build("resnet50")
+    compiled = fxloom.compile(model, backend="onnxruntime")
+    with torch.no_grad():
+        assert_close(compiled(x), model(x))
+    lowered = compiled.cache[0].run.__globals__["GRAPH"]
+    assert lowered.lowering_report.summary().endswith("0 left in PyTorch")
+
+
 def test_lowering_changes_no_module_epoch():
     """The modules lowering builds are its own: the guard on the user's modules still holds."""
     model, inputs_at = MODELS["resnet_tiny"]()
