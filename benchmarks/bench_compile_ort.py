@@ -19,8 +19,10 @@ backend configured alike, ``OnnxRuntimeBackend(threads=1, spinning=False)``, sin
 passes no arguments to lower; the per-call path is the named backend's). Steady state: per
 round, each side runs a block of calls (its first call not counted), the sides taking turns
 to go first; the table shows the median over rounds of the time per call, and compile / lower
-as the median of the per-round ratios (the two measured next to each other). Garbage collector
-off inside timed blocks.
+as the median of the per-round ratios (the two measured next to each other). Times are the
+calling thread's CPU time (at one thread ONNX Runtime and torch run on it), which a busy
+shared machine disturbs far less than wall clock; the wall-clock ratio is shown beside it.
+Garbage collector off inside timed blocks.
 
 Compile counts, with ``backend="onnxruntime"`` itself: entries after 10 identical calls (target
 1), and after calls alternating with another batch size (target at most 2); whether it ever
@@ -225,7 +227,9 @@ def main(argv: list[str] | None = None) -> None:
             f'## fxloom.compile(backend="onnxruntime") against fxloom.lower — {date.today()}',
             f"{machine_line()}; onnxruntime {onnxruntime.__version__}. "
             f"`python benchmarks/bench_compile_ort.py{' --quick' if args.quick else ''}`; "
-            "batch 1, one torch and one ONNX Runtime thread (no spinning); median over "
+            "batch 1, one torch and one ONNX Runtime thread (no spinning), so all the work "
+            "runs on the calling thread: times are its CPU time per call (steadier than wall "
+            "clock on a shared machine; the wall-clock ratio is given too), median over "
             f"{rounds} rounds of a block of calls per side, sides rotating; compile / lower is "
             'the median of per-round ratios. Entries are counted with backend="onnxruntime" '
             f"itself. Target: compile / lower <= {TARGET}, one entry per input signature.",
