@@ -15,11 +15,18 @@ graph's inputs, its parameters and buffers, views of them):
 
 ``held_storage_reasons(gm)`` answers once per graph (the aliasing is a whole-graph question,
 answered by ``fxloom.passes._effects``, which assumes the cautious answer for calls it does
-not know: they may write to their inputs and return views of them);
+not know: they may write to their inputs and return views of them; a torch.nn module with
+``inplace=True`` writes its input only, and a number shares no storage);
 ``OnnxRuntimeBackend.unsupported_reason`` asks it after the translator. Returned views are
 followed through the operators known to return views (``fxloom.ops.effects.view_kind``).
+``writes_held_storage`` and ``written_state`` tell ``fxloom.backends.LoweredProgram`` whether
+to lower on copies, and which parameters and buffers change by the graph's own writes.
 
-Depends on: the IR, ``fxloom.ops.effects`` and ``fxloom.passes._effects``.
+Not seen: a write into a module's parameter through a placeholder (``self.w.add_(1)``, the
+parameter passed as an input) while a module call in a lowered region reads the same
+parameter from its own state; writes through ``param.data``.
+
+Depends on: the IR, ``fxloom.ops`` and ``fxloom.passes._effects``.
 """
 
 from __future__ import annotations
