@@ -143,6 +143,46 @@ UNSUPPORTED = Callee("break")
 TENSOR_DATA = Callee("break", tensor_data=True)
 
 
+# Builtins that call a function they are given: with a Python function, interpreted here
+# (``_native`` sends a native row that would call Python code to its polyfill, or breaks), so
+# that what the function reads is guarded. Eager, as the builtins are.
+_NO_DEFAULT = object()
+
+
+def _sorted(sorted_fn: Any, iterable: Any, *, key: Any = None, reverse: bool = False) -> list:
+    items = list(iterable)
+    keys = [key(item) for item in items]
+    order = sorted_fn(range(len(items)), key=keys.__getitem__, reverse=reverse)
+    return [items[index] for index in order]
+
+
+def _extreme(pick: Any, args: tuple, key: Any, default: Any) -> Any:
+    items = list(args[0]) if len(args) == 1 else list(args)
+    if not items and default is not _NO_DEFAULT:
+        return default
+    keys = [key(item) for item in items]
+    return items[pick(range(len(items)), key=keys.__getitem__)]
+
+
+def _min(min_fn: Any, *args: Any, key: Any = None, default: Any = _NO_DEFAULT) -> Any:
+    return _extreme(min_fn, args, key, default)
+
+
+def _max(max_fn: Any, *args: Any, key: Any = None, default: Any = _NO_DEFAULT) -> Any:
+    return _extreme(max_fn, args, key, default)
+
+
+def _reduce(reduce_fn: Any, function: Any, iterable: Any, *initial: Any) -> Any:
+    items = iter(iterable)
+    if initial:
+        value = initial[0]
+    else:
+        value = next(items)
+    for item in items:
+        value = function(value, item)
+    return value
+
+
 # ------------------------------------------------------------------ builtins
 # Every callable in ``builtins`` (a test checks the list is complete).
 _BUILTINS: dict[str, Callee] = {
@@ -154,7 +194,9 @@ _BUILTINS: dict[str, Callee] = {
     # values: the result depends only on the arguments
     "abs": PURE, "all": PURE, "any": PURE, "ascii": PURE, "bin": PURE, "chr": PURE,
     "divmod": PURE, "format": PURE, "hash": PURE, "hex": PURE, "oct": PURE, "ord": PURE,
-    "pow": PURE, "repr": PURE, "round": PURE, "max": PURE, "min": PURE, "sorted": PURE_NEW,
+    "pow": PURE, "repr": PURE, "round": PURE,
+    "max": Callee("native_pure", polyfill=_max), "min": Callee("native_pure", polyfill=_min),
+    "sorted": Callee("native_pure", new=True, polyfill=_sorted),
     "sum": PURE, "bool": PURE, "int": PURE, "float": PURE, "complex": PURE, "str": PURE,
     "bytes": PURE, "bytearray": PURE_NEW, "frozenset": PURE_NEW, "set": PURE_NEW,
     "range": PURE, "slice": MOVES, "map": PURE_NEW, "filter": PURE_NEW,
@@ -390,7 +432,7 @@ _OBJECTS: dict[Any, Callee] = {
     operator.methodcaller: IDENTITY_NEW, operator.is_: IDENTITY, operator.is_not: IDENTITY,
     operator.length_hint: READS,
     # functools
-    functools.partial: IDENTITY_NEW, functools.reduce: PURE, functools.cmp_to_key: PURE_NEW,
+    functools.partial: IDENTITY_NEW, functools.reduce: Callee("native_pure", polyfill=_reduce), functools.cmp_to_key: PURE_NEW,
     # collections
     collections.deque: MOVES_NEW, collections.OrderedDict: MOVES_NEW,
     collections.defaultdict: MOVES_NEW,

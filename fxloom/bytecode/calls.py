@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
 import inspect
 import logging
 import operator
@@ -466,6 +467,12 @@ def _native(
 ) -> Any:
     """``fn`` (a C callable, or Python run natively) called on real values, as ``row`` allows."""
     recording = interp.recording
+    if not row.identity and _calls_python(args, kwargs):  # it would run Python code unseen
+        if row.polyfill is not None:
+            return inline(interp, row.polyfill, (fn, *args), kwargs)
+        raise Break(
+            "unsupported-call", f"{_name(fn)} would call a Python function natively, unseen"
+        )
     if not row.tensors and holds_stand_in(args, kwargs):
         raise Break("opaque-call", f"{_name(fn)} received a tensor")
     target = _target(row, fn, args)
@@ -492,6 +499,17 @@ def _native(
         )
     _adopt_new(recording, result, made or row.new)
     return recording.graph.adopt(result)
+
+
+def _calls_python(args: tuple, kwargs: dict) -> bool:
+    """Whether an argument is a Python function or method (a callable native code would call)."""
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        kind = type(value)
+        if kind is types.FunctionType or kind is types.MethodType:
+            return True
+        if kind is functools.partial and _calls_python((value.func,), {}):
+            return True
+    return False
 
 
 def _adopt_new(recording: Any, result: Any, new: bool | str) -> None:

@@ -17,8 +17,10 @@ import collections
 import copy
 import dataclasses
 import enum
+import functools
 import itertools
 import math
+import os
 import zlib
 
 import numpy as np
@@ -313,6 +315,55 @@ def test_a_default_list_argument_changed_by_the_function_grows_at_every_call():
 
     compiled = fxloom.compile(accumulate)
     assert values(compiled(torch.zeros(1)) for _ in range(3)) == [[1.0], [2.0], [3.0]]
+
+
+WEIGHTS = {"a": 3, "b": 1, "c": 2}
+
+
+def test_sorted_max_and_reduce_with_python_keys_see_outside_state_at_every_call():
+    def ranked(x):
+        order = sorted(WEIGHTS, key=lambda name: WEIGHTS[name])
+        best = max(WEIGHTS, key=WEIGHTS.get)
+        total = functools.reduce(lambda total, name: total + WEIGHTS[name], WEIGHTS, 0)
+        return x + ord(order[0]) * 100 + total * 10 + ord(best)
+
+    compiled = fxloom.compile(ranked)
+    results, expected = [], []
+    for weight in (1, 10, 1):
+        WEIGHTS["b"] = weight
+        results.append(compiled(torch.zeros(1)))
+        expected.append(ranked(torch.zeros(1)))
+    WEIGHTS["b"] = 1
+    assert values(results) == values(expected)
+    assert compiled.explain().break_count == 0
+
+
+def test_an_environment_variable_read_through_os_environ_get_changed_between_calls(monkeypatch):
+    def flagged(x):
+        return x + (1 if os.environ.get("FXLOOM_TEST_FLAG") == "1" else 0)
+
+    monkeypatch.delenv("FXLOOM_TEST_FLAG", raising=False)
+    compiled = fxloom.compile(flagged)
+    first = compiled(torch.zeros(1))
+    monkeypatch.setenv("FXLOOM_TEST_FLAG", "1")
+    second = compiled(torch.zeros(1))
+    assert values([first, second]) == [[0.0], [1.0]]
+    assert compiled.explain().break_count == 0
+
+
+def test_map_with_a_python_function_runs_as_python_rather_than_unseen():
+    def doubled(x):
+        return x + sum(map(lambda value: value * SCALE[0], [1, 2]))
+
+    compiled = fxloom.compile(doubled)
+    first = compiled(torch.zeros(1))
+    SCALE[0] = 3
+    second = compiled(torch.zeros(1))
+    SCALE[0] = 1
+    assert values([first, second]) == [[3.0], [9.0]]
+
+
+SCALE = [1]
 
 
 # ----------------------------------------------------------------------------- default deny
