@@ -54,7 +54,15 @@ from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
 from fxloom.values.stand_in import DataDependentError, StandIn
 
-__all__ = ["call", "bind_frame", "holds_stand_in", "holds_unguarded", "inline", "record"]
+__all__ = [
+    "call",
+    "bind_frame",
+    "holds_stand_in",
+    "holds_unguarded",
+    "inline",
+    "record",
+    "refuse_unguarded",
+]
 
 _TENSOR_METHOD_TYPES = (types.BuiltinMethodType, types.MethodWrapperType)
 _CONTAINER_TYPES = (list, dict, set, collections.OrderedDict, collections.deque)
@@ -290,7 +298,7 @@ def _tensor_method(
 
 def _torch_function(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
     if not holds_stand_in(args, kwargs):
-        _refuse_unguarded(interp, fn, args, kwargs)
+        _refuse_unguarded(interp, fn, args, kwargs)  # (``record`` checks its own arguments)
         with interp.recording.graph.metadata:
             result = _guarded(fn, args, kwargs)
         if not _holds_stand_in_result(result):
@@ -299,7 +307,15 @@ def _torch_function(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> 
 
 
 def record(interp: Interpreter, op: str, target: Any, args: tuple, kwargs: dict) -> Any:
-    graph = interp.recording.graph
+    """A graph node for ``target`` on ``args``; an unguarded value among them would become a
+    constant of the graph (the first call's object): a break instead."""
+    recording = interp.recording
+    if recording.unguarded:
+        values = (*args, *kwargs.values()) if kwargs else args
+        for value in values:
+            if holds_unguarded(recording.unguarded, (value,)):
+                raise _unguarded_break(recording, target, value)
+    graph = recording.graph
     graph.where = interp.where()
     try:
         return graph.call(op, target, args, kwargs)
@@ -575,6 +591,21 @@ def _refuse_unguarded(
     for value in values:
         if holds_unguarded(unguarded, (value,)):
             raise _unguarded_break(recording, fn, value)
+
+
+def refuse_unguarded(interp: Interpreter, what: str, value: Any, shallow: bool = False) -> None:
+    """Break if ``value`` is unguarded (two levels into tuples, lists and dicts, or with
+    ``shallow`` itself only: its items are only moved) and native code (``what``: an
+    instruction's work, such as unpacking) is about to read it."""
+    if interp.native:
+        return
+    unguarded = interp.recording.unguarded
+    if id(value) in unguarded if shallow else holds_unguarded(unguarded, (value,)):
+        raise Break(
+            "unguarded-value",
+            f"{what} would read {_described(interp.recording, value)}, whose value the guards "
+            "do not check",
+        )
 
 
 def _unguarded_break(recording: Any, fn: Any, value: Any) -> Break:
