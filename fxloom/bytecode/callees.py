@@ -86,11 +86,14 @@ KINDS = (
 
 class Callee:
     """One row: ``kind`` (one of ``KINDS``) and how a native call may be made; see the module
-    docstring. ``target``: the argument read or changed (0 is ``self`` of a bound method);
-    ``new``: the result is a new object, the program's own (``"deep"``: with every container
-    inside it); ``polyfill``: for ``inline`` rows
-    of C callables, the Python function interpreted in its place; ``tensor_data``: for ``break``
-    rows, the callable reads a tensor's data."""
+    docstring. ``tensors``: stand-ins may be passed (it only moves references to them);
+    ``identity``: values whose type alone is guarded may be passed (it uses only identity and
+    type); ``target``: the argument read or changed (0 is ``self`` of a bound method); with
+    ``tensors``, the items of the target are only moved; ``new``: the result is a new object,
+    the program's own (``"deep"``: with every container inside it); ``polyfill``: the Python
+    function interpreted in its place (``inline`` rows; native rows: when given a Python
+    function to call), called with the callee first; ``tensor_data``: for ``break`` rows, the
+    callable reads a tensor's data."""
 
     __slots__ = ("kind", "tensors", "identity", "target", "new", "polyfill", "tensor_data")
 
@@ -209,7 +212,7 @@ _BUILTINS: dict[str, Callee] = {
     "aiter": UNSUPPORTED,
     # the result changes between calls, or the call cannot be followed
     "id": CHANGING, "input": CHANGING, "open": CHANGING, "breakpoint": UNSUPPORTED,
-    "print": MOVES,  # deferred to after the graph (calls.SPECIAL)
+    "print": MOVES,  # (calls.SPECIAL: deferred to after the graph)
     "compile": UNSUPPORTED, "eval": UNSUPPORTED, "exec": UNSUPPORTED,
     "globals": UNSUPPORTED, "locals": UNSUPPORTED, "vars": UNSUPPORTED, "dir": UNSUPPORTED,
     "memoryview": UNSUPPORTED, "help": UNSUPPORTED, "quit": UNSUPPORTED, "exit": UNSUPPORTED,
@@ -229,20 +232,21 @@ _METHODS: dict[tuple[type, str | None], Callee] = {
         "extend", "pop", "remove", "clear", "sort", "reverse", "__delitem__", "__iadd__",
         "__imul__")},
     **{(list, name): MUTATES_IDENTITY for name in ("append", "insert", "__setitem__")},
-    **{(list, name): MOVES for name in ("__getitem__", "__len__", "__contains__", "index",
-                                        "count", "__eq__", "__ne__", "__lt__", "__le__",
-                                        "__gt__", "__ge__", "__add__", "__mul__", "__rmul__",
-                                        "__sizeof__", "__repr__", "__class_getitem__")},
+    **{(list, name): MOVES for name in ("__getitem__", "__len__", "__add__", "__mul__",
+                                        "__rmul__", "__sizeof__", "__class_getitem__")},
+    # (comparing items reads them: none may be unguarded or a tensor)
+    **{(list, name): PURE for name in ("__contains__", "index", "count", "__eq__", "__ne__",
+                                       "__lt__", "__le__", "__gt__", "__ge__", "__repr__")},
     **{(list, name): MOVES_NEW for name in ("copy", "__iter__", "__reversed__")},
-    (list, "__init__"): MUTATES, (list, "__new__"): IDENTITY_NEW,
+    (list, "__init__"): MUTATES, (list, "__new__"): IDENTITY_NEW, (set, "__new__"): IDENTITY_NEW,
     # dict (and its views)
     **{(dict, name): MUTATES for name in ("pop", "popitem", "update", "clear", "__delitem__",
                                           "__ior__")},
     **{(dict, name): MUTATES_IDENTITY for name in ("setdefault", "__setitem__")},
     **{(dict, name): MOVES for name in ("get", "keys", "values", "items", "__getitem__",
-                                        "__len__", "__contains__", "__eq__", "__ne__",
-                                        "__sizeof__", "__repr__", "__or__", "__ror__",
-                                        "__class_getitem__")},
+                                        "__len__", "__contains__", "__sizeof__", "__or__",
+                                        "__ror__", "__class_getitem__")},
+    **{(dict, name): PURE for name in ("__eq__", "__ne__", "__repr__")},
     **{(dict, name): MOVES_NEW for name in ("copy", "fromkeys", "__iter__", "__reversed__")},
     (dict, "__init__"): MUTATES, (dict, "__new__"): IDENTITY_NEW,
     **{(view, None): MOVES for view in (type({}.keys()), type({}.values()), type({}.items()))},
@@ -255,12 +259,12 @@ _METHODS: dict[tuple[type, str | None], Callee] = {
     (collections.defaultdict, "__missing__"): MUTATES,
     (collections.defaultdict, "copy"): MOVES_NEW,
     **{(collections.deque, name): MUTATES for name in (
-        "extend", "extendleft", "pop", "popleft", "clear", "rotate", "remove", "reverse", "__delitem__",
-        "__iadd__", "__init__")},
+        "extend", "extendleft", "pop", "popleft", "clear", "rotate", "remove", "reverse",
+        "__delitem__", "__iadd__", "__init__")},
     **{(collections.deque, name): MUTATES_IDENTITY for name in (
         "append", "appendleft", "insert", "__setitem__")},
-    **{(collections.deque, name): MOVES for name in ("__getitem__", "__len__", "__contains__",
-                                                     "index", "count")},
+    **{(collections.deque, name): MOVES for name in ("__getitem__", "__len__")},
+    **{(collections.deque, name): PURE for name in ("__contains__", "index", "count")},
     **{(collections.deque, name): MOVES_NEW for name in ("copy", "__iter__", "__reversed__",
                                                          "__copy__")},
     # set
@@ -432,7 +436,8 @@ _OBJECTS: dict[Any, Callee] = {
     operator.methodcaller: IDENTITY_NEW, operator.is_: IDENTITY, operator.is_not: IDENTITY,
     operator.length_hint: READS,
     # functools
-    functools.partial: IDENTITY_NEW, functools.reduce: Callee("native_pure", polyfill=_reduce), functools.cmp_to_key: PURE_NEW,
+    functools.partial: IDENTITY_NEW, functools.cmp_to_key: PURE_NEW,
+    functools.reduce: Callee("native_pure", polyfill=_reduce),
     # collections
     collections.deque: MOVES_NEW, collections.OrderedDict: MOVES_NEW,
     collections.defaultdict: MOVES_NEW,
@@ -453,8 +458,7 @@ _OBJECTS: dict[Any, Callee] = {
     os.getenv: Callee("native_reads_outside"),  # no target: always guarded
     # sys
     sys.getrecursionlimit: PURE, sys.intern: PURE, sys.getsizeof: PURE,
-    # torch: Python functions of torch that switch global state are interpreted, so that the
-    # switch they make (``torch._C._set_grad_enabled``) is recorded (see _MODULES)
+    # torch's global state: guarded as a whole (``guards.global_state``)
     torch.is_grad_enabled: PURE,
 }  # fmt: skip
 
@@ -462,6 +466,13 @@ _OBJECTS: dict[Any, Callee] = {
 _OBJECTS.update(
     {
         cls: IDENTITY_NEW
+        for cls in vars(builtins).values()
+        if isinstance(cls, type) and issubclass(cls, BaseException)
+    }
+)
+_METHODS.update(
+    {
+        (cls, "__new__"): IDENTITY_NEW
         for cls in vars(builtins).values()
         if isinstance(cls, type) and issubclass(cls, BaseException)
     }
@@ -477,6 +488,8 @@ _MODULES: dict[str, Callee] = {
     "secrets": CHANGING, "os": CHANGING, "socket": CHANGING, "getpass": CHANGING,
     "select": CHANGING, "signal": CHANGING, "threading": CHANGING, "thread": CHANGING,
     "torch": RECORD,
+    # Python code of torch that switches global state: interpreted, so that the switch it
+    # makes (``torch._C._set_grad_enabled``) is recorded
     "torch.autograd.grad_mode": INLINE, "torch.utils._contextlib": INLINE,
 }  # fmt: skip
 

@@ -391,13 +391,6 @@ def _has_hooks(module: torch.nn.Module) -> bool:
                 or module._backward_pre_hooks)  # fmt: skip
 
 
-# ``__new__`` of builtin bases that only allocate: called with the class alone, then the
-# Python ``__init__`` runs interpreted.
-_ALLOCATING_NEW = frozenset(
-    (object.__new__, dict.__new__, list.__new__, collections.OrderedDict.__new__, set.__new__)
-)
-
-
 def _construct(interp: Interpreter, cls: type, args: tuple, kwargs: dict) -> Any:
     new = cls.__new__
     if type(cls) is not type and not issubclass(type(cls), type(collections.OrderedDict)):
@@ -405,8 +398,8 @@ def _construct(interp: Interpreter, cls: type, args: tuple, kwargs: dict) -> Any
         return _native(interp, cls, args, kwargs, _METACLASS_CALL)
     if type(new) is types.FunctionType:  # named tuples, ...
         instance = inline(interp, new, (cls, *args), kwargs)
-    elif _key(new) in _ALLOCATING_NEW and type(cls.__init__) is types.FunctionType:
-        instance = new(cls)
+    elif type(cls.__init__) is types.FunctionType and _allocates(new):
+        instance = new(cls)  # then the Python ``__init__``, interpreted
     else:  # made by C: the row of the C class that makes it (``class Point(tuple)``: tuple's)
         row = callees.class_row(_maker(cls))
         if row is None:
@@ -417,6 +410,13 @@ def _construct(interp: Interpreter, cls: type, args: tuple, kwargs: dict) -> Any
     if isinstance(instance, cls) and type(init) is types.FunctionType:
         inline(interp, init, (instance, *args), kwargs)
     return instance
+
+
+def _allocates(new: Any) -> bool:
+    """Whether ``__new__`` of a builtin base only allocates (its row: new, identity only):
+    ``object.__new__``, ``dict.__new__``..., called with the class alone."""
+    row = callees.lookup(new)
+    return row is not None and bool(row.new) and row.identity
 
 
 # Calling a class whose metaclass is written in Python: the metaclass's Python code, run
