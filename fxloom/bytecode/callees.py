@@ -55,6 +55,7 @@ import inspect
 import operator
 import os
 import sys
+import threading
 import types
 from typing import Any
 
@@ -220,6 +221,15 @@ _BUILTINS: dict[str, Callee] = {
     "__loader__": UNSUPPORTED,
 }  # fmt: skip
 
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+
+
+def _lock_not_taken(method: Any, *args: Any, **kwargs: Any) -> Any:
+    """A lock's ``__enter__``/``acquire`` (True) or ``__exit__``/``release`` (None), at capture."""
+    return True if method.__name__ in ("__enter__", "acquire") else None
+
+
+_NOT_TAKEN = Callee("inline", tensors=True, identity=True, polyfill=_lock_not_taken)
 # Methods of builtin types, by (type, name). ``None`` as the name: every method of the type.
 _IMMUTABLE_TYPES = (str, bytes, int, float, complex, bool, tuple, frozenset, range, slice,
                     type(None), torch.Size, torch.dtype, torch.device, torch.layout,
@@ -297,6 +307,11 @@ _METHODS: dict[tuple[type, str | None], Callee] = {
     # the process environment: what is read is guarded (``os.environ.get(key) == value``)
     (type(os.environ), "get"): READS, (type(os.environ), "__getitem__"): READS,
     (type(os.environ), "__contains__"): READS, (type(os.environ), "__len__"): READS,
+    # locks: not taken at capture (a capture cut short by a break would never release one);
+    # what they guard against, another thread, is not modelled
+    **{(lock, name): _NOT_TAKEN for lock in _LOCK_TYPES
+       for name in ("__enter__", "__exit__", "acquire", "release")},
+    **{(lock, "locked"): CHANGING for lock in _LOCK_TYPES},
     # Tensor methods called on real tensors (on stand-ins: ``tensor_method``)
     (torch._C.TensorBase, None): RECORD,
 }  # fmt: skip
@@ -315,12 +330,6 @@ _TENSOR_METHODS: dict[str, Callee] = {
 
 
 # ------------------------------------------------------------------ standard library, numpy
-def _lru_cached_call(function: Any, *args: Any, **kwargs: Any) -> Any:
-    """A ``functools.lru_cache`` function called inside the compiled region: its Python body,
-    interpreted (the cache only saves time; the result is the same)."""
-    return function.__wrapped__(*args, **kwargs)
-
-
 # copy.copy and copy.deepcopy of plain objects and builtin containers, written so that the
 # interpreter reads (and guards) every attribute and item it copies; anything else goes to
 # the standard library's own code (a copy of the function object, so that this table does
@@ -543,8 +552,16 @@ for _key, _row in _numpy_rows().items():
         _OBJECTS[_key] = _row
 del _key, _row
 
-# A ``functools.lru_cache`` function: its Python body, interpreted.
-_METHODS[(functools._lru_cache_wrapper, "__call__")] = Callee("inline", polyfill=_lru_cached_call)
+# A ``functools.lru_cache`` function: called natively, as eager calls it: its cache decides
+# (a value cached now is what eager's later calls get too, until the cache is cleared).
+_METHODS[(functools._lru_cache_wrapper, "__call__")] = PURE
+
+# OrderedDict and defaultdict define some of dict's methods again: the same rows.
+for _sub in (collections.OrderedDict, collections.defaultdict):
+    for _name in vars(_sub):
+        if (dict, _name) in _METHODS and (_sub, _name) not in _METHODS:
+            _METHODS[(_sub, _name)] = _METHODS[(dict, _name)]
+del _sub, _name
 
 # Packages whose modules' functions, classes and submodules are taken as they are when read
 # from the module (rebinding ``torch.relu`` or ``math.sqrt`` between calls is not something

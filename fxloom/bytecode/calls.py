@@ -734,6 +734,18 @@ def _getattr(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     return attribute(interp, args[0], args[1])
 
 
+def _setattr(interp: Interpreter, args: tuple, kwargs: dict) -> None:
+    """``setattr(owner, name, value)``: an attribute assignment like ``owner.name = value``
+    (on an object from outside: kept aside and replayed after the graph)."""
+    owner, name, value = args
+    if isinstance(owner, torch.Tensor) or type(name) is not str:
+        return _native(interp, builtins.setattr, args, kwargs, callees.lookup(builtins.setattr))
+    if id(owner) in interp.recording.created:
+        setattr(owner, name, value)
+    else:
+        interp.recording.write_attribute(owner, name, value)
+
+
 def _hasattr(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
     """``hasattr(owner, name)``: on an object from outside, the answer is guarded."""
     owner, name = args
@@ -763,6 +775,7 @@ SPECIAL: dict[Any, Any] = {
     builtins.id: _id,
     builtins.getattr: _getattr,
     builtins.hasattr: _hasattr,
+    builtins.setattr: _setattr,
     builtins.sum: _sum,
     builtins.type: _type,
     builtins.isinstance: _isinstance,

@@ -45,6 +45,7 @@ Depends on ``fxloom.bytecode.guards``, ``graph_builder``, ``sources`` and torch.
 from __future__ import annotations
 
 import enum
+import re
 import sys
 import types
 from typing import Any
@@ -66,7 +67,7 @@ CONSTANT_TYPES = frozenset(
 )
 # Compared by equality: values of these types are immutable descriptions.
 _EQUAL_TYPES = frozenset(
-    (torch.device, torch.Size, slice, range, torch.memory_format, torch.layout)
+    (torch.device, torch.Size, slice, range, torch.memory_format, torch.layout, re.Pattern)
 )
 _IDENTITY_TYPES = (
     type,
@@ -265,6 +266,11 @@ class Recording:
         ):
             self._remember(value, Attr(source, name))  # library code is taken as it is
             return value
+        if type(value) in _BOUND_C_METHODS and value.__self__ is owner:
+            # ``d.items``, a new object at every read: no identity guard (the owner's type
+            # fixes it), but a source, so that a piece hands on the one bound to the real owner
+            self._remember(value, Attr(source, name))
+            return value
         if isinstance(value, torch.Tensor | torch.nn.Module) and self.root_source is not None:
             path = self._root_paths.get(id(value))
             if path is not None:
@@ -408,6 +414,7 @@ def _by_identity(values: dict[Source, Any]) -> tuple[dict[int, list[Source]], di
 # (``callees.is_library_module``): rebinding ``torch.relu`` between calls is not something
 # programs do.
 _CODE = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
+_BOUND_C_METHODS = frozenset((types.BuiltinMethodType, types.MethodWrapperType))
 # _LIBRARY_STATE: the objects a library's own code keeps in its module's globals (registries
 # such as ``copy._copy_dispatch`` or transformers' output-capturing table), and what is
 # reached from them, are taken as they are, without guards: like rebinding ``torch.relu``,

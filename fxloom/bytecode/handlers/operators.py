@@ -60,9 +60,21 @@ def apply(interp, fn, *operands: Any) -> Any:
         return recording.mutate_outside(operands[0], fn, operands, {})
     _refuse_unguarded(interp, fn.__name__, operands)
     try:
-        return fn(*operands)
+        result = fn(*operands)
     except DataDependentError as err:
         raise Break("tensor-data", str(err)) from None
+    return _made(recording, result)
+
+
+def _made(recording, result: Any) -> Any:
+    """``result`` of an operator on plain values: a mutable container it made (``a + b``,
+    ``a[1:]``) is the program's own; one it found (``a or b``) is what it was."""
+    if type(result) in _MUTABLE and not recording.is_outside(result):
+        recording.built(result)
+    return result
+
+
+_MUTABLE = frozenset((list, dict, set, bytearray))
 
 
 _NOTHING = object()
@@ -162,6 +174,8 @@ def subscript(interp, container: Any, key: Any) -> Any:
     value = container[key]
     if type(key) in (int, str):
         return interp.recording.read_item(container, key, value)
+    if type(key) is slice:
+        return _made(interp.recording, interp.recording.graph.adopt(value))
     return interp.recording.graph.adopt(value)
 
 
