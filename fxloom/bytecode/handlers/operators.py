@@ -57,7 +57,7 @@ def apply(interp, fn, *operands: Any) -> Any:
         and id(operands[0]) not in recording.created  # not the program's own: a side effect
         and hasattr(type(operands[0]), _IN_PLACE[fn])  # changes it (``list +=``), not rebinds
     ):
-        return recording.mutate_outside(operands[0], fn, operands, {})
+        return _change_outside(interp, operands[0], _IN_PLACE[fn], operands[1:])
     _refuse_unguarded(interp, fn.__name__, operands)
     try:
         result = fn(*operands)
@@ -215,9 +215,23 @@ def store_item(interp, container: Any, key: Any, value: Any) -> None:
         record(interp, "call_function", operator.setitem, (container, key, value), {})
         return
     if id(container) not in interp.recording.created:  # not the program's own: a side effect
-        interp.recording.mutate_outside(container, operator.setitem, (container, key, value), {})
+        _change_outside(interp, container, "__setitem__", (key, value))
         return
     container[key] = value
+
+
+def _change_outside(interp, container: Any, name: str, args: tuple) -> Any:
+    """``container.name(*args)`` on an object that is not the program's own: a side effect,
+    for ``Recording.mutate_outside`` (with the method bound to it). A method written in
+    Python would run natively, unseen: a break."""
+    method = getattr(type(container), name, None)
+    if method is None or type(method) is types.FunctionType:
+        raise Break(
+            "outside-mutation",
+            f"{type(container).__qualname__}.{name} changes a {type(container).__name__} that "
+            "is not the program's own",
+        )
+    return interp.recording.mutate_outside(container, getattr(container, name), args, {})
 
 
 @handles("DELETE_SUBSCR")
@@ -227,6 +241,6 @@ def delete_subscr(interp, frame, instruction):
     if isinstance(container, StandIn):
         raise Break("outside-mutation", f"an item of a {type(container).__name__} is deleted")
     if id(container) not in interp.recording.created:
-        interp.recording.mutate_outside(container, operator.delitem, (container, key), {})
+        _change_outside(interp, container, "__delitem__", (key,))
         return
     del container[key]
