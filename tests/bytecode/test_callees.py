@@ -366,6 +366,35 @@ def test_map_with_a_python_function_runs_as_python_rather_than_unseen():
 SCALE = [1]
 
 
+def test_setattr_on_an_outside_object_is_an_attribute_assignment_replayed_each_call():
+    target = Holder()
+
+    def mark(x):
+        setattr(target, "calls", getattr(target, "calls", 0) + 1)  # noqa: B010 - under test
+        return x + 1
+
+    compiled = fxloom.compile(mark)
+    for _ in range(3):
+        compiled(torch.zeros(1))
+    assert target.calls == 3
+
+
+def test_a_lock_taken_around_library_code_is_not_held_after_a_capture():
+    import threading
+
+    lock = threading.Lock()
+
+    def guarded(x):
+        with lock:
+            y = x + 1
+        return y * float(y.sum())  # a break after the lock was released
+
+    compiled = fxloom.compile(guarded)
+    for value in (0.0, 1.0):
+        assert torch.equal(compiled(torch.full((1,), value)), guarded(torch.full((1,), value)))
+    assert not lock.locked()
+
+
 # ----------------------------------------------------------------------------- default deny
 def test_an_unlisted_c_function_breaks_naming_it_and_the_fix(monkeypatch):
     monkeypatch.setattr(callees, "_CLASSIFIED", {})
