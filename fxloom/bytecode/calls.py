@@ -396,10 +396,7 @@ def _native(interp: Interpreter, fn: Any, args: tuple, kwargs: dict, made: bool 
     if _key(fn) in CHANGING_RESULTS or _module_of(fn) in CHANGING_MODULES:
         raise Break("changing-result", f"{_name(fn)}() gives another result at every call")
     if owner is not None and name in MUTATING_METHODS and recording.is_outside(owner):
-        raise Break(
-            "outside-mutation",
-            f"{type(owner).__name__}.{name} on {recording.source_of(owner).text if recording.source_of(owner) else 'an outside object'}",
-        )
+        return recording.mutate_outside(owner, fn, args, kwargs)
     if holds_stand_in(args, kwargs) and not _holds_safely(fn, owner):
         raise Break("opaque-call", f"{_name(fn)} received a tensor")
     result = _guarded(fn, args, kwargs)

@@ -24,16 +24,18 @@ any other object            the object itself                       exact type; 
 
 The tensors read are guarded together as well, after the graph is recorded
 (``guard_identities``): which sources hold the same object, and, where the graph writes,
-which share storage. Objects the program builds (``created``) need no guard. Assigning an attribute of an object
-from outside is a side effect: it is kept aside (``write_attribute``; later reads see it) and
-the compiled entry replays it after its graph; other changes to outside objects (a list
-append, a dict item) are a break for now.
+which share storage. Objects the program builds (``created``) need no guard. Changing an object from outside is a
+side effect (``fxloom.bytecode.side_effects``): an attribute assigned (``write_attribute``),
+a global or cell stored (``store_global``, ``store_cell``), a list, dict, set or deque changed
+(``mutate_outside``, ``write_target``) are kept aside in ``changes`` -- later reads see them
+-- and the compiled entry replays them after its graph.
 
 Depends on ``fxloom.bytecode.guards``, ``graph_builder``, ``sources`` and torch.
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 import types
 from typing import Any
@@ -43,6 +45,7 @@ import torch
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.graph_builder import GraphBuilder
 from fxloom.bytecode.guards import GuardSet, storage_key
+from fxloom.bytecode.side_effects import NOT_CHANGED, Changes
 from fxloom.bytecode.sources import Attr, Held, Item, Local, Source
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN"]
@@ -80,8 +83,10 @@ class Recording:
         self._sources: dict[int, Source] = {}
         # (id(owner), name) -> (owner, name, value): attributes of outside objects assigned
         self.writes: dict[tuple[int, str], tuple[Any, str, Any]] = {}
-        # (function, args, kwargs): Python output (print, logging, warnings) run after the graph
-        self.deferred: list[tuple[Any, tuple, dict]] = []
+        # Changes to outside objects and Python output (print, logging, warnings), in one
+        # ordered log replayed after the graph; ``deferred`` takes (function, args, kwargs).
+        self.changes = Changes(self.source_of)
+        self.deferred: list[tuple[Any, tuple, dict]] = self.changes.deferred
         self._alive: list[Any] = []
         # Every source an outside object (not a constant, container, module or function) was
         # read from: objects whose attributes the program assigns are guarded by identity.
@@ -89,6 +94,7 @@ class Recording:
         # Containers from outside and the copies made of them: changing one is a break.
         self._outside_containers: set[int] = set()
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
+        self._through_setter: set[tuple[int, str]] = set()  # (id(owner), name)
         self.root = root
         self.held: dict[str, Any] = {}  # path -> submodule: ``R`` of generated code
         # The compiled module's parameter (a module whose forward takes ``*args`` gets it
@@ -130,21 +136,73 @@ class Recording:
         self._alive.append(value)
         return value
 
-    # ------------------------------------------------------------ attribute writes
+    # ------------------------------------------------------------ changes to outside objects
     def write_attribute(self, owner: Any, name: str, value: Any) -> None:
         """``owner.name = value`` on an object from outside: kept aside (later reads see it)
-        and replayed by the compiled entry after its graph runs."""
+        and replayed by the compiled entry after its graph runs (in program order where the
+        class has a setter of its own, whose effect a read back cannot know)."""
         if self.source_of(owner) is None:
             raise Break(
                 "outside-mutation",
                 f"{name} of a {type(owner).__name__} reached by no source is assigned",
             )
         self.writes[(id(owner), name)] = (owner, name, value)
+        ordered = _own_setter(owner, name)
+        self.changes.store(None, owner, name, value, ("attr", id(owner), name), ordered)
+        if ordered:
+            self._through_setter.add((id(owner), name))
 
     def written(self, owner: Any, name: str) -> Any:
         """The value the program assigned to ``owner.name`` so far, or ``NOT_WRITTEN``."""
+        if (id(owner), name) in self._through_setter:
+            raise Break(
+                "outside-mutation",
+                f"{name} of a {type(owner).__name__} is read back after a setter of its class "
+                "assigned it",
+            )
         found = self.writes.get((id(owner), name))
         return NOT_WRITTEN if found is None else found[2]
+
+    def store_global(self, namespace: dict, name: str, value: Any, source: Source) -> None:
+        """``global name; name = value``: replayed after the graph; later reads see it."""
+        self.changes.store(source, None, name, value, ("global", id(namespace), name))
+
+    def global_value(self, namespace: dict, name: str) -> Any:
+        """The value the program stored in global ``name`` so far, or ``NOT_WRITTEN``."""
+        found = self.changes.stored(("global", id(namespace), name))
+        return NOT_WRITTEN if found is NOT_CHANGED else found
+
+    def store_cell(self, cell: Any, value: Any, source: Source) -> None:
+        """``nonlocal name; name = value`` on a cell from outside: replayed after the graph."""
+        self._alive.append(cell)
+        self.changes.store(source, None, "cell_contents", value, ("cell", id(cell), ""))
+
+    def cell_value(self, cell: Any) -> Any:
+        """The value the program stored in ``cell`` so far, or ``NOT_WRITTEN``."""
+        found = self.changes.stored(("cell", id(cell), ""))
+        return NOT_WRITTEN if found is NOT_CHANGED else found
+
+    def mutate_outside(self, target: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
+        """``fn(*args, **kwargs)``, a method of the outside container ``target`` that changes
+        it (``list.append``, ``dict.__setitem__``, ``deque.append``...): made on the program's
+        view of it and replayed after the graph; returns what the call returns (``list.pop``'s
+        item)."""
+        return self.changes.call(target, getattr(fn, "__name__", ""), tuple(args), kwargs)
+
+    def write_target(self, value: Any, source: Source) -> Any:
+        """``value`` (a list, dict, set or deque at ``source``), read only to be changed by a
+        blind method next (``LOG.append(x)``): guarded by identity, its contents not read, so
+        an append log never recompiles. Read as usual where the program read it before."""
+        if self.source_of(value) is not None or not self.changes.write_only(value, source):
+            return self.read(value, source)
+        self.guards.identity(source, value)
+        self._remember(value, source)
+        self._outside_containers.add(id(value))
+        return value
+
+    def close_changes(self) -> None:
+        """Capture is over: the changes' last states logged, real objects put back."""
+        self.changes.close()
 
     # ------------------------------------------------------------ reading
     def read(self, value: Any, source: Source | None) -> Any:
@@ -152,6 +210,10 @@ class Recording:
         kind = type(value)
         if source is None:
             return self.graph.adopt(value)
+        if kind in _CHANGEABLE:  # the program's own view of it, once it changed or copied it
+            held = self.changes.program_object(value, lambda real: self.read(real, source))
+            if held is not None:
+                return held
         if kind in CONSTANT_TYPES:
             self.guards.equals(source, value)
             return value
@@ -195,7 +257,7 @@ class Recording:
 
     def read_item(self, container: Any, key: Any, value: Any) -> Any:
         """``container[key]`` for a constant ``key``, as the program sees it."""
-        if id(container) in self.created:
+        if id(container) in self.created or self.changes.item_read(container):
             return self.graph.adopt(value)
         source = self.source_of(container)
         return self.read(value, None if source is None else Item(source, key))
@@ -294,6 +356,7 @@ class Recording:
             same = all(new is old for new, old in zip(read, value))
             result = value if same else type(value)(read)
         self._remember(result, source)
+        self.changes.copied(result, value)
         if result is not value or type(value) is not tuple:
             self._outside_containers.add(id(result))
         return result
@@ -317,6 +380,26 @@ def _by_identity(values: dict[Source, Any]) -> tuple[dict[int, list[Source]], di
 # module: rebinding ``torch.relu`` between calls is not something programs do.
 _LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "transformers", "numpy", "fxloom"}
 _CODE = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
+
+
+# Objects whose changes ``changes`` tracks (``read`` hands back the program's view of them).
+_CHANGEABLE = frozenset((list, dict, set, collections.deque, collections.OrderedDict))
+# ``__setattr__`` that store into the instance (or the class, or a module's tables) as a read
+# back expects: an attribute assigned through them is replayed as its final value.
+_PLAIN_SETATTR = frozenset((object.__setattr__, type.__setattr__, torch.nn.Module.__setattr__))
+
+
+def _own_setter(owner: Any, name: str) -> bool:
+    """Whether assigning ``owner.name`` runs code of the program's own (a ``__setattr__`` or
+    a property setter), whose effect only the assignment itself has."""
+    cls = type(owner)
+    if cls.__setattr__ not in _PLAIN_SETATTR:
+        return True
+    for klass in cls.__mro__:  # Python runs the data descriptors of the owner's type
+        found = klass.__dict__.get(name)
+        if found is not None:
+            return hasattr(type(found), "__set__") and type(found) is not types.MemberDescriptorType
+    return False
 
 
 def _is_library(module: types.ModuleType) -> bool:

@@ -8,6 +8,7 @@ records it.
 from __future__ import annotations
 
 import operator
+from types import FunctionType
 from typing import Any
 
 from fxloom.bytecode.breaks import Break
@@ -44,9 +45,7 @@ def apply(interp, fn, *operands: Any) -> Any:
         and interp.recording.is_outside(operands[0])
         and not isinstance(operands[0], int | float | complex | str | bytes | tuple | frozenset)
     ):
-        raise Break(
-            "outside-mutation", f"{fn.__name__} changes a {type(operands[0]).__name__} from outside"
-        )
+        return _change_outside(interp, operands[0], f"__{fn.__name__}__", operands[1:])
     try:
         return fn(*operands)
     except DataDependentError as err:
@@ -142,16 +141,31 @@ def store_item(interp, container: Any, key: Any, value: Any) -> None:
         record(interp, "call_function", operator.setitem, (container, key, value), {})
         return
     if interp.recording.is_outside(container):
-        raise Break(
-            "outside-mutation", f"an item of a {type(container).__name__} from outside is assigned"
-        )
+        _change_outside(interp, container, "__setitem__", (key, value))
+        return
     container[key] = value
+
+
+def _change_outside(interp, container: Any, name: str, args: tuple) -> Any:
+    """``container.name(*args)`` on a container from outside: a change the recording keeps
+    aside and replays after the graph (``Recording.mutate_outside``). A container whose class
+    defines the method in Python is a break: running it natively would skip capturing it."""
+    method = getattr(type(container), name, None)
+    if method is None or type(method) is FunctionType:
+        raise Break(
+            "outside-mutation",
+            f"{type(container).__qualname__}.{name} changes a container from outside",
+        )
+    return interp.recording.mutate_outside(container, getattr(container, name), args, {})
 
 
 @handles("DELETE_SUBSCR")
 def delete_subscr(interp, frame, instruction):
     key = frame.stack.pop()
     container = frame.stack.pop()
-    if isinstance(container, StandIn) or interp.recording.is_outside(container):
+    if isinstance(container, StandIn):
         raise Break("outside-mutation", f"an item of a {type(container).__name__} is deleted")
+    if interp.recording.is_outside(container):
+        _change_outside(interp, container, "__delitem__", (key,))
+        return
     del container[key]
