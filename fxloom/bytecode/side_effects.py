@@ -88,7 +88,7 @@ class Kind:
     base: type
     snapshot: Callable[[Any], Any]
     restore: Callable[[Any, Any], None]
-    final: Callable[[str, Any, Any, Callable[[Any], str], Callable[[Any], str]], list[str]] | None
+    final: Callable[[str, Any, Any, Callable[[Any], str]], list[str]] | None
     blind: frozenset[str]
 
 
@@ -111,11 +111,11 @@ def _restore_deque(target: collections.deque, saved: list) -> None:
     target.extend(saved)
 
 
-def _final_list(target: str, base: list, new: list, expr, constant) -> list[str]:
+def _final_list(target: str, base: list, new: list, expr) -> list[str]:
     return [f"{target}[:] = [{', '.join(map(expr, new))}]"]
 
 
-def _final_dict(target: str, base: list, new: list, expr, constant) -> list[str]:
+def _final_dict(target: str, base: list, new: list, expr) -> list[str]:
     """``update`` with the keys that are new or hold another object; first ``clear`` when a
     key went or the order changed (``update`` keeps the old keys in their places)."""
     old_keys = [key for key, _ in base]
@@ -129,7 +129,7 @@ def _final_dict(target: str, base: list, new: list, expr, constant) -> list[str]
         clear = []
     if not pairs:
         return clear
-    items = ", ".join(f"{constant(key)}: {expr(value)}" for key, value in pairs)
+    items = ", ".join(f"{expr(key)}: {expr(value)}" for key, value in pairs)
     return [*clear, f"{target}.update({{{items}}})"]
 
 
@@ -418,7 +418,7 @@ def statements(log: list, expr: Callable[[Any], str], constant: Callable[[Any], 
         if type(entry) is State:
             shadow = entry.shadow
             base = bases.get(id(shadow), shadow.base)
-            lines.extend(shadow.kind.final(expr(shadow.view), base, entry.state, expr, constant))
+            lines.extend(shadow.kind.final(expr(shadow.view), base, entry.state, expr))
             bases[id(shadow)] = entry.state
         else:
             lines.extend(_STATEMENTS[type(entry)](entry, expr, constant))

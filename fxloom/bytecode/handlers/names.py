@@ -113,6 +113,12 @@ def _cell_source(interp, frame, name: str) -> Source | None:
         return None
     if frame is interp.frames[0]:
         return Cell(index, name)
+    # A cell of the compiled function's own closure, reached through a function the program
+    # made (a method of a class defined in the call): the compiled function's cell.
+    top = interp.frames[0]
+    for top_index, cell in enumerate(top.function.__closure__ or ()):
+        if cell is frame.cells[name]:
+            return Cell(top_index, top.code.co_freevars[top_index])
     function_source = interp.recording.source_of(frame.function)
     if function_source is None:
         return None
@@ -175,9 +181,10 @@ def _written(recording, owner: Any, name: str) -> Any:
     """What the program assigned to ``owner.name`` so far: on the object itself, or (not
     shadowed by the instance's own attribute) on its class, or ``NOT_WRITTEN``."""
     written = recording.written(owner, name)
-    if written is not NOT_WRITTEN or isinstance(owner, type):
+    if written is not NOT_WRITTEN or isinstance(owner, type) or not recording.writes:
         return written
-    if name in getattr(owner, "__dict__", ()):
+    own = getattr(owner, "__dict__", None)
+    if isinstance(own, dict) and name in own:
         return NOT_WRITTEN
     for klass in type(owner).__mro__:
         written = recording.written(klass, name)
