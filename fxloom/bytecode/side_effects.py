@@ -60,7 +60,7 @@ NOT_CHANGED = object()
 FINAL, ORDER = "final state", "program order"
 
 _LIST_BLIND = frozenset(("append", "extend", "clear", "__iadd__"))
-_DICT_BLIND = frozenset(("__setitem__", "update", "clear", "__ior__", "setdefault"))
+_DICT_BLIND = frozenset(("__setitem__", "update", "clear", "__ior__"))
 _SET_BLIND = frozenset(
     ("add", "discard", "update", "clear", "difference_update", "intersection_update",
      "symmetric_difference_update", "__ior__", "__isub__", "__iand__", "__ixor__")
@@ -120,7 +120,8 @@ def _final_dict(target: str, base: list, new: list, expr) -> list[str]:
     key went or the order changed (``update`` keeps the old keys in their places)."""
     old_keys = [key for key, _ in base]
     new_keys = [key for key, _ in new]
-    if new_keys[: len(old_keys)] != old_keys:
+    kept = len(new_keys) >= len(old_keys) and all(map(_same_key, old_keys, new_keys))
+    if not kept:
         pairs = new
         clear = [f"{target}.clear()"]
     else:
@@ -131,6 +132,12 @@ def _final_dict(target: str, base: list, new: list, expr) -> list[str]:
         return clear
     items = ", ".join(f"{expr(key)}: {expr(value)}" for key, value in pairs)
     return [*clear, f"{target}.update({{{items}}})"]
+
+
+def _same_key(old: Any, new: Any) -> bool:
+    """Whether two keys are one (by identity: a tensor key's ``==`` is a tensor), or equal
+    plain values."""
+    return old is new or (type(old) is type(new) and type(old) in (str, int) and old == new)
 
 
 KINDS: dict[type, Kind] = {

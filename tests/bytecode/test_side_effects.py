@@ -26,6 +26,10 @@ from fxloom.values.stand_in import StandIn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+# The outside state the programs below change: every copy of a program a test makes gets its
+# own (``with_state``), so these module-level names are never changed themselves.
+LOG = TABLE = CACHE = ORDER = SEEN = HISTORY = WINDOW = BOX = NUMBERS = ITEMS = N = None
+
 
 # ----------------------------------------------------------------------------- helpers
 def _equal(got, want) -> bool:
