@@ -45,7 +45,7 @@ import torch
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.graph_builder import GraphBuilder
 from fxloom.bytecode.guards import GuardSet, storage_key
-from fxloom.bytecode.side_effects import NOT_CHANGED, Changes
+from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
 from fxloom.bytecode.sources import Attr, Held, Item, Local, Source
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN"]
@@ -193,12 +193,28 @@ class Recording:
         """``value`` (a list, dict, set or deque at ``source``), read only to be changed by a
         blind method next (``LOG.append(x)``): guarded by identity, its contents not read, so
         an append log never recompiles. Read as usual where the program read it before."""
+        view = self.changes.view_of(value)
+        if view is not None:  # changed already: the same view, without reading it
+            return view
         if self.source_of(value) is not None or not self.changes.write_only(value, source):
             return self.read(value, source)
         self.guards.identity(source, value)
         self._remember(value, source)
         self._outside_containers.add(id(value))
         return value
+
+    def _container_method(self, method: Any, source: Source) -> Any:
+        """``LOG.append`` handed on by the piece before a graph break: its list read from
+        ``source.__self__`` (so that calling it changes an outside list, replayed) and the
+        method taken again from what the program holds of it."""
+        self.guards.exact_type(source, method)
+        self.guards.equals(Attr(source, "__name__"), method.__name__)
+        owner, name = method.__self__, method.__name__
+        if type(owner) in _CHANGEABLE and name in kind_of(owner).blind:
+            held = self.write_target(owner, Attr(source, "__self__"))
+        else:
+            held = self.read(owner, Attr(source, "__self__"))
+        return getattr(held, name)
 
     def close_changes(self) -> None:
         """Capture is over: the changes' last states logged, real objects put back."""
@@ -214,6 +230,8 @@ class Recording:
             held = self.changes.program_object(value, lambda real: self.read(real, source))
             if held is not None:
                 return held
+        elif kind is types.BuiltinMethodType and type(value.__self__) in _CHANGEABLE:
+            return self._container_method(value, source)
         if kind in CONSTANT_TYPES:
             self.guards.equals(source, value)
             return value

@@ -263,9 +263,20 @@ class Changes:
         if shadow is not None:
             if shadow.target is value and shadow.mode is ORDER and not shadow.guarded:
                 self._read_contents(shadow, read)
+                if not shadow.guarded:
+                    raise Break(
+                        "outside-mutation",
+                        f"{shadow.source.text} is read after the program changed it, and the "
+                        f"contents of a {type(value).__name__} are not guarded",
+                    )
             return shadow.view
         found = self._copies.get(id(value))
         return None if found is None else found[1]
+
+    def view_of(self, value: Any) -> Any:
+        """The program's view of ``value`` if it changed it already (nothing read), or None."""
+        shadow = self._shadows.get(id(value))
+        return None if shadow is None else shadow.view
 
     def item_read(self, container: Any) -> bool:
         """Whether an item of ``container`` is the program's own value (a changed list or
@@ -351,6 +362,14 @@ class Changes:
             raise Break(
                 "outside-mutation",
                 f"{type(target).__name__}.{name} changes {where}, which fxloom cannot replay",
+            )
+        if type(target) not in (list, dict):
+            # Held by the program with contents no guard covers (a set, a deque): what it
+            # reads of them after the change could not be right at the next call.
+            raise Break(
+                "outside-mutation",
+                f"{type(target).__name__}.{name} changes {source.text}, whose contents are not "
+                f"guarded; change it where it is loaded ({source.text}.{name}(...))",
             )
         real = self._originals.get(id(target), target)
         shadow = Shadow(real, target, source, kind, guarded=type(target) in (list, dict))

@@ -445,6 +445,30 @@ def test_an_exception_after_a_change_keeps_the_change(capsys):
     check_calls(make, calls, capsys=capsys, entries=16)
 
 
+def append_items_in_a_loop(xs):
+    for t in xs:
+        LOG.append(t.sum().item())  # a break inside the loop: LOG.append crosses it
+    return len(LOG)
+
+
+def test_appends_in_a_loop_with_a_graph_break_happen_once_per_step(capsys):
+    # The bound ``LOG.append`` the piece before the break hands on is LOG's own: replayed,
+    # not run once while compiling (fxloom 0.x appended at compile time only).
+    calls = [([torch.ones(2), torch.zeros(2)],)] * 4
+    check_calls(with_state(append_items_in_a_loop, LOG=[]), calls, capsys=capsys, entries=8)
+
+
+def append_twice(x):
+    LOG.append(x.sum())
+    LOG.append(x.max())  # loaded again to be changed: still no guard on its contents
+    return x
+
+
+def test_two_appends_to_one_log_never_recompile(capsys):
+    compiled = check_calls(with_state(append_twice, LOG=[]), tensors(5), capsys=capsys)
+    assert "len(G['LOG'])" not in compiled.code
+
+
 # ----------------------------------------------------------------------------- left as breaks
 def pop_from_deque(x):
     HISTORY.append(x.sum())
@@ -456,3 +480,15 @@ def test_a_pop_from_a_deque_whose_contents_are_not_guarded_runs_as_python(capsys
     # that call is a break (run as Python), and the result stays right.
     make = with_state(pop_from_deque, HISTORY=collections.deque([torch.ones(3)]))
     check_calls(make, tensors(4), capsys=capsys, entries=8)
+
+
+def add_through_a_local_name(x):
+    seen = SEEN
+    seen.add(x.shape[0])
+    return x * len(seen)
+
+
+def test_a_set_changed_through_a_local_name_runs_as_python(capsys):
+    # Held under another name, its later reads (``len(seen)``) could not be guarded: a break.
+    make = with_state(add_through_a_local_name, SEEN=set())
+    check_calls(make, [(torch.ones(n),) for n in (1, 2, 2, 3)], capsys=capsys, entries=8)
