@@ -225,6 +225,11 @@ class Recording:
         """``value``, read from ``source``, as the program sees it; see the module docstring."""
         kind = type(value)
         if source is None:
+            if kind in _CHANGEABLE and id(value) not in self.created:
+                # From outside, reached by no source (a closure of a hook): changing it
+                # cannot be replayed, so it must not be changed natively either (a break).
+                self._outside_containers.add(id(value))
+                self._alive.append(value)
             return self.graph.adopt(value)
         if kind in _CHANGEABLE:  # the program's own view of it, once it changed or copied it
             held = self.changes.program_object(value, lambda real: self.read(real, source))

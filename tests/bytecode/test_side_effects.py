@@ -492,3 +492,32 @@ def test_a_set_changed_through_a_local_name_runs_as_python(capsys):
     # Held under another name, its later reads (``len(seen)``) could not be guarded: a break.
     make = with_state(add_through_a_local_name, SEEN=set())
     check_calls(make, [(torch.ones(n),) for n in (1, 2, 2, 3)], capsys=capsys, entries=8)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+def hooked_model():
+    features = []  # reached by the hook's closure only: no source to replay it through
+    model = torch.nn.Sequential(Block(), Block())
+    model[0].register_forward_hook(lambda module, args, out: features.append(out * 2))
+    return model, features
+
+
+def test_a_list_a_hook_closes_over_gets_real_tensors_at_every_call():
+    # Changing it cannot be replayed, so that step runs as Python: never a stand-in leaked
+    # into the user's list, never an append made only while compiling.
+    model, features = hooked_model()
+    plain_model, plain_features = hooked_model()
+    plain_model.load_state_dict(model.state_dict())
+    compiled = fxloom.compile(model)
+    for (x,) in tensors(3):
+        assert _equal(compiled(x[None]), plain_model(x[None]))
+    assert _no_stand_ins(features)
+    assert _equal(features, plain_features)
