@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import sys
 import types
 from typing import Any
 
@@ -68,6 +69,14 @@ def store_global(interp, frame, instruction):
         if instruction.op == "DELETE_GLOBAL":
             raise Break("outside-mutation", f"global {instruction.arg} is deleted")
         source = _global_source(interp, frame, instruction.arg)
+        if (
+            frame.globals is not interp.frames[0].globals
+            and getattr(sys.modules.get(source.module or ""), "__dict__", None) is not frame.globals
+        ):  # replay names the globals by their module: a namespace no module has is a break
+            raise Break(
+                "outside-mutation",
+                f"global {instruction.arg} of a namespace that is no module's is assigned",
+            )
         interp.recording.store_global(frame.globals, instruction.arg, frame.stack.pop(), source)
         return
     if instruction.op == "STORE_GLOBAL":
