@@ -35,7 +35,9 @@ Depends on ``fxloom.bytecode.guards``, ``graph_builder``, ``sources`` and torch.
 
 from __future__ import annotations
 
+import builtins
 import collections
+import operator
 import sys
 import types
 from typing import Any
@@ -183,11 +185,25 @@ class Recording:
         return NOT_WRITTEN if found is NOT_CHANGED else found
 
     def mutate_outside(self, target: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
-        """``fn(*args, **kwargs)``, a method of the outside container ``target`` that changes
-        it (``list.append``, ``dict.__setitem__``, ``deque.append``...): made on the program's
-        view of it and replayed after the graph; returns what the call returns (``list.pop``'s
-        item)."""
-        return self.changes.call(target, getattr(fn, "__name__", ""), tuple(args), kwargs)
+        """``fn(*args, **kwargs)``, a call that changes the outside object ``target``: a method
+        bound to it (``LOG.append``, ``d.__setitem__``), or a function given it first
+        (``list.append(LOG, x)``, ``operator.setitem(d, k, v)``, ``setattr(obj, name, v)``).
+        Made on the program's view of it and replayed after the graph; returns what the call
+        returns (``list.pop``'s item)."""
+        name = getattr(fn, "__name__", "")
+        if getattr(fn, "__self__", None) is not target:  # a function: the target comes first
+            name = _FUNCTION_FORMS.get(fn) or (name if hasattr(fn, "__objclass__") else "")
+            if not name or not args or args[0] is not target:
+                raise Break(
+                    "outside-mutation",
+                    f"{getattr(fn, '__qualname__', fn)!s} changes a {type(target).__name__} "
+                    "from outside in a way fxloom does not replay",
+                )
+            args = args[1:]
+        if name == "__setattr__":
+            self.write_attribute(target, *args)
+            return None
+        return self.changes.call(target, name, tuple(args), kwargs)
 
     def write_target(self, value: Any, source: Source) -> Any:
         """``value`` (a list, dict, set or deque at ``source``), read only to be changed by a
@@ -405,6 +421,12 @@ _LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "transformers", "num
 _CODE = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
 
 
+# Functions that change the object they are given first, as the method they call on it.
+_FUNCTION_FORMS = {
+    builtins.setattr: "__setattr__", object.__setattr__: "__setattr__",
+    operator.setitem: "__setitem__", operator.delitem: "__delitem__",
+    **{getattr(operator, f"i{name}"): f"__i{name}__" for name in ("add", "or", "and", "sub", "xor")},
+}  # fmt: skip
 # Objects whose changes ``changes`` tracks (``read`` hands back the program's view of them).
 _CHANGEABLE = frozenset((list, dict, set, collections.deque, collections.OrderedDict))
 # ``__setattr__`` that store into the instance (or the class, or a module's tables) as a read

@@ -521,3 +521,37 @@ def test_a_list_a_hook_closes_over_gets_real_tensors_at_every_call():
         assert _equal(compiled(x[None]), plain_model(x[None]))
     assert _no_stand_ins(features)
     assert _equal(features, plain_features)
+
+
+# ----------------------------------------------------------------------------- the recording
+def _replayed(change) -> list[str]:
+    """The statements a fresh recording replays after ``change(recording, view)`` on the list
+    ``[1]`` read from the global ``LOG`` (which is back to ``[1]`` after capture)."""
+    from fxloom.bytecode.recording import Recording
+    from fxloom.bytecode.side_effects import statements
+    from fxloom.bytecode.sources import Global
+
+    outside = [1]
+    recording = Recording()
+    change(recording, recording.read(outside, Global("LOG")))
+    recording.close_changes()
+    assert outside == [1]
+    named = {id(outside): "LOG"}  # the emitter writes an outside object by its source
+    return statements(recording.changes.log, lambda value: named.get(id(value), repr(value)), repr)
+
+
+def test_a_change_is_recorded_alike_as_a_bound_method_or_a_function_given_the_target():
+    bound = _replayed(lambda recording, view: recording.mutate_outside(view, view.append, (2,), {}))
+    unbound = _replayed(
+        lambda recording, view: recording.mutate_outside(view, list.append, (view, 2), {})
+    )
+    assert bound == unbound == ["LOG[:] = [1, 2]"]
+
+
+def test_operator_setitem_on_an_outside_list_is_replayed():
+    import operator
+
+    replayed = _replayed(
+        lambda recording, view: recording.mutate_outside(view, operator.setitem, (view, 0, 5), {})
+    )
+    assert replayed == ["LOG[:] = [5]"]
