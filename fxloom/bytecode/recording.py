@@ -425,7 +425,9 @@ _CODE = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
 _FUNCTION_FORMS = {
     builtins.setattr: "__setattr__", object.__setattr__: "__setattr__",
     operator.setitem: "__setitem__", operator.delitem: "__delitem__",
-    **{getattr(operator, f"i{name}"): f"__i{name}__" for name in ("add", "or", "and", "sub", "xor")},
+    **{getattr(operator, f"i{name}"): f"__i{name}__" for name in (
+        "add", "and", "floordiv", "lshift", "matmul", "mod", "mul", "or", "pow", "rshift", "sub",
+        "truediv", "xor")},
 }  # fmt: skip
 # Objects whose changes ``changes`` tracks (``read`` hands back the program's view of them).
 _CHANGEABLE = frozenset((list, dict, set, collections.deque, collections.OrderedDict))

@@ -555,3 +555,12 @@ def test_operator_setitem_on_an_outside_list_is_replayed():
         lambda recording, view: recording.mutate_outside(view, operator.setitem, (view, 0, 5), {})
     )
     assert replayed == ["LOG[:] = [5]"]
+
+
+def test_an_in_place_operator_given_the_outside_list_first_is_replayed():
+    import operator
+
+    def add_in_place(recording, view):
+        assert recording.mutate_outside(view, operator.iadd, (view, [2]), {}) is view
+
+    assert _replayed(add_in_place) == ["LOG[:] = [1, 2]"]
