@@ -5,7 +5,8 @@ One file per concern, read top-down:
 - ``instructions``: the decoder (``dis`` plus the exception table), one instruction form for
   CPython 3.11–3.13;
 - ``interpreter`` and ``handlers/``: the symbolic interpreter, one handler family per file;
-- ``calls``: what a call does (inline, record, run natively, break);
+- ``callees``: the callee table, what every callable does (the native-call policy, one row
+  per callable, default deny for C code), extended with ``classify``; ``calls`` carries it out;
 - ``recording``, ``sources``, ``guards``, ``graph_builder``: values read from outside and their
   guards, and the graph;
 - ``entry``: one cache entry (guard, graph, generated run function); ``driver``: pieces
@@ -13,3 +14,7 @@ One file per concern, read top-down:
 
 Depends on the IR and the values layer only (tests/test_layers.py).
 """
+
+from fxloom.bytecode.callees import classify
+
+__all__ = ["classify"]

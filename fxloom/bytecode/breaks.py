@@ -52,6 +52,26 @@ BREAKS: dict[str, BreakKind] = {
         "a function implemented in C received a tensor",
         "call it outside the compiled function, or use a torch operator instead",
     ),
+    "unknown-callable": BreakKind(
+        "a function implemented in C that fxloom.compile's callee table does not list (it may "
+        "read or change state no guard sees)",
+        "nothing to do for a correct result: it runs as Python at every call. If its result "
+        "depends only on its arguments and it changes nothing, declare it once with "
+        'fxloom.bytecode.classify(fn, "native_pure") to keep the function in one graph',
+    ),
+    "unsupported-call": BreakKind(
+        "a call fxloom.compile cannot follow (exec, eval, open, globals(), ...)",
+        "nothing to do: it runs as Python at every call; move it out of the compiled function "
+        "to keep one graph",
+    ),
+    "unguarded-value": BreakKind(
+        "a native function or operator would read a value whose type alone is guarded (an "
+        "object from outside, a numpy array, an iterator, a value Python computed at a graph "
+        "break)",
+        "nothing to do: it runs as Python at every call; to keep one graph, pass the value in "
+        "as a tensor, or read plain attributes of it (ints, floats, strings are guarded by "
+        "value)",
+    ),
     "exception": BreakKind(
         "the program raises or handles an exception inside the compiled function",
         "check the condition outside the compiled function",

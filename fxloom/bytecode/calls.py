@@ -1,110 +1,72 @@
 """What a call does under ``fxloom.compile``: inline it, record it, run it natively, or break.
 
-In order (the first row that applies decides):
+The decision is the callee table's (``fxloom.bytecode.callees``: one row per callable, a C
+callable with no row is a break); this module carries it out. In order:
 
 =====================================  ==============================================
 callee                                 what happens
 =====================================  ==============================================
-in ``SPECIAL`` (``super``; ``print``,  its interpreter-level implementation (Python
-logging, ``warnings.warn``)            output runs after the graph, in order)
+in ``SPECIAL`` (``super``, ``getattr``, its interpreter-level implementation (Python
+``print``, logging, ``warnings.warn``) output runs after the graph, in order;
+                                       ``getattr`` is an attribute read, guarded)
 bound method                           the function, with ``self`` first
 a Tensor method on a stand-in          recorded as ``call_method`` (metadata queries
-                                       such as ``size``, ``dim`` run natively)
-a function of torch                    recorded as ``call_function`` when a tensor is
-                                       involved (argument or result), else run natively
+                                       such as ``size``, ``dim`` run natively; data
+                                       reads such as ``item`` break)
 ``nn.Module`` that tracing keeps as a  recorded as ``call_module``
 leaf (defined in ``torch.nn``)
 any other ``nn.Module``                its ``forward`` inlined (no hooks), or its
                                        ``_call_impl`` inlined (hooks)
+a callable with a row                  what the row's kind says (``_by_row``)
 Python function                        inlined (standard-library ones run natively when
-                                       no tensor is involved)
-class                                  instance made natively, ``__init__`` inlined
-function implemented in C              run natively, unless it would see a tensor and is
-                                       not in ``HOLDS_TENSORS`` (a break)
+                                       every argument is a constant or the program's own)
+class                                  instance made natively, ``__init__`` inlined; a C
+                                       class by the row of the C base that makes it
+any other C callable                   a break (``unknown-callable``)
 =====================================  ==============================================
 
-Depends on ``fxloom.bytecode.interpreter``, ``recording``, ``breaks`` and the values layer.
+No native call (nor a native operator, ``handlers/operators.py``) receives a value whose type
+alone is guarded (``Recording.unguarded``), unless its row says it uses identity and type only:
+what C code read of it would be decided once, at capture.
+
+Depends on ``fxloom.bytecode.interpreter``, ``callees``, ``recording``, ``breaks`` and the
+values layer.
 """
 
 from __future__ import annotations
 
 import builtins
 import collections
-import copy
+import functools
 import inspect
 import logging
 import operator
-import sys
 import types
 import warnings
 from typing import Any
 
 import torch
 
+from fxloom.bytecode import callees
 from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.callees import Callee
 from fxloom.bytecode.interpreter import Frame, Interpreter
+from fxloom.bytecode.recording import NOT_WRITTEN
 from fxloom.values.stand_in import DataDependentError, StandIn
 
-__all__ = ["call", "bind_frame", "holds_stand_in", "inline", "record"]
+__all__ = [
+    "call",
+    "bind_frame",
+    "holds_stand_in",
+    "holds_unguarded",
+    "inline",
+    "record",
+    "refuse_unguarded",
+]
 
 _TENSOR_METHOD_TYPES = (types.BuiltinMethodType, types.MethodWrapperType)
-# Tensor methods that answer from metadata: run natively on the stand-in, nothing recorded.
-METADATA_METHODS = frozenset(
-    ("size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "element_size",
-     "is_floating_point", "is_complex", "get_device", "storage_offset", "type", "__len__",
-     "is_signed")
-)  # fmt: skip
-# ... and those that need data: a break.
-DATA_METHODS = frozenset(
-    (
-        "item",
-        "tolist",
-        "__bool__",
-        "__int__",
-        "__float__",
-        "__index__",
-        "numpy",
-        "__format__",
-        "__repr__",
-        "__str__",
-        "data_ptr",
-    )
-)
-
-# Functions implemented in C that only move references around: safe to run natively on
-# values that hold stand-ins (they never read a tensor's data).
-HOLDS_TENSORS = frozenset(
-    (builtins.len, builtins.isinstance, builtins.issubclass, builtins.getattr, builtins.hasattr,
-     builtins.setattr, builtins.id, builtins.callable, builtins.iter, builtins.next,
-     builtins.type, object.__setattr__, object.__getattribute__, object.__new__)
-)  # fmt: skip
-_HOLDING_TYPES = frozenset(
-    (tuple, list, dict, collections.OrderedDict, zip, enumerate, reversed, type, slice)
-)
 _CONTAINER_TYPES = (list, dict, set, collections.OrderedDict, collections.deque)
-MUTATING_METHODS = frozenset(
-    ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
-     "setdefault", "popitem", "add", "discard", "__setitem__", "__delitem__", "__iadd__",
-     "move_to_end", "appendleft", "extendleft", "popleft")
-)  # fmt: skip
-_NATIVE_PACKAGES = frozenset(sys.stdlib_module_names) | {"typing_extensions", "numpy"}
-# Functions whose result changes from call to call (clocks, randomness, the environment, the
-# user): a captured constant would be wrong, so each call runs as Python between pieces.
-CHANGING_MODULES = frozenset(
-    ("random", "time", "datetime", "uuid", "secrets", "os", "socket", "getpass")
-)
-CHANGING_RESULTS = frozenset((builtins.input, builtins.open, builtins.id))
-
-
-def _module_of(fn: Any) -> str:
-    module = getattr(fn, "__module__", None)
-    if module is None:  # a bound builtin method: its owner's module (random.Random().random)
-        module = type(getattr(fn, "__self__", None)).__module__
-    return (module or "").partition(".")[0].lstrip("_")
-
-
-# Native functions whose result is always a new object (the program's own, free to change).
-MAKES_NEW = frozenset((copy.copy, copy.deepcopy))
+_NESTING = (tuple, list)
 
 
 def holds_stand_in(args: tuple, kwargs: dict | None = None) -> bool:
@@ -115,12 +77,29 @@ def holds_stand_in(args: tuple, kwargs: dict | None = None) -> bool:
         kind = type(value)
         if kind is tuple or kind is list:
             for item in value:
-                if isinstance(item, StandIn) or (
-                    type(item) in (tuple, list) and holds_stand_in(item)
-                ):
+                if isinstance(item, StandIn) or (type(item) in _NESTING and holds_stand_in(item)):
                     return True
         elif kind is dict and holds_stand_in(tuple(value.values())):
             return True
+    return False
+
+
+def holds_unguarded(unguarded: set[int], values: tuple) -> bool:
+    """Whether one of ``values`` (containers two levels deep) is in ``unguarded`` (ids)."""
+    if not unguarded:
+        return False
+    for value in values:
+        if id(value) in unguarded:
+            return True
+        kind = type(value)
+        if kind is tuple or kind is list or kind is dict:
+            items = value.values() if kind is dict else value
+            for item in items:
+                if id(item) in unguarded:
+                    return True
+                inner = type(item)
+                if (inner is tuple or inner is list) and any(id(v) in unguarded for v in item):
+                    return True
     return False
 
 
@@ -133,6 +112,9 @@ def call(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
         return special(interp, args, kwargs)
     kind = type(fn)
     if kind is types.MethodType:
+        row = callees.method_row(type(fn.__self__), fn.__func__.__name__)
+        if row is not None:  # a Python method the table lists (``os.environ.get``)
+            return _by_row(interp, row, fn, args, kwargs)
         return call(interp, fn.__func__, (fn.__self__, *args), kwargs)
     if kind in _TENSOR_METHOD_TYPES and isinstance(getattr(fn, "__self__", None), StandIn):
         return _tensor_method(interp, fn.__self__, fn.__name__, args, kwargs)
@@ -140,19 +122,70 @@ def call(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
         return _tensor_method(interp, args[0], fn.__name__, args[1:], kwargs)
     if isinstance(fn, torch.nn.Module):
         return _module(interp, fn, args, kwargs)
-    if _is_torch(fn):
-        return _torch_function(interp, fn, args, kwargs)
+    row = callees.lookup(fn)
+    if row is not None:
+        return _by_row(interp, row, fn, args, kwargs)
     if kind is types.FunctionType:
-        if _runs_natively(fn) and not holds_stand_in(args, kwargs):
-            return _native(interp, fn, args, kwargs)
-        return inline(interp, fn, args, kwargs)
+        return _python_function(interp, fn, args, kwargs, None)
     if isinstance(fn, type):
         return _construct(interp, fn, args, kwargs)
     python_call = vars(type(fn)).get("__call__") if hasattr(type(fn), "__dict__") else None
     python_call = python_call or type(fn).__call__
     if type(python_call) is types.FunctionType:
         return inline(interp, python_call, (fn, *args), kwargs)
-    return _native(interp, fn, args, kwargs)
+    raise _unknown(fn)
+
+
+def _unknown(fn: Any) -> Break:
+    return Break(
+        "unknown-callable",
+        f"{_name(fn)} (from {callees.module_of(fn) or 'no module'}) is implemented in C and "
+        f"not in fxloom's callee table; if its result depends only on its arguments, declare "
+        f'it: fxloom.bytecode.classify({_name(fn)}, "native_pure")',
+    )
+
+
+def _by_row(interp: Interpreter, row: Callee, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """Carry out what ``row`` says ``fn`` does (``fxloom.bytecode.callees``)."""
+    kind = row.kind
+    if kind == "record":
+        return _torch_function(interp, fn, args, kwargs)
+    if kind == "inline":
+        if row.polyfill is not None:
+            if type(fn) is types.FunctionType and callees.runs_natively(fn):
+                if _only_own_values(interp, args, kwargs):
+                    return _python_function(interp, fn, args, kwargs, row)
+            return inline(interp, row.polyfill, (fn, *args), kwargs)
+        if type(fn) is types.FunctionType:
+            return _python_function(interp, fn, args, kwargs, row)
+        if isinstance(fn, type):
+            return _construct(interp, fn, args, kwargs)
+        raise _unknown(fn)
+    if kind == "break":
+        if row.tensor_data:
+            raise Break("tensor-data", f"{_name(fn)}() reads the data of a tensor")
+        raise Break("unsupported-call", f"{_name(fn)}() cannot be followed by fxloom.compile")
+    if kind == "changing_result":
+        target = _target(row, fn, args)
+        if (
+            target is _NO_TARGET
+            or id(target) not in interp.recording.created
+            or (holds_unguarded(interp.recording.unguarded, (target,)))
+        ):
+            raise Break("changing-result", f"{_name(fn)}() gives another result at every call")
+    return _native(interp, fn, args, kwargs, row)
+
+
+_NO_TARGET = object()
+
+
+def _target(row: Callee, fn: Any, args: tuple) -> Any:
+    """The argument ``row`` reads or changes (0: ``self`` of a bound method), or _NO_TARGET."""
+    if row.target is None:
+        return _NO_TARGET
+    owner = getattr(fn, "__self__", None)
+    subject = args if owner is None or type(owner) is types.ModuleType else (owner, *args)
+    return subject[row.target] if len(subject) > row.target else _NO_TARGET
 
 
 def _key(fn: Any) -> Any:
@@ -168,7 +201,7 @@ def inline(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dic
     code = fn.__code__
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         if code.co_name == "<genexpr>":
-            return iter(_exhaust(interp, fn, args, kwargs))
+            return interp.recording.built(iter(_exhaust(interp, fn, args, kwargs)))
         raise Break("generator", f"{fn.__qualname__} is a generator function")
     return interp.run(bind_frame(interp, fn, args, kwargs))
 
@@ -180,12 +213,18 @@ def bind_frame(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs:
     except TypeError as err:
         raise Break("exception", str(err)) from None
     code = fn.__code__
+    recording = interp.recording
+    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):  # made for this call
+        star = code.co_argcount + code.co_kwonlyargcount
+        for name in code.co_varnames[star : star + 2]:
+            if name in local_values:
+                recording.built(local_values[name])
     cells: dict[str, Any] = {}
     for name in code.co_cellvars:
         cell = types.CellType()
         if name in local_values:  # an argument captured by an inner function
             cell.cell_contents = local_values.pop(name)
-        cells[name] = interp.recording.built(cell)
+        cells[name] = recording.built(cell)
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         cells[name] = cell
     return Frame(fn, local_values, cells)
@@ -249,15 +288,17 @@ def _exhaust(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: d
 def _tensor_method(
     interp: Interpreter, tensor: StandIn, name: str, args: tuple, kwargs: dict
 ) -> Any:
-    if name in METADATA_METHODS:
-        return getattr(tensor, name)(*args, **kwargs)
-    if name in DATA_METHODS:
+    row = callees.tensor_method(name)
+    if row.kind == "record":
+        return record(interp, "call_method", name, (tensor, *args), kwargs)
+    if row.kind == "break":
         raise Break("tensor-data", f"Tensor.{name}() reads the data of a tensor")
-    return record(interp, "call_method", name, (tensor, *args), kwargs)
+    return getattr(tensor, name)(*args, **kwargs)  # answered from the stand-in's metadata
 
 
 def _torch_function(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
     if not holds_stand_in(args, kwargs):
+        _refuse_unguarded(interp, fn, args, kwargs)  # (``record`` checks its own arguments)
         with interp.recording.graph.metadata:
             result = _guarded(fn, args, kwargs)
         if not _holds_stand_in_result(result):
@@ -266,7 +307,15 @@ def _torch_function(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> 
 
 
 def record(interp: Interpreter, op: str, target: Any, args: tuple, kwargs: dict) -> Any:
-    graph = interp.recording.graph
+    """A graph node for ``target`` on ``args``; an unguarded value among them would become a
+    constant of the graph (the first call's object): a break instead."""
+    recording = interp.recording
+    if recording.unguarded:
+        values = (*args, *kwargs.values()) if kwargs else args
+        for value in values:
+            if holds_unguarded(recording.unguarded, (value,)):
+                raise _unguarded_break(recording, target, value)
+    graph = recording.graph
     graph.where = interp.where()
     try:
         return graph.call(op, target, args, kwargs)
@@ -277,23 +326,6 @@ def record(interp: Interpreter, op: str, target: Any, args: tuple, kwargs: dict)
 def _holds_stand_in_result(result: Any) -> bool:
     return isinstance(result, StandIn) or (
         isinstance(result, tuple | list) and any(isinstance(item, StandIn) for item in result)
-    )
-
-
-# Python code in torch that changes global state rather than computing tensors: interpreted,
-# so the state switch it makes (``torch._C._set_grad_enabled``) is recorded.
-_INTERPRETED_TORCH_MODULES = frozenset(("torch.autograd.grad_mode", "torch.utils._contextlib"))
-
-
-def _is_torch(fn: Any) -> bool:
-    if isinstance(fn, type) or getattr(fn, "__module__", None) in _INTERPRETED_TORCH_MODULES:
-        return False
-    module = getattr(fn, "__module__", None)
-    if module is None:
-        owner = getattr(fn, "__self__", None)
-        module = getattr(owner, "__name__", None) if isinstance(owner, types.ModuleType) else None
-    return isinstance(module, str) and (
-        module == "torch" or module.startswith(("torch.", "torch._C"))
     )
 
 
@@ -359,23 +391,20 @@ def _has_hooks(module: torch.nn.Module) -> bool:
                 or module._backward_pre_hooks)  # fmt: skip
 
 
-# ``__new__`` of builtin bases that only allocate: called with the class alone, then the
-# Python ``__init__`` runs interpreted.
-_ALLOCATING_NEW = frozenset(
-    (object.__new__, dict.__new__, list.__new__, collections.OrderedDict.__new__, set.__new__)
-)
-
-
 def _construct(interp: Interpreter, cls: type, args: tuple, kwargs: dict) -> Any:
     new = cls.__new__
     if type(cls) is not type and not issubclass(type(cls), type(collections.OrderedDict)):
-        return _native(interp, cls, args, kwargs)  # a metaclass decides what calling means
+        # a metaclass decides what calling means (an Enum's lookup by value, ...)
+        return _native(interp, cls, args, kwargs, _METACLASS_CALL)
     if type(new) is types.FunctionType:  # named tuples, ...
         instance = inline(interp, new, (cls, *args), kwargs)
-    elif _key(new) in _ALLOCATING_NEW and type(cls.__init__) is types.FunctionType:
-        instance = new(cls)
-    else:
-        return _native(interp, cls, args, kwargs, made=True)
+    elif type(cls.__init__) is types.FunctionType and _allocates(new):
+        instance = new(cls)  # then the Python ``__init__``, interpreted
+    else:  # made by C: the row of the C class that makes it (``class Point(tuple)``: tuple's)
+        row = callees.class_row(_maker(cls))
+        if row is None:
+            raise _unknown(cls)
+        return _native(interp, cls, args, kwargs, row, made=True)
     interp.recording.built(instance)
     init = cls.__init__
     if isinstance(instance, cls) and type(init) is types.FunctionType:
@@ -383,30 +412,214 @@ def _construct(interp: Interpreter, cls: type, args: tuple, kwargs: dict) -> Any
     return instance
 
 
-# ------------------------------------------------------------------ native calls
-def _runs_natively(fn: types.FunctionType) -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    return module.partition(".")[0] in _NATIVE_PACKAGES
+def _allocates(new: Any) -> bool:
+    """Whether ``__new__`` of a builtin base only allocates (its row: new, identity only):
+    ``object.__new__``, ``dict.__new__``..., called with the class alone."""
+    row = callees.lookup(new)
+    return row is not None and bool(row.new) and row.identity
 
 
-def _native(interp: Interpreter, fn: Any, args: tuple, kwargs: dict, made: bool = False) -> Any:
+# Calling a class whose metaclass is written in Python: the metaclass's Python code, run
+# natively on values that are constants or the program's own.
+_METACLASS_CALL = Callee("native_pure", new=True)
+
+
+def _maker(cls: type) -> type:
+    """The first class of ``cls``'s MRO that defines ``__new__`` or ``__init__`` in C."""
+    for klass in cls.__mro__:
+        own = vars(klass)
+        if ("__new__" in own and type(own["__new__"]) is not staticmethod) or (
+            "__init__" in own and type(own["__init__"]) is not types.FunctionType
+        ):
+            return klass
+    return object
+
+
+# ------------------------------------------------------------------ Python functions
+def _python_function(
+    interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dict, row: Callee | None
+) -> Any:
+    """Inline ``fn``; a standard-library (or numpy) one runs natively instead when every
+    argument is a constant or the program's own value (what it reads is then fixed)."""
+    if callees.runs_natively(fn) and _only_own_values(interp, args, kwargs):
+        result = _guarded(fn, args, kwargs)
+        _adopt_new(interp.recording, result, row is not None and row.new)
+        return interp.recording.graph.adopt(result)
+    return inline(interp, fn, args, kwargs)
+
+
+_VALUE_TYPES = frozenset(
+    (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), torch.dtype,
+     torch.device, torch.Size)
+)  # fmt: skip
+
+
+def _only_own_values(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
+    """Whether each argument is a constant, a function or class, or an object the program
+    built (no stand-in, nothing from outside, two levels into tuples, lists and dicts)."""
     recording = interp.recording
-    owner = getattr(fn, "__self__", None)
-    name = getattr(fn, "__name__", "")
-    if _key(fn) in CHANGING_RESULTS or _module_of(fn) in CHANGING_MODULES:
-        raise Break("changing-result", f"{_name(fn)}() gives another result at every call")
-    if owner is not None and name in MUTATING_METHODS and recording.is_outside(owner):
-        return recording.mutate_outside(owner, fn, args, kwargs)
-    if holds_stand_in(args, kwargs) and not _holds_safely(fn, owner):
+    created = recording.created
+    for value in (*args, *kwargs.values()):
+        kind = type(value)
+        if kind in _VALUE_TYPES or isinstance(value, _CODE_TYPES):
+            continue
+        if isinstance(value, StandIn) or recording.is_outside(value):
+            return False
+        if kind is tuple or kind is list or kind is dict:
+            items = tuple(value.values()) if kind is dict else value
+            if not _only_own_values(interp, tuple(items), {}):
+                return False
+        elif id(value) not in created:
+            return False
+    return True
+
+
+_CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
+
+
+# ------------------------------------------------------------------ native calls
+def _native(
+    interp: Interpreter, fn: Any, args: tuple, kwargs: dict, row: Callee, made: bool = False
+) -> Any:
+    """``fn`` (a C callable, or Python run natively) called on real values, as ``row`` allows."""
+    recording = interp.recording
+    if not row.identity and _calls_python(args, kwargs):  # it would run Python code unseen
+        if row.polyfill is not None:
+            return inline(interp, row.polyfill, (fn, *args), kwargs)
+        raise Break(
+            "unsupported-call", f"{_name(fn)} would call a Python function natively, unseen"
+        )
+    if not row.tensors and holds_stand_in(args, kwargs):
         raise Break("opaque-call", f"{_name(fn)} received a tensor")
+    target = _target(row, fn, args)
+    reads = row.kind == "native_reads_outside"
+    if not row.identity:  # the target of a row that only moves references: itself only
+        shallow = target if row.tensors else _NO_TARGET
+        _refuse_unguarded(interp, fn, args, kwargs, target if reads else shallow, not reads)
+    if row.kind == "native_mutating" and target is not _NO_TARGET:
+        if isinstance(target, StandIn) and callees.module_of(fn).lstrip("_") == "operator":
+            return record(interp, "call_function", fn, args, kwargs)  # ``operator.iadd(x, y)``
+        if id(target) not in recording.created:  # not the program's own: a side effect
+            return recording.mutate_outside(target, fn, args, kwargs)
     result = _guarded(fn, args, kwargs)
+    if reads and (target is _NO_TARGET or _needs_guard(recording, target)):
+        owner = getattr(fn, "__self__", None)
+        call_args = args if owner is None or type(owner) is types.ModuleType else (owner, *args)
+        callee = fn if owner is None or type(owner) is types.ModuleType else _unbound(fn)
+        if callee is None or not recording.guard_call(callee, call_args, result):
+            raise Break("unguarded-value", f"{_name(fn)} reads {_described(recording, target)}, "
+                                           "and no guard can check what it read")  # fmt: skip
     if _unrecorded(interp, result):
         raise Break(
             "opaque-call", f"{_name(fn)} computed a tensor where fxloom could not record it"
         )
-    if made or type(result) in _CONTAINER_TYPES or _key(fn) in MAKES_NEW:  # the program's own
-        recording.built(result)
+    _adopt_new(recording, result, made or row.new)
     return recording.graph.adopt(result)
+
+
+def _calls_python(args: tuple, kwargs: dict) -> bool:
+    """Whether an argument is a Python function or method (a callable native code would call)."""
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        kind = type(value)
+        if kind is types.FunctionType or kind is types.MethodType:
+            return True
+        if kind is functools.partial and _calls_python((value.func,), {}):
+            return True
+    return False
+
+
+def _adopt_new(recording: Any, result: Any, new: bool | str) -> None:
+    """Mark what a native call made as the program's own: its result when the row says it
+    is new (``"deep"``: every container inside it too, ``copy.deepcopy``) or when it is a
+    container no source knows (a list from ``str.split``); never an object from outside."""
+    if (new or type(result) in _CONTAINER_TYPES) and not recording.is_outside(result):
+        recording.built(result)
+        if new == "deep":
+            _built_inside(recording, result, set())
+
+
+def _built_inside(recording: Any, value: Any, seen: set[int]) -> None:
+    kind = type(value)
+    if kind not in _NESTED or id(value) in seen:
+        return
+    seen.add(id(value))
+    for item in value.values() if kind is dict else value:
+        if type(item) in _NESTED:
+            if type(item) is not tuple:
+                recording.built(item)
+            _built_inside(recording, item, seen)
+
+
+_NESTED = frozenset((list, dict, set, tuple))
+
+
+def _needs_guard(recording: Any, target: Any) -> bool:
+    """Whether what a native call read of ``target`` needs its own guard: an object from
+    outside, other than a list, tuple or dict (whose length and items are guarded)."""
+    return recording.is_outside(target) and type(target) not in (list, tuple, dict)
+
+
+def _unbound(fn: Any) -> Any:
+    """The unbound form of a bound C method (``d.get`` -> ``dict.get``), or None."""
+    owner = fn.__self__
+    return getattr(type(owner), getattr(fn, "__name__", ""), None)
+
+
+def _refuse_unguarded(
+    interp: Interpreter,
+    fn: Any,
+    args: tuple,
+    kwargs: dict,
+    apart: Any = _NO_TARGET,
+    shallow: bool = False,
+) -> None:
+    """Break if a value whose type alone is guarded would reach native ``fn`` (two levels
+    into tuples, lists and dicts); ``apart``, when given, is skipped, or with ``shallow``
+    only checked itself (its items are only moved)."""
+    recording = interp.recording
+    unguarded = recording.unguarded
+    if not unguarded:
+        return
+    owner = getattr(fn, "__self__", None)
+    values = (*args, *kwargs.values()) if kwargs else args
+    if owner is not None and type(owner) is not types.ModuleType:
+        values = (owner, *values)
+    if apart is not _NO_TARGET:
+        if shallow and id(apart) in unguarded:
+            raise _unguarded_break(recording, fn, apart)
+        values = tuple(value for value in values if value is not apart)
+    for value in values:
+        if holds_unguarded(unguarded, (value,)):
+            raise _unguarded_break(recording, fn, value)
+
+
+def refuse_unguarded(interp: Interpreter, what: str, value: Any, shallow: bool = False) -> None:
+    """Break if ``value`` is unguarded (two levels into tuples, lists and dicts, or with
+    ``shallow`` itself only: its items are only moved) and native code (``what``: an
+    instruction's work, such as unpacking) is about to read it."""
+    if interp.native:
+        return
+    unguarded = interp.recording.unguarded
+    if id(value) in unguarded if shallow else holds_unguarded(unguarded, (value,)):
+        raise Break(
+            "unguarded-value",
+            f"{what} would read {_described(interp.recording, value)}, whose value the guards "
+            "do not check",
+        )
+
+
+def _unguarded_break(recording: Any, fn: Any, value: Any) -> Break:
+    return Break(
+        "unguarded-value",
+        f"{_name(fn)} would read {_described(recording, value)}, whose value the guards do "
+        "not check",
+    )
+
+
+def _described(recording: Any, value: Any) -> str:
+    source = recording.source_of(value)
+    kind = type(value).__qualname__
+    return f"{source.text} (a {kind})" if source is not None else f"a {kind}"
 
 
 def _unrecorded(interp: Interpreter, result: Any) -> bool:
@@ -414,16 +627,6 @@ def _unrecorded(interp: Interpreter, result: Any) -> bool:
     graph = interp.recording.graph
     items = result if type(result) in (tuple, list) else (result,)
     return any(isinstance(item, StandIn) and graph.node_of(item) is None for item in items)
-
-
-def _holds_safely(fn: Any, owner: Any) -> bool:
-    if _key(fn) in HOLDS_TENSORS or fn in _HOLDING_TYPES:
-        return True
-    # Methods of containers (the program's own or outside ones) store and fetch references.
-    return isinstance(owner, _CONTAINER_TYPES + (tuple,)) or (
-        type(fn) in (types.MethodDescriptorType, types.WrapperDescriptorType)
-        and getattr(fn, "__objclass__", None) in (dict, list, collections.OrderedDict, object)
-    )
 
 
 def _guarded(fn: Any, args: tuple, kwargs: dict) -> Any:
@@ -475,6 +678,7 @@ def _set_grad_enabled(interp: Interpreter, args: tuple, kwargs: dict) -> None:
 
 def _sum(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     """``sum`` of tensors: one recorded ``+`` per item (natively, C would add unrecorded)."""
+    _refuse_unguarded(interp, builtins.sum, args, kwargs)
     items = list(args[0])
     total = args[1] if len(args) > 1 else kwargs.get("start", 0)
     if not any(isinstance(item, StandIn) for item in (*items, total)):
@@ -506,19 +710,59 @@ def _rows_taken(make: Any) -> Any:
     recorded as ``unbind(0)`` first (natively, C would make rows the graph never sees)."""
 
     def call_with_rows(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
+        _refuse_unguarded(interp, make, args, kwargs)
         rows = tuple(
             record(interp, "call_method", "unbind", (arg, 0), {})
             if isinstance(arg, StandIn)
             else arg
             for arg in args
         )
-        result = make(*rows, **kwargs)
-        return interp.recording.built(result) if type(result) is list else result
+        return interp.recording.built(make(*rows, **kwargs))  # a new object, the program's own
 
     return call_with_rows
 
 
+def _getattr(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
+    """``getattr(owner, name[, default])``: an attribute read like ``owner.name`` (guarded,
+    properties inlined); the default where ``hasattr`` says there is none."""
+    from fxloom.bytecode.handlers.names import attribute
+
+    if len(args) < 2 or type(args[1]) is not str or kwargs:
+        return _native(interp, builtins.getattr, args, kwargs, callees.lookup(builtins.getattr))
+    if len(args) > 2 and not _hasattr(interp, args[:2], {}):
+        return args[2]
+    return attribute(interp, args[0], args[1])
+
+
+def _hasattr(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
+    """``hasattr(owner, name)``: on an object from outside, the answer is guarded."""
+    owner, name = args
+    recording = interp.recording
+    if (
+        not isinstance(owner, StandIn)
+        and type(name) is str
+        and recording.written(owner, name) is not NOT_WRITTEN
+    ):
+        return True
+    return _native(interp, builtins.hasattr, args, kwargs, callees.lookup(builtins.hasattr))
+
+
+def _id(interp: Interpreter, args: tuple, kwargs: dict) -> int:
+    """``id(x)`` of an object from outside: its identity guarded, so the number is too; of any
+    other object (made by this call: another number at every call), a break."""
+    (value,) = args
+    recording = interp.recording
+    source = None if isinstance(value, StandIn) else recording.source_of(value)
+    if source is None:
+        raise Break("changing-result", "id() of an object made by the call changes every call")
+    recording.guards.identity(source, value)
+    return id(value)
+
+
 SPECIAL: dict[Any, Any] = {
+    builtins.id: _id,
+    builtins.getattr: _getattr,
+    builtins.hasattr: _hasattr,
     builtins.sum: _sum,
     builtins.type: _type,
     builtins.isinstance: _isinstance,

@@ -18,9 +18,19 @@ function, class, module,    the value itself                        identity
 other module
 list, tuple, dict           the same container, or a copy holding   type and length (dict:
                             stand-ins for its tensors               keys); items read as above
+Enum member                 the value itself                        identity
+set, frozenset of constants the value itself                        equal (and same type)
 any other object            the object itself                       exact type; attributes as
                                                                     they are read
 ==========================  ======================================  ===========================
+
+A value guarded by its type alone (the last row, a dict whose keys are not constants) is
+*unguarded* (``unguarded``): the program may read its attributes and items, each guarded as it
+is read, but no native function or operator may receive it (``fxloom.bytecode.calls``), since
+what C code reads of it would be decided once, at capture. That covers what Python computed
+at a graph break (a numpy array from ``x.numpy()``, an iterator), read by the next piece as
+its inputs. A native call that reads an outside object (``len`` of a deque, ``hasattr``)
+guards its result on the real object instead (``guard_call``).
 
 The tensors read are guarded together as well, after the graph is recorded
 (``guard_identities``): which sources hold the same object, and, where the graph writes,
@@ -37,6 +47,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import enum
 import operator
 import sys
 import types
@@ -45,10 +56,11 @@ from typing import Any
 import torch
 
 from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.callees import OUTSIDE_STATE, is_library_module
 from fxloom.bytecode.graph_builder import GraphBuilder
-from fxloom.bytecode.guards import GuardSet, storage_key
+from fxloom.bytecode.guards import _STRUCTURE, _VALUE, Guard, GuardSet, storage_key
 from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
-from fxloom.bytecode.sources import Attr, Held, Item, Local, Source
+from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN"]
 
@@ -97,6 +109,9 @@ class Recording:
         self._outside_containers: set[int] = set()
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
         self._through_setter: set[tuple[int, str]] = set()  # (id(owner), name)
+        # ids of values read from outside whose type alone is guarded (see the docstring)
+        self.unguarded: set[int] = set()
+        self._trusted: set[int] = set()  # ids of library state (``_LIBRARY_STATE``)
         self.root = root
         self.held: dict[str, Any] = {}  # path -> submodule: ``R`` of generated code
         # The compiled module's parameter (a module whose forward takes ``*args`` gets it
@@ -237,8 +252,9 @@ class Recording:
         self.changes.close()
 
     # ------------------------------------------------------------ reading
-    def read(self, value: Any, source: Source | None) -> Any:
-        """``value``, read from ``source``, as the program sees it; see the module docstring."""
+    def read(self, value: Any, source: Source | None, trusted: bool = False) -> Any:
+        """``value``, read from ``source``, as the program sees it; see the module docstring.
+        ``trusted``: library state (see ``_LIBRARY_STATE``)."""
         kind = type(value)
         if source is None:
             if kind in _CHANGEABLE and id(value) not in self.created:
@@ -261,8 +277,9 @@ class Recording:
         if isinstance(value, torch.nn.Module):
             return self._module(value, source)
         if kind is types.MethodType:
-            self.read(value.__func__, Attr(source, "__func__"))
-            self.read(value.__self__, Attr(source, "__self__"))
+            trusted = trusted or id(value.__self__) in self._trusted
+            self.read(value.__func__, Attr(source, "__func__"), trusted)
+            self.read(value.__self__, Attr(source, "__self__"), trusted)
             return value
         if isinstance(value, _IDENTITY_TYPES) or kind in _EQUAL_TYPES:
             if kind in _EQUAL_TYPES:
@@ -271,12 +288,61 @@ class Recording:
                 self.guards.identity(source, value)
             self._remember(value, source)
             return value
-        if kind is list or kind is tuple or kind is dict:
+        if trusted or (type(source) is Global and _library_global(source, value)):
+            self._remember(value, source)  # library state: taken as it is
+            self._trusted.add(id(value))
+            return value
+        if kind is list or kind is tuple or (kind is dict and _constant_keys(value)):
             return self._container(value, source)
+        if isinstance(value, enum.Enum):  # members are singletons: compared by identity
+            self.guards.identity(source, value)
+            self._remember(value, source)
+            return value
+        if (kind is set or kind is frozenset) and all(
+            type(item) in CONSTANT_TYPES for item in value
+        ):
+            self.guards.exact_type(source, value)
+            check = f"{source.expr} == {self.guards.constant(frozenset(value))}"
+            self.guards.add(source.expr, Guard(_VALUE, check, f"{source.text} == {value!r}"))
+            self._remember(value, source)
+            return value
         self.guards.exact_type(source, value)
         self._remember(value, source)
         self._objects.setdefault(source, value)
+        self.unguarded.add(id(value))
         return value
+
+    def is_unguarded(self, value: Any) -> bool:
+        """Whether ``value`` came from outside with only its type guarded (see the docstring)."""
+        return id(value) in self.unguarded
+
+    def guard_call(self, fn: Any, args: tuple, result: Any) -> bool:
+        """Guard that ``fn(*args)`` still gives ``result`` (a constant), each argument read
+        again from its source (or a constant itself): what a native call read of an object from
+        outside, re-evaluated on the real objects. False when no such guard can be written (a
+        result that is no constant, an argument with no source)."""
+        if type(result) not in CONSTANT_TYPES:
+            return False
+        exprs, texts = [], []
+        for arg in args:
+            if type(arg) in CONSTANT_TYPES:
+                exprs.append(self.guards.constant(arg))
+                texts.append(repr(arg))
+                continue
+            source = self.source_of(arg)
+            if source is None:
+                return False
+            exprs.append(source.expr)
+            texts.append(source.text)
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        call = f"{self.guards.constant(fn)}({', '.join(exprs)})"
+        if result is None or type(result) is bool:
+            check = f"{call} is {result!r}"
+        else:
+            check = f"({call}) == {self.guards.constant(result)}"
+        text = f"{name}({', '.join(texts)}) == {result!r}"
+        self.guards.add(check, Guard(_STRUCTURE, check, text))
+        return True
 
     def read_attribute(self, owner: Any, name: str, value: Any) -> Any:
         """``owner.name`` (already read natively as ``value``) as the program sees it."""
@@ -285,21 +351,27 @@ class Recording:
         source = self.source_of(owner)
         if source is None:
             return self.graph.adopt(value)
-        if type(owner) is types.ModuleType and _is_library(owner) and isinstance(value, _CODE):
+        if (
+            type(owner) is types.ModuleType
+            and isinstance(value, _CODE)
+            and is_library_module(owner.__name__)
+        ):
             self._remember(value, Attr(source, name))  # library code is taken as it is
             return value
         if isinstance(value, torch.Tensor | torch.nn.Module) and self.root_source is not None:
             path = self._root_paths.get(id(value))
             if path is not None:
                 return self.read(value, Held(path))
-        return self.read(value, Attr(source, name))
+        return self.read(value, Attr(source, name), id(owner) in self._trusted)
 
     def read_item(self, container: Any, key: Any, value: Any) -> Any:
         """``container[key]`` for a constant ``key``, as the program sees it."""
         if id(container) in self.created or self.changes.item_read(container):
             return self.graph.adopt(value)
         source = self.source_of(container)
-        return self.read(value, None if source is None else Item(source, key))
+        if source is None:
+            return self.graph.adopt(value)
+        return self.read(value, Item(source, key), id(container) in self._trusted)
 
     def read_variadic(self, value: tuple | dict, source: Source) -> tuple | dict:
         """A call's ``*args`` tuple or ``**kwargs`` dict (new for every call): its length or
@@ -331,6 +403,8 @@ class Recording:
         held = frozenset(map(id, self.graph.held.values()))
         for source in firsts if held else ():
             self.guards.none_of(source, held)
+        if held:
+            self._guard_held(tuple(self.graph.held.values()))
         if graph_writes:
             self._guard_storage(groups, tensors)
         # Other objects: the entry reads an object's attributes through the first source it
@@ -348,6 +422,15 @@ class Recording:
                     if type(self._objects[sources[0]]) in written
                 }  # fmt: skip
             )
+
+    def _guard_held(self, tensors: tuple) -> None:
+        """The root's parameters and buffers the graph reads keep their dtype and shape: the
+        module epoch sees a parameter replaced, not ``param.data = other`` (same object, new
+        tensor), which could change a size the graph was specialised to. One check for all."""
+        now = _metadata(tensors)
+        check = f"{self.guards.constant(_metadata)}({self.guards.constant(tensors)}) == {self.guards.constant(now)}"
+        text = "the module's parameters and buffers the graph reads keep their dtypes and shapes"
+        self.guards.add("held metadata", Guard(_STRUCTURE, check, text))
 
     def _guard_groups(
         self, groups: dict[int, list[Source]], different: bool = True
@@ -415,10 +498,16 @@ def _by_identity(values: dict[Source, Any]) -> tuple[dict[int, list[Source]], di
     return groups, objects
 
 
-# Functions, classes and modules of these packages are not guarded when read from their
-# module: rebinding ``torch.relu`` between calls is not something programs do.
-_LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "transformers", "numpy", "fxloom"}
+# Functions, classes and modules read from a library module are not guarded
+# (``callees.is_library_module``): rebinding ``torch.relu`` between calls is not something
+# programs do.
 _CODE = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
+# _LIBRARY_STATE: the objects a library's own code keeps in its module's globals (registries
+# such as ``copy._copy_dispatch`` or transformers' output-capturing table), and what is
+# reached from them, are taken as they are, without guards: like rebinding ``torch.relu``,
+# changing them between calls is not something programs do. Constants read from them are
+# still guarded by value. What user code reads from a library module (``os.environ``) is not
+# library state: it is guarded like any other value.
 
 
 # Functions that change the object they are given first, as the method they call on it.
@@ -449,5 +538,29 @@ def _own_setter(owner: Any, name: str) -> bool:
     return False
 
 
-def _is_library(module: types.ModuleType) -> bool:
-    return module.__name__.partition(".")[0] in _LIBRARIES
+def _library_global(source: Global, value: Any) -> bool:
+    """Whether global ``source`` is library state: a global of a library module (for the
+    compiled function's own globals, whose module a ``Global`` does not name: the module that
+    defines the value's type, when the value is that module's global of this name), and not
+    one of the library objects that hold outside state (``callees.OUTSIDE_STATE``)."""
+    if type(value) in OUTSIDE_STATE:
+        return False
+    module = source.module
+    if module is None:
+        module = type(value).__module__
+        defining = sys.modules.get(module)
+        if defining is None or getattr(defining, "__dict__", {}).get(source.name) is not value:
+            return False
+    return is_library_module(module)
+
+
+# Dict keys a guard can spell (``Item``'s expression is the key's ``repr``).
+_KEY_TYPES = frozenset((str, int, bool, type(None)))
+
+
+def _metadata(tensors: tuple) -> tuple:
+    return tuple([(tensor.dtype, tensor.shape) for tensor in tensors])
+
+
+def _constant_keys(value: dict) -> bool:
+    return all(type(key) in _KEY_TYPES for key in value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 
 from fxloom.bytecode.breaks import Break
-from fxloom.bytecode.calls import call
+from fxloom.bytecode.calls import call, refuse_unguarded
 from fxloom.bytecode.interpreter import NULL, handles
 
 
@@ -40,6 +40,8 @@ def call_instruction(interp, frame, instruction):
 def call_function_ex(interp, frame, instruction):
     kwargs = frame.stack.pop() if instruction.arg & 1 else {}
     args = frame.stack.pop()
+    refuse_unguarded(interp, "unpacking call arguments", args, shallow=True)
+    refuse_unguarded(interp, "unpacking call keywords", kwargs, shallow=True)
     fn, self_args = _callable_and_self(frame)
     frame.stack.append(call(interp, fn, (*self_args, *tuple(args)), dict(kwargs)))
 

@@ -7,7 +7,7 @@ the program's own (``Recording.built``), so changing them later is no side effec
 from __future__ import annotations
 
 from fxloom.bytecode.breaks import Break
-from fxloom.bytecode.calls import record
+from fxloom.bytecode.calls import record, refuse_unguarded
 from fxloom.bytecode.interpreter import handles
 from fxloom.values.stand_in import StandIn
 
@@ -92,6 +92,7 @@ def set_update(interp, frame, instruction):
 @handles("DICT_UPDATE", "DICT_MERGE")
 def dict_update(interp, frame, instruction):
     items = frame.stack.pop()
+    refuse_unguarded(interp, f"unpacking a {type(items).__qualname__}", items, shallow=True)
     target = frame.stack[-instruction.arg]
     if instruction.op == "DICT_MERGE":
         repeated = set(target).intersection(items.keys())
@@ -129,9 +130,11 @@ def unpack_ex(interp, frame, instruction):
 
 
 def _iterable(interp, value):
-    """The items of ``value`` (a tensor is iterated along its first dimension, recorded)."""
+    """The items of ``value`` (a tensor is iterated along its first dimension, recorded; a
+    value whose type alone is guarded is not listed at capture)."""
     if isinstance(value, StandIn):
         return record(interp, "call_method", "unbind", (value, 0), {})
+    refuse_unguarded(interp, f"unpacking a {type(value).__qualname__}", value, shallow=True)
     return value
 
 
@@ -142,6 +145,7 @@ def format_value(interp, frame, instruction):
     value = frame.stack.pop()
     if isinstance(value, StandIn):
         raise Break("tensor-data", "formatting a tensor into a string reads its values")
+    refuse_unguarded(interp, "formatting", value)
     frame.stack.append(format(convert(value) if convert else value, spec))
 
 
@@ -150,6 +154,7 @@ def convert_value(interp, frame, instruction):
     value = frame.stack.pop()
     if isinstance(value, StandIn):
         raise Break("tensor-data", "formatting a tensor into a string reads its values")
+    refuse_unguarded(interp, "formatting", value)
     frame.stack.append(instruction.arg(value))
 
 

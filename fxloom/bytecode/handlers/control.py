@@ -16,13 +16,26 @@ from fxloom.bytecode.interpreter import handles
 from fxloom.values.stand_in import DataDependentError, StandIn
 
 
-def truth(value: Any) -> bool:
+def truth(value: Any, interp: Any = None) -> bool:
     if isinstance(value, StandIn):
         raise Break("tensor-branch", f"the truth of a tensor of shape {tuple(value.shape)}")
     try:
-        return bool(value)
+        result = bool(value)
     except DataDependentError as err:
         raise Break("tensor-data", str(err)) from None
+    if interp is not None and not interp.native and interp.recording.is_unguarded(value):
+        _guard_truth(interp.recording, value, result)
+    return result
+
+
+def _guard_truth(recording: Any, value: Any, result: bool) -> None:
+    """The truth of an object guarded by its type alone: fixed by the type unless the type
+    defines ``__bool__`` or ``__len__``; then ``bool(source)`` is guarded, or it breaks."""
+    cls = type(value)
+    if not (hasattr(cls, "__bool__") or hasattr(cls, "__len__")):
+        return
+    if not recording.guard_call(bool, (value,), result):
+        raise Break("unguarded-value", f"the truth of a {cls.__qualname__} no guard can check")
 
 
 @handles("JUMP")
@@ -32,13 +45,13 @@ def jump(interp, frame, instruction):
 
 @handles("POP_JUMP_IF_TRUE")
 def pop_jump_if_true(interp, frame, instruction):
-    if truth(frame.stack.pop()):
+    if truth(frame.stack.pop(), interp):
         frame.ip = instruction.target
 
 
 @handles("POP_JUMP_IF_FALSE")
 def pop_jump_if_false(interp, frame, instruction):
-    if not truth(frame.stack.pop()):
+    if not truth(frame.stack.pop(), interp):
         frame.ip = instruction.target
 
 
@@ -56,7 +69,7 @@ def pop_jump_if_not_none(interp, frame, instruction):
 
 @handles("JUMP_IF_TRUE_OR_POP")
 def jump_if_true_or_pop(interp, frame, instruction):
-    if truth(frame.stack[-1]):
+    if truth(frame.stack[-1], interp):
         frame.ip = instruction.target
     else:
         frame.stack.pop()
@@ -64,7 +77,7 @@ def jump_if_true_or_pop(interp, frame, instruction):
 
 @handles("JUMP_IF_FALSE_OR_POP")
 def jump_if_false_or_pop(interp, frame, instruction):
-    if not truth(frame.stack[-1]):
+    if not truth(frame.stack[-1], interp):
         frame.ip = instruction.target
     else:
         frame.stack.pop()
@@ -72,12 +85,12 @@ def jump_if_false_or_pop(interp, frame, instruction):
 
 @handles("TO_BOOL")
 def to_bool(interp, frame, instruction):
-    frame.stack.append(truth(frame.stack.pop()))
+    frame.stack.append(truth(frame.stack.pop(), interp))
 
 
 @handles("UNARY_NOT")
 def unary_not(interp, frame, instruction):
-    frame.stack.append(not truth(frame.stack.pop()))
+    frame.stack.append(not truth(frame.stack.pop(), interp))
 
 
 class ListIterator:
@@ -120,6 +133,11 @@ def get_iter(interp, frame, instruction):
     elif isinstance(value, ListIterator):
         frame.stack.append(value)
         return
+    elif interp.recording.is_unguarded(value):  # its items would be listed once, at capture
+        raise Break(
+            "unguarded-value",
+            f"a for loop over a {type(value).__qualname__} whose items no guard checks",
+        )
     elif not isinstance(value, _LISTED):
         # A Python iterable (a generator, a view class): its items listed by running it.
         graph = interp.recording.graph

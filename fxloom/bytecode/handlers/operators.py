@@ -2,17 +2,23 @@
 
 On plain values an operator runs natively; with a stand-in among its operands it is
 recorded as a ``call_function`` of the ``operator`` module's function, as symbolic tracing
-records it.
+records it. An operand whose type alone is guarded (``Recording.unguarded``: an object from
+outside, a numpy array made at a graph break) never reaches a native operator, whose result
+would be decided once, at capture: a subscript or ``in`` written in Python
+(``__getitem__``, ``__contains__``) is interpreted, anything else is an ``unguarded-value``
+break. Changing an object from outside (``+=`` on a list, ``d[k] = v``, ``del d[k]``) goes to
+``Recording.mutate_outside``.
 """
 
 from __future__ import annotations
 
 import operator
-from types import FunctionType
+import types
 from typing import Any
 
 from fxloom.bytecode.breaks import Break
-from fxloom.bytecode.calls import record
+from fxloom.bytecode.calls import call, holds_unguarded, record
+from fxloom.bytecode.handlers.control import truth
 from fxloom.bytecode.interpreter import handles
 from fxloom.values.stand_in import DataDependentError, StandIn
 
@@ -33,23 +39,62 @@ COMPARISONS = {
 }  # fmt: skip
 UNARY_OPERATORS = {"UNARY_NEGATIVE": operator.neg, "UNARY_INVERT": operator.invert,
                    "UNARY_POSITIVE": operator.pos}  # fmt: skip
-_IN_PLACE = frozenset(fn for symbol, fn in BINARY_OPERATORS.items() if symbol.endswith("="))
+# In-place operator -> the method by which a type changes its left operand in place.
+_IN_PLACE = {
+    fn: f"__{fn.__name__}__" for symbol, fn in BINARY_OPERATORS.items() if symbol.endswith("=")
+}
 
 
 def apply(interp, fn, *operands: Any) -> Any:
     """``fn(*operands)``: recorded if a stand-in is involved, else computed natively."""
+    if interp.native:
+        return fn(*operands)
     if any(isinstance(value, StandIn) for value in operands):
         return record(interp, "call_function", fn, operands, {})
+    recording = interp.recording
     if (
         fn in _IN_PLACE
-        and interp.recording.is_outside(operands[0])
-        and not isinstance(operands[0], int | float | complex | str | bytes | tuple | frozenset)
+        and id(operands[0]) not in recording.created  # not the program's own: a side effect
+        and hasattr(type(operands[0]), _IN_PLACE[fn])  # changes it (``list +=``), not rebinds
     ):
-        return _change_outside(interp, operands[0], f"__{fn.__name__}__", operands[1:])
+        return recording.mutate_outside(operands[0], fn, operands, {})
+    _refuse_unguarded(interp, fn.__name__, operands)
     try:
         return fn(*operands)
     except DataDependentError as err:
         raise Break("tensor-data", str(err)) from None
+
+
+_NOTHING = object()
+
+
+def _refuse_unguarded(interp, what: str, operands: tuple, container: Any = _NOTHING) -> None:
+    """Break if an operand is unguarded (two levels into tuples, lists and dicts; a
+    ``container`` that is only indexed or hashed into: itself only)."""
+    recording = interp.recording
+    unguarded = recording.unguarded
+    culprit = _NOTHING
+    if container is not _NOTHING and id(container) in unguarded:
+        culprit = container
+    elif holds_unguarded(unguarded, operands):
+        culprit = next(value for value in operands if holds_unguarded(unguarded, (value,)))
+    if culprit is not _NOTHING:
+        source = recording.source_of(culprit)
+        named = (
+            f"{source.text} (a {type(culprit).__qualname__})"
+            if source
+            else type(culprit).__qualname__
+        )
+        raise Break(
+            "unguarded-value",
+            f"operator {what} would read {named}, whose value the guards do not check",
+        )
+
+
+def _python_dunder(value: Any, name: str) -> Any:
+    """``type(value).name`` when it is written in Python (else None)."""
+    method = getattr(type(value), name, None)
+    return method if type(method) is types.FunctionType else None
 
 
 @handles("BINARY_OP")
@@ -84,6 +129,16 @@ def contains_op(interp, frame, instruction):
     item = frame.stack.pop()
     if isinstance(container, StandIn) or isinstance(item, StandIn):
         raise Break("tensor-data", "`in` with a tensor compares tensors' values")
+    if not interp.native and interp.recording.is_unguarded(container):
+        if _python_dunder(container, "__contains__") is not None:  # the table's, or inlined
+            found = truth(call(interp, container.__contains__, (item,), {}), interp)
+            frame.stack.append(found != bool(instruction.arg))
+            return
+    if not interp.native:
+        if type(container) in (dict, set, frozenset):  # hashes into it: its items stay apart
+            _refuse_unguarded(interp, "in", (item,), container)
+        else:
+            _refuse_unguarded(interp, "in", (item, container))
     frame.stack.append((item in container) != bool(instruction.arg))
 
 
@@ -99,6 +154,11 @@ def subscript(interp, container: Any, key: Any) -> Any:
         return record(interp, "call_function", operator.getitem, (container, key), {})
     if isinstance(key, StandIn):
         raise Break("tensor-data", f"indexing a {type(container).__name__} with a tensor")
+    if not interp.native and interp.recording.unguarded:
+        if interp.recording.is_unguarded(container):
+            if _python_dunder(container, "__getitem__") is not None:  # the table's, or inlined
+                return call(interp, container.__getitem__, (key,), {})
+        _refuse_unguarded(interp, "[]", (key,), container)
     value = container[key]
     if type(key) in (int, str):
         return interp.recording.read_item(container, key, value)
@@ -140,23 +200,10 @@ def store_item(interp, container: Any, key: Any, value: Any) -> None:
     if isinstance(container, StandIn):
         record(interp, "call_function", operator.setitem, (container, key, value), {})
         return
-    if interp.recording.is_outside(container):
-        _change_outside(interp, container, "__setitem__", (key, value))
+    if id(container) not in interp.recording.created:  # not the program's own: a side effect
+        interp.recording.mutate_outside(container, operator.setitem, (container, key, value), {})
         return
     container[key] = value
-
-
-def _change_outside(interp, container: Any, name: str, args: tuple) -> Any:
-    """``container.name(*args)`` on a container from outside: a change the recording keeps
-    aside and replays after the graph (``Recording.mutate_outside``). A container whose class
-    defines the method in Python is a break: running it natively would skip capturing it."""
-    method = getattr(type(container), name, None)
-    if method is None or type(method) is FunctionType:
-        raise Break(
-            "outside-mutation",
-            f"{type(container).__qualname__}.{name} changes a container from outside",
-        )
-    return interp.recording.mutate_outside(container, getattr(container, name), args, {})
 
 
 @handles("DELETE_SUBSCR")
@@ -165,7 +212,7 @@ def delete_subscr(interp, frame, instruction):
     container = frame.stack.pop()
     if isinstance(container, StandIn):
         raise Break("outside-mutation", f"an item of a {type(container).__name__} is deleted")
-    if interp.recording.is_outside(container):
-        _change_outside(interp, container, "__delitem__", (key,))
+    if id(container) not in interp.recording.created:
+        interp.recording.mutate_outside(container, operator.delitem, (container, key), {})
         return
     del container[key]
