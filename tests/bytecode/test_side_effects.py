@@ -564,3 +564,17 @@ def test_an_in_place_operator_given_the_outside_list_first_is_replayed():
         assert recording.mutate_outside(view, operator.iadd, (view, [2]), {}) is view
 
     assert _replayed(add_in_place) == ["LOG[:] = [1, 2]"]
+
+
+def make_class_with_a_body_that_prints():
+    def f(x):
+        class Collector:
+            print("the class body runs")
+
+        return x * 2
+
+    return f, lambda: {}  # no outside state: the printed text is what is compared
+
+
+def test_a_class_body_runs_at_every_call(capsys):
+    check_calls(make_class_with_a_body_that_prints, tensors(3), capsys=capsys, entries=8)
