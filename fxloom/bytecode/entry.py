@@ -32,6 +32,7 @@ from fxloom.bytecode.guards import GuardSet, global_state
 from fxloom.bytecode.handlers.control import ListIterator
 from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
 from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
+from fxloom.bytecode.side_effects import statements
 from fxloom.bytecode.sources import Local, local_name
 from fxloom.graph_module import GraphModule
 from fxloom.values.capturing import capturing
@@ -133,6 +134,7 @@ def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
             return recording, interp.run(frame, stop_at)
     finally:
         torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
+        recording.close_changes()  # outside objects back as the call found them
 
 
 def _writes(graph_module: GraphModule) -> bool:
@@ -219,12 +221,26 @@ class _Emitter:
         self.namespace = namespace
         self.outputs: list[StandIn] = []
         self._position: dict[int, int] = {}
+        # With changes to replay, every value read again from outside is read once, before
+        # them (``before``: expression -> name), as the program read it: ``return old`` after
+        # ``obj.child = new`` is the old child, an item moved by ``insert`` the same item.
+        self._changes = bool(recording.changes)
+        self.before: dict[str, str] = {}
+
+    def _again(self, expr: str) -> str:
+        """``expr``, a read from outside, as the value it has before the changes replay."""
+        if not self._changes:
+            return expr
+        name = self.before.get(expr)
+        if name is None:
+            name = self.before[expr] = f"BEFORE_{len(self.before)}"
+        return name
 
     def expr(self, value: Any) -> str:
         if isinstance(value, StandIn):
             source = self.recording.graph.source_of_input.get(id(value))
             if source is not None:  # an input passed through: read it again, no graph output
-                return source.expr
+                return self._again(source.expr)
             index = self._position.setdefault(id(value), len(self.outputs))
             if index == len(self.outputs):
                 self.outputs.append(value)
@@ -234,7 +250,7 @@ class _Emitter:
             return repr(value)
         source = self.recording.source_of(value)
         if source is not None and id(value) not in self.recording.created:
-            return source.expr
+            return self._again(source.expr)
         if kind in _BOUND_BUILTIN and isinstance(value.__self__, StandIn):  # x.item, x.size
             return f"{self.expr(value.__self__)}.{value.__name__}"
         if kind is ListIterator:
@@ -279,24 +295,20 @@ class _Emitter:
         return name
 
     def effects(self) -> list[str]:
-        """Statements run after the graph: the program's deferred Python output (``print``,
-        logging, warnings) in order, then its assignments to outside objects' attributes."""
-        statements = []
-        for fn, args, kwargs in self.recording.deferred:
-            arguments = [self.expr(arg) for arg in args]
-            arguments += [f"**{{{key!r}: {self.expr(arg)}}}" for key, arg in kwargs.items()]
-            statements.append(f"{self.constant(fn)}({', '.join(arguments)})")
-        for owner, name, value in self.recording.writes.values():
-            target = self.recording.source_of(owner)
-            statements.append(f"setattr({target.expr}, {name!r}, {self.expr(value)})")
-        return statements
+        """Statements run after the graph, in program order: the program's changes to
+        outside objects and its deferred Python output (``fxloom.bytecode.side_effects``)."""
+        return statements(self.recording.changes.log, self.expr, self.constant)
+
+    def reads_before(self) -> list[str]:
+        """The statements that read the values ``_again`` named, before any change."""
+        return [f"{name} = {expr}" for expr, name in self.before.items()]
 
 
 def _run_source(
     recording: Recording, parameters: Sequence[str], emitter: _Emitter, outcome: Any
 ) -> tuple[str, str]:
     arguments = ", ".join(local_name(name) for name in parameters)
-    writes = "".join(f"    {statement}\n" for statement in emitter.effects())
+    effects = emitter.effects()
     if isinstance(outcome, Stopped):
         frame = outcome.frame
         local_values = (
@@ -314,6 +326,8 @@ def _run_source(
         for index, source in enumerate(recording.graph.inputs)
     )
     graph_call = f"    out = GRAPH({read_inputs})\n" if emitter.outputs or read_inputs else ""
+    # Values read again from outside are read before the changes replay (see ``_again``).
+    writes = "".join(f"    {statement}\n" for statement in (*emitter.reads_before(), *effects))
     source = f"def run({arguments}):\n{graph_call}{writes}    return {result}\n"
     return source, read_inputs
 

@@ -34,16 +34,19 @@ guards its result on the real object instead (``guard_call``).
 
 The tensors read are guarded together as well, after the graph is recorded
 (``guard_identities``): which sources hold the same object, and, where the graph writes,
-which share storage. Objects the program builds (``created``) need no guard. Assigning an attribute of an object
-from outside is a side effect: it is kept aside (``write_attribute``; later reads see it) and
-the compiled entry replays it after its graph; other changes to outside objects (a list
-append, a dict item) are a break for now.
+which share storage. Objects the program builds (``created``) need no guard. Changing an object from outside is a
+side effect (``fxloom.bytecode.side_effects``): an attribute assigned (``write_attribute``),
+a global or cell stored (``store_global``, ``store_cell``), a list, dict, set or deque changed
+(``mutate_outside``, ``write_target``) are kept aside in ``changes`` -- later reads see them
+-- and the compiled entry replays them after its graph.
 
 Depends on ``fxloom.bytecode.guards``, ``graph_builder``, ``sources`` and torch.
 """
 
 from __future__ import annotations
 
+import builtins
+import collections
 import enum
 import operator
 import re
@@ -57,6 +60,7 @@ from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.callees import OUTSIDE_STATE, is_library_module
 from fxloom.bytecode.graph_builder import GraphBuilder
 from fxloom.bytecode.guards import _STRUCTURE, _VALUE, Guard, GuardSet, storage_key
+from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
 from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN"]
@@ -94,8 +98,10 @@ class Recording:
         self._sources: dict[int, Source] = {}
         # (id(owner), name) -> (owner, name, value): attributes of outside objects assigned
         self.writes: dict[tuple[int, str], tuple[Any, str, Any]] = {}
-        # (function, args, kwargs): Python output (print, logging, warnings) run after the graph
-        self.deferred: list[tuple[Any, tuple, dict]] = []
+        # Changes to outside objects and Python output (print, logging, warnings), in one
+        # ordered log replayed after the graph; ``deferred`` takes (function, args, kwargs).
+        self.changes = Changes(self.source_of)
+        self.deferred: list[tuple[Any, tuple, dict]] = self.changes.deferred
         self._alive: list[Any] = []
         # Every source an outside object (not a constant, container, module or function) was
         # read from: objects whose attributes the program assigns are guarded by identity.
@@ -103,6 +109,7 @@ class Recording:
         # Containers from outside and the copies made of them: changing one is a break.
         self._outside_containers: set[int] = set()
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
+        self._through_setter: set[tuple[int, str]] = set()  # (id(owner), name)
         # ids of values read from outside whose type alone is guarded (see the docstring)
         self.unguarded: set[int] = set()
         self._trusted: set[int] = set()  # ids of library state (``_LIBRARY_STATE``)
@@ -147,21 +154,103 @@ class Recording:
         self._alive.append(value)
         return value
 
-    # ------------------------------------------------------------ attribute writes
+    # ------------------------------------------------------------ changes to outside objects
     def write_attribute(self, owner: Any, name: str, value: Any) -> None:
         """``owner.name = value`` on an object from outside: kept aside (later reads see it)
-        and replayed by the compiled entry after its graph runs."""
+        and replayed by the compiled entry after its graph runs (in program order where the
+        class has a setter of its own, whose effect a read back cannot know)."""
         if self.source_of(owner) is None:
             raise Break(
                 "outside-mutation",
                 f"{name} of a {type(owner).__name__} reached by no source is assigned",
             )
         self.writes[(id(owner), name)] = (owner, name, value)
+        ordered = _own_setter(owner, name)
+        self.changes.store(None, owner, name, value, ("attr", id(owner), name), ordered)
+        if ordered:
+            self._through_setter.add((id(owner), name))
 
     def written(self, owner: Any, name: str) -> Any:
         """The value the program assigned to ``owner.name`` so far, or ``NOT_WRITTEN``."""
+        if (id(owner), name) in self._through_setter:
+            raise Break(
+                "outside-mutation",
+                f"{name} of a {type(owner).__name__} is read back after a setter of its class "
+                "assigned it",
+            )
         found = self.writes.get((id(owner), name))
         return NOT_WRITTEN if found is None else found[2]
+
+    def store_global(self, namespace: dict, name: str, value: Any, source: Source) -> None:
+        """``global name; name = value``: replayed after the graph; later reads see it."""
+        self.changes.store(source, None, name, value, ("global", id(namespace), name))
+
+    def global_value(self, namespace: dict, name: str) -> Any:
+        """The value the program stored in global ``name`` so far, or ``NOT_WRITTEN``."""
+        found = self.changes.stored(("global", id(namespace), name))
+        return NOT_WRITTEN if found is NOT_CHANGED else found
+
+    def store_cell(self, cell: Any, value: Any, source: Source) -> None:
+        """``nonlocal name; name = value`` on a cell from outside: replayed after the graph."""
+        self._alive.append(cell)
+        self.changes.store(source, None, "cell_contents", value, ("cell", id(cell), ""))
+
+    def cell_value(self, cell: Any) -> Any:
+        """The value the program stored in ``cell`` so far, or ``NOT_WRITTEN``."""
+        found = self.changes.stored(("cell", id(cell), ""))
+        return NOT_WRITTEN if found is NOT_CHANGED else found
+
+    def mutate_outside(self, target: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
+        """``fn(*args, **kwargs)``, a call that changes the outside object ``target``: a method
+        bound to it (``LOG.append``, ``d.__setitem__``), or a function given it first
+        (``list.append(LOG, x)``, ``operator.setitem(d, k, v)``, ``setattr(obj, name, v)``).
+        Made on the program's view of it and replayed after the graph; returns what the call
+        returns (``list.pop``'s item)."""
+        name = getattr(fn, "__name__", "")
+        if getattr(fn, "__self__", None) is not target:  # a function: the target comes first
+            name = _FUNCTION_FORMS.get(fn) or (name if hasattr(fn, "__objclass__") else "")
+            if not name or not args or args[0] is not target:
+                raise Break(
+                    "outside-mutation",
+                    f"{getattr(fn, '__qualname__', fn)!s} changes a {type(target).__name__} "
+                    "from outside in a way fxloom does not replay",
+                )
+            args = args[1:]
+        if name == "__setattr__":
+            self.write_attribute(target, *args)
+            return None
+        return self.changes.call(target, name, tuple(args), kwargs)
+
+    def write_target(self, value: Any, source: Source) -> Any:
+        """``value`` (a list, dict, set or deque at ``source``), read only to be changed by a
+        blind method next (``LOG.append(x)``): guarded by identity, its contents not read, so
+        an append log never recompiles. Read as usual where the program read it before."""
+        view = self.changes.view_of(value)
+        if view is not None:  # changed already: the same view, without reading it
+            return view
+        if self.source_of(value) is not None or not self.changes.write_only(value, source):
+            return self.read(value, source)
+        self.guards.identity(source, value)
+        self._remember(value, source)
+        self._outside_containers.add(id(value))
+        return value
+
+    def _container_method(self, method: Any, source: Source) -> Any:
+        """``LOG.append`` handed on by the piece before a graph break: its list read from
+        ``source.__self__`` (so that calling it changes an outside list, replayed) and the
+        method taken again from what the program holds of it."""
+        self.guards.exact_type(source, method)
+        self.guards.equals(Attr(source, "__name__"), method.__name__)
+        owner, name = method.__self__, method.__name__
+        if type(owner) in _CHANGEABLE and name in kind_of(owner).blind:
+            held = self.write_target(owner, Attr(source, "__self__"))
+        else:
+            held = self.read(owner, Attr(source, "__self__"))
+        return getattr(held, name)
+
+    def close_changes(self) -> None:
+        """Capture is over: the changes' last states logged, real objects put back."""
+        self.changes.close()
 
     # ------------------------------------------------------------ reading
     def read(self, value: Any, source: Source | None, trusted: bool = False) -> Any:
@@ -169,7 +258,18 @@ class Recording:
         ``trusted``: library state (see ``_LIBRARY_STATE``)."""
         kind = type(value)
         if source is None:
+            if kind in _CHANGEABLE and id(value) not in self.created:
+                # From outside, reached by no source (a closure of a hook): changing it
+                # cannot be replayed, so it must not be changed natively either (a break).
+                self._outside_containers.add(id(value))
+                self._alive.append(value)
             return self.graph.adopt(value)
+        if kind in _CHANGEABLE:  # the program's own view of it, once it changed or copied it
+            held = self.changes.program_object(value, lambda real: self.read(real, source))
+            if held is not None:
+                return held
+        elif kind is types.BuiltinMethodType and type(value.__self__) in _CHANGEABLE:
+            return self._container_method(value, source)
         if kind in CONSTANT_TYPES:
             self.guards.equals(source, value)
             return value
@@ -245,14 +345,6 @@ class Recording:
         self.guards.add(check, Guard(_STRUCTURE, check, text))
         return True
 
-    def mutate_outside(self, target: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
-        """``fn(*args, **kwargs)`` changes ``target``, an object from outside the compiled
-        function: a break for now (side-effect replay goes behind this method)."""
-        source = self.source_of(target)
-        where = source.text if source is not None else f"a {type(target).__name__} from outside"
-        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-        raise Break("outside-mutation", f"{name} changes {where}")
-
     def read_attribute(self, owner: Any, name: str, value: Any) -> Any:
         """``owner.name`` (already read natively as ``value``) as the program sees it."""
         if id(owner) in self.created:
@@ -280,7 +372,7 @@ class Recording:
 
     def read_item(self, container: Any, key: Any, value: Any) -> Any:
         """``container[key]`` for a constant ``key``, as the program sees it."""
-        if id(container) in self.created:
+        if id(container) in self.created or self.changes.item_read(container):
             return self.graph.adopt(value)
         source = self.source_of(container)
         if source is None:
@@ -392,6 +484,7 @@ class Recording:
             same = all(new is old for new, old in zip(read, value))
             result = value if same else type(value)(read)
         self._remember(result, source)
+        self.changes.copied(result, value)
         if result is not value or type(value) is not tuple:
             self._outside_containers.add(id(result))
         return result
@@ -422,6 +515,34 @@ _BOUND_C_METHODS = frozenset((types.BuiltinMethodType, types.MethodWrapperType))
 # changing them between calls is not something programs do. Constants read from them are
 # still guarded by value. What user code reads from a library module (``os.environ``) is not
 # library state: it is guarded like any other value.
+
+
+# Functions that change the object they are given first, as the method they call on it.
+_FUNCTION_FORMS = {
+    builtins.setattr: "__setattr__", object.__setattr__: "__setattr__",
+    operator.setitem: "__setitem__", operator.delitem: "__delitem__",
+    **{getattr(operator, f"i{name}"): f"__i{name}__" for name in (
+        "add", "and", "floordiv", "lshift", "matmul", "mod", "mul", "or", "pow", "rshift", "sub",
+        "truediv", "xor")},
+}  # fmt: skip
+# Objects whose changes ``changes`` tracks (``read`` hands back the program's view of them).
+_CHANGEABLE = frozenset((list, dict, set, collections.deque, collections.OrderedDict))
+# ``__setattr__`` that store into the instance (or the class, or a module's tables) as a read
+# back expects: an attribute assigned through them is replayed as its final value.
+_PLAIN_SETATTR = frozenset((object.__setattr__, type.__setattr__, torch.nn.Module.__setattr__))
+
+
+def _own_setter(owner: Any, name: str) -> bool:
+    """Whether assigning ``owner.name`` runs code of the program's own (a ``__setattr__`` or
+    a property setter), whose effect only the assignment itself has."""
+    cls = type(owner)
+    if cls.__setattr__ not in _PLAIN_SETATTR:
+        return True
+    for klass in cls.__mro__:  # Python runs the data descriptors of the owner's type
+        found = klass.__dict__.get(name)
+        if found is not None:
+            return hasattr(type(found), "__set__") and type(found) is not types.MemberDescriptorType
+    return False
 
 
 def _library_global(source: Global, value: Any) -> bool:

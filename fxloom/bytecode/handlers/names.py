@@ -1,8 +1,18 @@
-"""Handlers: globals, closure cells and attributes."""
+"""Handlers: globals, closure cells and attributes.
+
+Stores to globals, outside cells and attributes of outside objects are side effects: kept
+aside by the recording (later loads read them back) and replayed after the graph
+(``fxloom.bytecode.side_effects``). A list, dict, set or deque loaded only to be changed by a
+blind method next (``LOG.append(x)``, ``CACHE[key] = value``) is loaded with an identity
+guard and no guard on its contents (``_loaded_to_change``), so an append log never recompiles.
+"""
 
 from __future__ import annotations
 
 import builtins
+import collections
+import sys
+import types
 from typing import Any
 
 import torch
@@ -12,6 +22,7 @@ from fxloom.bytecode.calls import inline, record
 from fxloom.bytecode.instructions import NULL_BELOW
 from fxloom.bytecode.interpreter import NULL, handles
 from fxloom.bytecode.recording import NOT_WRITTEN
+from fxloom.bytecode.side_effects import kind_of
 from fxloom.bytecode.sources import Attr, Cell, Global, Item, Source
 from fxloom.values.stand_in import StandIn
 
@@ -27,8 +38,8 @@ def load_global(interp, frame, instruction):
         if value is _MISSING:
             raise Break("exception", f"name {name!r} is not defined")
         # Builtins are taken as Python's own: rebinding them is not guarded.
-    else:
-        value = interp.recording.read(value, _global_source(interp, frame, name))
+    elif not interp.native:
+        value = _global(interp, frame, name, value)
     if instruction.push_null and NULL_BELOW:
         frame.stack.append(NULL)
     frame.stack.append(value)
@@ -42,10 +53,32 @@ def _global_source(interp, frame, name: str) -> Source:
     return Global(name, module=frame.globals.get("__name__"))
 
 
+def _global(interp, frame, name: str, value: Any) -> Any:
+    recording = interp.recording
+    stored = recording.global_value(frame.globals, name)
+    if stored is not NOT_WRITTEN:
+        return stored
+    source = _global_source(interp, frame, name)
+    changed = _loaded_to_change(interp, frame, value, source)
+    return recording.read(value, source) if changed is None else changed
+
+
 @handles("STORE_GLOBAL", "DELETE_GLOBAL")
 def store_global(interp, frame, instruction):
     if not interp.native:
-        raise Break("outside-mutation", f"global {instruction.arg} is assigned")
+        if instruction.op == "DELETE_GLOBAL":
+            raise Break("outside-mutation", f"global {instruction.arg} is deleted")
+        source = _global_source(interp, frame, instruction.arg)
+        if (
+            frame.globals is not interp.frames[0].globals
+            and getattr(sys.modules.get(source.module or ""), "__dict__", None) is not frame.globals
+        ):  # replay names the globals by their module: a namespace no module has is a break
+            raise Break(
+                "outside-mutation",
+                f"global {instruction.arg} of a namespace that is no module's is assigned",
+            )
+        interp.recording.store_global(frame.globals, instruction.arg, frame.stack.pop(), source)
+        return
     if instruction.op == "STORE_GLOBAL":
         frame.globals[instruction.arg] = frame.stack.pop()
     else:
@@ -72,7 +105,13 @@ def load_deref(interp, frame, instruction):
         raise Break("exception", f"free variable {name!r} is read before it is set") from None
     recording = interp.recording
     if id(cell) not in recording.created:
-        value = recording.read(value, _cell_source(interp, frame, name))
+        stored = recording.cell_value(cell)
+        if stored is not NOT_WRITTEN:
+            value = stored
+        else:
+            source = _cell_source(interp, frame, name)
+            changed = None if source is None else _loaded_to_change(interp, frame, value, source)
+            value = recording.read(value, source) if changed is None else changed
     frame.stack.append(value)
 
 
@@ -83,6 +122,12 @@ def _cell_source(interp, frame, name: str) -> Source | None:
         return None
     if frame is interp.frames[0]:
         return Cell(index, name)
+    # A cell of the compiled function's own closure, reached through a function the program
+    # made (a method of a class defined in the call): the compiled function's cell.
+    top = interp.frames[0]
+    for top_index, cell in enumerate(top.function.__closure__ or ()):
+        if cell is frame.cells[name]:
+            return Cell(top_index, top.code.co_freevars[top_index])
     function_source = interp.recording.source_of(frame.function)
     if function_source is None:
         return None
@@ -93,10 +138,14 @@ def _cell_source(interp, frame, name: str) -> Source | None:
 def store_deref(interp, frame, instruction):
     cell = frame.cells[instruction.arg]
     if id(cell) not in interp.recording.created:
-        raise Break(
-            "outside-mutation",
-            f"nonlocal variable {instruction.arg} of an outside function is assigned",
-        )
+        source = _cell_source(interp, frame, instruction.arg)
+        if source is None or instruction.op == "DELETE_DEREF":
+            raise Break(
+                "outside-mutation",
+                f"nonlocal variable {instruction.arg} of an outside function is assigned",
+            )
+        interp.recording.store_cell(cell, frame.stack.pop(), source)
+        return
     if instruction.op == "STORE_DEREF":
         cell.cell_contents = frame.stack.pop()
     else:
@@ -106,7 +155,8 @@ def store_deref(interp, frame, instruction):
 @handles("LOAD_ATTR")
 def load_attr(interp, frame, instruction):
     owner = frame.stack.pop()
-    frame.stack.append(attribute(interp, owner, instruction.arg))
+    value = None if interp.native else _attribute_to_change(interp, frame, owner, instruction.arg)
+    frame.stack.append(attribute(interp, owner, instruction.arg) if value is None else value)
     if instruction.method:
         frame.stack.append(NULL)
 
@@ -122,14 +172,84 @@ def attribute(interp, owner: Any, name: str) -> Any:
         if isinstance(value, StandIn):  # .T, .mT, .real, .grad...: a tensor-valued attribute
             return record(interp, "call_function", builtins.getattr, (owner, name), {})
         return value
-    written = interp.recording.written(owner, name)
+    written = _written(interp.recording, owner, name)
     if written is not NOT_WRITTEN:
         return written
+    if type(owner) in _CHANGED_TYPES:
+        method = _native_getattr(owner, name)
+        if type(method) is types.BuiltinMethodType:  # list.append...: the type's own, guarded
+            return method  # with the container's type (a new bound method at every call)
     static = _class_attribute(type(owner), name)
     if type(static) is property and static.fget is not None and hasattr(static.fget, "__code__"):
         return inline(interp, static.fget, (owner,), {})
     value = _native_getattr(owner, name)
     return interp.recording.read_attribute(owner, name, value)
+
+
+def _written(recording, owner: Any, name: str) -> Any:
+    """What the program assigned to ``owner.name`` so far: on the object itself, or (not
+    shadowed by the instance's own attribute) on its class, or ``NOT_WRITTEN``."""
+    written = recording.written(owner, name)
+    if written is not NOT_WRITTEN or isinstance(owner, type) or not recording.writes:
+        return written
+    own = getattr(owner, "__dict__", None)
+    if isinstance(own, dict) and name in own:
+        return NOT_WRITTEN
+    for klass in type(owner).__mro__:
+        written = recording.written(klass, name)
+        if written is not NOT_WRITTEN:
+            return written
+    return NOT_WRITTEN
+
+
+# ------------------------------------------------------------------ loaded to be changed
+def _loaded_to_change(interp, frame, value: Any, source: Source) -> Any:
+    """``value`` as loaded for a blind change next (``X.append(...)``, ``X[k] = v``; see the
+    module docstring), or None when the next instructions do something else with it."""
+    if type(value) not in _CHANGED_TYPES:
+        return None
+    method = _method_next(frame)
+    if method is None or method not in kind_of(value).blind:
+        return None
+    return interp.recording.write_target(value, source)
+
+
+_CHANGED_TYPES = frozenset((list, dict, set, collections.deque, collections.OrderedDict))
+
+
+def _method_next(frame) -> str | None:
+    """The method the next instructions call on the value just pushed: ``X.name(...)``, or
+    ``X[key] = value`` (``__setitem__``) with a constant or local key."""
+    instructions, ip = frame.instructions, frame.ip
+    following = instructions[ip] if ip < len(instructions) else None
+    if following is None:
+        return None
+    if following.op == "LOAD_ATTR" and following.method:
+        return following.arg
+    if (
+        following.op in ("LOAD_CONST", "LOAD_FAST")
+        and ip + 1 < len(instructions)
+        and instructions[ip + 1].op == "STORE_SUBSCR"
+    ):
+        return "__setitem__"
+    return None
+
+
+def _attribute_to_change(interp, frame, owner: Any, name: str) -> Any:
+    """``owner.name`` loaded for a blind change next (``self.log.append(x)``), or None."""
+    recording = interp.recording
+    if isinstance(owner, StandIn) or id(owner) in recording.created:
+        return None
+    if _written(recording, owner, name) is not NOT_WRITTEN:
+        return None
+    source = recording.source_of(owner)
+    static = _class_attribute(type(owner), name)
+    if source is None or hasattr(type(static), "__get__"):
+        return None  # a property, a method, a descriptor: read as usual
+    value = getattr(owner, name, _MISSING)
+    if value is _MISSING:
+        return None
+    return _loaded_to_change(interp, frame, value, Attr(source, name))
 
 
 def _class_attribute(cls: type, name: str) -> Any:
