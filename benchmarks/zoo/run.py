@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.zoo` importab
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.zoo import report
-from benchmarks.zoo.methods import METHODS
+from benchmarks.zoo.methods import ALL_METHODS
 from benchmarks.zoo.registry import SPECS
 from benchmarks.zoo.worker import RESULT_PREFIX
 
@@ -84,7 +84,7 @@ def load_results() -> dict[tuple[str, str], dict[str, Any]]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", choices=list(SPECS), default=list(SPECS))
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=ALL_METHODS, default=ALL_METHODS)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per pair")
     parser.add_argument("--jobs", type=int, default=1, help="pairs run at once")
     parser.add_argument(

@@ -289,6 +289,11 @@ def _is_torch(fn: Any) -> bool:
     if isinstance(fn, type) or getattr(fn, "__module__", None) in _INTERPRETED_TORCH_MODULES:
         return False
     module = getattr(fn, "__module__", None)
+    if type(fn) is types.FunctionType and (module or "").startswith("torch.nn.modules."):
+        # A module class's Python method called as a function (``super().forward(x)`` in a
+        # subclass of nn.Embedding, ``self.register_buffer(...)``): interpreted, never
+        # recorded with the module as an argument (or run on stand-ins to record it).
+        return False
     if module is None:
         owner = getattr(fn, "__self__", None)
         module = getattr(owner, "__name__", None) if isinstance(owner, types.ModuleType) else None

@@ -74,7 +74,7 @@ class Recording:
     None), read from the compiled function's first argument ``root_name``."""
 
     def __init__(self, root: torch.nn.Module | None = None, root_name: str | None = None) -> None:
-        self.guards = GuardSet()
+        self.guards = GuardSet(root)
         self.graph = GraphBuilder()
         self.created: set[int] = set()  # ids of objects the program built
         self._sources: dict[int, Source] = {}

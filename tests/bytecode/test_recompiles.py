@@ -1,0 +1,242 @@
+"""Recompiles: an identical call never compiles again; a real change to the module does.
+
+A compiled module's parameters, buffers and submodules are guarded by one integer, the
+module epoch of its own tree (``fxloom.bytecode.guards.ModuleTree``): it counts what the
+tree's modules register, not what any module registers. So a second identical call reuses
+the entry even when the forward builds modules of its own (a slice of a ``ModuleList``) or
+re-registers its buffer, and a module outside the tree registering a parameter (another
+model, a backend's lowering) leaves the entry valid; assigning ``model.fc = nn.Linear(...)``
+still recompiles. Each model is called as users call it and compared with eager; no test
+asserts a timing.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import fxloom
+from fxloom import pytree
+
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:  # `benchmarks` is not installed; import it from the checkout
+    sys.path.insert(0, ROOT)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def assert_same(got: Any, expected: Any) -> None:
+    got, expected = pytree.tensor_leaves(got), pytree.tensor_leaves(expected)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def graphs(compiled: Any) -> int:
+    return compiled.explain().graph_count
+
+
+def call_twice(model: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """Compile ``model``, call it twice with the same arguments (each equal to eager), check
+    that the second call compiled nothing, and return the compiled module."""
+    compiled = fxloom.compile(model)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = model(*args, **kwargs)
+        assert_same(compiled(*args, **kwargs), expected)
+        first = graphs(compiled)
+        assert_same(compiled(*args, **kwargs), expected)
+    report = compiled.explain()
+    assert (report.graph_count, report.recompiles) == (first, []), str(report)
+    return compiled
+
+
+# ------------------------------------------------------------------ modules of our own
+class SlicesItsLayers(nn.Module):
+    """Llama's pattern: ``self.layers[:n]`` builds a new ModuleList on every call, which
+    registers each layer into it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers[:2]:
+            x = torch.relu(layer(x))
+        return x
+
+
+class ReRegistersItsBuffer(nn.Module):
+    """A forward that registers its buffer again on every call (the same tensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.full((4,), 2.0), persistent=False)
+
+    def forward(self, x):
+        self.register_buffer("scale", self.scale, persistent=False)
+        return x * self.scale
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def test_two_identical_calls_compile_once():
+    compiled = call_twice(Small(), torch.randn(2, 4))
+    assert graphs(compiled) == 1
+
+
+def test_a_forward_that_slices_a_module_list_compiles_once():
+    compiled = call_twice(SlicesItsLayers(), torch.randn(2, 4))
+    assert graphs(compiled) == 1
+    assert compiled.explain().recompiles == []
+
+
+def test_a_forward_that_re_registers_its_buffer_compiles_once():
+    """Registering is a graph break (the hook receives a tensor); the second call reuses
+    both pieces."""
+    call_twice(ReRegistersItsBuffer(), torch.randn(2, 4))
+
+
+def test_a_module_outside_the_tree_registering_a_parameter_does_not_recompile():
+    model = Small()
+    compiled = call_twice(model, torch.randn(2, 4))
+    other = nn.Linear(3, 3)
+    other.register_parameter("extra", nn.Parameter(torch.zeros(1)))
+    other.extra_layer = nn.Linear(2, 2)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_same(compiled(x), model(x))
+    assert graphs(compiled) == 1
+
+
+def test_assigning_a_new_submodule_in_the_tree_recompiles():
+    model = Small()
+    compiled = call_twice(model, torch.randn(2, 4))
+    model.fc = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_same(compiled(x), model(x))
+    assert graphs(compiled) == 2
+    assert "gained or replaced" in compiled.explain().recompiles[0]
+
+
+def test_a_new_buffer_deep_in_the_tree_recompiles():
+    model = SlicesItsLayers()
+    compiled = call_twice(model, torch.randn(2, 4))
+    model.layers[1].weight = nn.Parameter(torch.randn(4, 4))
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_same(compiled(x), model(x))
+    assert graphs(compiled) == 2
+
+
+def test_a_submodule_added_after_a_change_is_part_of_the_tree():
+    """After a change the tree's membership is computed again: a module that joined it is
+    watched from then on."""
+    model = Small()
+    compiled = call_twice(model, torch.randn(2, 4))
+    new = nn.Linear(4, 4)
+    model.fc = new
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled(x)  # recompiles for the new fc
+        new.weight = nn.Parameter(torch.randn(4, 4))
+        assert_same(compiled(x), model(x))
+    assert graphs(compiled) == 3
+
+
+def test_two_compiled_models_do_not_invalidate_each_other():
+    first, second = Small(), Small()
+    compiled_first = call_twice(first, torch.randn(2, 4))
+    compiled_second = call_twice(second, torch.randn(2, 4))
+    second.fc = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_same(compiled_second(x), second(x))
+        assert_same(compiled_first(x), first(x))
+    assert (graphs(compiled_first), graphs(compiled_second)) == (1, 2)
+
+
+def test_a_compiled_function_is_not_invalidated_by_module_registrations():
+    model = Small()
+
+    def f(x):
+        return model(x) * 2
+
+    compiled = fxloom.compile(f)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled(x)
+        nn.Linear(2, 2).register_buffer("b", torch.zeros(1))
+        assert_same(compiled(x), f(x))
+    assert graphs(compiled) == 1
+
+
+def test_a_compiled_function_still_sees_a_replaced_submodule():
+    """Without a root the module's submodules are guarded one by one, by identity."""
+    model = Small()
+
+    def f(x):
+        return model(x) * 2
+
+    compiled = fxloom.compile(f)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled(x)
+        model.fc = nn.Linear(4, 4)
+        assert_same(compiled(x), f(x))
+
+
+# ------------------------------------------------------------------ Hugging Face models
+HF_MODELS = ["llama", "mistral", "qwen2", "phi", "gemma", "opt", "bart"]
+
+
+@pytest.mark.parametrize("name", HF_MODELS)
+def test_a_hugging_face_model_called_twice_compiles_once(name):
+    pytest.importorskip("transformers")
+    from benchmarks.zoo import methods, registry
+
+    model, inputs = registry.get(name).build()
+    fixed = methods.fixed_args(model, inputs)
+    compiled = call_twice(model, **inputs, **fixed)
+    report = compiled.explain()
+    assert report.recompiles == [], str(report)
+    assert report.runs_as_python is None
+
+
+def test_phi3_with_its_rope_buffers_compiles_once():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Phi3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        pad_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Phi3ForCausalLM(config).eval()
+    ids = torch.randint(1, 64, (2, 7))
+    compiled = call_twice(model, input_ids=ids, use_cache=False, return_dict=False)
+    assert compiled.explain().recompiles == []
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "transformer_tiny", "deeprec_tiny"])
+def test_a_zoo_model_called_twice_compiles_once(name):
+    import fxloom.zoo as zoo
+
+    model = getattr(zoo, name)().eval()
+    inputs = getattr(zoo, f"{name}_inputs")()
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    compiled = call_twice(model, *inputs)
+    assert compiled.explain().recompiles == []
