@@ -31,6 +31,7 @@ from __future__ import annotations
 import builtins
 import collections
 import copy
+import functools
 import inspect
 import logging
 import operator
@@ -134,6 +135,8 @@ def call(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
     kind = type(fn)
     if kind is types.MethodType:
         return call(interp, fn.__func__, (fn.__self__, *args), kwargs)
+    if kind is functools.partial and _is_torch(fn.func):  # partial(F.gelu, approximate=...)
+        return call(interp, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs})
     if kind in _TENSOR_METHOD_TYPES and isinstance(getattr(fn, "__self__", None), StandIn):
         return _tensor_method(interp, fn.__self__, fn.__name__, args, kwargs)
     if kind is types.MethodDescriptorType and args and isinstance(args[0], StandIn):

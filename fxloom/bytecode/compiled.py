@@ -112,7 +112,8 @@ class CompiledFunction:
         self.cache: list[CacheEntry] = []  # entries that start the function
         # (instruction index, local names, stack depth) -> entries that start after a break
         self.pieces: dict[tuple, list[CacheEntry]] = {}
-        self.as_python: set[tuple] = set()  # where no piece could be captured
+        # where no piece could be captured -> "file:line: why" (then the function runs as Python)
+        self.as_python: dict[tuple, str] = {}
         self.breaks: list[Break] = []
         self.misses: list[str] = []  # why each recompilation happened (the failing guard)
         self.eager_reason: str | None = None

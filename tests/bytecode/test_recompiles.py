@@ -12,6 +12,7 @@ asserts a timing.
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from pathlib import Path
@@ -240,3 +241,70 @@ def test_a_zoo_model_called_twice_compiles_once(name):
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     compiled = call_twice(model, *inputs)
     assert compiled.explain().recompiles == []
+
+
+# ------------------------------------------------------------------ pieces run as Python
+class Slotted:
+    """An object with slots: the program's own, but not one fxloom can rebuild after a graph."""
+
+    __slots__ = ("value",)
+
+
+def breaks_then_holds_a_slotted_object(x):
+    n = x.sum().item()
+    box = Slotted()
+    box.value = x * n
+    m = box.value.sum().item()
+    return box.value + m
+
+
+def test_a_piece_that_cannot_be_captured_is_named_by_explain_with_its_line():
+    compiled = fxloom.compile(breaks_then_holds_a_slotted_object)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), breaks_then_holds_a_slotted_object(x))
+    report = compiled.explain()
+    [text] = report.pieces_as_python
+    assert "test_recompiles.py:" in text and "Slotted" in text
+    assert "runs as Python after a break" in str(report)
+
+
+def test_after_a_piece_cannot_be_captured_the_function_runs_as_python():
+    """Interpreting the rest of every call would be slower than Python itself."""
+    compiled = fxloom.compile(breaks_then_holds_a_slotted_object)
+    x = torch.randn(3)
+    compiled(x)
+    assert "runs as Python from the next call" in compiled.explain().runs_as_python
+    torch.testing.assert_close(compiled(x), breaks_then_holds_a_slotted_object(x))
+
+
+# ------------------------------------------------------------------ fewer graphs than breaks
+GELU_TANH = functools.partial(torch.nn.functional.gelu, approximate="tanh")
+
+
+def test_a_partial_of_a_torch_function_is_recorded_without_a_break():
+    """Gemma's activation: ``partial(F.gelu, approximate="tanh")``."""
+
+    def f(x):
+        return GELU_TANH(x) * 2
+
+    compiled = fxloom.compile(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), f(x))
+    report = compiled.explain()
+    assert (report.graph_count, report.break_count) == (1, 0)
+
+
+class EmbeddingWithOffset(nn.Embedding):
+    """OPT's and BART's pattern: a subclass of a torch.nn module calling ``super().forward``."""
+
+    def forward(self, ids):
+        return super().forward(ids + 1) * 2
+
+
+def test_super_forward_of_a_torch_nn_module_is_one_graph():
+    model = EmbeddingWithOffset(10, 4)
+    ids = torch.tensor([[1, 2, 3]])
+    compiled = call_twice(model, ids)
+    report = compiled.explain()
+    assert (report.graph_count, report.break_count) == (1, 0), str(report)
