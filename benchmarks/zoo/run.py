@@ -95,14 +95,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+LOADS: list[float] = []  # the 1-minute load average after each pair, for the report
+
+
 def run_all(pairs: list[tuple[str, str]], timeout: float, jobs: int) -> list[dict[str, Any]]:
     """Every pair's result, in order, printing one progress line per pair."""
     results = []
+    LOADS.append(os.getloadavg()[0])
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(run_pair, model, method, timeout) for model, method in pairs]
         for done, future in enumerate(futures, 1):
             result = future.result()
             results.append(result)
+            LOADS.append(os.getloadavg()[0])
             detail = "" if result["status"] == "ok" else result.get("error", "")
             print(
                 f"[{done}/{len(pairs)}] {result['model']:<18} {result['method']:<16} "
@@ -149,6 +154,9 @@ def main(argv: list[str] | None = None) -> None:
             "pairs": len(pairs),
             "jobs": args.jobs,
             "elapsed_s": round(time.perf_counter() - start, 1),
+            "load": f"1-minute load average {LOADS[0]:.2f} at the start, median "
+            f"{sorted(LOADS)[len(LOADS) // 2]:.2f} and max {max(LOADS):.2f} over the run "
+            f"({os.cpu_count()} cores, shared with other work)",
         }
         run_info["history"] = _history(previous, run_info, set(args.methods), set(args.models))
     ordered = [results[key] for key in sorted(results, key=report.sort_key)]

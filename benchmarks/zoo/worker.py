@@ -168,7 +168,8 @@ def second_batch(spec: registry.ModelSpec, model: torch.nn.Module, captured: Any
 
 
 # ----------------------------------------------------------------------------- compilers
-STEADY_ROUNDS = 30  # one eager and one compiled call per round, interleaved
+STEADY_ROUNDS = (30, 300)  # one eager and one compiled call per round, interleaved
+STEADY_SECONDS = 1.5  # rounds within the bounds, to fill about this long
 STAGES = ("first", "identical", "other_batch")
 
 
@@ -234,11 +235,16 @@ def _start_up(compiler: methods.Compiler) -> float:
 
 def steady_state(eager: Any, compiled: Any) -> tuple[float, float]:
     """Median seconds per call of ``eager()`` and ``compiled()``, one call of each per round
-    (interleaved, so a change in the machine's load hits both), after a warm-up."""
+    (interleaved, so a change in the machine's load hits both), after a warm-up; as many
+    rounds as fit in about ``STEADY_SECONDS`` (a shared machine's noise needs many)."""
+    start = time.perf_counter()
     for _ in range(3):
         eager(), compiled()
+    per_round = (time.perf_counter() - start) / 3
+    low, high = STEADY_ROUNDS
+    rounds = max(low, min(high, int(STEADY_SECONDS / max(per_round, 1e-6))))
     times: dict[Any, list[float]] = {eager: [], compiled: []}
-    for _ in range(STEADY_ROUNDS):
+    for _ in range(rounds):
         for call in (eager, compiled):
             start = time.perf_counter()
             call()
