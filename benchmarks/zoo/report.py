@@ -370,8 +370,9 @@ COMPILE_NOTES = (
     "inputs again (an identical call), then a batch 3 larger. Graphs = graphs compiled so "
     "far after each call (fxloom: `explain().graph_count`, every cache entry and piece; "
     "Dynamo: `counters['stats']['unique_graphs']`). First call = compiling and running the "
-    "first call. Runtime ratio = compiled / eager at the example, medians of interleaved "
-    "calls (30-300 rounds), one thread, after the three calls."
+    "first call. Runtime ratio = compiled / eager at the example: the median over 30-300 "
+    "rounds of one eager and one compiled call each (paired, so the shared machine's load "
+    "hits both sides of each ratio), one thread, after the three calls."
 )
 
 

@@ -211,7 +211,7 @@ def measure_compile(model_name: str, method: str) -> dict[str, Any]:
                 if mismatch is not None:
                     result.setdefault("message", f"{stage}: {mismatch}")
             result.update(compiler.details(compiled))
-            eager_s, compiled_s = steady_state(
+            eager_s, compiled_s, ratio = steady_state(
                 lambda: model(**inputs, **fixed), lambda: compiled(**inputs, **fixed)
             )
             result["graphs_steady"] = compiler.graphs(compiled) - before
@@ -220,7 +220,7 @@ def measure_compile(model_name: str, method: str) -> dict[str, Any]:
             return result
     correct = all(result[f"correct_{stage}"] for stage in STAGES)
     result.update(status="ok" if correct else "mismatch", eager_s=eager_s, captured_s=compiled_s)
-    result["runtime_ratio"] = compiled_s / eager_s
+    result["runtime_ratio"] = ratio
     return result
 
 
@@ -233,10 +233,11 @@ def _start_up(compiler: methods.Compiler) -> float:
     return time.perf_counter() - start
 
 
-def steady_state(eager: Any, compiled: Any) -> tuple[float, float]:
-    """Median seconds per call of ``eager()`` and ``compiled()``, one call of each per round
-    (interleaved, so a change in the machine's load hits both), after a warm-up; as many
-    rounds as fit in about ``STEADY_SECONDS`` (a shared machine's noise needs many)."""
+def steady_state(eager: Any, compiled: Any) -> tuple[float, float, float]:
+    """Median seconds per call of ``eager()`` and ``compiled()``, and the median of the
+    per-round ratios compiled / eager: one call of each per round (interleaved and paired, so
+    a change in a shared machine's load hits both sides of a ratio), after a warm-up; as many
+    rounds as fit in about ``STEADY_SECONDS``."""
     start = time.perf_counter()
     for _ in range(3):
         eager(), compiled()
@@ -249,7 +250,12 @@ def steady_state(eager: Any, compiled: Any) -> tuple[float, float]:
             start = time.perf_counter()
             call()
             times[call].append(time.perf_counter() - start)
-    return statistics.median(times[eager]), statistics.median(times[compiled])
+    ratios = [c / e for c, e in zip(times[compiled], times[eager])]
+    return (
+        statistics.median(times[eager]),
+        statistics.median(times[compiled]),
+        statistics.median(ratios),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

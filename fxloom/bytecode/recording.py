@@ -156,6 +156,10 @@ class Recording:
             self.guards.equals(source, value)
             return value
         if isinstance(value, torch.Tensor):
+            if self.graph.node_of(value) is not None:
+                # A stand-in of this graph, read again through a copy of an outside container
+                # that holds it: guarded when it was first read (or made by the graph).
+                return value
             return self._tensor(value, source)
         if isinstance(value, torch.nn.Module):
             return self._module(value, source)

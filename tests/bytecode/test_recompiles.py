@@ -308,3 +308,26 @@ def test_super_forward_of_a_torch_nn_module_is_one_graph():
     compiled = call_twice(model, ids)
     report = compiled.explain()
     assert (report.graph_count, report.break_count) == (1, 0), str(report)
+
+
+class CachesItsBias(nn.Module):
+    """LeViT's pattern: a tensor cached in a dict attribute by a first (eager) call, read back
+    through the dict on every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(4))
+        self.cache: dict[str, torch.Tensor] = {}
+
+    def forward(self, x):
+        key = str(x.device)
+        if key not in self.cache:
+            self.cache[key] = self.bias * 2
+        return x + self.cache[key] + self.cache[key]
+
+
+def test_a_tensor_read_twice_through_an_outside_dict_compiles_once():
+    model = CachesItsBias()
+    with torch.no_grad():
+        model(torch.randn(2, 4))  # fills the cache
+    call_twice(model, torch.randn(2, 4))
