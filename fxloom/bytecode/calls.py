@@ -172,6 +172,10 @@ def inline(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dic
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         if code.co_name == "<genexpr>":
             return iter(_exhaust(interp, fn, args, kwargs))
+        if fn.__module__ == "torch.nn.modules.module" and not holds_stand_in(args, kwargs):
+            # Module.parameters(), .modules(), ...: walks over the module tree (guarded by its
+            # epoch), run natively as a generator of the real objects.
+            return _native(interp, fn, args, kwargs)
         raise Break("generator", f"{fn.__qualname__} is a generator function")
     return interp.run(bind_frame(interp, fn, args, kwargs))
 

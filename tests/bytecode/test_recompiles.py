@@ -331,3 +331,21 @@ def test_a_tensor_read_twice_through_an_outside_dict_compiles_once():
     with torch.no_grad():
         model(torch.randn(2, 4))  # fills the cache
     call_twice(model, torch.randn(2, 4))
+
+
+class CastsToItsDtype(nn.Module):
+    """XLNet's pattern (``PreTrainedModel.dtype``): the dtype of the first parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        dtype = next(p.dtype for p in self.parameters() if p.is_floating_point())
+        return self.fc(x.to(dtype))
+
+
+def test_module_parameters_inside_forward_is_one_graph():
+    compiled = call_twice(CastsToItsDtype(), torch.randn(2, 4, dtype=torch.float64))
+    report = compiled.explain()
+    assert (report.graph_count, report.break_count) == (1, 0), str(report)
