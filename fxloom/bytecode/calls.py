@@ -457,7 +457,10 @@ def _super(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     first = frame.code.co_varnames[0] if frame.code.co_argcount else None
     if cell is None or first is None:
         raise Break("unknown-value", "super() without arguments outside a method")
-    return super(cell.cell_contents, frame.locals[first])
+    if first in frame.locals:
+        return super(cell.cell_contents, frame.locals[first])
+    # ``self`` captured by an inner function or generator expression lives in its cell
+    return super(cell.cell_contents, frame.cells[first].cell_contents)
 
 
 def _deferred(fn: Any) -> Any:

@@ -349,3 +349,27 @@ def test_module_parameters_inside_forward_is_one_graph():
     compiled = call_twice(CastsToItsDtype(), torch.randn(2, 4, dtype=torch.float64))
     report = compiled.explain()
     assert (report.graph_count, report.break_count) == (1, 0), str(report)
+
+
+class Base(nn.Module):
+    def scale(self, x):
+        return x * 2
+
+
+class SuperWithSelfInAClosure(Base):
+    """transformers' ModelOutput.__post_init__: ``self`` read by a generator expression (a cell)
+    and ``super()`` in the same method."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        shapes = all(self.fc is not None for _ in range(2))
+        return super().scale(self.fc(x)) if shapes else x
+
+
+def test_super_in_a_method_whose_self_is_a_cell_is_one_graph():
+    compiled = call_twice(SuperWithSelfInAClosure(), torch.randn(2, 4))
+    report = compiled.explain()
+    assert (report.graph_count, report.break_count) == (1, 0), str(report)
