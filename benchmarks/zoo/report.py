@@ -476,3 +476,20 @@ def compile_section(results: list[Result], run: dict[str, Any]) -> list[str]:
             f"{compile_cell(by_key.get((model, PEER)))} | {escape(notes)[:160]} |"
         )
     return [*lines, ""]
+
+
+def compile_summary(results: list[Result], run: dict[str, Any]) -> str:
+    """The zoo's compile targets for benchmarks/RESULTS.md: date, machine, command, load."""
+    lines = [
+        f'## Model zoo: fxloom.compile against torch.compile(backend="eager") — {run["date"]}',
+        "",
+        f"Machine: {run['machine']}; {run['versions']}. `{run['command']}` ({run['pairs']} "
+        f"pairs, {run['jobs']} at a time, {run['elapsed_s'] / 60:.1f} min). "
+        + (f"Load: {run['load']}. " if run.get("load") else "")
+        + COMPILE_NOTES,
+        "",
+        *compile_targets(results),
+        "",
+        'Per model: benchmarks/zoo/RESULTS.md, section "fxloom.compile against torch.compile".',
+    ]
+    return "\n".join(lines) + "\n"

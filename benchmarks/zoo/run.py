@@ -88,6 +88,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per pair")
     parser.add_argument("--jobs", type=int, default=1, help="pairs run at once")
     parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also append the compile targets (fxloom.compile vs torch.compile) to "
+        "benchmarks/RESULTS.md",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="run nothing: rewrite RESULTS.md and the README block from results.json",
@@ -163,6 +169,10 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS_JSON.write_text(json.dumps({"run": run_info, "results": ordered}, indent=1) + "\n")
     report.write(ordered, run_info, RESULTS_MD, README)
     print(f"{len(ordered)} results; wrote {RESULTS_JSON.name} and {RESULTS_MD.name}")
+    if args.record:
+        from benchmarks._common import append_to_results
+
+        print(f"recorded in {append_to_results(report.compile_summary(ordered, run_info))}")
 
 
 if __name__ == "__main__":
