@@ -432,6 +432,11 @@ def compile_targets(results: list[Result]) -> list[str]:
         mine = statistics.geometric_mean(ran[m]["runtime_ratio"] for m in timed)
         theirs = statistics.geometric_mean(peer[m]["runtime_ratio"] for m in timed)
         worst = max(timed, key=lambda m: ran[m]["runtime_ratio"])
+        behind = [m for m in timed if ran[m]["runtime_ratio"] > peer[m]["runtime_ratio"]]
+        lines.append(
+            f"- per model, fxloom's runtime ratio <= Dynamo's on {len(timed) - len(behind)} of "
+            f"{len(timed)}" + (f" (above: {', '.join(behind)})" if behind else "")
+        )
         lines.append(mark(mine <= theirs, f"geometric mean of compiled/eager over the {len(timed)} "
                           f"models both run: fxloom {mine:.2f}, Dynamo {theirs:.2f} "
                           f"(fxloom's worst: {worst} {ran[worst]['runtime_ratio']:.2f}x)"))  # fmt: skip
