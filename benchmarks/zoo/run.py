@@ -170,9 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     report.write(ordered, run_info, RESULTS_MD, README)
     print(f"{len(ordered)} results; wrote {RESULTS_JSON.name} and {RESULTS_MD.name}")
     if args.record:
-        from benchmarks._common import append_to_results
+        from benchmarks._common import append_to_results, commit
 
-        print(f"recorded in {append_to_results(report.compile_summary(ordered, run_info))}")
+        summary = report.compile_summary(ordered, run_info, commit())
+        print(f"recorded in {append_to_results(summary)}")
 
 
 if __name__ == "__main__":
