@@ -483,12 +483,14 @@ def compile_section(results: list[Result], run: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def compile_summary(results: list[Result], run: dict[str, Any]) -> str:
-    """The zoo's compile targets for benchmarks/RESULTS.md: date, machine, command, load."""
+def compile_summary(results: list[Result], run: dict[str, Any], commit: str = "?") -> str:
+    """The zoo's compile targets for benchmarks/RESULTS.md: date, machine, command, load;
+    ``commit``: the checkout the report is written from."""
     lines = [
         f'## Model zoo: fxloom.compile against torch.compile(backend="eager") — {run["date"]}',
         "",
-        f"Machine: {run['machine']}; {run['versions']}. `{run['command']}` ({run['pairs']} "
+        f"Machine: {run['machine']}; {run['versions']} (commit {commit}). "
+        f"`{run['command']}` ({run['pairs']} "
         f"pairs, {run['jobs']} at a time, {run['elapsed_s'] / 60:.1f} min). "
         + (f"Load: {run['load']}. " if run.get("load") else "")
         + COMPILE_NOTES,
