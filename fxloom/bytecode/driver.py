@@ -177,7 +177,7 @@ def _give_up(compiled: Any, key: tuple, frame: Frame, reason: str, where: Any = 
     location = where
     text = f"{location.short}: {reason}" + (f"\n    {location.code}" if location.code else "")
     compiled.as_python[key] = text
-    compiled.eager_reason = (
+    compiled.give_up(
         f"no piece could be captured after the graph break at {location.short} ({reason}); "
         "the function runs as Python from the next call"
     )

@@ -69,6 +69,7 @@ class Explanation:
         report = cls(compiled.fn.__qualname__, runs_as_python=compiled.eager_reason)
         entries = [
             *compiled.cache,
+            *compiled.retired,
             *(piece for pieces in compiled.pieces.values() for piece in pieces),
         ]
         for number, entry in enumerate(entries):

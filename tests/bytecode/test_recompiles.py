@@ -269,13 +269,20 @@ def test_a_piece_that_cannot_be_captured_is_named_by_explain_with_its_line():
     assert "runs as Python after a break" in str(report)
 
 
-def test_after_a_piece_cannot_be_captured_the_function_runs_as_python():
-    """Interpreting the rest of every call would be slower than Python itself."""
+def test_after_a_piece_cannot_be_captured_the_function_runs_as_python(monkeypatch):
+    """Natively: interpreting the rest of every call would be slower than Python itself."""
+    from fxloom.bytecode import driver
+
     compiled = fxloom.compile(breaks_then_holds_a_slotted_object)
     x = torch.randn(3)
     compiled(x)
     assert "runs as Python from the next call" in compiled.explain().runs_as_python
+    interpreted = []
+    run = driver._AS_PYTHON.run
+    monkeypatch.setattr(driver._AS_PYTHON, "run", lambda *a: interpreted.append(a) or run(*a))
     torch.testing.assert_close(compiled(x), breaks_then_holds_a_slotted_object(x))
+    assert interpreted == []
+    assert compiled.explain().graph_count == 1
 
 
 # ------------------------------------------------------------------ fewer graphs than breaks
