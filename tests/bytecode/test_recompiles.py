@@ -380,3 +380,21 @@ def test_super_in_a_method_whose_self_is_a_cell_is_one_graph():
     compiled = call_twice(SuperWithSelfInAClosure(), torch.randn(2, 4))
     report = compiled.explain()
     assert (report.graph_count, report.break_count) == (1, 0), str(report)
+
+
+def test_a_backend_that_builds_modules_compiles_once():
+    """A backend's lowering builds modules of its own (the onnxruntime backend does): they are
+    outside the compiled module's tree."""
+
+    def wrapping_backend(graph_module, example_inputs):
+        holder = nn.Module()
+        holder.graph = graph_module  # registers a submodule, outside the compiled tree
+        return holder.graph.forward
+
+    model = Small()
+    compiled = fxloom.compile(model, backend=wrapping_backend)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(3):
+            assert_same(compiled(x), model(x))
+    assert (graphs(compiled), compiled.explain().recompiles) == (1, [])
