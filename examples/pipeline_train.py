@@ -55,7 +55,7 @@ def train(rank: int, world_size: int, schedule_name: str = "1F1B") -> list[float
     ids = torch.randint(
         0, 500, (MICROBATCH * MICROBATCHES, SEQ), generator=torch.Generator().manual_seed(1)
     )
-    plan = fxloom.distributed.pipeline(model, {"input_ids": ids[:MICROBATCH]}, stages=stages)
+    plan = fxloom.distributed.pipeline(model, (ids[:MICROBATCH],), stages=stages)
     if rank == 0:
         print(plan.report)
     mine = [plan.build_stage(rank, "cpu", stage_index=i) for i in range(rank, stages, world_size)]

@@ -56,8 +56,10 @@ backends are asked for (and ``fxloom.lower.lowering`` in ``compile_program``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Mapping
+import operator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -76,6 +78,7 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "EagerBackend",
+    "LoweredProgram",
     "RegionExamples",
     "SavedModule",
     "SavedStateError",
@@ -200,10 +203,9 @@ class Backend:
         self, graph_module: GraphModule, example_inputs: list[Any]
     ) -> Callable[..., Any]:
         """What ``fxloom.compile`` runs for one captured graph: by default the graph lowered
-        with this backend (its supported regions compiled, the rest run by PyTorch)."""
-        from fxloom.lower.lowering import lower
-
-        return lower(graph_module, tuple(example_inputs), backend=self)
+        with this backend (its supported regions compiled, the rest run by PyTorch), lowered
+        again where a parameter or buffer it may have copied changed (``LoweredProgram``)."""
+        return LoweredProgram(self, graph_module, example_inputs)
 
     def __repr__(self) -> str:
         return f"<backend {self.name!r}>"
@@ -282,6 +284,104 @@ def known_backends() -> list[str]:
 def saved_module_rules() -> dict[type, SavedModule]:
     """Every registered backend's module classes and how each is saved (for fxloom.save)."""
     return {cls: rule for b in BACKENDS.values() for cls, rule in b.saved_modules.items()}
+
+
+_VERSION = operator.attrgetter("_version")
+
+
+class LoweredProgram:
+    """A captured graph lowered with a backend, as ``fxloom.compile`` runs it.
+
+    Calls go to the lowered module's generated ``forward`` (not through nn.Module's call
+    machinery). A backend may copy what its regions read from the module (ONNX Runtime keeps
+    the weights in its session), so the parameters and buffers the graph reads but does not
+    write are checked on every call by their version counters: where one changed in place
+    since the graph was lowered (an optimizer step, ``load_state_dict``), the graph is lowered
+    again, on the call's inputs, before it runs. A write through ``param.data`` moves no
+    counter and is not seen (docs/compile.md).
+
+    A graph that writes into its inputs or the module's state is lowered on copies of the
+    inputs, with the module's state put back afterwards: lowering runs the graph several
+    times (shapes, regions, a trial run), and the caller's tensors must change once, when the
+    entry runs.
+    """
+
+    __slots__ = ("lowered", "_backend", "_graph_module", "_forward", "_state", "_versions")
+
+    def __init__(self, backend: Backend, graph_module: GraphModule, example_inputs: list[Any]):
+        from fxloom.lower.held_storage import written_state
+
+        self._backend = backend
+        self._graph_module = graph_module
+        written = written_state(graph_module)
+        self._state = tuple(
+            tensor
+            for tensor in _state_tensors(graph_module)
+            if id(tensor) not in written and not tensor.is_inference()  # inference: no counter
+        )
+        self._lower(example_inputs)
+
+    @property
+    def lowering_report(self) -> Any:
+        return self.lowered.lowering_report
+
+    def __call__(self, *args: Any) -> Any:
+        if tuple(map(_VERSION, self._state)) != self._versions:
+            self._lower(list(args))
+        return self._forward(*args)
+
+    def _lower(self, inputs: list[Any]) -> None:
+        from fxloom.lower.held_storage import writes_held_storage
+        from fxloom.lower.lowering import lower
+
+        graph_module, backend = self._graph_module, self._backend
+        if not writes_held_storage(graph_module):
+            self.lowered = lower(graph_module, tuple(inputs), backend=backend)
+        else:
+            with _state_kept(graph_module):
+                copies = tuple(_private_copies(inputs))
+                self.lowered = lower(graph_module, copies, backend=backend)
+        self._forward = self.lowered.forward
+        self._versions = tuple(map(_VERSION, self._state))  # after: putting state back counts
+
+
+@contextlib.contextmanager
+def _state_kept(module: nn.Module) -> Iterator[None]:
+    """Put the values of ``module``'s parameters and buffers (its submodules' included) back
+    as they were on leaving."""
+    saved = [(tensor, tensor.detach().clone()) for tensor in _state_tensors(module)]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in saved:
+                tensor.copy_(value)
+
+
+def _state_tensors(module: nn.Module) -> list[torch.Tensor]:
+    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
+    return [tensor for tensor in tensors.values() if tensor.layout is torch.strided]
+
+
+def _private_copies(values: list[Any]) -> list[Any]:
+    """Copies of the tensors among ``values`` that share storage as the originals do (a view
+    and its base stay a view and its base), so a graph that writes into its inputs can run on
+    them while it is lowered without changing the caller's tensors."""
+    storages: dict[int, Any] = {}
+
+    def copy(value: Any) -> Any:
+        if type(value) not in (torch.Tensor, nn.Parameter) or value.layout is not torch.strided:
+            return value
+        storage = value.untyped_storage()
+        key = storage.data_ptr() or id(value)  # an empty storage stands for itself
+        copied = storages.get(key)
+        if copied is None:
+            copied = storages[key] = storage.clone()
+        with torch.no_grad():
+            made = torch.empty(0, dtype=value.dtype, device=value.device)
+            return made.set_(copied, value.storage_offset(), value.size(), value.stride())
+
+    return [copy(value) for value in values]
 
 
 def _saving_backend(cls: type) -> Backend | None:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -47,4 +49,14 @@ def test_bench_serialize_quick_runs_and_prints_its_tables() -> None:
     for heading in ("### Load time", "### Save time", "### File size"):
         assert heading in result.stdout
     assert "| mlp_tiny | " in result.stdout
+    assert (BENCHMARKS / "RESULTS.md").read_text() == results_before  # no --record, no change
+
+
+def test_bench_compile_ort_quick_runs_and_prints_its_table() -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("transformers")
+    results_before = (BENCHMARKS / "RESULTS.md").read_text()
+    result = run_benchmark("bench_compile_ort.py", "--quick")
+    assert result.returncode == 0, result.stderr
+    assert "| resnet_tiny | " in result.stdout and "| bert_4_layers | " in result.stdout
     assert (BENCHMARKS / "RESULTS.md").read_text() == results_before  # no --record, no change

@@ -6,7 +6,11 @@ compile step is tested on the demo's own run (``tests/test_cli.py``'s ``demo_run
 
 from __future__ import annotations
 
+import pytest
+
 from fxloom import cli
+
+pytestmark = pytest.mark.bytecode  # fxloom.compile: Python 3.11+
 
 
 def test_compile_reports_graphs_breaks_and_that_it_matches_eager(capsys) -> None:

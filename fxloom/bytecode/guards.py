@@ -55,6 +55,7 @@ __all__ = [
     "disjoint_storage",
     "global_state",
     "ModuleTree",
+    "module_epoch",
     "storage_key",
     "tree_of",
     "watch_modules",
@@ -101,7 +102,14 @@ def tree_of(root: torch.nn.Module) -> ModuleTree:
     tree = _TREES.get(root)
     if tree is None:
         tree = _TREES[root] = ModuleTree(root)
+        tree.refresh()
     return tree
+
+
+def module_epoch(root: torch.nn.Module) -> int:
+    """How many times a module of ``root``'s tree gained or replaced a parameter, buffer or
+    submodule since ``root`` was first compiled or asked about (what its entries guard)."""
+    return tree_of(root).epoch
 
 
 _MISSING = object()

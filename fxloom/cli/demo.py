@@ -105,6 +105,7 @@ class DemoState:
     quantize_match: bool = True  # False when the int8 model is too far from fp32
     lower_match: bool = True  # False when the model lowered to ONNX Runtime differs from eager
     compile_match: bool = True  # False when the model compiled with fxloom.compile differs
+    compile_skipped: bool = False  # Python 3.10: fxloom.compile reads 3.11+ bytecode only
     drawing_dir: Path = field(default_factory=lambda: Path("fxloom-demo"))
 
 
@@ -304,7 +305,12 @@ def _summarise(state: DemoState) -> int:
             "The generated code ran: the hand-built graph, the traced "
             f"{', '.join(state.traced)}, the fused model and the exported program match eager "
             "PyTorch; the int8 model is close to fp32.\nThe model lowered to ONNX Runtime "
-            "matches eager PyTorch too, and so does the model compiled with fxloom.compile."
+            "matches eager PyTorch too"
+            + (
+                " (fxloom.compile skipped: it needs Python 3.11 or newer)."
+                if state.compile_skipped
+                else ", and so does the model compiled with fxloom.compile."
+            )
         )
         state.console.print(Panel(message, title="OK", border_style="green", expand=False))
         return 0

@@ -13,6 +13,8 @@ Depends on: fxloom.bytecode (``fxloom.compile``), rich.
 
 from __future__ import annotations
 
+import sys
+
 from typing import TYPE_CHECKING
 
 import torch
@@ -42,6 +44,11 @@ class Gate(nn.Module):
 
 
 def compile_model(state: DemoState) -> None:
+    if sys.version_info < (3, 11):  # fxloom.compile reads the bytecode of 3.11 and newer
+        _say(state, "skipped: fxloom.compile needs Python 3.11 or newer (this is "
+             f"{sys.version_info.major}.{sys.version_info.minor}); everything else above runs here")  # fmt: skip
+        state.compile_skipped = True
+        return
     model = Gate().eval()
     compiled = fxloom.compile(model)
     _say(state, "compiled = fxloom.compile(model); compiled(x) for three inputs:")

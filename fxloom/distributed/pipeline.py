@@ -36,6 +36,7 @@ from fxloom.distributed import shared as sharing
 from fxloom.distributed.outputs import OutputLayout, needs_layout
 from fxloom.distributed.plan import FlopCounter, PipelinePlan, StageReport
 from fxloom.distributed.stages import build_stage_modules
+from fxloom.distributed.wire import wire_dtype
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -116,7 +117,10 @@ def pipeline(
     received = boundaries.crossings(work.graph, stage_of, stages)
     output = _example_output(work, example)
     layout = OutputLayout.of(output) if needs_layout(output) else None
-    modules = build_stage_modules(work, stage_of, received, flatten_output=layout is not None)
+    dtypes = {n: v.dtype for n, v in example.values.items() if isinstance(v, costs.TensorSpec)}
+    modules = build_stage_modules(
+        work, stage_of, received, flatten_output=layout is not None, dtypes=dtypes
+    )
     shared_rows = _shared(modules, work, shared)
     reports = _reports(work, stage_of, received, example, FlopCounter(work, report), modules)
     return PipelinePlan(
@@ -332,7 +336,14 @@ def _inputs_spec(
         return tuple(a for a in args if isinstance(a, torch.Tensor)) + tuple(
             v for v in kwargs.values() if isinstance(v, torch.Tensor)
         )
-    return tuple(example.values[n] for n in received[stage])
+    return tuple(_on_wire(example.values[n]) for n in received[stage])
+
+
+def _on_wire(spec: Any) -> Any:
+    """A crossing tensor's spec as it travels (``fxloom.distributed.wire``)."""
+    if isinstance(spec, costs.TensorSpec) and wire_dtype(spec.dtype) is not spec.dtype:
+        return costs.TensorSpec(spec.shape, wire_dtype(spec.dtype), spec.requires_grad)
+    return spec
 
 
 def _example_output(work: GraphModule, example: costs.Example) -> Any:
@@ -350,5 +361,5 @@ def _outputs_spec(
     and never runs a stage on uninitialised buffers to infer shapes.
     """
     if stage + 1 < len(received):
-        return tuple(example.values[n] for n in received[stage + 1])
+        return tuple(_on_wire(example.values[n]) for n in received[stage + 1])
     return tuple(costs.describe(leaf) for leaf in pytree.tensor_leaves(output))

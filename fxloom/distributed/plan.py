@@ -31,6 +31,7 @@ import torch
 from fxloom.distributed.costs import TensorSpec
 from fxloom.distributed.outputs import OutputLayout
 from fxloom.distributed.shared import SharedParameter, sum_gradients
+from fxloom.distributed.wire import with_input_gradients
 from fxloom.graph_module import GraphModule
 from fxloom.passes._cost_report import format_bytes, format_count
 
@@ -175,15 +176,24 @@ class PipelinePlan:
             for t in inputs
         )
         module = _compiled(self.stage_modules[index].to(device), examples, backend, training)
+        if training and index > 0:
+            module = with_input_gradients(module)
         return PipelineStage(
             module,
             index,
             len(self.stage_modules),
             device,
-            input_args=inputs,
+            input_args=inputs if index else inputs[: self._positional_tensors()],
             output_args=_materialise(self.output_specs[index], device),
             group=group,
         )
+
+    def _positional_tensors(self) -> int:
+        """How many of stage 0's inputs the schedule passes positionally (``step(*args)``):
+        the example's positional tensors. Inputs given by name reach stage 0 as keywords,
+        which torch.distributed.pipelining does not count among a stage's declared inputs
+        (it checks them under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``)."""
+        return sum(isinstance(a, torch.Tensor) for a in self.example_inputs)
 
     def _make_groups(self, world_size: int, group: Any | None) -> None:
         """One process group per shared set spanning several ranks; every rank makes them all."""
@@ -241,7 +251,8 @@ def _local_modules(stages: Any) -> dict[int, torch.nn.Module]:
 
 def _materialise(specs: tuple[Any, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
     """Example tensors for static stage metadata: floating ones require grad, as received
-    activations and stage outputs do when training (PipelineStage copies the flag)."""
+    activations and stage outputs do when training (PipelineStage copies the flag). Every
+    tensor that crosses a cut is floating (``fxloom.distributed.wire``)."""
     tensors = (
         spec.empty(device) if isinstance(spec, TensorSpec) else spec.detach().to(device)
         for spec in specs

@@ -20,7 +20,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
+
 from fxloom import pytree
+from fxloom.distributed.wire import WIRE
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
@@ -34,11 +37,15 @@ def build_stage_modules(
     stage_of: dict[Node, int],
     received: list[list[Node]],
     flatten_output: bool = False,
+    dtypes: dict[Node, torch.dtype] | None = None,
 ) -> list[GraphModule]:
-    """The stage modules of ``root``'s graph cut by ``stage_of`` (see the module docstring)."""
+    """The stage modules of ``root``'s graph cut by ``stage_of`` (see the module docstring).
+
+    ``dtypes`` gives each received tensor's dtype: one that is not floating crosses as a
+    floating-point tensor (``fxloom.distributed.wire``)."""
     graph, stages = root.graph, len(received)
     return [
-        _stage_module(root, graph, stage_of, received, stage, stages, flatten_output)
+        _stage_module(root, graph, stage_of, received, stage, stages, flatten_output, dtypes or {})
         for stage in range(stages)
     ]
 
@@ -51,6 +58,7 @@ def _stage_module(
     stage: int,
     stages: int,
     flatten_output: bool,
+    dtypes: dict[Node, torch.dtype],
 ) -> GraphModule:
     new = Graph()
     env: dict[Node, Node] = {}
@@ -68,6 +76,8 @@ def _stage_module(
         for node in received[stage]:
             env[node] = new.placeholder(node.name)
             env[node].meta = dict(node.meta)
+        for node in received[stage]:
+            env[node] = _from_wire(new, env[node], dtypes.get(node))
     for node in graph.nodes:
         if stage_of.get(node) == stage and node.op not in ("placeholder", "output"):
             env[node] = new.node_copy(node, read)
@@ -80,12 +90,40 @@ def _stage_module(
                 result = tuple(result)
             result = new.call_function(pytree.tensor_leaves, (result,))
         new.output(result)
-    else:
-        new.output(tuple(read(node) for node in received[stage + 1]))
+    else:  # what crosses a cut is what the stage declares: contiguous tensors
+        sent = (_to_wire(new, read(node), dtypes.get(node)) for node in received[stage + 1])
+        new.output(tuple(sent))
     _keep_calling_convention(graph, new, stage, stages, flatten_output)
     module = GraphModule(root, new, class_name=f"{type(root).__name__}Stage{stage}")
     module.meta["pipeline_stage"] = stage
     return module
+
+
+def _to_wire(graph: Graph, value: Node, dtype: torch.dtype | None) -> Node:
+    """``value`` as it crosses: contiguous, and floating-point (``fxloom.distributed.wire``)."""
+    value = _contiguous(graph, value)
+    row = WIRE.get(dtype)
+    return value if row is None else graph.call_method(row[1], (value, row[0]))
+
+
+def _from_wire(graph: Graph, received: Node, dtype: torch.dtype | None) -> Node:
+    """What ``_to_wire`` sent, back in its own dtype."""
+    row = WIRE.get(dtype)
+    if row is None:
+        return received
+    value = graph.call_method(row[1], (received, dtype))
+    value.meta = dict(received.meta)
+    return value
+
+
+def _contiguous(graph: Graph, value: Node) -> Node:
+    """``value`` (a tensor: ``boundaries.legalise`` makes everything that crosses one) laid
+    out as stage metadata declares it: ``TensorSpec`` holds shape and dtype, so contiguous.
+    An expanded or transposed activation would otherwise cross with its own strides, which
+    torch.distributed.pipelining rejects (always on torch 2.11; under
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` on 2.13). ``contiguous()`` of a contiguous tensor is
+    the tensor itself, so this costs nothing where the layout already matches."""
+    return graph.call_method("contiguous", (value,))
 
 
 def _keep_calling_convention(

@@ -336,7 +336,10 @@ def _lower_region(
         first = (str(error).strip().splitlines() or [""])[0]
         reason = f"translation failed: {type(error).__name__}: {first}"
         return RegionReport(name, names, ops, lowered=False, reason=reason)
-    setattr(split, name, replacement)
+    # The split is lowering's own module: its region is replaced in the table directly, as
+    # ``attr_path`` installs, without torch's global registration hooks, which report changes
+    # to the user's modules (fxloom.compile counts them: its entries would never hold).
+    split._modules[name] = replacement
     return RegionReport(
         name, names, ops, lowered=True, translate_seconds=time.perf_counter() - start
     )

@@ -7,7 +7,9 @@ sizes ``dynamic_shapes`` asked for, so its dynamic dimensions are symbolic), che
 model with ``onnx.checker``, starting its session and running it once, whose results must
 have the dtypes and shapes PyTorch's had. A region that does no arithmetic stays in PyTorch,
 where it is free or one copy, while a call into ONNX Runtime costs microseconds and a copy of
-its outputs. Sessions cannot run backward (``trainable`` is False). An ``OrtModule`` is saved
+its outputs. A session computes into memory of its own: writes into what the caller holds (an
+input, a parameter, a view of one) stay in PyTorch (``fxloom.lower.held_storage``). Sessions
+cannot run backward (``trainable`` is False). An ``OrtModule`` is saved
 as its ONNX model (``fxloom.lower.runtime_saving``).
 
 Depends on: ``fxloom.lower.onnx_translate``, ``fxloom.lower.runtime``,
@@ -26,14 +28,18 @@ from fxloom.backends import Backend, RegionExamples, register_backend
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, same_number
 from fxloom.lower.extra import require
+from fxloom.lower.held_storage import held_storage_reasons
 from fxloom.lower.lowering import LoweringError
 from fxloom.lower.onnx_translate import unsupported_reason
 from fxloom.lower.runtime import OrtModule
 from fxloom.lower.runtime_saving import ORT_MODULE_SAVING
 from fxloom.node import Node
+from fxloom.passes.captured import graph_module_of
 from fxloom.pytree import tree_flatten
 
 __all__ = ["OnnxRuntimeBackend"]
+
+_CALLS = ("call_function", "call_method", "call_module")
 
 
 class OnnxRuntimeBackend(Backend):
@@ -43,8 +49,19 @@ class OnnxRuntimeBackend(Backend):
     trainable = False
     saved_modules = MappingProxyType({OrtModule: ORT_MODULE_SAVING})
 
+    def __init__(self, *, threads: int | None = None, spinning: bool | None = None) -> None:
+        """``threads``, ``spinning``: the sessions' settings where ``lower`` is given none (as
+        ``lower``'s own arguments; None decides by where the work runs). For a caller that
+        cannot pass them to ``lower``: ``fxloom.compile(model,
+        backend=OnnxRuntimeBackend(threads=1))``."""
+        self.threads = threads
+        self.spinning = spinning
+
     def unsupported_reason(self, node: Node, gm: GraphModule) -> str | None:
-        return unsupported_reason(node, gm)
+        reason = unsupported_reason(node, gm)
+        if reason is None and node.op in _CALLS:  # it computes into memory of its own
+            reason = held_storage_reasons(graph_module_of(gm)).get(node)
+        return reason
 
     def require(self) -> None:
         require("onnx")
@@ -105,8 +122,10 @@ class OnnxRuntimeBackend(Backend):
         runs between the regions, and spinning threads would take the cores its operators
         need (eager ResNet-50 ran 2x slower next to spinning sessions on 2 cores): spinning
         off, and ``torch.get_num_threads()`` threads, so both share the machine alike.
-        ``threads`` and ``spinning``, when given, win.
+        ``threads`` and ``spinning``, when given, win over the backend's own.
         """
+        threads = self.threads if threads is None else threads
+        spinning = self.spinning if spinning is None else spinning
         spin = whole_model if spinning is None else spinning
         if whole_model and threads is None:
             count, intra = "ONNX Runtime's default threads", 0

@@ -221,6 +221,10 @@ class OrtModule(nn.Module):
         return [value for i, value in enumerate(inputs) if i not in self.fixed_inputs]
 
     def _as_array(self, declared: _DeclaredInput, value: Any) -> np.ndarray:
+        if type(value) is torch.Tensor and value.shape == declared.exact and value.is_cpu:
+            # The common case, checked at once: a CPU tensor of the declared fixed shape.
+            if value.dtype is declared.dtype and not value.requires_grad:
+                return value.contiguous().numpy()
         if isinstance(value, (bool, int, float)) and declared.dtype is not None:
             value = torch.tensor(value, dtype=declared.dtype)  # a size fed as a 0-d tensor
         if not isinstance(value, torch.Tensor):
@@ -244,10 +248,13 @@ class _DeclaredInput:
     name: str
     dtype: torch.dtype | None  # None: a type this module does not map (ONNX Runtime checks it)
     shape: tuple[Any, ...]  # ints are fixed sizes; names or None are free
+    exact: tuple[int, ...] | None = None  # the shape, where every size is fixed
 
     @classmethod
     def of(cls, arg: Any) -> _DeclaredInput:
-        return cls(arg.name, ORT_DTYPES.get(arg.type), tuple(arg.shape))
+        shape = tuple(arg.shape)
+        fixed = all(type(size) is int for size in shape)
+        return cls(arg.name, ORT_DTYPES.get(arg.type), shape, shape if fixed else None)
 
     def mismatch(self, value: torch.Tensor) -> str | None:
         """Why ``value`` cannot be fed here, or None."""

@@ -210,8 +210,10 @@ def run_inference(rank: int, world_size: int, backend: str) -> Any:
     case = CASES["resnet"]
     model = case.build()
     inputs, _ = batch_of(case)
+    # Planned with positional inputs, as stage 0 receives them (``step(*inputs)``): a stage
+    # compiled by ONNX Runtime takes its inputs by position only.
     plan = fxloom.distributed.pipeline(
-        model, {k: v[:MICROBATCH] for k, v in inputs.items()}, stages=world_size
+        model, tuple(v[:MICROBATCH] for v in inputs.values()), stages=world_size
     )
     stage = plan.build_stage(rank, torch.device("cpu"), backend=backend, training=False)
     schedule = pipelining.ScheduleGPipe(stage, n_microbatches=MICROBATCHES)

@@ -73,6 +73,57 @@ def test_boundaries_carry_only_tensors(gpt2_plan):
     assert gpt2_plan.output_specs[0] == gpt2_plan.input_specs[1]  # static metadata agrees
 
 
+def test_what_crosses_a_cut_is_exactly_what_the_stage_declares(gpt2_plan):
+    """Contiguous, floating tensors of the declared shapes and dtypes: torch 2.11 checks the
+    strides it sends (an expanded mask has stride 0) and makes every receive buffer require
+    grad, which an int64 index cannot; it crosses as float64 bytes and is turned back."""
+    with torch.no_grad():
+        sent = gpt2_plan.stage_modules[0](input_ids=ids(2, 8))
+    declared = gpt2_plan.output_specs[0]
+    assert len(sent) == len(declared)
+    for tensor, spec in zip(sent, declared):
+        assert tensor.is_contiguous() and tensor.is_floating_point()
+        assert (tuple(tensor.shape), tensor.dtype) == (spec.shape, spec.dtype)
+
+
+def test_an_integer_tensor_crosses_as_float_bytes_and_arrives_unchanged():
+    class Positions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            index = x.argmax(-1)  # int64, computed before the cut and used after it
+            hidden = self.first(x)
+            return self.second(hidden) + index.unsqueeze(-1)
+
+    torch.manual_seed(0)
+    model, x = Positions(), torch.randn(2, 5, 4)
+    plan = pipeline(model, (x,), stages=2)
+    with torch.no_grad():
+        torch.testing.assert_close(run_stages(plan, x), model(x))
+        sent = plan.stage_modules[0](x)
+    assert torch.float64 in {t.dtype for t in sent}  # the index, as its own bytes
+    assert all(t.is_floating_point() and t.is_contiguous() for t in sent)
+
+
+def test_a_training_stage_returns_a_gradient_for_every_tensor_it_received():
+    """torch.distributed.pipelining sends one back for each; zeros where autograd reaches
+    none (an activation used only for its shape), adding nothing where it does."""
+    from fxloom.distributed.wire import with_input_gradients
+
+    class UsesOneForItsShape(nn.Module):
+        def forward(self, used, shape_only):
+            return used * 2 + shape_only.shape[0]
+
+    stage = with_input_gradients(UsesOneForItsShape())
+    used, shape_only = (torch.ones(3, requires_grad=True) for _ in range(2))
+    stage(used, shape_only).sum().backward()
+    torch.testing.assert_close(used.grad, torch.full((3,), 2.0))
+    torch.testing.assert_close(shape_only.grad, torch.zeros(3))
+    assert dict(stage.named_parameters()) == dict(UsesOneForItsShape().named_parameters())
+
+
 def test_a_size_that_cannot_be_recomputed_is_carried_as_a_tensor(gpt2_plan):
     def targets(stage):
         return {n.target for n in gpt2_plan.stage_modules[stage].graph.nodes}

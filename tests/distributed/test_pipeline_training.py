@@ -27,7 +27,7 @@ ATOL = 1e-6
 
 
 @pytest.fixture(scope="module")
-def ranks() -> list[dict]:
+def ranks(torch_distributed_checks_on) -> list[dict]:
     return fxloom.distributed.run_local(run_all, 2)
 
 

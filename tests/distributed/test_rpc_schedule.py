@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 import fxloom
+from fxloom._notes import notes_of
 from fxloom.distributed import rpc_available, rpc_options, rpc_wait, run_local
 from fxloom.passes.schedule import schedule_async
 
@@ -240,8 +241,18 @@ def _error_of(gm: fxloom.GraphModule, *inputs: torch.Tensor) -> tuple[str, str] 
     try:
         gm(*inputs)
     except Exception as e:  # the remote error, as rpc re-raises it here (with the remote traceback)
-        return type(e).__name__, str(e)
+        return type(e).__name__, _without_notes(e)
     return None
+
+
+def _without_notes(error: Exception) -> str:
+    """The error's own text. Where the graph ran it fxloom adds a note naming the node (which
+    differs between the blocking and the scheduled module); before Python 3.11 a note is
+    written into the message, so it is cut off here."""
+    text = str(error)
+    for note in notes_of(error):
+        text = text.replace(f"\n{note}", "")
+    return text
 
 
 def session(rank: int, world_size: int) -> dict | None:
