@@ -15,6 +15,12 @@ tracers get the fixed values as ``concrete_args``; torch.export gets them as con
     torch.export-dynamic / fxloom.export-dynamic
                       the two exports with dimension 0 of every tensor input a shared
                       Dim("batch"); the program must also be correct at another batch size
+    fxloom.compile / torch.compile
+                      the model compiled on its first call (fxloom.compile; torch.compile
+                      with backend="eager"), called as eager is; measured differently
+                      (``COMPILERS``, ``worker.measure_compile``): graphs compiled after two
+                      identical calls and after a call at another batch size, first-call
+                      time, steady-state time per call
 
 Depends on: torch, fxloom. torch.fx and torch.export are imported here only as comparisons.
 """
@@ -139,6 +145,62 @@ def capture_fxloom_export_dynamic(model: nn.Module, inputs: dict[str, Any]) -> C
     return Captured(lambda given: module(**given, **flags), len(program.graph.nodes))
 
 
+@dataclass
+class Compiler:
+    """A compiler that compiles on the first call: ``compile(model)`` returns the callable,
+    ``graphs(compiled)`` how many graphs it has compiled so far (every cache entry and every
+    piece after a graph break), ``details(compiled)`` what else it says (breaks, why it
+    recompiled), as JSON-able values."""
+
+    compile: Callable[[nn.Module], Any]
+    graphs: Callable[[Any], int]
+    details: Callable[[Any], dict[str, Any]]
+
+
+def _fxloom_compile(model: nn.Module) -> Any:
+    return fxloom.compile(model)
+
+
+def _fxloom_details(compiled: Any) -> dict[str, Any]:
+    report = compiled.explain()
+    return {
+        "breaks": [f"{b.where}: {b.reason}: {b.detail}"[:200] for b in report.breaks],
+        "recompiles": [text[:200] for text in report.recompiles],
+        "as_python": report.runs_as_python,
+        "pieces_as_python": [text[:200] for text in getattr(report, "pieces_as_python", ())],
+    }
+
+
+def _dynamo_compile(model: nn.Module) -> Any:
+    return torch.compile(model, backend="eager")
+
+
+def _dynamo_graphs(compiled: Any) -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def _dynamo_details(compiled: Any) -> dict[str, Any]:
+    from torch._dynamo.utils import counters
+
+    return {
+        "breaks": [f"{reason}"[:200] for reason in counters["graph_break"]],
+        "recompiles": [],
+        "as_python": None,
+    }
+
+
+COMPILERS = {
+    "fxloom.compile": Compiler(
+        _fxloom_compile,
+        lambda compiled: 0 if compiled is None else compiled.explain().graph_count,
+        _fxloom_details,
+    ),
+    "torch.compile": Compiler(_dynamo_compile, _dynamo_graphs, _dynamo_details),
+}
+
+
 # Methods whose program must also compute eager's result at another batch size.
 DYNAMIC_BATCH = {"torch.export-dynamic", "fxloom.export-dynamic"}
 
@@ -151,3 +213,6 @@ METHODS: dict[str, Callable[[nn.Module, dict[str, Any]], Captured]] = {
     "torch.export-dynamic": capture_torch_export_dynamic,
     "fxloom.export-dynamic": capture_fxloom_export_dynamic,
 }
+
+# Every method the zoo runs: the captures, then the compilers.
+ALL_METHODS = [*METHODS, *COMPILERS]

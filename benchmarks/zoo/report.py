@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.zoo.methods import METHODS
+from benchmarks.zoo.methods import ALL_METHODS, METHODS
 from benchmarks.zoo.registry import FAMILIES, SPECS
 
 Result = dict[str, Any]
@@ -38,7 +38,7 @@ NOTES = (
 
 def sort_key(key: tuple[str, str]) -> tuple[int, int]:
     model, method = key
-    methods = list(METHODS)
+    methods = list(ALL_METHODS)
     return list(SPECS).index(model), methods.index(method) if method in methods else 99
 
 
@@ -286,6 +286,8 @@ def overall_block(results: list[Result], methods: list[str], run: dict[str, Any]
 
 
 def write(results: list[Result], run: dict[str, Any], path: Path, readme: Path | None) -> None:
+    everything = results
+    results = [r for r in results if r["method"] in METHODS]  # the captures' tables
     methods = [m for m in METHODS if any(r["method"] == m for r in results)]
     models = sorted({r["model"] for r in results}, key=list(SPECS).index)
     by_key = {(r["model"], r["method"]): r for r in results}
@@ -343,6 +345,7 @@ def write(results: list[Result], run: dict[str, Any], path: Path, readme: Path |
         "",
         *specialisations(models),
         "",
+        *compile_section(everything, run),
     ]
     path.write_text("\n".join(lines))
     if readme is not None and readme.exists():
@@ -356,3 +359,144 @@ def update_readme(readme: Path, block: list[str]) -> None:
         return  # no markers: leave the README alone
     replacement = "\n".join([README_BEGIN, *block, README_END])
     readme.write_text(pattern.sub(lambda _: replacement, text))
+
+
+# ----------------------------------------------------------------------------- compilers
+OURS, PEER = "fxloom.compile", "torch.compile"
+COMPILE_NOTES = (
+    "Each model in a fresh process per compiler: `fxloom.compile(model)` against "
+    '`torch.compile(model, backend="eager")`, each after its one-time start-up was paid on a '
+    "small model of its own. Calls: the example inputs (the call that compiles), the same "
+    "inputs again (an identical call), then a batch 3 larger. Graphs = graphs compiled so "
+    "far after each call (fxloom: `explain().graph_count`, every cache entry and piece; "
+    "Dynamo: `counters['stats']['unique_graphs']`). First call = compiling and running the "
+    "first call. Runtime ratio = compiled / eager at the example: the median over 30-300 "
+    "rounds of one eager and one compiled call each (paired, so the shared machine's load "
+    "hits both sides of each ratio), one thread, after the three calls."
+)
+
+
+def _graphs(result: Result) -> str:
+    stages = ("first", "identical", "other_batch")
+    return "/".join(str(result.get(f"graphs_{stage}", "?")) for stage in stages)
+
+
+def compile_cell(result: Result | None) -> str:
+    if result is None:
+        return ""
+    if result["status"] == "error":
+        return f"{result['error']}: " + escape(result.get("message", ""))[:60]
+    wrong = (
+        "" if result["status"] == "ok" else "WRONG " + escape(result.get("message", ""))[:50] + "; "
+    )
+    return (
+        f"{wrong}{_graphs(result)}, {result['first_call_s'] * 1e3:.0f} ms, "
+        f"{result['runtime_ratio']:.2f}x"
+    )
+
+
+def _graphs_at_most(ours: Result, peer: Result) -> bool:
+    stages = ("first", "identical", "other_batch")
+    return all(ours[f"graphs_{s}"] <= peer[f"graphs_{s}"] for s in stages)
+
+
+def compile_targets(results: list[Result]) -> list[str]:
+    """The targets of issue 33 on the zoo, each with its figure and whether it is met."""
+    by_key = {(r["model"], r["method"]): r for r in results}
+    models = sorted({r["model"] for r in results if r["method"] in (OURS, PEER)},
+                    key=list(SPECS).index)  # fmt: skip
+    ours = {m: by_key[m, OURS] for m in models if (m, OURS) in by_key}
+    peer = {m: by_key[m, PEER] for m in models if (m, PEER) in by_key}
+    if not ours:
+        return []
+    ran = {m: r for m, r in ours.items() if r["status"] != "error"}
+    both = [m for m in ran if m in peer and peer[m]["status"] != "error"]
+    lines = []
+    correct = [m for m, r in ours.items() if r["status"] == "ok"]
+    wrong = [m for m in ours if m not in correct]
+    lines.append(mark(not wrong, f"fxloom.compile equal to eager on all three calls: "
+                      f"{len(correct)}/{len(ours)}" + (f" (not: {', '.join(wrong)})" if wrong else "")))  # fmt: skip
+    again = [m for m, r in ran.items() if r["graphs_identical"] != r["graphs_first"]]
+    lines.append(mark(not again, f"an identical second call compiles nothing: "
+                      f"{len(ran) - len(again)}/{len(ran)}" + (f" (recompiled: {', '.join(again)})" if again else "")))  # fmt: skip
+    more = [m for m in both if not _graphs_at_most(ran[m], peer[m])]
+    lines.append(mark(not more, f"graphs <= Dynamo's after each call: {len(both) - len(more)}/{len(both)}"
+                      + (f" (more: {', '.join(f'{m} {_graphs(ran[m])} vs {_graphs(peer[m])}' for m in more)})" if more else "")))  # fmt: skip
+    timed = [m for m in both if "runtime_ratio" in ran[m] and "runtime_ratio" in peer[m]]
+    slow = [m for m in timed if ran[m]["runtime_ratio"] > 1.1]
+    slower = ", ".join(f"{m} {ran[m]['runtime_ratio']:.2f}x" for m in slow)
+    lines.append(mark(not slow, "no model slower than 1.1x eager in steady state: "
+                      f"{len(timed) - len(slow)}/{len(timed)}"
+                      + (f" (slower: {slower})" if slow else "")))  # fmt: skip
+    if timed:
+        mine = statistics.geometric_mean(ran[m]["runtime_ratio"] for m in timed)
+        theirs = statistics.geometric_mean(peer[m]["runtime_ratio"] for m in timed)
+        worst = max(timed, key=lambda m: ran[m]["runtime_ratio"])
+        behind = [m for m in timed if ran[m]["runtime_ratio"] > peer[m]["runtime_ratio"]]
+        lines.append(
+            f"- per model, fxloom's runtime ratio <= Dynamo's on {len(timed) - len(behind)} of "
+            f"{len(timed)}" + (f" (above: {', '.join(behind)})" if behind else "")
+        )
+        lines.append(mark(mine <= theirs, f"geometric mean of compiled/eager over the {len(timed)} "
+                          f"models both run: fxloom {mine:.2f}, Dynamo {theirs:.2f} "
+                          f"(fxloom's worst: {worst} {ran[worst]['runtime_ratio']:.2f}x)"))  # fmt: skip
+        ratios = [ran[m]["first_call_s"] / peer[m]["first_call_s"] for m in timed]
+        lines.append(mark(median(ratios) <= 0.25, "first-call compile time, median of per-model "
+                          f"ratios fxloom / Dynamo: {median(ratios):.2f}x (range "
+                          f"{min(ratios):.2f}-{max(ratios):.2f}; medians {median(ran[m]['first_call_s'] for m in timed) * 1e3:.0f} ms "
+                          f"vs {median(peer[m]['first_call_s'] for m in timed) * 1e3:.0f} ms)"))  # fmt: skip
+    return lines
+
+
+def compile_section(results: list[Result], run: dict[str, Any]) -> list[str]:
+    """The ``fxloom.compile`` / ``torch.compile`` section of RESULTS.md."""
+    compiled = [r for r in results if r["method"] in (OURS, PEER)]
+    if not compiled:
+        return []
+    by_key = {(r["model"], r["method"]): r for r in compiled}
+    models = sorted({r["model"] for r in compiled}, key=list(SPECS).index)
+    lines = [
+        "## fxloom.compile against torch.compile",
+        "",
+        COMPILE_NOTES,
+        *([f"Load: {run['load']}."] if run.get("load") else []),
+        "",
+        *compile_targets(results),
+        "",
+        "Cells: graphs after the first / identical / other-batch call, first call (ms), "
+        "steady-state runtime ratio to eager.",
+        "",
+        f"| model | family | {OURS} | {PEER} | fxloom: breaks, pieces run as Python |",
+        "|---|---|---|---|---|",
+    ]
+    for model in models:
+        ours = by_key.get((model, OURS))
+        notes = ""
+        if ours is not None and ours["status"] != "error":
+            notes = "; ".join([*ours.get("breaks", []), *ours.get("pieces_as_python", [])])
+            if ours.get("as_python"):
+                notes = f"{notes}; runs as Python: {ours['as_python']}".lstrip("; ")
+        lines.append(
+            f"| {model} | {SPECS[model].family} | {compile_cell(ours)} | "
+            f"{compile_cell(by_key.get((model, PEER)))} | {escape(notes)[:160]} |"
+        )
+    return [*lines, ""]
+
+
+def compile_summary(results: list[Result], run: dict[str, Any], commit: str = "?") -> str:
+    """The zoo's compile targets for benchmarks/RESULTS.md: date, machine, command, load;
+    ``commit``: the checkout the report is written from."""
+    lines = [
+        f'## Model zoo: fxloom.compile against torch.compile(backend="eager") — {run["date"]}',
+        "",
+        f"Machine: {run['machine']}; {run['versions']} (commit {commit}). "
+        f"`{run['command']}` ({run['pairs']} "
+        f"pairs, {run['jobs']} at a time, {run['elapsed_s'] / 60:.1f} min). "
+        + (f"Load: {run['load']}. " if run.get("load") else "")
+        + COMPILE_NOTES,
+        "",
+        *compile_targets(results),
+        "",
+        'Per model: benchmarks/zoo/RESULTS.md, section "fxloom.compile against torch.compile".',
+    ]
+    return "\n".join(lines) + "\n"

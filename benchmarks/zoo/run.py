@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.zoo` importab
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.zoo import report
-from benchmarks.zoo.methods import METHODS
+from benchmarks.zoo.methods import ALL_METHODS
 from benchmarks.zoo.registry import SPECS
 from benchmarks.zoo.worker import RESULT_PREFIX
 
@@ -84,9 +84,15 @@ def load_results() -> dict[tuple[str, str], dict[str, Any]]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", choices=list(SPECS), default=list(SPECS))
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=ALL_METHODS, default=ALL_METHODS)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per pair")
     parser.add_argument("--jobs", type=int, default=1, help="pairs run at once")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also append the compile targets (fxloom.compile vs torch.compile) to "
+        "benchmarks/RESULTS.md",
+    )
     parser.add_argument(
         "--report-only",
         action="store_true",
@@ -95,14 +101,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+LOADS: list[float] = []  # the 1-minute load average after each pair, for the report
+
+
 def run_all(pairs: list[tuple[str, str]], timeout: float, jobs: int) -> list[dict[str, Any]]:
     """Every pair's result, in order, printing one progress line per pair."""
     results = []
+    LOADS.append(os.getloadavg()[0])
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(run_pair, model, method, timeout) for model, method in pairs]
         for done, future in enumerate(futures, 1):
             result = future.result()
             results.append(result)
+            LOADS.append(os.getloadavg()[0])
             detail = "" if result["status"] == "ok" else result.get("error", "")
             print(
                 f"[{done}/{len(pairs)}] {result['model']:<18} {result['method']:<16} "
@@ -149,12 +160,20 @@ def main(argv: list[str] | None = None) -> None:
             "pairs": len(pairs),
             "jobs": args.jobs,
             "elapsed_s": round(time.perf_counter() - start, 1),
+            "load": f"1-minute load average {LOADS[0]:.2f} at the start, median "
+            f"{sorted(LOADS)[len(LOADS) // 2]:.2f} and max {max(LOADS):.2f} over the run "
+            f"({os.cpu_count()} cores, shared with other work)",
         }
         run_info["history"] = _history(previous, run_info, set(args.methods), set(args.models))
     ordered = [results[key] for key in sorted(results, key=report.sort_key)]
     RESULTS_JSON.write_text(json.dumps({"run": run_info, "results": ordered}, indent=1) + "\n")
     report.write(ordered, run_info, RESULTS_MD, README)
     print(f"{len(ordered)} results; wrote {RESULTS_JSON.name} and {RESULTS_MD.name}")
+    if args.record:
+        from benchmarks._common import append_to_results, commit
+
+        summary = report.compile_summary(ordered, run_info, commit())
+        print(f"recorded in {append_to_results(summary)}")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,8 @@ def error_record(error: BaseException) -> dict[str, Any]:
 
 def measure(model_name: str, method: str) -> dict[str, Any]:
     """Build ``model_name``, capture it with ``method``, and compare it with eager."""
+    if method in methods.COMPILERS:
+        return measure_compile(model_name, method)
     result: dict[str, Any] = {"model": model_name, "method": method, "status": "error"}
     spec = registry.get(model_name)
     result["family"] = spec.family
@@ -163,6 +165,97 @@ def second_batch(spec: registry.ModelSpec, model: torch.nn.Module, captured: Any
     except Exception as error:
         record = error_record(error)
         return f"{record['error']}: {record['message'][:200]}"
+
+
+# ----------------------------------------------------------------------------- compilers
+STEADY_ROUNDS = (30, 300)  # one eager and one compiled call per round, interleaved
+STEADY_SECONDS = 1.5  # rounds within the bounds, to fill about this long
+STAGES = ("first", "identical", "other_batch")
+
+
+def measure_compile(model_name: str, method: str) -> dict[str, Any]:
+    """Compile ``model_name`` with a compile-on-first-call ``method`` and call it three times:
+    at the example (the call that compiles), again at the same inputs (an identical call must
+    compile nothing), then at another batch size. After each call: whether it equals eager and
+    how many graphs the compiler holds. Then the steady-state time per call at the example,
+    compiled against eager (interleaved calls, medians, one thread)."""
+    result: dict[str, Any] = {"model": model_name, "method": method, "status": "error"}
+    spec = registry.get(model_name)
+    result["family"] = spec.family
+    compiler = methods.COMPILERS[method]
+    model, inputs = spec.build()
+    batch = spec.example[0] + 3  # another batch size (1 and 2 are special to both compilers)
+    others = spec.make_inputs(batch, spec.example[1])
+    fixed = methods.fixed_args(model, inputs)
+    calls = {"first": inputs, "identical": inputs, "other_batch": others}
+    try:
+        with torch.no_grad():
+            expected = {stage: model(**given, **fixed) for stage, given in calls.items()}
+    except Exception as error:  # the model itself does not run: no method is to blame
+        result.update(stage="eager", **error_record(error))
+        return result
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result["start_up_s"] = _start_up(compiler)
+        before = compiler.graphs(None)
+        try:
+            start = time.perf_counter()
+            compiled = compiler.compile(model)
+            for stage, given in calls.items():
+                got = compiled(**given, **fixed)
+                if stage == "first":
+                    result["first_call_s"] = time.perf_counter() - start
+                result[f"graphs_{stage}"] = compiler.graphs(compiled) - before
+                mismatch = compare(got, expected[stage])
+                result[f"correct_{stage}"] = mismatch is None
+                if mismatch is not None:
+                    result.setdefault("message", f"{stage}: {mismatch}")
+            result.update(compiler.details(compiled))
+            eager_s, compiled_s, ratio = steady_state(
+                lambda: model(**inputs, **fixed), lambda: compiled(**inputs, **fixed)
+            )
+            result["graphs_steady"] = compiler.graphs(compiled) - before
+        except Exception as error:
+            result.update(stage="run", **error_record(error))
+            return result
+    correct = all(result[f"correct_{stage}"] for stage in STAGES)
+    result.update(status="ok" if correct else "mismatch", eager_s=eager_s, captured_s=compiled_s)
+    result["runtime_ratio"] = ratio
+    return result
+
+
+def _start_up(compiler: methods.Compiler) -> float:
+    """Each library's one-time start-up (its imports, torch's meta kernels), paid on a small
+    function of its own, so the first call timed after it is what compiling the model costs."""
+    start = time.perf_counter()
+    warm = compiler.compile(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU()))
+    warm(torch.randn(2, 3))
+    return time.perf_counter() - start
+
+
+def steady_state(eager: Any, compiled: Any) -> tuple[float, float, float]:
+    """Median seconds per call of ``eager()`` and ``compiled()``, and the median of the
+    per-round ratios compiled / eager: one call of each per round (interleaved and paired, so
+    a change in a shared machine's load hits both sides of a ratio), after a warm-up; as many
+    rounds as fit in about ``STEADY_SECONDS``."""
+    start = time.perf_counter()
+    for _ in range(3):
+        eager(), compiled()
+    per_round = (time.perf_counter() - start) / 3
+    low, high = STEADY_ROUNDS
+    rounds = max(low, min(high, int(STEADY_SECONDS / max(per_round, 1e-6))))
+    times: dict[Any, list[float]] = {eager: [], compiled: []}
+    for _ in range(rounds):
+        for call in (eager, compiled):
+            start = time.perf_counter()
+            call()
+            times[call].append(time.perf_counter() - start)
+    ratios = [c / e for c, e in zip(times[compiled], times[eager])]
+    return (
+        statistics.median(times[eager]),
+        statistics.median(times[compiled]),
+        statistics.median(ratios),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -138,6 +138,9 @@ MOVES = Callee("native_pure", tensors=True, target=0)
 MOVES_NEW = Callee("native_pure", tensors=True, target=0, new=True)
 IDENTITY = Callee("native_pure", tensors=True, identity=True)  # identity and type only
 IDENTITY_NEW = Callee("native_pure", tensors=True, identity=True, new=True)
+# ``Module.parameters()``, ``.modules()``, ...: generators over the module tree, which the
+# compiled module's epoch guards: run natively, a new generator of the real objects.
+MODULE_TREE_WALK = IDENTITY_NEW
 READS = Callee("native_reads_outside", tensors=True, target=0)
 MUTATES = Callee("native_mutating", tensors=True, target=0)
 MUTATES_IDENTITY = Callee("native_mutating", tensors=True, identity=True, target=0)
@@ -500,6 +503,10 @@ _MODULES: dict[str, Callee] = {
     # Python code of torch that switches global state: interpreted, so that the switch it
     # makes (``torch._C._set_grad_enabled``) is recorded
     "torch.autograd.grad_mode": INLINE, "torch.utils._contextlib": INLINE,
+    # a module class's Python method called as a function (``super().forward(x)`` in a
+    # subclass of nn.Embedding, ``self.register_buffer(...)``): interpreted, never recorded
+    # with the module as an argument
+    "torch.nn.modules": INLINE,
 }  # fmt: skip
 
 

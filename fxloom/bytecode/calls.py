@@ -116,6 +116,8 @@ def call(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
         if row is not None:  # a Python method the table lists (``os.environ.get``)
             return _by_row(interp, row, fn, args, kwargs)
         return call(interp, fn.__func__, (fn.__self__, *args), kwargs)
+    if kind is functools.partial and _records(fn.func):  # partial(F.gelu, approximate=...)
+        return call(interp, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs})
     if kind in _TENSOR_METHOD_TYPES and isinstance(getattr(fn, "__self__", None), StandIn):
         return _tensor_method(interp, fn.__self__, fn.__name__, args, kwargs)
     if kind is types.MethodDescriptorType and args and isinstance(args[0], StandIn):
@@ -134,6 +136,12 @@ def call(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
     if type(python_call) is types.FunctionType:
         return inline(interp, python_call, (fn, *args), kwargs)
     raise _unknown(fn)
+
+
+def _records(fn: Any) -> bool:
+    """Whether the table records ``fn`` as a torch operation."""
+    row = callees.lookup(fn)
+    return row is not None and row.kind == "record"
 
 
 def _unknown(fn: Any) -> Break:
@@ -202,6 +210,10 @@ def inline(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dic
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         if code.co_name == "<genexpr>":
             return interp.recording.built(iter(_exhaust(interp, fn, args, kwargs)))
+        if fn.__module__ == "torch.nn.modules.module" and not holds_stand_in(args, kwargs):
+            # Module.parameters(), .modules(), ...: walks over the module tree (guarded by its
+            # epoch), run natively as a generator of the real objects.
+            return _native(interp, fn, args, kwargs, callees.MODULE_TREE_WALK)
         raise Break("generator", f"{fn.__qualname__} is a generator function")
     return interp.run(bind_frame(interp, fn, args, kwargs))
 
@@ -645,7 +657,10 @@ def _super(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     first = frame.code.co_varnames[0] if frame.code.co_argcount else None
     if cell is None or first is None:
         raise Break("unknown-value", "super() without arguments outside a method")
-    return super(cell.cell_contents, frame.locals[first])
+    if first in frame.locals:
+        return super(cell.cell_contents, frame.locals[first])
+    # ``self`` captured by an inner function or generator expression lives in its cell
+    return super(cell.cell_contents, frame.cells[first].cell_contents)
 
 
 def _deferred(fn: Any) -> Any:

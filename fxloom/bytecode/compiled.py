@@ -110,9 +110,12 @@ class CompiledFunction:
         self.fullgraph = fullgraph
         self.recompile_limit = recompile_limit
         self.cache: list[CacheEntry] = []  # entries that start the function
+        # entries no longer tried since the function runs as Python (kept for explain())
+        self.retired: list[CacheEntry] = []
         # (instruction index, local names, stack depth) -> entries that start after a break
         self.pieces: dict[tuple, list[CacheEntry]] = {}
-        self.as_python: set[tuple] = set()  # where no piece could be captured
+        # where no piece could be captured -> "file:line: why" (then the function runs as Python)
+        self.as_python: dict[tuple, str] = {}
         self.breaks: list[Break] = []
         self.misses: list[str] = []  # why each recompilation happened (the failing guard)
         self.eager_reason: str | None = None
@@ -209,6 +212,14 @@ class CompiledFunction:
         result = entry.run(*values)
         return result if type(result) is not Next else drive(self, result)
 
+    def give_up(self, reason: str) -> None:
+        """Run as plain Python from the next call on: the cache is emptied (its entries kept
+        in ``retired`` for ``explain()``), so every call takes the miss path, which runs the
+        function natively."""
+        self.eager_reason = reason
+        self.retired.extend(self.cache)
+        self.cache.clear()
+
     def _refuse(self, stop: Break) -> None:
         if self.fullgraph:
             raise CompileError(
@@ -231,7 +242,8 @@ class CompiledFunction:
         """The generated Python of every cache entry: guard, run and graph, with the user's
         file:line beside each graph statement."""
         parts = []
-        entries = [*self.cache, *(piece for pieces in self.pieces.values() for piece in pieces)]
+        pieces = (piece for entries in self.pieces.values() for piece in entries)
+        entries = [*self.cache, *self.retired, *pieces]
         for number, entry in enumerate(entries):
             graph_code = entry.graph_module.graph.python_code("self", verbose=True).src
             parts.append(

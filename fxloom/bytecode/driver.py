@@ -144,7 +144,10 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
                 pieces.insert(0, pieces.pop(index))
             piece.hits += 1
             return piece.run(*values)
-    if key in compiled.as_python or len(pieces) >= compiled.recompile_limit:
+    if key in compiled.as_python:
+        return _AS_PYTHON.run(frame)
+    if len(pieces) >= compiled.recompile_limit:
+        _give_up(compiled, key, frame, f"recompiled {len(pieces)} times (recompile_limit)")
         return _AS_PYTHON.run(frame)
     parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])))
     try:
@@ -153,10 +156,28 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
         )
     except Break as error:
         compiled.breaks.append(error)
-        compiled.as_python.add(key)
+        _give_up(compiled, key, frame, f"{error.row.title}: {error.detail}", error.where)
         return _AS_PYTHON.run(frame)
     if stop is not None and stop.top_index != key[0]:
         # (a piece that stops where it starts only hands on to Python: no new break)
         compiled.breaks.append(stop)
     pieces.insert(0, piece)
     return piece.run(*values)
+
+
+def _give_up(compiled: Any, key: tuple, frame: Frame, reason: str, where: Any = None) -> None:
+    """No piece runs from ``key``: this call finishes as interpreted Python, and from the next
+    call on the whole function runs as plain Python (natively, at Python's speed, where
+    interpreting the rest of every call would be many times slower than eager). Recorded
+    with the line (the failure's own, else where the piece would have started), for
+    ``explain()``."""
+    if where is None:
+        frame.line = frame.instructions[key[0]].line
+        where = frame.location()
+    location = where
+    text = f"{location.short}: {reason}" + (f"\n    {location.code}" if location.code else "")
+    compiled.as_python[key] = text
+    compiled.give_up(
+        f"no piece could be captured after the graph break at {location.short} ({reason}); "
+        "the function runs as Python from the next call"
+    )

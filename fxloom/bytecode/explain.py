@@ -49,6 +49,8 @@ class Explanation:
     guards: list[list[str]] = field(default_factory=list)  # per cache entry
     recompiles: list[str] = field(default_factory=list)  # the guard that failed, per recompile
     runs_as_python: str | None = None
+    # Where, after a graph break, no piece could be captured: "file:line: why" each
+    pieces_as_python: list[str] = field(default_factory=list)
 
     @property
     def graph_count(self) -> int:
@@ -67,6 +69,7 @@ class Explanation:
         report = cls(compiled.fn.__qualname__, runs_as_python=compiled.eager_reason)
         entries = [
             *compiled.cache,
+            *compiled.retired,
             *(piece for pieces in compiled.pieces.values() for piece in pieces),
         ]
         for number, entry in enumerate(entries):
@@ -92,6 +95,7 @@ class Explanation:
                 )
             )
         report.recompiles = list(compiled.misses)
+        report.pieces_as_python = list(compiled.as_python.values())
         return report
 
     # ------------------------------------------------------------ rendering
@@ -130,6 +134,8 @@ class Explanation:
             parts.append(guards)
         if self.recompiles:
             parts.append(Text("recompiled because: " + "; ".join(self.recompiles)))
+        for text in self.pieces_as_python:
+            parts.append(Text(f"runs as Python after a break: {text}"))
         return Group(*parts)
 
     def summary(self) -> str:

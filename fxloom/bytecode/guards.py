@@ -19,18 +19,28 @@ entry::
 ``GuardSet.first_failing`` re-checks them one by one to name the guard that failed, for
 recompilation messages and ``explain()``.
 
-Module structure is guarded by one integer: the *module epoch*, bumped by torch's global
-hooks whenever any module registers a parameter, buffer or submodule (assigning
-``model.fc = nn.Linear(...)`` included), so parameters need no per-value guard. Replacing
-``param.data`` with a tensor of another shape is not seen; documented in docs/compile.md.
+The structure of a compiled module is guarded by one integer: its tree's *module epoch*
+(``ModuleTree``), counted by torch's global registration hooks whenever a module of that
+tree (the root and every module under it) gains or replaces a parameter, buffer or
+submodule (assigning ``model.fc = nn.Linear(...)`` included), so the root's parameters and
+submodules need no per-value guard. Two things do not count: a module outside the tree
+registering anything (a slice of a ``ModuleList``, which builds a new one, a backend's
+lowering, another model), and registering the object already registered under that name (a
+forward that re-registers its buffer on every call changes nothing). Replacing
+``param.data`` with a tensor of another shape, ``del model.fc`` and writing
+``model._modules`` directly are not seen; documented in docs/compile.md. A function compiled
+without a root module has no epoch guard: the modules it reads are reached through guarded
+sources (identity of each submodule, metadata of each tensor).
 
 Depends on ``fxloom.bytecode.sources`` and torch.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,19 +54,83 @@ __all__ = [
     "GuardSet",
     "disjoint_storage",
     "global_state",
+    "ModuleTree",
     "module_epoch",
     "storage_key",
+    "tree_of",
     "watch_modules",
 ]
 
 # Cheapest first: identities and exact types, then tensor metadata, then values and lengths.
 _IDENTITY, _TENSOR, _VALUE, _STRUCTURE = range(4)
 
-_EPOCH = [0]
+
+class ModuleTree:
+    """The modules under one compiled root, and how many times one of them gained or replaced
+    a parameter, buffer or submodule since the tree was first compiled (``epoch``).
+
+    Which modules belong to the tree is computed lazily: a change can add or drop modules, so
+    after one the membership is *stale* and every registration anywhere counts as a change
+    (conservative) until the next compilation of the root refreshes it (``refresh``, done by
+    each ``GuardSet`` that guards the tree, before it reads the epoch)."""
+
+    __slots__ = ("epoch", "_root", "_members", "__weakref__")
+
+    def __init__(self, root: torch.nn.Module) -> None:
+        self.epoch = 0
+        self._root = weakref.ref(root)
+        self._members: frozenset[int] | None = None  # ids of the tree's modules; None: stale
+
+    def refresh(self) -> None:
+        root = self._root()
+        self._members = frozenset() if root is None else frozenset(map(id, root.modules()))
+
+    def holds(self, module: torch.nn.Module) -> bool:
+        members = self._members
+        return members is None or id(module) in members
+
+    def changed(self) -> None:
+        self.epoch += 1
+        self._members = None
 
 
-def _bump_epoch(*_: Any) -> None:
-    _EPOCH[0] += 1
+_TREES: weakref.WeakKeyDictionary[torch.nn.Module, ModuleTree] = weakref.WeakKeyDictionary()
+
+
+def tree_of(root: torch.nn.Module) -> ModuleTree:
+    """The ``ModuleTree`` of ``root`` (one per module, shared by every compilation of it)."""
+    tree = _TREES.get(root)
+    if tree is None:
+        tree = _TREES[root] = ModuleTree(root)
+        tree.refresh()
+    return tree
+
+
+def module_epoch(root: torch.nn.Module) -> int:
+    """How many times a module of ``root``'s tree gained or replaced a parameter, buffer or
+    submodule since ``root`` was first compiled or asked about (what its entries guard)."""
+    return tree_of(root).epoch
+
+
+_MISSING = object()
+
+
+def _registered(registry: str, module: torch.nn.Module, name: str, value: Any) -> None:
+    """Torch's global registration hook for the module dict ``registry`` (``_parameters``,
+    ``_buffers``, ``_modules``), called before the value is stored: a change to every tree
+    that holds ``module``, unless the same object is registered again."""
+    if module.__dict__.get(registry, {}).get(name, _MISSING) is value:
+        return
+    for tree in list(_TREES.values()):
+        if tree.holds(module):
+            tree.changed()
+
+
+def _registration_hook(registry: str) -> Callable[..., None]:
+    # A partial (a C callable), not a Python function: a program under compilation that
+    # registers something calls it natively, as Python would, instead of interpreting
+    # fxloom's own bookkeeping (and guarding it); a tensor passed to it is a graph break.
+    return functools.partial(_registered, registry)
 
 
 _WATCHING: list[bool] = []
@@ -66,16 +140,11 @@ def watch_modules() -> None:
     """Count module structure changes from now on (torch's global registration hooks; done
     by the first ``fxloom.compile``, so importing fxloom changes nothing in torch)."""
     if not _WATCHING:
-        torch.nn.modules.module.register_module_parameter_registration_hook(_bump_epoch)
-        torch.nn.modules.module.register_module_buffer_registration_hook(_bump_epoch)
-        torch.nn.modules.module.register_module_module_registration_hook(_bump_epoch)
+        hooks = torch.nn.modules.module
+        hooks.register_module_parameter_registration_hook(_registration_hook("_parameters"))
+        hooks.register_module_buffer_registration_hook(_registration_hook("_buffers"))
+        hooks.register_module_module_registration_hook(_registration_hook("_modules"))
         _WATCHING.append(True)
-
-
-def module_epoch() -> int:
-    """How many times any module registered a parameter, buffer or submodule since
-    ``watch_modules``."""
-    return _EPOCH[0]
 
 
 def global_state() -> tuple:
@@ -126,14 +195,21 @@ class GuardSet:
     """The guards of one cache entry, collected while the interpreter runs; see the module
     docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: torch.nn.Module | None = None) -> None:
+        """``root``: the compiled module, whose tree's epoch is guarded (taken now, before
+        the program runs: what it registers itself is seen on the next call)."""
         self._guards: dict[tuple[str, str], Guard] = {}
         self._constants: list[Any] = []
         self._constant_slots: dict[int, str] = {}
+        self._tree: ModuleTree | None = None
         self.add("global state", Guard(_IDENTITY, f"STATE() == {self.constant(global_state())}",
                                        f"{_GLOBAL_STATE_TEXT} as at compile time"))  # fmt: skip
-        self.add("module epoch", Guard(_IDENTITY, f"EPOCH[0] == {module_epoch()}",
-                                       "no module gained or replaced a parameter, buffer or submodule"))  # fmt: skip
+        if root is not None:
+            self._tree = tree_of(root)
+            self._tree.refresh()
+            self.add("module epoch", Guard(_IDENTITY, f"TREE.epoch == {self._tree.epoch}",
+                                           f"no module under {type(root).__name__} gained or "
+                                           "replaced a parameter, buffer or submodule"))  # fmt: skip
 
     def __len__(self) -> int:
         return len(self._guards)
@@ -321,7 +397,7 @@ class GuardSet:
         namespace: dict[str, Any] = {
             "G": globals_,
             "C": closure or (),
-            "EPOCH": _EPOCH,
+            "TREE": self._tree,
             "R": held or {},
         }
         namespace["MODULES"] = sys.modules

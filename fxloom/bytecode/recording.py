@@ -92,7 +92,7 @@ class Recording:
     None), read from the compiled function's first argument ``root_name``."""
 
     def __init__(self, root: torch.nn.Module | None = None, root_name: str | None = None) -> None:
-        self.guards = GuardSet()
+        self.guards = GuardSet(root)
         self.graph = GraphBuilder()
         self.created: set[int] = set()  # ids of objects the program built
         self._sources: dict[int, Source] = {}
@@ -274,6 +274,10 @@ class Recording:
             self.guards.equals(source, value)
             return value
         if isinstance(value, torch.Tensor):
+            if self.graph.node_of(value) is not None:
+                # A stand-in of this graph, read again through a copy of an outside container
+                # that holds it: guarded when it was first read (or made by the graph).
+                return value
             return self._tensor(value, source)
         if isinstance(value, torch.nn.Module):
             return self._module(value, source)
