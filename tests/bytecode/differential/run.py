@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, seed, settings
 
@@ -82,7 +82,14 @@ class Summary:
             self.examples.setdefault(failure.kind, str(failure))
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        # (not dataclasses.asdict: it rebuilds the Counter from (key, value) pairs as keys)
+        return json.dumps({**vars(self), "by_kind": dict(self.by_kind)}, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Summary:
+        fields = json.loads(text)
+        fields["by_kind"] = Counter(fields["by_kind"])
+        return cls(**fields)
 
     def table(self) -> str:
         """Markdown: failures by kind, then per family and per variation."""
@@ -92,10 +99,34 @@ class Summary:
                  "| failure kind | programs |", "|---|---|"]  # fmt: skip
         lines += [f"| {kind} | {n} |" for kind, n in self.by_kind.most_common()]
         for title, table in (("family", self.by_family), ("variation", self.by_variation)):
+            # a failing program counts against every family and variation it drew
             lines += ["", f"| {title} | programs using it | failing | rate |", "|---|---|---|---|"]
             for name, (used, failed) in sorted(table.items()):
                 lines.append(f"| {name} | {used} | {failed} | {failed / max(used, 1):.1%} |")
         return "\n".join(lines)
+
+
+def merged(summaries: list[Summary]) -> Summary:
+    """One summary of several runs (the chunks of a long run, each with its own seed)."""
+    total = Summary(min(s.seed for s in summaries), summaries[0].families, summaries[0].variations)
+    for part in summaries:
+        total.programs += part.programs
+        total.calls += part.calls
+        total.failures += part.failures
+        total.seconds += part.seconds
+        total.by_kind.update(part.by_kind)
+        total.clean = [a + b for a, b in zip(total.clean, part.clean)]
+        for mine, theirs in (
+            (total.by_family, part.by_family),
+            (total.by_variation, part.by_variation),
+        ):
+            for name, (used, failed) in theirs.items():
+                row = mine.setdefault(name, [0, 0])
+                row[0] += used
+                row[1] += failed
+        for kind, text in part.examples.items():
+            total.examples.setdefault(kind, text)
+    return total
 
 
 def draw_and_run(

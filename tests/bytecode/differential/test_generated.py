@@ -48,11 +48,11 @@ def generated_run():
     variations = tuple(VARIATIONS) if long_run else CI_VARIATIONS
     summary = draw_and_run(EXAMPLES, SEED, families, variations, collect=long_run)
     if long_run:
+        if os.environ.get("FXLOOM_DIFFERENTIAL_SUMMARY"):
+            Path(os.environ["FXLOOM_DIFFERENTIAL_SUMMARY"]).write_text(summary.to_json())
         print(f"\n{summary.table()}")
         for kind, text in summary.examples.items():
             print(f"\n--- first '{kind}' failure\n{text[:3000]}")
-        if os.environ.get("FXLOOM_DIFFERENTIAL_SUMMARY"):
-            Path(os.environ["FXLOOM_DIFFERENTIAL_SUMMARY"]).write_text(summary.to_json())
     return summary
 
 
@@ -65,5 +65,7 @@ def test_generated_programs_agree_with_eager_over_varied_calls(generated_run):
 
 
 def test_the_run_draws_every_family_and_variation_it_asks_for(generated_run):
+    if generated_run.programs < CI_EXAMPLES:
+        pytest.skip("a short run need not reach every family")
     assert set(generated_run.by_family) == set(generated_run.families) | {"tensor"}
     assert set(generated_run.by_variation) == {"again", *generated_run.variations}
