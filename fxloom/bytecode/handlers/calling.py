@@ -1,4 +1,4 @@
-"""Handlers: calls, making functions, ``with`` blocks.
+"""Handlers: calls, making functions and classes, ``with`` blocks.
 
 The call layout differs between versions (3.11 and 3.12 put NULL below the callable, 3.13
 above it); both are read the same way: of the two slots under the arguments, the one that
@@ -7,6 +7,7 @@ is not NULL is the callable, and if neither is, the second is ``self``.
 
 from __future__ import annotations
 
+import builtins
 import types
 
 from fxloom.bytecode.breaks import Break
@@ -100,3 +101,26 @@ def before_with(interp, frame, instruction):
         raise Break("exception", f"{cls.__qualname__} is not a context manager")
     frame.stack.append(types.MethodType(exit_, manager))
     frame.stack.append(call(interp, enter, (manager,), {}))
+
+
+@handles("LOAD_BUILD_CLASS")
+def load_build_class(interp, frame, instruction):
+    """A ``class`` statement inside the function. Captured, the class would be made once, at
+    compile time, and shared by every call (each call of the function makes a new one, with
+    its own class attributes): a break, so it is made as Python at every call. As Python, the
+    whole statement runs here, up to the call that makes the class, so no piece is captured
+    between ``LOAD_BUILD_CLASS`` and that call (it would make the class at compile time)."""
+    if not interp.native:
+        raise Break(
+            "unsupported-instruction",
+            f"a class statement in {frame.code.co_name}: the class is made as Python at every call",
+        )
+    depth = len(frame.stack)
+    frame.stack.append(builtins.__build_class__)
+    while True:  # to the call that leaves the class where __build_class__ was (3.13: + NULL)
+        done = frame.instructions[frame.ip]
+        returned = interp.step(frame, done)
+        if returned is not None or len(frame.stack) < depth:  # returned, or an exception went
+            return returned  # to a handler outside the statement: the driver goes on from there
+        if done.op in ("CALL", "CALL_FUNCTION_EX") and len(frame.stack) <= depth + 1:
+            return None

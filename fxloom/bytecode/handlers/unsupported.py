@@ -16,7 +16,7 @@ STOPS = {
     "SEND": "generator", "END_SEND": "generator", "GET_AWAITABLE": "generator",
     "GET_AITER": "generator", "GET_ANEXT": "generator", "BEFORE_ASYNC_WITH": "generator",
     "END_ASYNC_FOR": "generator", "GET_YIELD_FROM_ITER": "generator",
-    "SETUP_ANNOTATIONS": "unsupported-instruction", "LOAD_BUILD_CLASS": "unsupported-instruction",
+    "SETUP_ANNOTATIONS": "unsupported-instruction",
     "MATCH_CLASS": "unsupported-instruction", "MATCH_MAPPING": "unsupported-instruction",
     "MATCH_SEQUENCE": "unsupported-instruction", "MATCH_KEYS": "unsupported-instruction",
     "ASYNC_GEN_WRAP": "generator", "PREP_RERAISE_STAR": "exception",

@@ -164,3 +164,11 @@ def test_a_contextmanager_body_with_a_graph_break_runs():
         + "\ndef f(x, y, n, s):\n    with tag():\n        k = x.sum().item()\n    return x * k\n",
         "again",
     )
+
+
+# ------------------------------------------------------------------ class statements
+@known("recompiles on every call: the piece after a class statement is guarded on the "
+       "class's identity, a new class each call", "guards.py")  # fmt: skip
+def test_a_class_statement_inside_the_function_compiles_once():
+    source = "def f(x, y, n, s):\n    class Local:\n        scale = 2\n    return x * Local.scale\n"
+    assert_agrees(source, "again")
