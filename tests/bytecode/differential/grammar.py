@@ -38,6 +38,9 @@ FAMILIES: dict[str, str] = {
     "print": "print of ints, shapes and tensors",
     "numpy": "numpy round-trips: torch.from_numpy(x.numpy() * 2), float(np.mean(...))",
     "raises": "raise on some ints, sizes or values",
+    "context": "a block inside a @contextmanager that logs its enter and exit",
+    "class statement": "a class defined inside the function, its attribute read",
+    "generator expressions": "sum() over a generator expression of tensors",
 }
 
 GLOBALS: dict[str, str] = {  # family -> the module-level lines its statements read or write
@@ -48,10 +51,11 @@ GLOBALS: dict[str, str] = {  # family -> the module-level lines its statements r
     "writes": "STORE = {}\nCALLS = 0\nSTATE = types.SimpleNamespace(hits=0)\n\n\nclass Box:\n    count = 0",
     "appends": "LOG = []",
     "tensor writes": "SEEN = []",
+    "context": 'TAGS = []\n\n\n@contextlib.contextmanager\ndef tag(name):\n    TAGS.append(("enter", name))\n    yield\n    TAGS.append(("exit", name))',
 }
 # globals the statements only write: a call after one that changed them is still identical
-WRITE_ONLY = frozenset({"LOG", "STORE", "SEEN"})
-HEADER = "import enum\nimport itertools\nimport types\n\nimport numpy as np\nimport torch\n"
+WRITE_ONLY = frozenset({"LOG", "STORE", "SEEN", "TAGS"})
+HEADER = "import contextlib\nimport enum\nimport itertools\nimport types\n\nimport numpy as np\nimport torch\n"
 MAX_DEPTH = 2
 
 
@@ -140,6 +144,7 @@ EXPRESSIONS: dict[str, list[str]] = {
     ],
     "reads": ["{a} * G_INT", "{a} + G_FLOAT", "{a} * G_LIST[{k} % 3]", '{a} + G_DICT["shift"]'],
     "counter": ["{a} + next(COUNTER)"],
+    "generator expressions": ["sum(({a} * i for i in range({k})), {b})"],
     "numpy": [
         "torch.from_numpy({a}.detach().numpy() * 2)",
         "{a} * float(np.mean({a}.detach().numpy()))",
@@ -231,6 +236,18 @@ def _raise(w: _Writer, scope: Scope, indent: int, depth: int) -> None:
     w.emit(indent + 1, error, "raises")
 
 
+def _with(w: _Writer, scope: Scope, indent: int, depth: int) -> None:
+    w.nested(w.fill('with tag("{i}"):', scope), "context", scope, indent, depth)
+
+
+def _class(w: _Writer, scope: Scope, indent: int, depth: int) -> None:
+    name, target = w.fresh("Local"), w.fresh("t")
+    w.emit(indent, f"class {name}:", "class statement")
+    w.emit(indent + 1, w.fill("scale = {k}", scope), "class statement")
+    w.emit(indent, w.fill(f"{target} = {{a}} * {name}.scale", scope), "class statement")
+    scope.tensors.append(target)
+
+
 # statement -> (family, whether it nests a block)
 STATEMENTS: dict[str, tuple[str, bool]] = {
     "assign": ("tensor", False),
@@ -247,6 +264,8 @@ STATEMENTS: dict[str, tuple[str, bool]] = {
     "item": ("item", False),
     "print": ("print", False),
     "raise": ("raises", False),
+    "with": ("context", True),
+    "class": ("class statement", False),
 }
 STATEMENT_WRITERS: dict[str, Callable[[_Writer, Scope, int, int], None]] = {
     "assign": _assign, "add in place": _add_in_place, "if on an int or shape": _if_int,
@@ -254,6 +273,7 @@ STATEMENT_WRITERS: dict[str, Callable[[_Writer, Scope, int, int], None]] = {
     "if on an enum": _if_enum, "if on set membership": _if_set, "outside write": _write,
     "append": _append,
     "tensor to a global list": _write_tensor, "item": _item, "print": _print, "raise": _raise,
+    "with": _with, "class": _class,
 }  # fmt: skip
 RETURNS = ["return {a}", "return {a}, {i}", 'return {{"out": {a}, "n": {i}}}',
            "return {a}, {b}.sum()", "return {a}, {f}"]  # fmt: skip
@@ -291,14 +311,16 @@ def cases(
     draw: Callable,
     families: frozenset[str] = frozenset(FAMILIES),
     variations: tuple[str, ...] = tuple(VARIATIONS),
+    left_out: tuple[tuple[str, str], ...] = (),
 ) -> GeneratedCase:
     """A program and its calls: a base call, the same twice again, then 1 to 3 of
-    ``variations``."""
+    ``variations`` (but not a variation paired in ``left_out`` with a family it used)."""
     program = draw(programs(families))
     size, n = draw(st.integers(2, 3)), draw(st.integers(0, 4))
     s = draw(st.sampled_from([0.5, 1.5, -2.0]))
     base = Call((tensor((size, size), 1), tensor((size, size), 2), n, s), label="base")
-    others = [name for name in variations if name != "again"]
+    others = [name for name in variations if name != "again" and not any(
+        (family, name) in left_out for family in program.used)]  # fmt: skip
     chosen = draw(st.lists(st.sampled_from(others), min_size=1, max_size=3, unique=True))
     calls = sequence(base, ["again", *chosen])
     return GeneratedCase(

@@ -7,10 +7,10 @@ run of a seed tries the same programs, and runs each (``harness.run_case``). Wit
 smallest program and call sequence that still fail. With ``collect=True`` (the long run)
 every failure is counted by kind and by the families its program used, and the run goes on.
 
-Families and variations the compiler is known to get wrong on main (``KNOWN_FAILING``,
-``KNOWN_FAILING_VARIATIONS``; each has a strict xfail in ``test_known_cases.py``) are left
-out of the CI slice, which therefore must pass; the long run draws them too and reports their
-failure rates.
+Families, variations and pairs of a family and a variation the compiler is known to get
+wrong on main (``KNOWN_FAILING``, ``KNOWN_FAILING_VARIATIONS``, ``KNOWN_FAILING_PAIRS``; each
+has a strict xfail in ``test_known_cases.py``) are left out of the CI slice, which therefore
+must pass; the long run draws them too and reports their failure rates.
 """
 
 from __future__ import annotations
@@ -35,16 +35,32 @@ KNOWN_FAILING: dict[str, str] = {
     "appends": "LOG.append is guarded to be the same bound method, a new one each call: "
     "recompiles on every call (i33-zoo / i33-callees)",
     "tensor writes": "the same, for SEEN.append(tensor) (i33-zoo / i33-callees)",
-    "print": "text printed before an op of the graph that raises (an in-place add on "
-    "overlapping memory) is lost: the deferred output is not written when the graph raises "
-    "(entry.py; i33-replay)",
+    "class statement": "recompiles on every call: the piece after a class statement is "
+    "guarded on the class's identity, a new class at every call (guards.py)",
 }
 KNOWN_FAILING_VARIATIONS: dict[str, str] = {
     "dtypes mixed": "an unused op that raises in eager (matmul of float64 by float32) is "
     "dropped: stand-ins do not check dtypes, and dead code is removed",
 }
+# (family, variation) -> why a program drawing the family fails on calls of the variation
+_LOST = ("{} before an op of the graph that raises at run time (an in-place add on "
+         "overlapping memory: a view and its base) is lost: deferred until after the graph, it "
+         "is not done when the graph raises (entry.py; i33-replay)")  # fmt: skip
+KNOWN_FAILING_PAIRS: dict[tuple[str, str], str] = {
+    ("print", "view and base"): _LOST.format("text printed"),
+    ("writes", "view and base"): _LOST.format("an attribute or global written"),
+}
 CI_FAMILIES = frozenset(FAMILIES) - set(KNOWN_FAILING)
 CI_VARIATIONS = tuple(v for v in VARIATIONS if v not in KNOWN_FAILING_VARIATIONS)
+
+
+def known_failing(used: frozenset[str], variations: tuple[str, ...]) -> bool:
+    """Whether a case draws a family, variation or pair known to fail on main."""
+    return bool(
+        set(used) & set(KNOWN_FAILING)
+        or set(variations) & set(KNOWN_FAILING_VARIATIONS)
+        or any((f, v) in KNOWN_FAILING_PAIRS for f in used for v in variations)
+    )
 
 
 @dataclass
@@ -61,7 +77,7 @@ class Summary:
     by_family: dict[str, list[int]] = field(default_factory=dict)
     by_variation: dict[str, list[int]] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)  # kind -> the first failure
-    # programs that drew no known-failing family or variation: [run, failed] (must be 0 failed)
+    # programs that drew no known-failing family, variation or pair: [run, failed] (0 failed)
     clean: list[int] = field(default_factory=lambda: [0, 0])
 
     def count(self, case, failure) -> None:
@@ -73,8 +89,7 @@ class Summary:
                 row = table.setdefault(name, [0, 0])
                 row[0] += 1
                 row[1] += failure is not None
-        if not (set(case.used) & set(KNOWN_FAILING) or set(case.variations) & set(
-                KNOWN_FAILING_VARIATIONS)):  # fmt: skip
+        if not known_failing(case.used, case.variations):
             self.clean[0] += 1
             self.clean[1] += failure is not None
         if failure is not None:
@@ -95,7 +110,7 @@ class Summary:
         """Markdown: failures by kind, then per family and per variation."""
         lines = [f"{self.programs} programs, {self.calls} calls, {self.failures} failing "
                  f"(seed {self.seed}, {self.seconds:.0f} s); of the {self.clean[0]} that drew "
-                 f"no known-failing family or variation, {self.clean[1]} failing", "",
+                 f"no known-failing family, variation or pair, {self.clean[1]} failing", "",
                  "| failure kind | programs |", "|---|---|"]  # fmt: skip
         lines += [f"| {kind} | {n} |" for kind, n in self.by_kind.most_common()]
         for title, table in (("family", self.by_family), ("variation", self.by_variation)):
@@ -138,11 +153,13 @@ def draw_and_run(
 ) -> Summary:
     summary = Summary(seed_value, sorted(families), list(variations))
     started = time.perf_counter()
+    # a run over CI's families is one that must pass: it leaves the known-failing pairs out
+    left_out = tuple(KNOWN_FAILING_PAIRS) if families <= CI_FAMILIES else ()
 
     @seed(seed_value)
     @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
               suppress_health_check=list(HealthCheck), print_blob=False)  # fmt: skip
-    @given(cases(families, variations))
+    @given(cases(families, variations, left_out))
     def one(case) -> None:
         failure = run_case(case)
         summary.count(case, failure)

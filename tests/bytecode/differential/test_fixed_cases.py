@@ -3,6 +3,8 @@ handlers, each as its smallest case over varied calls (issue 33)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 import fxloom
@@ -67,4 +69,64 @@ def test_a_class_statement_is_a_break_that_fullgraph_names():
         return x * Local.scale
 
     with pytest.raises(CompileError, match="a class statement in f"):
+        fxloom.compile(f, fullgraph=True)(tensor((2,), 0))
+
+
+# ------------------------------------------------------------------ context managers
+CONTEXT = """
+import contextlib
+
+LOG = []
+
+
+@contextlib.contextmanager
+def tag():
+    LOG.append("enter")
+    yield
+    LOG.append("exit")
+
+"""
+
+
+def test_a_contextmanager_enters_and_exits_at_every_call():
+    body = "def f(x, y, n, s):\n    with tag():\n        y = x * 2\n    return y\n"
+    assert_agrees(CONTEXT + body, "again", *VARIED)
+
+
+def test_a_contextmanager_body_with_a_graph_break_runs_at_every_call():
+    body = "def f(x, y, n, s):\n    with tag():\n        k = x.sum().item()\n    return x * k\n"
+    assert_agrees(CONTEXT + body, "again", *VARIED)
+
+
+def test_a_contextmanager_sees_the_exception_its_body_raises():
+    body = """
+def f(x, y, n, s):
+    with contextlib.suppress(ValueError):
+        with tag():
+            if n == 3:
+                raise ValueError("three")
+            x = x + n
+    return x
+"""
+    assert_agrees(CONTEXT + body, "again", "ints swept")
+
+
+def test_a_null_context_is_captured_without_a_break():
+    def f(x):
+        with contextlib.nullcontext():
+            return x * 2
+
+    compiled = fxloom.compile(f)
+    compiled(tensor((2,), 0))
+    assert compiled.explain().break_count == 0
+
+
+def test_a_with_block_over_a_standard_library_manager_is_a_break_that_fullgraph_names():
+    import warnings
+
+    def f(x):
+        with warnings.catch_warnings():
+            return x * 2
+
+    with pytest.raises(CompileError, match="with catch_warnings"):
         fxloom.compile(f, fullgraph=True)(tensor((2,), 0))

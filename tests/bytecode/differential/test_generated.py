@@ -8,7 +8,7 @@ families than CI's, ``FXLOOM_DIFFERENTIAL_FAMILIES`` (comma-separated, ``all`` f
 family); it counts failures by kind and family instead of stopping at the first, prints the
 table recorded in benchmarks/RESULTS.md, writes it as JSON to
 ``FXLOOM_DIFFERENTIAL_SUMMARY`` if set, and fails if a program that drew no known-failing
-family or variation (``run.KNOWN_FAILING``) failed.
+family, variation or pair of them (``run.KNOWN_FAILING``...) failed.
 """
 
 from __future__ import annotations
