@@ -24,7 +24,8 @@ from differential.variations import VARIATIONS, sequence, tensor
 
 # family -> what it draws
 FAMILIES: dict[str, str] = {
-    "tensor": "add, mul, relu, matmul, sum, transposes, view, in-place add_ (always drawn)",
+    "tensor": "add, mul, relu, matmul, sum, transposes, view (always drawn)",
+    "in-place": "in-place add_ of one tensor to another (inputs included)",
     "control": "if on an int or a shape, for over range",
     "data branch": "if on a tensor's value (a graph break)",
     "reads": "global int, float, list, dict and flag read",
@@ -82,6 +83,7 @@ class Program:
 class _Writer:
     draw: Callable
     families: frozenset[str]
+    left_out: tuple[tuple[str, str], ...] = ()  # pairs of families not drawn together
     lines: list[str] = field(default_factory=list)
     used: set[str] = field(default_factory=set)
     names: int = 0
@@ -119,7 +121,8 @@ class _Writer:
 
     def statement(self, scope: Scope, indent: int, depth: int) -> None:
         options = [name for name, (family, nests) in STATEMENTS.items()
-                   if family in self.families and (depth < MAX_DEPTH or not nests)]  # fmt: skip
+                   if family in self.families and (depth < MAX_DEPTH or not nests)
+                   and not self._paired_with_used(family)]  # fmt: skip
         name = self.pick(sorted(options))
         STATEMENT_WRITERS[name](self, scope, indent, depth)
 
@@ -130,6 +133,10 @@ class _Writer:
         if otherwise and self.draw(st.booleans()):
             self.emit(indent, "else:", family)
             self.block(scope.copy(), indent + 1, depth + 1)
+
+    def _paired_with_used(self, family: str) -> bool:
+        return any((family, used) in self.left_out or (used, family) in self.left_out
+                   for used in self.used if used != family)  # fmt: skip
 
     def declare(self, name: str) -> None:
         self.declared.add(name)
@@ -161,7 +168,7 @@ def _assign(w: _Writer, scope: Scope, indent: int, depth: int) -> None:
 
 
 def _add_in_place(w: _Writer, scope: Scope, indent: int, depth: int) -> None:
-    w.emit(indent, w.fill("{a}.add_({b})", scope))
+    w.emit(indent, w.fill("{a}.add_({b})", scope), "in-place")
 
 
 def _if_int(w: _Writer, scope: Scope, indent: int, depth: int) -> None:
@@ -251,7 +258,7 @@ def _class(w: _Writer, scope: Scope, indent: int, depth: int) -> None:
 # statement -> (family, whether it nests a block)
 STATEMENTS: dict[str, tuple[str, bool]] = {
     "assign": ("tensor", False),
-    "add in place": ("tensor", False),
+    "add in place": ("in-place", False),
     "if on an int or shape": ("control", True),
     "for over range": ("control", True),
     "if on a value": ("data branch", True),
@@ -280,10 +287,15 @@ RETURNS = ["return {a}", "return {a}, {i}", 'return {{"out": {a}, "n": {i}}}',
 
 
 @st.composite
-def programs(draw: Callable, families: frozenset[str] = frozenset(FAMILIES)) -> Program:
-    """The source of a module defining ``f(x, y, n, s)`` drawn over ``families``."""
+def programs(
+    draw: Callable,
+    families: frozenset[str] = frozenset(FAMILIES),
+    left_out: tuple[tuple[str, str], ...] = (),
+) -> Program:
+    """The source of a module defining ``f(x, y, n, s)`` drawn over ``families``, never two
+    families paired in ``left_out`` (the first drawn wins)."""
     families = frozenset(families) | {"tensor"}
-    writer = _Writer(draw, families)
+    writer = _Writer(draw, families, left_out)
     scope = Scope(tensors=["x", "y"], ints=["n"], floats=["s"])
     writer.block(scope, 1, 0, most=6)
     writer.lines.append("    " + writer.fill(writer.pick(RETURNS), scope))
@@ -314,8 +326,8 @@ def cases(
     left_out: tuple[tuple[str, str], ...] = (),
 ) -> GeneratedCase:
     """A program and its calls: a base call, the same twice again, then 1 to 3 of
-    ``variations`` (but not a variation paired in ``left_out`` with a family it used)."""
-    program = draw(programs(families))
+    ``variations``; no pair in ``left_out`` (two families, or a family and a variation)."""
+    program = draw(programs(families, left_out))
     size, n = draw(st.integers(2, 3)), draw(st.integers(0, 4))
     s = draw(st.sampled_from([0.5, 1.5, -2.0]))
     base = Call((tensor((size, size), 1), tensor((size, size), 2), n, s), label="base")
