@@ -148,6 +148,26 @@ def f(x, y, n, s):
     assert_agrees(source, "again")
 
 
+@known("generator expression run to its end where it is made: any() stops early in eager",
+       "calls.py _exhaust")  # fmt: skip
+def test_any_over_a_generator_expression_stops_at_the_first_true_item():
+    source = """
+import types
+
+STATE = types.SimpleNamespace(checked=0)
+
+
+def check(i):
+    STATE.checked += 1
+    return i >= 1
+
+
+def f(x, y, n, s):
+    return x + any(check(i) for i in range(3))
+"""
+    assert_agrees(source, "again")
+
+
 # ------------------------------------------------------------------ exceptions
 @known("missed exception: an unused op that raises in eager is dropped", "graph_builder")
 def test_an_unused_matmul_of_mixed_dtypes_raises_as_in_eager():
