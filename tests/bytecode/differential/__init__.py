@@ -13,5 +13,10 @@ compiles nothing). One concern per file:
   between calls, sizes, dtypes, strides, ``requires_grad``, in-place mutation, grad mode);
 - ``grammar``: the hypothesis strategy of small programs, one switchable family per feature;
 - ``run``: drawing many programs and summarising the failures (the CI slice, ``make
-  differential``).
+  differential``); ``summarise.py`` merges the summaries of a long run's chunks.
+
+The tests: ``test_harness`` (the harness finds each kind of difference), ``test_variations``
+(hand-written programs through every variation), ``test_generated`` (the CI slice and the
+long run), ``test_fixed_cases`` (failures found and fixed in the handlers),
+``test_known_cases`` (failures found on main, each a strict xfail naming its kind).
 """
