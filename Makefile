@@ -19,9 +19,13 @@ ZOO_ARGS ?=
 MATRIX_ARGS ?=
 RED_TEAM_EXAMPLES ?= 20000
 RED_TEAM_SEED ?= 0
+DIFFERENTIAL_EXAMPLES ?= 10000
+DIFFERENTIAL_SEED ?= 0
+DIFFERENTIAL_FAMILIES ?=
+DIFFERENTIAL_SUMMARY ?= differential-summary.json
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-matrix red-team bench bench-passes zoo lint format clean distclean
+.PHONY: help setup demo test test-matrix red-team differential bench bench-passes zoo lint format clean distclean
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / { printf "  make %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -56,6 +60,11 @@ test-matrix: $(SETUP_STAMP) ## run the tests on other Python/torch/transformers 
 red-team: $(SETUP_STAMP) ## the generative red team's long run: RED_TEAM_EXAMPLES mutants (20000), RED_TEAM_SEED=
 	FXLOOM_RED_TEAM_EXAMPLES=$(RED_TEAM_EXAMPLES) FXLOOM_RED_TEAM_SEED=$(RED_TEAM_SEED) \
 		$(PY) -m pytest tests/serialize/red_team/test_generative_red_team.py -q -s $(PYTEST_ARGS)
+
+differential: $(SETUP_STAMP) ## fxloom.compile's differential long run: DIFFERENTIAL_EXAMPLES programs (10000), DIFFERENTIAL_SEED=, DIFFERENTIAL_FAMILIES=all|a,b
+	FXLOOM_DIFFERENTIAL_EXAMPLES=$(DIFFERENTIAL_EXAMPLES) FXLOOM_DIFFERENTIAL_SEED=$(DIFFERENTIAL_SEED) \
+		FXLOOM_DIFFERENTIAL_FAMILIES="$(DIFFERENTIAL_FAMILIES)" FXLOOM_DIFFERENTIAL_SUMMARY="$(DIFFERENTIAL_SUMMARY)" \
+		$(PY) -m pytest tests/bytecode/differential/test_generated.py -q -s -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(SETUP_STAMP) ## set up, run the graph then the tracing benchmarks (BENCH_ARGS=, BENCH_TRACE_ARGS=)
 	$(PY) benchmarks/bench_graph.py $(BENCH_ARGS)

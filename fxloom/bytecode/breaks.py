@@ -97,6 +97,17 @@ BREAKS: dict[str, BreakKind] = {
         "calls nest deeper than fxloom.compile inlines",
         "mark the deep helper with fxloom.compile's backend outside the region",
     ),
+    "class-statement": BreakKind(
+        "a class statement inside the compiled function (each call makes a new class)",
+        "nothing to do: the class is made as Python at every call; define it outside the "
+        "function to keep the function in one graph",
+    ),
+    "context-manager": BreakKind(
+        "a with block whose manager runs as Python (a @contextmanager generator, or one of the "
+        "standard library's or numpy's)",
+        "nothing to do: its enter and exit run as Python at every call and the block's body is "
+        "still captured; a manager class of your own is captured whole",
+    ),
     "unknown-value": BreakKind(
         "the program uses a value fxloom.compile cannot represent",
         "pass it as an argument, or compute it outside the compiled function",

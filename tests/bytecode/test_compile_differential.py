@@ -2,7 +2,8 @@
 
 ``assert_same(fn, *args, **kwargs)`` runs ``fn`` on deep copies of its arguments plainly and
 under ``fxloom.compile`` (twice, so the cached path runs too) and compares the results
-(``torch.testing.assert_close`` for tensors, type and structure for the rest), the exception
+(``differential.compare``: ``torch.testing.assert_close`` for tensors, type and structure for
+the rest), the exception
 raised (type and message) and the side effects (the arguments after the call: list appends,
 attribute writes; and the printed text, in order). The core cases (arithmetic, containers,
 closures, breaks, guards) live in test_compile_semantics.py; this file adds the ones it does
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from differential.compare import compare
 
 import fxloom
 from fxloom.bytecode.breaks import CompileError
@@ -25,24 +27,6 @@ from fxloom.bytecode.breaks import CompileError
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 x3 = torch.tensor([0.5, -1.0, 2.0])
-
-
-def _compare(got: Any, want: Any) -> None:
-    assert type(got) is type(want), (type(got), type(want))
-    if isinstance(want, torch.Tensor):
-        torch.testing.assert_close(got, want)
-    elif isinstance(want, (list, tuple)):
-        assert len(got) == len(want)
-        for a, b in zip(got, want):
-            _compare(a, b)
-    elif isinstance(want, dict):
-        assert list(got) == list(want)
-        for key in want:
-            _compare(got[key], want[key])
-    elif hasattr(want, "__dict__") and not isinstance(want, type):
-        _compare(vars(got), vars(want))
-    else:
-        assert got == want
 
 
 def _outcome(fn: Any, args: tuple, kwargs: dict, capsys: Any) -> tuple:
@@ -60,9 +44,9 @@ def assert_same(fn: Any, *args: Any, capsys: Any, **kwargs: Any) -> Any:
     compiled = fxloom.compile(fn)
     for _ in range(2):
         got = _outcome(compiled, args, kwargs, capsys)
-        _compare(got[0], want[0])
+        compare(got[0], want[0])
         assert got[1] == want[1], "a different exception"
-        _compare(got[2], want[2])
+        compare(got[2], want[2], "arguments")
         assert got[3] == want[3], "printed text differs"
     return compiled
 

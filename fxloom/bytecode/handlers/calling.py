@@ -1,4 +1,11 @@
-"""Handlers: calls, making functions, ``with`` blocks.
+"""Handlers: calls, making functions and classes, ``with`` blocks.
+
+A ``with`` block over a manager whose ``__enter__``/``__exit__`` fxloom would run natively
+(``@contextmanager`` generators, the standard library's and numpy's managers: calls.py runs
+their code as C) cannot be captured: run at compile time, its enter and exit would happen
+once, not at every call. ``BEFORE_WITH`` is then a break, so the enter runs as Python at
+every call, and the exit it pushes is an ``_ExitAsPython``, whose call is a break too; the
+block's body between them is captured as usual.
 
 The call layout differs between versions (3.11 and 3.12 put NULL below the callable, 3.13
 above it); both are read the same way: of the two slots under the arguments, the one that
@@ -7,11 +14,19 @@ is not NULL is the callable, and if neither is, the second is ``self``.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import sys
 import types
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import call, refuse_unguarded
 from fxloom.bytecode.interpreter import NULL, handles
+
+# Packages whose context managers fxloom does not follow: their ``__enter__``/``__exit__``
+# (``@contextmanager``'s generator, the standard library's and numpy's managers) run as
+# Python at every call, each a graph break, while the block's body is still captured.
+_NATIVE_MANAGER_PACKAGES = frozenset(sys.stdlib_module_names) | {"typing_extensions", "numpy"}
 
 
 def _callable_and_self(frame):
@@ -31,6 +46,7 @@ def call_instruction(interp, frame, instruction):
     values = frame.stack[len(frame.stack) - count :] if count else []
     del frame.stack[len(frame.stack) - count :]
     fn, self_args = _callable_and_self(frame)
+    _exit_as_python(interp, fn, frame)
     positional = values[: instruction.nargs]
     kwargs = dict(zip(kwnames, values[instruction.nargs :]))
     frame.stack.append(call(interp, fn, (*self_args, *positional), kwargs))
@@ -43,6 +59,7 @@ def call_function_ex(interp, frame, instruction):
     refuse_unguarded(interp, "unpacking call arguments", args, shallow=True)
     refuse_unguarded(interp, "unpacking call keywords", kwargs, shallow=True)
     fn, self_args = _callable_and_self(frame)
+    _exit_as_python(interp, fn, frame)
     frame.stack.append(call(interp, fn, (*self_args, *tuple(args)), dict(kwargs)))
 
 
@@ -93,12 +110,64 @@ def _annotations(value):
     return dict(zip(value[::2], value[1::2])) if isinstance(value, tuple) else value
 
 
+# Managers of natively run packages that are safe to run at compile time: no state outside
+# themselves, nothing done on exit.
+CAPTURED_MANAGERS = frozenset((contextlib.nullcontext,))
+
+
+class _ExitAsPython:
+    """The exit of a ``with`` block whose manager runs as Python (see the module docstring)."""
+
+    __slots__ = ("exit",)
+
+    def __init__(self, exit_) -> None:
+        self.exit = exit_
+
+    def __call__(self, *args):
+        return self.exit(*args)
+
+
+def _runs_as_python(cls: type) -> bool:
+    module = (getattr(cls, "__module__", None) or "").partition(".")[0]
+    return module in _NATIVE_MANAGER_PACKAGES and cls not in CAPTURED_MANAGERS
+
+
+def _exit_as_python(interp, fn, frame) -> None:
+    if type(fn) is _ExitAsPython and not interp.native:
+        raise Break("context-manager", f"the exit of a with block in {frame.code.co_name}")
+
+
 @handles("BEFORE_WITH")
 def before_with(interp, frame, instruction):
-    manager = frame.stack.pop()
+    manager = frame.stack[-1]
     cls = type(manager)
     enter, exit_ = getattr(cls, "__enter__", None), getattr(cls, "__exit__", None)
     if enter is None or exit_ is None:
         raise Break("exception", f"{cls.__qualname__} is not a context manager")
-    frame.stack.append(types.MethodType(exit_, manager))
+    as_python = _runs_as_python(cls)
+    if as_python and not interp.native:
+        raise Break("context-manager", f"with {cls.__qualname__}(...) in {frame.code.co_name}")
+    frame.stack.pop()
+    exit_ = types.MethodType(exit_, manager)
+    frame.stack.append(_ExitAsPython(exit_) if as_python else exit_)
     frame.stack.append(call(interp, enter, (manager,), {}))
+
+
+@handles("LOAD_BUILD_CLASS")
+def load_build_class(interp, frame, instruction):
+    """A ``class`` statement inside the function. Captured, the class would be made once, at
+    compile time, and shared by every call (each call of the function makes a new one, with
+    its own class attributes): a break, so it is made as Python at every call. As Python, the
+    whole statement runs here, up to the call that makes the class, so no piece is captured
+    between ``LOAD_BUILD_CLASS`` and that call (it would make the class at compile time)."""
+    if not interp.native:
+        raise Break("class-statement", f"a class statement in {frame.code.co_name}")
+    depth = len(frame.stack)
+    frame.stack.append(builtins.__build_class__)
+    while True:  # to the call that leaves the class where __build_class__ was (3.13: + NULL)
+        done = frame.instructions[frame.ip]
+        returned = interp.step(frame, done)
+        if returned is not None or len(frame.stack) < depth:  # returned, or an exception went
+            return returned  # to a handler outside the statement: the driver goes on from there
+        if done.op in ("CALL", "CALL_FUNCTION_EX") and len(frame.stack) <= depth + 1:
+            return None
