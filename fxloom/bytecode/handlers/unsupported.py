@@ -6,8 +6,6 @@ does not follow yet; a break sends the function to run as Python.
 
 from __future__ import annotations
 
-import builtins
-
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.interpreter import handles
 
@@ -43,23 +41,3 @@ def _stop(interp, frame, instruction):
 
 for _op in STOPS:
     handles(_op)(_stop)
-
-
-@handles("LOAD_BUILD_CLASS")
-def load_build_class(interp, frame, instruction):
-    """A class statement: a break while capturing, and, run as Python at the break, the
-    function that builds the class (the break's instruction must run there, not stop again)."""
-    if not interp.native:
-        raise Break("unsupported-instruction", f"a class statement in {frame.code.co_name}")
-    frame.stack.append(build_class)
-
-
-def build_class(*args, **kwargs):
-    """``__build_class__`` as the program's class statement calls it. A capture that follows
-    this call into here stops at the class statement below, so the class body (which may do
-    anything) runs as Python at every call, never once while compiling."""
-
-    class ClassStatement:  # the break: what follows runs only as Python
-        pass
-
-    return builtins.__build_class__(*args, **kwargs)

@@ -31,13 +31,11 @@ def assert_agrees(source: str, *variations: str, write_only: frozenset = frozens
 
 
 # ------------------------------------------------------------------ unguarded values
-@known("unguarded value: next(COUNTER) runs once, at compile time", "i33-callees")
 def test_next_of_a_global_counter_advances_at_every_call():
     source = "import itertools\nCOUNTER = itertools.count()\n\n\ndef f(x, y, n, s):\n    return x + next(COUNTER)\n"
     assert_agrees(source, "again")
 
 
-@known("unguarded value: an Enum-valued global setting is frozen", "i33-callees")
 def test_an_enum_setting_changed_between_calls_takes_the_other_branch():
     source = """
 import enum
@@ -59,19 +57,16 @@ def f(x, y, n, s):
     assert_agrees(source, "state advanced")
 
 
-@known("unguarded value: a global set's membership is frozen", "i33-callees")
 def test_a_set_membership_changed_between_calls_takes_the_other_branch():
     source = 'ACTIVE = {"a"}\n\n\ndef f(x, y, n, s):\n    if "b" in ACTIVE:\n        return x + 1\n    return x - 1\n'
     assert_agrees(source, "state advanced")
 
 
-@known("value made by Python at a break became a constant: numpy round-trip", "i33-callees")
 def test_a_numpy_round_trip_follows_new_input_values():
     source = "import torch\n\n\ndef f(x, y, n, s):\n    return torch.from_numpy(x.numpy() * 2)\n"
     assert_agrees(source, "aliasing")
 
 
-@known("value made by Python at a break became a constant: float(np.mean(...))", "i33-callees")
 def test_a_numpy_mean_follows_new_input_values():
     source = (
         "import numpy as np\n\n\ndef f(x, y, n, s):\n    return x * float(np.mean(x.numpy()))\n"
@@ -80,13 +75,11 @@ def test_a_numpy_mean_follows_new_input_values():
 
 
 # ------------------------------------------------------------------ recompiles
-@known("recompiles on every call: guard 'LOG.append is the same function'", "i33-zoo/callees")
 def test_appending_to_a_global_list_compiles_once():
     source = "LOG = []\n\n\ndef f(x, y, n, s):\n    LOG.append(n)\n    return x + y\n"
     assert_agrees(source, "again", write_only=frozenset({"LOG"}))
 
 
-@known("recompiles on every call: guard 'SEEN.append is the same function'", "i33-zoo/callees")
 def test_appending_a_tensor_to_a_global_list_compiles_once():
     source = "SEEN = []\n\n\ndef f(x, y, n, s):\n    SEEN.append(x)\n    return x + y\n"
     assert_agrees(source, "again", write_only=frozenset({"SEEN"}))
@@ -148,8 +141,6 @@ def f(x, y, n, s):
     assert_agrees(source, "again")
 
 
-@known("generator expression run to its end where it is made: any() stops early in eager",
-       "calls.py _exhaust")  # fmt: skip
 def test_any_over_a_generator_expression_stops_at_the_first_true_item():
     source = """
 import types
