@@ -171,12 +171,17 @@ def test_two_compiled_models_do_not_invalidate_each_other():
     assert (graphs(compiled_first), graphs(compiled_second)) == (1, 2)
 
 
-def test_a_compiled_function_is_not_invalidated_by_module_registrations():
-    model = Small()
+def twice_the_output_of(model: nn.Module):
+    """A plain function (not a module) that calls ``model``: compiled with no root."""
 
     def f(x):
         return model(x) * 2
 
+    return f
+
+
+def test_a_compiled_function_is_not_invalidated_by_module_registrations():
+    f = twice_the_output_of(Small())
     compiled = fxloom.compile(f)
     x = torch.randn(2, 4)
     with torch.no_grad():
@@ -189,10 +194,7 @@ def test_a_compiled_function_is_not_invalidated_by_module_registrations():
 def test_a_compiled_function_still_sees_a_replaced_submodule():
     """Without a root the module's submodules are guarded one by one, by identity."""
     model = Small()
-
-    def f(x):
-        return model(x) * 2
-
+    f = twice_the_output_of(model)
     compiled = fxloom.compile(f)
     x = torch.randn(2, 4)
     with torch.no_grad():
