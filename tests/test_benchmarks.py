@@ -52,6 +52,7 @@ def test_bench_serialize_quick_runs_and_prints_its_tables() -> None:
     assert (BENCHMARKS / "RESULTS.md").read_text() == results_before  # no --record, no change
 
 
+@pytest.mark.bytecode  # fxloom.compile: Python 3.11+
 def test_bench_compile_ort_quick_runs_and_prints_its_table() -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("transformers")
