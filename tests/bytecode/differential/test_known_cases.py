@@ -8,6 +8,8 @@ the CI slice (``run.KNOWN_FAILING``); the long run measures how often each one f
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from differential.harness import Call, Case, run_case
@@ -141,6 +143,12 @@ def f(x, y, n, s):
     assert_agrees(source, "again")
 
 
+@pytest.mark.xfail(
+    sys.version_info >= (3, 13),
+    strict=True,
+    reason="generator expression run to its end where it is made, on Python 3.13 "
+    "(calls.py _exhaust): any() sees every item's side effects; right on 3.11 and 3.12",
+)
 def test_any_over_a_generator_expression_stops_at_the_first_true_item():
     source = """
 import types
