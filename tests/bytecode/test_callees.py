@@ -178,31 +178,29 @@ class Config:
 CONFIG = Config()
 
 
+def with_config_scale(compiled, scales):
+    """``compiled(ones)`` once per scale, with ``CONFIG.scale`` set to it before the call."""
+    results = []
+    for scale in scales:
+        CONFIG.scale = scale
+        results.append(compiled(torch.ones(1)))
+    CONFIG.scale = 2.0
+    return values(results)
+
+
 def test_a_config_read_through_dataclasses_asdict_changed_between_calls():
     def scaled(x):
         settings = dataclasses.asdict(CONFIG)
         return x * settings["scale"] + settings["bias"]
 
-    compiled = fxloom.compile(scaled)
-    results = []
-    for scale in (2.0, 5.0, 2.0):
-        CONFIG.scale = scale
-        results.append(compiled(torch.ones(1)))
-    CONFIG.scale = 2.0
-    assert values(results) == [[2.0], [5.0], [2.0]]
+    assert with_config_scale(fxloom.compile(scaled), (2.0, 5.0, 2.0)) == [[2.0], [5.0], [2.0]]
 
 
 def test_a_config_read_through_copy_copy_changed_between_calls():
     def scaled(x):
         return x * copy.copy(CONFIG).scale
 
-    compiled = fxloom.compile(scaled)
-    results = []
-    for scale in (2.0, 7.0, 3.0):
-        CONFIG.scale = scale
-        results.append(compiled(torch.ones(1)))
-    CONFIG.scale = 2.0
-    assert values(results) == [[2.0], [7.0], [3.0]]
+    assert with_config_scale(fxloom.compile(scaled), (2.0, 7.0, 3.0)) == [[2.0], [7.0], [3.0]]
 
 
 RECENT = collections.deque(maxlen=3)
