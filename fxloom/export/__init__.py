@@ -30,9 +30,9 @@ from fxloom.export.signature import (
     OutputSpec,
     TensorArgument,
 )
-from fxloom.export.sizes.dims import DerivedDim, Dim, DimHint, dims
-from fxloom.export.sizes.dynamic_shapes import DynamicShapesError
 from fxloom.values.stand_in import DataDependentError, StandIn
+from fxloom.values.symbolic.dims import DerivedDim, Dim, DimHint, dims
+from fxloom.values.symbolic.dynamic_shapes import DynamicShapesError
 
 # The capture and what it needs (sympy, torch's decomposition tables) load on first use:
 # importing this package for ``Dim`` or ``StandIn`` exports nothing.
