@@ -347,8 +347,23 @@ def _name(target: Any) -> str:
 
 # ------------------------------------------------------------------ modules and classes
 def _module(interp: Interpreter, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+    """A module call, inside its entry of the graph's module stack (``nn_module_stack`` of
+    the nodes it records, as symbolic tracing and export stamp it)."""
+    path = interp.recording.root_path(module)
+    if not path:  # the root's own level, or a module from outside the root: no entry
+        return _module_call(interp, module, path, args, kwargs)
+    stack = interp.recording.graph.module_stack
+    saved = stack.enter(path, type(module))
+    try:
+        return _module_call(interp, module, path, args, kwargs)
+    finally:
+        stack.leave(saved)
+
+
+def _module_call(
+    interp: Interpreter, module: torch.nn.Module, path: str | None, args: tuple, kwargs: dict
+) -> Any:
     recording = interp.recording
-    path = recording.root_path(module)
     if _is_leaf(module):
         target = recording.graph.module_path(
             module, path if path is not None else type(module).__name__

@@ -32,12 +32,15 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.source_location import SourceLocation, format_stack_trace
 from fxloom.values.metadata_mode import MetadataMode
+from fxloom.values.module_stack import ModuleStack
 from fxloom.values.provenance import location_of, stamp_source
 from fxloom.values.stand_in import StandIn
 
 __all__ = ["GraphBuilder"]
 
 _NOT_IDENTIFIER = re.compile(r"\W|^(?=\d)")
+_OPERATIONS = frozenset({"call_function", "call_method", "call_module"})
+_ITEM_META = ("stack_trace", "source_location", "nn_module_stack")  # an item of a result: its op's
 
 
 class GraphBuilder:
@@ -62,6 +65,7 @@ class GraphBuilder:
         self._alive: list[Any] = []  # keeps ids above from being reused while recording
         self._traces: dict[tuple, tuple[str, SourceLocation | None]] = {}
         self.metadata = MetadataMode()
+        self.module_stack = ModuleStack()  # the modules whose forward is being interpreted
 
     # ------------------------------------------------------------ values
     def node_of(self, value: Any) -> Node | None:
@@ -172,8 +176,7 @@ class GraphBuilder:
                 if isinstance(item, StandIn):
                     item_node = self.graph.call_function(operator.getitem, (node, index))
                     item_node.meta.update(
-                        stack_trace=node.meta.get("stack_trace"),
-                        source_location=node.meta.get("source_location"),
+                        {key: node.meta[key] for key in _ITEM_META if key in node.meta}
                     )
                     self._register(item, item_node)
             return result
@@ -181,6 +184,13 @@ class GraphBuilder:
         return result
 
     def _stamped(self, node: Node) -> Node:
+        """``node`` with the metadata every frontend gives an operation: where it came from,
+        the modules it is inside, and what made it (``source_fn_stack``)."""
+        meta = node.meta
+        meta["nn_module_stack"] = self.module_stack.entries  # a dict no later call changes
+        if node.op in _OPERATIONS:
+            made_by = self._module_class(node.target) if node.op == "call_module" else node.target
+            meta["source_fn_stack"] = [(node.name, made_by)]
         found = self._traces.get(self.where)
         if found is None:
             locations = [
@@ -188,8 +198,12 @@ class GraphBuilder:
             ]
             found = (format_stack_trace(locations), locations[-1] if locations else None)
             self._traces[self.where] = found
-        stamp_source(node.meta, *found)
+        stamp_source(meta, *found)
         return node
+
+    def _module_class(self, target: str) -> type:
+        module = self.modules.get(target)
+        return type(module) if module is not None else torch.nn.Module
 
 
 def _run(op: str, target: Any, args: tuple, kwargs: dict, modules: dict) -> Any:
