@@ -27,10 +27,7 @@ from differential.harness import run_case
 from differential.variations import VARIATIONS
 
 # family -> why it fails on main (the kind, and the branch of issue 33 that fixes it)
-KNOWN_FAILING: dict[str, str] = {
-    "class statement": "recompiles on every call: the piece after a class statement is "
-    "guarded on the class's identity, a new class at every call (guards.py)",
-}
+KNOWN_FAILING: dict[str, str] = {}
 KNOWN_FAILING_VARIATIONS: dict[str, str] = {
     "dtypes mixed": "an unused op that raises in eager (matmul of float64 by float32) is "
     "dropped: stand-ins do not check dtypes, and dead code is removed",

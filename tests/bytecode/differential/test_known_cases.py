@@ -175,8 +175,6 @@ def test_an_unused_matmul_of_mixed_dtypes_raises_as_in_eager():
 
 
 # ------------------------------------------------------------------ class statements
-@known("recompiles on every call: the piece after a class statement is guarded on the "
-       "class's identity, a new class each call", "guards.py")  # fmt: skip
 def test_a_class_statement_inside_the_function_compiles_once():
     source = "def f(x, y, n, s):\n    class Local:\n        scale = 2\n    return x * Local.scale\n"
     assert_agrees(source, "again")
