@@ -168,7 +168,6 @@ def f(x, y, n, s):
 
 
 # ------------------------------------------------------------------ exceptions
-@known("missed exception: an unused op that raises in eager is dropped", "graph_builder")
 def test_an_unused_matmul_of_mixed_dtypes_raises_as_in_eager():
     source = "def f(x, y, n, s):\n    unused = x @ y\n    return x + 1\n"
     assert_agrees(source, "dtypes mixed")
