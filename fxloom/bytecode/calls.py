@@ -419,6 +419,8 @@ def _has_hooks(module: torch.nn.Module) -> bool:
 
 
 def _construct(interp: Interpreter, cls: type, args: tuple, kwargs: dict) -> Any:
+    # (a class made at a graph break: its __new__, __init__ and MRO are read here unguarded)
+    refuse_unguarded(interp, f"making a {cls.__qualname__}", cls, shallow=True)
     new = cls.__new__
     if type(cls) is not type and not issubclass(type(cls), type(collections.OrderedDict)):
         # a metaclass decides what calling means (an Enum's lookup by value, ...)
@@ -730,6 +732,7 @@ def _type(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
 
 def _isinstance(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
     value, classes = args
+    _refuse_unguarded(interp, builtins.isinstance, (classes,), {})  # its identity decides
     if isinstance(value, StandIn):
         return issubclass(interp.recording.graph.real_type(value), classes)
     return isinstance(value, classes)

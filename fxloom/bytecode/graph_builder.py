@@ -13,6 +13,12 @@ with ``meta["val"]`` the stand-in and the user's file:line stamped on each node:
 A tensor met with no source (made by a library's Python code, held by an object the program
 built) becomes a constant of the graph module (``get_attr``), held by reference.
 
+Unused nodes are removed when the graph is finished, except those that write (the IR's
+``Node.is_impure``) and those whose eager kernel may raise on its inputs' data (an index out
+of range, a singular matrix: ``RAISES_ON_DATA``, marked ``meta["raises_on_data"]``): eager
+raises there at every call, so the compiled call must too. What eager refuses on metadata
+alone (shapes, dtypes) already raises while recording (``fxloom.values.eager_checks``).
+
 Depends on the IR, ``fxloom.values`` (stand-ins, metadata mode, module stack),
 ``fxloom.source_location`` and ``fxloom.bytecode.sources``.
 """
@@ -36,7 +42,23 @@ from fxloom.values.module_stack import ModuleStack
 from fxloom.values.provenance import location_of, stamp_source
 from fxloom.values.stand_in import StandIn
 
-__all__ = ["GraphBuilder"]
+__all__ = ["GraphBuilder", "RAISES_ON_DATA"]
+
+# Torch functions (by ``__name__``) and Tensor methods whose eager kernels raise depending on
+# their inputs' data, not only on metadata: kept in the graph even when their result is unused.
+RAISES_ON_DATA = frozenset({
+    "index_select", "gather", "take", "take_along_dim", "embedding", "embedding_bag",
+    "one_hot", "index_add", "index_copy", "index_fill", "index_reduce", "scatter",
+    "scatter_add", "scatter_reduce", "index_put", "nll_loss", "cross_entropy",
+    "linalg_inv", "inverse", "linalg_cholesky", "cholesky", "linalg_solve", "solve",
+})  # fmt: skip
+# Modules (called as leaves) whose forward is one of the above.
+_MODULES_RAISING_ON_DATA = (
+    torch.nn.Embedding,
+    torch.nn.EmbeddingBag,
+    torch.nn.NLLLoss,
+    torch.nn.CrossEntropyLoss,
+)
 
 _NOT_IDENTIFIER = re.compile(r"\W|^(?=\d)")
 _OPERATIONS = frozenset({"call_function", "call_method", "call_module"})
@@ -121,6 +143,8 @@ class GraphBuilder:
         node = self._stamped(
             self.graph.create_node(op, target, self.argument(args), self.argument(kwargs))
         )
+        if _raises_on_data(op, target, args, self.modules):
+            node.meta["raises_on_data"] = True
         return self._result(node, result)
 
     def record_effect(self, target: Any, args: tuple) -> None:
@@ -152,7 +176,7 @@ class GraphBuilder:
 
     def finish(self, outputs: list[Any], class_name: str) -> GraphModule:
         self.graph.output(tuple(self.argument(value) for value in outputs))
-        self.graph.eliminate_dead_code()
+        self.graph.eliminate_dead_code(_kept)
         root: dict[str, Any] = {**self.modules, **self.constants}
         return GraphModule(root, self.graph, class_name)
 
@@ -204,6 +228,23 @@ class GraphBuilder:
     def _module_class(self, target: str) -> type:
         module = self.modules.get(target)
         return type(module) if module is not None else torch.nn.Module
+
+
+def _kept(node: Node) -> bool:
+    """Whether dead-code elimination keeps ``node`` unused (see the module docstring)."""
+    return node.is_impure() or node.meta.get("raises_on_data", False)
+
+
+def _raises_on_data(op: str, target: Any, args: tuple, modules: dict) -> bool:
+    """Whether the eager kernel of this call may raise on its inputs' data."""
+    if op == "call_module":
+        return isinstance(modules.get(target), _MODULES_RAISING_ON_DATA)
+    if target is operator.getitem:  # x[i] with a tensor of indices: one may be out of range
+        index = args[1] if len(args) > 1 else None
+        items = index if type(index) is tuple else (index,)
+        return any(isinstance(item, torch.Tensor) and item.dtype != torch.bool for item in items)
+    name = target if op == "call_method" else getattr(target, "__name__", None)
+    return name in RAISES_ON_DATA
 
 
 def _run(op: str, target: Any, args: tuple, kwargs: dict, modules: dict) -> Any:

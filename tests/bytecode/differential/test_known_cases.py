@@ -168,15 +168,12 @@ def f(x, y, n, s):
 
 
 # ------------------------------------------------------------------ exceptions
-@known("missed exception: an unused op that raises in eager is dropped", "graph_builder")
 def test_an_unused_matmul_of_mixed_dtypes_raises_as_in_eager():
     source = "def f(x, y, n, s):\n    unused = x @ y\n    return x + 1\n"
     assert_agrees(source, "dtypes mixed")
 
 
 # ------------------------------------------------------------------ class statements
-@known("recompiles on every call: the piece after a class statement is guarded on the "
-       "class's identity, a new class each call", "guards.py")  # fmt: skip
 def test_a_class_statement_inside_the_function_compiles_once():
     source = "def f(x, y, n, s):\n    class Local:\n        scale = 2\n    return x * Local.scale\n"
     assert_agrees(source, "again")
