@@ -229,6 +229,19 @@ def test_an_unknown_subcommand_exits_2_and_names_the_valid_ones() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("command", ["compile", "export", "lower", "cost", "draw", "pipeline"])
+def test_a_model_that_is_neither_in_the_zoo_nor_importable_is_a_usage_error(command, capsys):
+    assert cli.main([command, "resnet18"]) == cli.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error.startswith(f"fxloom {command}: error: no zoo model named 'resnet18'")
+    assert "resnet_tiny" in error and error.count("\n") == 1
+
+
+def test_a_factory_that_cannot_be_imported_is_a_usage_error(capsys):
+    assert cli.main(["export", "no_such_package:make"]) == cli.EXIT_USAGE
+    assert "cannot import 'no_such_package'" in capsys.readouterr().err
+
+
 def test_no_subcommand_exits_2_and_points_to_help() -> None:
     result = run_fxloom()
     assert result.returncode == 2
