@@ -35,7 +35,29 @@ from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.safetensors_format import read_tensors, write_tensors
 from fxloom.serialize.strict_json import parse_json
 
-__all__ = ["FORMAT_VERSION", "write_archive", "read_archive", "Archive", "UPGRADES"]
+__all__ = [
+    "FORMAT_VERSION",
+    "write_archive",
+    "read_archive",
+    "Archive",
+    "UPGRADES",
+    "described_kind",
+]
+
+# How messages name each kind of file (the header's ``kind``), with its article.
+KIND_NAMES = {
+    "graph_module": "a GraphModule (fxloom.save)",
+    "exported_program": "an ExportedProgram (fxloom.export.save)",
+}
+
+
+def described_kind(kind: str) -> str:
+    """``kind`` in a sentence: "an ExportedProgram (fxloom.export.save)"; an unknown kind
+    (a damaged or newer file) quoted, escaped."""
+    from fxloom._format import printable
+
+    return KIND_NAMES.get(kind, f"a file of kind {printable(repr(kind))}")
+
 
 FORMAT_NAME = "fxloom"
 FORMAT_VERSION = 2
