@@ -108,7 +108,7 @@ def compile_entry(
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
     ordinals = _ordinals(recording.graph.graph)  # before dead code goes
     graph_module = recording.graph.finish(emitter.outputs, f"Compiled_{fn.__name__}")
-    if "RAISED" in run_source:
+    if _handles_raise(recording, read_inputs, emitter):
         replay_source = _replay_source(recording, parameters, namespace)
         exec(compile(replay_source, f"<fxloom replay {fn.__qualname__}>", "exec"), namespace)  # noqa: S102
         namespace["RAISED"] = Raised(
@@ -337,7 +337,7 @@ def _run_source(
         for index, source in enumerate(recording.graph.inputs)
     )
     graph_call = f"    out = GRAPH({read_inputs})\n" if emitter.outputs or read_inputs else ""
-    if graph_call and recording.changes.steps:  # costs nothing unless the graph raises
+    if _handles_raise(recording, read_inputs, emitter):  # costs nothing unless it raises
         graph_call = (
             f"    try:\n    {graph_call}    except Exception as error:\n"
             f"        RAISED(error{''.join(', ' + local_name(name) for name in parameters)})\n"
@@ -379,7 +379,8 @@ def _replay_source(recording: Recording, parameters: Sequence[str], namespace: d
     do (a value it needs was released, or never computed), or None."""
     emitter = _StepEmitter(recording, namespace)
     steps = recording.changes.steps
-    each = each_statements([entry for _, entry in steps], emitter.expr, emitter.constant)
+    entries = [entry for _, entry in steps]
+    each = each_statements(entries, emitter.expr, emitter.constant, steps=True)
     body: list[str] = []
     checked = 0
     for index, (position, _) in enumerate(steps):
@@ -465,6 +466,11 @@ class Raised:
             return None
         ordinal = self.ordinals.get(code.node_at_line(line))
         return None if ordinal is None else (ordinal, frame.f_locals)
+
+
+def _handles_raise(recording: Recording, read_inputs: str, emitter: _Emitter) -> bool:
+    """Whether ``run`` calls a graph and has changes or output to replay if it raises."""
+    return bool(recording.changes.steps) and bool(emitter.outputs or read_inputs)
 
 
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:

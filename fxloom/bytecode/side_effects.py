@@ -54,6 +54,7 @@ Depends on ``fxloom.bytecode.breaks``, ``sources`` and the values layer.
 from __future__ import annotations
 
 import collections
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -129,6 +130,17 @@ def _restore_deque(target: collections.deque, saved: list) -> None:
 
 def _final_list(target: str, base: list, new: list, expr) -> list[str]:
     return [f"{target}[:] = [{', '.join(map(expr, new))}]"]
+
+
+def _list_from(target: str, base: list, new: list, expr) -> list[str]:
+    """``new`` from ``base``: the items appended, or those dropped from the end, where one
+    list starts with the other (the same objects); else the whole list."""
+    if len(new) >= len(base) and all(map(operator.is_, base, new)):
+        added = new[len(base) :]
+        return [f"{target}.extend([{', '.join(map(expr, added))}])"] if added else []
+    if all(map(operator.is_, new, base)):
+        return [f"del {target}[{len(new)}:]"]
+    return _final_list(target, base, new, expr)
 
 
 def _final_dict(target: str, base: list, new: list, expr) -> list[str]:
@@ -518,15 +530,20 @@ def statements(log: list, expr: Callable[[Any], str], constant: Callable[[Any], 
     return [line for lines in each_statements(log, expr, constant) for line in lines]
 
 
-def each_statements(log: list, expr: Callable[[Any], str], constant: Callable[[Any], str]):
+def each_statements(
+    log: list, expr: Callable[[Any], str], constant: Callable[[Any], str], steps: bool = False
+):
     """The statements of each entry of ``log`` in turn (a list per entry; a final state is
-    written relative to the state the entries before it leave)."""
+    written relative to the state the entries before it leave). ``steps``: ``log`` is
+    ``Changes.steps``, where a list appended to in a loop has a state per position: each is
+    written as the items added or dropped at its end where it can be (not the whole list)."""
     bases: dict[int, Any] = {}  # id(shadow) -> the state the statements so far leave
     for entry in log:
         if type(entry) is State:
             shadow = entry.shadow
             base = bases.get(id(shadow), shadow.base)
-            yield shadow.kind.final(expr(shadow.view), base, entry.state, expr)
+            final = _list_from if steps and shadow.kind.final is _final_list else shadow.kind.final
+            yield final(expr(shadow.view), base, entry.state, expr)
             bases[id(shadow)] = entry.state
         else:
             yield _STATEMENTS[type(entry)](entry, expr, constant)

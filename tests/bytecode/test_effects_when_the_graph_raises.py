@@ -138,6 +138,24 @@ def f(x):
     assert_same_as_eager(source, "LOG")
 
 
+def test_a_list_read_and_appended_in_a_loop_holds_the_items_appended_before_the_raising_op():
+    source = """
+LOG = [0]
+
+
+def f(x):
+    count = len(LOG)
+    for i in range(4):
+        x = x + i
+        LOG.append(x)
+    LOG.pop()
+    x.add_(x.t())
+    LOG.append(x * 2)
+    return x
+"""
+    assert_same_as_eager(source, "LOG")
+
+
 # ----------------------------------------------------------------------------- writes
 def test_a_global_written_before_the_raising_op_is_written():
     source = "N = 0\n\n\ndef f(x):\n    global N\n    N += 1\n    x.add_(x.t())\n    return x\n"
