@@ -88,19 +88,16 @@ def test_appending_a_tensor_to_a_global_list_compiles_once():
 
 
 # ------------------------------------------------------------------ ordering and replay
-@known("printed text lost: the graph raised after a deferred print", "i33-replay (entry.py)")
 def test_a_print_before_an_op_that_raises_is_still_printed():
     source = 'def f(x, y, n, s):\n    print("before")\n    y.add_(x)\n    return y\n'
     assert_agrees(source, "view and base")  # y.add_(y.t()): overlapping memory raises
 
 
-@known("printed text lost: the graph raised after a deferred print", "i33-replay (entry.py)")
 def test_a_print_before_an_in_place_add_of_a_transpose_is_still_printed():
     source = 'def f(x, y, n, s):\n    print("before")\n    x.add_(x.t())\n    return x\n'
     assert_agrees(source)
 
 
-@known("outside write lost: the graph raised after a deferred attribute write", "i33-replay")
 def test_an_attribute_written_before_an_op_that_raises_is_still_written():
     source = """
 import types
