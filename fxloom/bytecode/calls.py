@@ -208,8 +208,8 @@ def inline(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dic
     """Interpret ``fn``'s body with ``args`` bound to its parameters."""
     code = fn.__code__
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        if code.co_name == "<genexpr>":
-            return interp.recording.built(iter(_exhaust(interp, fn, args, kwargs)))
+        if code.co_name == "<genexpr>":  # run lazily, as the consumer advances it
+            return _generator_expression(interp, fn, args, kwargs)
         if fn.__module__ == "torch.nn.modules.module" and not holds_stand_in(args, kwargs):
             # Module.parameters(), .modules(), ...: walks over the module tree (guarded by its
             # epoch), run natively as a generator of the real objects.
@@ -289,11 +289,14 @@ def bind_arguments(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[st
     return bound
 
 
-def _exhaust(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dict) -> list[Any]:
-    """The items a generator expression yields, computed now (it is consumed where it is made)."""
-    from fxloom.bytecode.handlers.generators import run_generator
+def _generator_expression(
+    interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dict
+) -> Any:
+    """The generator a generator expression makes: its frame, run one item at a time as the
+    program advances it (``fxloom.bytecode.handlers.generators``)."""
+    from fxloom.bytecode.handlers.generators import generator_expression
 
-    return run_generator(interp, bind_frame(interp, fn, args, kwargs))
+    return generator_expression(interp, bind_frame(interp, fn, args, kwargs))
 
 
 # ------------------------------------------------------------------ tensors
@@ -526,7 +529,15 @@ def _native(
             "opaque-call", f"{_name(fn)} computed a tensor where fxloom could not record it"
         )
     _adopt_new(recording, result, made or row.new)
-    return recording.graph.adopt(result)
+    return _over_generators(interp, recording.graph.adopt(result), args, kwargs)
+
+
+def _over_generators(interp: Interpreter, result: Any, args: tuple, kwargs: dict) -> Any:
+    """``result``, or, where it is an iterator made over a generator expression among
+    ``args`` (``zip(gen, xs)``), that iterator to be advanced one step at a time."""
+    from fxloom.bytecode.handlers.generators import step_wrapped
+
+    return step_wrapped(interp, result, args, kwargs)
 
 
 def _calls_python(args: tuple, kwargs: dict) -> bool:
@@ -710,6 +721,8 @@ def _type(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     """``type(x)`` of a stand-in is the class of the tensor it stands for, not ``StandIn``."""
     if len(args) == 1 and isinstance(args[0], StandIn):
         return interp.recording.graph.real_type(args[0])
+    if len(args) == 1 and _is_lazy(args[0]):
+        return _eager_type(args[0])
     return type(*args, **kwargs)
 
 
@@ -717,7 +730,22 @@ def _isinstance(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
     value, classes = args
     if isinstance(value, StandIn):
         return issubclass(interp.recording.graph.real_type(value), classes)
+    if _is_lazy(value):
+        return issubclass(_eager_type(value), classes)
     return isinstance(value, classes)
+
+
+def _eager_type(lazy: Any) -> type:
+    """The type eager Python gives what the interpreter runs as a lazy iterator
+    (``handlers/generators.py``): a generator, or the native iterator a ``StepIterator`` wraps."""
+    inner = getattr(lazy, "inner", None)
+    return types.GeneratorType if inner is None else type(inner)
+
+
+def _is_lazy(value: Any) -> bool:
+    from fxloom.bytecode.handlers.generators import is_lazy
+
+    return is_lazy(value)
 
 
 def _rows_taken(make: Any) -> Any:
@@ -732,7 +760,8 @@ def _rows_taken(make: Any) -> Any:
             else arg
             for arg in args
         )
-        return interp.recording.built(make(*rows, **kwargs))  # a new object, the program's own
+        made = interp.recording.built(make(*rows, **kwargs))  # a new object, the program's own
+        return _over_generators(interp, made, args, kwargs)
 
     return call_with_rows
 
