@@ -208,7 +208,7 @@ def inline(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dic
     """Interpret ``fn``'s body with ``args`` bound to its parameters."""
     code = fn.__code__
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        if code.co_name == "<genexpr>":  # run lazily, as the consumer advances it
+        if code.co_flags & inspect.CO_GENERATOR and code.co_name == "<genexpr>":  # lazily
             return _generator_expression(interp, fn, args, kwargs)
         if fn.__module__ == "torch.nn.modules.module" and not holds_stand_in(args, kwargs):
             # Module.parameters(), .modules(), ...: walks over the module tree (guarded by its
@@ -459,7 +459,7 @@ def _python_function(
     if callees.runs_natively(fn) and _only_own_values(interp, args, kwargs):
         result = _guarded(fn, args, kwargs)
         _adopt_new(interp.recording, result, row is not None and row.new)
-        return interp.recording.graph.adopt(result)
+        return _over_generators(interp, interp.recording.graph.adopt(result), args, kwargs)
     return inline(interp, fn, args, kwargs)
 
 
@@ -529,6 +529,8 @@ def _native(
             "opaque-call", f"{_name(fn)} computed a tensor where fxloom could not record it"
         )
     _adopt_new(recording, result, made or row.new)
+    if fn is builtins.next:  # an item of a generator expression: not made over it
+        return recording.graph.adopt(result)
     return _over_generators(interp, recording.graph.adopt(result), args, kwargs)
 
 

@@ -125,6 +125,24 @@ def test_zip_over_a_generator_expression_advances_it_with_the_loop():
     assert_as_eager(f, X)
 
 
+def test_map_over_a_generator_expression_advances_it_with_the_loop():
+    def f(x):
+        for text in map(str, (note("gen", i) for i in range(3))):
+            note("body", text)
+        return x + 1
+
+    assert_as_eager(f, X)
+
+
+def test_join_consumes_a_generator_expression_where_it_is_called():
+    def f(x):
+        gen = (note("gen", str(i)) for i in range(3))
+        note("made")
+        return x + len("-".join(gen))
+
+    assert_as_eager(f, X)
+
+
 # ------------------------------------------------------------------ early stops
 def test_any_stops_at_the_first_true_item():
     def f(x):
