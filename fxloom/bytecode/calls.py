@@ -515,6 +515,8 @@ def _native(
         if isinstance(target, StandIn) and callees.module_of(fn).lstrip("_") == "operator":
             return record(interp, "call_function", fn, args, kwargs)  # ``operator.iadd(x, y)``
         if id(target) not in recording.created:  # not the program's own: a side effect
+            if any(_is_lazy(value) for value in (*args, *kwargs.values())):
+                return _one_by_one(interp, target, fn, args, kwargs)
             return recording.mutate_outside(target, fn, args, kwargs)
     result = _guarded(fn, args, kwargs)
     if reads and (target is _NO_TARGET or _needs_guard(recording, target)):
@@ -540,6 +542,35 @@ def _over_generators(interp: Interpreter, result: Any, args: tuple, kwargs: dict
     from fxloom.bytecode.handlers.generators import step_wrapped
 
     return step_wrapped(interp, result, args, kwargs)
+
+
+# An outside container filled from a generator expression: eager adds the items one at a
+# time, between steps of the generator's body (which may print, or read the container), so
+# the change is made (and replayed) as one call of the single-item method per item.
+_ONE_BY_ONE = {
+    (list, "extend"): "append",
+    (collections.deque, "extend"): "append",
+    (collections.deque, "extendleft"): "appendleft",
+    (set, "update"): "add",
+    (dict, "update"): "__setitem__",
+}
+
+
+def _one_by_one(interp: Interpreter, target: Any, fn: Any, args: tuple, kwargs: dict) -> None:
+    """``target.extend(gen)`` (or ``update``...) of an outside container, item by item."""
+    name = getattr(fn, "__name__", "")
+    own = args if getattr(fn, "__self__", None) is target else args[1:]
+    single = _ONE_BY_ONE.get((type(target), name))
+    if single is None or kwargs or len(own) != 1 or not _is_lazy(own[0]):
+        raise Break(
+            "outside-mutation",
+            f"{type(target).__name__}.{name} of an outside object with a generator expression: "
+            "build a list first (eager interleaves the generator's body with the change)",
+        )
+    add = getattr(target, single)
+    for item in own[0]:
+        pair = tuple(item) if single == "__setitem__" else (item,)
+        interp.recording.mutate_outside(target, add, pair, {})
 
 
 def _calls_python(args: tuple, kwargs: dict) -> bool:

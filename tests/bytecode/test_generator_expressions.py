@@ -143,6 +143,23 @@ def test_join_consumes_a_generator_expression_where_it_is_called():
     assert_as_eager(f, X)
 
 
+def test_extending_an_outside_list_from_a_generator_expression_interleaves_as_eager():
+    def f(x):
+        EVENTS.extend(note("gen", i) for i in range(3))
+        return x + 1
+
+    assert_as_eager(f, X)
+    assert explain(f, X).break_count == 0
+
+
+def test_a_generator_expression_reading_the_list_it_extends_sees_it_grow():
+    def f(x):
+        EVENTS.extend(len(EVENTS) for i in range(3))
+        return x + sum(EVENTS)
+
+    assert_as_eager(f, X)
+
+
 # ------------------------------------------------------------------ early stops
 def test_any_stops_at_the_first_true_item():
     def f(x):
