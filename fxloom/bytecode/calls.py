@@ -60,6 +60,7 @@ __all__ = [
     "holds_stand_in",
     "holds_unguarded",
     "inline",
+    "one_by_one",
     "record",
     "refuse_unguarded",
 ]
@@ -516,7 +517,7 @@ def _native(
             return record(interp, "call_function", fn, args, kwargs)  # ``operator.iadd(x, y)``
         if id(target) not in recording.created:  # not the program's own: a side effect
             if any(_is_lazy(value) for value in (*args, *kwargs.values())):
-                return _one_by_one(interp, target, fn, args, kwargs)
+                return one_by_one(interp, target, fn, args, kwargs)
             return recording.mutate_outside(target, fn, args, kwargs)
     result = _guarded(fn, args, kwargs)
     if reads and (target is _NO_TARGET or _needs_guard(recording, target)):
@@ -549,6 +550,9 @@ def _over_generators(interp: Interpreter, result: Any, args: tuple, kwargs: dict
 # the change is made (and replayed) as one call of the single-item method per item.
 _ONE_BY_ONE = {
     (list, "extend"): "append",
+    (list, "__iadd__"): "append",
+    (collections.deque, "__iadd__"): "append",
+    (set, "__ior__"): "add",
     (collections.deque, "extend"): "append",
     (collections.deque, "extendleft"): "appendleft",
     (set, "update"): "add",
@@ -556,8 +560,9 @@ _ONE_BY_ONE = {
 }
 
 
-def _one_by_one(interp: Interpreter, target: Any, fn: Any, args: tuple, kwargs: dict) -> None:
-    """``target.extend(gen)`` (or ``update``...) of an outside container, item by item."""
+def one_by_one(interp: Interpreter, target: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """``target.extend(gen)`` (``update``, ``+=``...) of an outside container, item by item;
+    what the call returns (``+=``: the program's view of the container)."""
     name = getattr(fn, "__name__", "")
     own = args if getattr(fn, "__self__", None) is target else args[1:]
     single = _ONE_BY_ONE.get((type(target), name))
@@ -571,6 +576,10 @@ def _one_by_one(interp: Interpreter, target: Any, fn: Any, args: tuple, kwargs: 
     for item in own[0]:
         pair = tuple(item) if single == "__setitem__" else (item,)
         interp.recording.mutate_outside(target, add, pair, {})
+    if not name.startswith("__i"):
+        return None
+    view = interp.recording.changes.view_of(target)
+    return target if view is None else view
 
 
 def _calls_python(args: tuple, kwargs: dict) -> bool:

@@ -152,6 +152,15 @@ def test_extending_an_outside_list_from_a_generator_expression_interleaves_as_ea
     assert explain(f, X).break_count == 0
 
 
+def test_adding_a_generator_expression_to_an_outside_list_in_place_interleaves_as_eager():
+    def f(x):
+        log = EVENTS
+        log += (note("gen", i) for i in range(3))
+        return x + len(log)
+
+    assert_as_eager(f, X)
+
+
 def test_a_generator_expression_reading_the_list_it_extends_sees_it_grow():
     def f(x):
         EVENTS.extend(len(EVENTS) for i in range(3))
