@@ -22,7 +22,14 @@ from typing import Any
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.interpreter import Frame, Interpreter, Returned, handles
 
-__all__ = ["MAX_ITEMS", "GeneratorExpression", "StepIterator", "is_lazy", "step_wrapped"]
+__all__ = [
+    "MAX_ITEMS",
+    "GeneratorExpression",
+    "StepIterator",
+    "is_lazy",
+    "rebuilt",
+    "step_wrapped",
+]
 
 MAX_ITEMS = 100_000
 
@@ -82,6 +89,27 @@ class GeneratorExpression(_Lazy):
         self.finished = True
         raise StopIteration
 
+    def rest(self) -> Any:
+        """The iterator a fresh generator of the same expression would go on from to give the
+        items this one has still to give, or None when its state holds more than that (a
+        second ``for`` clause, a closure)."""
+        frame = self.frame
+        function = frame.function
+        if self.running or function.__closure__ or frame.code.co_cellvars:
+            return None
+        if sum(instruction.op == "FOR_ITER" for instruction in frame.instructions) != 1:
+            return None
+        if self.finished:
+            from fxloom.bytecode.handlers.control import ListIterator  # (control imports this)
+
+            return ListIterator([])
+        if frame.ip == 0:  # not started
+            return frame.locals.get(".0")
+        # Suspended at its yield: below the value ``send`` gave, only its loop's iterator.
+        if len(frame.stack) == 2 and frame.stack[1] is None:
+            return frame.stack[0]
+        return None
+
     def __repr__(self) -> str:
         state = "finished" if self.finished else f"{self.count} items so far"
         return f"<generator expression {self.frame.code.co_qualname}, {state}>"
@@ -100,6 +128,24 @@ class StepIterator(_Lazy):
     def __next__(self) -> Any:
         self._check_interpreting(self.interp)
         return next(self.inner)
+
+
+def rebuilt(value: Any, expr: Any, constant: Any) -> str:
+    """Python that makes, after the graph, a generator that goes on as ``value`` would (its
+    items still to come from a plain generator over what is left of its iterator), for
+    ``entry._Emitter.expr``; a ``generator`` break where that would not be the same."""
+    iterator = value.rest() if isinstance(value, GeneratorExpression) else None
+    if iterator is None:
+        raise Break(
+            "generator",
+            "a generator expression not run to its end is live after the graph (returned, "
+            "stored or held at a graph break), and its state cannot be made again",
+        )
+    return f"{constant(_remade)}({constant(value.frame.function)}, {expr(iterator)})"
+
+
+def _remade(function: Any, iterator: Any) -> Any:
+    return function(iterator)  # a generator expression's function takes its iterator only
 
 
 def is_lazy(value: Any) -> bool:
