@@ -281,7 +281,7 @@ class _Emitter:
             state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())
             return f"MAKE_OBJECT({self.constant(kind)}, {{{state}}})"
         if is_lazy(value):  # its frame lives in this compilation's interpreter only
-            return rebuilt(value, self.expr, self.constant)
+            return rebuilt(value, self)
         if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
             raise Break(
                 "return-object",

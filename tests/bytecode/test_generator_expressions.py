@@ -329,6 +329,30 @@ def test_returning_an_unconsumed_generator_expression_returns_a_real_generator()
     assert isinstance(fxloom.compile(f)(X), types.GeneratorType)
 
 
+def test_a_generator_expression_held_by_a_variable_and_its_loop_at_a_graph_break():
+    def f(x):
+        total = x
+        gen = (note("gen", i) for i in range(4))
+        for value in gen:
+            total = total + x.sum().item()
+            if value == 1:
+                note("rest", list(gen))  # ends the loop too: one generator, not two copies
+        return total
+
+    assert_as_eager(f, X)
+
+
+def test_an_inner_generator_expression_held_apart_from_the_outer_at_a_graph_break():
+    def f(x):
+        inner = (note("inner", i) for i in range(4))
+        outer = (v * 10 for v in inner)
+        first = next(outer)
+        note("item", x.sum().item())
+        return x + first + next(inner) + sum(outer)
+
+    assert_as_eager(f, X)
+
+
 def test_returning_a_generator_expression_without_closure_returns_a_lazy_generator():
     def f(x):
         note("made")

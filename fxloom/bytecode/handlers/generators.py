@@ -130,7 +130,7 @@ class StepIterator(_Lazy):
         return next(self.inner)
 
 
-def rebuilt(value: Any, expr: Any, constant: Any) -> str:
+def rebuilt(value: Any, emitter: Any) -> str:
     """Python that makes, after the graph, a generator that goes on as ``value`` would (its
     items still to come from a plain generator over what is left of its iterator), for
     ``entry._Emitter.expr``; a ``generator`` break where that would not be the same."""
@@ -141,7 +141,17 @@ def rebuilt(value: Any, expr: Any, constant: Any) -> str:
             "a generator expression not run to its end is live after the graph (returned, "
             "stored or held at a graph break), and its state cannot be made again",
         )
-    return f"{constant(_remade)}({constant(value.frame.function)}, {expr(iterator)})"
+    # Held twice (a variable and the for loop over it): two copies would go on apart.
+    made = emitter.__dict__.setdefault("generators_rebuilt", set())
+    if id(value) in made:
+        raise Break(
+            "generator",
+            "a generator expression is held twice at a graph break (a variable and a for "
+            "loop over it, say): after the graph it would be two",
+        )
+    made.add(id(value))
+    function = emitter.constant(value.frame.function)
+    return f"{emitter.constant(_remade)}({function}, {emitter.expr(iterator)})"
 
 
 def _remade(function: Any, iterator: Any) -> Any:
