@@ -7,12 +7,13 @@ interpreted code (``FOR_ITER``, unpacking) or by native code that calls ``__next
 ``any``, ``"".join``...). Its body's prints, outside writes and recorded ops therefore happen
 where eager Python would run them, and ``any()`` stops at the first true item.
 
-A generator expression cannot outlive its piece: one live after the graph (returned, stored
-in an outside object, held at a graph break) is an object the program made that the
-generated code cannot rebuild, a ``return-object`` break (``entry._Emitter.expr``), so that
-piece runs as Python. Native iterators made over one (``zip(gen, xs)``, ``map(str, gen)``)
-are wrapped as ``StepIterator``: advanced step by step too, and refused the same way.
-Other generators are a ``generator`` break.
+Its frame lives only while the piece is interpreted. One live after the graph (returned,
+stored in an outside object, held at a graph break) is made again by the generated code
+(``rebuilt``, from ``entry._Emitter.expr``) as a plain generator of the same expression over
+what is left of its iterator, where that is all its state (one ``for`` clause, no closure)
+and one holder has it; otherwise it is a ``generator`` break and that piece runs as Python.
+Native iterators made over one (``zip(gen, xs)``, ``map(str, gen)``) are ``StepIterator``s:
+advanced step by step too, and never made again. Other generators are a ``generator`` break.
 """
 
 from __future__ import annotations
