@@ -34,6 +34,7 @@ from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction h
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.guards import GuardSet, global_state
 from fxloom.bytecode.handlers.control import ListIterator
+from fxloom.bytecode.handlers.generators import is_lazy, rebuilt
 from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
 from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
 from fxloom.bytecode.side_effects import describe, each_statements, statements
@@ -290,6 +291,8 @@ class _Emitter:
             # with the same attributes, without running its __init__ a second time.
             state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())
             return f"MAKE_OBJECT({self.constant(kind)}, {{{state}}})"
+        if is_lazy(value):  # its frame lives in this compilation's interpreter only
+            return rebuilt(value, self)
         if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
             raise Break(
                 "return-object",
