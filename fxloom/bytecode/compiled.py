@@ -253,7 +253,48 @@ class CompiledFunction:
 
 
 class CompiledModule(torch.nn.Module):
-    """``module`` with its ``forward`` compiled (parameters are shared, not copied)."""
+    """``module`` with its ``forward`` compiled; everything else reads and writes ``module``.
+
+    As ``torch.compile``'s wrapper: an attribute the wrapper does not own (``config``,
+    ``device``, ``generate``, a submodule, a parameter) is read from, set on and deleted from
+    ``module``, and its methods are bound to ``module`` (so ``compiled.generate(...)`` runs
+    ``module``'s own, uncompiled forward, as ``torch.compile(model).generate`` does). Unlike
+    it, the parameters, buffers, submodules and state-dict hooks are ``module``'s own dicts,
+    shared, so ``state_dict()`` keys, ``named_parameters()`` names and ``load_state_dict``
+    are ``module``'s, without torch's ``_orig_mod.`` prefix: checkpoints move between the
+    compiled and the plain module unchanged. ``train()``/``eval()``/``training`` are
+    ``module``'s. The wrapper owns ``forward`` (the compiled one), ``compiled_forward``,
+    ``explain``, ``code``, ``cache`` and ``_orig_mod`` (the module), and
+    ``isinstance(compiled, type(module))`` is False, as with torch.
+
+    A call goes ``nn.Module.__call__`` -> ``forward``, an instance attribute holding the
+    ``CompiledFunction``: ``__getattr__`` is never on that path (it runs only for names
+    the wrapper lacks).
+    """
+
+    # the wrapper's own instance attributes; every other name set on it goes to the module
+    _OWN = frozenset({"_orig_mod", "compiled_forward", "forward", "_fx_settings"})
+    # nn.Module's dicts that are the module's own, so that every nn.Module method of the
+    # wrapper (state_dict, named_parameters, to, apply...) works on the module's contents,
+    # and the module's hooks run around the compiled forward as they ran around its own
+    # (the compiled function is ``module.forward``, which hooks are not part of)
+    _SHARED = (
+        "_parameters",
+        "_buffers",
+        "_non_persistent_buffers_set",
+        "_modules",
+        "_forward_pre_hooks",
+        "_forward_pre_hooks_with_kwargs",
+        "_forward_hooks",
+        "_forward_hooks_with_kwargs",
+        "_forward_hooks_always_called",
+        "_backward_pre_hooks",
+        "_backward_hooks",
+        "_state_dict_hooks",
+        "_state_dict_pre_hooks",
+        "_load_state_dict_pre_hooks",
+        "_load_state_dict_post_hooks",
+    )
 
     def __init__(
         self,
@@ -262,15 +303,76 @@ class CompiledModule(torch.nn.Module):
         fullgraph: bool,
         recompile_limit: int,
     ) -> None:
-        super().__init__()
-        self._orig_mod = module
-        self.compiled_forward = CompiledFunction(
+        super().__init__()  # before _orig_mod is set: its `training = True` is not the module's
+        own = self.__dict__
+        own["_orig_mod"] = module
+        for name in self._SHARED:
+            own[name] = module.__dict__[name]
+        own["compiled_forward"] = CompiledFunction(
             module.forward, backend, fullgraph, recompile_limit, root=module
         )
+        # an instance attribute: nn.Module.__call__ finds it without a bound-method frame
+        own["forward"] = own["compiled_forward"]
+        own["_fx_settings"] = (backend, fullgraph, recompile_limit)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.compiled_forward(*args, **kwargs)
+    # ------------------------------------------------------------ passing through
+    def __getattr__(self, name: str) -> Any:
+        module = self.__dict__.get("_orig_mod")
+        if module is None:  # during __init__, or on a half-built copy
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return getattr(module, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._OWN or hasattr(type(self), name):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._OWN or hasattr(type(self), name):
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    @property  # type: ignore[override]
+    def training(self) -> bool:
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        module = self.__dict__.get("_orig_mod")
+        if module is not None:  # nn.Module.__init__ sets it before the module is known
+            module.training = mode
+
+    @property
+    def _is_full_backward_hook(self) -> bool | None:  # read beside the shared backward hooks
+        return self._orig_mod._is_full_backward_hook
+
+    @_is_full_backward_hook.setter
+    def _is_full_backward_hook(self, value: bool | None) -> None:
+        module = self.__dict__.get("_orig_mod")
+        if module is not None:  # nn.Module.__init__ sets it before the module is known
+            module._is_full_backward_hook = value
+
+    def train(self, mode: bool = True) -> CompiledModule:
+        self._orig_mod.train(mode)  # the module's own train(), overrides included
+        return self
+
+    def __len__(self) -> int:
+        return len(self._orig_mod)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*dir(self._orig_mod), *super().__dir__()})
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self._orig_mod!r})"
+
+    def __reduce__(self) -> tuple:
+        # copy.deepcopy and pickle rebuild the wrapper around the copied module: the
+        # generated code holds the module it was compiled for, and must not be shared
+        return (_compiled_module, (self._orig_mod, *self._fx_settings))
+
+    # ------------------------------------------------------------ reports
     def explain(self) -> Any:
         return self.compiled_forward.explain()
 
@@ -281,6 +383,12 @@ class CompiledModule(torch.nn.Module):
     @property
     def cache(self) -> list[CacheEntry]:
         return self.compiled_forward.cache
+
+
+def _compiled_module(
+    module: torch.nn.Module, backend: Any, fullgraph: bool, recompile_limit: int
+) -> CompiledModule:
+    return CompiledModule(module, backend, fullgraph, recompile_limit)
 
 
 # ------------------------------------------------------------------ signatures
