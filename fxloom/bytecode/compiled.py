@@ -252,6 +252,32 @@ class CompiledFunction:
         return "\n".join(parts)
 
 
+# nn.Module method -> whether it returns self (then the wrapper returns itself, for chaining)
+_TO_MODULE = {
+    "train": True,
+    "apply": True,
+    "_apply": True,
+    "named_modules": False,
+    "state_dict": False,
+    "load_state_dict": False,
+    "_save_to_state_dict": False,
+    "_load_from_state_dict": False,
+}
+
+
+def _to_module(name: str, chains: bool) -> Callable[..., Any]:
+    """The wrapper's ``name``: the module's ``name``, returning the wrapper where that
+    returns the module."""
+
+    def method(self: CompiledModule, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(self._orig_mod, name)(*args, **kwargs)
+        return self if chains else result
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = getattr(torch.nn.Module, name).__doc__
+    return method
+
+
 class CompiledModule(torch.nn.Module):
     """``module`` with its ``forward`` compiled; everything else reads and writes ``module``.
 
@@ -259,11 +285,13 @@ class CompiledModule(torch.nn.Module):
     ``device``, ``generate``, a submodule, a parameter) is read from, set on and deleted from
     ``module``, and its methods are bound to ``module`` (so ``compiled.generate(...)`` runs
     ``module``'s own, uncompiled forward, as ``torch.compile(model).generate`` does). Unlike
-    it, the parameters, buffers, submodules and state-dict hooks are ``module``'s own dicts,
-    shared, so ``state_dict()`` keys, ``named_parameters()`` names and ``load_state_dict``
-    are ``module``'s, without torch's ``_orig_mod.`` prefix: checkpoints move between the
-    compiled and the plain module unchanged. ``train()``/``eval()``/``training`` are
-    ``module``'s. The wrapper owns ``forward`` (the compiled one), ``compiled_forward``,
+    it, the parameters, buffers, submodules and hooks are ``module``'s own dicts, shared, and
+    the methods that act on the module as a whole (``_TO_MODULE``) are ``module``'s, so
+    ``state_dict()`` keys, ``named_parameters()`` names and ``load_state_dict`` are
+    ``module``'s, without torch's ``_orig_mod.`` prefix (checkpoints move between the
+    compiled and the plain module unchanged), ``modules()`` and ``apply`` meet ``module``
+    itself, and ``module``'s hooks run around the compiled forward. ``train()``/``eval()``/
+    ``training`` are ``module``'s. The wrapper owns ``forward`` (the compiled one), ``compiled_forward``,
     ``explain``, ``code``, ``cache`` and ``_orig_mod`` (the module), and
     ``isinstance(compiled, type(module))`` is False, as with torch.
 
@@ -307,7 +335,8 @@ class CompiledModule(torch.nn.Module):
         own = self.__dict__
         own["_orig_mod"] = module
         for name in self._SHARED:
-            own[name] = module.__dict__[name]
+            if name in module.__dict__:  # each torch release has them; skip one that does not
+                own[name] = module.__dict__[name]
         own["compiled_forward"] = CompiledFunction(
             module.forward, backend, fullgraph, recompile_limit, root=module
         )
@@ -354,10 +383,6 @@ class CompiledModule(torch.nn.Module):
         if module is not None:  # nn.Module.__init__ sets it before the module is known
             module._is_full_backward_hook = value
 
-    def train(self, mode: bool = True) -> CompiledModule:
-        self._orig_mod.train(mode)  # the module's own train(), overrides included
-        return self
-
     def __len__(self) -> int:
         return len(self._orig_mod)
 
@@ -383,6 +408,13 @@ class CompiledModule(torch.nn.Module):
     @property
     def cache(self) -> list[CacheEntry]:
         return self.compiled_forward.cache
+
+
+# nn.Module methods that act on the module as a whole: the module's own run (its class may
+# override them: RNNs' _apply, BatchNorm's _load_from_state_dict, a model's train), so
+# ``modules()`` and ``apply`` meet the module itself, not the wrapper
+for _name, _chains in _TO_MODULE.items():
+    setattr(CompiledModule, _name, _to_module(_name, _chains))
 
 
 def _compiled_module(

@@ -164,3 +164,31 @@ def test_the_models_full_backward_hooks_run_in_the_compiled_backward():
     model.register_full_backward_hook(lambda module, grad_in, grad_out: seen.append("hook"))
     fxloom.compile(model)(torch.randn(4, 3, requires_grad=True)).sum().backward()
     assert seen == ["hook"]
+
+
+def test_modules_and_apply_meet_the_model_itself():
+    model = torch.nn.Linear(3, 2)
+    compiled = fxloom.compile(model)
+    assert list(compiled.modules()) == [model]
+    seen: list[torch.nn.Module] = []
+    assert compiled.apply(seen.append) is compiled
+    assert seen == [model]
+
+
+def test_a_batch_norms_state_dict_keeps_its_version_through_the_compiled_module():
+    # BatchNorm overrides _load_from_state_dict for its version; the model's own runs
+    model = torch.nn.BatchNorm1d(3)
+    compiled = fxloom.compile(model)
+    state = compiled.state_dict()
+    assert state._metadata[""]["version"] == type(model)._version
+    compiled.load_state_dict(state)
+
+
+def test_a_compiled_module_inside_a_parent_saves_and_loads_under_its_name():
+    parent = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    parent.append(fxloom.compile(torch.nn.Linear(3, 2)))
+    plain = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 2))
+    assert list(parent.state_dict()) == list(plain.state_dict())
+    parent.load_state_dict(plain.state_dict())
+    x = torch.randn(4, 3)
+    assert torch.equal(parent(x), plain(x))
