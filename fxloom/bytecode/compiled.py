@@ -274,7 +274,7 @@ def _to_module(name: str, chains: bool) -> Callable[..., Any]:
         return self if chains else result
 
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = getattr(torch.nn.Module, name).__doc__
+    method.__doc__ = f"nn.Module.{name}, run by the module itself (see _TO_MODULE)."
     return method
 
 
