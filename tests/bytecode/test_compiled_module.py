@@ -192,3 +192,13 @@ def test_a_compiled_module_inside_a_parent_saves_and_loads_under_its_name():
     parent.load_state_dict(plain.state_dict())
     x = torch.randn(4, 3)
     assert torch.equal(parent(x), plain(x))
+
+
+def test_a_submodule_replaced_through_the_compiled_module_is_seen_by_the_next_call():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    compiled = fxloom.compile(model)
+    x = torch.randn(4, 3)
+    compiled(x)
+    setattr(compiled, "1", torch.nn.Tanh())
+    assert isinstance(model[1], torch.nn.Tanh)
+    assert torch.equal(compiled(x), model(x))
