@@ -266,8 +266,9 @@ def test_show_describes_a_file_saved_from_a_hugging_face_factory(
     out = capsys.readouterr().out
     assert "kind graph_module" in out and "Parameters: float32" in out
     assert "target=transformers.modeling_outputs.BaseModelOutputWithPooling" in out
-    # A fresh process has not imported transformers: loading would refuse the ModelOutput
-    # class, and show lists it, with the fix, instead of refusing the file.
+    # A fresh process has not imported transformers: show imports the library the file names,
+    # as a user of fxloom.load would, and finds the ModelOutput class through the loader's
+    # enumerated table, so nothing is refused.
     fresh = subprocess.run(
         [sys.executable, "-m", "fxloom", "show", str(path), "--no-graph"],
         capture_output=True,
@@ -275,6 +276,5 @@ def test_show_describes_a_file_saved_from_a_hugging_face_factory(
         env={**os.environ, "PYTHONPATH": str(Path(fxloom.__file__).parents[1])},
     )
     assert fresh.returncode == cli.EXIT_OK, fresh.stderr
-    assert "fxloom.load would refuse (1):" in fresh.stdout
-    assert "function 'transformers.modeling_outputs.BaseModelOutputWithPooling" in fresh.stdout
-    assert "import transformers.modeling_outputs before loading" in fresh.stdout
+    assert "would refuse" not in fresh.stdout
+    assert "Nodes: 0 " not in fresh.stdout and "Nodes: " in fresh.stdout

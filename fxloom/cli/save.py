@@ -207,7 +207,26 @@ def summarise(path: str | Path) -> FileSummary:
         raise SerializationError(
             f"{path}: {described_kind(archive.kind)} file without its module record"
         )
+    _import_named_libraries(program)
     return guarded_load(root, lambda record: _summarise_tree(archive.header, program, record))
+
+
+def _import_named_libraries(program: dict) -> None:
+    """Import the libraries (``allowlist.LIBRARY_CLASS_MODULES``: transformers) whose classes
+    the file names, when installed: what a user of ``fxloom.load`` does before loading, so
+    that ``show`` finds their output and cache classes as ``load`` does. Only the library
+    itself is imported here; its modules that define the classes are imported from the
+    allowlist's enumerated table, never from a name in the file."""
+    import importlib
+    import importlib.util
+
+    from fxloom.serialize.allowlist import LIBRARY_CLASS_MODULES
+
+    text = json.dumps(program)
+    for library in LIBRARY_CLASS_MODULES:
+        if f'"{library}.' in text and library not in sys.modules:
+            if importlib.util.find_spec(library) is not None:
+                importlib.import_module(library)
 
 
 def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
