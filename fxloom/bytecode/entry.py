@@ -226,6 +226,7 @@ class _Emitter:
         # ``obj.child = new`` is the old child, an item moved by ``insert`` the same item.
         self._changes = bool(recording.changes)
         self.before: dict[str, str] = {}
+        self._made: dict[int, str] = {}  # id(function the program made) -> its name in run
 
     def _again(self, expr: str) -> str:
         """``expr``, a read from outside, as the value it has before the changes replay."""
@@ -279,12 +280,31 @@ class _Emitter:
             # with the same attributes, without running its __init__ a second time.
             state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())
             return f"MAKE_OBJECT({self.constant(kind)}, {{{state}}})"
+        if kind is types.FunctionType and id(value) in self.recording.created:
+            return self._function(value)
         if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
             raise Break(
                 "return-object",
                 f"a {kind.__qualname__} the program made is live after the graph",
             )
         return self.constant(value)
+
+    def _function(self, fn: types.FunctionType) -> str:
+        """A function the program made (a ``lambda`` handed to a call at a graph break), made
+        again from its code, globals and defaults, once however often the program holds it;
+        one closing over cells, or carrying attributes of its own, is not handed on."""
+        name = self._made.get(id(fn))
+        if name is not None:
+            return name
+        if fn.__closure__ or vars(fn) or fn.__annotations__:
+            raise Break("return-object", "a function the program made is live after the graph")
+        defaults = self.expr(fn.__defaults__) if fn.__defaults__ else "None"
+        keyword_defaults = self.expr(fn.__kwdefaults__) if fn.__kwdefaults__ else "None"
+        code, namespace = self.constant(fn.__code__), self.constant(fn.__globals__)
+        made = f"{self.constant(_made_again)}({code}, {namespace}, {defaults}, {keyword_defaults})"
+        name = self._made[id(fn)] = f"MADE_{len(self._made)}"
+        self.before[made] = name  # made before the changes replay, as the program made it
+        return name
 
     def constant(self, value: Any) -> str:
         if value is None or type(value) in (bool, int, str):
@@ -302,6 +322,15 @@ class _Emitter:
     def reads_before(self) -> list[str]:
         """The statements that read the values ``_again`` named, before any change."""
         return [f"{name} = {expr}" for expr, name in self.before.items()]
+
+
+def _made_again(
+    code: types.CodeType, namespace: dict, defaults: tuple | None, keyword_defaults: dict | None
+) -> types.FunctionType:
+    """The function ``MAKE_FUNCTION`` makes of ``code`` (a new one, as each call makes)."""
+    fn = types.FunctionType(code, namespace, code.co_name, defaults)
+    fn.__kwdefaults__ = keyword_defaults
+    return fn
 
 
 def _run_source(
