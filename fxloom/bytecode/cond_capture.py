@@ -200,10 +200,18 @@ def _both_branches(
         outer.hold(name, branch.builder.finish_branch(lifted, branch.leaves, name))
         for branch, name in zip(branches, names)
     ]
-    results = tuple(StandIn.like(leaf) for leaf in branches[0].leaves)
+    results = tuple(map(_result, branches[0].leaves, branches[1].leaves))
     meta = {"raises_on_data": True} if any(map(_raises_on_data, branches)) else {}
     outer.record_known(cond_op, (pred, *getters, tuple(lifted)), results, "cond", **meta)
     return list(results), branches[0].spec
+
+
+def _result(true_leaf: StandIn, false_leaf: StandIn) -> StandIn:
+    """The stand-in of one output of the cond node: the true branch's, unless only the false
+    branch's needs grad (what the program may ask of it afterwards should not be too little)."""
+    if false_leaf.requires_grad and not true_leaf.requires_grad:
+        return StandIn.like(false_leaf)
+    return StandIn.like(true_leaf)
 
 
 def _raises_on_data(branch: _Branch) -> bool:
@@ -282,7 +290,13 @@ def _operation(node: Node) -> str:
 # What ``Recording`` does to state outside the compiled function (kept aside, replayed after
 # the graph): inside a branch, each is refused. The cond node must compute the same thing
 # whichever branch the graph takes, and both are interpreted here.
-_CHANGING = ("write_attribute", "store_global", "store_cell", "mutate_outside", "write_target")
+_CHANGING = {
+    "write_attribute": "assigns an attribute of an object it did not make",
+    "store_global": "assigns a global variable",
+    "store_cell": "assigns a nonlocal variable",
+    "mutate_outside": "changes a container or object it did not make",
+    "write_target": "changes a container it did not make",
+}
 
 
 class _RefusedOutput(list):
@@ -293,13 +307,9 @@ class _RefusedOutput(list):
         raise Break("cond-branch", f"it calls {getattr(fn, '__qualname__', fn)} (output)")
 
 
-def _refuse_change(name: str) -> Callable[..., Any]:
+def _refuse_change(what: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise Break(
-            "outside-mutation",
-            f"it changes state outside the branch ({name.replace('_', ' ')}), which a branch "
-            "may not do",
-        )
+        raise Break("cond-branch", f"it {what}; a branch may change only what it makes")
 
     return refuse
 
@@ -313,8 +323,8 @@ def _inside(recording: Any, builder: BranchBuilder) -> Iterator[None]:
     recording.graph = builder
     recording.created = set()
     recording.deferred = _RefusedOutput()
-    for name in _CHANGING:
-        setattr(recording, name, _refuse_change(name))
+    for name, what in _CHANGING.items():
+        setattr(recording, name, _refuse_change(what))
     try:
         yield
     finally:

@@ -226,7 +226,7 @@ class _Emitter:
         # ``obj.child = new`` is the old child, an item moved by ``insert`` the same item.
         self._changes = bool(recording.changes)
         self.before: dict[str, str] = {}
-        self._made: dict[int, str] = {}  # id(function the program made) -> its name in run
+        self._made: dict[int, str] = {}  # id(function the program made) -> its name (operand)
 
     def _again(self, expr: str) -> str:
         """``expr``, a read from outside, as the value it has before the changes replay."""
@@ -280,8 +280,6 @@ class _Emitter:
             # with the same attributes, without running its __init__ a second time.
             state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())
             return f"MAKE_OBJECT({self.constant(kind)}, {{{state}}})"
-        if kind is types.FunctionType and id(value) in self.recording.created:
-            return self._function(value)
         if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
             raise Break(
                 "return-object",
@@ -289,15 +287,20 @@ class _Emitter:
             )
         return self.constant(value)
 
-    def _function(self, fn: types.FunctionType) -> str:
-        """A function the program made (a ``lambda`` handed to a call at a graph break), made
-        again from its code, globals and defaults, once however often the program holds it;
-        one closing over cells, or carrying attributes of its own, is not handed on."""
-        name = self._made.get(id(fn))
+    def operand(self, value: Any) -> str:
+        """``value``, an operand the break's own instruction consumes (the driver runs it as
+        Python, so no later piece reads it): a function the program made (``lambda t: t + 1``
+        given to ``fxloom.cond``) is made again from its code, globals and defaults, once
+        however often it is given. Elsewhere such a function stays a ``return-object`` break:
+        a later piece would guard its identity, new at every call (a recompile each)."""
+        if type(value) is not types.FunctionType or id(value) not in self.recording.created:
+            return self.expr(value)
+        name = self._made.get(id(value))
         if name is not None:
             return name
+        fn = value
         if fn.__closure__ or vars(fn) or fn.__annotations__:
-            raise Break("return-object", "a function the program made is live after the graph")
+            return self.expr(fn)  # a return-object break: its cells would not cross
         defaults = self.expr(fn.__defaults__) if fn.__defaults__ else "None"
         keyword_defaults = self.expr(fn.__kwdefaults__) if fn.__kwdefaults__ else "None"
         code, namespace = self.constant(fn.__code__), self.constant(fn.__globals__)
@@ -324,6 +327,14 @@ class _Emitter:
         return [f"{name} = {expr}" for expr, name in self.before.items()]
 
 
+def _consumed_from(frame: Frame) -> int:
+    """The index of the first stack value the break's own instruction (a call) consumes."""
+    instruction = frame.instructions[frame.ip]
+    if instruction.op != "CALL":
+        return len(frame.stack)
+    return len(frame.stack) - (instruction.nargs + len(instruction.kwnames) + 2)
+
+
 def _made_again(
     code: types.CodeType, namespace: dict, defaults: tuple | None, keyword_defaults: dict | None
 ) -> types.FunctionType:
@@ -345,7 +356,15 @@ def _run_source(
             + ", ".join(f"{name!r}: {emitter.expr(value)}" for name, value in frame.locals.items())
             + "}"
         )
-        stack = "[" + ", ".join(emitter.expr(value) for value in frame.stack) + "]"
+        consumed = _consumed_from(frame)
+        stack = (
+            "["
+            + ", ".join(
+                (emitter.operand if index >= consumed else emitter.expr)(value)
+                for index, value in enumerate(frame.stack)
+            )
+            + "]"
+        )
         result = f"NEXT({frame.ip}, {local_values}, {stack})"
     else:
         result = emitter.expr(outcome)
