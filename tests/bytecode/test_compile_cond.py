@@ -281,6 +281,20 @@ def test_a_branch_that_prints_is_a_break_naming_the_branch_and_output_is_eagers(
     assert "print" in stop.detail and 'print("taking the loud branch")' in stop.code
 
 
+def test_a_branch_kept_in_a_local_across_the_break_never_recompiles(capsys):
+    def f(x):
+        loud = lambda t: print("loud") or t + 1  # noqa: E731 - live after the break
+        return fxloom.cond(x.sum() > 0, loud, lambda t: t - 1, (x,))
+
+    compiled = fxloom.compile(f)
+    for x in (x3, -x3, x3, -x3):
+        want = f(x)
+        expected = capsys.readouterr().out
+        torch.testing.assert_close(compiled(x), want)
+        assert capsys.readouterr().out == expected
+    assert not compiled.explain().recompiles
+
+
 def test_a_graph_break_inside_a_branch_runs_the_cond_as_python():
     def f(x):
         return fxloom.cond(x.sum() > 0, lambda t: t * t.max().item(), lambda t: t - 1, (x,))
@@ -339,6 +353,12 @@ def test_a_branch_changing_a_list_the_function_made_is_a_break():
         got, want = compiled(x), f(x)
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
+    (detail,) = set(break_details(compiled))
+    assert (
+        "cond's true_fn " in detail
+        and "f.<locals>.noted (test_compile_cond.py:" in detail
+        and "it did not make" in detail
+    )
 
 
 # ----------------------------------------------------------------------------- saving
@@ -346,37 +366,15 @@ def test_a_compiled_cond_graph_saves_and_loads(tmp_path):
     graphs = []
 
     def backend(graph_module, example_inputs):
-        graphs.append(graph_module)
+        graphs.append((graph_module, example_inputs))
         return graph_module.forward
 
     model = Gate()
     fxloom.compile(model, backend=backend)(x3)
-    (graph_module,) = graphs
+    ((graph_module, example_inputs),) = graphs
     fxloom.save(graph_module, tmp_path / "cond.fxl")
     loaded = fxloom.load(tmp_path / "cond.fxl")
-    inputs = [p.name for p in graph_module.graph.find_nodes(op="placeholder")]
+    names = [node.name for node in graph_module.graph.find_nodes(op="placeholder")]
     for x in (x3, -x3):
-        values = {"x": x, **{name: p for name, p in _parameters(model, inputs)}}
-        torch.testing.assert_close(loaded(*(values[name] for name in inputs))[0], model(x))
-
-
-def _parameters(model: nn.Module, inputs: list[str]):
-    """The graph inputs holding ``model``'s parameters (``self_linear_weight``), by name."""
-    for path, parameter in model.named_parameters():
-        name = "self_" + path.replace(".", "_")
-        if name in inputs:
-            yield name, parameter
-
-
-def test_a_branch_kept_in_a_local_across_the_break_never_recompiles(capsys):
-    def f(x):
-        loud = lambda t: print("loud") or t + 1  # noqa: E731 - live after the break
-        return fxloom.cond(x.sum() > 0, loud, lambda t: t - 1, (x,))
-
-    compiled = fxloom.compile(f)
-    for x in (x3, -x3, x3, -x3):
-        want = f(x)
-        expected = capsys.readouterr().out
-        torch.testing.assert_close(compiled(x), want)
-        assert capsys.readouterr().out == expected
-    assert not compiled.explain().recompiles
+        inputs = [x if name == "x" else value for name, value in zip(names, example_inputs)]
+        torch.testing.assert_close(loaded(*inputs)[0], model(x))
