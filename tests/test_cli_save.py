@@ -158,6 +158,30 @@ def test_show_prints_the_signature_and_range_constraints_it_finds(saved, tmp_pat
     assert "Range constraints:\n  s0: [2, 64]" in out
 
 
+def test_show_prints_an_exported_programs_signature_and_ranges_as_export_does(tmp_path, capsys):
+    path = tmp_path / "exported.fxl"
+    assert cli.main(["save", "mlp_tiny", "--export", "--dynamic-batch", "-o", str(path)]) == 0
+    capsys.readouterr()
+    assert cli.main(["show", str(path), "--no-graph"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "kind exported_program" in out
+    assert (
+        "Graph signature:\n  # inputs\n  p_layers_0_weight: PARAMETER target='layers.0.weight'"
+        in out
+    )
+    assert "  x: USER_INPUT\n  # outputs\n" in out
+    assert "Range constraints:\n  s0: [0, inf]" in out
+    assert '{"kind"' not in out
+
+
+def test_loading_an_exported_file_as_a_graph_module_names_both_kinds(tmp_path, capsys):
+    path = tmp_path / "exported.fxl"
+    assert cli.main(["save", "mlp_tiny", "--export", "-o", str(path)]) == 0
+    with pytest.raises(fxloom.serialize.SerializationError) as info:
+        fxloom.load(path)
+    assert "holds an ExportedProgram (fxloom.export.save), not a GraphModule" in str(info.value)
+
+
 def test_the_demo_step_saves_loads_and_compares_a_traced_model() -> None:
     import io
 

@@ -60,6 +60,7 @@ __all__ = [
     "holds_stand_in",
     "holds_unguarded",
     "inline",
+    "one_by_one",
     "record",
     "refuse_unguarded",
 ]
@@ -212,8 +213,8 @@ def inline(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dic
     """Interpret ``fn``'s body with ``args`` bound to its parameters."""
     code = fn.__code__
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        if code.co_name == "<genexpr>":
-            return interp.recording.built(iter(_exhaust(interp, fn, args, kwargs)))
+        if code.co_flags & inspect.CO_GENERATOR and code.co_name == "<genexpr>":  # lazily
+            return _generator_expression(interp, fn, args, kwargs)
         if fn.__module__ == "torch.nn.modules.module" and not holds_stand_in(args, kwargs):
             # Module.parameters(), .modules(), ...: walks over the module tree (guarded by its
             # epoch), run natively as a generator of the real objects.
@@ -293,11 +294,14 @@ def bind_arguments(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[st
     return bound
 
 
-def _exhaust(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dict) -> list[Any]:
-    """The items a generator expression yields, computed now (it is consumed where it is made)."""
-    from fxloom.bytecode.handlers.generators import run_generator
+def _generator_expression(
+    interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dict
+) -> Any:
+    """The generator a generator expression makes: its frame, run one item at a time as the
+    program advances it (``fxloom.bytecode.handlers.generators``)."""
+    from fxloom.bytecode.handlers.generators import generator_expression
 
-    return run_generator(interp, bind_frame(interp, fn, args, kwargs))
+    return generator_expression(interp, bind_frame(interp, fn, args, kwargs))
 
 
 # ------------------------------------------------------------------ tensors
@@ -477,7 +481,7 @@ def _python_function(
     if callees.runs_natively(fn) and _only_own_values(interp, args, kwargs):
         result = _guarded(fn, args, kwargs)
         _adopt_new(interp.recording, result, row is not None and row.new)
-        return interp.recording.graph.adopt(result)
+        return _over_generators(interp, interp.recording.graph.adopt(result), args, kwargs)
     return inline(interp, fn, args, kwargs)
 
 
@@ -533,6 +537,8 @@ def _native(
         if isinstance(target, StandIn) and callees.module_of(fn).lstrip("_") == "operator":
             return record(interp, "call_function", fn, args, kwargs)  # ``operator.iadd(x, y)``
         if id(target) not in recording.created:  # not the program's own: a side effect
+            if any(_is_lazy(value) for value in (*args, *kwargs.values())):
+                return one_by_one(interp, target, fn, args, kwargs)
             return recording.mutate_outside(target, fn, args, kwargs)
     result = _guarded(fn, args, kwargs)
     if reads and (target is _NO_TARGET or _needs_guard(recording, target)):
@@ -547,7 +553,54 @@ def _native(
             "opaque-call", f"{_name(fn)} computed a tensor where fxloom could not record it"
         )
     _adopt_new(recording, result, made or row.new)
-    return recording.graph.adopt(result)
+    if fn is builtins.next:  # an item of a generator expression: not made over it
+        return recording.graph.adopt(result)
+    return _over_generators(interp, recording.graph.adopt(result), args, kwargs)
+
+
+def _over_generators(interp: Interpreter, result: Any, args: tuple, kwargs: dict) -> Any:
+    """``result``, or, where it is an iterator made over a generator expression among
+    ``args`` (``zip(gen, xs)``), that iterator to be advanced one step at a time."""
+    from fxloom.bytecode.handlers.generators import step_wrapped
+
+    return step_wrapped(interp, result, args, kwargs)
+
+
+# An outside container filled from a generator expression: eager adds the items one at a
+# time, between steps of the generator's body (which may print, or read the container), so
+# the change is made (and replayed) as one call of the single-item method per item.
+_ONE_BY_ONE = {
+    (list, "extend"): "append",
+    (list, "__iadd__"): "append",
+    (collections.deque, "__iadd__"): "append",
+    (set, "__ior__"): "add",
+    (collections.deque, "extend"): "append",
+    (collections.deque, "extendleft"): "appendleft",
+    (set, "update"): "add",
+    (dict, "update"): "__setitem__",
+}
+
+
+def one_by_one(interp: Interpreter, target: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """``target.extend(gen)`` (``update``, ``+=``...) of an outside container, item by item;
+    what the call returns (``+=``: the program's view of the container)."""
+    name = getattr(fn, "__name__", "")
+    own = args if getattr(fn, "__self__", None) is target else args[1:]
+    single = _ONE_BY_ONE.get((type(target), name))
+    if single is None or kwargs or len(own) != 1 or not _is_lazy(own[0]):
+        raise Break(
+            "outside-mutation",
+            f"{type(target).__name__}.{name} of an outside object with a generator expression: "
+            "build a list first (eager interleaves the generator's body with the change)",
+        )
+    add = getattr(target, single)
+    for item in own[0]:
+        pair = tuple(item) if single == "__setitem__" else (item,)
+        interp.recording.mutate_outside(target, add, pair, {})
+    if not name.startswith("__i"):
+        return None
+    view = interp.recording.changes.view_of(target)
+    return target if view is None else view
 
 
 def _calls_python(args: tuple, kwargs: dict) -> bool:
@@ -731,6 +784,8 @@ def _type(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     """``type(x)`` of a stand-in is the class of the tensor it stands for, not ``StandIn``."""
     if len(args) == 1 and isinstance(args[0], StandIn):
         return interp.recording.graph.real_type(args[0])
+    if len(args) == 1 and _is_lazy(args[0]):
+        return _eager_type(args[0])
     return type(*args, **kwargs)
 
 
@@ -739,7 +794,22 @@ def _isinstance(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
     _refuse_unguarded(interp, builtins.isinstance, (classes,), {})  # its identity decides
     if isinstance(value, StandIn):
         return issubclass(interp.recording.graph.real_type(value), classes)
+    if _is_lazy(value):
+        return issubclass(_eager_type(value), classes)
     return isinstance(value, classes)
+
+
+def _eager_type(lazy: Any) -> type:
+    """The type eager Python gives what the interpreter runs as a lazy iterator
+    (``handlers/generators.py``): a generator, or the native iterator a ``StepIterator`` wraps."""
+    inner = getattr(lazy, "inner", None)
+    return types.GeneratorType if inner is None else type(inner)
+
+
+def _is_lazy(value: Any) -> bool:
+    from fxloom.bytecode.handlers.generators import is_lazy
+
+    return is_lazy(value)
 
 
 def _rows_taken(make: Any) -> Any:
@@ -754,7 +824,8 @@ def _rows_taken(make: Any) -> Any:
             else arg
             for arg in args
         )
-        return interp.recording.built(make(*rows, **kwargs))  # a new object, the program's own
+        made = interp.recording.built(make(*rows, **kwargs))  # a new object, the program's own
+        return _over_generators(interp, made, args, kwargs)
 
     return call_with_rows
 

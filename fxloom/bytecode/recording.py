@@ -115,7 +115,10 @@ class Recording:
         self.writes: dict[tuple[int, str], tuple[Any, str, Any]] = {}
         # Changes to outside objects and Python output (print, logging, warnings), in one
         # ordered log replayed after the graph; ``deferred`` takes (function, args, kwargs).
-        self.changes = Changes(self.source_of)
+        # Each entry's position is the number of graph nodes recorded before it (all nodes
+        # but the inputs' placeholders): the entry replays those before an op that raises.
+        graph = self.graph
+        self.changes = Changes(self.source_of, lambda: len(graph.graph.nodes) - len(graph.inputs))
         self.deferred: list[tuple[Any, tuple, dict]] = self.changes.deferred
         self._alive: list[Any] = []
         # Every source an outside object (not a constant, container, module or function) was

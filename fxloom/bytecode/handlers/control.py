@@ -12,6 +12,7 @@ import torch
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import record
+from fxloom.bytecode.handlers.generators import is_lazy
 from fxloom.bytecode.interpreter import handles
 from fxloom.values.stand_in import DataDependentError, StandIn
 
@@ -130,8 +131,8 @@ def get_iter(interp, frame, instruction):
         value = record(interp, "call_method", "unbind", (value, 0), {})
     elif isinstance(value, torch.nn.ModuleList | torch.nn.Sequential | torch.nn.ModuleDict):
         value = list(value)
-    elif isinstance(value, ListIterator):
-        frame.stack.append(value)
+    elif isinstance(value, ListIterator) or is_lazy(value):  # a generator expression: run
+        frame.stack.append(value)  # one item per step, never listed ahead
         return
     elif interp.recording.is_unguarded(value):  # its items would be listed once, at capture
         raise Break(
