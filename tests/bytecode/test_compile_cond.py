@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from differential.harness import Call, Case, run_case
+from differential.variations import sequence, tensor
 from torch import nn
 
 import fxloom
@@ -359,6 +361,46 @@ def test_a_branch_changing_a_list_the_function_made_is_a_break():
         and "f.<locals>.noted (test_compile_cond.py:" in detail
         and "it did not make" in detail
     )
+
+
+# ----------------------------------------------------------------------------- varied calls
+CONDS = {
+    "tensor predicate": """
+import fxloom
+
+
+def f(x, y, n, s):
+    return fxloom.cond((x * y).sum() > 0, lambda a: a * n + y, lambda a: a - s * y, (x,))
+""",
+    "branches closing over values computed before": """
+import fxloom
+
+
+def f(x, y, n, s):
+    z = y.relu()
+    out = fxloom.cond(x.mean() > y.mean(), lambda a, b: (a + z, b), lambda a, b: (b, a * s), (x, y))
+    return out[0] * n, out[1]
+""",
+    "a cond with a print in a branch": """
+import fxloom
+
+
+def show(a):
+    print("shown", a.shape)
+    return a + 1
+
+
+def f(x, y, n, s):
+    return fxloom.cond(x.sum() > 0, show, lambda a: a - 1, (x * n,))
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONDS))
+def test_conds_agree_with_eager_over_every_variation_of_the_call(name):
+    base = Call((tensor((3, 3), 1), tensor((3, 3), 2), 2, 1.5), label="base")
+    failure = run_case(Case(CONDS[name], sequence(base)))
+    assert failure is None, str(failure)
 
 
 # ----------------------------------------------------------------------------- saving
