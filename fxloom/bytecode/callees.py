@@ -481,6 +481,8 @@ _OBJECTS: dict[Any, Callee] = {
     torch.is_grad_enabled: PURE,
     # fxloom's structured control flow: both branches in the graph, one node
     cond: HIGHER_ORDER, cond_op: HIGHER_ORDER,
+    # torch's own cond (its capture: a break, see ``cond_capture``)
+    **({torch.cond: HIGHER_ORDER} if hasattr(torch, "cond") else {}),
 }  # fmt: skip
 
 # Exceptions: constructing one keeps references to its arguments.

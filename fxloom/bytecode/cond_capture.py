@@ -165,6 +165,16 @@ def _captured_cond(interp: Any, args: tuple, kwargs: dict) -> tuple[list[Any], A
 _PARAMETERS = ("pred", "true_fn", "false_fn", "operands")
 
 
+def _torch_cond(interp: Any, args: tuple, kwargs: dict) -> Any:
+    """``torch.cond`` compiles its branches with ``torch.compile``, which cannot run on
+    stand-ins: a break, so that it runs as Python (eager's ``torch.cond``)."""
+    raise Break(
+        "unsupported-call",
+        "torch.cond compiles its branches with torch.compile; write fxloom.cond(pred, "
+        "true_fn, false_fn, operands) to keep both branches in fxloom.compile's graph",
+    )
+
+
 def _own(recording: Any, value: Any) -> Any:
     """``value``, a structure rebuilt for the program, marked as the program's own."""
     if type(value) in (list, dict):
@@ -339,4 +349,8 @@ _ABSENT = object()
 
 # The operators taking functions that fxloom.compile captures, and how (``callees``'
 # ``higher_order`` rows name the same callables).
-CAPTURES: dict[Any, Callable[[Any, tuple, dict], Any]] = {cond: _cond, cond_op: _cond_op}
+CAPTURES: dict[Any, Callable[[Any, tuple, dict], Any]] = {
+    cond: _cond,
+    cond_op: _cond_op,
+    **({torch.cond: _torch_cond} if hasattr(torch, "cond") else {}),
+}

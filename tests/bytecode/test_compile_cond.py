@@ -297,6 +297,16 @@ def test_a_branch_kept_in_a_local_across_the_break_never_recompiles(capsys):
     assert not compiled.explain().recompiles
 
 
+def test_torch_cond_runs_as_python_with_a_break_that_names_fxloom_cond():
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t - 1, (x,))
+
+    compiled = fxloom.compile(f)
+    both_outcomes(compiled, f, x3)
+    (detail,) = set(break_details(compiled))
+    assert detail.startswith("torch.cond compiles its branches") and "fxloom.cond(" in detail
+
+
 def test_a_graph_break_inside_a_branch_runs_the_cond_as_python():
     def f(x):
         return fxloom.cond(x.sum() > 0, lambda t: t * t.max().item(), lambda t: t - 1, (x,))
