@@ -153,7 +153,9 @@ def _captured_cond(interp: Any, args: tuple, kwargs: dict) -> tuple[list[Any], A
     if isinstance(pred, bool):  # known now (guarded): nothing to choose when the graph runs
         chosen = true_fn if pred else false_fn
         return pytree.tree_flatten(calls.call(interp, chosen, tuple(operands), {}))
-    if not isinstance(pred, StandIn):
+    if isinstance(pred, torch.Tensor):
+        pred = interp.recording.graph.adopt(pred)  # a tensor made natively: a graph constant
+    else:
         raise Break(
             "cond-branch",
             f"cond's pred is a {type(pred).__name__} ({pred}), which fxloom.compile does not "
