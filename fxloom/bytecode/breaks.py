@@ -57,6 +57,11 @@ BREAKS: dict[str, BreakKind] = {
         "the program changes an object that exists outside the compiled function",
         "return the new value instead of storing it, or change the object after the call",
     ),
+    "changed-after-print": BreakKind(
+        "a tensor the program printed is changed in place afterwards (printed text is shown "
+        "after the graph, which would show the changed values)",
+        "print a copy (print(y.clone())), or print after the change",
+    ),
     "opaque-call": BreakKind(
         "a function implemented in C received a tensor",
         "call it outside the compiled function, or use a torch operator instead",
@@ -88,6 +93,11 @@ BREAKS: dict[str, BreakKind] = {
     "generator": BreakKind(
         "a generator or coroutine inside the compiled function",
         "build a list instead of yielding, or call the generator outside",
+    ),
+    "held-iterator": BreakKind(
+        "a for loop over an iterator the program also holds (a variable, an attribute), which "
+        "it may advance again after the loop",
+        "loop over the list itself, or keep the iterator's use inside the loop",
     ),
     "return-object": BreakKind(
         "the function returns an object holding tensors that is not a registered pytree node",

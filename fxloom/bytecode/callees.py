@@ -187,12 +187,16 @@ def _max(max_fn: Any, *args: Any, key: Any = None, default: Any = _NO_DEFAULT) -
 
 
 def _reduce(reduce_fn: Any, function: Any, iterable: Any, *initial: Any) -> Any:
-    items = iter(iterable)
+    # Listed, not iterated by name: a loop over an iterator the code also holds is a
+    # ``held-iterator`` break (it could be advanced after the loop).
+    items = list(iterable)
     if initial:
-        value = initial[0]
+        value, rest = initial[0], items
+    elif items:
+        value, rest = items[0], items[1:]
     else:
-        value = next(items)
-    for item in items:
+        raise TypeError("reduce() of empty iterable with no initial value")
+    for item in rest:
         value = function(value, item)
     return value
 

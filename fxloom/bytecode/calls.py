@@ -52,6 +52,13 @@ from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.callees import Callee
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
+from fxloom.bytecode.side_effects import storage_key
+from fxloom.ops.identity import is_inplace_name
+from fxloom.ops.mutation import (
+    function_has_side_effect,
+    module_has_side_effect,
+    writes_through_keywords,
+)
 from fxloom.values.stand_in import DataDependentError, StandIn
 
 __all__ = [
@@ -335,12 +342,39 @@ def record(interp: Interpreter, op: str, target: Any, args: tuple, kwargs: dict)
         for value in values:
             if holds_unguarded(recording.unguarded, (value,)):
                 raise _unguarded_break(recording, target, value)
+    if recording.changes.log and _writes_printed(recording, op, target, args, kwargs):
+        raise Break("changed-after-print", f"{_name(target)} changes a tensor printed before it")
     graph = recording.graph
     graph.where = interp.where()
     try:
         return graph.call(op, target, args, kwargs)
     except DataDependentError as err:
         raise Break("data-dependent-op", f"{_name(target)}: {err}") from None
+
+
+def _writes_printed(recording: Any, op: str, target: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``target`` writes in place (the IR's impurity rules: ``add_``, ``setitem``,
+    ``out=``, ``inplace=True``) into a tensor whose storage deferred output shows."""
+    written: list[StandIn] = []
+    first_written = _writes_its_first_argument(recording, op, target)
+    if kwargs and writes_through_keywords(kwargs):
+        written += [value for value in kwargs.values() if isinstance(value, StandIn)]
+        first_written = True
+    if first_written and args and isinstance(args[0], StandIn):
+        written.append(args[0])
+    if not written:
+        return False
+    printed = recording.changes.printed_storages()
+    return any(storage_key(value) in printed for value in written)
+
+
+def _writes_its_first_argument(recording: Any, op: str, target: Any) -> bool:
+    if op == "call_method":
+        return is_inplace_name(target)
+    if op == "call_function":
+        return function_has_side_effect(target)
+    module = recording.graph.modules.get(target)
+    return module is not None and module_has_side_effect(module)
 
 
 def _holds_stand_in_result(result: Any) -> bool:

@@ -470,6 +470,15 @@ class Changes:
                 self.log.append(State(changed, changed.kind.snapshot(changed.view)))
         self._dirty.clear()
 
+    def printed_storages(self) -> set[int]:
+        """The storages of the tensors deferred output shows (``print(y)``): output runs after
+        the graph, so a later in-place change to one of them would show in the text."""
+        storages: set[int] = set()
+        for entry in self.log:
+            if type(entry) is Output:
+                _collect_storages((entry.args, entry.kwargs), storages)
+        return storages
+
     # ------------------------------------------------------------ steps (the graph raises)
     def _step_before_change(self, key: tuple) -> None:
         """Before a final-state target changes: its open step from an earlier position
@@ -586,3 +595,21 @@ _STATEMENTS = {
     Store: _store_statements,
     Output: _output_statements,
 }
+
+
+def storage_key(stand_in: StandIn) -> int:
+    """Which memory ``stand_in`` lives in: views of one tensor share it (their meta tensors
+    share one storage, as the real tensors will)."""
+    return stand_in._meta.untyped_storage()._cdata
+
+
+def _collect_storages(value: Any, storages: set[int]) -> None:
+    kind = type(value)
+    if kind is StandIn:
+        storages.add(storage_key(value))
+    elif kind is tuple or kind is list:
+        for item in value:
+            _collect_storages(item, storages)
+    elif kind is dict:
+        for item in value.values():
+            _collect_storages(item, storages)
