@@ -27,8 +27,17 @@ class BreakKind:
 BREAKS: dict[str, BreakKind] = {
     "tensor-branch": BreakKind(
         "a branch depends on a tensor's value",
-        "use fxloom.cond(pred, true_fn, false_fn, operands) to keep both branches in the graph, "
-        "or compute the condition from shapes",
+        "use fxloom.cond(pred, true_fn, false_fn, operands): fxloom.compile keeps both branches "
+        "in the graph and picks one at run time; or compute the condition from shapes",
+    ),
+    "cond-branch": BreakKind(
+        "a branch of fxloom.cond cannot be captured (a graph break inside it, output such as "
+        "print, a change to an object the branch did not make, an in-place write, or branches "
+        "that do not agree)",
+        "nothing to do for a correct result: the whole cond runs as Python at every call. To "
+        "keep it in the graph, make each branch compute new tensors from its operands (and "
+        "what it closes over), return the same structure, shapes and dtypes from both, and "
+        "move output and changes of outside objects out of the branches",
     ),
     "tensor-data": BreakKind(
         "the program reads a tensor's data (.item(), .tolist(), int(), float(), bool())",

@@ -177,6 +177,10 @@ def _by_row(interp: Interpreter, row: Callee, fn: Any, args: tuple, kwargs: dict
         if isinstance(fn, type):
             return _construct(interp, fn, args, kwargs)
         raise _unknown(fn)
+    if kind == "higher_order":
+        from fxloom.bytecode.cond_capture import capture  # (it calls back into this module)
+
+        return capture(interp, fn, args, kwargs)
     if kind == "break":
         if row.tensor_data:
             raise Break("tensor-data", f"{_name(fn)}() reads the data of a tensor")

@@ -238,6 +238,7 @@ class _Emitter:
         # ``obj.child = new`` is the old child, an item moved by ``insert`` the same item.
         self._changes = bool(recording.changes)
         self.before: dict[str, str] = {}
+        self._made: dict[int, str] = {}  # id(function the program made) -> its name (operand)
 
     def _again(self, expr: str) -> str:
         """``expr``, a read from outside, as the value it has before the changes replay."""
@@ -300,6 +301,28 @@ class _Emitter:
             )
         return self.constant(value)
 
+    def operand(self, value: Any) -> str:
+        """``value``, an operand the break's own instruction consumes (the driver runs it as
+        Python, so no later piece reads it): a function the program made (``lambda t: t + 1``
+        given to ``fxloom.cond``) is made again from its code, globals and defaults, once
+        however often it is given. Elsewhere such a function stays a ``return-object`` break:
+        a later piece would guard its identity, new at every call (a recompile each)."""
+        if type(value) is not types.FunctionType or id(value) not in self.recording.created:
+            return self.expr(value)
+        name = self._made.get(id(value))
+        if name is not None:
+            return name
+        fn = value
+        if fn.__closure__ or vars(fn) or fn.__annotations__:
+            return self.expr(fn)  # a return-object break: its cells would not cross
+        defaults = self.expr(fn.__defaults__) if fn.__defaults__ else "None"
+        keyword_defaults = self.expr(fn.__kwdefaults__) if fn.__kwdefaults__ else "None"
+        code, namespace = self.constant(fn.__code__), self.constant(fn.__globals__)
+        made = f"{self.constant(_made_again)}({code}, {namespace}, {defaults}, {keyword_defaults})"
+        name = self._made[id(fn)] = f"MADE_{len(self._made)}"
+        self.before[made] = name  # made before the changes replay, as the program made it
+        return name
+
     def constant(self, value: Any) -> str:
         if value is None or type(value) in (bool, int, str):
             return repr(value)
@@ -318,6 +341,23 @@ class _Emitter:
         return [f"{name} = {expr}" for expr, name in self.before.items()]
 
 
+def _consumed_from(frame: Frame) -> int:
+    """The index of the first stack value the break's own instruction (a call) consumes."""
+    instruction = frame.instructions[frame.ip]
+    if instruction.op != "CALL":
+        return len(frame.stack)
+    return len(frame.stack) - (instruction.nargs + len(instruction.kwnames) + 2)
+
+
+def _made_again(
+    code: types.CodeType, namespace: dict, defaults: tuple | None, keyword_defaults: dict | None
+) -> types.FunctionType:
+    """The function ``MAKE_FUNCTION`` makes of ``code`` (a new one, as each call makes)."""
+    fn = types.FunctionType(code, namespace, code.co_name, defaults)
+    fn.__kwdefaults__ = keyword_defaults
+    return fn
+
+
 def _run_source(
     recording: Recording, parameters: Sequence[str], emitter: _Emitter, outcome: Any
 ) -> tuple[str, str]:
@@ -330,7 +370,15 @@ def _run_source(
             + ", ".join(f"{name!r}: {emitter.expr(value)}" for name, value in frame.locals.items())
             + "}"
         )
-        stack = "[" + ", ".join(emitter.expr(value) for value in frame.stack) + "]"
+        consumed = _consumed_from(frame)
+        stack = (
+            "["
+            + ", ".join(
+                (emitter.operand if index >= consumed else emitter.expr)(value)
+                for index, value in enumerate(frame.stack)
+            )
+            + "]"
+        )
         result = f"NEXT({frame.ip}, {local_values}, {stack})"
     else:
         result = emitter.expr(outcome)

@@ -147,6 +147,21 @@ class GraphBuilder:
             node.meta["raises_on_data"] = True
         return self._result(node, result)
 
+    def record_known(self, target: Any, args: tuple, result: Any, name: str, **meta: Any) -> Any:
+        """Record ``target(*args)`` as a node called ``name``, whose stand-in ``result`` is
+        already known, without running it (``fxloom.cond``: its branches were interpreted
+        instead); ``meta`` joins the node's."""
+        node = self.graph.create_node("call_function", target, self.argument(args), name=name)
+        self._stamped(node)
+        node.meta.update(meta)
+        return self._result(node, result)
+
+    def hold(self, name: str, value: Any) -> Node:
+        """A ``get_attr`` node reading ``value`` (a branch of ``fxloom.cond``, a
+        ``GraphModule``), which the graph module holds as ``name``."""
+        self.constants[name] = value
+        return self._stamped(self.graph.get_attr(name))
+
     def record_effect(self, target: Any, args: tuple) -> None:
         """Record a call the graph makes for its effect on global state (no value)."""
         self._stamped(self.graph.call_function(target, self.argument(args)))
