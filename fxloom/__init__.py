@@ -91,6 +91,7 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     backend: Any = "eager",
     fullgraph: bool = False,
     recompile_limit: int = 8,
+    dynamic: bool | None = None,
 ) -> Any:
     """Compile a function or module at the bytecode level on its first call, with guards, a
     cache and graph breaks (``fxloom.bytecode.compiled``; docs/compile.md).
@@ -100,6 +101,8 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     ``fxloom.backends.register_backend``: ``Backend.compile_program`` says what runs), a
     ``fxloom.backends.Backend``, or ``backend(graph_module, example_inputs) -> callable``.
     ``fullgraph=True`` raises ``CompileError`` at the first graph break, naming the line.
+    ``dynamic``: None (default) makes a tensor size symbolic once it changes between calls,
+    True every tensor size from the first call, False none (docs/compile.md, "Sizes").
     """
     from fxloom.backends import Backend, get_backend
 
@@ -112,5 +115,9 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
                 "backend(graph_module, example_inputs) -> callable"
             ) from None
     return _bytecode.compile(
-        fn_or_module, backend=backend, fullgraph=fullgraph, recompile_limit=recompile_limit
+        fn_or_module,
+        backend=backend,
+        fullgraph=fullgraph,
+        recompile_limit=recompile_limit,
+        dynamic=dynamic,
     )
