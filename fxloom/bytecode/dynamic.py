@@ -176,6 +176,12 @@ class InputSymbols:
         for binding in self.bindings:
             if binding.source is source:
                 checks.append(f"({binding.name} := {shape}[{binding.dim}]) >= 0")
+        # Laid out as the stand-in is (``StandIn.with_sizes``): densely, in the example's order.
+        order = _dim_order(tensor)
+        if order == tuple(range(tensor.dim() - 1, -1, -1)):
+            checks.append(f"{source.expr}.is_contiguous()")
+        else:
+            checks.append(f"DENSE({source.expr}, {order})")
         return " and ".join(checks)
 
     def shape_guards(self) -> list[tuple[str, str]]:
@@ -219,7 +225,9 @@ class InputSymbols:
         return lines
 
     def namespace(self) -> dict[str, Any]:
-        return {"FLOOR": _floor, "CEIL": _ceil, "FRACTION": _fraction} if self.env else {}
+        if self.env is None:
+            return {}
+        return {"FLOOR": _floor, "CEIL": _ceil, "FRACTION": _fraction, "DENSE": _dense_in}
 
     def _env(self) -> Any:
         if self.env is None:
@@ -364,11 +372,22 @@ def _fraction(numerator: int, denominator: int) -> Any:
     return Fraction(numerator, denominator)
 
 
+def _dim_order(tensor: torch.Tensor) -> tuple[int, ...]:
+    """``tensor``'s dimensions, innermost first (``StandIn.with_sizes``'s order)."""
+    return tuple(sorted(range(tensor.dim()), key=lambda d: (tensor.stride(d), -d)))
+
+
 def _dense(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` fills its memory without gaps (what ``StandIn.with_sizes`` lays out)."""
+    return tensor.layout is torch.strided and _dense_in(tensor, _dim_order(tensor))
+
+
+def _dense_in(tensor: torch.Tensor, order: tuple[int, ...]) -> bool:
+    """Whether ``tensor`` is laid out densely with its dimensions in ``order``, innermost
+    first (a dimension of size 1 may have any stride)."""
     expected = 1
-    for dim in sorted(range(tensor.dim()), key=lambda d: (tensor.stride(d), -d)):
+    for dim in order:
         if tensor.size(dim) != 1 and tensor.stride(dim) != expected:
             return False
         expected *= tensor.size(dim)
-    return tensor.layout is torch.strided
+    return True

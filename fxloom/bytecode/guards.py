@@ -286,8 +286,11 @@ class GuardSet:
             )
             shape_text = f"shape ({shown})"
         else:
+            # Strides too: the program may read them (``x.stride(0)``, ``is_contiguous()``),
+            # and capture answered from the example's.
             checks.append(f"{expr}.shape == {self.constant(tensor.shape)}")
-            shape_text = f"shape {tuple(tensor.shape)}"
+            checks.append(f"{expr}.stride() == {self.constant(tensor.stride())}")
+            shape_text = f"shape {tuple(tensor.shape)}, strides {tensor.stride()}"
         described = (
             f"{text}: dtype {tensor.dtype}, device {tensor.device}, "
             f"requires_grad={tensor.requires_grad}, {shape_text}"
