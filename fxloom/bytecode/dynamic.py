@@ -146,6 +146,7 @@ class InputSymbols:
         self.env: Any = None  # made with the first symbol
         self.bindings: list[_Binding] = []
         self._tensors = 0
+        self._unprintable: list[Any] = []  # guard conditions checked by sympy (``_check``)
 
     def dims(self, source: Source, tensor: torch.Tensor) -> frozenset[int]:
         return self.policy.dims(self.place, source, tensor)
@@ -202,8 +203,19 @@ class InputSymbols:
                 found.append((f"{binding.name} <= {int(high)}", f"{text} <= {int(high)}"))
         for guard in (*self.env.guards, *self.env.deferred_assertions):
             where = f" ({guard.location}: {guard.code})" if guard.location else ""
-            found.append((python_code(guard.expr), expr_text(guard.expr, names) + where))
+            found.append((self._check(guard.expr), expr_text(guard.expr, names) + where))
         return found
+
+    def _check(self, expr: Any) -> str:
+        """``expr`` as a Python check; one no size tree encodes is evaluated by sympy at each
+        call (slow, rare, and never skipped)."""
+        try:
+            return python_code(expr)
+        except Exception:
+            index = len(self._unprintable)
+            self._unprintable.append(expr)
+            symbols = ", ".join(f"{b.symbol.name!r}: {b.name}" for b in self.bindings)
+            return f"HOLDS(EXPRS[{index}], {{{symbols}}})"
 
     def why_static(self) -> list[str]:
         """A line per symbol the program fixed to one value: ``x.shape[0] == 3: file:line: code``."""
@@ -227,7 +239,8 @@ class InputSymbols:
     def namespace(self) -> dict[str, Any]:
         if self.env is None:
             return {}
-        return {"FLOOR": _floor, "CEIL": _ceil, "FRACTION": _fraction, "DENSE": _dense_in}
+        return {"FLOOR": _floor, "CEIL": _ceil, "FRACTION": _fraction, "DENSE": _dense_in,
+                "HOLDS": _holds, "EXPRS": self._unprintable}  # fmt: skip
 
     def _env(self) -> Any:
         if self.env is None:
@@ -352,6 +365,14 @@ _PYTHON: dict[str, Any] = {
     "or": _joined("or"),
     "not": lambda tree, texts: f"(not {texts[0]})",
 }
+
+
+def _holds(expr: Any, values: dict[str, int]) -> bool:
+    """Whether the sympy condition ``expr`` holds for the symbols' ``values`` (by name)."""
+    import sympy
+
+    named = {symbol: sympy.Integer(values[symbol.name]) for symbol in expr.free_symbols}
+    return bool(expr.xreplace(named))
 
 
 def _floor(value: Any) -> int:
