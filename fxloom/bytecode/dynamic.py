@@ -187,13 +187,18 @@ class InputSymbols:
 
     def shape_guards(self) -> list[tuple[str, str]]:
         """(Python check, text) of every condition the program's sizes were taken to meet:
-        each symbol's range, then the ShapeEnv's guards and ``torch._check`` assertions."""
+        the ShapeEnv's guards and ``torch._check`` assertions, then each symbol's range."""
         if self.env is None:
             return []
         from fxloom.values.symbolic.size_trees import expr_text
 
         names = {b.symbol.name: f"{b.source.text}.shape[{b.dim}]" for b in self.bindings}
         found: list[tuple[str, str]] = []
+        # The program's conditions first, so that a miss names the line that decided; then
+        # each symbol's range (what the conditions narrowed it to, and what an index width did).
+        for guard in (*self.env.guards, *self.env.deferred_assertions):
+            where = f" ({guard.location}: {guard.code})" if guard.location else ""
+            found.append((self._check(guard.expr), expr_text(guard.expr, names) + where))
         for binding in self.bindings:
             low, high = self.env.range_of(binding.symbol)
             text = names[binding.symbol.name]
@@ -201,9 +206,6 @@ class InputSymbols:
                 found.append((f"{binding.name} >= {int(low)}", f"{text} >= {int(low)}"))
             if high.is_finite:
                 found.append((f"{binding.name} <= {int(high)}", f"{text} <= {int(high)}"))
-        for guard in (*self.env.guards, *self.env.deferred_assertions):
-            where = f" ({guard.location}: {guard.code})" if guard.location else ""
-            found.append((self._check(guard.expr), expr_text(guard.expr, names) + where))
         return found
 
     def _check(self, expr: Any) -> str:

@@ -87,8 +87,10 @@ def test_a_branch_on_the_batch_size_is_guarded_on_every_call():
     compiled = run_calls(f, rows(2, 5, 6, 3, 1, 4, 9, 0))
     # static 2; symbolic with x.shape[0] > 3 (5, 6, 4, 9); symbolic with <= 3 (3, 1, 0)
     assert graphs(compiled) == 3
-    guards = compiled.explain().guards
-    assert any(any("x.shape[0] > 3" in text for text in entry) for entry in guards)
+    report = compiled.explain()
+    assert any(any("x.shape[0] > 3" in text for text in entry) for entry in report.guards)
+    # the miss at size 3 names the condition and the line that decided it
+    assert report.recompiles[1].startswith("x.shape[0] > 3 (test_dynamic_sizes.py:")
 
 
 def test_a_view_by_the_batch_size_is_computed_from_the_input():
