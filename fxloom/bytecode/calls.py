@@ -50,6 +50,7 @@ import torch
 from fxloom.bytecode import callees
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.callees import Callee
+from fxloom.bytecode.dynamic import concrete
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
 from fxloom.bytecode.side_effects import storage_key
@@ -60,6 +61,7 @@ from fxloom.ops.mutation import (
     writes_through_keywords,
 )
 from fxloom.values.stand_in import DataDependentError, StandIn
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = [
     "call",
@@ -554,6 +556,8 @@ def _native(
 ) -> Any:
     """``fn`` (a C callable, or Python run natively) called on real values, as ``row`` allows."""
     recording = interp.recording
+    if not row.tensors:  # C code reads a symbolic size as its value: fixed by a guard
+        args, kwargs = concrete(args), {key: concrete(value) for key, value in kwargs.items()}
     if not row.identity and _calls_python(args, kwargs):  # it would run Python code unseen
         if row.polyfill is not None:
             return inline(interp, row.polyfill, (fn, *args), kwargs)
@@ -820,6 +824,8 @@ def _type(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
         return interp.recording.graph.real_type(args[0])
     if len(args) == 1 and _is_lazy(args[0]):
         return _eager_type(args[0])
+    if len(args) == 1 and type(args[0]) in SYMBOLIC_TYPES:  # a symbolic size is an int
+        return args[0].node.pytype
     return type(*args, **kwargs)
 
 
@@ -830,6 +836,8 @@ def _isinstance(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
         return issubclass(interp.recording.graph.real_type(value), classes)
     if _is_lazy(value):
         return issubclass(_eager_type(value), classes)
+    if type(value) in SYMBOLIC_TYPES:  # a symbolic size is an int
+        return issubclass(value.node.pytype, classes)
     return isinstance(value, classes)
 
 

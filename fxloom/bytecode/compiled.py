@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from fxloom.bytecode import dynamic as dynamic_sizes
 from fxloom.bytecode.breaks import Break, CompileError
 from fxloom.bytecode.driver import drive
 from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
@@ -59,13 +60,19 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     backend: str | Callable[..., Callable[..., Any]] = "eager",
     fullgraph: bool = False,
     recompile_limit: int = 8,
+    dynamic: bool | None = None,
 ) -> Any:
     """Compile ``fn_or_module`` on first call and on each cache miss; see the module docstring.
 
     ``backend``: ``"eager"`` (run fxloom's GraphModule) or ``backend(graph_module,
     example_inputs) -> callable`` (``fxloom.compile`` also takes ``"onnxruntime"``). ``fullgraph=True``: a graph
     break raises ``CompileError`` naming the line and why, instead of running as Python.
+    ``dynamic``: None (the default) compiles static sizes first and makes a tensor size that
+    changes between calls symbolic at the recompile; True makes every tensor size symbolic from
+    the first call; False keeps every size static (``fxloom.bytecode.dynamic``).
     """
+    if dynamic not in (None, True, False):
+        raise TypeError(f"fxloom.compile(dynamic=...) takes None, True or False, not {dynamic!r}")
     if sys.version_info < (3, 11):
         raise CompileError(
             "fxloom.compile reads Python 3.11+ bytecode (its exception tables and call forms); "
@@ -75,8 +82,12 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     chosen = _backend(backend)
     watch_modules()
     if isinstance(fn_or_module, torch.nn.Module):
-        return CompiledModule(fn_or_module, chosen, fullgraph, recompile_limit)
-    return CompiledFunction(fn_or_module, chosen, fullgraph, recompile_limit)
+        compiled = CompiledModule(fn_or_module, chosen, fullgraph, recompile_limit)
+        compiled.compiled_forward.sizes.mode = dynamic
+        return compiled
+    compiled = CompiledFunction(fn_or_module, chosen, fullgraph, recompile_limit)
+    compiled.sizes.mode = dynamic
+    return compiled
 
 
 def _backend(backend: Any) -> Callable[..., Any]:
@@ -119,6 +130,8 @@ class CompiledFunction:
         self.breaks: list[Break] = []
         self.misses: list[str] = []  # why each recompilation happened (the failing guard)
         self.eager_reason: str | None = None
+        # Which tensor sizes are symbolic (``dynamic=``; those seen to change)
+        self.sizes = dynamic_sizes.SizePolicy()
         if fn.__code__.co_flags & _SUSPENDS:  # a generator or coroutine: its frames suspend
             self.eager_reason = (
                 f"{fn.__qualname__} is a generator or coroutine function, which fxloom.compile "
@@ -179,15 +192,13 @@ class CompiledFunction:
                 entry.hits += 1
                 result = entry.run(*values)
                 return result if type(result) is not Next else drive(self, result)
+        promoted = False
         if self.cache:
-            failing = self.cache[0].guards.first_failing(
-                values,
-                self.parameters,
-                self.fn.__globals__,
-                self.fn.__closure__,
-                self.cache[0].held,
-            )
+            call = (values, self.parameters, self.fn.__globals__, self.fn.__closure__)
+            failing = self.cache[0].guards.first_failing(*call, self.cache[0].held)
             self.misses.append(failing.text if failing is not None else "unknown")
+            changed = self.cache[0].guards.changed_sizes(*call, self.cache[0].held)
+            promoted = self.sizes.observe(dynamic_sizes.START, changed)
         if len(self.cache) >= self.recompile_limit:
             self.eager_reason = (
                 f"recompiled {self.recompile_limit} times (recompile_limit); the guard that kept "
@@ -199,7 +210,10 @@ class CompiledFunction:
             )
             return self._eager(values)
         try:
-            entry, stop = compile_entry(self.fn, self.parameters, values, self.backend, self.root)
+            with dynamic_sizes.compiling(self.sizes):
+                entry, stop = compile_entry(
+                    self.fn, self.parameters, values, self.backend, self.root
+                )
         except Break as error:
             self._refuse(error)
             self.breaks.append(error)
@@ -208,7 +222,9 @@ class CompiledFunction:
         if stop is not None:
             self._refuse(stop)
             self.breaks.append(stop)
-        self.cache.insert(0, entry)
+        # A promoted (symbolic) entry goes after the static one it generalises, which stays in
+        # front for the inputs that still match it.
+        self.cache.insert(1 if promoted and self.cache else 0, entry)
         result = entry.run(*values)
         return result if type(result) is not Next else drive(self, result)
 

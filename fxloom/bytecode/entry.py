@@ -42,6 +42,7 @@ from fxloom.bytecode.sources import Local, local_name
 from fxloom.graph_module import GraphModule, _note_failing_node
 from fxloom.values.capturing import capturing
 from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["CacheEntry", "Next", "Start", "compile_entry"]
 
@@ -231,7 +232,7 @@ class _Emitter:
     def __init__(self, recording: Recording, namespace: dict[str, Any]) -> None:
         self.recording = recording
         self.namespace = namespace
-        self.outputs: list[StandIn] = []
+        self.outputs: list[Any] = []  # stand-ins and symbolic sizes
         self._position: dict[int, int] = {}
         # With changes to replay, every value read again from outside is read once, before
         # them (``before``: expression -> name), as the program read it: ``return old`` after
@@ -261,6 +262,14 @@ class _Emitter:
         kind = type(value)
         if value is None or kind is bool or kind is int or kind is str:
             return repr(value)
+        if kind in SYMBOLIC_TYPES:  # a symbolic size: computed by the graph from its inputs
+            index = self._position.setdefault(id(value), len(self.outputs))
+            if index == len(self.outputs):
+                self.outputs.append(value)
+            return f"out[{index}]"
+        if kind is torch.Size and any(type(item) in SYMBOLIC_TYPES for item in value):
+            items = "".join(f"{self.expr(item)}, " for item in value)
+            return f"{self.constant(torch.Size)}(({items}))"
         source = self.recording.source_of(value)
         if source is not None and id(value) not in self.recording.created:
             return self._again(source.expr)

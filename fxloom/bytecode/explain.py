@@ -64,6 +64,10 @@ class Explanation:
     runs_as_python: str | None = None
     # Where, after a graph break, no piece could be captured: "file:line: why" each
     pieces_as_python: list[str] = field(default_factory=list)
+    # Sizes made symbolic ("x.shape[0]: 2 -> 1 (now symbolic)"), and symbolic sizes the program
+    # fixed to one value ("x.shape[0] == 3: file:line: n = int(x.shape[0])")
+    dynamic_sizes: list[str] = field(default_factory=list)
+    why_static: list[str] = field(default_factory=list)
 
     # ---- torch._dynamo.explain's fields (ExplainOutput), with fxloom's content
     graphs: list[Any] = field(default_factory=list)  # the captured GraphModules
@@ -140,6 +144,10 @@ class Explanation:
             )
         report.recompiles = list(compiled.misses)
         report.pieces_as_python = list(compiled.as_python.values())
+        report.dynamic_sizes = list(compiled.sizes.history)
+        report.why_static = list(
+            dict.fromkeys(line for entry in entries for line in entry.guards.why_static())
+        )
         return report
 
     # ------------------------------------------------------------ rendering
@@ -180,6 +188,10 @@ class Explanation:
             parts.append(Text("recompiled because: " + "; ".join(self.recompiles)))
         for text in self.pieces_as_python:
             parts.append(Text(f"runs as Python after a break: {text}"))
+        for text in self.dynamic_sizes:
+            parts.append(Text(f"dynamic size: {text}"))
+        for text in self.why_static:
+            parts.append(Text(f"why static: {text}"))
         return Group(*parts)
 
     def summary(self) -> str:

@@ -10,6 +10,12 @@ with ``meta["val"]`` the stand-in and the user's file:line stamped on each node:
     graph input 1  <- self.fc.weight  (placeholder self_fc_weight: read at call time)
     torch.relu(x)  -> relu            (call_function, meta["val"] = StandIn(...))
 
+An input whose sizes the size policy makes symbolic (``fxloom.bytecode.dynamic``) gets a
+stand-in with ``torch.SymInt`` sizes; a symbolic size the program passes to an operator (``x.view(
+x.shape[0], -1)``) or returns becomes nodes that compute it from the inputs when the graph
+runs (``aten.sym_size.int(x, 0)``: ``SizeNodes``), so the graph runs at every size the entry's
+guard admits.
+
 A tensor met with no source (made by a library's Python code, held by an object the program
 built) becomes a constant of the graph module (``get_attr``), held by reference.
 
@@ -32,6 +38,7 @@ from typing import Any
 
 import torch
 
+from fxloom._torch_compat import python_dispatcher
 from fxloom.bytecode.sources import Source
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
@@ -41,6 +48,7 @@ from fxloom.values.metadata_mode import MetadataMode
 from fxloom.values.module_stack import ModuleStack
 from fxloom.values.provenance import location_of, stamp_source
 from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["GraphBuilder", "RAISES_ON_DATA"]
 
@@ -88,6 +96,7 @@ class GraphBuilder:
         self._traces: dict[tuple, tuple[str, SourceLocation | None]] = {}
         self.metadata = MetadataMode()
         self.module_stack = ModuleStack()  # the modules whose forward is being interpreted
+        self.size_nodes: Any = None  # ``SizeNodes``, made with the first symbolic input
 
     # ------------------------------------------------------------ values
     def node_of(self, value: Any) -> Node | None:
@@ -97,18 +106,25 @@ class GraphBuilder:
         """The class the value a stand-in stands for has when the graph runs."""
         return self.real_types.get(id(stand_in), torch.Tensor)
 
-    def input(self, source: Source, tensor: torch.Tensor, held: bool = False) -> StandIn:
+    def input(
+        self, source: Source, tensor: torch.Tensor, held: bool = False, sizes: list | None = None
+    ) -> StandIn:
         """The stand-in of a tensor read from ``source`` (one graph input per tensor object,
         however many sources hold it: the entry guards which do, ``y is x``).
         ``held``: a parameter or buffer of the root, which the module epoch guard keeps the
-        same object, so the entry passes the object itself instead of reading the source."""
+        same object, so the entry passes the object itself instead of reading the source.
+        ``sizes``: its sizes with ``torch.SymInt`` for the symbolic ones (None: as it is)."""
         if not held:
             self.reads.setdefault(source, tensor)
         stand_in = self._stand_in_of.get(id(tensor))
         if stand_in is None:
             name = _NOT_IDENTIFIER.sub("_", source.text)
             node = self.graph.placeholder(name)
-            stand_in = self._register(StandIn.like(tensor), node)
+            if sizes is None:
+                stand_in = self._register(StandIn.like(tensor), node)
+            else:
+                stand_in = self._register(StandIn.with_sizes(tensor, sizes), node)
+                self._symbolic_sizes(sizes).bind_sizes(node, sizes)
             self.real_types[id(stand_in)] = type(tensor)
             if held:
                 self.held[len(self.inputs)] = tensor
@@ -138,8 +154,11 @@ class GraphBuilder:
     # ------------------------------------------------------------ recording
     def call(self, op: str, target: Any, args: tuple, kwargs: dict) -> Any:
         """Record ``target(*args, **kwargs)`` (as ``op``) and return its stand-in result."""
-        with self.metadata:
-            result = _run(op, target, args, kwargs, self.modules)
+        if self.size_nodes is None:
+            with self.metadata:
+                result = _run(op, target, args, kwargs, self.modules)
+        else:
+            result = self._run_symbolic(op, target, args, kwargs)
         node = self._stamped(
             self.graph.create_node(op, target, self.argument(args), self.argument(kwargs))
         )
@@ -178,6 +197,10 @@ class GraphBuilder:
             return {key: self.argument(item) for key, item in value.items()}
         if kind is slice:
             return slice(*(self.argument(part) for part in (value.start, value.stop, value.step)))
+        if kind in SYMBOLIC_TYPES:  # a symbolic size: the nodes computing it from the inputs
+            return self.size_nodes.value(value)
+        if kind is torch.Size and self.size_nodes is not None:
+            return tuple(self.argument(item) for item in value)
         return value
 
     def module_path(self, module: torch.nn.Module, path: str) -> str:
@@ -196,6 +219,37 @@ class GraphBuilder:
         return GraphModule(root, self.graph, class_name)
 
     # ------------------------------------------------------------ helpers
+    def _run_symbolic(self, op: str, target: Any, args: tuple, kwargs: dict) -> Any:
+        """``_run`` on symbolic sizes, with torch's Python kernels (C++ composites read sizes
+        as ints). A size whose being 1 the kernel could not decide is taken as not 1 (torch's
+        size-oblivious broadcasting); where that contradicts the example (a real broadcast of
+        a size-1 input), the operator runs again deciding by the example, under a guard."""
+        env = self.size_nodes.env
+        try:
+            with env.rollback_on_error(), self.metadata, python_dispatcher():
+                return _run(op, target, args, kwargs, self.modules)
+        except Exception:
+            if not env.backed_size_oblivious:
+                raise
+        with env.by_example(), self.metadata, python_dispatcher():
+            return _run(op, target, args, kwargs, self.modules)
+
+    def _symbolic_sizes(self, sizes: list) -> Any:
+        if self.size_nodes is None:
+            from fxloom.values.symbolic.size_nodes import SizeNodes
+
+            env = next(size for size in sizes if isinstance(size, SYMBOLIC_TYPES)).node.env
+            self.size_nodes = SizeNodes(self.graph, env, self._size_stamp)
+        return self.size_nodes
+
+    def _size_stamp(self) -> dict:
+        """The metadata of a size node: where and inside which modules it was needed."""
+        node_meta: dict = {"nn_module_stack": self.module_stack.entries}
+        found = self._traces.get(self.where)
+        if found is not None:
+            stamp_source(node_meta, *found)
+        return node_meta
+
     def _register(self, stand_in: StandIn, node: Node) -> StandIn:
         node.meta["val"] = stand_in
         self._node_of[id(stand_in)] = node

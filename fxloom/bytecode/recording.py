@@ -423,8 +423,8 @@ class Recording:
                 if source != Held(path):  # passed in as well (an argument): the same object
                     self.guards.same_object(source, Held(path))
                 return self.graph.input(Held(path), tensor, held=True)
-        self.guards.tensor(source, tensor)
-        return self.graph.input(source, tensor)
+        sizes = self.guards.tensor(source, tensor)  # symbolic where the size policy says
+        return self.graph.input(source, tensor, sizes=sizes)
 
     def guard_identities(self, graph_writes: bool) -> None:
         """Guard how the tensors read from outside relate, as the graph assumed: sources that
