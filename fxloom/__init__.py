@@ -24,7 +24,9 @@ from fxloom import export as export
 from fxloom import passes as passes
 from fxloom._version import __version__ as __version__
 from fxloom.bytecode import compiled as _bytecode
+from fxloom.bytecode.breaks import RecompileLimitError
 from fxloom.bytecode.explain import explain
+from fxloom.bytecode.marks import mark_dynamic, mark_static, maybe_mark_dynamic
 from fxloom.codegen import CodeGen, CodegenError, PythonCode
 from fxloom.cond import cond, cond_op
 from fxloom.graph import Graph
@@ -82,6 +84,10 @@ __all__ = [
     "replace_pattern",
     "compile",
     "explain",
+    "mark_dynamic",
+    "mark_static",
+    "maybe_mark_dynamic",
+    "RecompileLimitError",
 ]
 
 
@@ -91,7 +97,8 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     backend: Any = "eager",
     fullgraph: bool = False,
     recompile_limit: int = 8,
-    dynamic: bool | None = None,
+    dynamic: Any = None,
+    on_limit: str = "eager",
 ) -> Any:
     """Compile a function or module at the bytecode level on its first call, with guards, a
     cache and graph breaks (``fxloom.bytecode.compiled``; docs/compile.md).
@@ -103,7 +110,12 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     ``fullgraph=True`` raises ``CompileError`` at the first graph break, naming the line.
     ``dynamic``: None (default) makes a tensor size symbolic once it changes between calls,
     True every tensor size from the first call, False none (docs/compile.md, "Sizes");
-    with a backend that lowers graphs at fixed sizes (``"onnxruntime"``), None means False.
+    with a backend that lowers graphs at fixed sizes (``"onnxruntime"``), None means False;
+    or a ``dynamic_shapes`` spec as ``fxloom.export`` takes it (``{"x": {0: Dim("b")}}``).
+    Marks (``fxloom.mark_dynamic``/``mark_static``/``maybe_mark_dynamic``) are honoured.
+    ``recompile_limit`` counts compiles by reason; at the limit ``on_limit="eager"`` runs as
+    Python (one warning), ``"raise"`` raises ``RecompileLimitError`` (docs/compile.md,
+    "Recompiles: the budget and what it says").
     """
     from fxloom.backends import Backend, get_backend
 
@@ -126,4 +138,5 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
         fullgraph=fullgraph,
         recompile_limit=recompile_limit,
         dynamic=dynamic,
+        on_limit=on_limit,
     )

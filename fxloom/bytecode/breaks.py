@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from fxloom.source_location import SourceLocation
 
-__all__ = ["BREAKS", "Break", "BreakKind", "CompileError"]
+__all__ = [
+    "BREAKS",
+    "Break",
+    "BreakKind",
+    "CompileError",
+    "DynamicDimError",
+    "RecompileLimitError",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +169,21 @@ class Break(Exception):
 
 class CompileError(RuntimeError):
     """``fxloom.compile`` cannot compile this program (with ``fullgraph=True``: any break)."""
+
+
+class RecompileLimitError(CompileError):
+    """``fxloom.compile(on_limit="raise")``: this call would compile once more than
+    ``recompile_limit`` allows. The message names the source that kept changing, the values
+    seen there, the line that read it (where known) and the fix; ``recompile`` is the miss
+    that hit the limit (``fxloom.bytecode.budget.Recompile``)."""
+
+    def __init__(self, message: str, recompile: object = None) -> None:
+        super().__init__(message)
+        self.recompile = recompile
+
+
+class DynamicDimError(CompileError):
+    """A dimension marked dynamic (``fxloom.mark_dynamic``, ``torch._dynamo.mark_dynamic``, a
+    ``Dim`` in ``dynamic=``) that the program fixed to one value: the message names the size,
+    the line that fixed it and what to do (``maybe_mark_dynamic`` allows it)."""
+

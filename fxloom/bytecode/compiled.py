@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from fxloom.bytecode import dynamic as dynamic_sizes
-from fxloom.bytecode.breaks import Break, CompileError
+from fxloom.bytecode.breaks import Break, CompileError, DynamicDimError
+from fxloom.bytecode.budget import ON_LIMIT, Budget, Recompile
 from fxloom.bytecode.driver import drive
 from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
 from fxloom.bytecode.guards import watch_modules
@@ -60,7 +61,8 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     backend: str | Callable[..., Callable[..., Any]] = "eager",
     fullgraph: bool = False,
     recompile_limit: int = 8,
-    dynamic: bool | None = None,
+    dynamic: Any = None,
+    on_limit: str = "eager",
 ) -> Any:
     """Compile ``fn_or_module`` on first call and on each cache miss; see the module docstring.
 
@@ -69,10 +71,25 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     break raises ``CompileError`` naming the line and why, instead of running as Python.
     ``dynamic``: None (the default) compiles static sizes first and makes a tensor size that
     changes between calls symbolic at the recompile; True makes every tensor size symbolic from
-    the first call; False keeps every size static (``fxloom.bytecode.dynamic``).
+    the first call; False keeps every size static (``fxloom.bytecode.dynamic``); a
+    ``dynamic_shapes`` spec as ``fxloom.export`` takes it (``{"x": {0: Dim("batch")}}``, a
+    tuple by position) makes those sizes symbolic from the first call, in the Dim's range,
+    and observes the others as None does. Tensors marked with ``fxloom.mark_dynamic``/
+    ``mark_static``/``maybe_mark_dynamic`` (or torch's) are honoured in every mode.
+    ``recompile_limit``: how many compiles, counted by reason (``fxloom.bytecode.budget``);
+    ``on_limit``: at the limit, ``"eager"`` runs the function as Python from then on (one
+    warning), ``"raise"`` raises ``RecompileLimitError`` from the call that would compile.
     """
-    if dynamic not in (None, True, False):
-        raise TypeError(f"fxloom.compile(dynamic=...) takes None, True or False, not {dynamic!r}")
+    spec = None
+    if isinstance(dynamic, (dict, tuple, list)):
+        spec, dynamic = dynamic, None
+    elif dynamic not in (None, True, False):
+        raise TypeError(
+            "fxloom.compile(dynamic=...) takes None, True, False or a dynamic_shapes spec "
+            f"(a dict by parameter name, or a tuple), not {dynamic!r}"
+        )
+    if on_limit not in ON_LIMIT:
+        raise ValueError(f"fxloom.compile(on_limit=...) takes 'eager' or 'raise', not {on_limit!r}")
     if sys.version_info < (3, 11):
         raise CompileError(
             "fxloom.compile reads Python 3.11+ bytecode (its exception tables and call forms); "
@@ -82,11 +99,13 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     chosen = _backend(backend)
     watch_modules()
     if isinstance(fn_or_module, torch.nn.Module):
-        compiled = CompiledModule(fn_or_module, chosen, fullgraph, recompile_limit)
+        compiled = CompiledModule(fn_or_module, chosen, fullgraph, recompile_limit, on_limit)
         compiled.compiled_forward.sizes.mode = dynamic
+        compiled.compiled_forward.spec = spec
         return compiled
-    compiled = CompiledFunction(fn_or_module, chosen, fullgraph, recompile_limit)
+    compiled = CompiledFunction(fn_or_module, chosen, fullgraph, recompile_limit, on_limit=on_limit)
     compiled.sizes.mode = dynamic
+    compiled.spec = spec
     return compiled
 
 
@@ -105,7 +124,8 @@ class CompiledFunction:
     """A function compiled on demand; see the module docstring."""
 
     def __init__(self, fn: Callable[..., Any], backend: Callable[..., Any], fullgraph: bool,
-                 recompile_limit: int, root: torch.nn.Module | None = None) -> None:  # fmt: skip
+                 recompile_limit: int, root: torch.nn.Module | None = None,
+                 on_limit: str = "eager") -> None:  # fmt: skip
         if isinstance(fn, types.MethodType):
             root = fn.__self__ if isinstance(fn.__self__, torch.nn.Module) else root
             bound_self, fn = fn.__self__, fn.__func__
@@ -132,6 +152,9 @@ class CompiledFunction:
         self.eager_reason: str | None = None
         # Which tensor sizes are symbolic (``dynamic=``; those seen to change)
         self.sizes = dynamic_sizes.SizePolicy()
+        self.spec: Any = None  # a dynamic_shapes spec (``dynamic={...}``), resolved at call 1
+        # How many compiles are left, counted by reason; each miss's reason (``explain()``)
+        self.budget = Budget(recompile_limit, on_limit)
         if fn.__code__.co_flags & _SUSPENDS:  # a generator or coroutine: its frames suspend
             self.eager_reason = (
                 f"{fn.__qualname__} is a generator or coroutine function, which fxloom.compile "
@@ -194,21 +217,19 @@ class CompiledFunction:
                 return result if type(result) is not Next else drive(self, result)
         promoted = False
         if self.cache:
+            front = self.cache[0]
             call = (values, self.parameters, self.fn.__globals__, self.fn.__closure__)
-            failing = self.cache[0].guards.first_failing(*call, self.cache[0].held)
-            self.misses.append(failing.text if failing is not None else "unknown")
-            changed = self.cache[0].guards.changed_sizes(*call, self.cache[0].held)
+            failing = front.guards.first_failing(*call, front.held)
+            recompile = self.budget.miss(front, failing, call, self.fn)
+            self.misses.append(str(recompile))
+            # Promotion first: a size seen to change becomes a symbol, which the budget counts
+            # once for its source (``fxloom.bytecode.budget``).
+            changed = front.guards.changed_sizes(*call, front.held)
             promoted = self.sizes.observe(dynamic_sizes.START, changed)
-        if len(self.cache) >= self.recompile_limit:
-            self.eager_reason = (
-                f"recompiled {self.recompile_limit} times (recompile_limit); the guard that kept "
-                f"failing: {self.misses[-1]}"
-            )
-            warnings.warn(
-                f"fxloom.compile({self.fn.__qualname__}): {self.eager_reason}; running it as Python from now on",
-                stacklevel=3,
-            )
-            return self._eager(values)
+            if not self.budget.allows(recompile, promoted):
+                return self._at_limit(recompile, values)
+        elif self.spec is not None and not self.retired:
+            self._declare(values)
         try:
             with dynamic_sizes.compiling(self.sizes):
                 entry, stop = compile_entry(
@@ -219,6 +240,7 @@ class CompiledFunction:
             self.breaks.append(error)
             self.eager_reason = f"graph break: {error.message()}"
             return self._eager(values)
+        self._check_marked(entry)
         if stop is not None:
             self._refuse(stop)
             self.breaks.append(stop)
@@ -227,6 +249,37 @@ class CompiledFunction:
         self.cache.insert(1 if promoted and self.cache else 0, entry)
         result = entry.run(*values)
         return result if type(result) is not Next else drive(self, result)
+
+    def _at_limit(self, recompile: Recompile, values: tuple) -> Any:
+        """The budget is spent: raise (``on_limit="raise"``), or warn once and run as Python
+        from now on (the entries made still serve the calls that match them)."""
+        self.eager_reason = self.budget.at_limit(self.fn.__qualname__, recompile)
+        warnings.warn(f"{self.eager_reason}\n  running it as Python from now on", stacklevel=4)
+        return self._eager(values)
+
+    def _declare(self, values: tuple) -> None:
+        """Resolve ``dynamic=``'s spec against the first call's arguments (as export does):
+        the dims it names are symbolic from this first compile, in their Dim's range."""
+        from fxloom.values.symbolic.dynamic_shapes import resolve_dynamic_shapes
+
+        skip = 1 if self._bound_self is not None else 0  # a method's self is not an input
+        names, given = list(self.parameters[skip:]), list(values[skip:])
+        leaves = resolve_dynamic_shapes(names, given, self.spec)
+        exprs = [expr for name, value in zip(names, given) for expr in _leaf_exprs(name, value)]
+        self.sizes.declared = {expr: dims for expr, dims in zip(exprs, leaves) if dims and expr}
+
+    def _check_marked(self, entry: CacheEntry) -> None:
+        """A size marked dynamic (``mark_dynamic``, a Dim) that the program fixed is an error,
+        as with torch.compile; ``maybe_mark_dynamic`` allows it."""
+        symbols = entry.guards.sizes
+        fixed = symbols.strict_fixed() if symbols is not None else []
+        if fixed:
+            raise DynamicDimError(
+                f"fxloom.compile({self.fn.__qualname__}): a size marked dynamic is fixed to one "
+                "value by the program:\n  " + "\n  ".join(fixed) + "\n  fix: use "
+                "fxloom.maybe_mark_dynamic (the entry then guards the value) or Dim.AUTO, or "
+                "change the program so that it does not need the size as a plain number"
+            )
 
     def give_up(self, reason: str) -> None:
         """Run as plain Python from the next call on: the cache is emptied (its entries kept
@@ -346,6 +399,7 @@ class CompiledModule(torch.nn.Module):
         backend: Callable[..., Any],
         fullgraph: bool,
         recompile_limit: int,
+        on_limit: str = "eager",
     ) -> None:
         super().__init__()  # before _orig_mod is set: its `training = True` is not the module's
         own = self.__dict__
@@ -354,11 +408,11 @@ class CompiledModule(torch.nn.Module):
             if name in module.__dict__:  # each torch release has them; skip one that does not
                 own[name] = module.__dict__[name]
         own["compiled_forward"] = CompiledFunction(
-            module.forward, backend, fullgraph, recompile_limit, root=module
+            module.forward, backend, fullgraph, recompile_limit, root=module, on_limit=on_limit
         )
         # an instance attribute: nn.Module.__call__ finds it without a bound-method frame
         own["forward"] = own["compiled_forward"]
-        own["_fx_settings"] = (backend, fullgraph, recompile_limit)
+        own["_fx_settings"] = (backend, fullgraph, recompile_limit, on_limit)
 
     # ------------------------------------------------------------ passing through
     def __getattr__(self, name: str) -> Any:
@@ -434,9 +488,36 @@ for _name, _chains in _TO_MODULE.items():
 
 
 def _compiled_module(
-    module: torch.nn.Module, backend: Any, fullgraph: bool, recompile_limit: int
-) -> CompiledModule:
-    return CompiledModule(module, backend, fullgraph, recompile_limit)
+    module: torch.nn.Module, backend: Any, fullgraph: bool, recompile_limit: int,
+    on_limit: str = "eager",
+) -> CompiledModule:  # fmt: skip
+    return CompiledModule(module, backend, fullgraph, recompile_limit, on_limit)
+
+
+def _leaf_exprs(name: str, value: Any) -> list[str]:
+    """The source expression of each leaf of argument ``name``'s value, in
+    ``resolve_dynamic_shapes``'s order (``fxloom.pytree``'s); "" where a leaf is reached
+    through a container fxloom's sources do not index (its spec then names no source)."""
+    from fxloom import pytree
+    from fxloom.bytecode.sources import Item, Local
+
+    found: list[str] = []
+
+    def walk(source: Any, item: Any) -> None:
+        if item is None:
+            return
+        container = pytree.container_type(type(item))
+        if container is None:
+            found.append(source.expr if source is not None else "")
+            return
+        children, context = container.flatten(item)
+        indexable = container.kind == "dict" or type(item) in (tuple, list)
+        keys = list(context) if container.kind == "dict" else range(len(children))
+        for key, child in zip(keys, children):
+            walk(Item(source, key) if indexable and source is not None else None, child)
+
+    walk(Local(name), value)
+    return found
 
 
 # ------------------------------------------------------------------ signatures

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from fxloom.bytecode.marks import marks_of
 from fxloom.bytecode.sources import Source
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
@@ -63,15 +64,66 @@ class SizePolicy:
     mode: bool | None = None
     dynamic: dict[tuple[Any, str], set[int]] = field(default_factory=dict)
     history: list[str] = field(default_factory=list)  # "x.shape[0]: 2 -> 1", for explain()
+    # source expr -> dims marked static on the tensor last read there (``observe`` skips them)
+    static_marks: dict[str, frozenset[int]] = field(default_factory=dict)
+
+    # dims declared by a ``dynamic_shapes`` spec (``dynamic={"x": {0: Dim("b")}}``), by source
+    # expr of the function's start: {dim: Dim | DimHint}; filled at the first call (budget.py)
+    declared: dict[str, dict[int, Any]] = field(default_factory=dict)
 
     def dims(self, place: Any, source: Source, tensor: torch.Tensor) -> frozenset[int]:
-        """The dimensions of ``tensor`` (read from ``source``) to make symbolic."""
+        """The dimensions of ``tensor`` (read from ``source``) to make symbolic: the mode's
+        or those seen to change, with the tensor's marks (``fxloom.bytecode.marks``) and the
+        declared ones added and its static marks taken away."""
+        tensor_marks = marks_of(tensor)
+        declared = self.declared.get(source.expr) if place == START else None
+        if tensor_marks is None and not declared:
+            return self._observed(place, source, tensor)
+        if not _dense(tensor):
+            return frozenset()
+        found = set(self._observed(place, source, tensor))
+        if tensor_marks is not None:
+            found |= tensor_marks.dynamic | tensor_marks.maybe
+            if tensor_marks.static:
+                self.static_marks[source.expr] = tensor_marks.static
+        found |= set(declared or ())
+        found = {d for d in found if d < tensor.dim() and self._fits(place, source, tensor, d)}
+        return frozenset(found - (tensor_marks.static if tensor_marks is not None else set()))
+
+    def _observed(self, place: Any, source: Source, tensor: torch.Tensor) -> frozenset[int]:
         if self.mode is False or not _dense(tensor):
             return frozenset()
         if self.mode is True:
             return frozenset(range(tensor.dim()))
         found = self.dynamic.get((place, source.expr))
         return frozenset(d for d in found if d < tensor.dim()) if found else frozenset()
+
+    def bounds(
+        self, place: Any, source: Source, tensor: torch.Tensor, dim: int
+    ) -> tuple[int, int | None, bool]:
+        """(min, max, strict) of ``dim``'s symbol: a declared Dim's range or a marked range
+        (guarded), and whether fixing it to one value is an error (``mark_dynamic``, a Dim)."""
+        spec = self.declared.get(source.expr, {}).get(dim) if place == START else None
+        if spec is not None:
+            from fxloom.values.symbolic.dims import DimHint
+            from fxloom.values.symbolic.dynamic_shapes import symbol_range
+
+            if isinstance(spec, DimHint):
+                return (spec.min or 0), spec.max, spec.kind == "DYNAMIC"
+            low, high = symbol_range(spec)
+            return low, high, True
+        tensor_marks = marks_of(tensor)
+        if tensor_marks is None:
+            return 0, None, False
+        low, high = tensor_marks.ranges.get(dim, (None, None))
+        return (low or 0), high, dim in tensor_marks.dynamic
+
+    def _fits(self, place: Any, source: Source, tensor: torch.Tensor, dim: int) -> bool:
+        """Whether ``dim``'s size lies in its symbol's range (outside it, the entry for this
+        call keeps the size static: the symbolic entry's range guard sent the call here)."""
+        low, high, _ = self.bounds(place, source, tensor, dim)
+        size = tensor.shape[dim]
+        return low <= size and (high is None or size <= high)
 
     def observe(self, place: Any, changed: list[tuple[str, str, int, int, int]]) -> bool:
         """Remember the dims that ``changed`` ((expr, text, dim, old, new) from
@@ -80,6 +132,8 @@ class SizePolicy:
             return False
         grew = False
         for expr, text, dim, old, new in changed:
+            if dim in self.static_marks.get(expr, ()):
+                continue  # mark_static: stays guarded by value
             dims = self.dynamic.setdefault((place, expr), set())
             if dim not in dims:
                 dims.add(dim)
@@ -135,6 +189,7 @@ class _Binding:
     dim: int
     symbol: Any  # sympy.Symbol
     name: str  # the generated guard's local for it: ``_s0``
+    strict: bool = False  # marked dynamic: the program may not fix it (``strict_fixed``)
 
 
 class InputSymbols:
@@ -159,11 +214,19 @@ class InputSymbols:
         env = self._env()
         sizes: list[Any] = list(tensor.shape)
         for dim in sorted(dims):
-            size = size_symint(env, sizes[dim], min=0, source=f"{source.text}.shape[{dim}]")
+            low, high, strict = self.policy.bounds(self.place, source, tensor, dim)
+            size = size_symint(
+                env, sizes[dim], min=low, max=high, source=f"{source.text}.shape[{dim}]"
+            )
             symbol = size.node.expr
-            self.bindings.append(_Binding(source, dim, symbol, f"_{symbol.name}"))
+            self.bindings.append(_Binding(source, dim, symbol, f"_{symbol.name}", strict))
             sizes[dim] = size
         return sizes
+
+    def strict_fixed(self) -> list[str]:
+        """``why_static``'s lines for the sizes marked dynamic that the program fixed."""
+        strict = {f"{b.source.text}.shape[{b.dim}]" for b in self.bindings if b.strict}
+        return [line for line in self.why_static() if line.split(" == ")[0] in strict]
 
     def tensor_check(self, source: Source, tensor: torch.Tensor, dims: frozenset[int]) -> str:
         """The part of ``source``'s tensor guard on its sizes: its rank, its static sizes, and

@@ -60,7 +60,12 @@ class Explanation:
     graph_reports: list[GraphReport] = field(default_factory=list)
     breaks: list[BreakReport] = field(default_factory=list)
     guards: list[list[str]] = field(default_factory=list)  # per cache entry
-    recompiles: list[str] = field(default_factory=list)  # the guard that failed, per recompile
+    # Every miss, in order (``fxloom.bytecode.budget.Recompile``): reads as the text of the
+    # guard that failed, with ``source``, ``kind``, ``value`` (what the call brought),
+    # ``where`` (the line that read it) and ``outcome`` (compiled, promoted, ran as Python, raised)
+    recompiles: list[Any] = field(default_factory=list)
+    recompile_limit: int = 8
+    recompiles_counted: int = 0  # compiles the budget counted: the first, then one per reason
     runs_as_python: str | None = None
     # Where, after a graph break, no piece could be captured: "file:line: why" each
     pieces_as_python: list[str] = field(default_factory=list)
@@ -142,7 +147,12 @@ class Explanation:
                     user_stack=_user_stack(where),
                 )
             )
-        report.recompiles = list(compiled.misses)
+        budget = getattr(compiled, "budget", None)
+        if budget is not None:
+            report.recompiles = list(budget.history)
+            report.recompile_limit, report.recompiles_counted = budget.limit, budget.spent
+        else:
+            report.recompiles = list(compiled.misses)
         report.pieces_as_python = list(compiled.as_python.values())
         report.dynamic_sizes = list(compiled.sizes.history)
         report.why_static = list(
@@ -185,7 +195,7 @@ class Explanation:
                 guards.add_row(text)
             parts.append(guards)
         if self.recompiles:
-            parts.append(Text("recompiled because: " + "; ".join(self.recompiles)))
+            parts.append(self._recompile_table())
         for text in self.pieces_as_python:
             parts.append(Text(f"runs as Python after a break: {text}"))
         for text in self.dynamic_sizes:
@@ -193,6 +203,28 @@ class Explanation:
         for text in self.why_static:
             parts.append(Text(f"why static: {text}"))
         return Group(*parts)
+
+    def _recompile_table(self) -> Any:
+        from rich.table import Table
+
+        title = (
+            f"recompiles ({self.recompiles_counted} of recompile_limit={self.recompile_limit} "
+            "compiles counted, by reason)"
+        )
+        table = Table(show_header=True, header_style="bold", title=title)
+        for column in ("#", "reason (the guard that failed)", "source", "value seen", "outcome"):
+            table.add_column(column, overflow="fold")
+        for number, recompile in enumerate(self.recompiles, start=1):
+            where = getattr(recompile, "where", "")
+            reason = f"{recompile}\n{where}" if where else str(recompile)
+            table.add_row(
+                str(number),
+                reason,
+                f"{getattr(recompile, 'source', '?')} ({getattr(recompile, 'kind', '?')})",
+                getattr(recompile, "value", "?"),
+                getattr(recompile, "outcome", "compiled"),
+            )
+        return table
 
     def summary(self) -> str:
         text = (
