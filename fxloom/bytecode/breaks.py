@@ -186,4 +186,3 @@ class DynamicDimError(CompileError):
     """A dimension marked dynamic (``fxloom.mark_dynamic``, ``torch._dynamo.mark_dynamic``, a
     ``Dim`` in ``dynamic=``) that the program fixed to one value: the message names the size,
     the line that fixed it and what to do (``maybe_mark_dynamic`` allows it)."""
-

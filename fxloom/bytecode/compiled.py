@@ -254,7 +254,9 @@ class CompiledFunction:
         """The budget is spent: raise (``on_limit="raise"``), or warn once and run as Python
         from now on (the entries made still serve the calls that match them)."""
         self.eager_reason = self.budget.at_limit(self.fn.__qualname__, recompile)
-        warnings.warn(f"{self.eager_reason}\n  running it as Python from now on", stacklevel=4)
+        warnings.warn(
+            f"{self.eager_reason}\n  running it as Python from now on", stacklevel=_user_level()
+        )
         return self._eager(values)
 
     def _declare(self, values: tuple) -> None:
@@ -518,6 +520,20 @@ def _leaf_exprs(name: str, value: Any) -> list[str]:
 
     walk(Local(name), value)
     return found
+
+
+def _user_level() -> int:
+    """The ``stacklevel`` of the first frame outside fxloom and torch.nn (the user's call)."""
+    import os
+
+    ours = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.nn.__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not file.startswith(ours) and not file.startswith("<fxloom"):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 1
 
 
 # ------------------------------------------------------------------ signatures
