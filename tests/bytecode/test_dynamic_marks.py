@@ -151,3 +151,21 @@ def test_a_module_s_forward_takes_a_spec_without_self():
             x = torch.randn(n, 3)
             torch.testing.assert_close(compiled(x), model(x))
     assert compiles(compiled) == 1
+
+
+def test_a_static_mark_made_by_torch_dynamo_is_honoured():
+    import torch._dynamo
+
+    compiled = fxloom.compile(double_rows)
+    for n in (2, 5, 7):
+        x = marked(n, torch._dynamo.mark_static, 0)
+        torch.testing.assert_close(compiled(x), double_rows(x))
+    assert compiles(compiled) == 3
+
+
+def test_mark_static_overrides_dynamic_true():
+    compiled = fxloom.compile(double_rows, dynamic=True)
+    for n in (2, 5):
+        x = marked(n, fxloom.mark_static, 0)
+        torch.testing.assert_close(compiled(x), double_rows(x))
+    assert compiles(compiled) == 2
