@@ -84,6 +84,9 @@ _FIXES: dict[str, str] = {
     "identity": "pass the same object at {source} on every call",
     "length": "pass {source} with one length, or as a tensor",
     "keys": "pass {source} with the same keys on every call",
+    "fixed size": "the line it was read at needs the size as a plain number (range(), int(), "
+    "native code, a string), which fixes it to each value: compute with the size inside tensor "
+    "operations, or iterate over the tensor itself",
     "condition": "mark the size dynamic and keep the program's branches on it few, or make "
     "the branch a tensor operation (torch.where, fxloom.cond)",
     "global state": "call the function under one grad mode, autocast and default dtype",
@@ -167,9 +170,9 @@ class Budget:
             shown = f"... ({len(values) - 12} more), " + shown
         fix = _FIXES.get(recompile.kind, "").format(source=recompile.source)
         lines = [
-            f"fxloom.compile({function}): recompile_limit={self.limit} reached: {recompile} "
-            f"failed again, and this call would compile once more ({self.spent} compiles "
-            "so far, counted by reason)",
+            f"fxloom.compile({function}): recompile_limit={self.limit} reached: the guard "
+            f"{recompile} failed, and this call would compile once more ({self.spent} "
+            "compiles so far, counted by reason)",
             f"  source: {recompile.source} (its {recompile.kind})",
             f"  values seen at {recompile.source}: {shown}",
         ]
@@ -219,14 +222,16 @@ def _condition(entry: Any, failing: Any, call: tuple, where: str) -> Recompile:
             names.append(source.text)
             values.append(_described("size", _evaluate(source.expr, entry, call)))
     name = ", ".join(names) or failing.text
-    return Recompile(failing.text, name, "condition", ", ".join(values) or "?", where)
+    # ``x.shape[0] == 3``: the program fixed a symbolic size to one value
+    kind = "fixed size" if re.fullmatch(r".+ == -?\d+", text) else "condition"
+    return Recompile(failing.text, name, kind, ", ".join(values) or "?", where)
 
 
 def _assumed(entry: Any, failing: Any, recompile: Recompile) -> str:
     """What the failing entry assumed at the source (its first value in the history)."""
     if failing is None:
         return ""
-    if recompile.kind in ("size", "tensor", "condition"):
+    if recompile.kind in ("size", "tensor", "condition", "fixed size"):
         for source, (shape, dims) in entry.guards.tensor_sizes.items():
             if source.text == recompile.source:
                 return str(tuple("?" if d in dims else n for d, n in enumerate(shape)))

@@ -124,3 +124,43 @@ def test_a_type_change_is_named_as_a_type_reason():
 def test_on_limit_takes_eager_or_raise():
     with pytest.raises(ValueError, match="on_limit"):
         fxloom.compile(times, on_limit="ignore")
+
+
+def test_a_size_the_program_fixes_counts_per_value_and_names_the_line():
+    def unrolled(x):
+        total = x[0]
+        for i in range(1, x.shape[0]):
+            total = total + x[i]
+        return total
+
+    compiled = fxloom.compile(unrolled, recompile_limit=4, on_limit="raise")
+    with pytest.raises(fxloom.RecompileLimitError) as raised:
+        for n in range(2, 20):
+            x = torch.randn(n, 3)
+            torch.testing.assert_close(compiled(x), unrolled(x))
+    message = str(raised.value)
+    assert "source: x (its fixed size)" in message
+    assert "values seen at x: (2, 3), (3, 3), (4, 3), (5, 3), (6, 3)" in message
+    assert "for i in range(1, x.shape[0]):" in message  # the line that fixed it
+
+
+def test_a_counter_attribute_names_the_module_attribute_and_the_line_that_reads_it():
+    class Counts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.step = 0
+
+        def forward(self, x):
+            self.step += 1
+            return x * self.step
+
+    model, twin = Counts(), Counts()
+    compiled = fxloom.compile(model, dynamic=False, recompile_limit=3)
+    x = torch.randn(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(6):
+            torch.testing.assert_close(compiled(x), twin(x))
+    (warning,) = [w for w in caught if "recompile_limit" in str(w.message)]
+    assert "source: self.step (its value)" in str(warning.message)
+    assert "self.step += 1" in str(warning.message)
