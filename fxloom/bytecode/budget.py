@@ -194,7 +194,7 @@ class Budget:
 
 def _read(entry: Any, failing: Any, call: tuple) -> Recompile:
     guards = entry.guards
-    where = getattr(guards, "lines", {}).get(failing.check, "")
+    where = _line_text(getattr(guards, "lines", {}).get(failing.check))
     for kind, check_pattern, text_pattern in _KINDS:
         check = re.fullmatch(check_pattern, failing.check)
         text = re.match(text_pattern, failing.text)
@@ -206,6 +206,18 @@ def _read(entry: Any, failing: Any, call: tuple) -> Recompile:
             kind = "size" if _size_changed(guards, expr, value) else "tensor"
         return Recompile(failing.text, name, kind, _described(kind, value), where)
     return _condition(entry, failing, call, where)
+
+
+def _line_text(place: tuple | None) -> str:
+    """``file:line: code`` of a (code object, line) the interpreter was running."""
+    if place is None:
+        return ""
+    import linecache
+
+    code, line = place
+    line = line or code.co_firstlineno
+    file = code.co_filename.rsplit("/", 1)[-1]
+    return f"{file}:{line}: {linecache.getline(code.co_filename, line).strip()}".rstrip(": ")
 
 
 def _condition(entry: Any, failing: Any, call: tuple, where: str) -> Recompile:

@@ -373,6 +373,16 @@ def _relocate(guards: list, start: int) -> None:
 
 def _interpreted_line() -> tuple[str, str] | None:
     """The user's line the bytecode interpreter is running (its innermost ``step``)."""
+    interpreted = interpreted_frame()
+    if interpreted is None:
+        return None
+    location = interpreted.location()
+    return location.short, location.code or ""
+
+
+def interpreted_frame() -> Any:
+    """The interpreter's innermost ``Frame`` being run (its ``code`` and ``line``), or None
+    outside an interpretation."""
     from fxloom.bytecode.interpreter import Interpreter
 
     step = Interpreter.step.__code__
@@ -381,8 +391,7 @@ def _interpreted_line() -> tuple[str, str] | None:
         if frame.f_code is step:
             interpreted = frame.f_locals.get("frame")
             if interpreted is not None:
-                location = interpreted.location()
-                return location.short, location.code or ""
+                return interpreted
         frame = frame.f_back
     return None
 

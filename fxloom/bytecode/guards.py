@@ -201,7 +201,7 @@ class GuardSet:
         """``root``: the compiled module, whose tree's epoch is guarded (taken now, before
         the program runs: what it registers itself is seen on the next call)."""
         self._guards: dict[tuple[str, str], Guard] = {}
-        self.lines: dict[str, str] = {}  # guard check -> "file:line: code" that added it
+        self.lines: dict[str, tuple] = {}  # guard check -> (code, line) that added it
         self._constants: list[Any] = []
         self._constant_slots: dict[int, str] = {}
         self._tree: ModuleTree | None = None
@@ -237,10 +237,11 @@ class GuardSet:
     def add(self, key: str, guard: Guard) -> None:
         if (key, guard.check) not in self._guards:
             self._guards[key, guard.check] = guard
-            # the user's line that read the value (for the recompile budget's message)
-            line = dynamic._interpreted_line()
-            if line is not None:
-                self.lines.setdefault(guard.check, f"{line[0]}: {line[1]}".rstrip(": "))
+            # the user's line that read the value (for the recompile budget's message; kept
+            # as (code, line), made text only when a miss asks)
+            interpreted = dynamic.interpreted_frame()
+            if interpreted is not None:
+                self.lines.setdefault(guard.check, (interpreted.code, interpreted.line))
 
     def constant(self, value: Any) -> str:
         """The name generated code reads ``value`` by (one slot per object)."""
