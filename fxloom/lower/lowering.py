@@ -61,7 +61,7 @@ import torch
 from torch import nn
 
 from fxloom._format import describe_target
-from fxloom.backends import Backend, RegionExamples, get_backend
+from fxloom.backends import Backend, RegionExamples, UntranslatableNodesError, get_backend
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for, same_number
@@ -150,24 +150,31 @@ def lower(
         model_or_gm, example_inputs, consumer="fxloom.lower", concrete_args=concrete_args
     )
     _propagate_shapes(gm, inputs)
-    support = _Support(gm, backend.unsupported_reason)
-    split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)  # keeps gm's convention
-    _drop_unused_regions(split)
-    seen = _record_regions(split, inputs)
     runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
-    region_runs, fixed = _regions_at_sizes(split, seen, runs)
-    settings, setting_note = backend.lowering_settings(
-        whole_model=_one_region_covers(split), threads=threads, spinning=spinning
-    )
-    examples = {
-        name: RegionExamples(name, args, outputs, tuple(region_runs[name]), settings)
-        for name, (args, outputs) in seen.items()
-    }
-    regions = [
-        _lower_region(backend, split, examples[name], fixed.get(name))
-        for name in _region_names(split)
-        if name in examples  # a region never run on the examples (dead code) stays as it is
-    ]
+    support = _Support(gm, backend.unsupported_reason)
+    for _ in range(MAX_SPLIT_ROUNDS):
+        split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)  # keeps gm's convention
+        _drop_unused_regions(split)
+        seen = _record_regions(split, inputs)
+        region_runs, fixed = _regions_at_sizes(split, seen, runs)
+        settings, setting_note = backend.lowering_settings(
+            whole_model=_one_region_covers(split), threads=threads, spinning=spinning
+        )
+        examples = {
+            name: RegionExamples(name, args, outputs, tuple(region_runs[name]), settings)
+            for name, (args, outputs) in seen.items()
+        }
+        lowered = [
+            _lower_region(backend, split, examples[name], fixed.get(name))
+            for name in _region_names(split)
+            if name in examples  # a region never run on the examples (dead code) stays as it is
+        ]
+        regions = [region for region, _ in lowered]
+        # A node the backend accepted but could not translate: split the region around it
+        # (it runs in PyTorch, reported with the translator's reason), not the whole region.
+        untranslatable = {name: reason for _, failed in lowered for name, reason in failed}
+        if not support.refuse(untranslatable):
+            break
     left = tuple(_left_node(node, reason) for node, reason in support.reasons.items())
     guards = len(support.guards)
     notes = (f"{guards} run-time check(s) (guards, input checks) run in PyTorch",) if guards else ()
@@ -182,6 +189,9 @@ def lower(
 
 
 _ENDS = ("placeholder", "output")
+# How many times a model is split again around nodes the translator refused (each round
+# moves at least one node to PyTorch; a model needing more keeps its last regions' reports).
+MAX_SPLIT_ROUNDS = 8
 
 
 def _drop_unused_regions(split: GraphModule) -> None:
@@ -225,10 +235,29 @@ class _Support:
         self.unsupported_reason = unsupported_reason
         self.reasons: dict[Node, str] = {}  # unsupported operators, in graph order
         self.guards: list[Node] = []
+        self.untranslatable: dict[
+            str, str
+        ] = {}  # node name -> why the backend's translator refused it
+        self._by_name = {node.name: node for node in gm.graph.nodes}
+
+    def refuse(self, untranslatable: dict[str, str]) -> bool:
+        """Mark the nodes named in ``untranslatable`` (name -> the translator's reason)
+        unsupported, for the next split; whether any was new."""
+        new = {
+            name: reason
+            for name, reason in untranslatable.items()
+            if name in self._by_name and self._by_name[name] not in self.reasons
+        }
+        self.untranslatable.update(new)
+        return bool(new)
 
     def __call__(self, node: Node) -> bool:
         if node.op == "call_function" and stays_on_host(node.target):
-            self.guards.append(node)  # a run-time check: cheap, kept a check, before regions
+            if node not in self.guards:
+                self.guards.append(node)  # a run-time check: cheap, kept a check, before regions
+            return False
+        if node.name in self.untranslatable:
+            self.reasons[node] = f"translation failed: {self.untranslatable[node.name]}"
             return False
         try:
             reason = self.unsupported_reason(node, self.gm)
@@ -318,7 +347,9 @@ def _fixed_reason(run: SizeRun, args: tuple, other: tuple | None) -> str | None:
 
 def _lower_region(
     backend: Backend, split: GraphModule, examples: RegionExamples, fixed: str | None = None
-) -> RegionReport:
+) -> tuple[RegionReport, list[tuple[str, str]]]:
+    """The region's report, and the nodes the backend's translator refused (name, reason):
+    ``lower`` splits the region again around them."""
     name = examples.name
     region: GraphModule = getattr(split, name)
     nodes = tuple(
@@ -328,21 +359,27 @@ def _lower_region(
     ops = dict(Counter(describe_target(n, "label") for n in nodes))
     why_not = fixed or backend.not_worth_compiling(region)
     if why_not is not None:
-        return RegionReport(name, names, ops, lowered=False, reason=why_not)
+        return RegionReport(name, names, ops, lowered=False, reason=why_not), []
     start = time.perf_counter()
     try:
         replacement = backend.compile_region(region, examples)
-    except Exception as error:  # any failure keeps the region in PyTorch, reported
+    except UntranslatableNodesError as error:  # split again around these nodes (``lower``)
+        failed = [(node.name, reason) for node, reason in error.nodes]
+        named = ", ".join(f"%{node_name}" for node_name, _ in failed)
+        reason = f"translation failed at {named}: {failed[0][1]}" if failed else str(error)
+        return RegionReport(name, names, ops, lowered=False, reason=reason), failed
+    except Exception as error:  # any other failure keeps the region in PyTorch, reported
         first = (str(error).strip().splitlines() or [""])[0]
         reason = f"translation failed: {type(error).__name__}: {first}"
-        return RegionReport(name, names, ops, lowered=False, reason=reason)
+        return RegionReport(name, names, ops, lowered=False, reason=reason), []
     # The split is lowering's own module: its region is replaced in the table directly, as
     # ``attr_path`` installs, without torch's global registration hooks, which report changes
     # to the user's modules (fxloom.compile counts them: its entries would never hold).
     split._modules[name] = replacement
-    return RegionReport(
+    report = RegionReport(
         name, names, ops, lowered=True, translate_seconds=time.perf_counter() - start
     )
+    return report, []
 
 
 def _left_node(node: Node, reason: str) -> LeftNode:
