@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -72,7 +73,7 @@ from fxloom.passes.captured import call_inputs, model_name, module_to_transform
 from fxloom.pytree import tree_flatten
 from fxloom.source_location import source_location
 
-__all__ = ["LoweringError", "lower"]
+__all__ = ["LoweringError", "LoweringWarning", "lower", "too_little_lowered"]
 
 REGION_PREFIX = "_run_on_acc_"
 
@@ -94,6 +95,7 @@ def lower(
     concrete_args: dict[str, Any] | None = None,
     rtol: float = 1e-3,
     atol: float = 1e-4,
+    min_lowered: float = 0.0,
 ) -> GraphModule:
     """Lower the supported regions of a model to a backend (see the module docstring).
 
@@ -119,6 +121,9 @@ def lower(
             operators between regions, spinning is off and the sessions take
             ``torch.get_num_threads()`` threads, so ONNX Runtime's idle workers do not take
             the cores PyTorch needs. The report's notes say which was chosen.
+        min_lowered: the share of operators (0 to 1) below which ``lower`` warns
+            (``LoweringWarning``, naming the regions and operators left and why); a model of
+            which no operator lowered always warns. ``fxloom lower`` exits 1 there.
         spinning: whether ONNX Runtime's worker threads spin between calls; None decides as
             ``threads`` describes (on when one region covers the model). A benchmark that
             interleaves the lowered model with other work may want it off.
@@ -185,7 +190,35 @@ def lower(
         eager = gm if isinstance(model_or_gm, ExportedProgram) else model_or_gm  # runs as given
         report = _checked(eager, split, inputs, report, concrete_args, rtol, atol)
     split.lowering_report = report
+    too_little = too_little_lowered(report, min_lowered)
+    if too_little is not None:
+        warnings.warn(too_little, LoweringWarning, stacklevel=2)
     return split
+
+
+class LoweringWarning(UserWarning):
+    """``lower`` ran less of the model in the backend than asked (``min_lowered``), or none."""
+
+
+def too_little_lowered(report: LoweringReport, min_lowered: float = 0.0) -> str | None:
+    """Why ``report`` lowered too little: none of its operators, or a share below
+    ``min_lowered``; None when enough ran in the backend."""
+    total = report.nodes_lowered + report.nodes_in_pytorch
+    if total == 0:
+        return None
+    share = report.nodes_lowered / total
+    if report.nodes_lowered and share >= min_lowered:
+        return None
+    reasons = [f"{region.name}: {region.reason}" for region in report.regions if not region.lowered]
+    reasons += [f"%{left.name} ({left.op}): {left.reason}" for left in report.left[:3]]
+    more = len(report.left) - 3
+    listed = "; ".join(reasons) + (f"; and {more} more operators" if more > 0 else "")
+    return (
+        f"{report.model}: {report.nodes_lowered} of {total} operators lowered to "
+        f"{report.backend} ({share:.0%}, below the {min_lowered:.0%} asked)"
+        if report.nodes_lowered
+        else f"{report.model}: no operator lowered to {report.backend}"
+    ) + f": {listed or 'see the report'}"
 
 
 _ENDS = ("placeholder", "output")

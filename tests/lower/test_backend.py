@@ -337,3 +337,18 @@ def test_a_node_the_backend_cannot_compile_splits_its_region_instead_of_dropping
     assert [left.op for left in report.left] == ["torch.sin"]
     assert "sin has no kernel here" in report.left[0].reason
     torch.testing.assert_close(lowered(x), middle_sin(x))
+
+
+def test_lowering_nothing_warns_and_names_why(relu_only):
+    def no_relu(x):
+        return torch.sin(x) + 1
+
+    with pytest.warns(fxloom.lower.LoweringWarning, match="no operator lowered to relu_only"):
+        lowered = lower(no_relu, (torch.randn(3),), backend=relu_only.name)
+    assert "relu_only runs torch.relu only" in str(lowered.lowering_report)
+
+
+def test_lowering_less_than_the_share_asked_warns(relu_only):
+    model, inputs = relu_between_linears()
+    with pytest.warns(fxloom.lower.LoweringWarning, match=r"1 of 3 operators lowered.*below"):
+        lower(model, inputs, backend=relu_only.name, min_lowered=0.5)
