@@ -18,16 +18,99 @@ Depends on torch only (the foundation layer).
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 # The one base class for dispatch modes (DESIGN.md allows them); torch has kept it here since 1.12.
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode as _TorchDispatchMode
+
+
+class TorchDispatchMode(_TorchDispatchMode):
+    """torch's dispatch mode base, minus its Dynamo wrapper: since torch 2.6 a subclass's
+    ``__torch_dispatch__`` is wrapped in ``torch._disable_dynamo``, whose first call imports
+    ``torch._dynamo`` (with sympy, about 1 s) and whose every call adds a Python frame. fxloom's
+    modes run outside Dynamo (nothing under fxloom/ imports it), so they keep their own method:
+    the first ``fxloom.compile`` or export then costs what fxloom does, not Dynamo's import."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+# torch's Python operator definitions that fxloom runs on meta tensors (``torch._refs``, the
+# decompositions, the meta registrations) are wrapped in ``torch._compile._disable_dynamo``,
+# which imports ``torch._dynamo`` (1 to 2 s, most of a first ``fxloom.compile``) on the first
+# call of each, only to build the wrapper that keeps Dynamo out of it.
+_DISABLED_DEFINITIONS = (
+    "torch._refs",
+    "torch._decomp",
+    "torch._meta_registrations",
+    "torch._prims",
+)
+_dynamo_disable_deferred = False
+
+
+def defer_dynamo_disable() -> None:
+    """Let torch's Dynamo-disabled operator definitions run without importing ``torch._dynamo``
+    while this process has not imported it.
+
+    Without Dynamo there is no frame hook to disable, so calling the definition itself is what
+    torch's wrapper does then. Each wrapper caches its disabled function on the definition
+    (``fn.__dynamo_disable``); this gives each one, once, a function that calls it directly
+    while ``torch._dynamo`` is absent and builds and caches torch's own disabled function
+    (``torch._dynamo.disable(fn, recursive, wrapping=False)``) as soon as it is present. A torch
+    whose wrapper has another form is left alone (only slower). Idempotent; costs a few ms.
+    """
+    global _dynamo_disable_deferred
+    if _dynamo_disable_deferred or "torch._dynamo" in sys.modules:
+        return
+    _dynamo_disable_deferred = True
+    import torch._compile
+
+    wrapper_code = getattr(torch._compile._disable_dynamo(lambda: None), "__code__", None)
+    if wrapper_code is None or not {"fn", "recursive"} <= set(wrapper_code.co_freevars):
+        return
+    for name in [m for m in sys.modules if m.startswith(_DISABLED_DEFINITIONS)]:
+        for value in list(vars(sys.modules[name]).values()):
+            for wrapper in _wrapped_chain(value):
+                if getattr(wrapper, "__code__", None) is wrapper_code:
+                    _defer(wrapper)
+
+
+def _wrapped_chain(fn: Any) -> Iterator[Any]:
+    """``fn`` and the functions it wraps (``functools.wraps``' ``__wrapped__``), outermost first."""
+    for _ in range(8):  # refs stack a few decorators; a cycle must not hang
+        if not callable(fn):
+            return
+        yield fn
+        fn = getattr(fn, "__wrapped__", None)
+
+
+def _defer(wrapper: Any) -> None:
+    cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or ()))
+    fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
+    if getattr(fn, "__dynamo_disable", None) is not None:
+        return
+
+    @functools.wraps(fn)
+    def until_dynamo_is_imported(*args: Any, **kwargs: Any) -> Any:
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is None:
+            return fn(*args, **kwargs)
+        disabled = dynamo.disable(fn, recursive, wrapping=False)
+        fn.__dynamo_disable = disabled  # torch's own, from now on
+        return disabled(*args, **kwargs)
+
+    fn.__dynamo_disable = until_dynamo_is_imported
+
 
 __all__ = [
     "TorchDispatchMode",
+    "defer_dynamo_disable",
     "MissingTorchFeature",
     "has_composite_implicit_kernel",
     "exclude_dispatch_keys",

@@ -21,22 +21,26 @@ the functional rewrite are fxloom's own (``capture``, ``functionalize``); none o
 compiler, fake-tensor or functionalization machinery is used.
 """
 
-from fxloom.export.signature import (
-    ConstantArgument,
-    ExportGraphSignature,
-    InputKind,
-    InputSpec,
-    OutputKind,
-    OutputSpec,
-    TensorArgument,
-)
-from fxloom.export.sizes.dims import DerivedDim, Dim, DimHint, dims
-from fxloom.export.sizes.dynamic_shapes import DynamicShapesError
-from fxloom.values.stand_in import DataDependentError, StandIn
+import importlib
+from typing import Any
 
-# The capture and what it needs (sympy, torch's decomposition tables) load on first use:
-# importing this package for ``Dim`` or ``StandIn`` exports nothing.
+# name -> the module defining it, imported when the name is first read (PEP 562): importing
+# this package, or any module under it, costs nothing more; ``export`` brings sympy then.
 _LAZY = {
+    "ConstantArgument": "fxloom.export.signature",
+    "ExportGraphSignature": "fxloom.export.signature",
+    "InputKind": "fxloom.export.signature",
+    "InputSpec": "fxloom.export.signature",
+    "OutputKind": "fxloom.export.signature",
+    "OutputSpec": "fxloom.export.signature",
+    "TensorArgument": "fxloom.export.signature",
+    "DerivedDim": "fxloom.export.sizes.dims",
+    "Dim": "fxloom.export.sizes.dims",
+    "DimHint": "fxloom.export.sizes.dims",
+    "dims": "fxloom.export.sizes.dims",
+    "DynamicShapesError": "fxloom.export.sizes.dynamic_shapes",
+    "DataDependentError": "fxloom.values.stand_in",
+    "StandIn": "fxloom.values.stand_in",
     "ExportError": "fxloom.export.capture",
     "export": "fxloom.export.exporter",
     "UnsupportedOpError": "fxloom.export.functionalize",
@@ -49,15 +53,17 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'fxloom.export' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [

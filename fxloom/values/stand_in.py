@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from fxloom._torch_compat import defer_dynamo_disable
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["StandIn", "DataDependentError"]
@@ -185,6 +186,7 @@ def compute_meta(func: Any, args: tuple, kwargs: dict, *, symbolic: bool = False
     Python definition (``fxloom.values.symbolic.meta``). Operators whose result
     depends on data raise ``DataDependentError``.
     """
+    defer_dynamo_disable()  # torch's Python meta definitions, without importing torch._dynamo
     meta_args = [_metas(arg) for arg in args]
     meta_kwargs = {key: _metas(value) for key, value in kwargs.items()}
     if "device" in meta_kwargs:
