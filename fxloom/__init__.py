@@ -15,7 +15,7 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 ``fxloom.passes``; ``replace_pattern`` is also here, as in torch.fx.
 """
 
-import importlib
+import importlib as _importlib
 from typing import Any
 
 from fxloom import _renamed_modules
@@ -58,9 +58,9 @@ _LAZY_SUBPACKAGES = frozenset(
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY_NAMES:
-        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+        value = getattr(_importlib.import_module(_LAZY_NAMES[name]), name)
     elif name in _LAZY_SUBPACKAGES:
-        value = importlib.import_module(f"fxloom.{name}")
+        value = _importlib.import_module(f"fxloom.{name}")
     else:
         raise AttributeError(f"module 'fxloom' has no attribute {name!r}")
     globals()[name] = value

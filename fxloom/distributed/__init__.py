@@ -12,7 +12,7 @@ Depends on: ``torch.distributed`` (``launch`` imports it when used; ``rpc`` on i
 Each name loads its module when first read (``_LAZY``).
 """
 
-import importlib
+import importlib as _importlib
 from typing import Any
 
 # name -> the module defining it, imported on first use (PEP 562): importing this package
@@ -37,7 +37,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'fxloom.distributed' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -21,7 +21,7 @@ the functional rewrite are fxloom's own (``capture``, ``functionalize``); none o
 compiler, fake-tensor or functionalization machinery is used.
 """
 
-import importlib
+import importlib as _importlib
 from typing import Any
 
 # name -> the module defining it, imported when the name is first read (PEP 562): importing
@@ -57,7 +57,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'fxloom.export' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
