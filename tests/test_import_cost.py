@@ -168,6 +168,18 @@ def test_each_subpackage_loads_when_first_read():
     }
 
 
+def test_a_function_named_like_its_module_stays_the_function_once_the_module_is_imported():
+    found = run_fresh(
+        """
+        import json
+        import fxloom.distributed.pipeline
+        import fxloom.distributed
+        print(json.dumps({"callable": callable(fxloom.distributed.pipeline)}))
+        """
+    )
+    assert found == {"callable": True}
+
+
 def test_lazy_packages_list_their_names():
     for package in (fxloom, fxloom.distributed, fxloom.export):
         assert set(package.__all__) <= set(dir(package))

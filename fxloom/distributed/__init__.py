@@ -13,6 +13,8 @@ Each name loads its module when first read (``_LAZY``).
 """
 
 import importlib as _importlib
+import sys as _sys
+import types as _types
 from typing import Any
 
 # name -> the module defining it, imported on first use (PEP 562): importing this package
@@ -44,6 +46,22 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
+
+
+class _Package(_types.ModuleType):
+    """This package, whose function ``pipeline`` shares its name with the module defining it.
+
+    Importing a submodule sets the package's attribute of that name to the submodule, so
+    ``import fxloom.distributed.pipeline`` anywhere would turn ``fxloom.distributed.pipeline``
+    into a module; here the attribute stays the function, as with an eager import."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, _types.ModuleType) and _LAZY.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [

@@ -22,6 +22,8 @@ compiler, fake-tensor or functionalization machinery is used.
 """
 
 import importlib as _importlib
+import sys as _sys
+import types as _types
 from typing import Any
 
 # name -> the module defining it, imported when the name is first read (PEP 562): importing
@@ -64,6 +66,20 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
+
+
+class _Package(_types.ModuleType):
+    """This package, where importing a module by a public name's old path (``dims``, which
+    ``fxloom._renamed_modules`` maps to ``fxloom.export.sizes.dims``) leaves the name the
+    function: the import system sets the package's attribute to the module it imports."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, _types.ModuleType) and _LAZY.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
