@@ -59,26 +59,32 @@ def defer_dynamo_disable() -> None:
     while this process has not imported it.
 
     Without Dynamo there is no frame hook to disable, so calling the definition itself is what
-    torch's wrapper does then. Each wrapper caches its disabled function on the definition
-    (``fn.__dynamo_disable``); this gives each one, once, a function that calls it directly
-    while ``torch._dynamo`` is absent and builds and caches torch's own disabled function
-    (``torch._dynamo.disable(fn, recursive, wrapping=False)``) as soon as it is present. A torch
-    whose wrapper has another form is left alone (only slower). Idempotent; costs a few ms.
+    torch's wrapper amounts to then. Each wrapper caches its disabled function on the
+    definition (``fn.__dynamo_disable``); this gives each one, once, a function that calls the
+    definition directly while Dynamo is absent and, once it is imported (by the user), removes
+    itself and hands the call back to torch's wrapper, which builds and caches torch's own
+    disabled function. fxloom never imports Dynamo nor calls it: it only looks in
+    ``sys.modules`` whether the user did. A torch whose wrapper has another form is left alone
+    (only slower). Idempotent; costs a few ms once.
     """
     global _dynamo_disable_deferred
-    if _dynamo_disable_deferred or "torch._dynamo" in sys.modules:
+    if _dynamo_disable_deferred or sys.modules.get(_DYNAMO) is not None:
         return
     _dynamo_disable_deferred = True
     import torch._compile
 
     wrapper_code = getattr(torch._compile._disable_dynamo(lambda: None), "__code__", None)
-    if wrapper_code is None or not {"fn", "recursive"} <= set(wrapper_code.co_freevars):
+    if wrapper_code is None or "fn" not in wrapper_code.co_freevars:
         return
     for name in [m for m in sys.modules if m.startswith(_DISABLED_DEFINITIONS)]:
         for value in list(vars(sys.modules[name]).values()):
             for wrapper in _wrapped_chain(value):
                 if getattr(wrapper, "__code__", None) is wrapper_code:
                     _defer(wrapper)
+
+
+# Looked up in sys.modules, never imported (tests/test_no_forbidden_imports.py allows this one).
+_DYNAMO = "torch._dynamo"
 
 
 def _wrapped_chain(fn: Any) -> Iterator[Any]:
@@ -92,18 +98,19 @@ def _wrapped_chain(fn: Any) -> Iterator[Any]:
 
 def _defer(wrapper: Any) -> None:
     cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or ()))
-    fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
+    fn = cells["fn"].cell_contents
     if getattr(fn, "__dynamo_disable", None) is not None:
         return
 
     @functools.wraps(fn)
     def until_dynamo_is_imported(*args: Any, **kwargs: Any) -> Any:
-        dynamo = sys.modules.get("torch._dynamo")
-        if dynamo is None:
+        if sys.modules.get(_DYNAMO) is None:
             return fn(*args, **kwargs)
-        disabled = dynamo.disable(fn, recursive, wrapping=False)
-        fn.__dynamo_disable = disabled  # torch's own, from now on
-        return disabled(*args, **kwargs)
+        try:  # torch's wrapper builds its own disabled function from now on
+            del fn.__dynamo_disable
+        except AttributeError:  # another thread did
+            pass
+        return wrapper(*args, **kwargs)
 
     fn.__dynamo_disable = until_dynamo_is_imported
 

@@ -272,3 +272,28 @@ def test_an_exported_program_with_dynamic_sizes_loads_in_a_fresh_process(tmp_pat
         """
     )
     assert found == {"shape": [5, 2]}
+
+
+def test_torch_meta_definitions_get_their_dynamo_wrapper_back_once_the_user_imports_dynamo():
+    found = run_fresh(
+        """
+        import json
+        import torch, fxloom
+        from fxloom._torch_compat import _wrapped_chain
+
+        a, b = torch.randn(3), torch.randn(3)
+        fxloom.compile(lambda x, y: x + y)(a, b)  # runs add's Python meta definition
+        definition = list(_wrapped_chain(torch._refs.add))[-2]  # what torch's wrapper disables
+        code_name = lambda f: getattr(getattr(f, "__code__", None), "co_name", None)
+        before = code_name(definition.__dynamo_disable)
+        import torch._dynamo
+
+        meta = torch.empty(3, device="meta")
+        torch.ops.aten.add.Tensor(meta, meta)
+        after = getattr(definition, "__dynamo_disable", None)
+        same = torch.equal(torch.compile(lambda x, y: x + y, backend="eager")(a, b), a + b)
+        print(json.dumps({"before": before, "after_is_torch's": after is not None
+                          and code_name(after) != before, "same": same}))
+        """
+    )
+    assert found == {"before": "until_dynamo_is_imported", "after_is_torch's": True, "same": True}
