@@ -115,6 +115,7 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     backend: Any = "eager",
     fullgraph: bool = False,
     recompile_limit: int = 8,
+    dynamic: bool | None = None,
 ) -> Any:
     """Compile a function or module at the bytecode level on its first call, with guards, a
     cache and graph breaks (``fxloom.bytecode.compiled``; docs/compile.md).
@@ -124,18 +125,30 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     ``fxloom.backends.register_backend``: ``Backend.compile_program`` says what runs), a
     ``fxloom.backends.Backend``, or ``backend(graph_module, example_inputs) -> callable``.
     ``fullgraph=True`` raises ``CompileError`` at the first graph break, naming the line.
+    ``dynamic``: None (default) makes a tensor size symbolic once it changes between calls,
+    True every tensor size from the first call, False none (docs/compile.md, "Sizes");
+    with a backend that lowers graphs at fixed sizes (``"onnxruntime"``), None means False.
     """
     from fxloom.backends import Backend, get_backend
     from fxloom.bytecode import compiled as _bytecode
 
     if isinstance(backend, (str, Backend)):
         try:
-            backend = get_backend(backend).compile_program
+            chosen = get_backend(backend)
         except ValueError as error:
             raise ValueError(
                 f"fxloom.compile: {error}; or pass a callable "
                 "backend(graph_module, example_inputs) -> callable"
             ) from None
+        if dynamic is None and chosen is not get_backend("eager"):
+            # A backend that lowers a graph lowers it at the example's sizes (onnxruntime):
+            # sizes stay static, one entry per shape, unless dynamic=True asks otherwise.
+            dynamic = False
+        backend = chosen.compile_program
     return _bytecode.compile(
-        fn_or_module, backend=backend, fullgraph=fullgraph, recompile_limit=recompile_limit
+        fn_or_module,
+        backend=backend,
+        fullgraph=fullgraph,
+        recompile_limit=recompile_limit,
+        dynamic=dynamic,
     )

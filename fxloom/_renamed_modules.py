@@ -46,11 +46,17 @@ RENAMED_MODULES: dict[str, str] = {
     "fxloom.export.size_nodes": "fxloom.values.symbolic.size_nodes",
     "fxloom.export.size_checks": "fxloom.values.symbolic.size_checks",
     "fxloom.export.shape_report": "fxloom.values.symbolic.shape_report",
-    "fxloom.export.dims": "fxloom.export.sizes.dims",
-    "fxloom.export.dynamic_shapes": "fxloom.export.sizes.dynamic_shapes",
-    "fxloom.export.input_sizes": "fxloom.export.sizes.input_sizes",
-    "fxloom.export.data_dependent": "fxloom.export.sizes.data_dependent",
+    "fxloom.export.dims": "fxloom.values.symbolic.dims",
+    "fxloom.export.dynamic_shapes": "fxloom.values.symbolic.dynamic_shapes",
+    "fxloom.export.input_sizes": "fxloom.values.symbolic.input_sizes",
+    "fxloom.export.data_dependent": "fxloom.values.symbolic.data_dependent",
     "fxloom.export.runtime_asserts": "fxloom.export.sizes.runtime_asserts",
+    # issue 35: the size vocabulary (Dim, the dynamic_shapes argument, input sizes, sizes read
+    # from data) under every frontend, so that fxloom.compile uses it without export
+    "fxloom.export.sizes.dims": "fxloom.values.symbolic.dims",
+    "fxloom.export.sizes.dynamic_shapes": "fxloom.values.symbolic.dynamic_shapes",
+    "fxloom.export.sizes.input_sizes": "fxloom.values.symbolic.input_sizes",
+    "fxloom.export.sizes.data_dependent": "fxloom.values.symbolic.data_dependent",
 }
 
 
@@ -82,6 +88,24 @@ class _Renamed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         # The import system returns whatever sys.modules holds under the name once this
         # returns: the moved module itself, its own __spec__ untouched.
         sys.modules[module.__name__] = importlib.import_module(new_name(module.__name__))
+        parent_name, _, child = module.__name__.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if parent is not None and not isinstance(getattr(parent, child, parent), types.ModuleType):
+            # The old module's name is now a public name of its package (``fxloom.export.dims``
+            # was a module, is a function): the import system is about to set the package's
+            # attribute to the module, which would hide the function from every user.
+            parent.__class__ = _KeepsPublicNames
+
+
+class _KeepsPublicNames(types.ModuleType):
+    """A package whose public names an import of an old module name does not replace."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        current = self.__dict__.get(name)
+        if isinstance(value, types.ModuleType) and current is not None:
+            if not isinstance(current, types.ModuleType):
+                return
+        super().__setattr__(name, value)
 
 
 def install() -> None:

@@ -2,8 +2,8 @@
 
 ``cond(pred, true_fn, false_fn, operands)`` computes ``true_fn(*operands)``
 if ``pred`` holds, else ``false_fn(*operands)``. Run eagerly it runs the
-chosen branch. Captured — by ``fxloom.symbolic_trace`` or
-``fxloom.export.export`` — it records both branches as sub-``GraphModule``s
+chosen branch. Captured — by ``fxloom.symbolic_trace``,
+``fxloom.export.export`` or ``fxloom.compile`` — it records both branches as sub-``GraphModule``s
 of the root (``true_graph_0``, ``false_graph_0``, then ``_1``, ...) and one
 node calling ``cond_op``, the operator that picks a branch at run time::
 
@@ -35,7 +35,10 @@ This module holds the operator, its eager semantics and the checks every
 capture shares; it knows no frontend. ``cond_op`` is a higher-order operator
 (``fxloom.ops.higher_order``): each frontend registers how it captures a cond
 when its module is imported — symbolic tracing in ``fxloom.tracing.cond_trace``,
-export in ``fxloom.export.cond_capture``. Depends on the IR and ``fxloom.pytree``.
+export in ``fxloom.export.cond_capture``. ``fxloom.compile``'s interpreter decides a call
+before it runs it, so it captures ``cond`` by its row in the callee table
+(``fxloom.bytecode.cond_capture``), not through the operator. Depends on the IR and
+``fxloom.pytree``.
 """
 
 from __future__ import annotations

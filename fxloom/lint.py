@@ -4,7 +4,9 @@ Each violation raises ``GraphLintError`` whose message says what is wrong, how
 to fix it, and shows the offending node among its neighbours.
 
 The rules about arguments live here too, read by node creation, code generation and the file
-format: what each opcode takes (``ARGUMENT_RULES``), which values an argument may hold
+format: what each opcode takes in a file (``ARGUMENT_RULES``: checked by saving and loading,
+not by ``lint``, which accepts what torch.fx's accepts, such as an output node given several
+arguments by ``insert_arg``), which values an argument may hold
 (``LEAF_ARGUMENT_TYPES``, ``OPAQUE_ARGUMENT_TYPES``, ``check_argument_value``) and which a
 placeholder's default may be (``is_default_literal``).
 """
@@ -41,8 +43,9 @@ __all__ = [
 # The opcodes that restrict their arguments: (most positional arguments, whether they may use
 # nodes); none of them takes keywords. A placeholder's argument is its default value, evaluated
 # where ``forward`` is defined, so a node there would name a global of the generated code; a
-# get_attr reads its target and takes nothing; an output returns one value. ``lint`` checks
-# every node against these rules, and the loader every node of a file.
+# get_attr reads its target and takes nothing; an output returns one value. Saving and loading
+# check every node of a file against these rules; ``lint`` does not (torch.fx's lint accepts
+# an output with several arguments, and graph surgery written for it makes them).
 ARGUMENT_RULES: dict[str, tuple[int, bool]] = {
     "placeholder": (1, False),
     "get_attr": (0, False),
@@ -177,9 +180,6 @@ def lint_graph(graph: Graph, root: torch.nn.Module | None) -> None:
                 _explain_bad_input(node, arg, defined)
         edges += len(inputs)
         user_entries += len(node.users)
-        problem = argument_rule_violation(node)
-        if problem is not None:
-            raise _fail(node, f"%{node._name}: {problem} (fxloom.lint.ARGUMENT_RULES)")
         if node._op == "output":
             output = node
         defined.add(node)

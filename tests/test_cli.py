@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+import fxloom
+import fxloom.export
 from fxloom import cli
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -229,6 +232,19 @@ def test_an_unknown_subcommand_exits_2_and_names_the_valid_ones() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("command", ["compile", "export", "lower", "cost", "draw", "pipeline"])
+def test_a_model_that_is_neither_in_the_zoo_nor_importable_is_a_usage_error(command, capsys):
+    assert cli.main([command, "resnet18"]) == cli.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error.startswith(f"fxloom {command}: error: no zoo model named 'resnet18'")
+    assert "resnet_tiny" in error and error.count("\n") == 1
+
+
+def test_a_factory_that_cannot_be_imported_is_a_usage_error(capsys):
+    assert cli.main(["export", "no_such_package:make"]) == cli.EXIT_USAGE
+    assert "cannot import 'no_such_package'" in capsys.readouterr().err
+
+
 def test_no_subcommand_exits_2_and_points_to_help() -> None:
     result = run_fxloom()
     assert result.returncode == 2
@@ -321,3 +337,25 @@ def test_export_check_exits_1_when_the_program_differs_from_eager(monkeypatch, c
     monkeypatch.setattr(export, "matches_eager", lambda *args: False)
     assert cli.main(["export", "mlp_tiny", "--check"]) == 1
     assert "matches eager PyTorch on the example inputs: False" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "command, load",
+    [
+        (["export", "mlp_tiny"], lambda path: fxloom.export.load(path).module()),
+        (["lower", "mlp_tiny"], lambda path: fxloom.load(path)),
+        (["quantize", "mlp_tiny", "--mode", "dynamic"], lambda path: fxloom.load(path)),
+    ],
+    ids=["export", "lower", "quantize"],
+)
+def test_output_saves_what_the_command_made_and_says_how_to_load_it(
+    command, load, tmp_path, capsys
+):
+    path = tmp_path / "made.fxl"
+    assert cli.main([*command, "-o", str(path)]) == cli.EXIT_OK
+    assert f"saved to {path}" in capsys.readouterr().out
+    model, inputs = fxloom.zoo.build("mlp_tiny")
+    with torch.no_grad():
+        expected, got = model(*inputs), load(path)(*inputs)
+    tolerance = 0.1 if command[0] == "quantize" else 1e-5
+    assert torch.allclose(got, expected, atol=tolerance, rtol=tolerance)

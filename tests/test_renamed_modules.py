@@ -54,7 +54,9 @@ def test_a_package_row_covers_the_modules_inside_it() -> None:
     [
         ("fxloom.export.size_checks", "fxloom.values.symbolic.size_checks"),
         ("fxloom.export.size_trees", "fxloom.values.symbolic.size_trees"),
-        ("fxloom.export.dims", "fxloom.export.sizes.dims"),
+        ("fxloom.export.dims", "fxloom.values.symbolic.dims"),
+        ("fxloom.export.sizes.dims", "fxloom.values.symbolic.dims"),
+        ("fxloom.export.sizes.input_sizes", "fxloom.values.symbolic.input_sizes"),
     ],
 )
 def test_the_size_files_are_found_under_their_names_before_they_moved(old: str, new: str) -> None:
@@ -64,3 +66,11 @@ def test_the_size_files_are_found_under_their_names_before_they_moved(old: str, 
 def test_a_name_that_never_existed_is_still_not_found() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("fxloom.export.never_was")
+
+
+def test_an_old_module_name_that_is_now_a_public_function_leaves_the_function_in_place() -> None:
+    import fxloom.export
+
+    importlib.import_module("fxloom.export.dims")  # what loading an old pickle does
+    assert callable(fxloom.export.dims)
+    assert fxloom.export.dims("a", "b")[1].__name__ == "b"

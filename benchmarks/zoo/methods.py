@@ -38,7 +38,7 @@ from torch import nn
 
 import fxloom
 import fxloom.export
-from fxloom.export.sizes.dynamic_shapes import batch_dims
+from fxloom.values.symbolic.dynamic_shapes import batch_dims
 
 # Non-tensor flags fixed for every model that has them: tensors (or tuples of them) out.
 FLAGS = {
@@ -120,7 +120,7 @@ def capture_fxloom_export(model: nn.Module, inputs: dict[str, Any]) -> Captured:
 
 def batch_dynamic_shapes(inputs: dict[str, Any], flags: dict[str, Any], dim: Any) -> dict:
     """``dynamic_shapes`` with dimension 0 of every batched tensor input one shared
-    ``dim("batch")`` (``fxloom.export.sizes.dynamic_shapes.batch_dims``; the same form for
+    ``dim("batch")`` (``fxloom.values.symbolic.dynamic_shapes.batch_dims``; the same form for
     torch.export and fxloom.export); flags stay static."""
     return {**batch_dims(inputs, dim), **{name: None for name in flags}}
 

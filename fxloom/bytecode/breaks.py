@@ -27,8 +27,17 @@ class BreakKind:
 BREAKS: dict[str, BreakKind] = {
     "tensor-branch": BreakKind(
         "a branch depends on a tensor's value",
-        "use fxloom.cond(pred, true_fn, false_fn, operands) to keep both branches in the graph, "
-        "or compute the condition from shapes",
+        "use fxloom.cond(pred, true_fn, false_fn, operands): fxloom.compile keeps both branches "
+        "in the graph and picks one at run time; or compute the condition from shapes",
+    ),
+    "cond-branch": BreakKind(
+        "a branch of fxloom.cond cannot be captured (a graph break inside it, output such as "
+        "print, a change to an object the branch did not make, an in-place write, or branches "
+        "that do not agree)",
+        "nothing to do for a correct result: the whole cond runs as Python at every call. To "
+        "keep it in the graph, make each branch compute new tensors from its operands (and "
+        "what it closes over), return the same structure, shapes and dtypes from both, and "
+        "move output and changes of outside objects out of the branches",
     ),
     "tensor-data": BreakKind(
         "the program reads a tensor's data (.item(), .tolist(), int(), float(), bool())",
@@ -47,6 +56,11 @@ BREAKS: dict[str, BreakKind] = {
     "outside-mutation": BreakKind(
         "the program changes an object that exists outside the compiled function",
         "return the new value instead of storing it, or change the object after the call",
+    ),
+    "changed-after-print": BreakKind(
+        "a tensor the program printed is changed in place afterwards (printed text is shown "
+        "after the graph, which would show the changed values)",
+        "print a copy (print(y.clone())), or print after the change",
     ),
     "opaque-call": BreakKind(
         "a function implemented in C received a tensor",
@@ -79,6 +93,11 @@ BREAKS: dict[str, BreakKind] = {
     "generator": BreakKind(
         "a generator or coroutine inside the compiled function",
         "build a list instead of yielding, or call the generator outside",
+    ),
+    "held-iterator": BreakKind(
+        "a for loop over an iterator the program also holds (a variable, an attribute), which "
+        "it may advance again after the loop",
+        "loop over the list itself, or keep the iterator's use inside the loop",
     ),
     "return-object": BreakKind(
         "the function returns an object holding tensors that is not a registered pytree node",

@@ -25,6 +25,9 @@ kind                      what capture does
                           outside iterator): a break, so the call runs as Python each time; with
                           a ``target``, a call on the program's own object runs natively
 ``break``                 cannot be followed (``Tensor.item``, ``exec``, ``open``): a break
+``higher_order``          an operator that takes Python functions (``fxloom.cond``): each
+                          function is interpreted into a graph of its own and the operator
+                          recorded as one node (``fxloom.bytecode.cond_capture.CAPTURES``)
 ========================  ====================================================================
 
 **A C callable with no row is a break** (kind ``unknown-callable``), whose message names it
@@ -41,7 +44,7 @@ Adding a callable is one row. The standard-library, numpy and builtin rows are l
 reviewed; tests/bytecode/test_callees.py checks that every builtin and every public callable
 of ``math`` has a row, and that every row names a known kind.
 
-Depends on torch and numpy (when installed) only.
+Depends on torch, numpy (when installed) and ``fxloom.cond`` (the operator it lists).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ import types
 from typing import Any
 
 import torch
+
+from fxloom.cond import cond, cond_op
 
 __all__ = [
     "KINDS",
@@ -82,6 +87,7 @@ KINDS = (
     "native_mutating",
     "changing_result",
     "break",
+    "higher_order",
 )
 
 
@@ -148,6 +154,7 @@ CHANGING = Callee("changing_result")
 CHANGING_OWN = Callee("changing_result", tensors=True, target=0)  # native on the program's own
 UNSUPPORTED = Callee("break")
 TENSOR_DATA = Callee("break", tensor_data=True)
+HIGHER_ORDER = Callee("higher_order", tensors=True)
 
 
 # Builtins that call a function they are given: with a Python function, interpreted here
@@ -180,12 +187,16 @@ def _max(max_fn: Any, *args: Any, key: Any = None, default: Any = _NO_DEFAULT) -
 
 
 def _reduce(reduce_fn: Any, function: Any, iterable: Any, *initial: Any) -> Any:
-    items = iter(iterable)
+    # Listed, not iterated by name: a loop over an iterator the code also holds is a
+    # ``held-iterator`` break (it could be advanced after the loop).
+    items = list(iterable)
     if initial:
-        value = initial[0]
+        value, rest = initial[0], items
+    elif items:
+        value, rest = items[0], items[1:]
     else:
-        value = next(items)
-    for item in items:
+        raise TypeError("reduce() of empty iterable with no initial value")
+    for item in rest:
         value = function(value, item)
     return value
 
@@ -472,6 +483,10 @@ _OBJECTS: dict[Any, Callee] = {
     sys.getrecursionlimit: PURE, sys.intern: PURE, sys.getsizeof: PURE,
     # torch's global state: guarded as a whole (``guards.global_state``)
     torch.is_grad_enabled: PURE,
+    # fxloom's structured control flow: both branches in the graph, one node
+    cond: HIGHER_ORDER, cond_op: HIGHER_ORDER,
+    # torch's own cond (its capture: a break, see ``cond_capture``)
+    **({torch.cond: HIGHER_ORDER} if hasattr(torch, "cond") else {}),
 }  # fmt: skip
 
 # Exceptions: constructing one keeps references to its arguments.
@@ -737,6 +752,11 @@ def classify(fn: Any, kind: str) -> None:
     compilations from now on."""
     if kind == "inline" and type(fn) is not types.FunctionType:
         raise ValueError(f"only a Python function can be inlined, not {fn!r}")
+    if kind == "higher_order":
+        raise ValueError(
+            "higher_order rows are fxloom's own operators that take functions (fxloom.cond), "
+            "each with its capture in fxloom.bytecode.cond_capture; classify another kind"
+        )
     if kind in ("native_reads_outside", "native_mutating"):
         row = Callee(kind, target=0)
     else:

@@ -50,9 +50,18 @@ import torch
 from fxloom.bytecode import callees
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.callees import Callee
+from fxloom.bytecode.dynamic import concrete
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
+from fxloom.bytecode.side_effects import storage_key
+from fxloom.ops.identity import is_inplace_name
+from fxloom.ops.mutation import (
+    function_has_side_effect,
+    module_has_side_effect,
+    writes_through_keywords,
+)
 from fxloom.values.stand_in import DataDependentError, StandIn
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = [
     "call",
@@ -60,6 +69,7 @@ __all__ = [
     "holds_stand_in",
     "holds_unguarded",
     "inline",
+    "one_by_one",
     "record",
     "refuse_unguarded",
 ]
@@ -169,6 +179,10 @@ def _by_row(interp: Interpreter, row: Callee, fn: Any, args: tuple, kwargs: dict
         if isinstance(fn, type):
             return _construct(interp, fn, args, kwargs)
         raise _unknown(fn)
+    if kind == "higher_order":
+        from fxloom.bytecode.cond_capture import capture  # (it calls back into this module)
+
+        return capture(interp, fn, args, kwargs)
     if kind == "break":
         if row.tensor_data:
             raise Break("tensor-data", f"{_name(fn)}() reads the data of a tensor")
@@ -208,8 +222,8 @@ def inline(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dic
     """Interpret ``fn``'s body with ``args`` bound to its parameters."""
     code = fn.__code__
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        if code.co_name == "<genexpr>":
-            return interp.recording.built(iter(_exhaust(interp, fn, args, kwargs)))
+        if code.co_flags & inspect.CO_GENERATOR and code.co_name == "<genexpr>":  # lazily
+            return _generator_expression(interp, fn, args, kwargs)
         if fn.__module__ == "torch.nn.modules.module" and not holds_stand_in(args, kwargs):
             # Module.parameters(), .modules(), ...: walks over the module tree (guarded by its
             # epoch), run natively as a generator of the real objects.
@@ -289,11 +303,14 @@ def bind_arguments(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[st
     return bound
 
 
-def _exhaust(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dict) -> list[Any]:
-    """The items a generator expression yields, computed now (it is consumed where it is made)."""
-    from fxloom.bytecode.handlers.generators import run_generator
+def _generator_expression(
+    interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dict
+) -> Any:
+    """The generator a generator expression makes: its frame, run one item at a time as the
+    program advances it (``fxloom.bytecode.handlers.generators``)."""
+    from fxloom.bytecode.handlers.generators import generator_expression
 
-    return run_generator(interp, bind_frame(interp, fn, args, kwargs))
+    return generator_expression(interp, bind_frame(interp, fn, args, kwargs))
 
 
 # ------------------------------------------------------------------ tensors
@@ -327,12 +344,39 @@ def record(interp: Interpreter, op: str, target: Any, args: tuple, kwargs: dict)
         for value in values:
             if holds_unguarded(recording.unguarded, (value,)):
                 raise _unguarded_break(recording, target, value)
+    if recording.changes.log and _writes_printed(recording, op, target, args, kwargs):
+        raise Break("changed-after-print", f"{_name(target)} changes a tensor printed before it")
     graph = recording.graph
     graph.where = interp.where()
     try:
         return graph.call(op, target, args, kwargs)
     except DataDependentError as err:
         raise Break("data-dependent-op", f"{_name(target)}: {err}") from None
+
+
+def _writes_printed(recording: Any, op: str, target: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``target`` writes in place (the IR's impurity rules: ``add_``, ``setitem``,
+    ``out=``, ``inplace=True``) into a tensor whose storage deferred output shows."""
+    written: list[StandIn] = []
+    first_written = _writes_its_first_argument(recording, op, target)
+    if kwargs and writes_through_keywords(kwargs):
+        written += [value for value in kwargs.values() if isinstance(value, StandIn)]
+        first_written = True
+    if first_written and args and isinstance(args[0], StandIn):
+        written.append(args[0])
+    if not written:
+        return False
+    printed = recording.changes.printed_storages()
+    return any(storage_key(value) in printed for value in written)
+
+
+def _writes_its_first_argument(recording: Any, op: str, target: Any) -> bool:
+    if op == "call_method":
+        return is_inplace_name(target)
+    if op == "call_function":
+        return function_has_side_effect(target)
+    module = recording.graph.modules.get(target)
+    return module is not None and module_has_side_effect(module)
 
 
 def _holds_stand_in_result(result: Any) -> bool:
@@ -347,8 +391,23 @@ def _name(target: Any) -> str:
 
 # ------------------------------------------------------------------ modules and classes
 def _module(interp: Interpreter, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+    """A module call, inside its entry of the graph's module stack (``nn_module_stack`` of
+    the nodes it records, as symbolic tracing and export stamp it)."""
+    path = interp.recording.root_path(module)
+    if not path:  # the root's own level, or a module from outside the root: no entry
+        return _module_call(interp, module, path, args, kwargs)
+    stack = interp.recording.graph.module_stack
+    saved = stack.enter(path, type(module))
+    try:
+        return _module_call(interp, module, path, args, kwargs)
+    finally:
+        stack.leave(saved)
+
+
+def _module_call(
+    interp: Interpreter, module: torch.nn.Module, path: str | None, args: tuple, kwargs: dict
+) -> Any:
     recording = interp.recording
-    path = recording.root_path(module)
     if _is_leaf(module):
         target = recording.graph.module_path(
             module, path if path is not None else type(module).__name__
@@ -404,6 +463,8 @@ def _has_hooks(module: torch.nn.Module) -> bool:
 
 
 def _construct(interp: Interpreter, cls: type, args: tuple, kwargs: dict) -> Any:
+    # (a class made at a graph break: its __new__, __init__ and MRO are read here unguarded)
+    refuse_unguarded(interp, f"making a {cls.__qualname__}", cls, shallow=True)
     new = cls.__new__
     if type(cls) is not type and not issubclass(type(cls), type(collections.OrderedDict)):
         # a metaclass decides what calling means (an Enum's lookup by value, ...)
@@ -456,7 +517,7 @@ def _python_function(
     if callees.runs_natively(fn) and _only_own_values(interp, args, kwargs):
         result = _guarded(fn, args, kwargs)
         _adopt_new(interp.recording, result, row is not None and row.new)
-        return interp.recording.graph.adopt(result)
+        return _over_generators(interp, interp.recording.graph.adopt(result), args, kwargs)
     return inline(interp, fn, args, kwargs)
 
 
@@ -495,6 +556,8 @@ def _native(
 ) -> Any:
     """``fn`` (a C callable, or Python run natively) called on real values, as ``row`` allows."""
     recording = interp.recording
+    if not row.tensors:  # C code reads a symbolic size as its value: fixed by a guard
+        args, kwargs = concrete(args), {key: concrete(value) for key, value in kwargs.items()}
     if not row.identity and _calls_python(args, kwargs):  # it would run Python code unseen
         if row.polyfill is not None:
             return inline(interp, row.polyfill, (fn, *args), kwargs)
@@ -512,6 +575,8 @@ def _native(
         if isinstance(target, StandIn) and callees.module_of(fn).lstrip("_") == "operator":
             return record(interp, "call_function", fn, args, kwargs)  # ``operator.iadd(x, y)``
         if id(target) not in recording.created:  # not the program's own: a side effect
+            if any(_is_lazy(value) for value in (*args, *kwargs.values())):
+                return one_by_one(interp, target, fn, args, kwargs)
             return recording.mutate_outside(target, fn, args, kwargs)
     result = _guarded(fn, args, kwargs)
     if reads and (target is _NO_TARGET or _needs_guard(recording, target)):
@@ -526,7 +591,54 @@ def _native(
             "opaque-call", f"{_name(fn)} computed a tensor where fxloom could not record it"
         )
     _adopt_new(recording, result, made or row.new)
-    return recording.graph.adopt(result)
+    if fn is builtins.next:  # an item of a generator expression: not made over it
+        return recording.graph.adopt(result)
+    return _over_generators(interp, recording.graph.adopt(result), args, kwargs)
+
+
+def _over_generators(interp: Interpreter, result: Any, args: tuple, kwargs: dict) -> Any:
+    """``result``, or, where it is an iterator made over a generator expression among
+    ``args`` (``zip(gen, xs)``), that iterator to be advanced one step at a time."""
+    from fxloom.bytecode.handlers.generators import step_wrapped
+
+    return step_wrapped(interp, result, args, kwargs)
+
+
+# An outside container filled from a generator expression: eager adds the items one at a
+# time, between steps of the generator's body (which may print, or read the container), so
+# the change is made (and replayed) as one call of the single-item method per item.
+_ONE_BY_ONE = {
+    (list, "extend"): "append",
+    (list, "__iadd__"): "append",
+    (collections.deque, "__iadd__"): "append",
+    (set, "__ior__"): "add",
+    (collections.deque, "extend"): "append",
+    (collections.deque, "extendleft"): "appendleft",
+    (set, "update"): "add",
+    (dict, "update"): "__setitem__",
+}
+
+
+def one_by_one(interp: Interpreter, target: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """``target.extend(gen)`` (``update``, ``+=``...) of an outside container, item by item;
+    what the call returns (``+=``: the program's view of the container)."""
+    name = getattr(fn, "__name__", "")
+    own = args if getattr(fn, "__self__", None) is target else args[1:]
+    single = _ONE_BY_ONE.get((type(target), name))
+    if single is None or kwargs or len(own) != 1 or not _is_lazy(own[0]):
+        raise Break(
+            "outside-mutation",
+            f"{type(target).__name__}.{name} of an outside object with a generator expression: "
+            "build a list first (eager interleaves the generator's body with the change)",
+        )
+    add = getattr(target, single)
+    for item in own[0]:
+        pair = tuple(item) if single == "__setitem__" else (item,)
+        interp.recording.mutate_outside(target, add, pair, {})
+    if not name.startswith("__i"):
+        return None
+    view = interp.recording.changes.view_of(target)
+    return target if view is None else view
 
 
 def _calls_python(args: tuple, kwargs: dict) -> bool:
@@ -710,14 +822,36 @@ def _type(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     """``type(x)`` of a stand-in is the class of the tensor it stands for, not ``StandIn``."""
     if len(args) == 1 and isinstance(args[0], StandIn):
         return interp.recording.graph.real_type(args[0])
+    if len(args) == 1 and _is_lazy(args[0]):
+        return _eager_type(args[0])
+    if len(args) == 1 and type(args[0]) in SYMBOLIC_TYPES:  # a symbolic size is an int
+        return args[0].node.pytype
     return type(*args, **kwargs)
 
 
 def _isinstance(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
     value, classes = args
+    _refuse_unguarded(interp, builtins.isinstance, (classes,), {})  # its identity decides
     if isinstance(value, StandIn):
         return issubclass(interp.recording.graph.real_type(value), classes)
+    if _is_lazy(value):
+        return issubclass(_eager_type(value), classes)
+    if type(value) in SYMBOLIC_TYPES:  # a symbolic size is an int
+        return issubclass(value.node.pytype, classes)
     return isinstance(value, classes)
+
+
+def _eager_type(lazy: Any) -> type:
+    """The type eager Python gives what the interpreter runs as a lazy iterator
+    (``handlers/generators.py``): a generator, or the native iterator a ``StepIterator`` wraps."""
+    inner = getattr(lazy, "inner", None)
+    return types.GeneratorType if inner is None else type(inner)
+
+
+def _is_lazy(value: Any) -> bool:
+    from fxloom.bytecode.handlers.generators import is_lazy
+
+    return is_lazy(value)
 
 
 def _rows_taken(make: Any) -> Any:
@@ -732,7 +866,8 @@ def _rows_taken(make: Any) -> Any:
             else arg
             for arg in args
         )
-        return interp.recording.built(make(*rows, **kwargs))  # a new object, the program's own
+        made = interp.recording.built(make(*rows, **kwargs))  # a new object, the program's own
+        return _over_generators(interp, made, args, kwargs)
 
     return call_with_rows
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from fxloom.bytecode import dynamic as dynamic_sizes
 from fxloom.bytecode.breaks import Break, CompileError
 from fxloom.bytecode.driver import drive
 from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
@@ -59,13 +60,19 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     backend: str | Callable[..., Callable[..., Any]] = "eager",
     fullgraph: bool = False,
     recompile_limit: int = 8,
+    dynamic: bool | None = None,
 ) -> Any:
     """Compile ``fn_or_module`` on first call and on each cache miss; see the module docstring.
 
     ``backend``: ``"eager"`` (run fxloom's GraphModule) or ``backend(graph_module,
     example_inputs) -> callable`` (``fxloom.compile`` also takes ``"onnxruntime"``). ``fullgraph=True``: a graph
     break raises ``CompileError`` naming the line and why, instead of running as Python.
+    ``dynamic``: None (the default) compiles static sizes first and makes a tensor size that
+    changes between calls symbolic at the recompile; True makes every tensor size symbolic from
+    the first call; False keeps every size static (``fxloom.bytecode.dynamic``).
     """
+    if dynamic not in (None, True, False):
+        raise TypeError(f"fxloom.compile(dynamic=...) takes None, True or False, not {dynamic!r}")
     if sys.version_info < (3, 11):
         raise CompileError(
             "fxloom.compile reads Python 3.11+ bytecode (its exception tables and call forms); "
@@ -75,8 +82,12 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     chosen = _backend(backend)
     watch_modules()
     if isinstance(fn_or_module, torch.nn.Module):
-        return CompiledModule(fn_or_module, chosen, fullgraph, recompile_limit)
-    return CompiledFunction(fn_or_module, chosen, fullgraph, recompile_limit)
+        compiled = CompiledModule(fn_or_module, chosen, fullgraph, recompile_limit)
+        compiled.compiled_forward.sizes.mode = dynamic
+        return compiled
+    compiled = CompiledFunction(fn_or_module, chosen, fullgraph, recompile_limit)
+    compiled.sizes.mode = dynamic
+    return compiled
 
 
 def _backend(backend: Any) -> Callable[..., Any]:
@@ -119,6 +130,8 @@ class CompiledFunction:
         self.breaks: list[Break] = []
         self.misses: list[str] = []  # why each recompilation happened (the failing guard)
         self.eager_reason: str | None = None
+        # Which tensor sizes are symbolic (``dynamic=``; those seen to change)
+        self.sizes = dynamic_sizes.SizePolicy()
         if fn.__code__.co_flags & _SUSPENDS:  # a generator or coroutine: its frames suspend
             self.eager_reason = (
                 f"{fn.__qualname__} is a generator or coroutine function, which fxloom.compile "
@@ -179,15 +192,13 @@ class CompiledFunction:
                 entry.hits += 1
                 result = entry.run(*values)
                 return result if type(result) is not Next else drive(self, result)
+        promoted = False
         if self.cache:
-            failing = self.cache[0].guards.first_failing(
-                values,
-                self.parameters,
-                self.fn.__globals__,
-                self.fn.__closure__,
-                self.cache[0].held,
-            )
+            call = (values, self.parameters, self.fn.__globals__, self.fn.__closure__)
+            failing = self.cache[0].guards.first_failing(*call, self.cache[0].held)
             self.misses.append(failing.text if failing is not None else "unknown")
+            changed = self.cache[0].guards.changed_sizes(*call, self.cache[0].held)
+            promoted = self.sizes.observe(dynamic_sizes.START, changed)
         if len(self.cache) >= self.recompile_limit:
             self.eager_reason = (
                 f"recompiled {self.recompile_limit} times (recompile_limit); the guard that kept "
@@ -199,7 +210,10 @@ class CompiledFunction:
             )
             return self._eager(values)
         try:
-            entry, stop = compile_entry(self.fn, self.parameters, values, self.backend, self.root)
+            with dynamic_sizes.compiling(self.sizes):
+                entry, stop = compile_entry(
+                    self.fn, self.parameters, values, self.backend, self.root
+                )
         except Break as error:
             self._refuse(error)
             self.breaks.append(error)
@@ -208,7 +222,9 @@ class CompiledFunction:
         if stop is not None:
             self._refuse(stop)
             self.breaks.append(stop)
-        self.cache.insert(0, entry)
+        # A promoted (symbolic) entry goes after the static one it generalises, which stays in
+        # front for the inputs that still match it.
+        self.cache.insert(1 if promoted and self.cache else 0, entry)
         result = entry.run(*values)
         return result if type(result) is not Next else drive(self, result)
 
@@ -252,8 +268,77 @@ class CompiledFunction:
         return "\n".join(parts)
 
 
+# nn.Module method -> whether it returns self (then the wrapper returns itself, for chaining)
+_TO_MODULE = {
+    "train": True,
+    "apply": True,
+    "_apply": True,
+    "named_modules": False,
+    "state_dict": False,
+    "load_state_dict": False,
+    "_save_to_state_dict": False,
+    "_load_from_state_dict": False,
+}
+
+
+def _to_module(name: str, chains: bool) -> Callable[..., Any]:
+    """The wrapper's ``name``: the module's ``name``, returning the wrapper where that
+    returns the module."""
+
+    def method(self: CompiledModule, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(self._orig_mod, name)(*args, **kwargs)
+        return self if chains else result
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"nn.Module.{name}, run by the module itself (see _TO_MODULE)."
+    return method
+
+
 class CompiledModule(torch.nn.Module):
-    """``module`` with its ``forward`` compiled (parameters are shared, not copied)."""
+    """``module`` with its ``forward`` compiled; everything else reads and writes ``module``.
+
+    As ``torch.compile``'s wrapper: an attribute the wrapper does not own (``config``,
+    ``device``, ``generate``, a submodule, a parameter) is read from, set on and deleted from
+    ``module``, and its methods are bound to ``module`` (so ``compiled.generate(...)`` runs
+    ``module``'s own, uncompiled forward, as ``torch.compile(model).generate`` does). Unlike
+    it, the parameters, buffers, submodules and hooks are ``module``'s own dicts, shared, and
+    the methods that act on the module as a whole (``_TO_MODULE``) are ``module``'s, so
+    ``state_dict()`` keys, ``named_parameters()`` names and ``load_state_dict`` are
+    ``module``'s, without torch's ``_orig_mod.`` prefix (checkpoints move between the
+    compiled and the plain module unchanged), ``modules()`` and ``apply`` meet ``module``
+    itself, and ``module``'s hooks run around the compiled forward. ``train()``/``eval()``/
+    ``training`` are ``module``'s. The wrapper owns ``forward`` (the compiled one), ``compiled_forward``,
+    ``explain``, ``code``, ``cache`` and ``_orig_mod`` (the module), and
+    ``isinstance(compiled, type(module))`` is False, as with torch.
+
+    A call goes ``nn.Module.__call__`` -> ``forward``, an instance attribute holding the
+    ``CompiledFunction``: ``__getattr__`` is never on that path (it runs only for names
+    the wrapper lacks).
+    """
+
+    # the wrapper's own instance attributes; every other name set on it goes to the module
+    _OWN = frozenset({"_orig_mod", "compiled_forward", "forward", "_fx_settings"})
+    # nn.Module's dicts that are the module's own, so that every nn.Module method of the
+    # wrapper (state_dict, named_parameters, to, apply...) works on the module's contents,
+    # and the module's hooks run around the compiled forward as they ran around its own
+    # (the compiled function is ``module.forward``, which hooks are not part of)
+    _SHARED = (
+        "_parameters",
+        "_buffers",
+        "_non_persistent_buffers_set",
+        "_modules",
+        "_forward_pre_hooks",
+        "_forward_pre_hooks_with_kwargs",
+        "_forward_hooks",
+        "_forward_hooks_with_kwargs",
+        "_forward_hooks_always_called",
+        "_backward_pre_hooks",
+        "_backward_hooks",
+        "_state_dict_hooks",
+        "_state_dict_pre_hooks",
+        "_load_state_dict_pre_hooks",
+        "_load_state_dict_post_hooks",
+    )
 
     def __init__(
         self,
@@ -262,15 +347,73 @@ class CompiledModule(torch.nn.Module):
         fullgraph: bool,
         recompile_limit: int,
     ) -> None:
-        super().__init__()
-        self._orig_mod = module
-        self.compiled_forward = CompiledFunction(
+        super().__init__()  # before _orig_mod is set: its `training = True` is not the module's
+        own = self.__dict__
+        own["_orig_mod"] = module
+        for name in self._SHARED:
+            if name in module.__dict__:  # each torch release has them; skip one that does not
+                own[name] = module.__dict__[name]
+        own["compiled_forward"] = CompiledFunction(
             module.forward, backend, fullgraph, recompile_limit, root=module
         )
+        # an instance attribute: nn.Module.__call__ finds it without a bound-method frame
+        own["forward"] = own["compiled_forward"]
+        own["_fx_settings"] = (backend, fullgraph, recompile_limit)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.compiled_forward(*args, **kwargs)
+    # ------------------------------------------------------------ passing through
+    def __getattr__(self, name: str) -> Any:
+        module = self.__dict__.get("_orig_mod")
+        if module is None:  # during __init__, or on a half-built copy
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return getattr(module, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._OWN or hasattr(type(self), name):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._OWN or hasattr(type(self), name):
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    @property  # type: ignore[override]
+    def training(self) -> bool:
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        module = self.__dict__.get("_orig_mod")
+        if module is not None:  # nn.Module.__init__ sets it before the module is known
+            module.training = mode
+
+    @property
+    def _is_full_backward_hook(self) -> bool | None:  # read beside the shared backward hooks
+        return self._orig_mod._is_full_backward_hook
+
+    @_is_full_backward_hook.setter
+    def _is_full_backward_hook(self, value: bool | None) -> None:
+        module = self.__dict__.get("_orig_mod")
+        if module is not None:  # nn.Module.__init__ sets it before the module is known
+            module._is_full_backward_hook = value
+
+    def __len__(self) -> int:
+        return len(self._orig_mod)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*dir(self._orig_mod), *super().__dir__()})
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self._orig_mod!r})"
+
+    def __reduce__(self) -> tuple:
+        # copy.deepcopy and pickle rebuild the wrapper around the copied module: the
+        # generated code holds the module it was compiled for, and must not be shared
+        return (_compiled_module, (self._orig_mod, *self._fx_settings))
+
+    # ------------------------------------------------------------ reports
     def explain(self) -> Any:
         return self.compiled_forward.explain()
 
@@ -281,6 +424,19 @@ class CompiledModule(torch.nn.Module):
     @property
     def cache(self) -> list[CacheEntry]:
         return self.compiled_forward.cache
+
+
+# nn.Module methods that act on the module as a whole: the module's own run (its class may
+# override them: RNNs' _apply, BatchNorm's _load_from_state_dict, a model's train), so
+# ``modules()`` and ``apply`` meet the module itself, not the wrapper
+for _name, _chains in _TO_MODULE.items():
+    setattr(CompiledModule, _name, _to_module(_name, _chains))
+
+
+def _compiled_module(
+    module: torch.nn.Module, backend: Any, fullgraph: bool, recompile_limit: int
+) -> CompiledModule:
+    return CompiledModule(module, backend, fullgraph, recompile_limit)
 
 
 # ------------------------------------------------------------------ signatures

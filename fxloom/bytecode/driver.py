@@ -21,6 +21,7 @@ import contextlib
 from typing import Any
 
 from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.dynamic import compiling
 from fxloom.bytecode.entry import CacheEntry, Next, Start, compile_entry
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
@@ -150,10 +151,20 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
         _give_up(compiled, key, frame, f"recompiled {len(pieces)} times (recompile_limit)")
         return _AS_PYTHON.run(frame)
     parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])))
+    sizes = getattr(compiled, "sizes", None)  # which tensor sizes are symbolic (``dynamic``)
+    if pieces and sizes is not None:
+        call = (values, parameters, compiled.fn.__globals__, compiled.fn.__closure__)
+        sizes.observe(key, pieces[0].guards.changed_sizes(*call, pieces[0].held))
     try:
-        piece, stop = compile_entry(
-            compiled.fn, parameters, values, compiled.backend, compiled.root, Start(key[0], key[2])
-        )
+        with compiling(sizes, key):
+            piece, stop = compile_entry(
+                compiled.fn,
+                parameters,
+                values,
+                compiled.backend,
+                compiled.root,
+                Start(key[0], key[2]),
+            )
     except Break as error:
         compiled.breaks.append(error)
         _give_up(compiled, key, frame, f"{error.row.title}: {error.detail}", error.where)

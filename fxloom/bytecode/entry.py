@@ -9,6 +9,10 @@ graph and rebuilds the value the function returns::
         out = GRAPH(L_x, L_self.fc.weight, L_self.fc.bias)
         return (out[0], {"hidden": out[1], "n": 3})
 
+The program's changes to outside objects and its output run after the graph. Where there are
+any, an op of the graph that raises makes the entry do those that eager did before that op
+(``RAISED``, with a ``replay`` function generated from ``Changes.steps``), then re-raise.
+
 Depends on ``fxloom.bytecode`` (interpreter, calls, recording, handlers), the IR and pytree.
 """
 
@@ -30,13 +34,15 @@ from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction h
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.guards import GuardSet, global_state
 from fxloom.bytecode.handlers.control import ListIterator
+from fxloom.bytecode.handlers.generators import is_lazy, rebuilt
 from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
 from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
-from fxloom.bytecode.side_effects import statements
+from fxloom.bytecode.side_effects import describe, each_statements, statements
 from fxloom.bytecode.sources import Local, local_name
-from fxloom.graph_module import GraphModule
+from fxloom.graph_module import GraphModule, _note_failing_node
 from fxloom.values.capturing import capturing
 from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["CacheEntry", "Next", "Start", "compile_entry"]
 
@@ -102,7 +108,14 @@ def compile_entry(
     namespace = _namespace(fn, recording)
     emitter = _Emitter(recording, namespace)
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
+    ordinals = _ordinals(recording.graph.graph)  # before dead code goes
     graph_module = recording.graph.finish(emitter.outputs, f"Compiled_{fn.__name__}")
+    if _handles_raise(recording, read_inputs, emitter):
+        replay_source = _replay_source(recording, parameters, namespace)
+        exec(compile(replay_source, f"<fxloom replay {fn.__qualname__}>", "exec"), namespace)  # noqa: S102
+        namespace["RAISED"] = Raised(
+            graph_module, ordinals, namespace["replay"], recording.changes.steps
+        )
     graph_module.train(root.training if root is not None else False)  # as the program ran
     recording.guard_identities(_writes(graph_module))
     arguments = dict(zip(map(local_name, parameters), values))
@@ -219,13 +232,14 @@ class _Emitter:
     def __init__(self, recording: Recording, namespace: dict[str, Any]) -> None:
         self.recording = recording
         self.namespace = namespace
-        self.outputs: list[StandIn] = []
+        self.outputs: list[Any] = []  # stand-ins and symbolic sizes
         self._position: dict[int, int] = {}
         # With changes to replay, every value read again from outside is read once, before
         # them (``before``: expression -> name), as the program read it: ``return old`` after
         # ``obj.child = new`` is the old child, an item moved by ``insert`` the same item.
         self._changes = bool(recording.changes)
         self.before: dict[str, str] = {}
+        self._made: dict[int, str] = {}  # id(function the program made) -> its name (operand)
 
     def _again(self, expr: str) -> str:
         """``expr``, a read from outside, as the value it has before the changes replay."""
@@ -248,6 +262,14 @@ class _Emitter:
         kind = type(value)
         if value is None or kind is bool or kind is int or kind is str:
             return repr(value)
+        if kind in SYMBOLIC_TYPES:  # a symbolic size: computed by the graph from its inputs
+            index = self._position.setdefault(id(value), len(self.outputs))
+            if index == len(self.outputs):
+                self.outputs.append(value)
+            return f"out[{index}]"
+        if kind is torch.Size and any(type(item) in SYMBOLIC_TYPES for item in value):
+            items = "".join(f"{self.expr(item)}, " for item in value)
+            return f"{self.constant(torch.Size)}(({items}))"
         source = self.recording.source_of(value)
         if source is not None and id(value) not in self.recording.created:
             return self._again(source.expr)
@@ -279,12 +301,36 @@ class _Emitter:
             # with the same attributes, without running its __init__ a second time.
             state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())
             return f"MAKE_OBJECT({self.constant(kind)}, {{{state}}})"
+        if is_lazy(value):  # its frame lives in this compilation's interpreter only
+            return rebuilt(value, self)
         if id(value) in self.recording.created and kind not in CONSTANT_TYPES:
             raise Break(
                 "return-object",
                 f"a {kind.__qualname__} the program made is live after the graph",
             )
         return self.constant(value)
+
+    def operand(self, value: Any) -> str:
+        """``value``, an operand the break's own instruction consumes (the driver runs it as
+        Python, so no later piece reads it): a function the program made (``lambda t: t + 1``
+        given to ``fxloom.cond``) is made again from its code, globals and defaults, once
+        however often it is given. Elsewhere such a function stays a ``return-object`` break:
+        a later piece would guard its identity, new at every call (a recompile each)."""
+        if type(value) is not types.FunctionType or id(value) not in self.recording.created:
+            return self.expr(value)
+        name = self._made.get(id(value))
+        if name is not None:
+            return name
+        fn = value
+        if fn.__closure__ or vars(fn) or fn.__annotations__:
+            return self.expr(fn)  # a return-object break: its cells would not cross
+        defaults = self.expr(fn.__defaults__) if fn.__defaults__ else "None"
+        keyword_defaults = self.expr(fn.__kwdefaults__) if fn.__kwdefaults__ else "None"
+        code, namespace = self.constant(fn.__code__), self.constant(fn.__globals__)
+        made = f"{self.constant(_made_again)}({code}, {namespace}, {defaults}, {keyword_defaults})"
+        name = self._made[id(fn)] = f"MADE_{len(self._made)}"
+        self.before[made] = name  # made before the changes replay, as the program made it
+        return name
 
     def constant(self, value: Any) -> str:
         if value is None or type(value) in (bool, int, str):
@@ -304,6 +350,23 @@ class _Emitter:
         return [f"{name} = {expr}" for expr, name in self.before.items()]
 
 
+def _consumed_from(frame: Frame) -> int:
+    """The index of the first stack value the break's own instruction (a call) consumes."""
+    instruction = frame.instructions[frame.ip]
+    if instruction.op != "CALL":
+        return len(frame.stack)
+    return len(frame.stack) - (instruction.nargs + len(instruction.kwnames) + 2)
+
+
+def _made_again(
+    code: types.CodeType, namespace: dict, defaults: tuple | None, keyword_defaults: dict | None
+) -> types.FunctionType:
+    """The function ``MAKE_FUNCTION`` makes of ``code`` (a new one, as each call makes)."""
+    fn = types.FunctionType(code, namespace, code.co_name, defaults)
+    fn.__kwdefaults__ = keyword_defaults
+    return fn
+
+
 def _run_source(
     recording: Recording, parameters: Sequence[str], emitter: _Emitter, outcome: Any
 ) -> tuple[str, str]:
@@ -316,7 +379,15 @@ def _run_source(
             + ", ".join(f"{name!r}: {emitter.expr(value)}" for name, value in frame.locals.items())
             + "}"
         )
-        stack = "[" + ", ".join(emitter.expr(value) for value in frame.stack) + "]"
+        consumed = _consumed_from(frame)
+        stack = (
+            "["
+            + ", ".join(
+                (emitter.operand if index >= consumed else emitter.expr)(value)
+                for index, value in enumerate(frame.stack)
+            )
+            + "]"
+        )
         result = f"NEXT({frame.ip}, {local_values}, {stack})"
     else:
         result = emitter.expr(outcome)
@@ -326,16 +397,147 @@ def _run_source(
         for index, source in enumerate(recording.graph.inputs)
     )
     graph_call = f"    out = GRAPH({read_inputs})\n" if emitter.outputs or read_inputs else ""
+    if _handles_raise(recording, read_inputs, emitter):  # costs nothing unless it raises
+        graph_call = (
+            f"    try:\n    {graph_call}    except Exception as error:\n"
+            f"        RAISED(error{''.join(', ' + local_name(name) for name in parameters)})\n"
+            "        raise\n"
+        )
     # Values read again from outside are read before the changes replay (see ``_again``).
     writes = "".join(f"    {statement}\n" for statement in (*emitter.reads_before(), *effects))
     source = f"def run({arguments}):\n{graph_call}{writes}    return {result}\n"
     return source, read_inputs
 
 
+# ------------------------------------------------------------------ when the graph raises
+class _StepEmitter(_Emitter):
+    """Expressions for ``replay``: a value the graph computed is read from the generated
+    forward's frame as it stood when an op raised (``V``, by node name), not from graph
+    outputs; ``needed`` collects the names a statement reads."""
+
+    def __init__(self, recording: Recording, namespace: dict[str, Any]) -> None:
+        super().__init__(recording, namespace)
+        self.needed: set[str] = set()
+
+    def expr(self, value: Any) -> str:
+        if isinstance(value, StandIn) and id(value) not in self.recording.graph.source_of_input:
+            node = self.recording.graph.node_of(value)
+            if node is None:
+                raise _NotReplayable
+            self.needed.add(node.name)
+            return f"V[{node.name!r}]"
+        return super().expr(value)
+
+
+class _NotReplayable(Exception):
+    """A step whose statements cannot be written (``replay`` stops before it)."""
+
+
+def _replay_source(recording: Recording, parameters: Sequence[str], namespace: dict) -> str:
+    """``replay(P, V, *arguments)``: the steps (``Changes.steps``) at positions ``<= P``, in
+    order, with ``V`` the forward's locals; returns the index of the first step it could not
+    do (a value it needs was released, or never computed), or None."""
+    emitter = _StepEmitter(recording, namespace)
+    steps = recording.changes.steps
+    entries = [entry for _, entry in steps]
+    each = each_statements(entries, emitter.expr, emitter.constant, steps=True)
+    body: list[str] = []
+    checked = 0
+    for index, (position, _) in enumerate(steps):
+        if position > checked:
+            body.append(f"if P < {position}: return None")
+            checked = position
+        emitter.needed = set()
+        try:
+            lines = next(each)
+        except (Break, _NotReplayable):
+            body.append(f"return {index}")
+            break
+        if emitter.needed:
+            body.append(f"if MISSING(V, {tuple(sorted(emitter.needed))!r}): return {index}")
+        body.extend(lines)
+    else:
+        body.append("return None")
+    arguments = "".join(f", {local_name(name)}" for name in parameters)
+    lines = [*emitter.reads_before(), *body]
+    return f"def replay(P, V{arguments}):\n" + "".join(f"    {line}\n" for line in lines)
+
+
+def _ordinals(graph) -> dict[str, int]:
+    """Each node's name -> how many nodes (placeholders aside) were recorded before it: a
+    step at position ``p`` came before node ``n`` in the program when ``p <= ordinals[n]``."""
+    recorded = (node for node in graph.nodes if node.op != "placeholder")
+    return {node.name: index for index, node in enumerate(recorded)}
+
+
+def _missing(frame_locals: Any, names: tuple[str, ...]) -> bool:
+    """Whether a value of the forward is gone (released after its last use: ``None``)."""
+    return any(frame_locals.get(name) is None for name in names)
+
+
+class Raised:
+    """``RAISED(error, *arguments)``: the graph raised ``error``. Finds the op that raised
+    (the generated forward's line in the traceback), does the steps the program did before
+    it (``replay``), and notes on ``error`` those it could not do."""
+
+    __slots__ = ("graph_module", "ordinals", "replay", "steps")
+
+    def __init__(self, graph_module: GraphModule, ordinals: dict[str, int], replay, steps):
+        self.graph_module = graph_module
+        self.ordinals = ordinals
+        self.replay = replay
+        self.steps = steps
+
+    def __call__(self, error: BaseException, *arguments: Any) -> None:
+        notes = getattr(error, "__notes__", ())
+        if not any(note.startswith("fxloom: raised by") for note in notes):
+            _note_failing_node(error, self.graph_module)
+        located = self._locate(error)
+        position, frame_locals = located if located is not None else (0, {})
+        stopped = self.replay(position, frame_locals, *arguments)
+        if stopped is not None:
+            left = [entry for at, entry in self.steps[stopped:] if at <= position]
+            error.add_note(
+                "fxloom: the graph raised, and these changes or output the program made "
+                "before the op that raised were not done (a value they need was not kept): "
+                + ", ".join(map(describe, left))
+            )
+        if located is None:
+            unknown = [entry for at, entry in self.steps if at > 0]
+            if unknown:
+                error.add_note(
+                    "fxloom: the graph raised at an op fxloom cannot locate (the backend runs "
+                    "its own code), so these changes or output of the program, which follow "
+                    "its first op, were not done, though eager may have done some: "
+                    + ", ".join(map(describe, unknown))
+                )
+
+    def _locate(self, error: BaseException) -> tuple[int, Any] | None:
+        """(how many nodes ran before the one that raised, the forward's locals), or None
+        where the traceback does not pass through the graph module's generated forward."""
+        code, filename = self.graph_module._code, self.graph_module._source_file
+        frame = line = None
+        traceback = error.__traceback__
+        while traceback is not None:
+            if traceback.tb_frame.f_code.co_filename == filename:
+                frame, line = traceback.tb_frame, traceback.tb_lineno
+            traceback = traceback.tb_next
+        if frame is None or code is None:
+            return None
+        ordinal = self.ordinals.get(code.node_at_line(line))
+        return None if ordinal is None else (ordinal, frame.f_locals)
+
+
+def _handles_raise(recording: Recording, read_inputs: str, emitter: _Emitter) -> bool:
+    """Whether ``run`` calls a graph and has changes or output to replay if it raises."""
+    return bool(recording.changes.steps) and bool(emitter.outputs or read_inputs)
+
+
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
     return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules, "R": recording.held,
             "NEXT": Next,
-            "METHOD": types.MethodType, "LIST_ITER": ListIterator, "MAKE_OBJECT": _make_object}  # fmt: skip
+            "METHOD": types.MethodType, "LIST_ITER": ListIterator, "MAKE_OBJECT": _make_object,
+            "MISSING": _missing}  # fmt: skip
 
 
 def _plain_object(value: Any) -> bool:

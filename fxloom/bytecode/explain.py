@@ -11,11 +11,20 @@
 count, the call it came from and how long compiling took), every break with the user's
 file:line, the reason and what to do, and each cache entry's guards in the user's names.
 
+The fields ``torch._dynamo.explain`` users know are there too, with the same names:
+``graphs`` (the GraphModules), ``graph_count``, ``graph_break_count``, ``break_reasons``
+(each with ``reason`` and ``user_stack``), ``op_count``, ``ops_per_graph``, ``out_guards``
+and ``compile_times`` (docs/compile.md has the table of what each holds here).
+
+    >>> report.graph_break_count, report.op_count, len(report.ops_per_graph[0])
+    (0, 2, 2)
+
 Depends on ``fxloom.bytecode.compiled`` (read only) and rich.
 """
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +46,9 @@ class BreakReport:
     reason: str
     detail: str
     fix: str
+    # the user's frame the break happened in, as torch._dynamo's break_reasons give it
+    # (the innermost only: fxloom keeps no outer frames for a break)
+    user_stack: list[traceback.FrameSummary] = field(default_factory=list)
 
 
 @dataclass
@@ -44,25 +56,57 @@ class Explanation:
     """What ``fxloom.compile`` made of one function; see the module docstring."""
 
     function: str
-    graphs: list[GraphReport] = field(default_factory=list)
+    # one row per graph, in the order of ``graphs``
+    graph_reports: list[GraphReport] = field(default_factory=list)
     breaks: list[BreakReport] = field(default_factory=list)
     guards: list[list[str]] = field(default_factory=list)  # per cache entry
     recompiles: list[str] = field(default_factory=list)  # the guard that failed, per recompile
     runs_as_python: str | None = None
     # Where, after a graph break, no piece could be captured: "file:line: why" each
     pieces_as_python: list[str] = field(default_factory=list)
+    # Sizes made symbolic ("x.shape[0]: 2 -> 1 (now symbolic)"), and symbolic sizes the program
+    # fixed to one value ("x.shape[0] == 3: file:line: n = int(x.shape[0])")
+    dynamic_sizes: list[str] = field(default_factory=list)
+    why_static: list[str] = field(default_factory=list)
+
+    # ---- torch._dynamo.explain's fields (ExplainOutput), with fxloom's content
+    graphs: list[Any] = field(default_factory=list)  # the captured GraphModules
+    ops_per_graph: list[list[Any]] = field(default_factory=list)
+    out_guards: list[Any] = field(default_factory=list)  # every entry's Guard objects
 
     @property
     def graph_count(self) -> int:
-        return len(self.graphs)
+        return len(self.graph_reports)
 
     @property
     def break_count(self) -> int:
         return len(self.breaks)
 
     @property
+    def graph_break_count(self) -> int:
+        """The breaks met, each once (Dynamo counts ``graph_count - 1``, the same for a
+        function whose pieces all compiled)."""
+        return len(self.breaks)
+
+    @property
+    def break_reasons(self) -> list[BreakReport]:
+        """The breaks, each with ``reason`` and ``user_stack`` as Dynamo's, and fxloom's
+        ``detail`` (the culprit) and ``fix``."""
+        return self.breaks
+
+    @property
+    def op_count(self) -> int:
+        return sum(len(ops) for ops in self.ops_per_graph)
+
+    @property
     def compile_seconds(self) -> float:
-        return sum(graph.seconds for graph in self.graphs)
+        return sum(graph.seconds for graph in self.graph_reports)
+
+    @property
+    def compile_times(self) -> str:
+        """How long each graph took to capture, as text (Dynamo's is its timer table)."""
+        each = ", ".join(f"{graph.seconds:.4f}" for graph in self.graph_reports)
+        return f"fxloom.compile capture times (s), per graph: [{each}], total {self.compile_seconds:.4f}"
 
     @classmethod
     def of(cls, compiled: Any) -> Explanation:
@@ -76,8 +120,11 @@ class Explanation:
             nodes = entry.graph_module.graph.nodes
             operations = sum(1 for node in nodes if node.op not in ("placeholder", "output"))
             inputs = sum(1 for node in nodes if node.op == "placeholder")
-            report.graphs.append(GraphReport(number, operations, inputs, entry.seconds))
+            report.graph_reports.append(GraphReport(number, operations, inputs, entry.seconds))
+            report.graphs.append(entry.graph_module)
+            report.ops_per_graph.append([n.target for n in nodes if n.op in _OPERATIONS])
             report.guards.append([guard.text for guard in entry.guards])
+            report.out_guards.extend(entry.guards)
         seen = set()
         for stop in compiled.breaks:
             where = stop.where
@@ -92,10 +139,15 @@ class Explanation:
                     reason=stop.row.title,
                     detail=stop.detail,
                     fix=stop.row.fix,
+                    user_stack=_user_stack(where),
                 )
             )
         report.recompiles = list(compiled.misses)
         report.pieces_as_python = list(compiled.as_python.values())
+        report.dynamic_sizes = list(compiled.sizes.history)
+        report.why_static = list(
+            dict.fromkeys(line for entry in entries for line in entry.guards.why_static())
+        )
         return report
 
     # ------------------------------------------------------------ rendering
@@ -105,11 +157,11 @@ class Explanation:
         from rich.text import Text
 
         parts: list[Any] = [Text(self.summary(), style="bold")]
-        if self.graphs:
+        if self.graph_reports:
             graphs = Table(show_header=True, header_style="bold", title="graphs")
             for column in ("entry", "operations", "inputs", "compile ms"):
                 graphs.add_column(column, justify="right")
-            for graph in self.graphs:
+            for graph in self.graph_reports:
                 graphs.add_row(
                     str(graph.entry),
                     str(graph.nodes),
@@ -136,6 +188,10 @@ class Explanation:
             parts.append(Text("recompiled because: " + "; ".join(self.recompiles)))
         for text in self.pieces_as_python:
             parts.append(Text(f"runs as Python after a break: {text}"))
+        for text in self.dynamic_sizes:
+            parts.append(Text(f"dynamic size: {text}"))
+        for text in self.why_static:
+            parts.append(Text(f"why static: {text}"))
         return Group(*parts)
 
     def summary(self) -> str:
@@ -154,6 +210,17 @@ class Explanation:
         console = Console(width=120, record=True, file=_Discard())
         console.print(self)
         return console.export_text().rstrip()
+
+
+# the nodes ops_per_graph lists, as their targets: a function, or the name of a method or
+# submodule (Dynamo lists call_function targets only; it inlines modules and methods into them)
+_OPERATIONS = ("call_function", "call_method", "call_module")
+
+
+def _user_stack(where: Any) -> list[traceback.FrameSummary]:
+    if where is None:
+        return []
+    return [traceback.FrameSummary(where.file, where.line, where.function, line=where.code)]
 
 
 class _Discard:

@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from fxloom.bytecode import dynamic
 from fxloom.bytecode.sources import Source, local_name
 
 __all__ = [
@@ -203,6 +204,11 @@ class GuardSet:
         self._constants: list[Any] = []
         self._constant_slots: dict[int, str] = {}
         self._tree: ModuleTree | None = None
+        # Symbolic sizes (``fxloom.bytecode.dynamic``): None where every size is static.
+        self.sizes = dynamic.current()
+        # Each tensor read: source -> (its sizes as the entry assumed them, its symbolic dims),
+        # which a miss compares with the new call's (``changed_sizes``).
+        self.tensor_sizes: dict[Source, tuple[tuple[int, ...], frozenset[int]]] = {}
         self.add("global state", Guard(_IDENTITY, f"STATE() == {self.constant(global_state())}",
                                        f"{_GLOBAL_STATE_TEXT} as at compile time"))  # fmt: skip
         if root is not None:
@@ -216,7 +222,15 @@ class GuardSet:
         return len(self._guards)
 
     def __iter__(self):
+        self._add_shape_guards()
         return iter(sorted(self._guards.values(), key=lambda guard: guard.tier))
+
+    def _add_shape_guards(self) -> None:
+        """The ShapeEnv's conditions on the symbolic sizes (after the tensor guards that bind
+        them): ranges, the relations the program branched on, specialisations."""
+        if self.sizes is not None:
+            for check, text in self.sizes.shape_guards():
+                self.add(check, Guard(_VALUE, check, text))
 
     # ------------------------------------------------------------ adding
     def add(self, key: str, guard: Guard) -> None:
@@ -250,21 +264,68 @@ class GuardSet:
         check = f"{source.expr} == {self.constant(value)}"
         self.add(source.expr, Guard(_VALUE, check, f"{source.text} == {value!r}"))
 
-    def tensor(self, source: Source, tensor: torch.Tensor) -> None:
+    def tensor(self, source: Source, tensor: torch.Tensor) -> list | None:
+        """Guard the tensor read from ``source``: its type, dtype, device, ``requires_grad``
+        and sizes. Returns its sizes with a ``torch.SymInt`` for each dimension the size
+        policy makes symbolic (None: all static, guarded by value)."""
         expr, text = source.expr, source.text
         self.exact_type(source, tensor)
-        shape = self.constant(tensor.shape)
-        checks = (
+        dims = self.sizes.dims(source, tensor) if self.sizes is not None else frozenset()
+        self.tensor_sizes.setdefault(source, (tuple(tensor.shape), dims))
+        checks = [
             f"{expr}.dtype is {self.constant(tensor.dtype)}",
             f"{expr}.device == {self.constant(tensor.device)}",
             f"{expr}.requires_grad is {tensor.requires_grad}",
-            f"{expr}.shape == {shape}",
-        )
+        ]
+        sizes = None
+        if dims:
+            sizes = self.sizes.sizes(source, tensor, dims)
+            checks.append(self.sizes.tensor_check(source, tensor, dims))
+            shown = ", ".join(
+                f"{text}.shape[{d}]" if d in dims else str(n) for d, n in enumerate(tensor.shape)
+            )
+            shape_text = f"shape ({shown})"
+        else:
+            # Strides too: the program may read them (``x.stride(0)``, ``is_contiguous()``),
+            # and capture answered from the example's.
+            checks.append(f"{expr}.shape == {self.constant(tensor.shape)}")
+            checks.append(f"{expr}.stride() == {self.constant(tensor.stride())}")
+            shape_text = f"shape {tuple(tensor.shape)}, strides {tensor.stride()}"
         described = (
             f"{text}: dtype {tensor.dtype}, device {tensor.device}, "
-            f"requires_grad={tensor.requires_grad}, shape {tuple(tensor.shape)}"
+            f"requires_grad={tensor.requires_grad}, {shape_text}"
         )
         self.add(expr, Guard(_TENSOR, " and ".join(checks), described))
+        return sizes
+
+    def changed_sizes(
+        self,
+        arguments: Sequence[Any],
+        parameters: Sequence[str],
+        globals_: dict,
+        closure: tuple | None,
+        held: dict | None = None,
+    ) -> list[tuple[str, str, int, int, int]]:
+        """The static sizes of this entry's tensors that ``arguments`` change, as (source
+        expr, source text, dim, old, new); tensors whose rank changed are not compared."""
+        namespace = self._namespace(globals_, closure, held)
+        namespace.update(zip((local_name(name) for name in parameters), arguments))
+        changed = []
+        for source, (shape, dims) in self.tensor_sizes.items():
+            try:
+                value = eval(source.expr, namespace)  # noqa: S307 - our own source expressions
+            except Exception:
+                continue
+            if not isinstance(value, torch.Tensor) or value.dim() != len(shape):
+                continue
+            for dim, (old, new) in enumerate(zip(shape, value.shape)):
+                if old != new and dim not in dims:
+                    changed.append((source.expr, source.text, dim, old, new))
+        return changed
+
+    def why_static(self) -> list[str]:
+        """Each symbolic size the program fixed to one value, with the line that did."""
+        return self.sizes.why_static() if self.sizes is not None else []
 
     # ------------------------------------------------------------ identity relations
     # Two sources of one tensor share one graph input, and the program's ``x is y`` was
@@ -406,6 +467,8 @@ class GuardSet:
         namespace["STORAGE"] = storage_key
         namespace["DISJOINT"] = disjoint_storage
         namespace.update(zip((f"K{i}" for i in itertools.count()), self._constants))
+        if self.sizes is not None:
+            namespace.update(self.sizes.namespace())
         return namespace
 
 

@@ -16,6 +16,8 @@ root module                 time
 submodule of the root       the module itself                       none (the module epoch)
 function, class, module,    the value itself                        identity
 other module
+class made at a graph break the class itself                        type; attributes as they
+(``made_at_break``)                                                 are read
 list, tuple, dict           the same container, or a copy holding   type and length (dict:
                             stand-ins for its tensors               keys); items read as above
 Enum member                 the value itself                        identity
@@ -28,8 +30,8 @@ A value guarded by its type alone (the last row, a dict whose keys are not const
 *unguarded* (``unguarded``): the program may read its attributes and items, each guarded as it
 is read, but no native function or operator may receive it (``fxloom.bytecode.calls``), since
 what C code reads of it would be decided once, at capture. That covers what Python computed
-at a graph break (a numpy array from ``x.numpy()``, an iterator), read by the next piece as
-its inputs. A native call that reads an outside object (``len`` of a deque, ``hasattr``)
+at a graph break (a numpy array from ``x.numpy()``, an iterator, a class made by a ``class``
+statement: a new one at every call), read by the next piece as its inputs. A native call that reads an outside object (``len`` of a deque, ``hasattr``)
 guards its result on the real object instead (``guard_call``).
 
 The tensors read are guarded together as well, after the graph is recorded
@@ -52,6 +54,7 @@ import operator
 import re
 import sys
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -63,9 +66,21 @@ from fxloom.bytecode.guards import _STRUCTURE, _VALUE, Guard, GuardSet, storage_
 from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
 from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source
 
-__all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN"]
+__all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN", "made_at_break"]
 
 NOT_WRITTEN = object()
+
+# Classes a ``class`` statement made as Python at a graph break (``LOAD_BUILD_CLASS``), by id:
+# each call of the function makes a new one from the same body, so the next piece must not
+# guard its identity (it would recompile at every call) nor take it as a constant (it would
+# keep the first call's class). Read as an unguarded value instead (see the docstring).
+_MADE_AT_BREAK: weakref.WeakValueDictionary[int, type] = weakref.WeakValueDictionary()
+
+
+def made_at_break(cls: type) -> None:
+    """Note that ``cls`` was made by a ``class`` statement run as Python at a graph break."""
+    _MADE_AT_BREAK[id(cls)] = cls
+
 
 CONSTANT_TYPES = frozenset(
     (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), type(NotImplemented))
@@ -100,7 +115,10 @@ class Recording:
         self.writes: dict[tuple[int, str], tuple[Any, str, Any]] = {}
         # Changes to outside objects and Python output (print, logging, warnings), in one
         # ordered log replayed after the graph; ``deferred`` takes (function, args, kwargs).
-        self.changes = Changes(self.source_of)
+        # Each entry's position is the number of graph nodes recorded before it (all nodes
+        # but the inputs' placeholders): the entry replays those before an op that raises.
+        graph = self.graph
+        self.changes = Changes(self.source_of, lambda: len(graph.graph.nodes) - len(graph.inputs))
         self.deferred: list[tuple[Any, tuple, dict]] = self.changes.deferred
         self._alive: list[Any] = []
         # Every source an outside object (not a constant, container, module or function) was
@@ -286,6 +304,8 @@ class Recording:
             self.read(value.__func__, Attr(source, "__func__"), trusted)
             self.read(value.__self__, Attr(source, "__self__"), trusted)
             return value
+        if isinstance(value, type) and _MADE_AT_BREAK.get(id(value)) is value:
+            return self._unguarded(value, source)
         if isinstance(value, _IDENTITY_TYPES) or kind in _EQUAL_TYPES:
             if kind in _EQUAL_TYPES:
                 self.guards.equals(source, value)
@@ -311,6 +331,10 @@ class Recording:
             self.guards.add(source.expr, Guard(_VALUE, check, f"{source.text} == {value!r}"))
             self._remember(value, source)
             return value
+        return self._unguarded(value, source)
+
+    def _unguarded(self, value: Any, source: Source) -> Any:
+        """``value`` read with its type alone guarded (see the module docstring)."""
         self.guards.exact_type(source, value)
         self._remember(value, source)
         self._objects.setdefault(source, value)
@@ -399,8 +423,8 @@ class Recording:
                 if source != Held(path):  # passed in as well (an argument): the same object
                     self.guards.same_object(source, Held(path))
                 return self.graph.input(Held(path), tensor, held=True)
-        self.guards.tensor(source, tensor)
-        return self.graph.input(source, tensor)
+        sizes = self.guards.tensor(source, tensor)  # symbolic where the size policy says
+        return self.graph.input(source, tensor, sizes=sizes)
 
     def guard_identities(self, graph_writes: bool) -> None:
         """Guard how the tensors read from outside relate, as the graph assumed: sources that

@@ -40,12 +40,21 @@ list or dict holding tensors) is changed in place, so native code sees the chang
 would; ``close`` puts every real object back as it was before the entry's first call runs.
 Replayed tensors are the graph's outputs (the emitter's expressions), never stand-ins.
 
+When an op of the graph raises at run time, eager would have made the changes and output
+that come before that op in the program, and none after it. So ``Changes`` keeps a second
+log, ``steps``: every entry with its *position*, the number of graph nodes recorded before
+it (``position``, given by the recording), and, for a final-state target, its state at each
+position where it changed (one entry per target and position: the writes between two graph
+nodes all happen or none does). If node ``k`` raises, the steps at positions ``<= k`` -- a
+prefix of ``steps`` -- are what eager did; the entry replays them (``entry.py``).
+
 Depends on ``fxloom.bytecode.breaks``, ``sources`` and the values layer.
 """
 
 from __future__ import annotations
 
 import collections
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +63,15 @@ from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.sources import Source
 from fxloom.values.stand_in import StandIn
 
-__all__ = ["KINDS", "NOT_CHANGED", "Changes", "kind_of", "statements"]
+__all__ = [
+    "KINDS",
+    "NOT_CHANGED",
+    "Changes",
+    "describe",
+    "each_statements",
+    "kind_of",
+    "statements",
+]
 
 NOT_CHANGED = object()
 FINAL, ORDER = "final state", "program order"
@@ -113,6 +130,17 @@ def _restore_deque(target: collections.deque, saved: list) -> None:
 
 def _final_list(target: str, base: list, new: list, expr) -> list[str]:
     return [f"{target}[:] = [{', '.join(map(expr, new))}]"]
+
+
+def _list_from(target: str, base: list, new: list, expr) -> list[str]:
+    """``new`` from ``base``: the items appended, or those dropped from the end, where one
+    list starts with the other (the same objects); else the whole list."""
+    if len(new) >= len(base) and all(map(operator.is_, base, new)):
+        added = new[len(base) :]
+        return [f"{target}.extend([{', '.join(map(expr, added))}])"] if added else []
+    if all(map(operator.is_, new, base)):
+        return [f"del {target}[{len(new)}:]"]
+    return _final_list(target, base, new, expr)
 
 
 def _final_dict(target: str, base: list, new: list, expr) -> list[str]:
@@ -215,6 +243,16 @@ class Output:
     kwargs: dict
 
 
+class _Open:
+    """A final-state target's entry in ``Changes.steps`` that later writes at the same
+    position still update: its state is taken when the entry closes."""
+
+    __slots__ = ("shadow",)
+
+    def __init__(self, shadow: Shadow) -> None:
+        self.shadow = shadow
+
+
 class _DeferredLog(list):
     """``Recording.deferred``: output appended here joins the ordered log."""
 
@@ -231,8 +269,13 @@ class Changes:
     """The changes one capture made to outside objects; see the module docstring.
     ``source_of`` names where an outside object was read from (``Recording.source_of``)."""
 
-    def __init__(self, source_of: Callable[[Any], Source | None]) -> None:
+    def __init__(
+        self,
+        source_of: Callable[[Any], Source | None],
+        position: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._source_of = source_of
+        self._position = position  # how many graph nodes are recorded so far
         self._shadows: dict[int, Shadow] = {}  # id(target) and id(view) -> shadow
         self._copies: dict[int, tuple[Any, Any]] = {}  # id(real) -> (real, the read copy)
         self._originals: dict[int, Any] = {}  # id(read copy) -> real
@@ -240,6 +283,9 @@ class Changes:
         self._stores: dict[tuple, Store] = {}  # (kind, id, name) -> the last store
         self._dirty: dict[tuple, Any] = {}  # final-state targets changed since the last flush
         self.log: list[Call | State | Store | Output] = []
+        # (position, entry): the log as the program made it, node by node (module docstring)
+        self.steps: list[tuple[int, Call | State | Store | Output]] = []
+        self._open: dict[tuple, int] = {}  # final-state key -> index of its open step
         self.deferred = _DeferredLog(self)
 
     def __bool__(self) -> bool:
@@ -342,13 +388,18 @@ class Changes:
             raise Break("opaque-call", f"{type(target).__name__}.{name} compares tensors")
         if shadow.view is shadow.target:
             self._save(shadow.target, kind)
+        key = ("shadow", id(shadow))
+        if shadow.mode is FINAL:
+            self._step_before_change(key)
         result = getattr(kind.base, name)(shadow.view, *args, **kwargs)
         if shadow.mode is FINAL:
-            self._dirty[("shadow", id(shadow))] = shadow
+            self._dirty[key] = shadow
+            self._step_changed(key, _Open(shadow))
         else:
             call = Call(shadow, name, args, dict(kwargs))
             shadow.calls.append(call)
             self.log.append(call)
+            self.steps.append((self._position(), call))
         return result
 
     def _shadow_of(self, target: Any, name: str) -> Shadow:
@@ -390,8 +441,11 @@ class Changes:
         self._stores[key] = store
         if ordered:
             self.log.append(store)
+            self.steps.append((self._position(), store))
         else:
             self._dirty[key] = store
+            self._step_before_change(key)
+            self._step_changed(key, store)
 
     def stored(self, key: tuple) -> Any:
         """The value last stored at ``key`` during capture, or ``NOT_CHANGED``."""
@@ -403,7 +457,10 @@ class Changes:
         """Deferred output: what it shows was changed before it, so it follows the replay of
         those changes."""
         self._flush()
-        self.log.append(Output(fn, tuple(args), dict(kwargs)))
+        output = Output(fn, tuple(args), dict(kwargs))
+        self.log.append(output)
+        self._close_steps()
+        self.steps.append((self._position(), output))
 
     def _flush(self) -> None:
         for changed in self._dirty.values():
@@ -413,10 +470,51 @@ class Changes:
                 self.log.append(State(changed, changed.kind.snapshot(changed.view)))
         self._dirty.clear()
 
+    def printed_storages(self) -> set[int]:
+        """The storages of the tensors deferred output shows (``print(y)``): output runs after
+        the graph, so a later in-place change to one of them would show in the text."""
+        storages: set[int] = set()
+        for entry in self.log:
+            if type(entry) is Output:
+                _collect_storages((entry.args, entry.kwargs), storages)
+        return storages
+
+    # ------------------------------------------------------------ steps (the graph raises)
+    def _step_before_change(self, key: tuple) -> None:
+        """Before a final-state target changes: its open step from an earlier position
+        closes with the state it has now (what eager holds from there to this change)."""
+        index = self._open.get(key)
+        if index is not None and self.steps[index][0] != self._position():
+            self._close_step(key)
+
+    def _step_changed(self, key: tuple, entry: Store | _Open) -> None:
+        """After a final-state target changed: its open step at this position holds the new
+        state (one step per target and position), or a new step opens."""
+        index = self._open.get(key)
+        if index is None:
+            self._open[key] = len(self.steps)
+            self.steps.append((self._position(), entry))
+        elif type(entry) is Store:
+            self.steps[index] = (self.steps[index][0], entry)
+
+    def _close_step(self, key: tuple) -> None:
+        index = self._open.pop(key)
+        position, entry = self.steps[index]
+        if type(entry) is _Open:
+            shadow = entry.shadow
+            self.steps[index] = (position, State(shadow, shadow.kind.snapshot(shadow.view)))
+
+    def _close_steps(self) -> None:
+        """Output shows the states so far, and a later write must follow it: every open
+        step closes."""
+        for key in list(self._open):
+            self._close_step(key)
+
     def close(self) -> None:
         """At the end of capture (or a break): the last states logged, and every real object
         changed in place put back as the call found it."""
         self._flush()
+        self._close_steps()
         for real, kind, saved in self._saved.values():
             kind.restore(real, saved)
         self._saved.clear()
@@ -438,17 +536,40 @@ def _listed_arguments(target: Any, name: str, args: tuple) -> tuple:
 def statements(log: list, expr: Callable[[Any], str], constant: Callable[[Any], str]) -> list[str]:
     """The Python statements that replay ``log`` after the graph: ``expr`` writes a value
     the program holds (stand-ins as graph outputs), ``constant`` names an object."""
-    lines: list[str] = []
+    return [line for lines in each_statements(log, expr, constant) for line in lines]
+
+
+def each_statements(
+    log: list, expr: Callable[[Any], str], constant: Callable[[Any], str], steps: bool = False
+):
+    """The statements of each entry of ``log`` in turn (a list per entry; a final state is
+    written relative to the state the entries before it leave). ``steps``: ``log`` is
+    ``Changes.steps``, where a list appended to in a loop has a state per position: each is
+    written as the items added or dropped at its end where it can be (not the whole list)."""
     bases: dict[int, Any] = {}  # id(shadow) -> the state the statements so far leave
     for entry in log:
         if type(entry) is State:
             shadow = entry.shadow
             base = bases.get(id(shadow), shadow.base)
-            lines.extend(shadow.kind.final(expr(shadow.view), base, entry.state, expr))
+            final = _list_from if steps and shadow.kind.final is _final_list else shadow.kind.final
+            yield final(expr(shadow.view), base, entry.state, expr)
             bases[id(shadow)] = entry.state
         else:
-            lines.extend(_STATEMENTS[type(entry)](entry, expr, constant))
-    return lines
+            yield _STATEMENTS[type(entry)](entry, expr, constant)
+
+
+def describe(entry: Call | State | Store | Output) -> str:
+    """One entry of the log as the program wrote it, roughly (for notes on exceptions)."""
+    kind = type(entry)
+    if kind is Output:
+        return f"{getattr(entry.fn, '__qualname__', entry.fn)}(...)"
+    if kind is Call:
+        return f"{entry.shadow.source.text}.{entry.name}(...)"
+    if kind is State:
+        return f"the new contents of {entry.shadow.source.text}"
+    if entry.owner is not None:
+        return f"{type(entry.owner).__name__}.{entry.name} = ..."
+    return f"{entry.source.text} = ..."
 
 
 def _call_statements(call: Call, expr, constant) -> list[str]:
@@ -474,3 +595,21 @@ _STATEMENTS = {
     Store: _store_statements,
     Output: _output_statements,
 }
+
+
+def storage_key(stand_in: StandIn) -> int:
+    """Which memory ``stand_in`` lives in: views of one tensor share it (their meta tensors
+    share one storage, as the real tensors will)."""
+    return stand_in._meta.untyped_storage()._cdata
+
+
+def _collect_storages(value: Any, storages: set[int]) -> None:
+    kind = type(value)
+    if kind is StandIn:
+        storages.add(storage_key(value))
+    elif kind is tuple or kind is list:
+        for item in value:
+            _collect_storages(item, storages)
+    elif kind is dict:
+        for item in value.values():
+            _collect_storages(item, storages)

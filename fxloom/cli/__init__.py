@@ -15,7 +15,8 @@ than a few lines of work gets its own module here. A command imports its modules
 function, so one command's dependencies never slow down the others.
 
 Exit codes: 0 success; 1 the command ran and failed (an error, or the demo's results did not
-match eager PyTorch); 2 usage error (unknown command, bad option). Errors are reported as one
+match eager PyTorch); 2 usage error (unknown command, bad option, a MODEL that names no zoo
+model and no importable factory). Errors are reported as one
 line on stderr; ``--traceback`` shows the full Python traceback instead.
 
 Depends on: the standard library; each subcommand on the fxloom modules it runs.
@@ -483,6 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILURE
     except Exception as error:
+        if _is_usage_error(error) and not args.traceback:
+            print(f"fxloom {args.command}: error: {printable(str(error))}", file=sys.stderr)
+            return EXIT_USAGE
         if args.traceback:
             traceback.print_exc()
         else:
@@ -491,6 +495,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return EXIT_FAILURE
+
+
+def _is_usage_error(error: BaseException) -> bool:
+    # model_spec is imported by the commands, not here (each command loads what it needs).
+    model_spec = sys.modules.get("fxloom.cli.model_spec")
+    return model_spec is not None and isinstance(error, model_spec.UsageError)
 
 
 def _one_line(error: BaseException) -> str:

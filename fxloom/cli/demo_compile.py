@@ -14,7 +14,6 @@ Depends on: fxloom.bytecode (``fxloom.compile``), rich.
 from __future__ import annotations
 
 import sys
-
 from typing import TYPE_CHECKING
 
 import torch

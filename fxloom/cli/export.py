@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from fxloom.cli.output import add_output_argument, write_output
+
 __all__ = [
     "add_arguments",
     "batch_shapes",
@@ -49,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run ep.module() on the example inputs and compare with eager PyTorch "
         "(exit code 1 if they differ)",
     )
+    add_output_argument(parser, "the exported program")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(Text(f"Range constraints: {ep.range_constraints}"), soft_wrap=True)
         for line in ep.shape_constraints:
             console.print(Text(f"Shape constraint: {line}"), soft_wrap=True)
+    saved = write_output(ep, args.output)
+    if saved is not None:
+        console.print(Text(saved))
     if not args.check:
         return 0
     matches = matches_eager(ep, loaded.model, positional, keywords)
@@ -92,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
 
 def batch_shapes(model: torch.nn.Module, positional: tuple, keywords: dict) -> dict[str, Any]:
     """``dynamic_shapes`` (by forward's parameter names) with one ``Dim("batch")``: see
-    ``fxloom.export.sizes.dynamic_shapes.batch_dims``."""
+    ``fxloom.values.symbolic.dynamic_shapes.batch_dims``."""
     import inspect
 
-    from fxloom.export.sizes.dynamic_shapes import batch_dims
+    from fxloom.values.symbolic.dynamic_shapes import batch_dims
 
     return batch_dims(inspect.signature(model.forward).bind(*positional, **keywords).arguments)
 

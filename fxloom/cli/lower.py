@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from fxloom.cli.output import add_output_argument, write_output
 from fxloom.cli.timing import TIMING_THREADS, compare_latency, pinned_threads
 
 __all__ = ["add_arguments", "run"]
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"threads for torch and ONNX Runtime alike, while lowering and timing (default "
         f"{TIMING_THREADS}, so a busy machine does not skew the comparison)",
     )
+    add_output_argument(parser, "the lowered module")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,4 +72,7 @@ def run(args: argparse.Namespace) -> int:
         console.width = 160
     console.print(lowered.lowering_report)
     console.print(Text(latency.summary(), style="bold"))
+    saved = write_output(lowered, args.output)
+    if saved is not None:
+        console.print(Text(saved))
     return 0

@@ -35,6 +35,11 @@ __all__ = [
 ]
 
 
+class UsageError(ValueError):
+    """The command line names something that does not exist (a MODEL that is neither a zoo
+    model nor an importable factory): a usage error, exit status 2, as for a bad option."""
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     """A model from the command line, its example inputs (or None) and a name for it."""
@@ -69,7 +74,7 @@ def load_model(spec: str) -> LoadedModel:
     from fxloom import zoo
 
     if spec not in zoo.MODELS:
-        raise ValueError(
+        raise UsageError(
             f"no zoo model named {spec!r}: give one of {', '.join(sorted(zoo.MODELS))}, "
             "or a factory as package.module:function"
         )
@@ -83,12 +88,12 @@ def _from_factory(spec: str) -> LoadedModel:
     try:
         factory: Any = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"cannot import {module_name!r} (from MODEL {spec!r}): {error}") from error
+        raise UsageError(f"cannot import {module_name!r} (from MODEL {spec!r}): {error}") from error
     factory = attr_path.find(factory, attribute_path)
     if factory is attr_path.MISSING:
-        raise ValueError(f"{module_name!r} has no {attribute_path!r} (from MODEL {spec!r})")
+        raise UsageError(f"{module_name!r} has no {attribute_path!r} (from MODEL {spec!r})")
     if not callable(factory):
-        raise ValueError(
+        raise UsageError(
             f"{spec} is a {type(factory).__name__}, not a function that builds a model"
         )
     made = factory()

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from fxloom.cli.output import add_output_argument, write_output
 from fxloom.cli.timing import Latency, compare_latency
 
 __all__ = ["QuantizeResult", "add_arguments", "quantize_and_measure", "random_batches", "run"]
@@ -62,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="calibrate on the batches saved in this file (torch.save of a list of batches, "
         "or of one tensor, cut into batches of --batch-size rows) instead of random data",
     )
+    add_output_argument(parser, "the int8 module")
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(Text(f"{loaded.name}: {config.mode} int8, engine {config.engine}, {how}"))
     console.print(Text(result.summary(), style="bold"))
     console.print(report(result.int8))
+    saved = write_output(result.int8, args.output)
+    if saved is not None:
+        console.print(Text(saved))
     return 0
 
 

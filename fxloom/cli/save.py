@@ -194,7 +194,7 @@ def summarise(path: str | Path) -> FileSummary:
     >>> s.header["kind"], s.modules["0"], dict(s.opcodes)
     ('graph_module', 'torch.nn.modules.linear.Linear', {'placeholder': 1, 'call_module': 2, 'output': 1})
     """
-    from fxloom.serialize.archive import read_archive
+    from fxloom.serialize.archive import described_kind, read_archive
     from fxloom.serialize.errors import SerializationError
     from fxloom.serialize.graph_module_files import guarded_load
 
@@ -204,8 +204,29 @@ def summarise(path: str | Path) -> FileSummary:
         raise SerializationError(f"{path}: program.json must be an object")
     root = program.get(ROOT_MODULE_KEYS.get(archive.kind, ""))
     if not isinstance(root, dict):
-        raise SerializationError(f"{path}: a {archive.kind} file without its module record")
+        raise SerializationError(
+            f"{path}: {described_kind(archive.kind)} file without its module record"
+        )
+    _import_named_libraries(program)
     return guarded_load(root, lambda record: _summarise_tree(archive.header, program, record))
+
+
+def _import_named_libraries(program: dict) -> None:
+    """Import the libraries (``allowlist.LIBRARY_CLASS_MODULES``: transformers) whose classes
+    the file names, when installed: what a user of ``fxloom.load`` does before loading, so
+    that ``show`` finds their output and cache classes as ``load`` does. Only the library
+    itself is imported here; its modules that define the classes are imported from the
+    allowlist's enumerated table, never from a name in the file."""
+    import importlib
+    import importlib.util
+
+    from fxloom.serialize.allowlist import LIBRARY_CLASS_MODULES
+
+    text = json.dumps(program)
+    for library in LIBRARY_CLASS_MODULES:
+        if f'"{library}.' in text and library not in sys.modules:
+            if importlib.util.find_spec(library) is not None:
+                importlib.import_module(library)
 
 
 def _summarise_tree(header: dict, program: dict, root: dict) -> FileSummary:
@@ -413,8 +434,95 @@ def _summary_lines(summary: FileSummary) -> list[str]:
         saved_on = ", ".join(f"{device} {n}" for device, n in summary.devices.most_common())
         lines.append(f"Tensors saved on: {saved_on}")
     for key, value in summary.program_sections.items():
-        lines += ["", f"{key.replace('_', ' ').capitalize()}:", *_json_lines(value)]
+        lines += ["", f"{key.replace('_', ' ').capitalize()}:", *_section_lines(key, value)]
     return lines + _refusal_lines(summary.refusals)
+
+
+def _section_lines(key: str, value: Any) -> list[str]:
+    """An exported program's section as ``fxloom export`` prints it (``x: USER_INPUT``,
+    ``s0: [2, 64]``); a section of an unexpected shape (a damaged or newer file) as JSON."""
+    try:
+        return _SECTION_TEXT[key](value)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return _json_lines(value)
+
+
+def _signature_lines(signature: dict[str, Any]) -> list[str]:
+    if set(signature) != {"inputs", "outputs"}:
+        raise ValueError("a signature with other keys: shown as it is")
+    lines = ["  # inputs"]
+    for spec in signature["inputs"]:
+        persistent = spec.get("persistent")
+        lines.append(
+            f"  {_argument_text(spec['arg'])}: {printable(spec['kind'])}{_target_text(spec)}"
+            + ("" if persistent is None else f" persistent={bool(persistent)}")
+        )
+    lines.append("  # outputs")
+    for spec in signature["outputs"]:
+        lines.append(
+            f"  {_argument_text(spec['arg'])}: {printable(spec['kind'])}{_target_text(spec)}"
+        )
+    return lines
+
+
+def _argument_text(argument: dict[str, Any]) -> str:
+    if set(argument) == {"tensor"}:
+        return printable(argument["tensor"])
+    if set(argument) == {"constant", "value"}:
+        return (
+            printable(argument["constant"]) if argument["constant"] else _compact(argument["value"])
+        )
+    raise ValueError("an argument of another kind")
+
+
+def _target_text(spec: dict[str, Any]) -> str:
+    target = spec.get("target")
+    return "" if target is None else f" target={printable(target)!r}"
+
+
+def _range_lines(ranges: list[Any]) -> list[str]:
+    lines = [
+        f"  {_expression_text(symbol)}: [{_expression_text(lower)}, {_expression_text(upper)}]"
+        for symbol, lower, upper in ranges
+    ]
+    return lines or ["  (none)"]
+
+
+def _constraint_lines(constraints: list[Any]) -> list[str]:
+    return [f"  {printable(str(line))}" for line in constraints] or ["  (none)"]
+
+
+def _expression_text(data: Any) -> str:
+    """A saved expression as sympy prints it, read by the file format's own decoder (which
+    builds unevaluated sympy nodes from a closed table: nothing of the file runs)."""
+    import sympy
+
+    from fxloom.serialize.symbols import decode_expr
+
+    if data in ("oo", "-oo"):
+        return "inf" if data == "oo" else "-inf"
+    names: set[str] = set()
+    _symbol_names(data, names)
+    expression = decode_expr(data, {name: sympy.Symbol(name) for name in names}, "show")
+    return printable(str(expression))
+
+
+def _symbol_names(data: Any, names: set[str]) -> None:
+    if isinstance(data, dict):
+        if set(data) == {"symbol"} and isinstance(data["symbol"], str):
+            names.add(data["symbol"])
+        for item in data.values():
+            _symbol_names(item, names)
+    elif isinstance(data, list):
+        for item in data:
+            _symbol_names(item, names)
+
+
+_SECTION_TEXT = {
+    "graph_signature": _signature_lines,
+    "range_constraints": _range_lines,
+    "shape_constraints": _constraint_lines,
+}
 
 
 def _refusal_lines(refusals: list[Refusal]) -> list[str]:

@@ -46,7 +46,6 @@ from fxloom.export.functionalize import (
     ViewStep,
     classify,
 )
-from fxloom.export.sizes.data_dependent import DATA_DEPENDENT_RULES, MASK_REWRITES
 from fxloom.export.sizes.runtime_asserts import assert_deferred
 from fxloom.graph import Graph
 from fxloom.node import Node
@@ -59,6 +58,7 @@ from fxloom.values.stand_in import (
     wrap,
 )
 from fxloom.values.symbolic import ShapeEnv
+from fxloom.values.symbolic.data_dependent import DATA_DEPENDENT_RULES, MASK_REWRITES
 from fxloom.values.symbolic.meta import compute_symbolic_meta
 from fxloom.values.symbolic.size_nodes import SizeNodes
 from fxloom.values.symbolic_scalars import has_symbolic_size

@@ -35,8 +35,6 @@ from fxloom.export.signature import (
     OutputSpec,
     TensorArgument,
 )
-from fxloom.export.sizes.dynamic_shapes import resolve_dynamic_shapes
-from fxloom.export.sizes.input_sizes import InputSizes
 from fxloom.export.sizes.runtime_asserts import assert_deferred, assert_input_guards
 from fxloom.export.verifier import verify
 from fxloom.graph_module import GraphModule
@@ -45,6 +43,8 @@ from fxloom.node import Node
 from fxloom.values.capturing import capturing
 from fxloom.values.provenance import Provenance
 from fxloom.values.stand_in import StandIn
+from fxloom.values.symbolic.dynamic_shapes import resolve_dynamic_shapes
+from fxloom.values.symbolic.input_sizes import InputSizes
 from fxloom.values.symbolic.ranges import ValueRange
 from fxloom.values.symbolic.shape_report import shape_constraints
 

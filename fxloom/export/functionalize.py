@@ -38,9 +38,9 @@ from typing import Any
 
 import torch
 
-from fxloom.export.sizes.data_dependent import DATA_DEPENDENT_RULES
 from fxloom.ops.identity import functional_overload
 from fxloom.ops.mutation import schema_is_view
+from fxloom.values.symbolic.data_dependent import DATA_DEPENDENT_RULES
 
 __all__ = [
     "OpKind",

@@ -1,7 +1,7 @@
 """Dynamic dimensions for ONNX: the extra runs that find them, and the names they get.
 
 ``lower`` and ``to_onnx`` take ``dynamic_shapes`` in ``fxloom.export``'s form (a dict by
-forward's parameter names of ``{dimension: Dim}``, see ``fxloom.export.sizes.dynamic_shapes``).
+forward's parameter names of ``{dimension: Dim}``, see ``fxloom.values.symbolic.dynamic_shapes``).
 The translator works from concrete runs, not symbols: for each root ``Dim`` the model runs
 once more with that Dim at another size (twice the example's, or the Dim's ``max`` when
 that is smaller; derived dims such as ``2 * seq`` follow their root). A value that changes
@@ -36,10 +36,10 @@ from typing import Any
 
 import torch
 
-from fxloom.export.sizes.dims import DerivedDim, Dim, DimHint
-from fxloom.export.sizes.dynamic_shapes import DynamicShapesError, resolve_dynamic_shapes
 from fxloom.passes.captured import graph_module_of, lifted_state
 from fxloom.pytree import tree_flatten, tree_unflatten
+from fxloom.values.symbolic.dims import DerivedDim, Dim, DimHint
+from fxloom.values.symbolic.dynamic_shapes import DynamicShapesError, resolve_dynamic_shapes
 
 __all__ = [
     "BATCH",

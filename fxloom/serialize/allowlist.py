@@ -10,13 +10,15 @@ object only if it is:
   build values (``torch.Size``, ``torch.device``, dtype info, result types);
 * an output class a graph rebuilds through its own constructor: a ``ModelOutput``
   dataclass of ``transformers`` whose fields have no default factory
-  (``OUTPUT_CONTAINER_BASES``), looked up only among modules already imported. These
+  (``OUTPUT_CONTAINER_BASES``), looked up among modules already imported and the library
+  modules ``LIBRARY_CLASS_MODULES`` enumerates (imported once the user imported the
+  library). These
   are the only classes a graph may call besides the table's: a class runs code of
   its own when called (``collections.defaultdict``'s factory at a missing key);
 * for tree specs and container values only, never as call targets
   (``resolve_container_class``): a container class registered with fxloom's or
-  torch's pytree or listed in ``fxloom.library_containers`` (its caches), looked up
-  only among modules already imported; the pytree registry says how to rebuild a
+  torch's pytree or listed in ``fxloom.library_containers`` (its caches), looked up the
+  same way; the pytree registry says how to rebuild a
   container, not what a graph may call;
 * an ``nn.Module`` class of ``torch.nn``, ``torch.ao.nn`` or fxloom, for the
   modules of a saved GraphModule;
@@ -296,8 +298,9 @@ def class_name(cls: type) -> str:
 
 def _container_class(name: str) -> Any:
     """A class registered as a pytree container (with fxloom's or torch's pytree, or listed in
-    ``fxloom.library_containers``), in a module already imported (never imports)."""
-    found = imported_class(name)
+    ``fxloom.library_containers``), in a module already imported or one of the library
+    modules ``LIBRARY_CLASS_MODULES`` lists."""
+    found = library_class(name)
     if found is MISSING:
         return MISSING
     import torch.utils._pytree as torch_pytree
@@ -306,6 +309,39 @@ def _container_class(name: str) -> Any:
 
     registered = registered_container(found) is not None or found in torch_pytree.SUPPORTED_NODES
     return found if registered else MISSING
+
+
+# The modules that define the output and cache classes a saved graph of a library's model
+# holds, by library: a file's class name makes fxloom import one of them only when the name's
+# module is listed here and the user imported the library itself (``import transformers``,
+# lazy, is enough). A module the table does not list is never imported, whatever the file
+# names: a model's own output class (``modeling_clip.CLIPOutput``) is found once the user
+# imported the model class (``from transformers import CLIPModel`` imports its module).
+LIBRARY_CLASS_MODULES: dict[str, frozenset[str]] = {
+    "transformers": frozenset({
+        "transformers.modeling_outputs",
+        "transformers.cache_utils",
+        "transformers.utils.generic",
+        "transformers.generation.utils",
+    }),
+}  # fmt: skip
+
+
+def library_class(name: str) -> Any:
+    """``imported_class``, after importing the name's module when ``LIBRARY_CLASS_MODULES``
+    lists it and its library is imported (never a module the table does not name)."""
+    found = imported_class(name)
+    if found is not MISSING or not isinstance(name, str):
+        return found
+    module_name = name.rpartition(".")[0]
+    library = module_name.partition(".")[0]
+    if library not in sys.modules or module_name not in LIBRARY_CLASS_MODULES.get(library, ()):
+        return MISSING
+    try:
+        importlib.import_module(module_name)
+    except ImportError:
+        return MISSING
+    return imported_class(name)
 
 
 def imported_class(name: str) -> Any:

@@ -21,8 +21,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import struct
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +35,29 @@ from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.safetensors_format import read_tensors, write_tensors
 from fxloom.serialize.strict_json import parse_json
 
-__all__ = ["FORMAT_VERSION", "write_archive", "read_archive", "Archive", "UPGRADES"]
+__all__ = [
+    "FORMAT_VERSION",
+    "write_archive",
+    "read_archive",
+    "Archive",
+    "UPGRADES",
+    "described_kind",
+]
+
+# How messages name each kind of file (the header's ``kind``), with its article.
+KIND_NAMES = {
+    "graph_module": "a GraphModule (fxloom.save)",
+    "exported_program": "an ExportedProgram (fxloom.export.save)",
+}
+
+
+def described_kind(kind: str) -> str:
+    """``kind`` in a sentence: "an ExportedProgram (fxloom.export.save)"; an unknown kind
+    (a damaged or newer file) quoted, escaped."""
+    from fxloom._format import printable
+
+    return KIND_NAMES.get(kind, f"a file of kind {printable(repr(kind))}")
+
 
 FORMAT_NAME = "fxloom"
 FORMAT_VERSION = 2
@@ -97,10 +121,32 @@ def write_archive(
     try:
         with os.fdopen(handle, "wb") as f:
             _write_zip(f, header, program, weights)
+        # mkstemp makes the file 0600; the file gets the mode ``open(path, "wb")`` would give
+        # it: the one it had when replacing a file, else what the umask allows.
+        os.chmod(temporary, _mode_for(path))
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    # Reading the umask means setting it; done under a lock so that two saves in threads
+    # never leave the process with the wrong one.
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+_UMASK_LOCK = threading.Lock()
 
 
 def _write_zip(f: IO[bytes], header: dict, program: Any, weights: dict[str, Any]) -> None:

@@ -40,7 +40,8 @@ class DisallowedNameError(SerializationError):
 
 
 def _not_imported_hint(name: str) -> str:
-    """Container classes are looked up only among imported modules: say which to import."""
+    """Container classes are looked up among imported modules (and a library's enumerated
+    modules once the library is imported): say what to import."""
     import sys
 
     module, _, _ = str(name).rpartition(".")
@@ -51,6 +52,11 @@ def _not_imported_hint(name: str) -> str:
         or module in sys.modules
     ):
         return ""
+    from fxloom.serialize.allowlist import LIBRARY_CLASS_MODULES
+
+    if package in LIBRARY_CLASS_MODULES and package not in sys.modules:
+        # Its output and cache modules are found once the library itself is imported.
+        return f" If it is a class of {package}, import {package} before loading."
     return (
         f" fxloom never imports a module a file names: if it is a class of {module}, "
         f"import {module} before loading."

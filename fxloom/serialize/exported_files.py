@@ -32,7 +32,7 @@ import torch
 from fxloom import pytree
 from fxloom.lint import is_default_literal
 from fxloom.serialize.allowlist import class_name
-from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
+from fxloom.serialize.archive import PathOrFile, described_kind, read_archive, write_archive
 from fxloom.serialize.devices import MapLocation, Placement, move_graph_devices
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.graph_module_files import _versions, check_loaded, guarded_load
@@ -129,7 +129,9 @@ def load(f: PathOrFile | bytes, map_location: MapLocation = None) -> ExportedPro
     archive = guarded_load(f, read_archive)
     if archive.kind != KIND:
         hint = " (load it with fxloom.load)" if archive.kind == "graph_module" else ""
-        raise SerializationError(f"the file holds a {archive.kind}, not an ExportedProgram{hint}")
+        raise SerializationError(
+            f"the file holds {described_kind(archive.kind)}, not an ExportedProgram{hint}"
+        )
     return guarded_load(archive, lambda archive: _build(archive, placement))
 
 

@@ -17,7 +17,7 @@ from torch import nn
 from fxloom._version import __version__
 from fxloom.graph_module import GraphModule
 from fxloom.lint import lint_graph
-from fxloom.serialize.archive import PathOrFile, read_archive, write_archive
+from fxloom.serialize.archive import PathOrFile, described_kind, read_archive, write_archive
 from fxloom.serialize.devices import MapLocation, Placement, move_graph_devices
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.frozen_tree import check_get_attr_uses
@@ -76,7 +76,9 @@ def load(f: PathOrFile | bytes, map_location: MapLocation = None) -> GraphModule
     archive = guarded_load(f, read_archive)
     if archive.kind != KIND:
         hint = " (load it with fxloom.export.load)" if archive.kind == "exported_program" else ""
-        raise SerializationError(f"the file holds a {archive.kind}, not a GraphModule{hint}")
+        raise SerializationError(
+            f"the file holds {described_kind(archive.kind)}, not a GraphModule{hint}"
+        )
 
     def build(archive: Any) -> GraphModule:
         program = archive.program

@@ -20,7 +20,8 @@ that capture (``fxloom.export.capture``), which records it; outside a capture
 a stand-in just computes its result's metadata, like above. Anything that
 needs data (``.item()``, printing the values, ``nonzero``) is refused.
 
-Depends on ``fxloom.values.symbolic.meta`` (operators on symbolic sizes), loaded on first use.
+Depends on ``fxloom.values.eager_checks`` and ``fxloom.values.symbolic.meta`` (operators on
+symbolic sizes), loaded on first use.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any, ClassVar
 import torch
 
 from fxloom._torch_compat import defer_dynamo_disable
+from fxloom.values.eager_checks import refuse_as_eager
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["StandIn", "DataDependentError"]
@@ -184,11 +186,13 @@ def compute_meta(func: Any, args: tuple, kwargs: dict, *, symbolic: bool = False
     reported by the wrapping stand-in). With ``symbolic``, sizes may be
     ``torch.SymInt`` and operators whose C++ meta kernel refuses them run their
     Python definition (``fxloom.values.symbolic.meta``). Operators whose result
-    depends on data raise ``DataDependentError``.
+    depends on data raise ``DataDependentError``; one eager would refuse on its
+    inputs' dtypes raises as eager does (``fxloom.values.eager_checks``).
     """
     defer_dynamo_disable()  # torch's Python meta definitions, without importing torch._dynamo
     meta_args = [_metas(arg) for arg in args]
     meta_kwargs = {key: _metas(value) for key, value in kwargs.items()}
+    refuse_as_eager(func, meta_args, meta_kwargs)  # what the meta kernel would let through
     if "device" in meta_kwargs:
         meta_kwargs["device"] = _META
     try:

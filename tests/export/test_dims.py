@@ -16,7 +16,7 @@ import torch.export
 
 from fxloom import pytree
 from fxloom.export import DerivedDim, Dim, DimHint, DynamicShapesError, dims
-from fxloom.export.sizes.dynamic_shapes import resolve_dynamic_shapes, symbol_range
+from fxloom.values.symbolic.dynamic_shapes import resolve_dynamic_shapes, symbol_range
 
 # ----------------------------------------------------------------------- Dim
 

@@ -24,9 +24,9 @@ import onnxruntime  # noqa: E402
 
 import fxloom  # noqa: E402
 from fxloom.export import Dim  # noqa: E402
-from fxloom.export.sizes.dynamic_shapes import DynamicShapesError  # noqa: E402
 from fxloom.lower import lower, to_onnx  # noqa: E402
 from fxloom.lower.dynamic_dims import SizeRun, dim_names  # noqa: E402
+from fxloom.values.symbolic.dynamic_shapes import DynamicShapesError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `benchmarks` is not installed; import it from the checkout

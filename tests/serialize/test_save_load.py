@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import operator
+import os
+import stat
 import zipfile
 
 import pytest
@@ -286,3 +288,24 @@ def test_weights_member_is_a_safetensors_file_the_library_reads():
         tensors = load_safetensors(z.read("fxloom/weights.safetensors"))
     stored = sorted(tuple(t.shape) for t in tensors.values())
     assert stored == sorted(tuple(t.shape) for t in model.state_dict().values())
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_a_saved_file_gets_the_mode_the_umask_allows_as_open_would_give_it(tmp_path):
+    gm = fxloom.symbolic_trace(nn.Linear(2, 2))
+    previous = os.umask(0o027)
+    try:
+        fxloom.save(gm, tmp_path / "new.fxl")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "new.fxl").stat().st_mode) == 0o640
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_saving_over_a_file_keeps_that_files_mode(tmp_path):
+    path = tmp_path / "shared.fxl"
+    gm = fxloom.symbolic_trace(nn.Linear(2, 2))
+    fxloom.save(gm, path)
+    path.chmod(0o664)
+    fxloom.save(gm, path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664

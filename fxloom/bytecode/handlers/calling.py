@@ -22,6 +22,7 @@ import types
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import call, refuse_unguarded
 from fxloom.bytecode.interpreter import NULL, handles
+from fxloom.bytecode.recording import made_at_break
 
 # Packages whose context managers fxloom does not follow: their ``__enter__``/``__exit__``
 # (``@contextmanager``'s generator, the standard library's and numpy's managers) run as
@@ -159,7 +160,9 @@ def load_build_class(interp, frame, instruction):
     compile time, and shared by every call (each call of the function makes a new one, with
     its own class attributes): a break, so it is made as Python at every call. As Python, the
     whole statement runs here, up to the call that makes the class, so no piece is captured
-    between ``LOAD_BUILD_CLASS`` and that call (it would make the class at compile time)."""
+    between ``LOAD_BUILD_CLASS`` and that call (it would make the class at compile time).
+    The class made is noted (``made_at_break``): the next piece reads it with its type and
+    the attributes it reads guarded, not its identity (new at every call: a recompile each)."""
     if not interp.native:
         raise Break("class-statement", f"a class statement in {frame.code.co_name}")
     depth = len(frame.stack)
@@ -170,4 +173,6 @@ def load_build_class(interp, frame, instruction):
         if returned is not None or len(frame.stack) < depth:  # returned, or an exception went
             return returned  # to a handler outside the statement: the driver goes on from there
         if done.op in ("CALL", "CALL_FUNCTION_EX") and len(frame.stack) <= depth + 1:
+            if isinstance(frame.stack[-1], type):  # (a metaclass may make something else)
+                made_at_break(frame.stack[-1])
             return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import record, refuse_unguarded
+from fxloom.bytecode.dynamic import concrete
 from fxloom.bytecode.interpreter import handles
 from fxloom.values.stand_in import StandIn
 
@@ -146,6 +147,7 @@ def format_value(interp, frame, instruction):
     if isinstance(value, StandIn):
         raise Break("tensor-data", "formatting a tensor into a string reads its values")
     refuse_unguarded(interp, "formatting", value)
+    value = concrete(value)  # a symbolic size prints as its value, fixed by a guard
     frame.stack.append(format(convert(value) if convert else value, spec))
 
 
@@ -155,7 +157,7 @@ def convert_value(interp, frame, instruction):
     if isinstance(value, StandIn):
         raise Break("tensor-data", "formatting a tensor into a string reads its values")
     refuse_unguarded(interp, "formatting", value)
-    frame.stack.append(instruction.arg(value))
+    frame.stack.append(instruction.arg(concrete(value)))
 
 
 @handles("GET_LEN")

@@ -12,6 +12,7 @@ import torch
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import record
+from fxloom.bytecode.handlers.generators import is_lazy
 from fxloom.bytecode.interpreter import handles
 from fxloom.values.stand_in import DataDependentError, StandIn
 
@@ -130,14 +131,16 @@ def get_iter(interp, frame, instruction):
         value = record(interp, "call_method", "unbind", (value, 0), {})
     elif isinstance(value, torch.nn.ModuleList | torch.nn.Sequential | torch.nn.ModuleDict):
         value = list(value)
-    elif isinstance(value, ListIterator):
-        frame.stack.append(value)
+    elif isinstance(value, ListIterator) or is_lazy(value):  # a generator expression: run
+        frame.stack.append(value)  # one item per step, never listed ahead
         return
     elif interp.recording.is_unguarded(value):  # its items would be listed once, at capture
         raise Break(
             "unguarded-value",
             f"a for loop over a {type(value).__qualname__} whose items no guard checks",
         )
+    elif _held_iterator(interp, value):
+        raise Break("held-iterator", f"a for loop over a {type(value).__qualname__} held by name")
     elif not isinstance(value, _LISTED):
         # A Python iterable (a generator, a view class): its items listed by running it.
         graph = interp.recording.graph
@@ -155,6 +158,30 @@ def get_iter(interp, frame, instruction):
             "generator", f"a for loop over a {type(value).__qualname__} that iterates a tensor"
         )
     frame.stack.append(interp.recording.built(ListIterator(items)))
+
+
+def _held_iterator(interp: Any, value: Any) -> bool:
+    """Whether ``value`` is a one-shot iterator (``iter(it) is it``: a list's iterator, an
+    ``enumerate``) that something besides this loop refers to: a variable or cell of an
+    interpreted frame, or an object from outside. Listing its items at capture would use it
+    up, where eager leaves the rest for whoever advances it after the loop (``next(it)``)."""
+    if not hasattr(type(value), "__next__"):  # an iterable: each loop gets its own iterator
+        return False
+    if interp.recording.is_outside(value) or interp.recording.source_of(value) is not None:
+        return True
+    for frame in interp.frames:
+        if any(held is value for held in frame.locals.values()):
+            return True
+        if any(_cell_holds(cell, value) for cell in frame.cells.values()):
+            return True
+    return False
+
+
+def _cell_holds(cell: Any, value: Any) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return False
 
 
 @handles("FOR_ITER")

@@ -17,8 +17,9 @@ import types
 from typing import Any
 
 from fxloom.bytecode.breaks import Break
-from fxloom.bytecode.calls import call, holds_unguarded, record
+from fxloom.bytecode.calls import call, holds_unguarded, one_by_one, record
 from fxloom.bytecode.handlers.control import truth
+from fxloom.bytecode.handlers.generators import is_lazy
 from fxloom.bytecode.interpreter import handles
 from fxloom.values.stand_in import DataDependentError, StandIn
 
@@ -231,6 +232,8 @@ def _change_outside(interp, container: Any, name: str, args: tuple) -> Any:
             f"{type(container).__qualname__}.{name} changes a {type(container).__name__} that "
             "is not the program's own",
         )
+    if any(is_lazy(arg) for arg in args):  # ``log += (... for ...)``: eager's order
+        return one_by_one(interp, container, getattr(container, name), args, {})
     return interp.recording.mutate_outside(container, getattr(container, name), args, {})
 
 

@@ -9,9 +9,13 @@
 * ``size_nodes``: the graph nodes that compute symbolic sizes.
 * ``size_checks``: ``check_sizes``, the call-time check of the inputs' symbolic sizes.
 * ``shape_report``: the guards on input sizes in the user's words.
+* ``dims``: ``Dim``, derived dims and the hints (``Dim.AUTO``...), torch.export's vocabulary
+  (re-exported from ``fxloom.export``);
+* ``dynamic_shapes``: a ``dynamic_shapes`` argument matched to the inputs;
+* ``input_sizes``: one symbol per ``Dim``, the inputs' sizes as ``torch.SymInt``;
+* ``data_dependent``: sizes and values read from tensor data (``nonzero``, ``.item()``).
 
-What only export knows (``Dim``, the ``dynamic_shapes`` argument, data-dependent rules,
-runtime assertions) is in ``fxloom.export.sizes``.
+What only export does (runtime assertion nodes) is in ``fxloom.export.sizes``.
 """
 
 from fxloom.values.symbolic.errors import ConstraintViolationError, DataDependentGuardError

@@ -114,6 +114,13 @@ class ShapeEnv:
         self._answers_version = 0
         self._counters = {"s": 0, "i": 0, "f": 0}
         self._refusing_specialization = False
+        # torch's ``guard_or_false``/``guard_or_true`` on a size with an example value: False
+        # (True) when ranges and facts do not decide it, instead of a guard with the example's
+        # answer (torch's ``backed_size_oblivious``). Sound where the caller keeps torch's
+        # contract: the fallback path is right for every value, given the ``torch._check``
+        # assertions it adds (which are guards here). ``fxloom.compile`` turns it on, so a
+        # size of 1 stays symbolic through broadcasting; export keeps it off.
+        self.backed_size_oblivious = False
 
     # ---- symbols
 

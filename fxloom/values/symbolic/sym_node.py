@@ -199,7 +199,9 @@ class SymNode:
         known = self.env.static_value(self.expr)
         if known is not None:
             return known
-        return fallback if self._hint is None else self.guard_bool()
+        if self._hint is None or self.env.backed_size_oblivious:
+            return fallback
+        return self.guard_bool()
 
     def statically_known_true(self, file: builtins.str = "", line: int = 0) -> bool:
         return self.env.static_value(self.expr) is True

@@ -27,25 +27,12 @@ from differential.harness import run_case
 from differential.variations import VARIATIONS
 
 # family -> why it fails on main (the kind, and the branch of issue 33 that fixes it)
-KNOWN_FAILING: dict[str, str] = {
-    "class statement": "recompiles on every call: the piece after a class statement is "
-    "guarded on the class's identity, a new class at every call (guards.py)",
-}
-KNOWN_FAILING_VARIATIONS: dict[str, str] = {
-    "dtypes mixed": "an unused op that raises in eager (matmul of float64 by float32) is "
-    "dropped: stand-ins do not check dtypes, and dead code is removed",
-}
+KNOWN_FAILING: dict[str, str] = {}
+KNOWN_FAILING_VARIATIONS: dict[str, str] = {}
 # (family, family or variation) -> why a program that draws both fails
-_LOST = ("{} before an op of the graph that raises at run time (an in-place add on "
-         "overlapping memory: x.add_(x.t()), or a view and its base passed in) is lost: "
-         "deferred until after the graph, it is not done when the graph raises "
-         "(entry.py; i33-replay)")  # fmt: skip
-KNOWN_FAILING_PAIRS: dict[tuple[str, str], str] = {
-    ("print", "in-place"): _LOST.format("text printed"),
-    ("writes", "in-place"): _LOST.format("an attribute or global written"),
-    ("appends", "in-place"): _LOST.format("an item appended to an outside list"),
-    ("tensor writes", "in-place"): _LOST.format("a tensor appended to an outside list"),
-}
+# (none now: the output and changes made before an op of the graph that raises at run time
+# are done, as in eager -- entry.py ``Raised``)
+KNOWN_FAILING_PAIRS: dict[tuple[str, str], str] = {}
 CI_FAMILIES = frozenset(FAMILIES) - set(KNOWN_FAILING)
 CI_VARIATIONS = tuple(v for v in VARIATIONS if v not in KNOWN_FAILING_VARIATIONS)
 

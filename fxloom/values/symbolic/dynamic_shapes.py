@@ -1,4 +1,4 @@
-"""``resolve_dynamic_shapes``: ``export``'s ``dynamic_shapes`` argument matched to the inputs and checked.
+"""``resolve_dynamic_shapes``: a ``dynamic_shapes`` argument (torch.export's) matched to the inputs and checked.
 
 ``dynamic_shapes`` takes torch.export's forms: a dict keyed by forward's
 parameter names (those left out are static) or a tuple with one entry per
@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from fxloom import pytree
-from fxloom.export.sizes.dims import DerivedDim, Dim, DimHint
+from fxloom.values.symbolic.dims import DerivedDim, Dim, DimHint
 
 __all__ = ["DynamicShapesError", "batch_dims", "resolve_dynamic_shapes", "symbol_range"]
 

@@ -30,9 +30,9 @@ from typing import Any
 import sympy
 import torch
 
-from fxloom.export.sizes.dims import DerivedDim, Dim, DimHint
-from fxloom.export.sizes.dynamic_shapes import symbol_range
 from fxloom.values.symbolic import ShapeEnv, size_symint, wrap_expr
+from fxloom.values.symbolic.dims import DerivedDim, Dim, DimHint
+from fxloom.values.symbolic.dynamic_shapes import symbol_range
 from fxloom.values.symbolic.ranges import ValueRange
 from fxloom.values.symbolic_scalars import is_symbolic
 

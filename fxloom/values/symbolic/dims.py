@@ -1,4 +1,4 @@
-"""``Dim``: how a user says which dimensions of ``export``'s inputs may vary, as torch.export users write it.
+"""``Dim``: how a user says which dimensions of the inputs may vary, as torch.export users write it.
 
 A named ``Dim`` is a size that may take any value in ``[min, max]``; one
 ``Dim`` used for two dimensions says they are always equal. Integer
@@ -18,7 +18,7 @@ fix the size, or require it to stay dynamic::
     >>> Dim.AUTO, Dim.DYNAMIC(min=4)
     (Dim.AUTO, Dim.DYNAMIC(min=4))
 
-``fxloom.export.sizes.dynamic_shapes`` matches these to the inputs and checks them
+``fxloom.values.symbolic.dynamic_shapes`` matches these to the inputs and checks them
 against the examples. Depends on nothing of fxloom.
 """
 

@@ -1,0 +1,416 @@
+"""Observed dynamism: which tensor sizes a compiled function takes as symbols, and their guards.
+
+The first call of a compiled function is static: every size is guarded by value. When a call
+misses the cache and a tensor read from some source has another size than the entry assumed
+(``SizePolicy.observe``), that (place, source, dimension) is remembered as *dynamic*, and
+the recompile gives it a symbol of a ``ShapeEnv`` (``fxloom.values.symbolic``), as export
+does for a ``Dim``. Capture then runs on stand-ins whose sizes are ``torch.SymInt``: what the
+program's Python decides on them (``if x.shape[0] > 4``, a meta kernel's broadcasting test,
+``x.view(b, -1)``'s divisibility) is a guard the ShapeEnv records, and the graph computes
+every size it passes from its inputs (``aten.sym_size.int`` nodes, ``SizeNodes``)::
+
+    call 1: x [2, 8]   static entry     guard: x.shape == (2, 8)
+    call 2: x [1, 8]   miss: x.shape[0] changed -> dynamic
+                       symbolic entry   guard: len(x.shape) == 2 and x.shape[1] == 8 (s0 free)
+    call 3: x [3, 8]   symbolic entry hit; no compile
+
+``dynamic=True`` makes every dimension of every tensor argument symbolic from the first call,
+``dynamic=False`` none (every size static, recompiling per shape).
+
+Where the program needs a symbolic size as a plain number (``int(n)``, ``range(n)``, a native
+function, a string), the ShapeEnv fixes it to the example's value with a guard (``s0 == 3``):
+that entry is then valid for that size only, and ``explain()`` says why (``why_static``).
+The parameters and buffers of a compiled module are never symbolic (their sizes do not change
+between calls; the module epoch and the held-metadata guard cover them).
+
+``InputSymbols`` is one compilation's part (made by ``GuardSet``): the symbols of its inputs,
+the ShapeEnv, and the guard expressions over them, as Python code for the generated guard
+function (``_PYTHON``: one printer per size-tree operation).
+
+Depends on ``fxloom.values.symbolic`` (loaded when a first symbol is made: sympy is not cheap)
+and ``fxloom.bytecode.sources``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fxloom.bytecode.sources import Source
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
+
+__all__ = [
+    "InputSymbols",
+    "SizePolicy",
+    "compiling",
+    "concrete",
+    "current",
+]
+
+START = ("start",)  # the place of entries that start the function (pieces: their cache key)
+
+
+@dataclass
+class SizePolicy:
+    """Per compiled function: ``mode`` (None: observed, True: all dynamic, False: all static)
+    and, for observed dynamism, the dims seen to change: (place, source expr) -> dims."""
+
+    mode: bool | None = None
+    dynamic: dict[tuple[Any, str], set[int]] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)  # "x.shape[0]: 2 -> 1", for explain()
+
+    def dims(self, place: Any, source: Source, tensor: torch.Tensor) -> frozenset[int]:
+        """The dimensions of ``tensor`` (read from ``source``) to make symbolic."""
+        if self.mode is False or not _dense(tensor):
+            return frozenset()
+        if self.mode is True:
+            return frozenset(range(tensor.dim()))
+        found = self.dynamic.get((place, source.expr))
+        return frozenset(d for d in found if d < tensor.dim()) if found else frozenset()
+
+    def observe(self, place: Any, changed: list[tuple[str, str, int, int, int]]) -> bool:
+        """Remember the dims that ``changed`` ((expr, text, dim, old, new) from
+        ``GuardSet.changed_sizes``) as dynamic; whether any was new."""
+        if self.mode is not None:
+            return False
+        grew = False
+        for expr, text, dim, old, new in changed:
+            dims = self.dynamic.setdefault((place, expr), set())
+            if dim not in dims:
+                dims.add(dim)
+                grew = True
+                self.history.append(f"{text}.shape[{dim}]: {old} -> {new} (now symbolic)")
+        return grew
+
+
+# The compilation running now: (policy, place). Compilations do not nest (a compiled function
+# called inside another's capture is interpreted, not compiled), but a stack costs nothing.
+_ACTIVE: list[tuple[SizePolicy, Any]] = []
+
+
+@contextlib.contextmanager
+def compiling(policy: SizePolicy | None, place: Any = START) -> Iterator[None]:
+    """Capture inside the block makes the sizes ``policy`` names at ``place`` symbolic."""
+    if policy is None:
+        yield
+        return
+    _ACTIVE.append((policy, place))
+    try:
+        yield
+    finally:
+        _ACTIVE.pop()
+
+
+def current() -> InputSymbols | None:
+    """The symbols of a new ``GuardSet``: None outside a compilation with a size policy."""
+    if not _ACTIVE:
+        return None
+    policy, place = _ACTIVE[-1]
+    if policy.mode is False:
+        return None
+    return InputSymbols(policy, place)
+
+
+def concrete(value: Any) -> Any:
+    """``value`` with every symbolic size in it fixed to its example's value, each by a guard
+    (``s0 == 3``): for native code and strings, which would otherwise read ``s0``."""
+    kind = type(value)
+    if kind in SYMBOLIC_TYPES:
+        return value.node.pytype(value)  # int(s0): the ShapeEnv records the specialisation
+    if (kind is tuple or kind is list or kind is torch.Size) and any(
+        type(item) in SYMBOLIC_TYPES for item in value
+    ):
+        return kind(concrete(item) for item in value)
+    return value
+
+
+@dataclass
+class _Binding:
+    source: Source
+    dim: int
+    symbol: Any  # sympy.Symbol
+    name: str  # the generated guard's local for it: ``_s0``
+
+
+class InputSymbols:
+    """One compilation's input symbols; see the module docstring."""
+
+    def __init__(self, policy: SizePolicy, place: Any) -> None:
+        self.policy = policy
+        self.place = place
+        self.env: Any = None  # made with the first symbol
+        self.bindings: list[_Binding] = []
+        self._tensors = 0
+        self._unprintable: list[Any] = []  # guard conditions checked by sympy (``_check``)
+
+    def dims(self, source: Source, tensor: torch.Tensor) -> frozenset[int]:
+        return self.policy.dims(self.place, source, tensor)
+
+    def sizes(self, source: Source, tensor: torch.Tensor, dims: frozenset[int]) -> list[Any]:
+        """``tensor``'s sizes with a new symbol for each of ``dims`` (any size: 0 and 1 too,
+        until the program decides on them)."""
+        from fxloom.values.symbolic import size_symint
+
+        env = self._env()
+        sizes: list[Any] = list(tensor.shape)
+        for dim in sorted(dims):
+            size = size_symint(env, sizes[dim], min=0, source=f"{source.text}.shape[{dim}]")
+            symbol = size.node.expr
+            self.bindings.append(_Binding(source, dim, symbol, f"_{symbol.name}"))
+            sizes[dim] = size
+        return sizes
+
+    def tensor_check(self, source: Source, tensor: torch.Tensor, dims: frozenset[int]) -> str:
+        """The part of ``source``'s tensor guard on its sizes: its rank, its static sizes, and
+        each symbolic one bound to the guard's local (``(_s0 := _t0[0]) >= 0``)."""
+        self._tensors += 1
+        shape = f"_t{self._tensors}"
+        checks = [f"len({shape} := {source.expr}.shape) == {tensor.dim()}"]
+        checks += [
+            f"{shape}[{d}] == {size}" for d, size in enumerate(tensor.shape) if d not in dims
+        ]
+        for binding in self.bindings:
+            if binding.source is source:
+                checks.append(f"({binding.name} := {shape}[{binding.dim}]) >= 0")
+        # Laid out as the stand-in is (``StandIn.with_sizes``): densely, in the example's order.
+        order = _dim_order(tensor)
+        if order == tuple(range(tensor.dim() - 1, -1, -1)):
+            checks.append(f"{source.expr}.is_contiguous()")
+        else:
+            checks.append(f"DENSE({source.expr}, {order})")
+        return " and ".join(checks)
+
+    def shape_guards(self) -> list[tuple[str, str]]:
+        """(Python check, text) of every condition the program's sizes were taken to meet:
+        the ShapeEnv's guards and ``torch._check`` assertions, then each symbol's range."""
+        if self.env is None:
+            return []
+        from fxloom.values.symbolic.size_trees import expr_text
+
+        names = {b.symbol.name: f"{b.source.text}.shape[{b.dim}]" for b in self.bindings}
+        found: list[tuple[str, str]] = []
+        # The program's conditions first, so that a miss names the line that decided; then
+        # each symbol's range (what the conditions narrowed it to, and what an index width did).
+        for guard in (*self.env.guards, *self.env.deferred_assertions):
+            where = f" ({guard.location}: {guard.code})" if guard.location else ""
+            found.append((self._check(guard.expr), expr_text(guard.expr, names) + where))
+        for binding in self.bindings:
+            low, high = self.env.range_of(binding.symbol)
+            text = names[binding.symbol.name]
+            if low > 0:
+                found.append((f"{binding.name} >= {int(low)}", f"{text} >= {int(low)}"))
+            if high.is_finite:
+                found.append((f"{binding.name} <= {int(high)}", f"{text} <= {int(high)}"))
+        return found
+
+    def _check(self, expr: Any) -> str:
+        """``expr`` as a Python check; one no size tree encodes is evaluated by sympy at each
+        call (slow, rare, and never skipped)."""
+        try:
+            return python_code(expr)
+        except Exception:
+            index = len(self._unprintable)
+            self._unprintable.append(expr)
+            symbols = ", ".join(f"{b.symbol.name!r}: {b.name}" for b in self.bindings)
+            return f"HOLDS(EXPRS[{index}], {{{symbols}}})"
+
+    def why_static(self) -> list[str]:
+        """A line per symbol the program fixed to one value: ``x.shape[0] == 3: file:line: code``."""
+        if self.env is None:
+            return []
+        import sympy
+
+        symbols = {b.symbol: f"{b.source.text}.shape[{b.dim}]" for b in self.bindings}
+        lines = []
+        for guard in self.env.guards:
+            expr = guard.expr
+            if isinstance(expr, sympy.Eq) and expr.free_symbols <= set(symbols):
+                if len(expr.free_symbols) == 1 and (expr.lhs.is_Number or expr.rhs.is_Number):
+                    (symbol,) = expr.free_symbols
+                    value = expr.rhs if expr.rhs.is_Number else expr.lhs
+                    lines.append(
+                        f"{symbols[symbol]} == {value}: {guard.location}: {guard.code}".rstrip(": ")
+                    )
+        return lines
+
+    def namespace(self) -> dict[str, Any]:
+        if self.env is None:
+            return {}
+        return {"FLOOR": _floor, "CEIL": _ceil, "FRACTION": _fraction, "DENSE": _dense_in,
+                "HOLDS": _holds, "EXPRS": self._unprintable}  # fmt: skip
+
+    def _env(self) -> Any:
+        if self.env is None:
+            self.env = _located_shape_env()
+        return self.env
+
+
+# ------------------------------------------------------------------ the ShapeEnv's lines
+_LOCATED: list[type] = []
+
+
+def _located_shape_env() -> Any:
+    """A ShapeEnv whose guards name the interpreted program's line (the one being run by the
+    bytecode interpreter), not the Python frame that called the compiled function."""
+    if not _LOCATED:
+        from fxloom.values.symbolic import ShapeEnv
+
+        class LocatedShapeEnv(ShapeEnv):
+            def __init__(self) -> None:
+                super().__init__()
+                # A size of 1 stays symbolic through broadcasting (see ShapeEnv); an operator
+                # whose assertions then fail for the example runs again without it
+                # (``GraphBuilder.call``), deciding by the example's value under a guard.
+                self.backed_size_oblivious = True
+
+            @contextlib.contextmanager
+            def by_example(self) -> Iterator[None]:
+                """Inside the block, ``guard_or_false`` questions are guarded by the example."""
+                saved = self.backed_size_oblivious
+                self.backed_size_oblivious = False
+                try:
+                    yield
+                finally:
+                    self.backed_size_oblivious = saved
+
+            def evaluate(self, expr: Any, hint: Any, *, size_oblivious: bool = False) -> Any:
+                before = len(self.guards)
+                try:
+                    return super().evaluate(expr, hint, size_oblivious=size_oblivious)
+                finally:
+                    _relocate(self.guards, before)
+
+            def defer_assertion(self, expr: Any) -> bool:
+                before = len(self.deferred_assertions)
+                try:
+                    return super().defer_assertion(expr)
+                finally:
+                    _relocate(self.deferred_assertions, before)
+
+        _LOCATED.append(LocatedShapeEnv)
+    return _LOCATED[0]()
+
+
+def _relocate(guards: list, start: int) -> None:
+    if len(guards) == start:
+        return
+    found = _interpreted_line()
+    if found is None:
+        return
+    location, code = found
+    for index in range(start, len(guards)):
+        guard = guards[index]
+        guards[index] = type(guard)(guard.expr, location, code)
+
+
+def _interpreted_line() -> tuple[str, str] | None:
+    """The user's line the bytecode interpreter is running (its innermost ``step``)."""
+    from fxloom.bytecode.interpreter import Interpreter
+
+    step = Interpreter.step.__code__
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is step:
+            interpreted = frame.f_locals.get("frame")
+            if interpreted is not None:
+                location = interpreted.location()
+                return location.short, location.code or ""
+        frame = frame.f_back
+    return None
+
+
+# ------------------------------------------------------------------ guards as Python code
+def python_code(expr: Any) -> str:
+    """A sympy condition or size over symbols ``s<n>`` as a Python expression over the guard
+    function's locals ``_s<n>`` (fully parenthesised; exact: rationals as ``Fraction``)."""
+    from fxloom.values.symbolic.size_trees import fold_tree, size_tree
+
+    return fold_tree(size_tree(expr), _PYTHON)
+
+
+def _joined(operator: str) -> Any:
+    return lambda tree, texts: "(" + f" {operator} ".join(texts) + ")"
+
+
+def _called(name: str) -> Any:
+    return lambda tree, texts: f"{name}({', '.join(texts)})"
+
+
+# size-tree operation (``fxloom.values.symbolic.size_trees``) -> its Python code.
+_PYTHON: dict[str, Any] = {
+    "integer": str,
+    "boolean": str,
+    "symbol": lambda name: f"_{name}",
+    "rational": lambda tree: f"FRACTION({tree[1]}, {tree[2]})",
+    "add": _joined("+"),
+    "mul": _joined("*"),
+    "pow": lambda tree, texts: f"({texts[0]} ** {texts[1]})",
+    "floordiv": _joined("//"),
+    "mod": _joined("%"),
+    "floor": _called("FLOOR"),
+    "ceiling": _called("CEIL"),
+    "max": _called("max"),
+    "min": _called("min"),
+    "abs": _called("abs"),
+    "eq": _joined("=="),
+    "ne": _joined("!="),
+    "lt": _joined("<"),
+    "le": _joined("<="),
+    "gt": _joined(">"),
+    "ge": _joined(">="),
+    "and": _joined("and"),
+    "or": _joined("or"),
+    "not": lambda tree, texts: f"(not {texts[0]})",
+}
+
+
+def _holds(expr: Any, values: dict[str, int]) -> bool:
+    """Whether the sympy condition ``expr`` holds for the symbols' ``values`` (by name)."""
+    import sympy
+
+    named = {symbol: sympy.Integer(values[symbol.name]) for symbol in expr.free_symbols}
+    return bool(expr.xreplace(named))
+
+
+def _floor(value: Any) -> int:
+    import math
+
+    return math.floor(value)
+
+
+def _ceil(value: Any) -> int:
+    import math
+
+    return math.ceil(value)
+
+
+def _fraction(numerator: int, denominator: int) -> Any:
+    from fractions import Fraction
+
+    return Fraction(numerator, denominator)
+
+
+def _dim_order(tensor: torch.Tensor) -> tuple[int, ...]:
+    """``tensor``'s dimensions, innermost first (``StandIn.with_sizes``'s order)."""
+    return tuple(sorted(range(tensor.dim()), key=lambda d: (tensor.stride(d), -d)))
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` fills its memory without gaps (what ``StandIn.with_sizes`` lays out)."""
+    return tensor.layout is torch.strided and _dense_in(tensor, _dim_order(tensor))
+
+
+def _dense_in(tensor: torch.Tensor, order: tuple[int, ...]) -> bool:
+    """Whether ``tensor`` is laid out densely with its dimensions in ``order``, innermost
+    first (a dimension of size 1 may have any stride)."""
+    expected = 1
+    for dim in order:
+        if tensor.size(dim) != 1 and tensor.stride(dim) != expected:
+            return False
+        expected *= tensor.size(dim)
+    return True
