@@ -88,8 +88,10 @@ class BranchBuilder(GraphBuilder):
         own = self.real_types.get(id(stand_in))
         return own if own is not None else self.outer.real_type(stand_in)
 
-    def input(self, source: Source, tensor: torch.Tensor, held: bool = False) -> StandIn:
-        return self.outer.input(source, tensor, held)  # lifted here where the branch uses it
+    def input(
+        self, source: Source, tensor: torch.Tensor, held: bool = False, sizes: list | None = None
+    ) -> StandIn:
+        return self.outer.input(source, tensor, held, sizes)  # lifted where the branch uses it
 
     def constant(self, tensor: torch.Tensor) -> StandIn:
         """A tensor of an enclosing graph, or a real tensor (held by the outermost graph),
@@ -150,6 +152,8 @@ def _captured_cond(interp: Any, args: tuple, kwargs: dict) -> tuple[list[Any], A
     bound = calls.bind_arguments(cond, args, kwargs)  # a TypeError as eager's
     pred, true_fn, false_fn, operands = (bound[name] for name in _PARAMETERS)
     check_arguments(pred, true_fn, false_fn, operands)  # eager's errors, raised where eager would
+    if isinstance(pred, torch.SymBool):  # a test of symbolic sizes: decided now, under a guard
+        pred = bool(pred)
     if isinstance(pred, bool):  # known now (guarded): nothing to choose when the graph runs
         chosen = true_fn if pred else false_fn
         return pytree.tree_flatten(calls.call(interp, chosen, tuple(operands), {}))
