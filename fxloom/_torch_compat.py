@@ -18,8 +18,6 @@ Depends on torch only (the foundation layer).
 from __future__ import annotations
 
 import contextlib
-import functools
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,83 +39,8 @@ class TorchDispatchMode(_TorchDispatchMode):
         return False
 
 
-# torch's Python operator definitions that fxloom runs on meta tensors (``torch._refs``, the
-# decompositions, the meta registrations) are wrapped in ``torch._compile._disable_dynamo``,
-# which imports ``torch._dynamo`` (1 to 2 s, most of a first ``fxloom.compile``) on the first
-# call of each, only to build the wrapper that keeps Dynamo out of it.
-_DISABLED_DEFINITIONS = (
-    "torch._refs",
-    "torch._decomp",
-    "torch._meta_registrations",
-    "torch._prims",
-)
-_dynamo_disable_deferred = False
-
-
-def defer_dynamo_disable() -> None:
-    """Let torch's Dynamo-disabled operator definitions run without importing ``torch._dynamo``
-    while this process has not imported it.
-
-    Without Dynamo there is no frame hook to disable, so calling the definition itself is what
-    torch's wrapper amounts to then. Each wrapper caches its disabled function on the
-    definition (``fn.__dynamo_disable``); this gives each one, once, a function that calls the
-    definition directly while Dynamo is absent and, once it is imported (by the user), removes
-    itself and hands the call back to torch's wrapper, which builds and caches torch's own
-    disabled function. fxloom never imports Dynamo nor calls it: it only looks in
-    ``sys.modules`` whether the user did. A torch whose wrapper has another form is left alone
-    (only slower). Idempotent; costs a few ms once.
-    """
-    global _dynamo_disable_deferred
-    if _dynamo_disable_deferred or sys.modules.get(_DYNAMO) is not None:
-        return
-    _dynamo_disable_deferred = True
-    import torch._compile
-
-    wrapper_code = getattr(torch._compile._disable_dynamo(lambda: None), "__code__", None)
-    if wrapper_code is None or "fn" not in wrapper_code.co_freevars:
-        return
-    for name in [m for m in sys.modules if m.startswith(_DISABLED_DEFINITIONS)]:
-        for value in list(vars(sys.modules[name]).values()):
-            for wrapper in _wrapped_chain(value):
-                if getattr(wrapper, "__code__", None) is wrapper_code:
-                    _defer(wrapper)
-
-
-# Looked up in sys.modules, never imported (tests/test_no_forbidden_imports.py allows this one).
-_DYNAMO = "torch._dynamo"
-
-
-def _wrapped_chain(fn: Any) -> Iterator[Any]:
-    """``fn`` and the functions it wraps (``functools.wraps``' ``__wrapped__``), outermost first."""
-    for _ in range(8):  # refs stack a few decorators; a cycle must not hang
-        if not callable(fn):
-            return
-        yield fn
-        fn = getattr(fn, "__wrapped__", None)
-
-
-def _defer(wrapper: Any) -> None:
-    cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or ()))
-    fn = cells["fn"].cell_contents
-    if getattr(fn, "__dynamo_disable", None) is not None:
-        return
-
-    @functools.wraps(fn)
-    def until_dynamo_is_imported(*args: Any, **kwargs: Any) -> Any:
-        if sys.modules.get(_DYNAMO) is None:
-            return fn(*args, **kwargs)
-        try:  # torch's wrapper builds its own disabled function from now on
-            del fn.__dynamo_disable
-        except AttributeError:  # another thread did
-            pass
-        return wrapper(*args, **kwargs)
-
-    fn.__dynamo_disable = until_dynamo_is_imported
-
-
 __all__ = [
     "TorchDispatchMode",
-    "defer_dynamo_disable",
     "MissingTorchFeature",
     "has_composite_implicit_kernel",
     "exclude_dispatch_keys",

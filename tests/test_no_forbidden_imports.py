@@ -57,9 +57,6 @@ FORBIDDEN_TORCH_APIS = (
 # The one use of torch.fx allowed (DESIGN.md's interoperability exception): source file -> name.
 ALLOWED_INTEROP = {
     "fxloom/values/fx_interop.py": "torch.fx._symbolic_trace",
-    # Whether the user imported Dynamo: torch's Python meta definitions then get their Dynamo
-    # wrapper back (``defer_dynamo_disable``); fxloom never imports or calls it.
-    "fxloom/_torch_compat.py": "torch._dynamo",
 }
 # Forbidden wherever in torch they are imported from (torch re-exports them in several places).
 # fxloom may define its own functions of these names.

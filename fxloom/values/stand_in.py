@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 
 import torch
 
-from fxloom._torch_compat import defer_dynamo_disable
 from fxloom.values.eager_checks import refuse_as_eager
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
@@ -189,7 +188,6 @@ def compute_meta(func: Any, args: tuple, kwargs: dict, *, symbolic: bool = False
     depends on data raise ``DataDependentError``; one eager would refuse on its
     inputs' dtypes raises as eager does (``fxloom.values.eager_checks``).
     """
-    defer_dynamo_disable()  # torch's Python meta definitions, without importing torch._dynamo
     meta_args = [_metas(arg) for arg in args]
     meta_kwargs = {key: _metas(value) for key, value in kwargs.items()}
     refuse_as_eager(func, meta_args, meta_kwargs)  # what the meta kernel would let through
