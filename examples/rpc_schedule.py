@@ -21,7 +21,7 @@ import torch.distributed.rpc as rpc
 from torch import nn
 
 import fxloom
-import fxloom.distributed  # makes rpc.rpc_sync a leaf of tracing and gives it its async pair
+import fxloom.distributed  # run_local, rpc_options (rpc_sync is a leaf of tracing without it)
 from fxloom.passes.schedule import schedule_async
 
 SERVICE_SECONDS = 0.004  # what the server's work and the network take, per lookup

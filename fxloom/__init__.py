@@ -15,18 +15,12 @@ Passes (shape propagation, cost, fusion, rewriting, splitting, scheduling, drawi
 ``fxloom.passes``; ``replace_pattern`` is also here, as in torch.fx.
 """
 
-# Subpackages used as `fxloom.export.export(...)` and `fxloom.passes....` after `import fxloom`.
+import importlib as _importlib
 from typing import Any
 
 from fxloom import _renamed_modules
-from fxloom import distributed as distributed
-from fxloom import export as export
 from fxloom import passes as passes
 from fxloom._version import __version__ as __version__
-from fxloom.bytecode import compiled as _bytecode
-from fxloom.bytecode.breaks import RecompileLimitError
-from fxloom.bytecode.explain import explain
-from fxloom.bytecode.marks import mark_dynamic, mark_static, maybe_mark_dynamic
 from fxloom.codegen import CodeGen, CodegenError, PythonCode
 from fxloom.cond import cond, cond_op
 from fxloom.graph import Graph
@@ -35,19 +29,51 @@ from fxloom.interpreter import Interpreter, Transformer
 from fxloom.lint import GraphLintError
 from fxloom.node import Argument, Node, Target, has_side_effect, map_aggregate, map_arg
 from fxloom.proxy import Attribute, Proxy, ProxyableClassMeta, TraceError
-from fxloom.serialize import (
-    DisallowedNameError,
-    SerializationError,
-    load,
-    register_serializable,
-    save,
-)
-from fxloom.serialize.graph_text import GraphParseError, parse_graph
-from fxloom.subgraph_rewriter import replace_pattern
 from fxloom.tracer import PH, Tracer, symbolic_trace, wrap
 
 # A pickle made before a module moved names its old path: found under it (RENAMED_MODULES).
 _renamed_modules.install()
+
+# `import fxloom` loads the core only (the IR, symbolic tracing, the interpreter); the rest
+# loads when first used (PEP 562), so starting costs what the core costs: export and the
+# distributed package bring sympy and torch.distributed, saving brings its tables, the
+# bytecode frontend its interpreter. tests/test_import_cost.py pins what `import fxloom` loads.
+# Public name -> the module defining it.
+_LAZY_NAMES = {
+    "save": "fxloom.serialize",
+    "load": "fxloom.serialize",
+    "register_serializable": "fxloom.serialize",
+    "SerializationError": "fxloom.serialize",
+    "DisallowedNameError": "fxloom.serialize",
+    "GraphParseError": "fxloom.serialize.graph_text",
+    "parse_graph": "fxloom.serialize.graph_text",
+    "replace_pattern": "fxloom.subgraph_rewriter",
+    "explain": "fxloom.bytecode.explain",
+    "mark_dynamic": "fxloom.bytecode.marks",
+    "mark_static": "fxloom.bytecode.marks",
+    "maybe_mark_dynamic": "fxloom.bytecode.marks",
+    "RecompileLimitError": "fxloom.bytecode.breaks",
+}
+# Subpackages read as `fxloom.export.export(...)` after a bare `import fxloom`.
+_LAZY_SUBPACKAGES = frozenset(
+    {"backends", "bytecode", "distributed", "export", "lower", "quantize", "serialize", "zoo"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_NAMES:
+        value = getattr(_importlib.import_module(_LAZY_NAMES[name]), name)
+    elif name in _LAZY_SUBPACKAGES:
+        value = _importlib.import_module(f"fxloom.{name}")
+    else:
+        raise AttributeError(f"module 'fxloom' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_NAMES, *_LAZY_SUBPACKAGES})
+
 
 __all__ = [
     "PH",
@@ -118,6 +144,7 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
     "Recompiles: the budget and what it says").
     """
     from fxloom.backends import Backend, get_backend
+    from fxloom.bytecode import compiled as _bytecode
 
     if isinstance(backend, (str, Backend)):
         try:

@@ -24,7 +24,20 @@ from typing import Any
 import torch
 
 # The one base class for dispatch modes (DESIGN.md allows them); torch has kept it here since 1.12.
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode as _TorchDispatchMode
+
+
+class TorchDispatchMode(_TorchDispatchMode):
+    """torch's dispatch mode base, minus its Dynamo wrapper: since torch 2.6 a subclass's
+    ``__torch_dispatch__`` is wrapped in ``torch._disable_dynamo``, whose first call imports
+    ``torch._dynamo`` (with sympy, about 1 s) and whose every call adds a Python frame. fxloom's
+    modes run outside Dynamo (nothing under fxloom/ imports it), so they keep their own method:
+    the first ``fxloom.compile`` or export then costs what fxloom does, not Dynamo's import."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
 
 __all__ = [
     "TorchDispatchMode",

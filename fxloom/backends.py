@@ -83,6 +83,7 @@ __all__ = [
     "SavedModule",
     "SavedStateError",
     "StateReader",
+    "UntranslatableNodesError",
     "StateWriter",
     "get_backend",
     "known_backends",
@@ -109,6 +110,17 @@ class RegionExamples:
     outputs: Any
     at_other_sizes: tuple[SizeRun, ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+class UntranslatableNodesError(RuntimeError):
+    """Raised by ``Backend.compile_region`` for nodes it accepted (``unsupported_reason``
+    said None) but cannot compile after all; ``nodes`` lists ``(node, reason)``, nodes of the
+    region's graph. ``fxloom.lower`` then splits the region around them: they run in PyTorch,
+    reported with the reason, and the rest of the region is compiled."""
+
+    def __init__(self, message: str, nodes: list[tuple[Any, str]]) -> None:
+        super().__init__(message)
+        self.nodes = nodes
 
 
 class SavedStateError(ValueError):

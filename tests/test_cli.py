@@ -359,3 +359,28 @@ def test_output_saves_what_the_command_made_and_says_how_to_load_it(
         expected, got = model(*inputs), load(path)(*inputs)
     tolerance = 0.1 if command[0] == "quantize" else 1e-5
     assert torch.allclose(got, expected, atol=tolerance, rtol=tolerance)
+
+
+NOTHING_LOWERS = """
+import torch
+
+
+class Spectrum(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.fft(x).real
+
+
+def make():
+    return Spectrum(), (torch.randn(4, 8),)
+"""
+
+
+def test_lower_of_a_model_nothing_of_which_lowers_exits_1_without_a_speedup(
+    tmp_path, capsys, monkeypatch
+):
+    (tmp_path / "nothing_lowers.py").write_text(NOTHING_LOWERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["lower", "nothing_lowers:make"]) == cli.EXIT_FAILURE
+    out = capsys.readouterr().out
+    assert "no operator lowered to onnxruntime" in out and "fft_fft" in out
+    assert "x)" not in out.splitlines()[-1] and "speed" not in out.lower()

@@ -55,7 +55,9 @@ FORBIDDEN_TORCH_APIS = (
     "torch._disable_functionalization",
 )
 # The one use of torch.fx allowed (DESIGN.md's interoperability exception): source file -> name.
-ALLOWED_INTEROP = {"fxloom/values/fx_interop.py": "torch.fx._symbolic_trace"}
+ALLOWED_INTEROP = {
+    "fxloom/values/fx_interop.py": "torch.fx._symbolic_trace",
+}
 # Forbidden wherever in torch they are imported from (torch re-exports them in several places).
 # fxloom may define its own functions of these names.
 FORBIDDEN_TORCH_NAMES = ("make_fx", "functionalize")

@@ -14,6 +14,7 @@ Depends on: ``fxloom.cli.model_spec``, ``fxloom.cli.timing``, ``fxloom.lower``, 
 from __future__ import annotations
 
 import argparse
+import warnings
 
 from fxloom.cli.output import add_output_argument, write_output
 from fxloom.cli.timing import TIMING_THREADS, compare_latency, pinned_threads
@@ -40,6 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"threads for torch and ONNX Runtime alike, while lowering and timing (default "
         f"{TIMING_THREADS}, so a busy machine does not skew the comparison)",
     )
+    parser.add_argument(
+        "--min-lowered",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="exit 1 when less than this share (0 to 1) of the operators runs in ONNX Runtime "
+        "(default 0: exit 1 only when none does)",
+    )
     add_output_argument(parser, "the lowered module")
 
 
@@ -49,14 +58,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from fxloom.cli.model_spec import call_model, example_inputs_of, load_model
-    from fxloom.lower.lowering import lower
+    from fxloom.lower.lowering import LoweringWarning, lower, too_little_lowered
 
     if args.threads < 1:
         raise ValueError("--threads takes a positive number")
     loaded = load_model(args.model)
     example_inputs_of(loaded, "lower translates and runs the model on them")
     model, inputs = loaded.model.eval(), loaded.inputs
-    with pinned_threads(args.threads):
+    with pinned_threads(args.threads), warnings.catch_warnings():
+        warnings.simplefilter("ignore", LoweringWarning)  # said below, with the exit status
         lowered = lower(
             model,
             inputs,
@@ -64,13 +74,19 @@ def run(args: argparse.Namespace) -> int:
             dynamic_batch=args.dynamic_batch,
             threads=args.threads,
         )
-    latency = compare_latency(
-        lambda: call_model(model, inputs), lambda: call_model(lowered, inputs), threads=args.threads
-    )
+    report = lowered.lowering_report
     console = Console()
     if not console.is_terminal:
         console.width = 160
-    console.print(lowered.lowering_report)
+    console.print(report)
+    too_little = too_little_lowered(report, args.min_lowered)
+    if too_little is not None:
+        # No speed-up is printed: what would be timed is fxloom's traced PyTorch, not the backend.
+        console.print(Text(f"fxloom lower: {too_little}", style="bold red"))
+        return 1
+    latency = compare_latency(
+        lambda: call_model(model, inputs), lambda: call_model(lowered, inputs), threads=args.threads
+    )
     console.print(Text(latency.summary(), style="bold"))
     saved = write_output(lowered, args.output)
     if saved is not None:

@@ -21,6 +21,7 @@ Depends on: ``fxloom.interpreter``, ``fxloom.passes.shape_prop``, ``fxloom.passe
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,6 +78,9 @@ class Example:
 
     seconds: dict[Node, float]
     values: dict[Node, Any]  # TensorSpec for tensors, the value itself for the rest
+    runs: int = 1  # timed runs; each node's time is its best
+    threads: int = 1  # torch's threads while timing
+    spread: float = 0.0  # how far the median run's total is above the best run's (0.1: 10%)
 
 
 def value_bytes(value: Any) -> int:
@@ -114,8 +118,17 @@ def describe(value: Any) -> Any:
     return value
 
 
-def run_example(gm: GraphModule, inputs: list[Any], repeats: int = 2) -> Example:
-    """Run ``gm``'s graph on ``inputs`` (one per placeholder) ``repeats`` times after a warm-up.
+TIMING_RUNS = 5
+TIMING_THREADS = 1
+
+
+def run_example(
+    gm: GraphModule, inputs: list[Any], repeats: int = TIMING_RUNS, threads: int = TIMING_THREADS
+) -> Example:
+    """Run ``gm``'s graph on ``inputs`` (one per placeholder) ``repeats`` times after a warm-up,
+    with torch pinned to ``threads`` threads (torch's default takes every core, and on a busy
+    machine one stage's time then rests on what else runs); each node keeps its best time,
+    and the example says how far the runs spread.
 
     The warm-up is a ``ShapeProp`` run: it leaves each node's ``tensor_meta``, so the cost
     report (``analyze_cost(gm, mode="recorded")``) needs no run of its own.
@@ -124,9 +137,19 @@ def run_example(gm: GraphModule, inputs: list[Any], repeats: int = 2) -> Example
 
     ShapeProp(gm).run(*inputs, enable_io_processing=False)
     interpreter = _TimingInterpreter(gm)
-    for _ in range(repeats):
-        interpreter.run(*inputs, enable_io_processing=False)
-    return Example(interpreter.seconds, interpreter.values)
+    totals = []
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            interpreter.run(*inputs, enable_io_processing=False)
+            totals.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(previous)
+    best, median = min(totals), statistics.median(totals)
+    spread = median / best - 1 if best > 0 else 0.0
+    return Example(interpreter.seconds, interpreter.values, repeats, threads, spread)
 
 
 def cost_report(gm: GraphModule) -> Any:

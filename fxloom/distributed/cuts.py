@@ -6,7 +6,10 @@ would name as a unit of a model: a direct child of the root (``lm_head``, ``laye
 element of a container (``transformer.h.3``, ``encoder.layer.0``, ``layer1.0``); a node
 belongs to the innermost block it ran in (``node.meta["nn_module_stack"]``), the root ("")
 when none. Candidate cuts lie between segments, so stages start and end on the module
-boundaries their names show. ``cut_at="nodes"`` makes every work node its own segment.
+boundaries their names show. A block that holds all the work (a model wrapped in a module
+whose forward calls it) is opened into its children, to any depth, so a wrapped model cuts
+at its layers as torch's ``pipeline()`` split points at any depth allow. ``cut_at="nodes"``
+makes every work node its own segment.
 
 ``choose_cuts(costs, sends, stages)`` is an exact dynamic program over contiguous partitions:
 it minimises the largest stage cost, a stage costing its segments plus what it sends to the
@@ -26,7 +29,7 @@ import torch
 from fxloom.node import Node
 from fxloom.ops.runtime_functions import is_runtime_check
 
-__all__ = ["CUT_AT", "Segment", "block_of", "choose_cuts", "segments"]
+__all__ = ["CUT_AT", "Segment", "block_of", "choose_cuts", "segments", "work_blocks"]
 
 CUT_AT = ("modules", "nodes")
 
@@ -45,8 +48,11 @@ class Segment:
     block: str
 
 
-def block_of(node: Node) -> str:
+def block_of(node: Node, opened: frozenset[str] = frozenset()) -> str:
     """The innermost block ``node`` ran in, or "" (the root's own code).
+
+    ``opened``: blocks looked into as the root is: their children are blocks (``segments``
+    opens a block that holds all the work, a model wrapped in another module).
 
     Read from ``node.meta["nn_module_stack"]`` alone (path -> (path, class), outermost
     first), so a GraphModule whose containers became plain modules still has its blocks. A
@@ -62,7 +68,9 @@ def block_of(node: Node) -> str:
     blocks = {""}
     for path in paths:
         parent = path.rpartition(".")[0]
-        if parent in paths:
+        if parent in opened and parent in blocks:
+            is_block = True
+        elif parent in paths:
             is_block = parent in blocks and _is_container(paths[parent])
         else:  # the root, or a container indexed rather than called
             is_block = parent == "" or parent.rpartition(".")[0] in blocks
@@ -89,7 +97,7 @@ def segments(work: Sequence[Node], cut_at: str) -> list[Segment]:
         raise ValueError(f"cut_at={cut_at!r}; use one of {', '.join(map(repr, CUT_AT))}")
     if cut_at == "nodes":
         return [Segment(i, i + 1, block_of(node)) for i, node in enumerate(work)]
-    blocks = _blocks_of(work)
+    blocks = work_blocks(work)
     found: list[Segment] = []
     start = 0
     for i in range(1, len(work) + 1):
@@ -99,10 +107,26 @@ def segments(work: Sequence[Node], cut_at: str) -> list[Segment]:
     return found
 
 
-def _blocks_of(work: Sequence[Node]) -> list[str]:
+def work_blocks(work: Sequence[Node]) -> list[str]:
+    """Each work node's block, a block that holds all the work (``Wrapper(model)``, whose
+    forward calls ``self.model``; a model inside a loss or task head's module) opened into
+    its children, to any depth, so that a wrapped model cuts at its layers."""
+    opened: frozenset[str] = frozenset()
+    while True:
+        blocks = _blocks_of(work, opened)
+        only = set(blocks) - {""}
+        if len(only) != 1 or only <= opened or len(work) < 2:
+            return blocks
+        deeper = _blocks_of(work, opened | only)
+        if len(set(deeper) - {""}) <= 1 and set(deeper) == set(blocks):
+            return blocks  # a leaf, or nothing inside to cut at
+        opened |= only
+
+
+def _blocks_of(work: Sequence[Node], opened: frozenset[str] = frozenset()) -> list[str]:
     """Each work node's block; a run-time check (an input check, a guard) takes the block of
     the node after it, so that checks never make a segment of their own."""
-    blocks = [block_of(node) for node in work]
+    blocks = [block_of(node, opened) for node in work]
     following = ""
     for i in range(len(work) - 1, -1, -1):
         if work[i].op == "call_function" and is_runtime_check(work[i].target):

@@ -98,8 +98,7 @@ def pipeline(
     inputs = _placeholder_values(work, args, kwargs)
     with torch.no_grad():
         example = costs.run_example(work, inputs)
-    needs_report = not callable(balance) and balance in ("flops", "memory")
-    report = costs.cost_report(work) if needs_report else None
+    report = costs.cost_report(work)  # FLOPs are reported in every balance mode
     per_node, per_byte = costs.node_costs(balance, work, example, report, bandwidth)
     work_nodes = [n for n in work.graph.nodes if n.op in cuts.WORK_OPS]
     found = cuts.segments(work_nodes, cut_at)
@@ -122,7 +121,10 @@ def pipeline(
         work, stage_of, received, flatten_output=layout is not None, dtypes=dtypes
     )
     shared_rows = _shared(modules, work, shared)
-    reports = _reports(work, stage_of, received, example, FlopCounter(work, report), modules)
+    blocks = dict(zip(work_nodes, cuts.work_blocks(work_nodes)))
+    reports = _reports(
+        work, stage_of, received, example, FlopCounter(work, report), modules, blocks
+    )
     return PipelinePlan(
         stage_modules=modules,
         stages=reports,
@@ -134,6 +136,8 @@ def pipeline(
         output_layout=layout,
         example_inputs=args,
         example_kwargs=kwargs,
+        timing=f"best of {example.runs} runs at {example.threads} thread"
+        f"{'s' if example.threads != 1 else ''}, spread {example.spread:.0%}",
     )
 
 
@@ -294,18 +298,19 @@ def _reports(
     example: costs.Example,
     counter: FlopCounter,
     modules: list[GraphModule],
+    blocks: dict[Node, str],
 ) -> list[StageReport]:
     count = len(received)
     reports = []
     for stage in range(count):
         nodes = [n for n in work.graph.nodes if stage_of.get(n) == stage and n.op in cuts.WORK_OPS]
-        named = [n for n in nodes if not _is_check(n) and cuts.block_of(n)] or nodes
+        named = [n for n in nodes if not _is_check(n) and blocks.get(n)] or nodes
         sent = received[stage + 1] if stage + 1 < count else []
         reports.append(
             StageReport(
                 index=stage,
-                first=cuts.block_of(named[0]) if named else "",
-                last=cuts.block_of(named[-1]) if named else "",
+                first=blocks.get(named[0], "") if named else "",
+                last=blocks.get(named[-1], "") if named else "",
                 nodes=len(nodes),
                 parameter_bytes=sum(
                     p.numel() * p.element_size() for p in modules[stage].parameters()

@@ -92,6 +92,7 @@ class PipelinePlan:
     output_layout: OutputLayout | None = None
     example_inputs: tuple[Any, ...] = ()
     example_kwargs: dict[str, Any] = field(default_factory=dict)
+    timing: str = ""  # how the stages' times were measured: runs, threads, spread
     _groups: dict[int, Any] | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ figures
@@ -272,7 +273,8 @@ class PlanReport:
         plan = self.plan
         table = Table(
             title=f"pipeline: {len(plan.stages)} stages, balanced by {plan.balance}; "
-            f"balance (max/mean time) {plan.balance_ratio:.2f}",
+            f"balance (max/mean time) {plan.balance_ratio:.2f}"
+            + (f"; times: {plan.timing}" if plan.timing else ""),
             title_justify="left",
         )
         for column in ("stage", "modules", "nodes", "FLOPs", "params", "time ms", "sends"):

@@ -1,8 +1,9 @@
 """Program scheduling on ``torch.distributed.rpc``: blocking remote calls overlapped with local work.
 
 A model that fetches from a parameter server usually makes the blocking call right before
-it needs the value, so the process sits idle for the round trip. Importing
-``fxloom.distributed`` does two things for such models:
+it needs the value, so the process sits idle for the round trip. fxloom does two things for
+such models (declared in tables, ``fxloom.tracing.wrapped.LIBRARY_LEAVES`` and
+``fxloom.passes.schedule.LIBRARY_ASYNC_CALLS``: no import of this module is needed):
 
 * ``rpc.rpc_sync`` and ``rpc.rpc_async`` become leaves of symbolic tracing: a traced
   model's ``rpc.rpc_sync("ps", lookup, args=(ids,))`` (or a bare ``rpc_sync`` imported
@@ -14,7 +15,7 @@ it needs the value, so the process sits idle for the round trip. Importing
   arguments exist and waits for it just before its result is used (tracing and
   scheduling need no rpc agent; running does)::
 
-    >>> import torch, fxloom, fxloom.distributed
+    >>> import torch, fxloom
     >>> import torch.distributed.rpc as rpc
     >>> from fxloom.passes.schedule import schedule_async
     >>> def lookup(ids):  # runs on the parameter server "ps"
@@ -45,18 +46,15 @@ A graph that calls ``torch.distributed.rpc`` is refused by ``fxloom.save``: load
 must not reach other processes unless the user allows each function it calls
 (``fxloom.register_serializable``).
 
-Depends on: ``torch.distributed.rpc``, ``fxloom.passes.schedule``, the tracing registry.
+Depends on: ``torch.distributed.rpc``, ``fxloom.passes.schedule``.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import torch
 
-from fxloom.passes.schedule import register_async
-from fxloom.tracing.wrapped import wrap_library_function
+# The wait lives with the pass that pairs it (``LIBRARY_ASYNC_CALLS``); it is public here.
+from fxloom.passes.schedule import rpc_wait
 
 __all__ = ["rpc_available", "rpc_wait"]
 
@@ -68,30 +66,3 @@ def rpc_available() -> bool:
     from torch.distributed import rpc
 
     return rpc.is_available()
-
-
-def rpc_wait(handle: torch.futures.Future) -> Any:
-    """The value of a remote call started by ``rpc_async``: waits for it, raising its error.
-
-    >>> done = torch.futures.Future()
-    >>> done.set_result(3)
-    >>> rpc_wait(done)
-    3
-    """
-    return handle.wait()
-
-
-def _register() -> None:
-    """Make the rpc calls leaves of tracing and give rpc_sync its non-blocking pair."""
-    wrap_library_function(rpc_wait, sys.modules[__name__])
-    if not rpc_available():
-        return
-    from torch.distributed import rpc
-    from torch.distributed.rpc import api
-
-    for call in (rpc.rpc_sync, rpc.rpc_async):
-        wrap_library_function(call, rpc, api)
-    register_async(rpc.rpc_sync, rpc.rpc_async, rpc_wait)
-
-
-_register()

@@ -21,22 +21,28 @@ the functional rewrite are fxloom's own (``capture``, ``functionalize``); none o
 compiler, fake-tensor or functionalization machinery is used.
 """
 
-from fxloom.export.signature import (
-    ConstantArgument,
-    ExportGraphSignature,
-    InputKind,
-    InputSpec,
-    OutputKind,
-    OutputSpec,
-    TensorArgument,
-)
-from fxloom.values.stand_in import DataDependentError, StandIn
-from fxloom.values.symbolic.dims import DerivedDim, Dim, DimHint, dims
-from fxloom.values.symbolic.dynamic_shapes import DynamicShapesError
+import importlib as _importlib
+import sys as _sys
+import types as _types
+from typing import Any
 
-# The capture and what it needs (sympy, torch's decomposition tables) load on first use:
-# importing this package for ``Dim`` or ``StandIn`` exports nothing.
+# name -> the module defining it, imported when the name is first read (PEP 562): importing
+# this package, or any module under it, costs nothing more; ``export`` brings sympy then.
 _LAZY = {
+    "ConstantArgument": "fxloom.export.signature",
+    "ExportGraphSignature": "fxloom.export.signature",
+    "InputKind": "fxloom.export.signature",
+    "InputSpec": "fxloom.export.signature",
+    "OutputKind": "fxloom.export.signature",
+    "OutputSpec": "fxloom.export.signature",
+    "TensorArgument": "fxloom.export.signature",
+    "DerivedDim": "fxloom.values.symbolic.dims",
+    "Dim": "fxloom.values.symbolic.dims",
+    "DimHint": "fxloom.values.symbolic.dims",
+    "dims": "fxloom.values.symbolic.dims",
+    "DynamicShapesError": "fxloom.values.symbolic.dynamic_shapes",
+    "DataDependentError": "fxloom.values.stand_in",
+    "StandIn": "fxloom.values.stand_in",
     "ExportError": "fxloom.export.capture",
     "export": "fxloom.export.exporter",
     "UnsupportedOpError": "fxloom.export.functionalize",
@@ -49,15 +55,31 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'fxloom.export' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+class _Package(_types.ModuleType):
+    """This package, where importing a module by a public name's old path (``dims``, which
+    ``fxloom._renamed_modules`` maps to ``fxloom.export.sizes.dims``) leaves the name the
+    function: the import system sets the package's attribute to the module it imports."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, _types.ModuleType) and _LAZY.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [

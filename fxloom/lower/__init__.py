@@ -24,7 +24,7 @@ from fxloom.lower import (  # noqa: F401 -- importing the families registers the
     onnx_ops_nn,
     onnx_ops_shapes,
 )
-from fxloom.lower.lowering import LoweringError, lower
+from fxloom.lower.lowering import LoweringError, LoweringWarning, lower
 from fxloom.lower.onnx_ops import ONNX_TRANSLATIONS, UnsupportedArgument
 from fxloom.lower.onnx_translate import (
     TranslationContext,
@@ -38,6 +38,7 @@ from fxloom.lower.runtime import OrtModule
 
 __all__ = [
     "LoweringError",
+    "LoweringWarning",
     "OnnxRuntimeBackend",
     "ONNX_TRANSLATIONS",
     "OrtModule",

@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -61,7 +62,7 @@ import torch
 from torch import nn
 
 from fxloom._format import describe_target
-from fxloom.backends import Backend, RegionExamples, get_backend
+from fxloom.backends import Backend, RegionExamples, UntranslatableNodesError, get_backend
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, run_failed, runs_for, same_number
@@ -72,7 +73,7 @@ from fxloom.passes.captured import call_inputs, model_name, module_to_transform
 from fxloom.pytree import tree_flatten
 from fxloom.source_location import source_location
 
-__all__ = ["LoweringError", "lower"]
+__all__ = ["LoweringError", "LoweringWarning", "lower", "too_little_lowered"]
 
 REGION_PREFIX = "_run_on_acc_"
 
@@ -94,6 +95,7 @@ def lower(
     concrete_args: dict[str, Any] | None = None,
     rtol: float = 1e-3,
     atol: float = 1e-4,
+    min_lowered: float = 0.0,
 ) -> GraphModule:
     """Lower the supported regions of a model to a backend (see the module docstring).
 
@@ -119,6 +121,9 @@ def lower(
             operators between regions, spinning is off and the sessions take
             ``torch.get_num_threads()`` threads, so ONNX Runtime's idle workers do not take
             the cores PyTorch needs. The report's notes say which was chosen.
+        min_lowered: the share of operators (0 to 1) below which ``lower`` warns
+            (``LoweringWarning``, naming the regions and operators left and why); a model of
+            which no operator lowered always warns. ``fxloom lower`` exits 1 there.
         spinning: whether ONNX Runtime's worker threads spin between calls; None decides as
             ``threads`` describes (on when one region covers the model). A benchmark that
             interleaves the lowered model with other work may want it off.
@@ -150,24 +155,31 @@ def lower(
         model_or_gm, example_inputs, consumer="fxloom.lower", concrete_args=concrete_args
     )
     _propagate_shapes(gm, inputs)
-    support = _Support(gm, backend.unsupported_reason)
-    split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)  # keeps gm's convention
-    _drop_unused_regions(split)
-    seen = _record_regions(split, inputs)
     runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
-    region_runs, fixed = _regions_at_sizes(split, seen, runs)
-    settings, setting_note = backend.lowering_settings(
-        whole_model=_one_region_covers(split), threads=threads, spinning=spinning
-    )
-    examples = {
-        name: RegionExamples(name, args, outputs, tuple(region_runs[name]), settings)
-        for name, (args, outputs) in seen.items()
-    }
-    regions = [
-        _lower_region(backend, split, examples[name], fixed.get(name))
-        for name in _region_names(split)
-        if name in examples  # a region never run on the examples (dead code) stays as it is
-    ]
+    support = _Support(gm, backend.unsupported_reason)
+    for _ in range(MAX_SPLIT_ROUNDS):
+        split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)  # keeps gm's convention
+        _drop_unused_regions(split)
+        seen = _record_regions(split, inputs)
+        region_runs, fixed = _regions_at_sizes(split, seen, runs)
+        settings, setting_note = backend.lowering_settings(
+            whole_model=_one_region_covers(split), threads=threads, spinning=spinning
+        )
+        examples = {
+            name: RegionExamples(name, args, outputs, tuple(region_runs[name]), settings)
+            for name, (args, outputs) in seen.items()
+        }
+        lowered = [
+            _lower_region(backend, split, examples[name], fixed.get(name))
+            for name in _region_names(split)
+            if name in examples  # a region never run on the examples (dead code) stays as it is
+        ]
+        regions = [region for region, _ in lowered]
+        # A node the backend accepted but could not translate: split the region around it
+        # (it runs in PyTorch, reported with the translator's reason), not the whole region.
+        untranslatable = {name: reason for _, failed in lowered for name, reason in failed}
+        if not support.refuse(untranslatable):
+            break
     left = tuple(_left_node(node, reason) for node, reason in support.reasons.items())
     guards = len(support.guards)
     notes = (f"{guards} run-time check(s) (guards, input checks) run in PyTorch",) if guards else ()
@@ -178,10 +190,41 @@ def lower(
         eager = gm if isinstance(model_or_gm, ExportedProgram) else model_or_gm  # runs as given
         report = _checked(eager, split, inputs, report, concrete_args, rtol, atol)
     split.lowering_report = report
+    too_little = too_little_lowered(report, min_lowered)
+    if too_little is not None:
+        warnings.warn(too_little, LoweringWarning, stacklevel=2)
     return split
 
 
+class LoweringWarning(UserWarning):
+    """``lower`` ran less of the model in the backend than asked (``min_lowered``), or none."""
+
+
+def too_little_lowered(report: LoweringReport, min_lowered: float = 0.0) -> str | None:
+    """Why ``report`` lowered too little: none of its operators, or a share below
+    ``min_lowered``; None when enough ran in the backend."""
+    total = report.nodes_lowered + report.nodes_in_pytorch
+    if total == 0:
+        return None
+    share = report.nodes_lowered / total
+    if report.nodes_lowered and share >= min_lowered:
+        return None
+    reasons = [f"{region.name}: {region.reason}" for region in report.regions if not region.lowered]
+    reasons += [f"%{left.name} ({left.op}): {left.reason}" for left in report.left[:3]]
+    more = len(report.left) - 3
+    listed = "; ".join(reasons) + (f"; and {more} more operators" if more > 0 else "")
+    return (
+        f"{report.model}: {report.nodes_lowered} of {total} operators lowered to "
+        f"{report.backend} ({share:.0%}, below the {min_lowered:.0%} asked)"
+        if report.nodes_lowered
+        else f"{report.model}: no operator lowered to {report.backend}"
+    ) + f": {listed or 'see the report'}"
+
+
 _ENDS = ("placeholder", "output")
+# How many times a model is split again around nodes the translator refused (each round
+# moves at least one node to PyTorch; a model needing more keeps its last regions' reports).
+MAX_SPLIT_ROUNDS = 8
 
 
 def _drop_unused_regions(split: GraphModule) -> None:
@@ -225,10 +268,29 @@ class _Support:
         self.unsupported_reason = unsupported_reason
         self.reasons: dict[Node, str] = {}  # unsupported operators, in graph order
         self.guards: list[Node] = []
+        self.untranslatable: dict[
+            str, str
+        ] = {}  # node name -> why the backend's translator refused it
+        self._by_name = {node.name: node for node in gm.graph.nodes}
+
+    def refuse(self, untranslatable: dict[str, str]) -> bool:
+        """Mark the nodes named in ``untranslatable`` (name -> the translator's reason)
+        unsupported, for the next split; whether any was new."""
+        new = {
+            name: reason
+            for name, reason in untranslatable.items()
+            if name in self._by_name and self._by_name[name] not in self.reasons
+        }
+        self.untranslatable.update(new)
+        return bool(new)
 
     def __call__(self, node: Node) -> bool:
         if node.op == "call_function" and stays_on_host(node.target):
-            self.guards.append(node)  # a run-time check: cheap, kept a check, before regions
+            if node not in self.guards:
+                self.guards.append(node)  # a run-time check: cheap, kept a check, before regions
+            return False
+        if node.name in self.untranslatable:
+            self.reasons[node] = f"translation failed: {self.untranslatable[node.name]}"
             return False
         try:
             reason = self.unsupported_reason(node, self.gm)
@@ -318,7 +380,9 @@ def _fixed_reason(run: SizeRun, args: tuple, other: tuple | None) -> str | None:
 
 def _lower_region(
     backend: Backend, split: GraphModule, examples: RegionExamples, fixed: str | None = None
-) -> RegionReport:
+) -> tuple[RegionReport, list[tuple[str, str]]]:
+    """The region's report, and the nodes the backend's translator refused (name, reason):
+    ``lower`` splits the region again around them."""
     name = examples.name
     region: GraphModule = getattr(split, name)
     nodes = tuple(
@@ -328,21 +392,27 @@ def _lower_region(
     ops = dict(Counter(describe_target(n, "label") for n in nodes))
     why_not = fixed or backend.not_worth_compiling(region)
     if why_not is not None:
-        return RegionReport(name, names, ops, lowered=False, reason=why_not)
+        return RegionReport(name, names, ops, lowered=False, reason=why_not), []
     start = time.perf_counter()
     try:
         replacement = backend.compile_region(region, examples)
-    except Exception as error:  # any failure keeps the region in PyTorch, reported
+    except UntranslatableNodesError as error:  # split again around these nodes (``lower``)
+        failed = [(node.name, reason) for node, reason in error.nodes]
+        named = ", ".join(f"%{node_name}" for node_name, _ in failed)
+        reason = f"translation failed at {named}: {failed[0][1]}" if failed else str(error)
+        return RegionReport(name, names, ops, lowered=False, reason=reason), failed
+    except Exception as error:  # any other failure keeps the region in PyTorch, reported
         first = (str(error).strip().splitlines() or [""])[0]
         reason = f"translation failed: {type(error).__name__}: {first}"
-        return RegionReport(name, names, ops, lowered=False, reason=reason)
+        return RegionReport(name, names, ops, lowered=False, reason=reason), []
     # The split is lowering's own module: its region is replaced in the table directly, as
     # ``attr_path`` installs, without torch's global registration hooks, which report changes
     # to the user's modules (fxloom.compile counts them: its entries would never hold).
     split._modules[name] = replacement
-    return RegionReport(
+    report = RegionReport(
         name, names, ops, lowered=True, translate_seconds=time.perf_counter() - start
     )
+    return report, []
 
 
 def _left_node(node: Node, reason: str) -> LeftNode:

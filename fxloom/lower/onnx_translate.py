@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from fxloom._format import describe_target
+from fxloom.backends import UntranslatableNodesError
 from fxloom.export.program import ExportedProgram
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, dim_names, run_failed, runs_for
@@ -64,11 +65,10 @@ __all__ = [
 ]
 
 
-class UnsupportedNodeError(RuntimeError):
+class UnsupportedNodeError(UntranslatableNodesError):
     """Some nodes of a graph have no ONNX translation; ``nodes`` lists ``(node, reason)``."""
 
     def __init__(self, unsupported: list[tuple[Node, str]]) -> None:
-        self.nodes = unsupported
         lines = [f"{len(unsupported)} node(s) cannot be translated to ONNX:"]
         for node, reason in unsupported:
             lines.append(f"  %{node.name} ({describe_target(node)}): {reason}")
@@ -79,7 +79,7 @@ class UnsupportedNodeError(RuntimeError):
             "Register a handler in fxloom.lower.ONNX_TRANSLATIONS, or lower the model with "
             "fxloom.lower.lower, which leaves unsupported nodes in PyTorch."
         )
-        super().__init__("\n".join(lines))
+        super().__init__("\n".join(lines), unsupported)
 
 
 class TranslationContext:

@@ -40,7 +40,8 @@ so the remote work runs while the program does everything in between::
     tensor([11., 11.])
 
 Declare pairs for every call with ``register_async(blocking, start, wait)``, or
-per call with the ``pairs`` argument (it wins over the registry). In a traced
+per call with the ``pairs`` argument (it wins over the registry). ``torch.distributed.rpc``'s
+``rpc_sync`` is known already (``LIBRARY_ASYNC_CALLS``: ``rpc_wait(rpc_async(...))``). In a traced
 module, a blocking function shows up as a ``call_function`` node when it is a
 leaf of tracing: register it with ``fxloom.wrap``.
 
@@ -69,6 +70,7 @@ Depends on: the IR and ``_ordering``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,7 +84,14 @@ from fxloom.passes._ordering import (
 )
 from fxloom.passes.captured import captured_module
 
-__all__ = ["ASYNC_CALLS", "AsyncPair", "register_async", "schedule_async"]
+__all__ = [
+    "ASYNC_CALLS",
+    "LIBRARY_ASYNC_CALLS",
+    "AsyncPair",
+    "register_async",
+    "rpc_wait",
+    "schedule_async",
+]
 
 # meta keys saying where a node came from; the start half inherits them
 _PROVENANCE_KEYS = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack")
@@ -98,6 +107,37 @@ class AsyncPair:
 
 # blocking function -> its non-blocking halves; extend with register_async
 ASYNC_CALLS: dict[Callable[..., Any], AsyncPair] = {}
+
+
+def rpc_wait(handle: Any) -> Any:
+    """The value of a remote call started by ``rpc_async``: waits for it, raising its error.
+
+    >>> import torch
+    >>> done = torch.futures.Future()
+    >>> done.set_result(3)
+    >>> rpc_wait(done)
+    3
+    """
+    return handle.wait()
+
+
+# Library calls whose non-blocking form fxloom knows: (module, blocking, start), waited on by
+# ``rpc_wait``. A table read by ``schedule_async``, found among imported modules (torch
+# imports torch.distributed.rpc itself), so no import of fxloom.distributed is needed for it.
+LIBRARY_ASYNC_CALLS: tuple[tuple[str, str, str], ...] = (
+    # rpc_sync(to, func, args, kwargs, timeout) is rpc_wait(rpc_async(to, func, args, kwargs, timeout))
+    ("torch.distributed.rpc.api", "rpc_sync", "rpc_async"),
+)
+
+
+def _library_pairs() -> dict[Callable[..., Any], AsyncPair]:
+    """The rows of ``LIBRARY_ASYNC_CALLS`` whose library is here (torch built with rpc)."""
+    pairs = {}
+    for module_name, blocking, start in LIBRARY_ASYNC_CALLS:
+        module = sys.modules.get(module_name)
+        if hasattr(module, blocking) and hasattr(module, start):
+            pairs[getattr(module, blocking)] = AsyncPair(getattr(module, start), rpc_wait)
+    return pairs
 
 
 def register_async(
@@ -138,10 +178,11 @@ def schedule_async(
     """Split blocking calls of ``gm`` into start/wait and overlap them; see the module docstring.
 
     ``pairs`` maps a blocking function to its ``(start, wait)`` pair, on top of
-    ``ASYNC_CALLS`` (``register_async``). Returns ``gm``, edited in place.
+    ``ASYNC_CALLS`` (``register_async``) and ``LIBRARY_ASYNC_CALLS``. Returns ``gm``, edited
+    in place.
     """
     gm = captured_module(gm, "schedule_async")
-    table = dict(ASYNC_CALLS)
+    table = {**_library_pairs(), **ASYNC_CALLS}
     for blocking, halves in (pairs or {}).items():
         table[blocking] = _pair(blocking, halves)  # validated before anything changes
     graph = gm.graph

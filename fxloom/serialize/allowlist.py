@@ -69,7 +69,7 @@ MISSING = attr_path.MISSING
 _MODULE_CLASS_PACKAGES = ("torch.nn.", "torch.ao.nn.", "fxloom.")
 # Where the functions that talk to other processes live (rpc calls, their waits, collectives):
 # saving refuses them with a reason of their own.
-_REMOTE_CALLS = ("torch.distributed.", "fxloom.distributed.rpc.")
+_REMOTE_CALLS = ("torch.distributed.", "fxloom.distributed.rpc.", "fxloom.passes.schedule.rpc_wait")
 
 # Names users allowed, both ways.
 _REGISTERED: dict[str, Any] = {}

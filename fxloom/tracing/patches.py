@@ -52,7 +52,7 @@ from fxloom.tracing.patcher import (
     original_module_getattr,
     unwrapped,
 )
-from fxloom.tracing.wrapped import library_functions, wrapped_names
+from fxloom.tracing.wrapped import library_functions, register_library_leaves, wrapped_names
 from fxloom.values.fx_interop import fx_wrapped_names
 
 if TYPE_CHECKING:
@@ -200,6 +200,7 @@ def _autowrap_ids(tracer: Tracer) -> set[int]:
         if callable(value) and not isinstance(value, type)
     }
     ids |= {id(unwrapped(fn)) for fn in tracer.autowrap_functions}
+    register_library_leaves()  # declared ones, before reading the registry
     ids.update(library_functions)  # their originals: registered unwrapped
     ids |= {id(unwrapped(getattr(torch, name))) for name in TENSOR_FACTORIES}
     return ids

@@ -2,9 +2,12 @@
 
 Two kinds of registration: ``wrap`` names a global of the calling module (torch.fx's rule);
 ``wrap_library_function`` registers a library's function wherever traced code reaches it.
+``LIBRARY_LEAVES`` declares the library functions fxloom itself makes leaves (torch's rpc
+calls): a table read when a trace starts, not registrations made by importing a module, so a
+trace records them whether or not ``fxloom.distributed`` was imported.
 
 Depends on nothing of fxloom; ``patches`` reads ``wrapped_names`` and ``library_functions``
-when a trace starts.
+(after ``register_library_leaves``) when a trace starts.
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["library_functions", "wrap", "wrap_library_function", "wrapped_names"]
+__all__ = [
+    "LIBRARY_LEAVES",
+    "library_functions",
+    "register_library_leaves",
+    "wrap",
+    "wrap_library_function",
+    "wrapped_names",
+]
 
 # (globals dict, name) of every function registered with ``wrap``, and of each module
 # attribute registered with ``wrap_library_function``.
@@ -69,3 +79,34 @@ def wrap_library_function(fn: Callable[..., Any], *modules: types.ModuleType) ->
         for name in names:
             wrapped_names[(id(globals_dict), name)] = (globals_dict, name)
     library_functions[id(fn)] = fn
+
+
+# The library functions every trace records as one call: (module defining it, its name, the
+# modules user code reaches it through as an attribute). Found among imported modules only:
+# code that calls one has imported its module (torch imports torch.distributed.rpc itself).
+LIBRARY_LEAVES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # A remote call runs elsewhere: tracing into it would send proxies over the wire.
+    (
+        "torch.distributed.rpc.api",
+        "rpc_sync",
+        ("torch.distributed.rpc", "torch.distributed.rpc.api"),
+    ),
+    (
+        "torch.distributed.rpc.api",
+        "rpc_async",
+        ("torch.distributed.rpc", "torch.distributed.rpc.api"),
+    ),
+    # The wait ``schedule_async`` pairs with rpc_async (a scheduled graph may be traced again).
+    ("fxloom.passes.schedule", "rpc_wait", ("fxloom.passes.schedule", "fxloom.distributed.rpc")),
+)
+
+
+def register_library_leaves() -> None:
+    """Register the rows of ``LIBRARY_LEAVES`` whose modules are imported (a trace calls this
+    as it starts; a row whose library is absent, torch without rpc, is skipped)."""
+    for module_name, name, reached_through in LIBRARY_LEAVES:
+        fn = getattr(sys.modules.get(module_name), name, None)
+        if fn is None:
+            continue
+        modules = [sys.modules[m] for m in reached_through if m in sys.modules]
+        wrap_library_function(fn, *(m for m in modules if vars(m).get(name) is fn))

@@ -188,6 +188,54 @@ def test_flops_balance_splits_equal_layers_evenly():
     assert plan.stages[0].flops == plan.stages[1].flops
 
 
+class Wrapped(nn.Module):
+    """A model inside another module (a loss or task head's), whose forward calls it."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).relu()
+
+
+def test_a_wrapped_model_is_cut_at_its_layers_at_any_depth():
+    layers = nn.Sequential(*[nn.Linear(64, 64) for _ in range(8)])
+    model = Wrapped(Wrapped(layers))
+    plan = pipeline(model, (torch.randn(4, 64),), stages=2, balance="flops")
+    assert [s.first for s in plan.stages] == ["model.model.0", "model.model.4"]
+    with torch.no_grad():
+        torch.testing.assert_close(run_stages(plan, torch.ones(4, 64)), model(torch.ones(4, 64)))
+
+
+def test_time_balance_reports_flops_and_how_the_times_were_measured():
+    model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(4)])
+    plan = pipeline(model, (torch.randn(4, 32),), stages=2, balance="time")
+    assert all(stage.flops > 0 for stage in plan.stages)
+    assert plan.timing.startswith("best of 5 runs at 1 thread, spread ")
+    assert "times: best of 5 runs" in str(plan.report)
+
+
+def test_timing_pins_torchs_threads_and_puts_them_back(monkeypatch):
+    from fxloom.distributed import costs
+
+    seen = []
+    original = costs._TimingInterpreter.run_node
+
+    def recording(self, node):
+        seen.append(torch.get_num_threads())
+        return original(self, node)
+
+    monkeypatch.setattr(costs._TimingInterpreter, "run_node", recording)
+    torch.set_num_threads(2)
+    try:
+        pipeline(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)), (torch.randn(2, 4),), stages=2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+    assert seen and set(seen) == {1}
+
+
 def test_a_balance_function_decides_the_cut():
     model = nn.Sequential(*[nn.Linear(16, 16) for _ in range(4)])
 

@@ -26,6 +26,7 @@ import fxloom
 from fxloom.backends import (
     BACKENDS,
     Backend,
+    UntranslatableNodesError,
     get_backend,
     register_backend,
     saved_module_rules,
@@ -295,3 +296,59 @@ def test_lower_with_onnxruntime_named_or_given_lowers_alike():
     by_default = lower(model, inputs).lowering_report
     assert by_name.summary() == by_default.summary()
     assert by_name.notes == by_default.notes
+
+
+class AcceptsSinButCannotCompileIt(Backend):
+    """Says it supports everything, then finds at compile time that it cannot compile sin:
+    as a translator meets a node its support check let through."""
+
+    name = "no_sin_after_all"
+    trainable = True
+
+    def unsupported_reason(self, node, gm):
+        return None
+
+    def compile(self, region, example_inputs):
+        refused = [
+            (node, "sin has no kernel here")
+            for node in region.graph.nodes
+            if node.op == "call_function" and node.target is torch.sin
+        ]
+        if refused:
+            raise UntranslatableNodesError("cannot compile sin", refused)
+        return Counted(region)
+
+
+def test_a_node_the_backend_cannot_compile_splits_its_region_instead_of_dropping_it():
+    backend = register_backend(AcceptsSinButCannotCompileIt())
+    try:
+
+        def middle_sin(x):
+            y = torch.relu(x) * 2 + 1
+            y = torch.sin(y)
+            return torch.tanh(y) - 3
+
+        x = torch.randn(3, 4)
+        lowered = lower(middle_sin, (x,), backend=backend.name)
+    finally:
+        del BACKENDS[backend.name]
+    report = lowered.lowering_report
+    assert [region.lowered for region in report.regions] == [True, True]
+    assert [left.op for left in report.left] == ["torch.sin"]
+    assert "sin has no kernel here" in report.left[0].reason
+    torch.testing.assert_close(lowered(x), middle_sin(x))
+
+
+def test_lowering_nothing_warns_and_names_why(relu_only):
+    def no_relu(x):
+        return torch.sin(x) + 1
+
+    with pytest.warns(fxloom.lower.LoweringWarning, match="no operator lowered to relu_only"):
+        lowered = lower(no_relu, (torch.randn(3),), backend=relu_only.name)
+    assert "relu_only runs torch.relu only" in str(lowered.lowering_report)
+
+
+def test_lowering_less_than_the_share_asked_warns(relu_only):
+    model, inputs = relu_between_linears()
+    with pytest.warns(fxloom.lower.LoweringWarning, match=r"1 of 3 operators lowered.*below"):
+        lower(model, inputs, backend=relu_only.name, min_lowered=0.5)

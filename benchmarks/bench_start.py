@@ -1,0 +1,176 @@
+"""Fast start: a fresh process to `import fxloom`, and to the first compiled `x + y`, beside Dynamo.
+
+Each case runs in a new interpreter, ``--repeats`` times (cases interleaved, so a burst of load
+on the machine hits every case alike); the tables give medians. A case's wall time runs from
+just before the parent starts the child to the moment the child has its result (read on the
+wall clock both share), so it counts the interpreter's start and every import, but not its exit.
+The child also reports when each step ended, measured from its own start:
+
+    python        the interpreter alone (``pass``)
+    torch         ``import torch``
+    fxloom        ``import torch; import fxloom``
+    fxloom x + y  ``fxloom.compile(lambda x, y: x + y)(a, b)`` after both imports
+    dynamo x + y  ``torch.compile(lambda x, y: x + y, backend="eager")(a, b)`` after ``import torch``
+
+Modules are read from bytecode caches, as from an installed package: the children write and
+read them under a scratch ``PYTHONPYCACHEPREFIX`` (the repository is not written), after one
+discarded warm-up run of each case. ``--source`` compiles every module from source instead
+(``PYTHONDONTWRITEBYTECODE``, no prefix), which is how a checkout runs with the bytecode cache
+turned off.
+
+Target (issue 35): a fresh process to the first compiled ``x + y`` in at most 1.6 s, and
+fxloom's first compile (the ``first result`` column: from the end of the imports to the
+result) at most 0.25x Dynamo's.
+
+    python benchmarks/bench_start.py [--repeats 5] [--source] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import ROOT, load_average, machine_line, noise_line, publish
+
+# Child programs: each prints one JSON object of {step: seconds since the interpreter started}
+# and the wall-clock time of its result. ``START`` is the child's own start (``-X importtime``
+# would slow the imports it measures).
+_PRELUDE = "import time\nSTART = time.time()\nSTEPS = {}\n"
+_REPORT = "import json\nprint(json.dumps({'done': time.time(), 'steps': STEPS}))\n"
+CASES: dict[str, str] = {
+    "python": "pass\n",
+    "torch": "import torch\nSTEPS['import torch'] = time.time() - START\n",
+    "fxloom": (
+        "import torch\nSTEPS['import torch'] = time.time() - START\n"
+        "import fxloom\nSTEPS['import fxloom'] = time.time() - START\n"
+    ),
+    "fxloom x + y": (
+        "import torch\nSTEPS['import torch'] = time.time() - START\n"
+        "import fxloom\nSTEPS['import fxloom'] = time.time() - START\n"
+        "a, b = torch.randn(8), torch.randn(8)\n"
+        "result = fxloom.compile(lambda x, y: x + y)(a, b)\n"
+        "assert torch.equal(result, a + b)\n"
+        "STEPS['first result'] = time.time() - START\n"
+    ),
+    "dynamo x + y": (
+        "import torch\nSTEPS['import torch'] = time.time() - START\n"
+        "a, b = torch.randn(8), torch.randn(8)\n"
+        "result = torch.compile(lambda x, y: x + y, backend='eager')(a, b)\n"
+        "assert torch.equal(result, a + b)\n"
+        "STEPS['first result'] = time.time() - START\n"
+    ),
+}
+STEPS = ("import torch", "import fxloom", "first result")
+
+
+def child_environment(source: bool) -> dict[str, str]:
+    """The children's environment: this checkout's fxloom first; bytecode cached or not."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if source:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "fxloom-bench-start")
+    return env
+
+
+def run_case(case: str, env: dict[str, str]) -> dict:
+    """One fresh process: its wall time to the result and the child's own step times."""
+    program = _PRELUDE + CASES[case] + _REPORT
+    started = time.time()
+    completed = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"case {case!r} failed:\n{completed.stderr}")
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    return {"wall": report["done"] - started, **report["steps"]}
+
+
+def measure(repeats: int, source: bool) -> dict[str, list[dict]]:
+    env = child_environment(source)
+    for case in CASES:  # warm-up: fills the bytecode cache and the OS file cache
+        run_case(case, env)
+    runs: dict[str, list[dict]] = {case: [] for case in CASES}
+    for _ in range(repeats):
+        for case in CASES:
+            runs[case].append(run_case(case, env))
+    return runs
+
+
+def _median(runs: list[dict], key: str) -> float | None:
+    values = [run[key] for run in runs if key in run]
+    return statistics.median(values) if values else None
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def report(runs: dict[str, list[dict]], source: bool, loads: tuple[float, float]) -> str:
+    rows = [
+        "| case | wall to result, median s | min | max | import torch | import fxloom "
+        "| first result | first result - imports |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    compile_cost: dict[str, float] = {}
+    for case, case_runs in runs.items():
+        walls = [run["wall"] for run in case_runs]
+        steps = [_median(case_runs, step) for step in STEPS]
+        imports = steps[1] if steps[1] is not None else steps[0]
+        after_imports = None if steps[2] is None else steps[2] - imports
+        if after_imports is not None:
+            compile_cost[case] = after_imports
+        rows.append(
+            f"| {case} | {statistics.median(walls):.3f} | {min(walls):.3f} | {max(walls):.3f} | "
+            + " | ".join(_cell(step) for step in steps)
+            + f" | {_cell(after_imports)} |"
+        )
+    first = statistics.median(run["wall"] for run in runs["fxloom x + y"])
+    ratio = compile_cost["fxloom x + y"] / compile_cost["dynamo x + y"]
+    modules = "compiled from source each run" if source else "read from bytecode caches"
+    repeats = len(runs["python"])
+    return "\n".join(
+        [
+            "## Fast start: a fresh process to the first compiled result",
+            "",
+            f"{machine_line()}. Date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+            f"Command: `python benchmarks/bench_start.py --repeats {repeats}"
+            f"{' --source' if source else ''}`: each case in a fresh interpreter, {repeats} "
+            f"runs interleaved after a warm-up run, medians; modules {modules}. Step columns: "
+            "seconds from the child's start to the end of that step.",
+            noise_line(loads, "."),
+            "",
+            *rows,
+            "",
+            f"A fresh process to fxloom's first compiled `x + y`: {first:.3f} s (target <= 1.6 s: "
+            f"{'met' if first <= 1.6 else 'not met'}); fxloom's first compile after the imports "
+            f"is {ratio:.2f}x Dynamo's (target <= 0.25x: {'met' if ratio <= 0.25 else 'not met'}).",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--source", action="store_true", help="no bytecode cache")
+    parser.add_argument("--record", action="store_true", help="append to benchmarks/RESULTS.md")
+    args = parser.parse_args(argv)
+    load_before = load_average()
+    runs = measure(args.repeats, args.source)
+    publish(report(runs, args.source, (load_before, load_average())), args.record)
+
+
+if __name__ == "__main__":
+    main()
