@@ -366,7 +366,7 @@ def test_cli_cost_accepts_a_factory_with_input_shapes(capsys):
 
 
 def test_cli_cost_errors_name_what_is_wrong(capsys):
-    assert cli.main(["cost", "no_such_model"]) == 1
+    assert cli.main(["cost", "no_such_model"]) == cli.EXIT_USAGE  # a usage error
     assert "no zoo model named 'no_such_model'" in capsys.readouterr().err
     assert cli.main(["cost", "fxloom.zoo.mlp:mlp_tiny"]) == 1
     assert "--input-shape" in capsys.readouterr().err
