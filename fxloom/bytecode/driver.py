@@ -22,7 +22,7 @@ from typing import Any
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.dynamic import compiling
-from fxloom.bytecode.entry import CacheEntry, Next, Start, compile_entry
+from fxloom.bytecode.entry import CELLS, CacheEntry, Next, Start, compile_entry
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
 
@@ -81,11 +81,10 @@ _AS_PYTHON = Interpreter(_AsPython(), native=True)
 
 
 def _frame(compiled: Any, pending: Next) -> Frame:
-    frame = Frame(
-        compiled.fn,
-        pending.locals,
-        dict(zip(compiled.fn.__code__.co_freevars, compiled.fn.__closure__ or ())),
-    )
+    code = compiled.fn.__code__
+    cells = dict(zip(code.co_freevars, compiled.fn.__closure__ or ()))
+    cells.update(zip(code.co_cellvars, pending.cells))  # the call's own, from the first piece
+    frame = Frame(compiled.fn, pending.locals, cells)
     frame.stack = pending.stack
     frame.ip = pending.index
     return frame
@@ -111,7 +110,9 @@ def drive(compiled: Any, pending: Next) -> Any:
         depth = len(frame.stack)
         key = (frame.ip, names, depth)
         values = (*frame.locals.values(), *frame.stack)
-        result = _run_piece(compiled, key, values, frame)
+        if pending.cells:  # the next piece reads and writes the same cells (``Start.cells``)
+            values = (*values, pending.cells)
+        result = _run_piece(compiled, key, values, frame, bool(pending.cells))
         if type(result) is not Next:
             return result
         pending = result
@@ -135,7 +136,7 @@ def _step_as_python(frame: Frame) -> Any:
             return None
 
 
-def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
+def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bool) -> Any:
     pieces: list[CacheEntry] | None = compiled.pieces.get(key)
     if pieces is None:
         pieces = compiled.pieces[key] = []
@@ -150,7 +151,7 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
     if len(pieces) >= compiled.recompile_limit:
         _give_up(compiled, key, frame, f"recompiled {len(pieces)} times (recompile_limit)")
         return _AS_PYTHON.run(frame)
-    parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])))
+    parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])), *((CELLS,) if cells else ()))
     sizes = getattr(compiled, "sizes", None)  # which tensor sizes are symbolic (``dynamic``)
     if pieces and sizes is not None:
         call = (values, parameters, compiled.fn.__globals__, compiled.fn.__closure__)
@@ -163,7 +164,7 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
                 values,
                 compiled.backend,
                 compiled.root,
-                Start(key[0], key[2]),
+                Start(key[0], key[2], cells),
             )
     except Break as error:
         compiled.breaks.append(error)

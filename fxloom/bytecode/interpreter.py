@@ -120,6 +120,9 @@ class Interpreter:
         self.recording = recording
         self.native = native
         self.frames: list[Frame] = []
+        # id(cell) -> where a piece after a graph break reads the frame's own cell (one of
+        # ``Next.cells``, handed on by the piece before; ``fxloom.bytecode.entry``)
+        self.cell_sources: dict[int, Any] = {}
 
     def run(self, frame: Frame, stop_at: int | None = None) -> Any:
         """Interpret ``frame`` to its return value, or (top frame only) to instruction

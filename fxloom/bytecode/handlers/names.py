@@ -116,6 +116,9 @@ def load_deref(interp, frame, instruction):
 
 
 def _cell_source(interp, frame, name: str) -> Source | None:
+    own = interp.cell_sources.get(id(frame.cells[name]))
+    if own is not None:  # a cell of the frame, made by the piece before a graph break
+        return Attr(own, "cell_contents")
     code = frame.code
     index = code.co_freevars.index(name) if name in code.co_freevars else None
     if index is None:
