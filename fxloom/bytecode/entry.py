@@ -33,6 +33,7 @@ from fxloom import pytree
 from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction handlers
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.guards import Guard, GuardSet, global_state
+from fxloom.bytecode.handlers.calling import REMADE_MANAGERS
 from fxloom.bytecode.handlers.control import ListIterator
 from fxloom.bytecode.handlers.generators import is_lazy, rebuilt
 from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
@@ -379,7 +380,9 @@ class _Emitter:
             children, context = container.flatten(value)
             items = ", ".join(self.expr(child) for child in children)
             return f"{self.constant(container.unflatten)}([{items}], {self.constant(context)})"
-        if id(value) in self.recording.created and _plain_object(value):
+        if id(value) in self.recording.created and (
+            _plain_object(value) or isinstance(value, REMADE_MANAGERS)
+        ):
             # An object the program made (a dataclass, a small class of its own): made again
             # with the same attributes, without running its __init__ a second time.
             state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())

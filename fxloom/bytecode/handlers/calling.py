@@ -19,6 +19,8 @@ import contextlib
 import sys
 import types
 
+import torch
+
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import call, refuse_unguarded
 from fxloom.bytecode.interpreter import NULL, handles
@@ -115,6 +117,27 @@ def _annotations(value):
 # themselves, nothing done on exit.
 CAPTURED_MANAGERS = frozenset((contextlib.nullcontext,))
 
+# torch's managers of global state whose switch a graph does not record (autocast is set
+# by C calls fxloom would not see; inference mode by a C++ guard object): entered and exited
+# as Python at piece boundaries, like ``_NATIVE_MANAGER_PACKAGES``' managers, so that the
+# pieces between them run under the state they switch, as eager. Grad mode is recorded
+# (``torch._C._set_grad_enabled`` is a graph effect): ``no_grad`` and the like are captured.
+STATE_AT_PIECE_BOUNDARIES = (
+    torch.amp.autocast_mode.autocast,
+    torch.autograd.grad_mode.inference_mode,
+)
+
+# torch's managers whose whole state is a ``__dict__`` of constants (grad mode saved in
+# ``prev``, autocast's device and dtypes...): one the program made and still holds at a graph
+# break (the exit of a ``with`` it is inside, pending) is made again after the piece's graph
+# with the same attributes (``entry._Emitter``), without running its ``__init__``.
+REMADE_MANAGERS = (
+    torch.autograd.grad_mode.no_grad,
+    torch.autograd.grad_mode.enable_grad,
+    torch.autograd.grad_mode.set_grad_enabled,
+    *STATE_AT_PIECE_BOUNDARIES,
+)
+
 
 class _ExitAsPython:
     """The exit of a ``with`` block whose manager runs as Python (see the module docstring)."""
@@ -129,6 +152,8 @@ class _ExitAsPython:
 
 
 def _runs_as_python(cls: type) -> bool:
+    if issubclass(cls, STATE_AT_PIECE_BOUNDARIES):
+        return True
     module = (getattr(cls, "__module__", None) or "").partition(".")[0]
     return module in _NATIVE_MANAGER_PACKAGES and cls not in CAPTURED_MANAGERS
 

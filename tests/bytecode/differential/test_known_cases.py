@@ -204,3 +204,49 @@ def f(x, y, n, s):
     return total
 """
     assert_agrees_on_every_variation(source)
+
+
+# ------------------------------------------------------------------ context managers across breaks
+def test_a_break_inside_no_grad():
+    source = """
+import torch
+
+
+def f(x, y, n, s):
+    with torch.no_grad():
+        z = x * y
+        m = float(z.sum() > 0)
+        w = z + m * n
+    return w + x, torch.is_grad_enabled()
+"""
+    assert_agrees_on_every_variation(source)
+
+
+def test_a_break_inside_autocast_on_cpu():
+    source = """
+import torch
+
+
+def f(x, y, n, s):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = x @ y
+        m = float(z.float().sum() > 0)
+        w = z @ y + m
+    return w, z
+"""
+    assert_agrees_on_every_variation(source)
+
+
+def test_a_break_inside_inference_mode():
+    source = """
+import torch
+
+
+def f(x, y, n, s):
+    with torch.inference_mode():
+        z = x * y
+        m = float(z.sum() > 0)
+        w = z + m
+    return w
+"""
+    assert_agrees_on_every_variation(source)

@@ -1,0 +1,192 @@
+"""Context managers across graph breaks: a break inside a ``with`` splits the function, and
+the manager's state holds in every piece, as in eager.
+
+Grad mode (``no_grad``, ``enable_grad``, ``set_grad_enabled``) is recorded: the piece before
+the break switches it in its graph and leaves it switched, the break's instruction runs as
+Python under it, and the next piece starts under it with the ``with``'s exit still on the
+stack (the manager made again with its saved state), so the exit restores it once. Autocast
+and inference mode, whose switches a graph does not record, are entered and exited as Python
+at piece boundaries, and the pieces between run under them. An exception inside the block
+goes to the ``with``'s exit through the exception table, as in eager.
+
+Each test compares results, ``requires_grad``, dtypes and the grad mode after the call with
+eager, and checks that something compiles.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fxloom
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def assert_same(got, want) -> None:
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+        assert (a.requires_grad, a.dtype, a.is_inference()) == (
+            b.requires_grad,
+            b.dtype,
+            b.is_inference(),
+        )
+
+
+def compiled_agrees(fn, *calls):
+    """``fxloom.compile(fn)`` gives eager's results on each call, and leaves grad mode as
+    eager does; returns the compiled function."""
+    compiled = fxloom.compile(fn)
+    for args in calls:
+        want = fn(*args)
+        mode = torch.is_grad_enabled()
+        got = compiled(*args)
+        assert torch.is_grad_enabled() == mode
+        assert_same(got, want)
+    return compiled
+
+
+def leaf(n: int = 3) -> torch.Tensor:
+    return torch.arange(float(n)).requires_grad_()
+
+
+def test_an_item_break_inside_no_grad_splits_the_function():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+            n = y.sum().item()
+            z = y + n
+        return z, x * 3
+
+    compiled = compiled_agrees(f, (leaf(),), (leaf(),), (leaf(4),))
+    assert compiled.explain().graph_count >= 2
+
+
+def test_an_item_break_inside_enable_grad_under_no_grad():
+    def f(x):
+        with torch.enable_grad():
+            y = x * 2
+            n = y.sum().item()
+            z = y + n
+        return z
+
+    with torch.no_grad():
+        compiled = compiled_agrees(f, (leaf(),), (leaf(),))
+    assert compiled.explain().graph_count >= 2
+
+
+def test_a_break_inside_set_grad_enabled():
+    def f(x, mode):
+        with torch.set_grad_enabled(mode):
+            y = x * 2
+            n = y.sum().item()
+            z = y + n
+        return z
+
+    compiled = compiled_agrees(f, (leaf(), False), (leaf(), False), (leaf(), True))
+    assert compiled.explain().graph_count >= 2
+
+
+def test_autocast_on_cpu_with_a_break_gives_eagers_dtypes():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x
+            n = y.float().sum().item()
+            z = y @ x + n
+        return z, y
+
+    compiled = compiled_agrees(f, (torch.ones(3, 3),), (torch.ones(3, 3),))
+    assert compiled(torch.ones(3, 3))[0].dtype == torch.bfloat16
+    assert compiled.explain().graph_count >= 1
+
+
+def test_autocast_without_a_break_gives_eagers_dtypes():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return x @ x
+
+    compiled = compiled_agrees(f, (torch.ones(3, 3),), (torch.ones(3, 3),))
+    assert compiled.explain().graph_count >= 1
+
+
+def test_inference_mode_with_a_break_makes_inference_tensors():
+    def f(x):
+        with torch.inference_mode():
+            y = x * 2
+            n = y.sum().item()
+            z = y + n
+        return z
+
+    compiled = compiled_agrees(f, (leaf(),), (leaf(),))
+    assert compiled(leaf()).is_inference()
+    assert compiled.explain().graph_count >= 1
+
+
+def test_an_exception_after_the_break_inside_no_grad_restores_grad_mode():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+            n = y.sum().item()
+            if n > 100:
+                raise ValueError(f"too big: {n}")
+            z = y + n
+        return z
+
+    compiled = compiled_agrees(f, (leaf(),), (leaf(),))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="too big: 380.0"):
+            compiled(leaf(20))
+        assert torch.is_grad_enabled()
+    assert compiled.explain().graph_count >= 1
+
+
+def test_an_exception_after_the_break_inside_autocast_restores_autocast():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x
+            if y.float().sum().item() > 100:
+                raise ValueError("too big")
+            z = y @ x
+        return z
+
+    compiled = fxloom.compile(f)
+    with pytest.raises(ValueError, match="too big"):
+        compiled(torch.ones(9, 9))
+    assert not torch.is_autocast_enabled("cpu")
+    assert_same(compiled(torch.ones(3, 3)), f(torch.ones(3, 3)))
+
+
+def test_an_exception_caught_inside_the_function_after_a_break_inside_no_grad():
+    def f(x):
+        try:
+            with torch.no_grad():
+                n = x.sum().item()
+                if n > 1:
+                    raise KeyError("caught")
+                y = x * n
+        except KeyError:
+            y = x * 0
+        return y, torch.is_grad_enabled()
+
+    compiled = fxloom.compile(f)
+    for size in (3, 3, 1):
+        got, want = compiled(leaf(size)), f(leaf(size))
+        assert_same(got[0], want[0])
+        assert got[1] == want[1] is True
+
+
+def test_nested_no_grad_and_enable_grad_with_a_break_in_the_inner_block():
+    def f(x):
+        with torch.no_grad():
+            a = x * 2
+            with torch.enable_grad():
+                b = x * 3
+                n = b.sum().item()
+                c = b + n
+            d = a + c
+        return a, b, c, d
+
+    compiled = compiled_agrees(f, (leaf(),), (leaf(),))
+    assert compiled.explain().graph_count >= 2
