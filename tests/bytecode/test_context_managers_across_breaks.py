@@ -15,6 +15,8 @@ eager, and checks that something compiles.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -190,3 +192,135 @@ def test_nested_no_grad_and_enable_grad_with_a_break_in_the_inner_block():
 
     compiled = compiled_agrees(f, (leaf(),), (leaf(),))
     assert compiled.explain().graph_count >= 2
+
+
+# ------------------------------------------------------------------ torch's other switches
+class DefaultDtype:
+    """A manager of the program's own that switches torch's default dtype."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __enter__(self):
+        self.prev = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self.prev)
+
+
+@pytest.mark.parametrize("with_break", [False, True], ids=["whole", "with a break"])
+def test_a_default_dtype_switch_holds_for_the_code_after_it(with_break):
+    def f(x):
+        with DefaultDtype(torch.float64):
+            y = x + torch.ones(3)
+            if with_break:
+                y = y * y.sum().item()
+        return y, torch.ones(2)
+
+    compiled = compiled_agrees(f, (torch.ones(3),), (torch.ones(3),))
+    assert torch.get_default_dtype() == torch.float32
+    assert compiled.explain().graph_count >= 1
+
+
+# ------------------------------------------------------------------ user managers
+LOG: list = []
+
+
+class Tracker:
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        LOG.append(("enter", self.name))
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        LOG.append(("exit", self.name, kind))
+        return False
+
+
+class Suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        LOG.append(("suppressed", kind))
+        return True
+
+
+@contextlib.contextmanager
+def tracked(name):
+    LOG.append(("enter", name))
+    try:
+        yield name
+    finally:
+        LOG.append(("exit", name))
+
+
+def agrees_with_log(fn, *sizes):
+    """Results and the managers' log of enters and exits as eager's, call by call."""
+    compiled = fxloom.compile(fn)
+    for size in sizes:
+        LOG.clear()
+        want = fn(torch.arange(float(size)))
+        eager_log = list(LOG)
+        LOG.clear()
+        got = compiled(torch.arange(float(size)))
+        assert LOG == eager_log
+        torch.testing.assert_close(got, want)
+    return compiled
+
+
+def test_a_user_manager_enters_and_exits_once_around_a_break():
+    def f(x):
+        with Tracker("a"):
+            y = x * 2
+            n = y.sum().item()
+            z = y + n
+        return z
+
+    compiled = agrees_with_log(f, 3, 3, 4)
+    assert compiled.explain().graph_count >= 2
+
+
+def test_a_contextmanager_generator_enters_and_exits_once_around_a_break():
+    def f(x):
+        with tracked("b") as name:
+            y = x * len(name)
+            n = y.sum().item()
+            z = y + n
+        return z
+
+    compiled = agrees_with_log(f, 3, 3, 4)
+    assert compiled.explain().graph_count >= 2
+
+
+def test_a_user_manager_that_suppresses_an_exception_raised_after_a_break():
+    def f(x):
+        y = x
+        with Suppress():
+            y = x * 2
+            if y.sum().item() > 5:
+                raise ValueError("suppressed")
+            y = y + 1
+        return y
+
+    compiled = agrees_with_log(f, 2, 2, 5, 5)
+    assert compiled.explain().graph_count >= 1
+
+
+def test_a_user_manager_sees_the_exception_raised_after_a_break():
+    def f(x):
+        with Tracker("c"):
+            if x.sum().item() > 5:
+                raise KeyError("seen")
+            return x + 1
+
+    compiled = fxloom.compile(f)
+    for _ in range(2):
+        LOG.clear()
+        with pytest.raises(KeyError):
+            compiled(torch.arange(5.0))
+        assert LOG == [("enter", "c"), ("exit", "c", KeyError)]
+    torch.testing.assert_close(compiled(torch.arange(2.0)), f(torch.arange(2.0)))
