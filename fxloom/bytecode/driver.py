@@ -23,6 +23,7 @@ from typing import Any
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.dynamic import compiling
 from fxloom.bytecode.entry import CELLS, CacheEntry, Next, Start, compile_entry
+from fxloom.bytecode.handlers.calling import runs_as_python
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
 
@@ -133,7 +134,20 @@ def _step_as_python(frame: Frame) -> Any:
         elif instruction.op == "POP_EXCEPT":
             handling -= 1
         if handling <= 0 and frame.instructions[frame.ip].op != "PUSH_EXC_INFO":
-            return None
+            if not _enters_as_python(frame):
+                return None
+
+
+def _enters_as_python(frame: Frame) -> bool:
+    """Whether the next instruction enters a ``with`` whose manager runs as Python (made by
+    the break's call: ``with tracked(...)``): that would be a break of its own, so it runs
+    here too, one piece boundary for both."""
+    instruction = frame.instructions[frame.ip]
+    return (
+        instruction.op == "BEFORE_WITH"
+        and bool(frame.stack)
+        and runs_as_python(type(frame.stack[-1]))
+    )
 
 
 def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bool) -> Any:

@@ -151,7 +151,8 @@ class _ExitAsPython:
         return self.exit(*args)
 
 
-def _runs_as_python(cls: type) -> bool:
+def runs_as_python(cls: type) -> bool:
+    """Whether a ``with`` over a ``cls`` enters and exits as Python (module docstring)."""
     if issubclass(cls, STATE_AT_PIECE_BOUNDARIES):
         return True
     module = (getattr(cls, "__module__", None) or "").partition(".")[0]
@@ -170,7 +171,7 @@ def before_with(interp, frame, instruction):
     enter, exit_ = getattr(cls, "__enter__", None), getattr(cls, "__exit__", None)
     if enter is None or exit_ is None:
         raise Break("exception", f"{cls.__qualname__} is not a context manager")
-    as_python = _runs_as_python(cls)
+    as_python = runs_as_python(cls)
     if as_python and not interp.native:
         raise Break("context-manager", f"with {cls.__qualname__}(...) in {frame.code.co_name}")
     frame.stack.pop()
