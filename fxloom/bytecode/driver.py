@@ -159,7 +159,7 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bo
             if index:
                 pieces.insert(0, pieces.pop(index))
             piece.hits += 1
-            return piece.run(*values)
+            return _run(piece, values, frame)
     if key in compiled.as_python:
         return _AS_PYTHON.run(frame)
     if len(pieces) >= compiled.recompile_limit:
@@ -188,7 +188,57 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bo
         # (a piece that stops where it starts only hands on to Python: no new break)
         compiled.breaks.append(stop)
     pieces.insert(0, piece)
-    return piece.run(*values)
+    return _run(piece, values, frame)
+
+
+def _run(piece: CacheEntry, values: tuple, frame: Frame) -> Any:
+    try:
+        return piece.run(*values)
+    except Exception as error:
+        _unwind(frame, error)
+        raise
+
+
+def _unwind(frame: Frame, error: Exception) -> None:
+    """An op of a piece's graph raised ``error`` inside ``with`` blocks entered before the
+    piece (their exits on the stack it started with, ``calling.pending_exit``): send it to
+    their exits, as Python, through the exception table, as eager does. The piece's own code
+    cannot have reached those exits (each is a piece boundary; grad mode's, recorded, only
+    switches grad mode back, harmlessly done again). Where the exception would reach code
+    that reads the function's variables (an ``except`` block; an exit that suppresses it,
+    after which the function goes on), the values the piece left are not there to give:
+    ``error`` is raised with a note saying so, never handled on stale values."""
+    instruction = frame.instructions[frame.ip]
+    if instruction.handler is None or not _with_cleanup(frame, instruction.handler.target):
+        return
+    _AS_PYTHON.frames.append(frame)
+    try:
+        _AS_PYTHON.route(frame, instruction, error)
+        while True:  # the exits, each re-raising to the next handler, to the caller
+            instruction = frame.instructions[frame.ip]
+            if instruction.op == "PUSH_EXC_INFO" and not _with_cleanup(frame, frame.ip):
+                break
+            _AS_PYTHON.step(frame, instruction)
+            if instruction.op == "WITH_EXCEPT_START" and frame.stack[-1]:
+                break  # suppressed
+    finally:
+        _AS_PYTHON.frames.pop()
+    error.add_note(
+        "fxloom: an op of a compiled graph raised this inside a with or try block that "
+        "handles it; the values the graph computed before it are gone, so fxloom cannot go "
+        "on as eager does and raises it instead (run the block as Python, or move the op "
+        "out of the compiled function)"
+    )
+
+
+def _with_cleanup(frame: Frame, index: int) -> bool:
+    """Whether instruction ``index`` starts a ``with`` block's exception cleanup."""
+    instructions = frame.instructions
+    return (
+        instructions[index].op == "PUSH_EXC_INFO"
+        and index + 1 < len(instructions)
+        and instructions[index + 1].op == "WITH_EXCEPT_START"
+    )
 
 
 def _give_up(compiled: Any, key: tuple, frame: Frame, reason: str, where: Any = None) -> None:

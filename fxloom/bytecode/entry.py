@@ -33,7 +33,7 @@ from fxloom import pytree
 from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction handlers
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.guards import Guard, GuardSet, global_state
-from fxloom.bytecode.handlers.calling import REMADE_MANAGERS
+from fxloom.bytecode.handlers.calling import REMADE_MANAGERS, pending_exit
 from fxloom.bytecode.handlers.control import ListIterator
 from fxloom.bytecode.handlers.generators import is_lazy, rebuilt
 from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
@@ -218,6 +218,8 @@ def _start_frame(
     frame.ip = start.index
     for name, value in zip(parameters[local_count:], values[local_count:]):
         frame.stack.append(value if value is NULL else _read_local(fn, interp, value, Local(name)))
+        if pending_exit(value):
+            interp.pending_exits.add(id(value))
     return frame
 
 

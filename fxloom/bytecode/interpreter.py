@@ -123,6 +123,9 @@ class Interpreter:
         # id(cell) -> where a piece after a graph break reads the frame's own cell (one of
         # ``Next.cells``, handed on by the piece before; ``fxloom.bytecode.entry``)
         self.cell_sources: dict[int, Any] = {}
+        # ids of the exits of ``with`` blocks entered before a graph break, handed on by the
+        # piece before (``fxloom.bytecode.entry``): called, they run as Python (a break)
+        self.pending_exits: set[int] = set()
 
     def run(self, frame: Frame, stop_at: int | None = None) -> Any:
         """Interpret ``frame`` to its return value, or (top frame only) to instruction

@@ -324,3 +324,44 @@ def test_a_user_manager_sees_the_exception_raised_after_a_break():
             compiled(torch.arange(5.0))
         assert LOG == [("enter", "c"), ("exit", "c", KeyError)]
     torch.testing.assert_close(compiled(torch.arange(2.0)), f(torch.arange(2.0)))
+
+
+# ------------------------------------------------------------------ an op of a graph raises
+def test_an_op_raising_in_the_graph_after_a_break_reaches_the_user_managers_exit():
+    def f(x, index):
+        with Tracker("d"):
+            n = x.sum().item()
+            return torch.index_select(x, 0, index) + n
+
+    compiled = fxloom.compile(f)
+    torch.testing.assert_close(compiled(torch.ones(3), torch.tensor([1])), torch.tensor([4.0]))
+    LOG.clear()
+    with pytest.raises(IndexError):
+        compiled(torch.ones(3), torch.tensor([7]))
+    assert LOG == [("enter", "d"), ("exit", "d", IndexError)]
+
+
+def test_an_op_raising_in_the_graph_inside_autocast_leaves_autocast_off():
+    def f(x, index):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.index_select(x @ x, 0, index)
+
+    compiled = fxloom.compile(f)
+    compiled(torch.ones(3, 3), torch.tensor([1]))
+    with pytest.raises(IndexError):
+        compiled(torch.ones(3, 3), torch.tensor([7]))
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_an_op_raising_in_the_graph_inside_a_suppressing_manager_is_raised_with_a_note():
+    def f(x, index):
+        with Suppress():
+            n = x.sum().item()
+            x = torch.index_select(x, 0, index) + n
+        return x
+
+    compiled = fxloom.compile(f)
+    compiled(torch.ones(3), torch.tensor([1]))
+    with pytest.raises(IndexError) as raised:
+        compiled(torch.ones(3), torch.tensor([7]))
+    assert any("cannot go on as eager does" in note for note in raised.value.__notes__)

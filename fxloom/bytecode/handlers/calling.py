@@ -136,7 +136,7 @@ REMADE_MANAGERS = (
     torch.autograd.grad_mode.enable_grad,
     torch.autograd.grad_mode.set_grad_enabled,
     *STATE_AT_PIECE_BOUNDARIES,
-)
+)  # (the first three: ``_GRAD_MANAGERS``)
 
 
 class _ExitAsPython:
@@ -160,8 +160,36 @@ def runs_as_python(cls: type) -> bool:
 
 
 def _exit_as_python(interp, fn, frame) -> None:
-    if type(fn) is _ExitAsPython and not interp.native:
+    if interp.native:
+        return
+    if type(fn) is _ExitAsPython:
         raise Break("context-manager", f"the exit of a with block in {frame.code.co_name}")
+    if id(fn) in interp.pending_exits:
+        raise Break(
+            "context-manager",
+            f"the exit of a with block entered before a graph break in {frame.code.co_name}",
+        )
+
+
+# Managers whose exit only switches grad mode back (``set_grad_enabled(prev)``): recorded in
+# the graph, and done again harmlessly where an op after it raises (``driver._unwind``).
+_GRAD_MANAGERS = (
+    torch.autograd.grad_mode.no_grad,
+    torch.autograd.grad_mode.enable_grad,
+    torch.autograd.grad_mode.set_grad_enabled,
+)
+
+
+def pending_exit(value) -> bool:
+    """Whether ``value``, on the stack at a graph break, is the exit of a ``with`` block whose
+    manager's exit must run once, as Python, at a piece boundary: any but grad mode's (which
+    a graph records). Run there, an op of the piece that raises cannot have run it already,
+    so the driver sends that exception to it (``driver._unwind``) as eager would."""
+    return (
+        type(value) is types.MethodType
+        and value.__name__ == "__exit__"
+        and not isinstance(value.__self__, _GRAD_MANAGERS)
+    )
 
 
 @handles("BEFORE_WITH")
