@@ -250,3 +250,54 @@ def f(x, y, n, s):
     return w
 """
     assert_agrees_on_every_variation(source)
+
+
+def test_a_break_inside_a_user_manager():
+    source = """
+LOG = []
+
+
+class Tracker:
+    def __enter__(self):
+        LOG.append("enter")
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        LOG.append("exit")
+        return False
+
+
+def f(x, y, n, s):
+    with Tracker():
+        z = x * y
+        m = float(z.sum() > 0)
+        w = z + m * s
+    return w
+"""
+    assert_agrees_on_every_variation(source)
+
+
+def test_a_break_inside_a_contextmanager_generator():
+    source = """
+import contextlib
+
+LOG = []
+
+
+@contextlib.contextmanager
+def tracked(name):
+    LOG.append(("enter", name))
+    try:
+        yield name
+    finally:
+        LOG.append(("exit", name))
+
+
+def f(x, y, n, s):
+    with tracked("b") as name:
+        z = x * len(name)
+        m = float(z.sum() > 0)
+        w = z + m * n
+    return w
+"""
+    assert_agrees_on_every_variation(source)
