@@ -154,6 +154,7 @@ def compile_entry(
 def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
     recording = Recording(root, _self_name(fn) if root is not None else None)
     interp = Interpreter(recording)
+    interp.read_handed_on = lambda value, source: _read_local(fn, interp, value, source)
     frame = _start_frame(fn, interp, parameters, values, start)
     state = global_state()
     try:
@@ -223,8 +224,9 @@ def _start_frame(
     return frame
 
 
-def _read_local(fn: types.FunctionType, interp: Interpreter, value: Any, source: Local) -> Any:
-    """A local (or stack value) handed on by the piece before: read as usual, except a
+def _read_local(fn: types.FunctionType, interp: Interpreter, value: Any, source: Any) -> Any:
+    """A value handed on by the piece before (a local, a stack value, the contents of one of
+    the call's cells): read as usual, except a
     function the call made of one of ``fn``'s nested code objects (``lambda t: t * scale``),
     new at every call, which is read by what it is made of (``_read_made_function``)."""
     if type(value) is types.FunctionType and value.__code__ in _nested_codes(fn.__code__):
@@ -247,7 +249,7 @@ def _nested_codes(code: types.CodeType) -> frozenset:
 _NESTED: dict[types.CodeType, frozenset] = {}
 
 
-def _read_made_function(interp: Interpreter, fn: types.FunctionType, source: Local) -> Any:
+def _read_made_function(interp: Interpreter, fn: types.FunctionType, source: Any) -> Any:
     """``fn``, a function the call made before the graph break, guarded by what it is made of
     instead of its identity (a recompile per call): its code and globals, its defaults (plain
     constants), and each cell of its closure, either one of the frame's own cells (the same

@@ -163,3 +163,49 @@ def test_the_closure_of_the_compiled_function_and_its_own_cells_together():
     compiled = compiled_agrees(f, (ones(3),), (ones(3),))
     assert compiled.explain().graph_count >= 1
     assert all_compiled(compiled)
+
+
+def test_a_recursive_nested_function_in_a_cell_compiles_once():
+    def f(x):
+        def fact(n):
+            return 1 if n <= 1 else n * fact(n - 1)
+
+        k = x.sum().item()
+        return x * fact(3) + k
+
+    compiled = compiled_agrees(f, (ones(3),), (ones(3),), (ones(3),))
+    assert compiled.explain().graph_count == 2  # one piece each side of the break
+    assert all_compiled(compiled)
+
+
+def test_closures_calling_closures_across_the_break_compile_once():
+    def f(x):
+        scale = 2
+
+        def helper(t):
+            return t * scale
+
+        def outer(t):
+            return helper(t) + 1
+
+        k = x.sum().item()
+        scale = 3
+        return outer(x) + k
+
+    compiled = compiled_agrees(f, (ones(3),), (ones(3),), (ones(3),))
+    assert compiled.explain().graph_count == 2
+    assert all_compiled(compiled)
+
+
+def test_a_closure_made_after_the_break_over_the_calls_cells():
+    def f(x):
+        n = x.sum().item()
+        scale = n
+        fn = lambda t: t * scale  # noqa: E731
+        scale = scale + 1
+        return fn
+
+    compiled = fxloom.compile(f)
+    for size in (3, 3):
+        torch.testing.assert_close(compiled(ones(size))(ones(2)), f(ones(size))(ones(2)))
+    assert compiled.explain().graph_count == 2
