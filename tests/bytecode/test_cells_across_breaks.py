@@ -209,3 +209,20 @@ def test_a_closure_made_after_the_break_over_the_calls_cells():
     for size in (3, 3):
         torch.testing.assert_close(compiled(ones(size))(ones(2)), f(ones(size))(ones(2)))
     assert compiled.explain().graph_count == 2
+
+
+def test_a_list_in_a_cell_appended_to_on_both_sides_of_the_break_compiles_once():
+    def f(x):
+        items = []
+        add = lambda v: items.append(v)  # noqa: E731
+        add(x * 2)
+        n = x.sum().item()
+        add(x + n)
+        return sum(items), len(items)
+
+    compiled = fxloom.compile(f)
+    for _ in range(3):
+        got, want = compiled(ones(3)), f(ones(3))
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    assert compiled.explain().graph_count == 2  # the call's own list: no identity guard

@@ -107,18 +107,14 @@ def load_deref(interp, frame, instruction):
         value = stored if stored is not NOT_WRITTEN else cell.cell_contents
     except ValueError:
         raise Break("exception", f"free variable {name!r} is read before it is set") from None
-    if id(cell) not in recording.created:
-        if stored is not NOT_WRITTEN:
-            value = stored
-        else:
-            source = _cell_source(interp, frame, name)
-            changed = None if source is None else _loaded_to_change(interp, frame, value, source)
-            if changed is not None:
-                value = changed
-            elif id(cell) in interp.cell_sources:  # a cell of the call, from the piece before
-                value = interp.read_handed_on(value, source)
-            else:
-                value = recording.read(value, source)
+    if id(cell) in interp.cell_sources and stored is NOT_WRITTEN:
+        # a cell of the call, from the piece before: its contents are the call's own (a list
+        # it appends to is no outside log), read as the locals handed on are
+        value = interp.read_handed_on(value, _cell_source(interp, frame, name))
+    elif id(cell) not in recording.created and stored is NOT_WRITTEN:
+        source = _cell_source(interp, frame, name)
+        changed = None if source is None else _loaded_to_change(interp, frame, value, source)
+        value = recording.read(value, source) if changed is None else changed
     frame.stack.append(value)
 
 
