@@ -226,9 +226,9 @@ def _start_frame(
 
 def _read_local(fn: types.FunctionType, interp: Interpreter, value: Any, source: Any) -> Any:
     """A value handed on by the piece before (a local, a stack value, the contents of one of
-    the call's cells): read as usual, except a
-    function the call made of one of ``fn``'s nested code objects (``lambda t: t * scale``),
-    new at every call, which is read by what it is made of (``_read_made_function``)."""
+    the call's cells): read as usual, except a function the call made of one of ``fn``'s
+    nested code objects (``lambda t: t * scale``), new at every call, which is read by what it
+    is made of (``_read_made_function``)."""
     if type(value) is types.FunctionType and value.__code__ in _nested_codes(fn.__code__):
         made = _read_made_function(interp, value, source)
         if made is not None:
