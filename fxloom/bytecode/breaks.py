@@ -134,6 +134,12 @@ BREAKS: dict[str, BreakKind] = {
         "nothing to do: its enter and exit run as Python at every call and the block's body is "
         "still captured; a manager class of your own is captured whole",
     ),
+    "global-state": BreakKind(
+        "a call that switches torch's global state (default dtype, autocast, deterministic "
+        "algorithms), which a graph does not record",
+        "nothing to do: it runs as Python and the code after it is captured under the state "
+        "it set; switch it outside the compiled function to keep one graph",
+    ),
     "unknown-value": BreakKind(
         "the program uses a value fxloom.compile cannot represent",
         "pass it as an argument, or compute it outside the compiled function",

@@ -803,6 +803,35 @@ def _set_grad_enabled(interp: Interpreter, args: tuple, kwargs: dict) -> None:
     torch._C._set_grad_enabled(*args, **kwargs)
 
 
+# torch's global-state switches other than grad mode: a graph would not record them (they
+# ran at capture, once, and the ops recorded after them would not follow them at run time).
+# Each is a break: it runs as Python, and the next piece is compiled under the state it set
+# (which the ``global state`` guard checks).
+GLOBAL_STATE_SWITCHES = tuple(
+    fn
+    for fn in (
+        getattr(torch, name, None)
+        for name in (
+            "set_default_dtype", "set_default_tensor_type", "set_default_device",
+            "use_deterministic_algorithms", "set_autocast_enabled", "set_autocast_dtype",
+            "set_autocast_cpu_enabled", "set_autocast_cpu_dtype", "set_autocast_gpu_dtype",
+            "set_autocast_cache_enabled", "autocast_increment_nesting",
+            "autocast_decrement_nesting", "clear_autocast_cache",
+        )
+    )
+    if fn is not None
+)  # fmt: skip
+
+
+def _global_state_switch(fn: Any):
+    def switch(interp: Interpreter, args: tuple, kwargs: dict) -> None:
+        if interp.native:
+            return fn(*args, **kwargs)
+        raise Break("global-state", f"{_name(fn)}() switches torch's global state")
+
+    return switch
+
+
 def _sum(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     """``sum`` of tensors: one recorded ``+`` per item (natively, C would add unrecorded)."""
     _refuse_unguarded(interp, builtins.sum, args, kwargs)
@@ -932,5 +961,6 @@ SPECIAL: dict[Any, Any] = {
     **{make: _rows_taken(make) for make in (enumerate, zip, reversed, list, tuple)},
     builtins.super: _super,
     torch._C._set_grad_enabled: _set_grad_enabled,
+    **{fn: _global_state_switch(fn) for fn in GLOBAL_STATE_SWITCHES},
     **{fn: _deferred(fn) for fn in DEFERRED_OUTPUT},
 }

@@ -22,7 +22,8 @@ from typing import Any
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.dynamic import compiling
-from fxloom.bytecode.entry import CacheEntry, Next, Start, compile_entry
+from fxloom.bytecode.entry import CELLS, CacheEntry, Next, Start, compile_entry
+from fxloom.bytecode.handlers.calling import runs_as_python
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
 
@@ -81,11 +82,10 @@ _AS_PYTHON = Interpreter(_AsPython(), native=True)
 
 
 def _frame(compiled: Any, pending: Next) -> Frame:
-    frame = Frame(
-        compiled.fn,
-        pending.locals,
-        dict(zip(compiled.fn.__code__.co_freevars, compiled.fn.__closure__ or ())),
-    )
+    code = compiled.fn.__code__
+    cells = dict(zip(code.co_freevars, compiled.fn.__closure__ or ()))
+    cells.update(zip(code.co_cellvars, pending.cells))  # the call's own, from the first piece
+    frame = Frame(compiled.fn, pending.locals, cells)
     frame.stack = pending.stack
     frame.ip = pending.index
     return frame
@@ -111,7 +111,9 @@ def drive(compiled: Any, pending: Next) -> Any:
         depth = len(frame.stack)
         key = (frame.ip, names, depth)
         values = (*frame.locals.values(), *frame.stack)
-        result = _run_piece(compiled, key, values, frame)
+        if pending.cells:  # the next piece reads and writes the same cells (``Start.cells``)
+            values = (*values, pending.cells)
+        result = _run_piece(compiled, key, values, frame, bool(pending.cells))
         if type(result) is not Next:
             return result
         pending = result
@@ -132,10 +134,23 @@ def _step_as_python(frame: Frame) -> Any:
         elif instruction.op == "POP_EXCEPT":
             handling -= 1
         if handling <= 0 and frame.instructions[frame.ip].op != "PUSH_EXC_INFO":
-            return None
+            if not _enters_as_python(frame):
+                return None
 
 
-def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
+def _enters_as_python(frame: Frame) -> bool:
+    """Whether the next instruction enters a ``with`` whose manager runs as Python (made by
+    the break's call: ``with tracked(...)``): that would be a break of its own, so it runs
+    here too, one piece boundary for both."""
+    instruction = frame.instructions[frame.ip]
+    return (
+        instruction.op == "BEFORE_WITH"
+        and bool(frame.stack)
+        and runs_as_python(type(frame.stack[-1]))
+    )
+
+
+def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bool) -> Any:
     pieces: list[CacheEntry] | None = compiled.pieces.get(key)
     if pieces is None:
         pieces = compiled.pieces[key] = []
@@ -144,13 +159,13 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
             if index:
                 pieces.insert(0, pieces.pop(index))
             piece.hits += 1
-            return piece.run(*values)
+            return _run(piece, values, frame)
     if key in compiled.as_python:
         return _AS_PYTHON.run(frame)
     if len(pieces) >= compiled.recompile_limit:
         _give_up(compiled, key, frame, f"recompiled {len(pieces)} times (recompile_limit)")
         return _AS_PYTHON.run(frame)
-    parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])))
+    parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])), *((CELLS,) if cells else ()))
     sizes = getattr(compiled, "sizes", None)  # which tensor sizes are symbolic (``dynamic``)
     if pieces and sizes is not None:
         call = (values, parameters, compiled.fn.__globals__, compiled.fn.__closure__)
@@ -163,7 +178,7 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
                 values,
                 compiled.backend,
                 compiled.root,
-                Start(key[0], key[2]),
+                Start(key[0], key[2], cells),
             )
     except Break as error:
         compiled.breaks.append(error)
@@ -173,7 +188,57 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame) -> Any:
         # (a piece that stops where it starts only hands on to Python: no new break)
         compiled.breaks.append(stop)
     pieces.insert(0, piece)
-    return piece.run(*values)
+    return _run(piece, values, frame)
+
+
+def _run(piece: CacheEntry, values: tuple, frame: Frame) -> Any:
+    try:
+        return piece.run(*values)
+    except Exception as error:
+        _unwind(frame, error)
+        raise
+
+
+def _unwind(frame: Frame, error: Exception) -> None:
+    """An op of a piece's graph raised ``error`` inside ``with`` blocks entered before the
+    piece (their exits on the stack it started with, ``calling.pending_exit``): send it to
+    their exits, as Python, through the exception table, as eager does. The piece's own code
+    cannot have reached those exits (each is a piece boundary; grad mode's, recorded, only
+    switches grad mode back, harmlessly done again). Where the exception would reach code
+    that reads the function's variables (an ``except`` block; an exit that suppresses it,
+    after which the function goes on), the values the piece left are not there to give:
+    ``error`` is raised with a note saying so, never handled on stale values."""
+    instruction = frame.instructions[frame.ip]
+    if instruction.handler is None or not _with_cleanup(frame, instruction.handler.target):
+        return
+    _AS_PYTHON.frames.append(frame)
+    try:
+        _AS_PYTHON.route(frame, instruction, error)
+        while True:  # the exits, each re-raising to the next handler, to the caller
+            instruction = frame.instructions[frame.ip]
+            if instruction.op == "PUSH_EXC_INFO" and not _with_cleanup(frame, frame.ip):
+                break
+            _AS_PYTHON.step(frame, instruction)
+            if instruction.op == "WITH_EXCEPT_START" and frame.stack[-1]:
+                break  # suppressed
+    finally:
+        _AS_PYTHON.frames.pop()
+    error.add_note(
+        "fxloom: an op of a compiled graph raised this inside a with or try block that "
+        "handles it; the values the graph computed before it are gone, so fxloom cannot go "
+        "on as eager does and raises it instead (run the block as Python, or move the op "
+        "out of the compiled function)"
+    )
+
+
+def _with_cleanup(frame: Frame, index: int) -> bool:
+    """Whether instruction ``index`` starts a ``with`` block's exception cleanup."""
+    instructions = frame.instructions
+    return (
+        instructions[index].op == "PUSH_EXC_INFO"
+        and index + 1 < len(instructions)
+        and instructions[index + 1].op == "WITH_EXCEPT_START"
+    )
 
 
 def _give_up(compiled: Any, key: tuple, frame: Frame, reason: str, where: Any = None) -> None:

@@ -32,13 +32,14 @@ import torch
 from fxloom import pytree
 from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction handlers
 from fxloom.bytecode.breaks import Break
-from fxloom.bytecode.guards import GuardSet, global_state
+from fxloom.bytecode.guards import Guard, GuardSet, global_state
+from fxloom.bytecode.handlers.calling import REMADE_MANAGERS, pending_exit
 from fxloom.bytecode.handlers.control import ListIterator
 from fxloom.bytecode.handlers.generators import is_lazy, rebuilt
 from fxloom.bytecode.interpreter import NULL, Frame, Interpreter, Stopped
 from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
 from fxloom.bytecode.side_effects import describe, each_statements, statements
-from fxloom.bytecode.sources import Local, local_name
+from fxloom.bytecode.sources import Attr, Item, Local, local_name
 from fxloom.graph_module import GraphModule, _note_failing_node
 from fxloom.values.capturing import capturing
 from fxloom.values.stand_in import StandIn
@@ -63,26 +64,37 @@ class CacheEntry:
     held: dict[str, Any] = field(default_factory=dict)  # ``R``: the root's submodules by path
 
 
+CELLS = ".cells"  # the parameter of a piece that holds the frame's cells (``Next.cells``)
+
+
 @dataclass(frozen=True)
 class Start:
     """Where an entry starts: the function's first instruction (a call), or, after a graph
     break, instruction ``index`` with ``stack_depth`` values on the stack (the last
-    ``stack_depth`` of the entry's parameters)."""
+    ``stack_depth`` of the entry's parameters before ``CELLS``); ``cells``: the last
+    parameter is the frame's cells, made by the first piece (``Next.cells``)."""
 
     index: int = 0
     stack_depth: int = 0
+    cells: bool = False
 
 
 class Next:
     """What a piece that ends at a graph break returns: continue at instruction ``index``
-    (the break's own, which the driver runs as Python) with these locals and stack."""
+    (the break's own, which the driver runs as Python) with these locals and stack, and the
+    frame's own cells (``types.CellType``, one per ``co_cellvars`` name, in that order): made
+    once per call by the first piece and handed on, so that every piece, the instructions
+    run as Python between them and the closures the call makes share them, as in eager."""
 
-    __slots__ = ("index", "locals", "stack")
+    __slots__ = ("index", "locals", "stack", "cells")
 
-    def __init__(self, index: int, local_values: dict[str, Any], stack: list[Any]) -> None:
+    def __init__(
+        self, index: int, local_values: dict[str, Any], stack: list[Any], cells: tuple = ()
+    ) -> None:
         self.index = index
         self.locals = local_values
         self.stack = stack
+        self.cells = cells
 
 
 def compile_entry(
@@ -99,14 +111,16 @@ def compile_entry(
     started = time.perf_counter()
     stop: Break | None = None
     try:
-        recording, outcome = _interpret(fn, parameters, values, root, start, None)
+        recording, outcome, cell_sources = _interpret(fn, parameters, values, root, start, None)
     except Break as error:
-        if error.top_index is None or not _splittable(fn):
+        if error.top_index is None:
             raise
         stop = error
-        recording, outcome = _interpret(fn, parameters, values, root, start, error.top_index)
+        recording, outcome, cell_sources = _interpret(
+            fn, parameters, values, root, start, error.top_index
+        )
     namespace = _namespace(fn, recording)
-    emitter = _Emitter(recording, namespace)
+    emitter = _Emitter(recording, namespace, fn, cell_sources)
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
     ordinals = _ordinals(recording.graph.graph)  # before dead code goes
     graph_module = recording.graph.finish(emitter.outputs, f"Compiled_{fn.__name__}")
@@ -140,11 +154,12 @@ def compile_entry(
 def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
     recording = Recording(root, _self_name(fn) if root is not None else None)
     interp = Interpreter(recording)
-    frame = _start_frame(fn, recording, parameters, values, start)
+    interp.read_handed_on = lambda value, source: _read_local(fn, interp, value, source)
+    frame = _start_frame(fn, interp, parameters, values, start)
     state = global_state()
     try:
         with capturing("bytecode"):
-            return recording, interp.run(frame, stop_at)
+            return recording, interp.run(frame, stop_at), interp.cell_sources
     finally:
         torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
         recording.close_changes()  # outside objects back as the call found them
@@ -164,19 +179,19 @@ def _self_name(fn: types.FunctionType) -> str | None:
     return fn.__code__.co_varnames[0] if fn.__code__.co_argcount else None
 
 
-def _splittable(fn: types.FunctionType) -> bool:
-    """Whether a graph break can split ``fn`` into pieces: its own cells (variables closures
-    capture) are made per call and cannot cross from one piece to the next yet."""
-    return not fn.__code__.co_cellvars
-
-
 def _start_frame(
     fn: types.FunctionType,
-    recording: Recording,
+    interp: Interpreter,
     parameters: Sequence[str],
     values: Sequence[Any],
     start: Start,
 ) -> Frame:
+    recording = interp.recording
+    if start.cells:  # the frame's cells, from the piece before: outside the piece
+        *parameters, _ = parameters
+        *values, held_cells = values
+        for index, cell in enumerate(held_cells):
+            interp.cell_sources[id(cell)] = Item(Local(CELLS), index)  # before the locals
     local_count = len(parameters) - start.stack_depth
     local_values = {}
     variadic = _variadic(fn) if start.index == 0 else set()
@@ -188,20 +203,78 @@ def _start_frame(
         elif name in variadic:  # made by Python for this call: the program's own container
             local_values[name] = recording.built(recording.read_variadic(value, Local(name)))
         else:
-            local_values[name] = recording.read(value, Local(name))
+            local_values[name] = _read_local(fn, interp, value, Local(name))
     cells: dict[str, Any] = {}
-    for name in fn.__code__.co_cellvars:
-        cell = types.CellType()
-        if name in local_values:
-            cell.cell_contents = local_values.pop(name)
-        cells[name] = recording.built(cell)
+    if start.cells:
+        cells.update(zip(fn.__code__.co_cellvars, held_cells))
+    else:
+        for name in fn.__code__.co_cellvars:
+            cell = types.CellType()
+            if name in local_values:
+                cell.cell_contents = local_values.pop(name)
+            cells[name] = recording.built(cell)
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         cells[name] = cell
     frame = Frame(fn, local_values, cells)
     frame.ip = start.index
     for name, value in zip(parameters[local_count:], values[local_count:]):
-        frame.stack.append(value if value is NULL else recording.read(value, Local(name)))
+        frame.stack.append(value if value is NULL else _read_local(fn, interp, value, Local(name)))
+        if pending_exit(value):
+            interp.pending_exits.add(id(value))
     return frame
+
+
+def _read_local(fn: types.FunctionType, interp: Interpreter, value: Any, source: Any) -> Any:
+    """A value handed on by the piece before (a local, a stack value, the contents of one of
+    the call's cells): read as usual, except a function the call made of one of ``fn``'s
+    nested code objects (``lambda t: t * scale``), new at every call, which is read by what it
+    is made of (``_read_made_function``)."""
+    if type(value) is types.FunctionType and value.__code__ in _nested_codes(fn.__code__):
+        made = _read_made_function(interp, value, source)
+        if made is not None:
+            return made
+    return interp.recording.read(value, source)
+
+
+def _nested_codes(code: types.CodeType) -> frozenset:
+    """The code objects of the functions ``code`` defines, at any depth."""
+    found = _NESTED.get(code)
+    if found is None:
+        inner = [const for const in code.co_consts if type(const) is types.CodeType]
+        found = frozenset(inner).union(*map(_nested_codes, inner))
+        _NESTED[code] = found
+    return found
+
+
+_NESTED: dict[types.CodeType, frozenset] = {}
+
+
+def _read_made_function(interp: Interpreter, fn: types.FunctionType, source: Any) -> Any:
+    """``fn``, a function the call made before the graph break, guarded by what it is made of
+    instead of its identity (a recompile per call): its code and globals, its defaults (plain
+    constants), and each cell of its closure, either one of the frame's own cells (the same
+    cell, guarded so) or read through the function (``names._cell_source``). None where it
+    carries more (attributes, defaults that are no constants): read as usual."""
+    plain = all(
+        type(item) in CONSTANT_TYPES
+        for item in (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values())
+    )
+    if vars(fn) or not plain:
+        return None
+    recording, guards = interp.recording, interp.recording.guards
+    guards.exact_type(source, fn)
+    guards.identity(Attr(source, "__code__"), fn.__code__)
+    guards.identity(Attr(source, "__globals__"), fn.__globals__)
+    guards.equals(Attr(source, "__defaults__"), fn.__defaults__)
+    guards.equals(Attr(source, "__kwdefaults__"), fn.__kwdefaults__)
+    for index, cell in enumerate(fn.__closure__ or ()):
+        own = interp.cell_sources.get(id(cell))
+        if own is not None:
+            check = f"{source.expr}.__closure__[{index}] is {own.expr}"
+            text = f"{source.text} closes over the call's cell {fn.__code__.co_freevars[index]}"
+            guards.add(check, Guard(0, check, text))  # an identity guard (tier 0)
+    recording._remember(fn, source)  # noqa: SLF001 - ``source_of(fn)``: its cells' reads
+    return fn
 
 
 def _variadic(fn: types.FunctionType) -> set[str]:
@@ -229,9 +302,18 @@ class _Emitter:
     plain containers are built inline, registered pytree containers (model outputs, caches)
     rebuilt from their leaves; values read from outside are read again by their source."""
 
-    def __init__(self, recording: Recording, namespace: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        namespace: dict[str, Any],
+        fn: types.FunctionType | None = None,
+        cell_sources: dict[int, Any] | None = None,
+    ) -> None:
         self.recording = recording
         self.namespace = namespace
+        self.fn = fn
+        self.cell_sources = cell_sources or {}
+        self._cells: dict[int, tuple[str, Any]] = {}  # id(cell the program made) -> its name
         self.outputs: list[Any] = []  # stand-ins and symbolic sizes
         self._position: dict[int, int] = {}
         # With changes to replay, every value read again from outside is read once, before
@@ -280,6 +362,12 @@ class _Emitter:
             return f"LIST_ITER([{items}], {value.position})"
         if kind is types.MethodType:
             return f"METHOD({self.expr(value.__func__)}, {self.expr(value.__self__)})"
+        if kind is types.CellType:
+            return self.cell(value)
+        if kind is types.FunctionType and self._own_function(value):
+            made = self.made_function(value)
+            if made is not None:
+                return made
         if kind is tuple or kind is list:
             items = [self.expr(item) for item in value]
             if kind is list:
@@ -296,7 +384,9 @@ class _Emitter:
             children, context = container.flatten(value)
             items = ", ".join(self.expr(child) for child in children)
             return f"{self.constant(container.unflatten)}([{items}], {self.constant(context)})"
-        if id(value) in self.recording.created and _plain_object(value):
+        if id(value) in self.recording.created and (
+            _plain_object(value) or isinstance(value, REMADE_MANAGERS)
+        ):
             # An object the program made (a dataclass, a small class of its own): made again
             # with the same attributes, without running its __init__ a second time.
             state = ", ".join(f"{name!r}: {self.expr(item)}" for name, item in vars(value).items())
@@ -318,19 +408,78 @@ class _Emitter:
         a later piece would guard its identity, new at every call (a recompile each)."""
         if type(value) is not types.FunctionType or id(value) not in self.recording.created:
             return self.expr(value)
-        name = self._made.get(id(value))
+        made = self.made_function(value)
+        return self.expr(value) if made is None else made
+
+    def _own_function(self, value: types.FunctionType) -> bool:
+        """Whether ``value`` is a function the call made of one of its own nested code objects
+        (a later piece reads it by what it is made of: ``_read_made_function``)."""
+        return (
+            self.fn is not None
+            and id(value) in self.recording.created
+            and value.__code__ in _nested_codes(self.fn.__code__)
+        )
+
+    def made_function(self, fn: types.FunctionType) -> str | None:
+        """A name for ``fn``, a function the program made, made again from its code, globals,
+        defaults and closure (its cells: ``cell``), once however often it is given; None
+        where it carries more (attributes, annotations)."""
+        name = self._made.get(id(fn))
         if name is not None:
             return name
-        fn = value
-        if fn.__closure__ or vars(fn) or fn.__annotations__:
-            return self.expr(fn)  # a return-object break: its cells would not cross
+        if vars(fn) or fn.__annotations__:
+            return None
         defaults = self.expr(fn.__defaults__) if fn.__defaults__ else "None"
         keyword_defaults = self.expr(fn.__kwdefaults__) if fn.__kwdefaults__ else "None"
+        closure = (
+            "(" + "".join(f"{self.cell(cell)}, " for cell in fn.__closure__) + ")"
+            if fn.__closure__
+            else "None"
+        )
         code, namespace = self.constant(fn.__code__), self.constant(fn.__globals__)
-        made = f"{self.constant(_made_again)}({code}, {namespace}, {defaults}, {keyword_defaults})"
+        made = (
+            f"{self.constant(_made_again)}({code}, {namespace}, {defaults}, {keyword_defaults}, "
+            f"{closure})"
+        )
         name = self._made[id(fn)] = f"MADE_{len(self._made)}"
         self.before[made] = name  # made before the changes replay, as the program made it
         return name
+
+    def cell(self, cell: types.CellType) -> str:
+        """An expression for ``cell``: one of the frame's cells handed on by the piece before
+        (``Next.cells``), one of the compiled function's closure (``C``), or a cell the
+        program made (``CELL_<k>``, made anew by ``run`` and filled by ``fill_cells``)."""
+        own = self.cell_sources.get(id(cell))
+        if own is not None:
+            return own.expr
+        closure = self.fn.__closure__ or () if self.fn is not None else ()
+        for index, outer in enumerate(closure):
+            if outer is cell:
+                return f"C[{index}]"
+        if id(cell) not in self.recording.created:
+            raise Break("return-object", "a closure cell from outside reached by no source is live "
+                        "after the graph")  # fmt: skip
+        made = self._cells.get(id(cell))
+        if made is None:
+            made = self._cells[id(cell)] = (f"CELL_{len(self._cells)}", cell)
+        return made[0]
+
+    def made_cells(self) -> tuple[list[str], list[str]]:
+        """The statements that make the cells ``cell`` named (run first: the functions made
+        again close over them) and those that fill them with what the program left in them
+        (run once those functions are made: a cell may hold one)."""
+        filled: list[str] = []
+        done = 0
+        while done < len(self._cells):  # filling one may name more (a function in a cell)
+            name, cell = list(self._cells.values())[done]
+            done += 1
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell stays empty
+                continue
+            filled.append(f"{name}.cell_contents = {self.expr(contents)}")
+        made = [f"{name} = CELL()" for name, _ in self._cells.values()]
+        return made, filled
 
     def constant(self, value: Any) -> str:
         if value is None or type(value) in (bool, int, str):
@@ -359,10 +508,14 @@ def _consumed_from(frame: Frame) -> int:
 
 
 def _made_again(
-    code: types.CodeType, namespace: dict, defaults: tuple | None, keyword_defaults: dict | None
+    code: types.CodeType,
+    namespace: dict,
+    defaults: tuple | None,
+    keyword_defaults: dict | None,
+    closure: tuple | None = None,
 ) -> types.FunctionType:
     """The function ``MAKE_FUNCTION`` makes of ``code`` (a new one, as each call makes)."""
-    fn = types.FunctionType(code, namespace, code.co_name, defaults)
+    fn = types.FunctionType(code, namespace, code.co_name, defaults, closure)
     fn.__kwdefaults__ = keyword_defaults
     return fn
 
@@ -388,9 +541,11 @@ def _run_source(
             )
             + "]"
         )
-        result = f"NEXT({frame.ip}, {local_values}, {stack})"
+        cells = "".join(f"{emitter.cell(frame.cells[name])}, " for name in frame.code.co_cellvars)
+        result = f"NEXT({frame.ip}, {local_values}, {stack}, ({cells}))"
     else:
         result = emitter.expr(outcome)
+    make_cells, fill_cells = emitter.made_cells()
     held = recording.graph.held
     read_inputs = ", ".join(
         emitter.constant(held[index]) if index in held else source.expr
@@ -404,7 +559,10 @@ def _run_source(
             "        raise\n"
         )
     # Values read again from outside are read before the changes replay (see ``_again``).
-    writes = "".join(f"    {statement}\n" for statement in (*emitter.reads_before(), *effects))
+    # The cells the program made first (functions made again close over them), filled once
+    # those functions are made.
+    statements = (*make_cells, *emitter.reads_before(), *fill_cells, *effects)
+    writes = "".join(f"    {statement}\n" for statement in statements)
     source = f"def run({arguments}):\n{graph_call}{writes}    return {result}\n"
     return source, read_inputs
 
@@ -418,6 +576,9 @@ class _StepEmitter(_Emitter):
     def __init__(self, recording: Recording, namespace: dict[str, Any]) -> None:
         super().__init__(recording, namespace)
         self.needed: set[str] = set()
+
+    def cell(self, cell: types.CellType) -> str:
+        raise _NotReplayable  # ``replay`` makes no cells
 
     def expr(self, value: Any) -> str:
         if isinstance(value, StandIn) and id(value) not in self.recording.graph.source_of_input:
@@ -535,7 +696,7 @@ def _handles_raise(recording: Recording, read_inputs: str, emitter: _Emitter) ->
 
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
     return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules, "R": recording.held,
-            "NEXT": Next,
+            "NEXT": Next, "CELL": types.CellType,
             "METHOD": types.MethodType, "LIST_ITER": ListIterator, "MAKE_OBJECT": _make_object,
             "MISSING": _missing}  # fmt: skip
 

@@ -120,6 +120,15 @@ class Interpreter:
         self.recording = recording
         self.native = native
         self.frames: list[Frame] = []
+        # id(cell) -> where a piece after a graph break reads the frame's own cell (one of
+        # ``Next.cells``, handed on by the piece before; ``fxloom.bytecode.entry``)
+        self.cell_sources: dict[int, Any] = {}
+        # ids of the exits of ``with`` blocks entered before a graph break, handed on by the
+        # piece before (``fxloom.bytecode.entry``): called, they run as Python (a break)
+        self.pending_exits: set[int] = set()
+        # how a value the piece before handed on (a local, a stack value, a cell's contents)
+        # is read: ``Recording.read``, but a function the call made by what it is made of
+        self.read_handed_on = recording.read
 
     def run(self, frame: Frame, stop_at: int | None = None) -> Any:
         """Interpret ``frame`` to its return value, or (top frame only) to instruction

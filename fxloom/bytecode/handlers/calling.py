@@ -19,6 +19,8 @@ import contextlib
 import sys
 import types
 
+import torch
+
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import call, refuse_unguarded
 from fxloom.bytecode.interpreter import NULL, handles
@@ -115,6 +117,27 @@ def _annotations(value):
 # themselves, nothing done on exit.
 CAPTURED_MANAGERS = frozenset((contextlib.nullcontext,))
 
+# torch's managers of global state whose switch a graph does not record (autocast is set
+# by C calls fxloom would not see; inference mode by a C++ guard object): entered and exited
+# as Python at piece boundaries, like ``_NATIVE_MANAGER_PACKAGES``' managers, so that the
+# pieces between them run under the state they switch, as eager. Grad mode is recorded
+# (``torch._C._set_grad_enabled`` is a graph effect): ``no_grad`` and the like are captured.
+STATE_AT_PIECE_BOUNDARIES = (
+    torch.amp.autocast_mode.autocast,
+    torch.autograd.grad_mode.inference_mode,
+)
+
+# torch's managers whose whole state is a ``__dict__`` of constants (grad mode saved in
+# ``prev``, autocast's device and dtypes...): one the program made and still holds at a graph
+# break (the exit of a ``with`` it is inside, pending) is made again after the piece's graph
+# with the same attributes (``entry._Emitter``), without running its ``__init__``.
+REMADE_MANAGERS = (
+    torch.autograd.grad_mode.no_grad,
+    torch.autograd.grad_mode.enable_grad,
+    torch.autograd.grad_mode.set_grad_enabled,
+    *STATE_AT_PIECE_BOUNDARIES,
+)  # (the first three: ``_GRAD_MANAGERS``)
+
 
 class _ExitAsPython:
     """The exit of a ``with`` block whose manager runs as Python (see the module docstring)."""
@@ -128,14 +151,45 @@ class _ExitAsPython:
         return self.exit(*args)
 
 
-def _runs_as_python(cls: type) -> bool:
+def runs_as_python(cls: type) -> bool:
+    """Whether a ``with`` over a ``cls`` enters and exits as Python (module docstring)."""
+    if issubclass(cls, STATE_AT_PIECE_BOUNDARIES):
+        return True
     module = (getattr(cls, "__module__", None) or "").partition(".")[0]
     return module in _NATIVE_MANAGER_PACKAGES and cls not in CAPTURED_MANAGERS
 
 
 def _exit_as_python(interp, fn, frame) -> None:
-    if type(fn) is _ExitAsPython and not interp.native:
+    if interp.native:
+        return
+    if type(fn) is _ExitAsPython:
         raise Break("context-manager", f"the exit of a with block in {frame.code.co_name}")
+    if id(fn) in interp.pending_exits:
+        raise Break(
+            "context-manager",
+            f"the exit of a with block entered before a graph break in {frame.code.co_name}",
+        )
+
+
+# Managers whose exit only switches grad mode back (``set_grad_enabled(prev)``): recorded in
+# the graph, and done again harmlessly where an op after it raises (``driver._unwind``).
+_GRAD_MANAGERS = (
+    torch.autograd.grad_mode.no_grad,
+    torch.autograd.grad_mode.enable_grad,
+    torch.autograd.grad_mode.set_grad_enabled,
+)
+
+
+def pending_exit(value) -> bool:
+    """Whether ``value``, on the stack at a graph break, is the exit of a ``with`` block whose
+    manager's exit must run once, as Python, at a piece boundary: any but grad mode's (which
+    a graph records). Run there, an op of the piece that raises cannot have run it already,
+    so the driver sends that exception to it (``driver._unwind``) as eager would."""
+    return (
+        type(value) is types.MethodType
+        and value.__name__ == "__exit__"
+        and not isinstance(value.__self__, _GRAD_MANAGERS)
+    )
 
 
 @handles("BEFORE_WITH")
@@ -145,7 +199,7 @@ def before_with(interp, frame, instruction):
     enter, exit_ = getattr(cls, "__enter__", None), getattr(cls, "__exit__", None)
     if enter is None or exit_ is None:
         raise Break("exception", f"{cls.__qualname__} is not a context manager")
-    as_python = _runs_as_python(cls)
+    as_python = runs_as_python(cls)
     if as_python and not interp.native:
         raise Break("context-manager", f"with {cls.__qualname__}(...) in {frame.code.co_name}")
     frame.stack.pop()

@@ -99,23 +99,29 @@ def cells_made_at_entry(interp, frame, instruction):
 def load_deref(interp, frame, instruction):
     name = instruction.arg
     cell = frame.cells[name]
+    recording = interp.recording
+    # What the program stored in a cell from outside is kept aside (the real cell may still
+    # be empty: a variable of the call first set after a graph break)
+    stored = NOT_WRITTEN if id(cell) in recording.created else recording.cell_value(cell)
     try:
-        value = cell.cell_contents
+        value = stored if stored is not NOT_WRITTEN else cell.cell_contents
     except ValueError:
         raise Break("exception", f"free variable {name!r} is read before it is set") from None
-    recording = interp.recording
-    if id(cell) not in recording.created:
-        stored = recording.cell_value(cell)
-        if stored is not NOT_WRITTEN:
-            value = stored
-        else:
-            source = _cell_source(interp, frame, name)
-            changed = None if source is None else _loaded_to_change(interp, frame, value, source)
-            value = recording.read(value, source) if changed is None else changed
+    if id(cell) in interp.cell_sources and stored is NOT_WRITTEN:
+        # a cell of the call, from the piece before: its contents are the call's own (a list
+        # it appends to is no outside log), read as the locals handed on are
+        value = interp.read_handed_on(value, _cell_source(interp, frame, name))
+    elif id(cell) not in recording.created and stored is NOT_WRITTEN:
+        source = _cell_source(interp, frame, name)
+        changed = None if source is None else _loaded_to_change(interp, frame, value, source)
+        value = recording.read(value, source) if changed is None else changed
     frame.stack.append(value)
 
 
 def _cell_source(interp, frame, name: str) -> Source | None:
+    own = interp.cell_sources.get(id(frame.cells[name]))
+    if own is not None:  # a cell of the frame, made by the piece before a graph break
+        return Attr(own, "cell_contents")
     code = frame.code
     index = code.co_freevars.index(name) if name in code.co_freevars else None
     if index is None:

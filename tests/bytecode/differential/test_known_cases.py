@@ -167,3 +167,137 @@ def test_an_unused_matmul_of_mixed_dtypes_raises_as_in_eager():
 def test_a_class_statement_inside_the_function_compiles_once():
     source = "def f(x, y, n, s):\n    class Local:\n        scale = 2\n    return x * Local.scale\n"
     assert_agrees(source, "again")
+
+
+# ------------------------------------------------------------------ cells across breaks
+def assert_agrees_on_every_variation(source: str) -> None:
+    base = Call((tensor((3, 3), 1), tensor((3, 3), 2), 2, 1.5), label="base")
+    failure = run_case(Case(source, sequence(base)))
+    assert failure is None, str(failure)
+
+
+def test_a_closure_made_before_a_break_sees_the_write_after_it():
+    source = """
+def f(x, y, n, s):
+    scale = n
+    g = lambda t: t * scale + y
+    m = float(x.sum() > 0)
+    scale = m + s
+    return g(x)
+"""
+    assert_agrees_on_every_variation(source)
+
+
+def test_nonlocal_writes_on_both_sides_of_a_break():
+    source = """
+def f(x, y, n, s):
+    total = x * 0
+
+    def add(v):
+        nonlocal total
+        total = total + v
+
+    add(x)
+    if y.sum() > 0:
+        add(y)
+    add(n)
+    return total
+"""
+    assert_agrees_on_every_variation(source)
+
+
+# ------------------------------------------------------------------ context managers across breaks
+def test_a_break_inside_no_grad():
+    source = """
+import torch
+
+
+def f(x, y, n, s):
+    with torch.no_grad():
+        z = x * y
+        m = float(z.sum() > 0)
+        w = z + m * n
+    return w + x, torch.is_grad_enabled()
+"""
+    assert_agrees_on_every_variation(source)
+
+
+def test_a_break_inside_autocast_on_cpu():
+    source = """
+import torch
+
+
+def f(x, y, n, s):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = x @ y
+        m = float(z.float().sum() > 0)
+        w = z @ y + m
+    return w, z
+"""
+    assert_agrees_on_every_variation(source)
+
+
+def test_a_break_inside_inference_mode():
+    source = """
+import torch
+
+
+def f(x, y, n, s):
+    with torch.inference_mode():
+        z = x * y
+        m = float(z.sum() > 0)
+        w = z + m
+    return w
+"""
+    assert_agrees_on_every_variation(source)
+
+
+def test_a_break_inside_a_user_manager():
+    source = """
+LOG = []
+
+
+class Tracker:
+    def __enter__(self):
+        LOG.append("enter")
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        LOG.append("exit")
+        return False
+
+
+def f(x, y, n, s):
+    with Tracker():
+        z = x * y
+        m = float(z.sum() > 0)
+        w = z + m * s
+    return w
+"""
+    assert_agrees_on_every_variation(source)
+
+
+def test_a_break_inside_a_contextmanager_generator():
+    source = """
+import contextlib
+
+LOG = []
+
+
+@contextlib.contextmanager
+def tracked(name):
+    LOG.append(("enter", name))
+    try:
+        yield name
+    finally:
+        LOG.append(("exit", name))
+
+
+def f(x, y, n, s):
+    with tracked("b") as name:
+        z = x * len(name)
+        m = float(z.sum() > 0)
+        w = z + m * n
+    return w
+"""
+    assert_agrees_on_every_variation(source)
