@@ -558,6 +558,14 @@ def _run_source(
             f"        RAISED(error{''.join(', ' + local_name(name) for name in parameters)})\n"
             "        raise\n"
         )
+    if graph_call and _switches_grad_mode(recording):
+        # A graph op that raises inside a ``with no_grad()`` the graph holds whole would skip
+        # the switch back: eager's ``with`` restores grad mode on the way out, so does ``run``.
+        body = "".join(f"    {line}\n" for line in graph_call.splitlines())
+        graph_call = (
+            "    GRAD_MODE = IS_GRAD_ENABLED()\n    try:\n"
+            f"{body}    except BaseException:\n        SET_GRAD_ENABLED(GRAD_MODE)\n        raise\n"
+        )
     # Values read again from outside are read before the changes replay (see ``_again``).
     # The cells the program made first (functions made again close over them), filled once
     # those functions are made.
@@ -689,6 +697,14 @@ class Raised:
         return None if ordinal is None else (ordinal, frame.f_locals)
 
 
+def _switches_grad_mode(recording: Recording) -> bool:
+    """Whether the graph switches grad mode (a ``with no_grad()`` it holds)."""
+    return any(
+        node.target is torch._C._set_grad_enabled
+        for node in recording.graph.graph.find_nodes(op="call_function")
+    )
+
+
 def _handles_raise(recording: Recording, read_inputs: str, emitter: _Emitter) -> bool:
     """Whether ``run`` calls a graph and has changes or output to replay if it raises."""
     return bool(recording.changes.steps) and bool(emitter.outputs or read_inputs)
@@ -696,7 +712,8 @@ def _handles_raise(recording: Recording, read_inputs: str, emitter: _Emitter) ->
 
 def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
     return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules, "R": recording.held,
-            "NEXT": Next, "CELL": types.CellType,
+            "NEXT": Next, "CELL": types.CellType, "IS_GRAD_ENABLED": torch.is_grad_enabled,
+            "SET_GRAD_ENABLED": torch._C._set_grad_enabled,
             "METHOD": types.MethodType, "LIST_ITER": ListIterator, "MAKE_OBJECT": _make_object,
             "MISSING": _missing}  # fmt: skip
 

@@ -365,3 +365,19 @@ def test_an_op_raising_in_the_graph_inside_a_suppressing_manager_is_raised_with_
     with pytest.raises(IndexError) as raised:
         compiled(torch.ones(3), torch.tensor([7]))
     assert any("cannot go on as eager does" in note for note in raised.value.__notes__)
+
+
+def test_an_op_that_raises_inside_a_no_grad_block_one_graph_holds_restores_grad_mode():
+    def f(x, index):
+        with torch.no_grad():
+            y = x * 2
+            picked = y[index]  # raises for an index out of range, inside the graph
+        return picked + 1
+
+    compiled = fxloom.compile(f)
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x, torch.tensor([1])), f(x, torch.tensor([1])))
+    with pytest.raises(IndexError):
+        compiled(x, torch.tensor([10]))
+    assert torch.is_grad_enabled()
+    assert compiled.explain().graph_count == 1
