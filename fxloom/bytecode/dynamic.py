@@ -52,6 +52,10 @@ __all__ = [
     "current",
 ]
 
+# Numbers a changed value makes symbolic: an int becomes a ``torch.SymInt``, a float a
+# ``torch.SymFloat`` (bool stays static: a branch on it is the program's structure).
+SCALAR_TYPES = frozenset((int, float))
+
 START = ("start",)  # the place of entries that start the function (pieces: their cache key)
 
 
@@ -62,6 +66,9 @@ class SizePolicy:
 
     mode: bool | None = None
     dynamic: dict[tuple[Any, str], set[int]] = field(default_factory=dict)
+    # Int and float sources seen to change: (place, source expr). Whatever ``mode`` says of
+    # sizes, a number is static on the first call and symbolic once it changed.
+    scalars: set[tuple[Any, str]] = field(default_factory=set)
     history: list[str] = field(default_factory=list)  # "x.shape[0]: 2 -> 1", for explain()
 
     def dims(self, place: Any, source: Source, tensor: torch.Tensor) -> frozenset[int]:
@@ -73,13 +80,30 @@ class SizePolicy:
         found = self.dynamic.get((place, source.expr))
         return frozenset(d for d in found if d < tensor.dim()) if found else frozenset()
 
-    def observe(self, place: Any, changed: list[tuple[str, str, int, int, int]]) -> bool:
+    def symbolic_scalar(self, place: Any, source: Source, value: Any) -> bool:
+        """Whether the int or float ``value`` read from ``source`` is taken as a symbol."""
+        return (
+            self.mode is not False
+            and type(value) in SCALAR_TYPES
+            and (place, source.expr) in self.scalars
+        )
+
+    def observe(self, place: Any, changed: list[tuple[str, str, int | None, Any, Any]]) -> bool:
         """Remember the dims that ``changed`` ((expr, text, dim, old, new) from
-        ``GuardSet.changed_sizes``) as dynamic; whether any was new."""
-        if self.mode is not None:
+        ``GuardSet.changed_sizes``; dim None: an int or float) as dynamic; whether any was
+        new."""
+        if self.mode is False:
             return False
         grew = False
         for expr, text, dim, old, new in changed:
+            if dim is None:  # a number
+                if (place, expr) not in self.scalars:
+                    self.scalars.add((place, expr))
+                    grew = True
+                    self.history.append(f"{text}: {old!r} -> {new!r} (now symbolic)")
+                continue
+            if self.mode is not None:
+                continue
             dims = self.dynamic.setdefault((place, expr), set())
             if dim not in dims:
                 dims.add(dim)
@@ -132,9 +156,16 @@ def concrete(value: Any) -> Any:
 @dataclass
 class _Binding:
     source: Source
-    dim: int
+    dim: int | None  # None: the source is a number itself (an int or float argument)
     symbol: Any  # sympy.Symbol
     name: str  # the generated guard's local for it: ``_s0``
+
+    @property
+    def text(self) -> str:
+        """How messages name it: ``x.shape[0]``, or ``n`` for a number."""
+        if self.dim is None:
+            return self.source.text
+        return f"{self.source.text}.shape[{self.dim}]"
 
 
 class InputSymbols:
@@ -147,6 +178,34 @@ class InputSymbols:
         self.bindings: list[_Binding] = []
         self._tensors = 0
         self._unprintable: list[Any] = []  # guard conditions checked by sympy (``_check``)
+        self._scalars: dict[str, Any] = {}  # source expr -> its SymInt / SymFloat
+
+    def scalar(self, source: Source, value: Any) -> Any:
+        """The symbol for the number ``value`` read from ``source`` (a ``torch.SymInt`` or
+        ``SymFloat`` with ``value`` as its example; one per source), or None where the
+        policy keeps it static (guarded by value)."""
+        found = self._scalars.get(source.expr)
+        if found is not None or not self.policy.symbolic_scalar(self.place, source, value):
+            return found
+        from fxloom.values.symbolic.sym_node import SymNode
+
+        env = self._env()
+        kind = type(value)
+        # Any value: a number has no size's range (negative ones included).
+        symbol = env.create_number_symbol(value, source=source.text)
+        symbolic = (torch.SymInt if kind is int else torch.SymFloat)(
+            SymNode(symbol, env, kind, value)
+        )
+        self.bindings.append(_Binding(source, None, symbol, f"_{symbol.name}"))
+        self._scalars[source.expr] = symbolic
+        return symbolic
+
+    def scalar_check(self, source: Source, type_constant: str) -> str:
+        """The guard of a symbolic number: its exact type, binding the guard's local to it
+        (``type(_s1 := L_n) is K3``); what the program decided on it follows
+        (``shape_guards``)."""
+        name = next(b.name for b in self.bindings if b.dim is None and b.source.expr == source.expr)
+        return f"type({name} := {source.expr}) is {type_constant}"
 
     def dims(self, source: Source, tensor: torch.Tensor) -> frozenset[int]:
         return self.policy.dims(self.place, source, tensor)
@@ -192,7 +251,7 @@ class InputSymbols:
             return []
         from fxloom.values.symbolic.size_trees import expr_text
 
-        names = {b.symbol.name: f"{b.source.text}.shape[{b.dim}]" for b in self.bindings}
+        names = {b.symbol.name: b.text for b in self.bindings}
         found: list[tuple[str, str]] = []
         # The program's conditions first, so that a miss names the line that decided; then
         # each symbol's range (what the conditions narrowed it to, and what an index width did).
@@ -213,9 +272,12 @@ class InputSymbols:
         call (slow, rare, and never skipped)."""
         try:
             return python_code(expr)
-        except Exception:
-            index = len(self._unprintable)
-            self._unprintable.append(expr)
+        except Exception:  # a float constant (``s > 0.5`` on a float symbol), say
+            if expr in self._unprintable:  # asked again: one check
+                index = self._unprintable.index(expr)
+            else:
+                index = len(self._unprintable)
+                self._unprintable.append(expr)
             symbols = ", ".join(f"{b.symbol.name!r}: {b.name}" for b in self.bindings)
             return f"HOLDS(EXPRS[{index}], {{{symbols}}})"
 
@@ -225,7 +287,7 @@ class InputSymbols:
             return []
         import sympy
 
-        symbols = {b.symbol: f"{b.source.text}.shape[{b.dim}]" for b in self.bindings}
+        symbols = {b.symbol: b.text for b in self.bindings}
         lines = []
         for guard in self.env.guards:
             expr = guard.expr
@@ -373,7 +435,11 @@ def _holds(expr: Any, values: dict[str, int]) -> bool:
     """Whether the sympy condition ``expr`` holds for the symbols' ``values`` (by name)."""
     import sympy
 
-    named = {symbol: sympy.Integer(values[symbol.name]) for symbol in expr.free_symbols}
+    named = {
+        symbol: sympy.Float(value) if type(value) is float else sympy.Integer(value)
+        for symbol in expr.free_symbols
+        for value in (values[symbol.name],)
+    }
     return bool(expr.xreplace(named))
 
 

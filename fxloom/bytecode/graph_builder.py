@@ -133,6 +133,19 @@ class GraphBuilder:
             self._remember(tensor, stand_in)
         return stand_in
 
+    def number_input(self, source: Source, value: Any) -> Any:
+        """``value``, the ``torch.SymInt`` or ``SymFloat`` of a number read from ``source``
+        (``fxloom.bytecode.dynamic``), as a graph input: the nodes computing sizes and
+        scalars from it read that input."""
+        size_nodes = self._symbolic_sizes([value])
+        symbol = value.node.expr
+        if symbol not in size_nodes.sources:
+            node = self.graph.placeholder(_NOT_IDENTIFIER.sub("_", source.text))
+            node.meta["val"] = value
+            size_nodes.bind_scalar(symbol, node)
+            self.inputs.append(source)
+        return value
+
     def constant(self, tensor: torch.Tensor) -> StandIn:
         """The stand-in of a tensor the graph holds as a constant (``get_attr``)."""
         stand_in = self._stand_in_of.get(id(tensor))

@@ -9,6 +9,8 @@ safe (``read``):
 value read                  what the program gets                   guard
 ==========================  ======================================  ===========================
 None, bool, int, float, str the value itself                        equal (and same type)
+int, float seen to change   a ``SymInt``/``SymFloat``, a graph      type; what the program
+(``fxloom.bytecode.dynamic``) input                                 decides on it
 tensor                      a stand-in, a graph input               type, dtype, device, grad,
                                                                     shape
 parameter or buffer of the  a stand-in, a graph input read at call  none (the module epoch)
@@ -289,6 +291,10 @@ class Recording:
         elif kind is types.BuiltinMethodType and type(value.__self__) in _CHANGEABLE:
             return self._container_method(value, source)
         if kind in CONSTANT_TYPES:
+            if kind is int or kind is float:  # symbolic once it changed (``dynamic``)
+                symbolic = self.guards.number(source, value)
+                if symbolic is not None:
+                    return self.graph.number_input(source, symbolic)
             self.guards.equals(source, value)
             return value
         if isinstance(value, torch.Tensor):

@@ -42,7 +42,8 @@ def build_set(interp, frame, instruction):
 @handles("BUILD_MAP")
 def build_map(interp, frame, instruction):
     items = _pop(frame, 2 * instruction.arg)
-    frame.stack.append(interp.recording.built(dict(zip(items[::2], items[1::2]))))
+    keys = [concrete(key) for key in items[::2]]  # hashed by their values (a guard each)
+    frame.stack.append(interp.recording.built(dict(zip(keys, items[1::2]))))
 
 
 @handles("BUILD_CONST_KEY_MAP")
@@ -74,7 +75,7 @@ def set_add(interp, frame, instruction):
 @handles("MAP_ADD")
 def map_add(interp, frame, instruction):
     value = frame.stack.pop()
-    key = frame.stack.pop()
+    key = concrete(frame.stack.pop())
     frame.stack[-instruction.arg][key] = value
 
 
