@@ -295,6 +295,7 @@ class InputSymbols:
                 if len(expr.free_symbols) == 1 and (expr.lhs.is_Number or expr.rhs.is_Number):
                     (symbol,) = expr.free_symbols
                     value = expr.rhs if expr.rhs.is_Number else expr.lhs
+                    value = int(value) if value.is_Integer else float(value)  # 9.0, not 9.000...
                     lines.append(
                         f"{symbols[symbol]} == {value}: {guard.location}: {guard.code}".rstrip(": ")
                     )
