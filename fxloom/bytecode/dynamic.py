@@ -124,10 +124,19 @@ def compiling(policy: SizePolicy | None, place: Any = START) -> Iterator[None]:
         yield
         return
     _ACTIVE.append((policy, place))
+    made = len(_TEXT_ENVS)
     try:
         yield
     finally:
         _ACTIVE.pop()
+        for env in _TEXT_ENVS[made:]:  # capture is over: reports show expressions again
+            env.text_is_value = False
+        del _TEXT_ENVS[made:]
+
+
+# The ShapeEnvs made by the compilations running now, whose symbolic values format as their
+# values (``ShapeEnv.text_is_value``) until their capture is over.
+_TEXT_ENVS: list[Any] = []
 
 
 def current() -> InputSymbols | None:
@@ -301,6 +310,32 @@ class InputSymbols:
                     )
         return lines
 
+    def value_code(self, value: Any, read: Any) -> str | None:
+        """A Python expression computing the symbolic ``value`` from the sources its symbols
+        are bound to (``read(expr)``: how the caller reads a source), without the graph: for
+        the changes replayed when the graph raised, whose outputs never came. None where a
+        symbol has no source (a value read from tensor data)."""
+        expr = self.env.simplify(value.node.expr)
+        by_symbol = {binding.symbol: binding for binding in self.bindings}
+        reads = []
+        for symbol in sorted(expr.free_symbols, key=lambda symbol: symbol.name):
+            binding = by_symbol.get(symbol)
+            if binding is None:
+                return None
+            where = binding.source.expr
+            if binding.dim is not None:
+                where = f"{where}.shape[{binding.dim}]"
+            reads.append((binding.name, read(where)))
+        try:
+            code = python_code(expr)
+        except Exception:
+            return None
+        code = f"{value.node.pytype.__name__}({code})"  # FRACTION(1, 3) * _s0 is no int
+        if not reads:
+            return code
+        names = ", ".join(name for name, _ in reads)
+        return f"(lambda {names}: {code})({', '.join(where for _, where in reads)})"
+
     def namespace(self) -> dict[str, Any]:
         if self.env is None:
             return {}
@@ -310,6 +345,8 @@ class InputSymbols:
     def _env(self) -> Any:
         if self.env is None:
             self.env = _located_shape_env()
+            self.env.text_is_value = True  # the program's str(n) is n's value (a guard)
+            _TEXT_ENVS.append(self.env)
         return self.env
 
 

@@ -67,6 +67,7 @@ from fxloom.bytecode.graph_builder import GraphBuilder
 from fxloom.bytecode.guards import _STRUCTURE, _VALUE, Guard, GuardSet, storage_key
 from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
 from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN", "made_at_break"]
 
@@ -290,6 +291,8 @@ class Recording:
                 return held
         elif kind is types.BuiltinMethodType and type(value.__self__) in _CHANGEABLE:
             return self._container_method(value, source)
+        if kind in SYMBOLIC_TYPES:  # a number made symbolic, read again through a copy
+            return value  # of an outside container that holds it: guarded when first read
         if kind in CONSTANT_TYPES:
             if kind is int or kind is float:  # symbolic once it changed (``dynamic``)
                 symbolic = self.guards.number(source, value)

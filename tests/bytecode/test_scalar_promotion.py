@@ -145,6 +145,44 @@ def test_an_int_made_a_string_is_specialised():
     assert compiled.explain().why_static[0].startswith("n == 2: ")
 
 
+def test_an_int_formatted_by_native_code_is_its_value():
+    def f(x, n):
+        return x, str([n, 1]), ",".join(map(str, (n, 2))), str({"n": n})
+
+    compiled = run_calls(f, with_x([1, 2, 3, 2], 3))
+    assert compiled.explain().why_static[0].startswith("n == 2: ")
+
+
+def test_an_int_in_a_dict_argument_read_through_a_native_key_function():
+    weights = {"a": 3, "b": 1, "c": 2}
+
+    def ranked(x, table):
+        best = max(table, key=table.get)
+        return x + ord(best) + sum(table.values())
+
+    calls = []
+    for weight in (1, 10, 1, 5):
+        calls.append((torch.zeros(1), {**weights, "b": weight}))
+    compiled = run_calls(ranked, calls)
+    assert compiled.explain().break_count == 0
+
+
+def test_a_changed_global_counter_is_replayed_when_the_graph_raises():
+    namespace: dict[str, Any] = {"CALLS": 0}
+    exec(  # a module's global, written by the program
+        "def f(x, y):\n    global CALLS\n    CALLS += 1\n    x.add_(y)\n    return x\n",
+        namespace,
+    )
+    compiled = fxloom.compile(namespace["f"])
+    x, y = torch.randn(2, 2), torch.randn(2, 2)
+    for _ in range(3):
+        compiled(x, y)
+    assert namespace["CALLS"] == 3
+    with pytest.raises(RuntimeError, match="single memory location"):
+        compiled(x.t(), x)  # the graph raises; CALLS += 1 came before, as in eager
+    assert namespace["CALLS"] == 4 and type(namespace["CALLS"]) is int
+
+
 def test_bool_stays_static():
     compiled = run_calls(lambda x, flag: x + 1 if flag else x - 1, with_x([True, False, True], 3))
     assert graphs(compiled) == 2

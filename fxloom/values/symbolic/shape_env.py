@@ -121,6 +121,10 @@ class ShapeEnv:
         # assertions it adds (which are guards here). ``fxloom.compile`` turns it on, so a
         # size of 1 stays symbolic through broadcasting; export keeps it off.
         self.backed_size_oblivious = False
+        # ``str``/``repr`` of a symbolic value: its expression (``s0``: export's messages), or,
+        # while ``fxloom.compile`` runs a program that may format it natively (``str([n])``,
+        # ``",".join(map(str, sizes))``), its value under a guard, as ``int(n)`` is.
+        self.text_is_value = False
 
     # ---- symbols
 

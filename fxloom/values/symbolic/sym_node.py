@@ -141,7 +141,7 @@ class SymNode:
     # ---- printing
 
     def str(self) -> builtins.str:
-        return builtins.str(self.expr)
+        return self._graph_repr()
 
     def __str__(self) -> builtins.str:
         return builtins.str(self.expr)
@@ -150,6 +150,11 @@ class SymNode:
         return f"SymNode({self.expr}, hint={self._hint})"
 
     def _graph_repr(self) -> builtins.str:
+        # ``str(n)``/``repr(n)`` of the SymInt: the expression (``s0``), or, where the
+        # program's own text is being computed (``ShapeEnv.text_is_value``), its value,
+        # fixed by a guard as ``int(n)`` is.
+        if self.env.text_is_value and self._hint is not None:
+            return builtins.repr(self.pytype(self.env.evaluate(self.expr, self._hint)))
         return builtins.str(self.expr)
 
     # ---- operations that are not one table entry
