@@ -76,6 +76,10 @@ _ITEM_META = ("stack_trace", "source_location", "nn_module_stack")  # an item of
 class GraphBuilder:
     """Records one graph; see the module docstring."""
 
+    # Whether a number read while recording may become a graph input (``number_input``); a
+    # ``fxloom.cond`` branch's graph lifts tensors only, so a number it reads stays static.
+    takes_numbers = True
+
     def __init__(self) -> None:
         self.graph = Graph()
         self.inputs: list[Source] = []  # graph input i is read from inputs[i] at call time

@@ -140,6 +140,32 @@ def test_an_int_used_as_a_dict_key_is_specialised():
     assert "table = {n: x}" in report.why_static[0]
 
 
+def test_an_int_hashed_into_sets_and_dicts_the_program_makes_is_specialised():
+    def f(x, n):
+        seen = {n, 0}
+        seen.add(n + 1)
+        table: dict = {}
+        table.setdefault(n, 1)
+        return x * (len(seen) + table.get(n, 0) + (n in seen))
+
+    compiled = run_calls(f, with_x([1, 2, 3, 2], 3))
+    assert compiled.explain().break_count == 0
+
+
+def test_an_int_added_to_an_outside_set_is_specialised():
+    seen: set = set()
+
+    def f(x, n):
+        seen.add(n)
+        return x * n
+
+    compiled = fxloom.compile(f)
+    for n in (1, 2, 3, 2):
+        assert_same(compiled(torch.ones(2), n), torch.ones(2) * n)
+    assert seen == {1, 2, 3}
+    assert compiled.explain().break_count == 0
+
+
 def test_an_int_made_a_string_is_specialised():
     compiled = run_calls(lambda x, n: x + len(str(n)), with_x([1, 2, 30, 2], 3))
     assert compiled.explain().why_static[0].startswith("n == 2: ")

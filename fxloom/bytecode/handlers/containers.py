@@ -36,7 +36,7 @@ def build_set(interp, frame, instruction):
     items = _pop(frame, instruction.arg)
     if any(isinstance(item, StandIn) for item in items):
         raise Break("unknown-value", "a set of tensors (sets hash tensors by identity)")
-    frame.stack.append(interp.recording.built(set(items)))
+    frame.stack.append(interp.recording.built(set(map(concrete, items))))  # hashed: a guard
 
 
 @handles("BUILD_MAP")
@@ -69,7 +69,7 @@ def set_add(interp, frame, instruction):
     item = frame.stack.pop()
     if isinstance(item, StandIn):
         raise Break("unknown-value", "a set of tensors (sets hash tensors by identity)")
-    frame.stack[-instruction.arg].add(item)
+    frame.stack[-instruction.arg].add(concrete(item))  # hashed by its value (a guard)
 
 
 @handles("MAP_ADD")
@@ -88,7 +88,7 @@ def list_extend(interp, frame, instruction):
 @handles("SET_UPDATE")
 def set_update(interp, frame, instruction):
     items = frame.stack.pop()
-    frame.stack[-instruction.arg].update(_iterable(interp, items))
+    frame.stack[-instruction.arg].update(map(concrete, _iterable(interp, items)))
 
 
 @handles("DICT_UPDATE", "DICT_MERGE")
