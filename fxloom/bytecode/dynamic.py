@@ -23,6 +23,15 @@ that entry is then valid for that size only, and ``explain()`` says why (``why_s
 The parameters and buffers of a compiled module are never symbolic (their sizes do not change
 between calls; the module epoch and the held-metadata guard cover them).
 
+Ints and floats follow the same rule (``SizePolicy.scalars``): guarded by value on the first
+call, a number whose value changed at a miss (``GuardSet.changed_sizes`` reports it with dim
+None) is read at the recompile as a symbol with no range (``ShapeEnv.create_number_symbol``):
+a ``torch.SymInt`` for an int, a ``torch.SymFloat`` for a float (a Python scalar, not a 0-d
+tensor: type promotion stays eager's), bound to its source in the guard (``type(_s0 := L_n)
+is int``) and a graph input of its own (``GraphBuilder.number_input``). What needs the plain
+value (``range(n)``, a hash, ``str(n)``, native code) specialises it by a guard (``concrete``,
+and ``ShapeEnv.text_is_value`` while capture runs). ``bool`` stays static.
+
 ``InputSymbols`` is one compilation's part (made by ``GuardSet``): the symbols of its inputs,
 the ShapeEnv, and the guard expressions over them, as Python code for the generated guard
 function (``_PYTHON``: one printer per size-tree operation).

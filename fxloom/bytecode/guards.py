@@ -2,7 +2,8 @@
 
 While the interpreter runs a function on its first call, every value it consults from
 outside the function (``fxloom.bytecode.sources``) adds a guard: a tensor's type, dtype,
-device, ``requires_grad`` and sizes; a Python constant's value; a module's, function's or
+device, ``requires_grad`` and sizes; a Python constant's value (an int or float seen to
+change: its type, and what the program decided on it, ``GuardSet.number``); a module's, function's or
 global's identity; a container's length or a dict's keys; the global state (grad mode,
 inference mode, autocast, default dtype) in one check. Once the graph is recorded, how the
 tensors read relate is guarded too (``Recording.guard_identities``): which are the same object
