@@ -376,6 +376,7 @@ def _located_shape_env() -> Any:
                 # whose assertions then fail for the example runs again without it
                 # (``GraphBuilder.call``), deciding by the example's value under a guard.
                 self.backed_size_oblivious = True
+                self.exact_floats = True  # the graph's floats are eager's (``sym_node._exact``)
 
             @contextlib.contextmanager
             def by_example(self) -> Iterator[None]:

@@ -277,6 +277,31 @@ def test_a_branch_on_a_float_is_guarded_without_rounding():
     assert graphs(compiled) == 3
 
 
+def test_float_arithmetic_returns_eagers_bits_exactly():
+    # sympy would fold s * 0.1 * 3 into 0.3*s and n / 3 + n / 7 into 10*n/21, which round
+    # differently: such chains are fixed to their values (a guard); one operation stays symbolic
+    def f(x, s, n):
+        return x, s * 0.1 * 3, (s + 0.1) + 0.2, n / 3 + n / 7, s / 3, n / 7, -s
+
+    values = [(0.7, 3), (1.3, 5), (2.9, 7), (0.7, 3), (7.1, 11)]
+    compiled = fxloom.compile(f)
+    for s, n in values:
+        got, expected = compiled(torch.zeros(1), s, n), f(torch.zeros(1), s, n)
+        assert got[1:] == expected[1:]  # exactly, and the same types
+        assert [type(v) for v in got[1:]] == [type(v) for v in expected[1:]]
+    assert any(line.startswith("s == ") for line in compiled.explain().why_static)
+
+
+def test_a_branch_on_a_float_computed_from_the_argument_is_decided_as_eager():
+    def f(x, s):
+        return x * 2 if s / 3 > 1 else x - 1
+
+    # s / 3 > 1 must not become s > 3 (they differ where s / 3 rounds to 1.0): a comparison
+    # of a float computed from s fixes s to its value, and explain() says where
+    compiled = run_calls(f, with_x([1.5, 3.0000000000000004, 3.0, 4.5, 2.0], 3))
+    assert any("s / 3 > 1" in line for line in compiled.explain().why_static)
+
+
 def test_a_float_passed_to_math_is_specialised():
     import math
 

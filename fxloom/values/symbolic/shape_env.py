@@ -125,6 +125,10 @@ class ShapeEnv:
         # while ``fxloom.compile`` runs a program that may format it natively (``str([n])``,
         # ``",".join(map(str, sizes))``), its value under a guard, as ``int(n)`` is.
         self.text_is_value = False
+        # Float arithmetic kept symbolic only where sympy's form rounds as Python does
+        # (``sym_node._exact``), the rest fixed to its value under a guard: ``fxloom.compile``,
+        # whose graphs must give eager's floats; export has no float inputs.
+        self.exact_floats = False
 
     # ---- symbols
 
