@@ -43,6 +43,7 @@ and ``fxloom.bytecode.sources``.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class SizePolicy:
             self.mode is not False
             and type(value) in SCALAR_TYPES
             and (place, source.expr) in self.scalars
+            and (type(value) is int or math.isfinite(value))  # sympy takes symbols as finite
         )
 
     def observe(self, place: Any, changed: list[tuple[str, str, int | None, Any, Any]]) -> bool:
@@ -222,8 +224,11 @@ class InputSymbols:
         """The guard of a symbolic number: its exact type, binding the guard's local to it
         (``type(_s1 := L_n) is K3``); what the program decided on it follows
         (``shape_guards``)."""
-        name = next(b.name for b in self.bindings if b.dim is None and b.source.expr == source.expr)
-        return f"type({name} := {source.expr}) is {type_constant}"
+        binding = next(b for b in self.bindings if b.dim is None and b.source.expr == source.expr)
+        check = f"type({binding.name} := {source.expr}) is {type_constant}"
+        if not binding.symbol.is_integer:  # finite: sympy's algebra (s - s == 0) assumes it
+            check += f" and {binding.name} - {binding.name} == 0"
+        return check
 
     def dims(self, source: Source, tensor: torch.Tensor) -> frozenset[int]:
         return self.policy.dims(self.place, source, tensor)

@@ -302,6 +302,19 @@ def test_a_branch_on_a_float_computed_from_the_argument_is_decided_as_eager():
     assert any("s / 3 > 1" in line for line in compiled.explain().why_static)
 
 
+def test_infinite_and_nan_floats_are_never_symbolic():
+    # sympy's algebra takes symbols as finite (s - s == 0); inf - inf is nan
+    def f(x, s):
+        return x + (s - s), s * 0
+
+    values = [1.0, 2.0, float("inf"), 3.0, float("-inf"), float("nan"), 4.0]
+    compiled = fxloom.compile(f)
+    for s in values:
+        got, expected = compiled(torch.zeros(1), s), f(torch.zeros(1), s)
+        torch.testing.assert_close(got[0], expected[0], equal_nan=True)
+        assert repr(got[1]) == repr(expected[1])
+
+
 def test_a_float_passed_to_math_is_specialised():
     import math
 
