@@ -548,6 +548,8 @@ def _only_own_values(interp: Interpreter, args: tuple, kwargs: dict) -> bool:
 
 
 _CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
+# Containers whose methods hash their first argument (``add``, ``get``, ``setdefault``...).
+_HASHING = (dict, set, frozenset)
 
 
 # ------------------------------------------------------------------ native calls
@@ -558,6 +560,8 @@ def _native(
     recording = interp.recording
     if not row.tensors:  # C code reads a symbolic size as its value: fixed by a guard
         args, kwargs = concrete(args), {key: concrete(value) for key, value in kwargs.items()}
+    elif args and isinstance(getattr(fn, "__self__", None), _HASHING):
+        args = (concrete(args[0]), *args[1:])  # ``seen.add(n)``: hashed by its value (a guard)
     if not row.identity and _calls_python(args, kwargs):  # it would run Python code unseen
         if row.polyfill is not None:
             return inline(interp, row.polyfill, (fn, *args), kwargs)

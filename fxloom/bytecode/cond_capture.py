@@ -69,6 +69,8 @@ class BranchBuilder(GraphBuilder):
     uses is lifted to an input (``lifted``, in order of first use). Graph inputs and constants
     belong to the compiled entry, so reading one goes to the enclosing graph first."""
 
+    takes_numbers = False  # a number the branch reads is guarded by value (not lifted)
+
     def __init__(self, outer: GraphBuilder, operands: list[StandIn]) -> None:
         super().__init__()
         self.outer = outer

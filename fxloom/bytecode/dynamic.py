@@ -23,6 +23,15 @@ that entry is then valid for that size only, and ``explain()`` says why (``why_s
 The parameters and buffers of a compiled module are never symbolic (their sizes do not change
 between calls; the module epoch and the held-metadata guard cover them).
 
+Ints and floats follow the same rule (``SizePolicy.scalars``): guarded by value on the first
+call, a number whose value changed at a miss (``GuardSet.changed_sizes`` reports it with dim
+None) is read at the recompile as a symbol with no range (``ShapeEnv.create_number_symbol``):
+a ``torch.SymInt`` for an int, a ``torch.SymFloat`` for a float (a Python scalar, not a 0-d
+tensor: type promotion stays eager's), bound to its source in the guard (``type(_s0 := L_n)
+is int``) and a graph input of its own (``GraphBuilder.number_input``). What needs the plain
+value (``range(n)``, a hash, ``str(n)``, native code) specialises it by a guard (``concrete``,
+and ``ShapeEnv.text_is_value`` while capture runs). ``bool`` stays static.
+
 ``InputSymbols`` is one compilation's part (made by ``GuardSet``): the symbols of its inputs,
 the ShapeEnv, and the guard expressions over them, as Python code for the generated guard
 function (``_PYTHON``: one printer per size-tree operation).
@@ -34,6 +43,7 @@ and ``fxloom.bytecode.sources``.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +63,10 @@ __all__ = [
     "current",
 ]
 
+# Numbers a changed value makes symbolic: an int becomes a ``torch.SymInt``, a float a
+# ``torch.SymFloat`` (bool stays static: a branch on it is the program's structure).
+SCALAR_TYPES = frozenset((int, float))
+
 START = ("start",)  # the place of entries that start the function (pieces: their cache key)
 
 
@@ -63,6 +77,9 @@ class SizePolicy:
 
     mode: bool | None = None
     dynamic: dict[tuple[Any, str], set[int]] = field(default_factory=dict)
+    # Int and float sources seen to change: (place, source expr). Whatever ``mode`` says of
+    # sizes, a number is static on the first call and symbolic once it changed.
+    scalars: set[tuple[Any, str]] = field(default_factory=set)
     history: list[str] = field(default_factory=list)  # "x.shape[0]: 2 -> 1", for explain()
     # source expr -> dims marked static on the tensor last read there (``observe`` skips them)
     static_marks: dict[str, frozenset[int]] = field(default_factory=dict)
@@ -125,15 +142,33 @@ class SizePolicy:
         size = tensor.shape[dim]
         return low <= size and (high is None or size <= high)
 
-    def observe(self, place: Any, changed: list[tuple[str, str, int, int, int]]) -> bool:
+    def symbolic_scalar(self, place: Any, source: Source, value: Any) -> bool:
+        """Whether the int or float ``value`` read from ``source`` is taken as a symbol."""
+        return (
+            self.mode is not False
+            and type(value) in SCALAR_TYPES
+            and (place, source.expr) in self.scalars
+            and (type(value) is int or math.isfinite(value))  # sympy takes symbols as finite
+        )
+
+    def observe(self, place: Any, changed: list[tuple[str, str, int | None, Any, Any]]) -> bool:
         """Remember the dims that ``changed`` ((expr, text, dim, old, new) from
-        ``GuardSet.changed_sizes``) as dynamic; whether any was new."""
-        if self.mode is not None:
+        ``GuardSet.changed_sizes``; dim None: an int or float) as dynamic; whether any was
+        new."""
+        if self.mode is False:
             return False
         grew = False
         for expr, text, dim, old, new in changed:
+            if dim is None:  # a number
+                if (place, expr) not in self.scalars:
+                    self.scalars.add((place, expr))
+                    grew = True
+                    self.history.append(f"{text}: {old!r} -> {new!r} (now symbolic)")
+                continue
             if dim in self.static_marks.get(expr, ()):
                 continue  # mark_static: stays guarded by value
+            if self.mode is not None:
+                continue
             dims = self.dynamic.setdefault((place, expr), set())
             if dim not in dims:
                 dims.add(dim)
@@ -154,10 +189,19 @@ def compiling(policy: SizePolicy | None, place: Any = START) -> Iterator[None]:
         yield
         return
     _ACTIVE.append((policy, place))
+    made = len(_TEXT_ENVS)
     try:
         yield
     finally:
         _ACTIVE.pop()
+        for env in _TEXT_ENVS[made:]:  # capture is over: reports show expressions again
+            env.text_is_value = False
+        del _TEXT_ENVS[made:]
+
+
+# The ShapeEnvs made by the compilations running now, whose symbolic values format as their
+# values (``ShapeEnv.text_is_value``) until their capture is over.
+_TEXT_ENVS: list[Any] = []
 
 
 def current() -> InputSymbols | None:
@@ -186,10 +230,17 @@ def concrete(value: Any) -> Any:
 @dataclass
 class _Binding:
     source: Source
-    dim: int
+    dim: int | None  # None: the source is a number itself (an int or float argument)
     symbol: Any  # sympy.Symbol
     name: str  # the generated guard's local for it: ``_s0``
     strict: bool = False  # marked dynamic: the program may not fix it (``strict_fixed``)
+
+    @property
+    def text(self) -> str:
+        """How messages name it: ``x.shape[0]``, or ``n`` for a number."""
+        if self.dim is None:
+            return self.source.text
+        return f"{self.source.text}.shape[{self.dim}]"
 
 
 class InputSymbols:
@@ -202,6 +253,37 @@ class InputSymbols:
         self.bindings: list[_Binding] = []
         self._tensors = 0
         self._unprintable: list[Any] = []  # guard conditions checked by sympy (``_check``)
+        self._scalars: dict[str, Any] = {}  # source expr -> its SymInt / SymFloat
+
+    def scalar(self, source: Source, value: Any) -> Any:
+        """The symbol for the number ``value`` read from ``source`` (a ``torch.SymInt`` or
+        ``SymFloat`` with ``value`` as its example; one per source), or None where the
+        policy keeps it static (guarded by value)."""
+        found = self._scalars.get(source.expr)
+        if found is not None or not self.policy.symbolic_scalar(self.place, source, value):
+            return found
+        from fxloom.values.symbolic.sym_node import SymNode
+
+        env = self._env()
+        kind = type(value)
+        # Any value: a number has no size's range (negative ones included).
+        symbol = env.create_number_symbol(value, source=source.text)
+        symbolic = (torch.SymInt if kind is int else torch.SymFloat)(
+            SymNode(symbol, env, kind, value)
+        )
+        self.bindings.append(_Binding(source, None, symbol, f"_{symbol.name}"))
+        self._scalars[source.expr] = symbolic
+        return symbolic
+
+    def scalar_check(self, source: Source, type_constant: str) -> str:
+        """The guard of a symbolic number: its exact type, binding the guard's local to it
+        (``type(_s1 := L_n) is K3``); what the program decided on it follows
+        (``shape_guards``)."""
+        binding = next(b for b in self.bindings if b.dim is None and b.source.expr == source.expr)
+        check = f"type({binding.name} := {source.expr}) is {type_constant}"
+        if not binding.symbol.is_integer:  # finite: sympy's algebra (s - s == 0) assumes it
+            check += f" and {binding.name} - {binding.name} == 0"
+        return check
 
     def dims(self, source: Source, tensor: torch.Tensor) -> frozenset[int]:
         return self.policy.dims(self.place, source, tensor)
@@ -255,7 +337,7 @@ class InputSymbols:
             return []
         from fxloom.values.symbolic.size_trees import expr_text
 
-        names = {b.symbol.name: f"{b.source.text}.shape[{b.dim}]" for b in self.bindings}
+        names = {b.symbol.name: b.text for b in self.bindings}
         found: list[tuple[str, str]] = []
         # The program's conditions first, so that a miss names the line that decided; then
         # each symbol's range (what the conditions narrowed it to, and what an index width did).
@@ -276,9 +358,12 @@ class InputSymbols:
         call (slow, rare, and never skipped)."""
         try:
             return python_code(expr)
-        except Exception:
-            index = len(self._unprintable)
-            self._unprintable.append(expr)
+        except Exception:  # a float constant (``s > 0.5`` on a float symbol), say
+            if expr in self._unprintable:  # asked again: one check
+                index = self._unprintable.index(expr)
+            else:
+                index = len(self._unprintable)
+                self._unprintable.append(expr)
             symbols = ", ".join(f"{b.symbol.name!r}: {b.name}" for b in self.bindings)
             return f"HOLDS(EXPRS[{index}], {{{symbols}}})"
 
@@ -288,7 +373,7 @@ class InputSymbols:
             return []
         import sympy
 
-        symbols = {b.symbol: f"{b.source.text}.shape[{b.dim}]" for b in self.bindings}
+        symbols = {b.symbol: b.text for b in self.bindings}
         lines = []
         for guard in self.env.guards:
             expr = guard.expr
@@ -296,10 +381,37 @@ class InputSymbols:
                 if len(expr.free_symbols) == 1 and (expr.lhs.is_Number or expr.rhs.is_Number):
                     (symbol,) = expr.free_symbols
                     value = expr.rhs if expr.rhs.is_Number else expr.lhs
+                    value = int(value) if value.is_Integer else float(value)  # 9.0, not 9.000...
                     lines.append(
                         f"{symbols[symbol]} == {value}: {guard.location}: {guard.code}".rstrip(": ")
                     )
         return lines
+
+    def value_code(self, value: Any, read: Any) -> str | None:
+        """A Python expression computing the symbolic ``value`` from the sources its symbols
+        are bound to (``read(expr)``: how the caller reads a source), without the graph: for
+        the changes replayed when the graph raised, whose outputs never came. None where a
+        symbol has no source (a value read from tensor data)."""
+        expr = self.env.simplify(value.node.expr)
+        by_symbol = {binding.symbol: binding for binding in self.bindings}
+        reads = []
+        for symbol in sorted(expr.free_symbols, key=lambda symbol: symbol.name):
+            binding = by_symbol.get(symbol)
+            if binding is None:
+                return None
+            where = binding.source.expr
+            if binding.dim is not None:
+                where = f"{where}.shape[{binding.dim}]"
+            reads.append((binding.name, read(where)))
+        try:
+            code = python_code(expr)
+        except Exception:
+            return None
+        code = f"{value.node.pytype.__name__}({code})"  # FRACTION(1, 3) * _s0 is no int
+        if not reads:
+            return code
+        names = ", ".join(name for name, _ in reads)
+        return f"(lambda {names}: {code})({', '.join(where for _, where in reads)})"
 
     def namespace(self) -> dict[str, Any]:
         if self.env is None:
@@ -310,6 +422,8 @@ class InputSymbols:
     def _env(self) -> Any:
         if self.env is None:
             self.env = _located_shape_env()
+            self.env.text_is_value = True  # the program's str(n) is n's value (a guard)
+            _TEXT_ENVS.append(self.env)
         return self.env
 
 
@@ -330,6 +444,7 @@ def _located_shape_env() -> Any:
                 # whose assertions then fail for the example runs again without it
                 # (``GraphBuilder.call``), deciding by the example's value under a guard.
                 self.backed_size_oblivious = True
+                self.exact_floats = True  # the graph's floats are eager's (``sym_node._exact``)
 
             @contextlib.contextmanager
             def by_example(self) -> Iterator[None]:
@@ -445,7 +560,11 @@ def _holds(expr: Any, values: dict[str, int]) -> bool:
     """Whether the sympy condition ``expr`` holds for the symbols' ``values`` (by name)."""
     import sympy
 
-    named = {symbol: sympy.Integer(values[symbol.name]) for symbol in expr.free_symbols}
+    named = {
+        symbol: sympy.Float(value) if type(value) is float else sympy.Integer(value)
+        for symbol in expr.free_symbols
+        for value in (values[symbol.name],)
+    }
     return bool(expr.xreplace(named))
 
 

@@ -595,6 +595,13 @@ class _StepEmitter(_Emitter):
                 raise _NotReplayable
             self.needed.add(node.name)
             return f"V[{node.name!r}]"
+        if type(value) in SYMBOLIC_TYPES:  # no graph output: computed from the inputs read
+            symbols = self.recording.guards.sizes
+            code = None if symbols is None else symbols.value_code(value, self._again)
+            if code is None:
+                raise _NotReplayable
+            self.namespace.update(symbols.namespace())
+            return code
         return super().expr(value)
 
 

@@ -76,6 +76,10 @@ _ITEM_META = ("stack_trace", "source_location", "nn_module_stack")  # an item of
 class GraphBuilder:
     """Records one graph; see the module docstring."""
 
+    # Whether a number read while recording may become a graph input (``number_input``); a
+    # ``fxloom.cond`` branch's graph lifts tensors only, so a number it reads stays static.
+    takes_numbers = True
+
     def __init__(self) -> None:
         self.graph = Graph()
         self.inputs: list[Source] = []  # graph input i is read from inputs[i] at call time
@@ -132,6 +136,19 @@ class GraphBuilder:
             self.source_of_input[id(stand_in)] = source
             self._remember(tensor, stand_in)
         return stand_in
+
+    def number_input(self, source: Source, value: Any) -> Any:
+        """``value``, the ``torch.SymInt`` or ``SymFloat`` of a number read from ``source``
+        (``fxloom.bytecode.dynamic``), as a graph input: the nodes computing sizes and
+        scalars from it read that input."""
+        size_nodes = self._symbolic_sizes([value])
+        symbol = value.node.expr
+        if symbol not in size_nodes.sources:
+            node = self.graph.placeholder(_NOT_IDENTIFIER.sub("_", source.text))
+            node.meta["val"] = value
+            size_nodes.bind_scalar(symbol, node)
+            self.inputs.append(source)
+        return value
 
     def constant(self, tensor: torch.Tensor) -> StandIn:
         """The stand-in of a tensor the graph holds as a constant (``get_attr``)."""

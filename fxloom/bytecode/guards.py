@@ -2,7 +2,8 @@
 
 While the interpreter runs a function on its first call, every value it consults from
 outside the function (``fxloom.bytecode.sources``) adds a guard: a tensor's type, dtype,
-device, ``requires_grad`` and sizes; a Python constant's value; a module's, function's or
+device, ``requires_grad`` and sizes; a Python constant's value (an int or float seen to
+change: its type, and what the program decided on it, ``GuardSet.number``); a module's, function's or
 global's identity; a container's length or a dict's keys; the global state (grad mode,
 inference mode, autocast, default dtype) in one check. Once the graph is recorded, how the
 tensors read relate is guarded too (``Recording.guard_identities``): which are the same object
@@ -210,6 +211,8 @@ class GuardSet:
         # Each tensor read: source -> (its sizes as the entry assumed them, its symbolic dims),
         # which a miss compares with the new call's (``changed_sizes``).
         self.tensor_sizes: dict[Source, tuple[tuple[int, ...], frozenset[int]]] = {}
+        # Each int and float guarded by value: source -> the value (``changed_sizes``).
+        self.numbers: dict[Source, int | float] = {}
         self.add("global state", Guard(_IDENTITY, f"STATE() == {self.constant(global_state())}",
                                        f"{_GLOBAL_STATE_TEXT} as at compile time"))  # fmt: skip
         if root is not None:
@@ -268,8 +271,24 @@ class GuardSet:
                                         f"{source.text} is {value!r}"))  # fmt: skip
             return
         self.exact_type(source, value)
+        if type(value) in dynamic.SCALAR_TYPES:
+            self.numbers.setdefault(source, value)
         check = f"{source.expr} == {self.constant(value)}"
         self.add(source.expr, Guard(_VALUE, check, f"{source.text} == {value!r}"))
+
+    def number(self, source: Source, value: int | float) -> Any:
+        """The int or float ``value`` read from ``source`` as a symbol (``torch.SymInt`` or
+        ``SymFloat``), guarded by its type alone, where the size policy has seen it change;
+        None where it stays static (then guard it with ``equals``)."""
+        if self.sizes is None:
+            return None
+        symbolic = self.sizes.scalar(source, value)
+        if symbolic is not None:
+            cls = type(value)
+            check = self.sizes.scalar_check(source, self.constant(cls))
+            self.add(source.expr, Guard(_IDENTITY, check, f"{source.text} is any {cls.__name__} "
+                                                          "(symbolic)"))  # fmt: skip
+        return symbolic
 
     def tensor(self, source: Source, tensor: torch.Tensor) -> list | None:
         """Guard the tensor read from ``source``: its type, dtype, device, ``requires_grad``
@@ -312,9 +331,11 @@ class GuardSet:
         globals_: dict,
         closure: tuple | None,
         held: dict | None = None,
-    ) -> list[tuple[str, str, int, int, int]]:
+    ) -> list[tuple[str, str, int | None, Any, Any]]:
         """The static sizes of this entry's tensors that ``arguments`` change, as (source
-        expr, source text, dim, old, new); tensors whose rank changed are not compared."""
+        expr, source text, dim, old, new), and its ints and floats guarded by value that
+        they change, as (expr, text, None, old, new); tensors whose rank changed and numbers
+        whose type changed are not compared."""
         namespace = self._namespace(globals_, closure, held)
         namespace.update(zip((local_name(name) for name in parameters), arguments))
         changed = []
@@ -328,6 +349,13 @@ class GuardSet:
             for dim, (old, new) in enumerate(zip(shape, value.shape)):
                 if old != new and dim not in dims:
                     changed.append((source.expr, source.text, dim, old, new))
+        for source, old in self.numbers.items():
+            try:
+                new = eval(source.expr, namespace)  # noqa: S307 - our own source expressions
+            except Exception:
+                continue
+            if type(new) is type(old) and new != old:
+                changed.append((source.expr, source.text, None, old, new))
         return changed
 
     def why_static(self) -> list[str]:

@@ -9,6 +9,8 @@ safe (``read``):
 value read                  what the program gets                   guard
 ==========================  ======================================  ===========================
 None, bool, int, float, str the value itself                        equal (and same type)
+int, float seen to change   a ``SymInt``/``SymFloat``, a graph      type; what the program
+(``fxloom.bytecode.dynamic``) input                                 decides on it
 tensor                      a stand-in, a graph input               type, dtype, device, grad,
                                                                     shape
 parameter or buffer of the  a stand-in, a graph input read at call  none (the module epoch)
@@ -61,10 +63,12 @@ import torch
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.callees import OUTSIDE_STATE, is_library_module
+from fxloom.bytecode.dynamic import concrete
 from fxloom.bytecode.graph_builder import GraphBuilder
 from fxloom.bytecode.guards import _STRUCTURE, _VALUE, Guard, GuardSet, storage_key
 from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
 from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source
+from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN", "made_at_break"]
 
@@ -237,6 +241,8 @@ class Recording:
         if name == "__setattr__":
             self.write_attribute(target, *args)
             return None
+        if args and isinstance(target, _HASHED):  # a key or member is hashed by its value
+            args = (concrete(args[0]), *args[1:])
         return self.changes.call(target, name, tuple(args), kwargs)
 
     def write_target(self, value: Any, source: Source) -> Any:
@@ -288,7 +294,14 @@ class Recording:
                 return held
         elif kind is types.BuiltinMethodType and type(value.__self__) in _CHANGEABLE:
             return self._container_method(value, source)
+        if kind in SYMBOLIC_TYPES:  # a number made symbolic, read again through a copy
+            return value  # of an outside container that holds it: guarded when first read
         if kind in CONSTANT_TYPES:
+            if (kind is int or kind is float) and self.graph.takes_numbers:
+                # symbolic once it changed (``dynamic``)
+                symbolic = self.guards.number(source, value)
+                if symbolic is not None:
+                    return self.graph.number_input(source, symbolic)
             self.guards.equals(source, value)
             return value
         if isinstance(value, torch.Tensor):
@@ -553,6 +566,9 @@ _FUNCTION_FORMS = {
         "add", "and", "floordiv", "lshift", "matmul", "mod", "mul", "or", "pow", "rshift", "sub",
         "truediv", "xor")},
 }  # fmt: skip
+# Containers whose methods hash their first argument (a symbolic number there is fixed to its
+# value by a guard: ``SEEN.add(n)``, ``table[n] = x``).
+_HASHED = (dict, set)
 # Objects whose changes ``changes`` tracks (``read`` hands back the program's view of them).
 _CHANGEABLE = frozenset((list, dict, set, collections.deque, collections.OrderedDict))
 # ``__setattr__`` that store into the instance (or the class, or a module's tables) as a read

@@ -36,13 +36,14 @@ def build_set(interp, frame, instruction):
     items = _pop(frame, instruction.arg)
     if any(isinstance(item, StandIn) for item in items):
         raise Break("unknown-value", "a set of tensors (sets hash tensors by identity)")
-    frame.stack.append(interp.recording.built(set(items)))
+    frame.stack.append(interp.recording.built(set(map(concrete, items))))  # hashed: a guard
 
 
 @handles("BUILD_MAP")
 def build_map(interp, frame, instruction):
     items = _pop(frame, 2 * instruction.arg)
-    frame.stack.append(interp.recording.built(dict(zip(items[::2], items[1::2]))))
+    keys = [concrete(key) for key in items[::2]]  # hashed by their values (a guard each)
+    frame.stack.append(interp.recording.built(dict(zip(keys, items[1::2]))))
 
 
 @handles("BUILD_CONST_KEY_MAP")
@@ -68,13 +69,13 @@ def set_add(interp, frame, instruction):
     item = frame.stack.pop()
     if isinstance(item, StandIn):
         raise Break("unknown-value", "a set of tensors (sets hash tensors by identity)")
-    frame.stack[-instruction.arg].add(item)
+    frame.stack[-instruction.arg].add(concrete(item))  # hashed by its value (a guard)
 
 
 @handles("MAP_ADD")
 def map_add(interp, frame, instruction):
     value = frame.stack.pop()
-    key = frame.stack.pop()
+    key = concrete(frame.stack.pop())
     frame.stack[-instruction.arg][key] = value
 
 
@@ -87,7 +88,7 @@ def list_extend(interp, frame, instruction):
 @handles("SET_UPDATE")
 def set_update(interp, frame, instruction):
     items = frame.stack.pop()
-    frame.stack[-instruction.arg].update(_iterable(interp, items))
+    frame.stack[-instruction.arg].update(map(concrete, _iterable(interp, items)))
 
 
 @handles("DICT_UPDATE", "DICT_MERGE")

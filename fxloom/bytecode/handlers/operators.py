@@ -18,6 +18,7 @@ from typing import Any
 
 from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.calls import call, holds_unguarded, one_by_one, record
+from fxloom.bytecode.dynamic import concrete
 from fxloom.bytecode.handlers.control import truth
 from fxloom.bytecode.handlers.generators import is_lazy
 from fxloom.bytecode.interpreter import handles
@@ -142,6 +143,7 @@ def contains_op(interp, frame, instruction):
     item = frame.stack.pop()
     if isinstance(container, StandIn) or isinstance(item, StandIn):
         raise Break("tensor-data", "`in` with a tensor compares tensors' values")
+    item = concrete(item)  # hashed or compared by its value (a guard)
     if not interp.native and interp.recording.is_unguarded(container):
         if _python_dunder(container, "__contains__") is not None:  # the table's, or inlined
             found = truth(call(interp, container.__contains__, (item,), {}), interp)
@@ -167,6 +169,7 @@ def subscript(interp, container: Any, key: Any) -> Any:
         return record(interp, "call_function", operator.getitem, (container, key), {})
     if isinstance(key, StandIn):
         raise Break("tensor-data", f"indexing a {type(container).__name__} with a tensor")
+    key = concrete(key)  # a symbolic number indexes a Python container by its value (a guard)
     if not interp.native and interp.recording.unguarded:
         if interp.recording.is_unguarded(container):
             if _python_dunder(container, "__getitem__") is not None:  # the table's, or inlined
@@ -215,6 +218,7 @@ def store_item(interp, container: Any, key: Any, value: Any) -> None:
     if isinstance(container, StandIn):
         record(interp, "call_function", operator.setitem, (container, key, value), {})
         return
+    key = concrete(key)  # a key is hashed by its value (a guard)
     if id(container) not in interp.recording.created:  # not the program's own: a side effect
         _change_outside(interp, container, "__setitem__", (key, value))
         return

@@ -121,6 +121,14 @@ class ShapeEnv:
         # assertions it adds (which are guards here). ``fxloom.compile`` turns it on, so a
         # size of 1 stays symbolic through broadcasting; export keeps it off.
         self.backed_size_oblivious = False
+        # ``str``/``repr`` of a symbolic value: its expression (``s0``: export's messages), or,
+        # while ``fxloom.compile`` runs a program that may format it natively (``str([n])``,
+        # ``",".join(map(str, sizes))``), its value under a guard, as ``int(n)`` is.
+        self.text_is_value = False
+        # Float arithmetic kept symbolic only where sympy's form rounds as Python does
+        # (``sym_node._exact``), the rest fixed to its value under a guard: ``fxloom.compile``,
+        # whose graphs must give eager's floats; export has no float inputs.
+        self.exact_floats = False
 
     # ---- symbols
 
@@ -146,6 +154,12 @@ class ShapeEnv:
                 f"the example's value {hint} of {name} lies outside its range [{min}, {upper}]"
             )
         return self._new_symbol("s", hint, min, upper, dim_name, source)
+
+    def create_number_symbol(self, hint: int | float, *, source: str | None = None) -> sympy.Symbol:
+        """A new symbol for a number the program reads (an int argument ``s<n>``, a float
+        ``f<n>``), with the example's value ``hint`` and no range: unlike a size, any value."""
+        prefix = "f" if type(hint) is float else "s"
+        return self._new_symbol(prefix, hint, -sympy.oo, sympy.oo, None, source)
 
     def create_unbacked_symbol(
         self,
@@ -192,7 +206,7 @@ class ShapeEnv:
     def hint_of(self, expr: sympy.Basic) -> int | float | bool | None:
         """The value of ``expr`` for the example, or None if it depends on tensor data."""
         values = {s: info.hint for s, info in self.symbols.items() if info.hint is not None}
-        value = sympy.sympify(expr).xreplace({s: sympy.Integer(v) for s, v in values.items()})
+        value = sympy.sympify(expr).xreplace({s: _number(v) for s, v in values.items()})
         if value.free_symbols:
             return None
         return _python_value(value)
@@ -403,7 +417,9 @@ class ShapeEnv:
             return
         if _operation(fact) == "eq":
             self._learn_equality(fact, location, code)
-        elif _operation(fact) in _AT_LEAST_ZERO:
+        elif _operation(fact) in _AT_LEAST_ZERO and _over_integers(fact):
+            # Ranges are of integers (``s > 1`` is ``s >= 2``); a relation on a float symbol
+            # stays a fact.
             self._learn_bound(fact, location, code)
         # What the learners above could not turn into a range or a replacement (a product,
         # a sum of two Dims, s0 != 3) is still a promise the declared ranges do not make.
@@ -501,6 +517,8 @@ class ShapeEnv:
         if len(solution.free_symbols) != 1:
             return
         (other,) = solution.free_symbols
+        if not other.is_integer:  # a float's range is not rounded to integers
+            return
         slope = solution.coeff(other)
         offset = sympy.expand(solution - slope * other)
         if not (slope.is_Integer and slope > 0 and offset.is_Number):
@@ -607,6 +625,16 @@ def _normalized(expr: sympy.Basic) -> sympy.Basic:
 def _is_condition(expr: sympy.Basic) -> bool:
     # A sympy Symbol is also a Boolean; conditions are relations and logic.
     return isinstance(expr, (sympy.Rel, BooleanFunction, BooleanAtom))
+
+
+def _over_integers(fact: sympy.Basic) -> bool:
+    """Whether every symbol of ``fact`` is an integer (no float symbol, ``create_number_symbol``)."""
+    return all(symbol.is_integer for symbol in fact.free_symbols)
+
+
+def _number(value: int | float) -> sympy.Number:
+    """A symbol's example value as sympy's number: exact for ints, the same double for floats."""
+    return sympy.Float(value) if type(value) is float else sympy.Integer(value)
 
 
 def _python_value(value: sympy.Basic):

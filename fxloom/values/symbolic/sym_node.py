@@ -27,6 +27,7 @@ import builtins
 import functools
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import sympy
 import torch
@@ -141,7 +142,7 @@ class SymNode:
     # ---- printing
 
     def str(self) -> builtins.str:
-        return builtins.str(self.expr)
+        return self._graph_repr()
 
     def __str__(self) -> builtins.str:
         return builtins.str(self.expr)
@@ -150,6 +151,11 @@ class SymNode:
         return f"SymNode({self.expr}, hint={self._hint})"
 
     def _graph_repr(self) -> builtins.str:
+        # ``str(n)``/``repr(n)`` of the SymInt: the expression (``s0``), or, where the
+        # program's own text is being computed (``ShapeEnv.text_is_value``), its value,
+        # fixed by a guard as ``int(n)`` is.
+        if self.env.text_is_value and self._hint is not None:
+            return builtins.repr(self.pytype(self.env.evaluate(self.expr, self._hint)))
         return builtins.str(self.expr)
 
     # ---- operations that are not one table entry
@@ -259,9 +265,10 @@ def _define_binary(name: str, on_expr: Callable, on_value: Callable, kind: str) 
         hint = (
             None if self._hint is None or other._hint is None else on_value(self._hint, other._hint)
         )
-        return SymNode(
-            on_expr(self.expr, other.expr), self.env, _result_type(kind, self, other), hint
-        )
+        pytype = _result_type(kind, self, other)
+        if self.env.exact_floats and not _exact(pytype, self, other):
+            return _specialised(pytype, hint, self, other)
+        return SymNode(on_expr(self.expr, other.expr), self.env, pytype, hint)
 
     method.__name__ = name
     setattr(SymNode, name, method)
@@ -272,10 +279,58 @@ def _define_unary(name: str, on_expr: Callable, on_value: Callable, kind: str) -
 
     def method(self: SymNode) -> SymNode:
         hint = None if self._hint is None else on_value(self._hint)
-        return SymNode(on_expr(self.expr), self.env, _result_type(kind, self, None), hint)
+        pytype = _result_type(kind, self, None)
+        # One operation on an int (``sym_float(2*s0 - 1)``, which meta kernels ask for a
+        # scalar argument) folds nothing a float would round.
+        if self.env.exact_floats and self.pytype is not int and not _exact(pytype, self):
+            return _specialised(pytype, hint, self)
+        return SymNode(on_expr(self.expr), self.env, pytype, hint)
 
     method.__name__ = name
     setattr(SymNode, name, method)
+
+
+def _exact(pytype: PyType, *operands: SymNode) -> bool:
+    """Whether sympy's form of an operation on ``operands`` computes, in the graph, what
+    Python computes (``ShapeEnv.exact_floats``). Integer arithmetic is exact; float rounding
+    is not (sympy folds ``s * 0.1 * 3`` into ``0.3*s``, ``n / 3 + n / 7`` into ``10*n/21``, and
+    ``s / 3 > 1`` into ``s > 3``), so an operation whose result is a float, or that reads a
+    float, is kept only on bare symbols and numbers: one Python operation, rounded once."""
+    if pytype is not float and all(operand.pytype is not float for operand in operands):
+        return True
+    return all(_bare(operand.expr) for operand in operands)
+
+
+def _bare(expr: sympy.Basic) -> bool:
+    """A symbol, a number, or a negated symbol."""
+    if expr.is_Symbol or expr.is_Number:
+        return True
+    return isinstance(expr, sympy.Mul) and len(expr.args) == 2 and -1 in expr.args
+
+
+def _specialised(pytype: PyType, hint: Any, *operands: SymNode) -> SymNode:
+    """The operation's result as a constant: each symbol of the operands fixed to its
+    example's value by a guard (``f0 == 0.5``: then every value computed from it is the one
+    Python computed), the result computed by Python (``hint``), exactly as eager."""
+    env = operands[0].env
+    symbols = sorted(
+        {symbol for operand in operands for symbol in operand.expr.free_symbols}, key=str
+    )
+    if hint is None or any(env.symbols[symbol].hint is None for symbol in symbols):
+        raise RuntimeError(  # no example value: a float read from tensor data
+            "a float computed from a value read from tensor data cannot be computed exactly "
+            "by the graph; read it with .item() outside the compiled function"
+        )
+    for symbol in symbols:
+        env.evaluate(sympy.Eq(symbol, _number(env.symbols[symbol].hint)), True)
+    if pytype is bool:
+        return SymNode(sympy.true if hint else sympy.false, env, bool, bool(hint))
+    number = sympy.Float(hint) if type(hint) is float else sympy.Integer(hint)
+    return SymNode(number, env, pytype, hint)
+
+
+def _number(value: Any) -> sympy.Number:
+    return sympy.Float(value) if type(value) is float else sympy.Integer(value)
 
 
 def _floor_divide(a, b):
