@@ -292,6 +292,9 @@ def _variadic(fn: types.FunctionType) -> set[str]:
 
 # ------------------------------------------------------------------ values after the graph
 _BOUND_BUILTIN = (types.BuiltinMethodType, types.MethodWrapperType)
+# The containers a program makes that ``run`` makes again as one named object each, and the
+# method that fills one (``_Emitter.container``).
+_FILL = {list: "extend", set: "update", dict: "update"}
 _NOT_IDENTIFIER = re.compile(r"\W")
 
 
@@ -322,6 +325,8 @@ class _Emitter:
         self._changes = bool(recording.changes)
         self.before: dict[str, str] = {}
         self._made: dict[int, str] = {}  # id(function the program made) -> its name (operand)
+        # id(list, set or dict the program made) -> (its name, it): ``container``
+        self._containers: dict[int, tuple[str, Any]] = {}
 
     def _again(self, expr: str) -> str:
         """``expr``, a read from outside, as the value it has before the changes replay."""
@@ -357,6 +362,10 @@ class _Emitter:
             return self._again(source.expr)
         if kind in _BOUND_BUILTIN and isinstance(value.__self__, StandIn):  # x.item, x.size
             return f"{self.expr(value.__self__)}.{value.__name__}"
+        if kind in _BOUND_BUILTIN and self._made_container(value.__self__):  # items.append
+            return f"{self.container(value.__self__)}.{value.__name__}"
+        if self._made_container(value):
+            return self.container(value)
         if kind is ListIterator:
             items = ", ".join(self.expr(item) for item in value.items)
             return f"LIST_ITER([{items}], {value.position})"
@@ -399,6 +408,9 @@ class _Emitter:
                 f"a {kind.__qualname__} the program made is live after the graph",
             )
         return self.constant(value)
+
+    def _made_container(self, value: Any) -> bool:
+        return type(value) in _FILL and id(value) in self.recording.created
 
     def operand(self, value: Any) -> str:
         """``value``, an operand the break's own instruction consumes (the driver runs it as
@@ -465,21 +477,47 @@ class _Emitter:
         return made[0]
 
     def made_cells(self) -> tuple[list[str], list[str]]:
-        """The statements that make the cells ``cell`` named (run first: the functions made
-        again close over them) and those that fill them with what the program left in them
-        (run once those functions are made: a cell may hold one)."""
+        """The statements that make the cells ``cell`` named and the containers
+        ``container`` named (run first: the functions made again close over the cells, and
+        every reference to one container names the same object), and those that fill them
+        with what the program left in them (run once those functions are made: a cell may
+        hold one)."""
         filled: list[str] = []
-        done = 0
-        while done < len(self._cells):  # filling one may name more (a function in a cell)
-            name, cell = list(self._cells.values())[done]
-            done += 1
-            try:
-                contents = cell.cell_contents
-            except ValueError:  # an empty cell stays empty
+        cells_done = containers_done = 0
+        # Filling one may name more (a function in a cell, a list in a list).
+        while cells_done < len(self._cells) or containers_done < len(self._containers):
+            if cells_done < len(self._cells):
+                name, cell = list(self._cells.values())[cells_done]
+                cells_done += 1
+                try:
+                    contents = cell.cell_contents
+                except ValueError:  # an empty cell stays empty
+                    continue
+                filled.append(f"{name}.cell_contents = {self.expr(contents)}")
                 continue
-            filled.append(f"{name}.cell_contents = {self.expr(contents)}")
+            name, container = list(self._containers.values())[containers_done]
+            containers_done += 1
+            if container:
+                filled.append(f"{name}.{_FILL[type(container)]}({self._contents(container)})")
         made = [f"{name} = CELL()" for name, _ in self._cells.values()]
+        made += [f"{name} = {type(value).__name__}()" for name, value in self._containers.values()]
         return made, filled
+
+    def container(self, value: list | set | dict) -> str:
+        """A name for ``value``, a list, set or dict the program made: made empty once, then
+        filled (``made_cells``), so that two locals, a stack slot and a bound method
+        (``items.append``) left at a break all hold the one object, as in eager."""
+        found = self._containers.get(id(value))
+        if found is None:
+            found = self._containers[id(value)] = (f"MADE_{type(value).__name__.upper()}_"
+                                                   f"{len(self._containers)}", value)  # fmt: skip
+        return found[0]
+
+    def _contents(self, container: list | set | dict) -> str:
+        if type(container) is dict:
+            pairs = (f"{self.constant(key)}: {self.expr(item)}" for key, item in container.items())
+            return "{" + ", ".join(pairs) + "}"
+        return "[" + ", ".join(self.expr(item) for item in container) + "]"
 
     def constant(self, value: Any) -> str:
         if value is None or type(value) in (bool, int, str):
@@ -587,6 +625,9 @@ class _StepEmitter(_Emitter):
 
     def cell(self, cell: types.CellType) -> str:
         raise _NotReplayable  # ``replay`` makes no cells
+
+    def _made_container(self, value: Any) -> bool:
+        return False  # built inline: ``replay`` makes no named containers
 
     def expr(self, value: Any) -> str:
         if isinstance(value, StandIn) and id(value) not in self.recording.graph.source_of_input:

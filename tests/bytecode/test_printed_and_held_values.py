@@ -1,11 +1,13 @@
-"""Two ways a value the program holds could be shown or used as it was not in eager:
+"""Ways a value the program holds could be shown or used as it was not in eager:
 
 * printed text is shown after the graph, so a tensor printed and then changed in place would
   print its changed values: the in-place change is a graph break (``changed-after-print``),
   and the print comes first, as in eager;
 * a for loop's items are listed when the loop starts, which would use up a one-shot iterator
   the program also holds (``it = iter(xs)``; ``for v in it: ... break``; ``next(it)``): a loop
-  over such an iterator runs as Python (``held-iterator``).
+  over such an iterator runs as Python (``held-iterator``);
+* a list, set or dict the program made and holds twice at a break (two names, or a name and
+  a bound method waiting on the stack) is made again as one object, not once per reference.
 """
 
 from __future__ import annotations
@@ -125,3 +127,22 @@ def test_a_loop_over_an_enumerate_made_for_it_is_still_listed_into_one_graph():
     compiled = fxloom.compile(f)
     torch.testing.assert_close(compiled(torch.ones(2), [2, 3]), f(torch.ones(2), [2, 3]))
     assert compiled.explain().graph_count == 1
+
+
+def test_a_container_held_twice_across_a_break_stays_one_object():
+    def two_names(x):
+        first = []
+        second = first
+        count = x.sum().item()  # a graph break: both names are handed on
+        second.append(count)
+        return x * len(first)
+
+    def a_bound_method_on_the_stack(x):
+        seen = set()
+        seen.add(x.sum().item())  # the break comes while seen.add waits on the stack
+        return x * len(seen)
+
+    for fn in (two_names, a_bound_method_on_the_stack):
+        compiled = fxloom.compile(fn)
+        for x in (torch.ones(2), torch.ones(2) + 1):
+            torch.testing.assert_close(compiled(x), fn(x))
