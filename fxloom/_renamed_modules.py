@@ -88,24 +88,9 @@ class _Renamed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         # The import system returns whatever sys.modules holds under the name once this
         # returns: the moved module itself, its own __spec__ untouched.
         sys.modules[module.__name__] = importlib.import_module(new_name(module.__name__))
-        parent_name, _, child = module.__name__.rpartition(".")
-        parent = sys.modules.get(parent_name)
-        if parent is not None and not isinstance(getattr(parent, child, parent), types.ModuleType):
-            # The old module's name is now a public name of its package (``fxloom.export.dims``
-            # was a module, is a function): the import system is about to set the package's
-            # attribute to the module, which would hide the function from every user.
-            parent.__class__ = _KeepsPublicNames
-
-
-class _KeepsPublicNames(types.ModuleType):
-    """A package whose public names an import of an old module name does not replace."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        current = self.__dict__.get(name)
-        if isinstance(value, types.ModuleType) and current is not None:
-            if not isinstance(current, types.ModuleType):
-                return
-        super().__setattr__(name, value)
+        # An old name that is now a public name of its package (``fxloom.export.dims``,
+        # a function) stays the function: the package's names are a lazy table
+        # (``fxloom._lazy``), which keeps a name when the import system sets it to a module.
 
 
 def install() -> None:

@@ -48,6 +48,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._version",
         "fxloom._torch_compat",
         "fxloom._notes",
+        "fxloom._lazy",
     ),
     "ir": (
         "fxloom.node",

@@ -12,10 +12,7 @@ Depends on: ``torch.distributed`` (``launch`` imports it when used; ``rpc`` on i
 Each name loads its module when first read (``_LAZY``).
 """
 
-import importlib as _importlib
-import sys as _sys
-import types as _types
-from typing import Any
+from fxloom._lazy import lazy_names
 
 # name -> the module defining it, imported on first use (PEP 562): importing this package
 # costs nothing until a name is read, and ``pipeline`` brings export and sympy only then.
@@ -35,33 +32,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fxloom.distributed' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
-
-class _Package(_types.ModuleType):
-    """This package, whose function ``pipeline`` shares its name with the module defining it.
-
-    Importing a submodule sets the package's attribute of that name to the submodule, so
-    ``import fxloom.distributed.pipeline`` anywhere would turn ``fxloom.distributed.pipeline``
-    into a module; here the attribute stays the function, as with an eager import."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, _types.ModuleType) and _LAZY.get(name) == value.__name__:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

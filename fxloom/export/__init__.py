@@ -21,10 +21,7 @@ the functional rewrite are fxloom's own (``capture``, ``functionalize``); none o
 compiler, fake-tensor or functionalization machinery is used.
 """
 
-import importlib as _importlib
-import sys as _sys
-import types as _types
-from typing import Any
+from fxloom._lazy import lazy_names
 
 # name -> the module defining it, imported when the name is first read (PEP 562): importing
 # this package, or any module under it, costs nothing more; ``export`` brings sympy then.
@@ -55,31 +52,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fxloom.export' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
-
-class _Package(_types.ModuleType):
-    """This package, where importing a module by a public name's old path (``dims``, which
-    ``fxloom._renamed_modules`` maps to ``fxloom.export.sizes.dims``) leaves the name the
-    function: the import system sets the package's attribute to the module it imports."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, _types.ModuleType) and _LAZY.get(name) == value.__name__:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
