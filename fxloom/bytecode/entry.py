@@ -111,14 +111,20 @@ def compile_entry(
     started = time.perf_counter()
     stop: Break | None = None
     try:
-        recording, outcome, cell_sources = _interpret(fn, parameters, values, root, start, None)
-    except Break as error:
-        if error.top_index is None:
-            raise
-        stop = error
-        recording, outcome, cell_sources = _interpret(
-            fn, parameters, values, root, start, error.top_index
-        )
+        try:
+            recording, outcome, cell_sources = _interpret(fn, parameters, values, root, start, None)
+        except Break as error:
+            if error.top_index is None:
+                raise
+            stop = error
+            recording, outcome, cell_sources = _interpret(
+                fn, parameters, values, root, start, error.top_index
+            )
+    finally:
+        # Inside an autocast region the program entered (a piece starting within one), the
+        # casts capture made of stand-ins sit in autocast's weight cache, keyed by the
+        # weights: the real run would find them there. Capture leaves the cache empty.
+        torch.clear_autocast_cache()
     namespace = _namespace(fn, recording)
     emitter = _Emitter(recording, namespace, fn, cell_sources)
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)

@@ -381,3 +381,21 @@ def test_an_op_that_raises_inside_a_no_grad_block_one_graph_holds_restores_grad_
         compiled(x, torch.tensor([10]))
     assert torch.is_grad_enabled()
     assert compiled.explain().graph_count == 1
+
+
+def test_a_piece_starting_inside_autocast_runs_on_real_weights_not_capture_casts():
+    # Capture inside an autocast region the program entered leaves autocast's weight cache
+    # as it found it: the real run casts the real weight, not a stand-in of it.
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4, 4)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = linear(x)
+            largest = y.float().abs().max().item()  # a graph break inside the region
+            y = linear(y / largest)
+        return y.float()
+
+    compiled = fxloom.compile(f)
+    for x in (torch.randn(2, 4), torch.randn(2, 4) + 1):
+        torch.testing.assert_close(compiled(x), f(x))
