@@ -12,48 +12,21 @@ compared with eager.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import pytest
 import torch
+from like_eager import assert_same, graphs, run_calls
 from torch import nn
 
 import fxloom
-from fxloom import pytree
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def run_calls(fn: Any, calls: list[tuple], **options: Any) -> Any:
-    """Compile ``fn``, make each call, compare each result with eager's; returns the compiled."""
-    compiled = fxloom.compile(fn, **options)
-    for args in calls:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got, expected = compiled(*args), fn(*args)
-        assert_same(got, expected)
-    return compiled
-
-
-def assert_same(got: Any, expected: Any) -> None:
-    got_leaves, expected_leaves = pytree.tree_leaves(got), pytree.tree_leaves(expected)
-    assert len(got_leaves) == len(expected_leaves)
-    for a, b in zip(got_leaves, expected_leaves):
-        if isinstance(b, torch.Tensor):
-            assert a.dtype == b.dtype and a.shape == b.shape
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-        else:
-            assert type(a) is type(b) and a == b
 
 
 def with_x(values: Any, *shape: int) -> list[tuple]:
     torch.manual_seed(0)
     return [(torch.randn(*shape), value) for value in values]
-
-
-def graphs(compiled: Any) -> int:
-    return compiled.explain().graph_count
 
 
 # ------------------------------------------------------------------ ints
