@@ -194,6 +194,7 @@ def test_an_unknown_name_is_an_attribute_error_naming_it():
         fxloom.distributed.nope  # noqa: B018
 
 
+@pytest.mark.bytecode  # fxloom.compile: Python 3.11+
 def test_the_first_compile_imports_neither_export_nor_the_distributed_package():
     found = run_fresh(
         """
