@@ -337,6 +337,11 @@ def library_class(name: str) -> Any:
     library = module_name.partition(".")[0]
     if library not in sys.modules or module_name not in LIBRARY_CLASS_MODULES.get(library, ()):
         return MISSING
+    return _imported_then_found(name, module_name)
+
+
+def _imported_then_found(name: str, module_name: str) -> Any:
+    """``imported_class(name)`` once ``module_name`` (one the caller allowed) is imported."""
     try:
         importlib.import_module(module_name)
     except ImportError:
@@ -379,11 +384,7 @@ def _class_in_package(name: str) -> Any:
     packages = tuple(p.rstrip(".") for p in _MODULE_CLASS_PACKAGES)
     if "." in qualname or not _importable(module_name, packages):
         return MISSING
-    try:
-        importlib.import_module(module_name)
-    except ImportError:
-        return MISSING
-    return imported_class(name)
+    return _imported_then_found(name, module_name)
 
 
 @contextlib.contextmanager
