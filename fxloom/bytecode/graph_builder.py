@@ -171,6 +171,8 @@ class GraphBuilder:
     # ------------------------------------------------------------ recording
     def call(self, op: str, target: Any, args: tuple, kwargs: dict) -> Any:
         """Record ``target(*args, **kwargs)`` (as ``op``) and return its stand-in result."""
+        if op == "call_function" and type(target) is types.BuiltinFunctionType:
+            args, kwargs = _decided_bools(args), _decided_bools(kwargs)
         if self.size_nodes is None:
             with self.metadata:
                 result = _run(op, target, args, kwargs, self.modules)
@@ -331,6 +333,25 @@ def _raises_on_data(op: str, target: Any, args: tuple, modules: dict) -> bool:
         return any(isinstance(item, torch.Tensor) and item.dtype != torch.bool for item in items)
     name = target if op == "call_method" else getattr(target, "__name__", None)
     return name in RAISES_ON_DATA
+
+
+def _decided_bools(values: Any) -> Any:
+    """``values`` (a tuple of arguments or a dict of keywords) with each ``torch.SymBool`` made
+    the bool it is, under the ShapeEnv's guard (one it holds already where the program tested
+    it): torch's C functions take a plain bool (``is_causal=q_len > 1 and mask is None``,
+    where ``and`` hands on the SymBool it tested, gives ``scaled_dot_product_attention``
+    one)."""
+    if type(values) is dict:
+        if not any(type(value) is torch.SymBool for value in values.values()):
+            return values
+        return {key: _decided_bool(value) for key, value in values.items()}
+    if not any(type(value) is torch.SymBool for value in values):
+        return values
+    return tuple(_decided_bool(value) for value in values)
+
+
+def _decided_bool(value: Any) -> Any:
+    return bool(value) if type(value) is torch.SymBool else value
 
 
 def _run(op: str, target: Any, args: tuple, kwargs: dict, modules: dict) -> Any:
