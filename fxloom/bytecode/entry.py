@@ -32,6 +32,7 @@ import torch
 from fxloom import pytree
 from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction handlers
 from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.dynamic import grew_state
 from fxloom.bytecode.guards import Guard, GuardSet, global_state
 from fxloom.bytecode.handlers.calling import REMADE_MANAGERS, pending_exit
 from fxloom.bytecode.handlers.control import ListIterator
@@ -109,22 +110,9 @@ def compile_entry(
     cache entry, with the graph break it stops at (None: it runs to the return). Raises
     ``Break`` where no piece can be captured (the function runs as Python from there)."""
     started = time.perf_counter()
-    stop: Break | None = None
-    try:
-        try:
-            recording, outcome, cell_sources = _interpret(fn, parameters, values, root, start, None)
-        except Break as error:
-            if error.top_index is None:
-                raise
-            stop = error
-            recording, outcome, cell_sources = _interpret(
-                fn, parameters, values, root, start, error.top_index
-            )
-    finally:
-        # Inside an autocast region the program entered (a piece starting within one), the
-        # casts capture made of stand-ins sit in autocast's weight cache, keyed by the
-        # weights: the real run would find them there. Capture leaves the cache empty.
-        torch.clear_autocast_cache()
+    recording, outcome, cell_sources, stop = _capture(fn, parameters, values, root, start)
+    if grew_state(recording):  # a cache it grows: again, with that length symbolic
+        recording, outcome, cell_sources, stop = _capture(fn, parameters, values, root, start)
     namespace = _namespace(fn, recording)
     emitter = _Emitter(recording, namespace, fn, cell_sources)
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
@@ -155,6 +143,28 @@ def compile_entry(
         held=recording.held,
     )
     return entry, stop
+
+
+def _capture(fn, parameters, values, root, start: Start):
+    """Interpret to the end, or to the graph break where no piece can be captured; then the
+    recording, its outcome, the cells' sources and the break (None: it ran to the return)."""
+    stop: Break | None = None
+    try:
+        try:
+            recording, outcome, cell_sources = _interpret(fn, parameters, values, root, start, None)
+        except Break as error:
+            if error.top_index is None:
+                raise
+            stop = error
+            recording, outcome, cell_sources = _interpret(
+                fn, parameters, values, root, start, error.top_index
+            )
+    finally:
+        # Inside an autocast region the program entered (a piece starting within one), the
+        # casts capture made of stand-ins sit in autocast's weight cache, keyed by the
+        # weights: the real run would find them there. Capture leaves the cache empty.
+        torch.clear_autocast_cache()
+    return recording, outcome, cell_sources, stop
 
 
 def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
