@@ -223,8 +223,14 @@ class CompiledFunction:
             recompile = self.budget.miss(front, failing, call, self.fn)
             self.misses.append(str(recompile))
             # Promotion first: a size seen to change becomes a symbol, which the budget counts
-            # once for its source (``fxloom.bytecode.budget``).
-            changed = front.guards.changed_sizes(*call, front.held)
+            # once for its source (``fxloom.bytecode.budget``). Against every entry: the one
+            # the call missed by a size need not be the front one (a static prefill stays in
+            # front of the decode entry whose cache length the call changed).
+            changed = [
+                change
+                for entry in self.cache
+                for change in entry.guards.changed_sizes(*call, entry.held)
+            ]
             promoted = self.sizes.observe(dynamic_sizes.START, changed)
             if not self.budget.allows(recompile, promoted):
                 return self._at_limit(recompile, values)

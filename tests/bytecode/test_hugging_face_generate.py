@@ -209,3 +209,20 @@ def test_a_symbolic_bool_given_to_a_torch_function_is_its_value_under_a_guard():
     report = compiled.explain()
     assert report.graph_break_count == 0
     assert report.graph_count == 3  # 5 (static), 1 (not causal), 3 (causal: the guard missed)
+
+
+def _attend(x: torch.Tensor, cache: torch.Tensor | None) -> torch.Tensor:
+    if cache is None:  # the prefill
+        return x * 2
+    return torch.cat([cache, x]).sum(0)  # a decode step over a cache it does not grow itself
+
+
+def test_a_size_that_changes_behind_the_front_entry_is_promoted():
+    # The static first entry (cache None) stays in front; the decode entry behind it is the one
+    # the growing cache misses, and its size is compared too.
+    calls = [(torch.randn(5, 4), None)]
+    calls += [(torch.randn(1, 4), torch.randn(length, 4)) for length in (5, 6, 7, 8)]
+    compiled = fxloom.compile(_attend)
+    for args in calls:
+        torch.testing.assert_close(compiled(*args), _attend(*args))
+    assert compiled.explain().graph_count == 3  # prefill; decode at 5; decode, any length
