@@ -226,3 +226,18 @@ def test_a_size_that_changes_behind_the_front_entry_is_promoted():
     for args in calls:
         torch.testing.assert_close(compiled(*args), _attend(*args))
     assert compiled.explain().graph_count == 3  # prefill; decode at 5; decode, any length
+
+
+def _takes_mask(fn: object, x: torch.Tensor) -> torch.Tensor:
+    # as generate's ``"attention_mask" in set(inspect.signature(self.forward).parameters.keys())``
+    import inspect
+
+    accepts = "mask" in set(inspect.signature(fn).parameters.keys())
+    return x + 1 if accepts else x - 1
+
+
+def test_reading_a_signatures_parameters_is_no_break():
+    compiled = fxloom.compile(_takes_mask)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(_attend, x), _takes_mask(_attend, x))
+    assert compiled.explain().graph_break_count == 0
