@@ -261,7 +261,11 @@ def _differs(old: int, new: Any) -> bool:
 
 
 def _example(size: Any) -> Any:
-    return size if type(size) is int else size.node.hint
+    """A size's example value, for ``explain()``'s history ("?" where it has none)."""
+    if type(size) is int:
+        return size
+    hint = size.node.hint()
+    return "?" if hint is None else hint
 
 
 def concrete(value: Any) -> Any:

@@ -187,6 +187,21 @@ def test_a_tensor_the_program_grows_is_read_symbolic_at_the_next_compile():
     ]
 
 
+def test_a_tensor_grown_by_a_symbolic_length_is_read_symbolic_too():
+    compiled = fxloom.compile(_append)
+    layer, eager_layer = _Layer(), _Layer()
+    for length in (3, 2, 1, 1, 4, 2):
+        new = torch.randn(1, length, 4)
+        torch.testing.assert_close(compiled(layer, new), _append(eager_layer, new))
+    torch.testing.assert_close(layer.keys, eager_layer.keys)
+    report = compiled.explain()
+    assert report.graph_count == 2
+    assert report.dynamic_sizes == [
+        "new.shape[1]: 3 -> 2 (now symbolic)",
+        "layer.keys.shape[1]: 3 -> 5 (now symbolic: the program grows it)",
+    ]
+
+
 def test_a_grown_tensor_stays_static_with_dynamic_false():
     compiled = fxloom.compile(_append, dynamic=False)
     layer = _Layer()
