@@ -14,6 +14,11 @@ every size it passes from its inputs (``aten.sym_size.int`` nodes, ``SizeNodes``
                        symbolic entry   guard: len(x.shape) == 2 and x.shape[1] == 8 (s0 free)
     call 3: x [3, 8]   symbolic entry hit; no compile
 
+A size the program itself changes is observed without waiting for the miss (``grew_state``):
+a tensor read from an outside object's attribute and assigned back with another size (a key/
+value cache grown by ``torch.cat``) makes that dimension dynamic, and the entry is captured
+once more with it symbolic, since the next call brings the grown tensor.
+
 ``dynamic=True`` makes every dimension of every tensor argument symbolic from the first call,
 ``dynamic=False`` none (every size static, recompiling per shape).
 

@@ -1,6 +1,7 @@
 """Hugging Face generation with a compiled forward: ``model.forward = fxloom.compile(model.forward)``
 then greedy ``model.generate`` with the default ``DynamicCache`` gives eager's tokens and
-compiles a prefill and a decode, whatever the prompt length and however many tokens follow.
+compiles one decode for every cache length, and a prefill for every prompt length once the
+first static one missed.
 
 The sequence (issue 35's): a 5-token prompt and 8 new tokens, 16 more tokens from that output,
 then a 9-token prompt. Dynamo (``torch.compile`` with a counting backend) compiles 4 graphs on
