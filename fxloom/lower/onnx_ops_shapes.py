@@ -384,6 +384,12 @@ def translate_size(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return select(ctx, shape, 0, normalized_dim(dim, rank_of(ctx, args[0])))
 
 
+@register(["numel", torch.numel])
+def translate_numel(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    # A cache's ``keys.numel() == 0`` (is it empty?) computed from the dynamic past length.
+    return ctx.node("Size", [ctx.name(args[0])])
+
+
 @register(["dim", "ndimension"])
 def translate_dim(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.constant(rank_of(ctx, args[0]))  # ranks are fixed, even with a dynamic batch
