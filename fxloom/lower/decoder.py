@@ -34,7 +34,8 @@ condition that comes out otherwise) runs the eager forward instead, with a ``Low
 saying why: never a wrong result.
 
 ``decoder_to_onnx(model, directory)`` writes ``prefill.onnx`` and ``decode.onnx`` with the
-names above (``decode.onnx`` also runs the prefill, given a past of length 0).
+names above (a decoder-only model's ``decode.onnx`` also runs the prefill, given past
+tensors of length 0; an encoder-decoder's needs the cross-attention cache its prefill made).
 
 Depends on: ``fxloom.lower.lowering``, ``fxloom.lower.onnx_translate``,
 ``fxloom.lower.dynamic_dims``; transformers (already imported by whoever built the model).
@@ -65,28 +66,34 @@ __all__ = [
 ]
 
 SEQUENCE, PAST, TOTAL = "sequence", "past_sequence", "total_sequence"
+ENCODER = "encoder_sequence"
 # The sizes the decoder is traced at, and doubled in turn: no two coincide, nor any sum.
-EXAMPLE_BATCH, EXAMPLE_SEQUENCE, EXAMPLE_PAST = 2, 3, 5
-# Keyword arguments ``generate`` passes that the graphs follow when they hold these values.
+EXAMPLE_BATCH, EXAMPLE_SEQUENCE, EXAMPLE_PAST, EXAMPLE_ENCODER = 2, 3, 5, 7
+# The arguments the graphs take, for a decoder-only model (False) and an encoder-decoder.
+_TAKEN = {
+    False: {"input_ids", "attention_mask", "position_ids", "past_key_values", "cache_position"},
+    True: {"decoder_input_ids", "encoder_outputs", "attention_mask", "past_key_values"}
+    | {"cache_position", "input_ids"},  # input_ids: the encoder's, unread with encoder_outputs
+}
+# Other arguments ``generate`` passes, which the graphs follow when they hold these values.
 _NEUTRAL = {
-    "use_cache": (None, True),
-    "output_attentions": (None, False),
-    "output_hidden_states": (None, False),
-    "return_dict": (None, True, False),
-    "inputs_embeds": (None,),
-    "token_type_ids": (None,),
-    "head_mask": (None,),
+    "use_cache": (True, False),
+    "output_attentions": (False,),
+    "output_hidden_states": (False,),
+    "return_dict": (True, False),
+    "logits_to_keep": (),  # any int or tensor: the logits are cut after the graph
 }
 
 
 def is_causal_lm(model: Any, concrete_args: dict[str, Any] | None = None) -> bool:
     """Whether ``model`` is a transformers model that generates text with a key/value cache
     (its forward takes ``past_key_values``, its config keeps ``use_cache`` on) and is not
-    told otherwise (``concrete_args={"use_cache": False}``); encoder-decoders are not."""
+    told otherwise (``concrete_args={"use_cache": False}``). Encoder-decoders (T5) are too:
+    their decoder is lowered with both its caches (self-attention and cross-attention)."""
     if not isinstance(model, nn.Module) or not hasattr(model, "can_generate"):
         return False
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "is_encoder_decoder", False):
+    if config is None:
         return False
     if not getattr(config, "use_cache", False) or (concrete_args or {}).get("use_cache") is False:
         return False
@@ -102,22 +109,41 @@ class DecoderLayout:
     """The tensors at a decoder's boundary: their names, in order, for one graph."""
 
     layers: int
-    position_ids: bool  # whether the model's forward takes position_ids
+    position_ids: bool  # whether the model's forward takes position_ids (decoder-only)
     past: bool  # the decode graph (True) or the prefill (False)
+    encoder: bool = False  # an encoder-decoder: cross-attention keys and values per layer too
 
     def parameters(self) -> list[str]:
         """The step module's parameters (Python names: ``past_key_values_0_key``)."""
-        names = ["input_ids", "attention_mask"] + ["position_ids"] * self.position_ids
+        if self.encoder:
+            names = ["decoder_input_ids", "encoder_hidden_states", "attention_mask"]
+        else:
+            names = ["input_ids", "attention_mask"] + ["position_ids"] * self.position_ids
         if self.past:
-            names += [f"past_key_values_{i}_{kind}" for i in range(self.layers) for kind in _KV]
+            names += [f"past_key_values_{part}" for part in self.cache_parts()]
         return names
+
+    def cache_parts(self) -> list[str]:
+        """Each cached tensor, in order: ``0_key``, ``0_value`` ... (``0_decoder_key``,
+        ``0_decoder_value``, ``0_encoder_key``, ``0_encoder_value`` ... with an encoder)."""
+        attentions = ("decoder_", "encoder_") if self.encoder else ("",)
+        return [
+            f"{layer}_{attention}{kind}"
+            for layer in range(self.layers)
+            for attention in attentions
+            for kind in _KV
+        ]
 
     def inputs(self) -> list[str]:
         """The ONNX inputs: the parameters, the cache's named ``past_key_values.0.key``."""
         return [_dotted(name) for name in self.parameters()]
 
     def outputs(self) -> list[str]:
-        return ["logits"] + [f"present.{i}.{kind}" for i in range(self.layers) for kind in _KV]
+        return ["logits"] + [f"present.{part.replace('_', '.')}" for part in self.cache_parts()]
+
+    @property
+    def token_ids(self) -> str:
+        return "decoder_input_ids" if self.encoder else "input_ids"
 
 
 _KV = ("key", "value")
@@ -125,10 +151,10 @@ _KV = ("key", "value")
 
 def _dotted(name: str) -> str:
     """``past_key_values_12_key`` -> ``past_key_values.12.key``."""
-    if not name.startswith("past_key_values_"):
+    prefix = "past_key_values_"
+    if not name.startswith(prefix):
         return name
-    layer, kind = name[len("past_key_values_") :].rsplit("_", 1)
-    return f"past_key_values.{layer}.{kind}"
+    return "past_key_values." + name[len(prefix) :].replace("_", ".")
 
 
 # ---------------------------------------------------------------- the traced step
@@ -144,13 +170,19 @@ class _Step(nn.Module):
         self.model = model
         self.layout = layout
 
-    def step(self, input_ids: Any, attention_mask: Any, position_ids: Any, past: list) -> tuple:
+    def step(self, ids: Any, attention_mask: Any, extra: dict[str, Any], past: list) -> tuple:
+        """The model on these tensors; the prefill lets the model make its own cache."""
         from transformers.cache_utils import DynamicCache
 
-        cache = _cache_of(past) if self.layout.past else DynamicCache(config=self.model.config)
-        extra = {"position_ids": position_ids} if self.layout.position_ids else {}
+        layout = self.layout
+        if layout.past:
+            cache = _filled(_new_cache(layout.encoder), past)
+        else:
+            cache = None if layout.encoder else DynamicCache(config=self.model.config)
+        if layout.encoder:
+            extra = {"encoder_outputs": (extra["encoder_hidden_states"],)}
         output = self.model(
-            input_ids=input_ids,
+            **{layout.token_ids: ids},
             attention_mask=attention_mask,
             past_key_values=cache,
             use_cache=True,
@@ -164,27 +196,43 @@ def _step_class(layout: DecoderLayout) -> type[_Step]:
     """A ``_Step`` whose forward names each tensor (``past_key_values_0_key``)."""
     names = layout.parameters()
     past = [name for name in names if name.startswith("past_key_values_")]
-    position = "position_ids" if layout.position_ids else "None"
+    extra = [name for name in names[1:] if name not in past and name != "attention_mask"]
     source = (
         f"def forward(self, {', '.join(names)}):\n"
-        f"    return self.step(input_ids, attention_mask, {position}, [{', '.join(past)}])\n"
+        f"    extra = {{{', '.join(f'{name!r}: {name}' for name in extra)}}}\n"
+        f"    return self.step({layout.token_ids}, attention_mask, extra, [{', '.join(past)}])\n"
     )
     namespace: dict[str, Any] = {}
     exec(compile(source, f"<fxloom decoder step, {len(names)} inputs>", "exec"), namespace)
     return type("DecoderStep", (_Step,), {"forward": namespace["forward"]})
 
 
-def _cache_of(tensors: list[torch.Tensor]) -> Any:
-    """A ``DynamicCache`` holding ``tensors`` (key, value per layer) as its state."""
-    from transformers.cache_utils import DynamicCache
+def _new_cache(encoder: bool = False) -> Any:
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-    cache = DynamicCache()
-    return _filled(cache, tensors)
+    if not encoder:
+        return DynamicCache()
+    # Not through __init__, which reads the cross-attention cache's sizes (guards, here).
+    cache = EncoderDecoderCache.__new__(EncoderDecoderCache)
+    cache.self_attention_cache, cache.cross_attention_cache = DynamicCache(), DynamicCache()
+    cache.is_updated = {}
+    return cache
 
 
 def _filled(cache: Any, tensors: list[torch.Tensor] | tuple) -> Any:
-    """``cache`` with its layers' keys and values set to ``tensors``, as ``update`` leaves
-    them (the caller's cache object is filled in place, as the eager model does)."""
+    """``cache`` with its layers' keys and values set to ``tensors`` (``cache_parts`` order),
+    as ``update`` leaves them: the caller's cache object is filled in place, as the eager
+    model does. An encoder-decoder's cross-attention layers are marked computed."""
+    if hasattr(cache, "cross_attention_cache"):
+        _fill_layers(cache.self_attention_cache, [t for i, t in enumerate(tensors) if i % 4 < 2])
+        _fill_layers(cache.cross_attention_cache, [t for i, t in enumerate(tensors) if i % 4 > 1])
+        cache.is_updated = dict.fromkeys(range(len(tensors) // 4), True)
+        return cache
+    _fill_layers(cache, list(tensors))
+    return cache
+
+
+def _fill_layers(cache: Any, tensors: list[torch.Tensor]) -> None:
     from transformers.cache_utils import DynamicLayer
 
     pairs = list(zip(tensors[0::2], tensors[1::2]))
@@ -194,15 +242,26 @@ def _filled(cache: Any, tensors: list[torch.Tensor] | tuple) -> Any:
         layer.keys, layer.values = keys, values
         layer.dtype, layer.device = keys.dtype, keys.device
         layer.is_initialized = True
-    return cache
 
 
 def _tensors_of(cache: Any) -> list[torch.Tensor]:
+    """A cache's tensors in ``cache_parts`` order."""
+    if hasattr(cache, "cross_attention_cache"):
+        own = _tensors_of(cache.self_attention_cache)
+        cross = _tensors_of(cache.cross_attention_cache)
+        return [t for i in range(0, len(own), 2) for t in (*own[i : i + 2], *cross[i : i + 2])]
     return [tensor for layer in cache.layers for tensor in (layer.keys, layer.values)]
 
 
-def _plain_cache_reason(cache: Any) -> str | None:
-    """Why the graphs cannot take ``cache`` (None: a DynamicCache of plain layers)."""
+def _plain_cache_reason(cache: Any, encoder: bool = False) -> str | None:
+    """Why the graphs cannot take ``cache`` (None: a DynamicCache of plain layers, or an
+    EncoderDecoderCache of two, for an encoder-decoder)."""
+    if encoder:
+        if type(cache).__qualname__ != "EncoderDecoderCache":
+            return f"a {type(cache).__qualname__} cache (the graphs take an EncoderDecoderCache)"
+        return _plain_cache_reason(cache.self_attention_cache) or _plain_cache_reason(
+            cache.cross_attention_cache
+        )
     if type(cache).__qualname__ != "DynamicCache":
         return f"a {type(cache).__qualname__} cache (the graphs take a DynamicCache)"
     for index, layer in enumerate(cache.layers):
@@ -213,61 +272,97 @@ def _plain_cache_reason(cache: Any) -> str | None:
 
 # ---------------------------------------------------------------- examples and runs
 def _examples(model: nn.Module, layout: DecoderLayout, user_ids: torch.Tensor | None) -> dict:
-    """The inputs a graph is traced on: batch 2, 3 new tokens, a past of 5 (decode)."""
+    """The inputs a graph is traced on: batch 2, 3 new tokens, a past of 5 (decode), an
+    encoder's output of 7 positions (encoder-decoders)."""
     generator = torch.Generator().manual_seed(0)
     vocabulary = int(getattr(model.config, "vocab_size", 2) or 2)
     dtype = user_ids.dtype if user_ids is not None else torch.long
+
+    def tokens(length: int) -> torch.Tensor:
+        ids = torch.randint(0, vocabulary, (EXAMPLE_BATCH, length), generator=generator)
+        return ids.to(dtype)
+
     past = EXAMPLE_PAST if layout.past else 0
-    ids = torch.randint(0, vocabulary, (EXAMPLE_BATCH, EXAMPLE_SEQUENCE), generator=generator)
-    inputs: dict[str, Any] = {
-        "input_ids": ids.to(dtype),
-        "attention_mask": torch.ones(EXAMPLE_BATCH, past + EXAMPLE_SEQUENCE, dtype=torch.long),
-    }
+    inputs: dict[str, Any] = {layout.token_ids: tokens(EXAMPLE_SEQUENCE)}
+    context: dict[str, Any] = {}
+    if layout.encoder:
+        mask = torch.ones(EXAMPLE_BATCH, EXAMPLE_ENCODER, dtype=torch.long)
+        with torch.no_grad():
+            encoded = model.get_encoder()(input_ids=tokens(EXAMPLE_ENCODER), attention_mask=mask)
+        inputs["encoder_hidden_states"] = encoded.last_hidden_state
+        inputs["attention_mask"] = mask
+        context = {"encoder_outputs": (encoded.last_hidden_state,), "attention_mask": mask}
+    else:
+        inputs["attention_mask"] = torch.ones(
+            EXAMPLE_BATCH, past + EXAMPLE_SEQUENCE, dtype=torch.long
+        )
     if layout.position_ids:
         positions = torch.arange(past, past + EXAMPLE_SEQUENCE)
         inputs["position_ids"] = positions.unsqueeze(0).expand(EXAMPLE_BATCH, -1).contiguous()
     if layout.past:
-        prompt = torch.randint(0, vocabulary, (EXAMPLE_BATCH, past), generator=generator)
         with torch.no_grad():
-            cached = model(input_ids=prompt.to(dtype), use_cache=True).past_key_values
-        names = [name for name in layout.parameters() if name.startswith("past_key_values_")]
-        inputs.update(zip(names, _tensors_of(cached)))
+            output = model(**{layout.token_ids: tokens(past)}, use_cache=True, **context)
+        names = [f"past_key_values_{part}" for part in layout.cache_parts()]
+        inputs.update(zip(names, _tensors_of(output.past_key_values)))
     return inputs
 
 
 def _runs(inputs: dict[str, Any], layout: DecoderLayout) -> list[SizeRun]:
-    """One run per dynamic size doubled: batch, the new tokens, the past (decode only)."""
+    """One run per dynamic size doubled: the batch, the new tokens, the past (decode), the
+    encoder's output (encoder-decoders). A decoder-only model's attention mask covers the
+    past and the new tokens (``total_sequence``), so it grows in two runs."""
     batch = {name: _repeat(value, 0, 2 * value.shape[0]) for name, value in inputs.items()}
     runs = [SizeRun(batch, {(EXAMPLE_BATCH, 2 * EXAMPLE_BATCH): BATCH})]
-    past = EXAMPLE_PAST if layout.past else 0
-    longer = {name: _grown(name, value, EXAMPLE_SEQUENCE, 0) for name, value in inputs.items()}
-    total = past + EXAMPLE_SEQUENCE
-    names = {(EXAMPLE_SEQUENCE, 2 * EXAMPLE_SEQUENCE): SEQUENCE}
-    if layout.past:
-        names[(total, total + EXAMPLE_SEQUENCE)] = TOTAL
-    runs.append(SizeRun(longer, names))
-    if layout.past:
-        older = {name: _grown(name, value, 0, EXAMPLE_PAST) for name, value in inputs.items()}
-        runs.append(
-            SizeRun(
-                older,
-                {(EXAMPLE_PAST, 2 * EXAMPLE_PAST): PAST, (total, total + EXAMPLE_PAST): TOTAL},
-            )
-        )
+    total = (EXAMPLE_PAST if layout.past else 0) + EXAMPLE_SEQUENCE
+    grows = [(SEQUENCE, EXAMPLE_SEQUENCE)]
+    grows += [(PAST, EXAMPLE_PAST)] if layout.past else []
+    grows += [(ENCODER, EXAMPLE_ENCODER)] if layout.encoder else []
+    for size, example in grows:
+        grown = {name: _grown(name, value, size, example, layout) for name, value in inputs.items()}
+        names = {(example, 2 * example): size}
+        if layout.past and size != ENCODER:
+            names[(total, total + example)] = TOTAL
+        runs.append(SizeRun(grown, names))
     return runs
 
 
-def _grown(name: str, value: torch.Tensor, new: int, past: int) -> torch.Tensor:
-    """An input with ``new`` more tokens and ``past`` more cached positions."""
-    if name == "attention_mask":
-        return _repeat(value, 1, value.shape[1] + new + past)
-    if name == "position_ids":
-        start = int(value[0, 0]) + past
-        positions = torch.arange(start, start + value.shape[1] + new)
+def _grown(
+    name: str, value: torch.Tensor, size: str, by: int, layout: DecoderLayout
+) -> torch.Tensor:
+    """An input with the dynamic ``size`` grown ``by`` positions (unchanged if it has none)."""
+    dim = (_GROWS | _mask_grows(layout)).get((_kind(name), size))
+    if dim is None:
+        return value
+    if name == "position_ids":  # the positions after the past
+        start = int(value[0, 0]) + (by if size == PAST else 0)
+        positions = torch.arange(start, start + value.shape[1] + (by if size == SEQUENCE else 0))
         return positions.unsqueeze(0).expand(value.shape[0], -1).contiguous()
+    return _repeat(value, dim, value.shape[dim] + by)
+
+
+def _kind(name: str) -> str:
+    """An input's kind for ``_GROWS``: its name, the cache's ``past.self`` or ``past.cross``."""
     if name.startswith("past_key_values_"):
-        return _repeat(value, 2, value.shape[2] + past)
-    return _repeat(value, 1, value.shape[1] + new)
+        return "past.cross" if "_encoder_" in name else "past.self"
+    return name
+
+
+# Which dimension of each input grows with each dynamic size.
+_GROWS = {
+    ("input_ids", SEQUENCE): 1,
+    ("decoder_input_ids", SEQUENCE): 1,
+    ("position_ids", SEQUENCE): 1,
+    ("position_ids", PAST): 1,
+    ("past.self", PAST): 2,
+    ("past.cross", ENCODER): 2,
+    ("encoder_hidden_states", ENCODER): 1,
+}
+
+
+def _mask_grows(layout: DecoderLayout) -> dict[tuple[str, str], int]:
+    """The attention mask: the encoder's positions, or the past and the new tokens."""
+    sizes = (ENCODER,) if layout.encoder else (SEQUENCE, PAST)
+    return {("attention_mask", size): 1 for size in sizes}
 
 
 def _repeat(value: torch.Tensor, dim: int, size: int) -> torch.Tensor:
@@ -291,17 +386,28 @@ def _plain_attention(model: nn.Module) -> Iterator[None]:
 
 
 def _layout(model: nn.Module, past: bool) -> DecoderLayout:
-    with torch.no_grad():
-        probe = torch.zeros(1, 1, dtype=torch.long)
-        cache = model(input_ids=probe, use_cache=True).past_key_values
-    reason = _plain_cache_reason(cache)
+    """The layout of ``model``'s cache, found by calling it on one token."""
+    encoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    cache = _probe(model).past_key_values
+    reason = _plain_cache_reason(cache, encoder)
     if reason is not None:
         raise TypeError(
-            f"fxloom.lower cannot lower {type(model).__name__} with its cache: it returns {reason}. "
-            'Lower it with concrete_args={"use_cache": False}'
+            f"fxloom.lower cannot lower {type(model).__name__} with its cache: it returns "
+            f'{reason}. Lower it with concrete_args={{"use_cache": False}}'
         )
     takes = "position_ids" in inspect.signature(type(model).forward).parameters
-    return DecoderLayout(len(cache.layers), takes, past)
+    layers = len(cache.self_attention_cache.layers if encoder else cache.layers)
+    return DecoderLayout(layers, takes and not encoder, past, encoder)
+
+
+def _probe(model: nn.Module) -> Any:
+    """The model's output on one token (and one encoder position), cache on."""
+    probe = torch.zeros(1, 1, dtype=torch.long)
+    extra = (
+        {"decoder_input_ids": probe} if getattr(model.config, "is_encoder_decoder", False) else {}
+    )
+    with torch.no_grad():
+        return model(input_ids=probe, use_cache=True, return_dict=True, **extra)
 
 
 def _traced_step(model: nn.Module, layout: DecoderLayout, user_ids: Any) -> tuple[Any, dict, list]:
@@ -376,83 +482,86 @@ class LoweredDecoder(nn.Module):
         )
         self.layout = decode_layout
         self._eager = type(model).forward.__get__(model)  # the class's, even once replaced
+        self._signature = inspect.signature(self._eager)
         self._output_class = _output_class(model)
         self._model_name = type(model).__name__
         self.eager_calls = 0
         self._warned: set[str] = set()
         self.lowering_report = _joined_report(self._model_name, self.prefill, self.decode)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        past_key_values: Any = None,
-        cache_position: torch.Tensor | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        **kwargs: Any,
-    ) -> Any:
-        call = dict(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            cache_position=cache_position,
-            logits_to_keep=logits_to_keep,
-            **kwargs,
-        )
-        reason = self._eager_reason(input_ids, past_key_values, kwargs)
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if reason is None:
-            reason = _cache_position_reason(cache_position, past, input_ids.shape[1])
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's forward (same arguments, same output class): in the lowered graphs
+        when the call is one they were made for, else eagerly (``eager_calls``)."""
+        call = self._signature.bind_partial(*args, **kwargs).arguments
+        call.update(call.pop("kwargs", {}))
+        reason, past = self._eager_reason(call)
         if reason is not None:
             return self._run_eager(reason, call)
+        cache = call.get("past_key_values")
         try:
-            logits, present = self._run_graph(
-                input_ids, attention_mask, position_ids, past_key_values, past
-            )
+            logits, present = self._run_graph(call, past)
         except RuntimeError as error:
             if "so the traced code does not apply" not in str(error):
                 raise
             return self._run_eager(str(error), call)
-        cache = None
-        if kwargs.get("use_cache", True) is not False:
+        if call.get("use_cache") is not False:
             cache = _filled(
-                past_key_values if past_key_values is not None else _new_cache(), present
+                cache if cache is not None else _new_cache(self.layout.encoder), present
             )
-        logits = logits[:, _kept(logits_to_keep), :]
-        if kwargs.get("return_dict") is False:
+        else:
+            cache = None
+        logits = logits[:, _kept(call.get("logits_to_keep", 0)), :]
+        if call.get("return_dict") is False:
             return (logits, cache) if cache is not None else (logits,)
-        return self._output_class(logits=logits, past_key_values=cache)
+        fields = {"logits": logits, "past_key_values": cache}
+        if self.layout.encoder:
+            fields["encoder_last_hidden_state"] = _encoded(call)
+        return self._output_class(**fields)
 
-    def _eager_reason(self, input_ids: Any, cache: Any, kwargs: dict[str, Any]) -> str | None:
-        if input_ids is None:
-            return "no input_ids (the graphs take token ids)"
-        for name, value in kwargs.items():
-            if name not in _NEUTRAL or not any(
-                value is v or value == v
-                for v in _NEUTRAL[name]
-                if not isinstance(value, torch.Tensor)
-            ):
-                return f"{name}={_short(value)} (the graphs were made for its default)"
-        if cache is not None:
-            return _plain_cache_reason(cache)
-        return None
+    def _eager_reason(self, call: dict[str, Any]) -> tuple[str | None, int]:
+        """Why this call runs eagerly (None: the graphs take it), and the cache's length."""
+        layout = self.layout
+        ids = call.get(layout.token_ids)
+        if ids is None:
+            return f"no {layout.token_ids} (the graphs take token ids)", 0
+        if layout.encoder and call.get("encoder_outputs") is None:
+            return "no encoder_outputs (the graphs run the decoder; generate passes them)", 0
+        for name, value in call.items():
+            if name not in _TAKEN[layout.encoder] and not _neutral(name, value):
+                return f"{name}={_short(value)} (the graphs were made for its default)", 0
+        cache = call.get("past_key_values")
+        if cache is None:
+            return None, 0
+        reason = _plain_cache_reason(cache, layout.encoder)
+        if reason is not None:
+            return reason, 0
+        past = cache.get_seq_length()
+        return _cache_position_reason(call.get("cache_position"), past, ids.shape[1]), past
 
-    def _run_graph(self, input_ids: Any, mask: Any, positions: Any, cache: Any, past: int) -> tuple:
-        batch, new = input_ids.shape
-        if mask is None:
-            mask = torch.ones(batch, past + new, dtype=torch.long, device=input_ids.device)
-        inputs = [input_ids, mask.to(torch.long)]
-        if self.layout.position_ids:
+    def _run_graph(self, call: dict[str, Any], past: int) -> tuple:
+        layout = self.layout
+        ids = call[layout.token_ids]
+        batch, new = ids.shape
+        mask = call.get("attention_mask")
+        if layout.encoder:
+            encoded = _encoded(call)
+            if mask is None:
+                mask = torch.ones(encoded.shape[:2], dtype=torch.long, device=ids.device)
+            inputs = [ids, encoded, mask.to(torch.long)]
+        else:
+            if mask is None:
+                mask = torch.ones(batch, past + new, dtype=torch.long, device=ids.device)
+            inputs = [ids, mask.to(torch.long)]
+        if layout.position_ids:
+            positions = call.get("position_ids")
             if positions is None:
-                positions = torch.arange(past, past + new, device=input_ids.device)
+                positions = torch.arange(past, past + new, device=ids.device)
                 positions = positions.unsqueeze(0).expand(batch, -1)
             inputs.append(positions)
         graph = self.prefill
         if past > 0:
             graph = self.decode
-            inputs += _tensors_of(cache)
+            inputs += _tensors_of(call["past_key_values"])
         outputs = graph(*inputs)
         return outputs[0], list(outputs[1:])
 
@@ -471,12 +580,6 @@ class LoweredDecoder(nn.Module):
         return self._eager(**{k: v for k, v in call.items() if v is not None})
 
 
-def _new_cache() -> Any:
-    from transformers.cache_utils import DynamicCache
-
-    return DynamicCache()
-
-
 def _kept(logits_to_keep: int | torch.Tensor) -> Any:
     """Which positions' logits the model returns (transformers' ``logits_to_keep``)."""
     if isinstance(logits_to_keep, int):
@@ -493,6 +596,17 @@ def _cache_position_reason(cache_position: Any, past: int, new: int) -> str | No
     return "cache_position is not the positions after the cache's (the graphs compute those)"
 
 
+def _neutral(name: str, value: Any) -> bool:
+    if value is None or name == "logits_to_keep":
+        return True
+    return name in _NEUTRAL and isinstance(value, bool) and value in _NEUTRAL[name]
+
+
+def _encoded(call: dict[str, Any]) -> torch.Tensor:
+    outputs = call["encoder_outputs"]
+    return outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0]
+
+
 def _short(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
@@ -500,9 +614,7 @@ def _short(value: Any) -> str:
 
 
 def _output_class(model: nn.Module) -> type:
-    with torch.no_grad():
-        probe = torch.zeros(1, 1, dtype=torch.long)
-        return type(model(input_ids=probe, use_cache=True, return_dict=True))
+    return type(_probe(model))
 
 
 def _joined_report(model: str, prefill: Any, decode: Any) -> Any:
@@ -528,8 +640,8 @@ def decoder_to_onnx(
     """Write ``prefill.onnx`` and ``decode.onnx`` into ``directory``; return their paths.
 
     Inputs and outputs are named as the module docstring shows, every size but the heads and
-    the head size dynamic. ``decode.onnx`` runs the prefill too, given past tensors of
-    length 0. Every node must translate (``UnsupportedNodeError`` otherwise).
+    the head size dynamic. A decoder-only model's ``decode.onnx`` runs the prefill too, given
+    past tensors of length 0. Every node must translate (``UnsupportedNodeError`` otherwise).
     """
     from fxloom.lower.extra import require
     from fxloom.lower.onnx_translate import translate_at_sizes
@@ -552,7 +664,7 @@ def decoder_to_onnx(
 
 def _name_for_deployment(proto: Any, layout: DecoderLayout) -> None:
     """Inputs and outputs named after the cache; the lengths that sum two sizes named
-    ``total_sequence`` (the attention mask of the decode graph, every ``present``)."""
+    ``total_sequence`` (``_sums_two_sizes``)."""
     renames = dict(zip(layout.parameters(), layout.inputs()))
     renames.update({f"output_{i}": name for i, name in enumerate(layout.outputs())})
     graph = proto.graph
@@ -562,12 +674,16 @@ def _name_for_deployment(proto: Any, layout: DecoderLayout) -> None:
     for value in list(graph.input) + list(graph.output):
         value.name = renames.get(value.name, value.name)
         dims = value.type.tensor_type.shape.dim
-        summed = (value.name == "attention_mask" and layout.past) or value.name.startswith(
-            "present."
-        )
-        position = 1 if value.name == "attention_mask" else 2
-        if summed and len(dims) > position and dims[position].dim_param:
-            dims[position].dim_param = TOTAL
-        for dim in dims:
-            if dim.dim_param.startswith("output_0_dim_") and value.name == "logits":
-                dim.dim_param = SEQUENCE
+        if _sums_two_sizes(value.name, layout):
+            position = 1 if value.name == "attention_mask" else 2
+            if len(dims) > position and dims[position].dim_param:
+                dims[position].dim_param = TOTAL
+
+
+def _sums_two_sizes(name: str, layout: DecoderLayout) -> bool:
+    """Whether a decode graph's input or output is as long as the past and the new tokens."""
+    if not layout.past:
+        return False
+    if name == "attention_mask":
+        return not layout.encoder  # an encoder-decoder's mask covers the encoder's positions
+    return name.startswith("present.") and ".encoder." not in name
