@@ -60,6 +60,7 @@ from fxloom.lower.dynamic_dims import BATCH, SizeRun
 __all__ = [
     "DecoderLayout",
     "LoweredDecoder",
+    "decode_step",
     "decoder_to_onnx",
     "is_causal_lm",
     "lower_decoder",
@@ -275,7 +276,7 @@ def _examples(model: nn.Module, layout: DecoderLayout, user_ids: torch.Tensor | 
     """The inputs a graph is traced on: batch 2, 3 new tokens, a past of 5 (decode), an
     encoder's output of 7 positions (encoder-decoders)."""
     generator = torch.Generator().manual_seed(0)
-    vocabulary = int(getattr(model.config, "vocab_size", 2) or 2)
+    vocabulary = _vocabulary(model)
     dtype = user_ids.dtype if user_ids is not None else torch.long
 
     def tokens(length: int) -> torch.Tensor:
@@ -631,6 +632,46 @@ def _joined_report(model: str, prefill: Any, decode: Any) -> Any:
         notes += [f"{part}: {note}" for note in report.notes]
     first = prefill.lowering_report
     return LoweringReport(model, first.backend, tuple(regions), tuple(left), notes=tuple(notes))
+
+
+# ---------------------------------------------------------------- timing
+def decode_step(
+    model: nn.Module, forward: Any = None, *, batch: int = 1, past: int = 32, encoded: int = 16
+) -> Any:
+    """A call of one decode step for timing: one new token after ``past`` cached ones (and an
+    encoder output of ``encoded`` positions, for an encoder-decoder), by ``forward`` (the
+    model's own by default; a ``LoweredDecoder``'s to time the lowered one). Each call gets a
+    fresh cache holding the same tensors, so the past keeps its length."""
+    forward = forward or type(model).forward.__get__(model)
+    layout = _layout(model, True)
+    ids = torch.arange(batch * (past + 1)).reshape(batch, past + 1) % _vocabulary(model)
+    context: dict[str, Any] = {}
+    if layout.encoder:
+        source = torch.ones(batch, encoded, dtype=torch.long)
+        with torch.no_grad():
+            hidden = model.get_encoder()(input_ids=source, attention_mask=source)
+        context = {"encoder_outputs": hidden, "attention_mask": source}
+    with torch.no_grad():
+        first = model(**{layout.token_ids: ids[:, :past]}, use_cache=True, **context)
+    tensors = _tensors_of(first.past_key_values)
+    if not layout.encoder:
+        context = {"attention_mask": torch.ones(batch, past + 1, dtype=torch.long)}
+
+    def step() -> Any:
+        cache = _filled(_new_cache(layout.encoder), tensors)
+        with torch.no_grad():
+            return forward(
+                **{layout.token_ids: ids[:, past:]},
+                past_key_values=cache,
+                use_cache=True,
+                **context,
+            )
+
+    return step
+
+
+def _vocabulary(model: nn.Module) -> int:
+    return int(getattr(model.config, "vocab_size", 2) or 2)
 
 
 # ---------------------------------------------------------------- ONNX files

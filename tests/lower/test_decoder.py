@@ -216,3 +216,26 @@ def test_an_encoder_decoders_files_carry_both_caches(tmp_path):
     assert inputs["past_key_values.0.encoder.key"] == ["batch", 2, "encoder_sequence", 16]
     outputs = {value.name: value.shape for value in decode.get_outputs()}
     assert outputs["present.1.decoder.value"] == ["batch", 2, "total_sequence", 16]
+
+
+def tiny_gpt2() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A MODEL factory for ``fxloom lower``: the tiny GPT-2 and a prompt."""
+    return build("gpt2"), {"input_ids": prompt(1, 4)}
+
+
+# ---------------------------------------------------------------- the command
+def test_fxloom_lower_decoder_writes_the_prefill_and_decode_files(tmp_path, capsys):
+    from fxloom import cli
+
+    model = "tests.lower.test_decoder:tiny_gpt2"
+    assert cli.main(["lower", model, "--decoder", "--past", "8", "-o", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "latency of a decode step (past 8" in out
+    assert (tmp_path / "prefill.onnx").exists() and (tmp_path / "decode.onnx").exists()
+
+
+def test_fxloom_lower_decoder_refuses_a_model_that_is_not_one(capsys):
+    from fxloom import cli
+
+    assert cli.main(["lower", "mlp_tiny", "--decoder"]) != 0
+    assert "is not one: leave --decoder out" in " ".join(capsys.readouterr().err.split())
