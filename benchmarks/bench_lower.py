@@ -45,6 +45,8 @@ step at batch 1 after a past of ``--past`` tokens (default 32). Three ways to ru
                 the cache flattened to the decode graph's inputs, rebuilt from its outputs
     torch.onnx  ``torch.onnx.export`` (dynamo=True, else dynamo=False) of the same step
                 (flat tensors in and out), run by an ``InferenceSession`` on numpy arrays
+    fxloom file ``decode.onnx`` from ``fxloom.lower.decoder_to_onnx``, run the same way: the
+                file deployed, against torch.onnx's
 
 All with ``--threads`` (default 1) torch and ONNX Runtime threads, interleaved calls, the
 three rotating which goes first; the target is fxloom <= 0.7x eager.
@@ -306,10 +308,36 @@ def build_decoder(name: str) -> nn.Module:
         return builders[name]().eval()
 
 
-def decoder_peer(model: nn.Module, past: int, threads: int) -> tuple[Callable[[], Any], str]:
-    """torch.onnx's export of the decode step (flat tensors in and out), run in ONNX Runtime."""
+def decoder_file(model: nn.Module, past: int, threads: int) -> Callable[[], Any]:
+    """fxloom's ``decode.onnx`` run by an ``InferenceSession`` on numpy arrays."""
+    import tempfile
+
+    from fxloom.lower import decoder
+
+    layout = decoder._layout(model, True)
+    inputs = _peer_inputs(model, layout, past)
+    with tempfile.TemporaryDirectory() as directory:
+        path = decoder.decoder_to_onnx(model, directory)["decode"]
+        session = _session(path.read_bytes(), threads)
+    feeds = {
+        decoder._dotted(name): value.numpy()
+        for name, value in inputs.items()
+        if name in layout.parameters()
+    }
+    return lambda: session.run(None, feeds)
+
+
+def _session(model_bytes: bytes, threads: int) -> Any:
     import onnxruntime
 
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def decoder_peer(model: nn.Module, past: int, threads: int) -> tuple[Callable[[], Any], str]:
+    """torch.onnx's export of the decode step (flat tensors in and out), run in ONNX Runtime."""
     from fxloom.lower import decoder
 
     layout = decoder._layout(model, True)
@@ -324,10 +352,7 @@ def decoder_peer(model: nn.Module, past: int, threads: int) -> tuple[Callable[[]
             failures.append(f"dynamo={dynamo}: {type(error).__name__}: {str(error)[:120]}")
     else:
         return None, "; ".join(failures)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    session = _session(model_bytes, threads)
     names = [declared.name for declared in session.get_inputs()]
     feeds = dict(zip(names, (value.numpy() for value in inputs.values())))
     exporter = "dynamo=True" if not failures else "dynamo=False"
@@ -368,6 +393,7 @@ def run_decoder(name: str, past: int, repeats: int, threads: int) -> DecoderRow:
         "eager": decode_step(model, past=past),
         "fxloom": decode_step(model, lowered.forward, past=past),
         "torch.onnx": peer,
+        "fxloom file": decoder_file(model, past, threads),
     }
     sides = [side for side, call in calls.items() if call is not None]
     samples = Samples()
@@ -378,7 +404,7 @@ def run_decoder(name: str, past: int, repeats: int, threads: int) -> DecoderRow:
             for side in rotated(sides, repeat):
                 samples.add(side, timed(calls[side]))
     median = {
-        side: statistics.median(samples.runs[side]) if side in sides else None for side in SIDES
+        side: statistics.median(samples.runs[side]) if side in sides else None for side in calls
     }
     report = lowered.lowering_report
     total = report.nodes_lowered + report.nodes_in_pytorch
@@ -396,15 +422,16 @@ def decoder_table(rows: list[DecoderRow], past: int) -> list[str]:
         f"Decode step at batch 1, past {past} (ms, median; ratio to eager; target fxloom <= 0.7x):",
         "",
         "| model | eager | fxloom | fxloom/eager | torch.onnx | torch.onnx/eager | "
-        "operators lowered | torch.onnx exporter |",
-        "|---|---|---|---|---|---|---|---|",
+        "fxloom file | fxloom file/eager | operators lowered | torch.onnx exporter |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         eager = row.median["eager"]
         lines.append(
             f"| {row.model} | {ms(eager)} | {ms(row.median['fxloom'])} | "
             f"{ratio(row.median['fxloom'], eager)} | {ms(row.median['torch.onnx'])} | "
-            f"{ratio(row.median['torch.onnx'], eager)} | {row.lowered} | {row.peer} |"
+            f"{ratio(row.median['torch.onnx'], eager)} | {ms(row.median['fxloom file'])} | "
+            f"{ratio(row.median['fxloom file'], eager)} | {row.lowered} | {row.peer} |"
         )
     return lines
 
