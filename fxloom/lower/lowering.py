@@ -157,7 +157,14 @@ def lower(
     from fxloom.lower.decoder import is_causal_lm, lower_decoder
 
     if is_causal_lm(model_or_gm, concrete_args):
-        return lower_decoder(model_or_gm, example_inputs, backend=backend, threads=threads)
+        return lower_decoder(
+            model_or_gm,
+            example_inputs,
+            backend=backend,
+            threads=threads,
+            check=check,
+            min_lowered=min_lowered,
+        )
     backend = get_backend(backend)
     backend.require()
     from fxloom.passes.split_by_support import split_by_support
