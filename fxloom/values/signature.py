@@ -74,8 +74,13 @@ def parameters_of(
     follow_wrapped: bool = True,
 ) -> list[inspect.Parameter]:
     """``fn``'s parameters in order; ``skip_first`` leaves out a method's ``self`` (a module's
-    unbound ``forward``), ``follow_wrapped=False`` reads a decorator's own signature."""
-    signature = _signature(fn, follow_wrapped)
+    unbound ``forward``), ``follow_wrapped=False`` reads a decorator's own signature. A
+    callable without a signature raises as ``inspect.signature`` does (callers that probe
+    builtins catch its ``ValueError``)."""
+    if isinstance(fn, inspect.Signature):
+        signature = fn
+    else:
+        signature = inspect.signature(fn, follow_wrapped=follow_wrapped)
     parameters = list(signature.parameters.values())
     return parameters[1:] if skip_first else parameters
 
@@ -95,7 +100,7 @@ def bind(
     ``{}``); False binds only what was passed. ``partial``: required parameters may be left
     out. A call that does not fit raises ``BindError`` saying so, prefixed by ``what``.
     """
-    signature = _signature(fn, True)
+    signature = _signature(fn)
     binder = signature.bind_partial if partial else signature.bind
     try:
         bound = binder(*args, **dict(kwargs or {}))
@@ -145,7 +150,9 @@ def unflatten(leaves: Iterable[Any], spec: pytree.TreeSpec) -> tuple:
     return pytree.tree_unflatten(list(leaves), spec)
 
 
-def _signature(fn: Callable[..., Any] | inspect.Signature, follow_wrapped: bool) -> inspect.Signature:
+def _signature(
+    fn: Callable[..., Any] | inspect.Signature, follow_wrapped: bool
+) -> inspect.Signature:
     if isinstance(fn, inspect.Signature):
         return fn
     try:
