@@ -150,13 +150,11 @@ def unflatten(leaves: Iterable[Any], spec: pytree.TreeSpec) -> tuple:
     return pytree.tree_unflatten(list(leaves), spec)
 
 
-def _signature(
-    fn: Callable[..., Any] | inspect.Signature, follow_wrapped: bool
-) -> inspect.Signature:
+def _signature(fn: Callable[..., Any] | inspect.Signature) -> inspect.Signature:
     if isinstance(fn, inspect.Signature):
         return fn
     try:
-        return inspect.signature(fn, follow_wrapped=follow_wrapped)
+        return inspect.signature(fn)
     except (TypeError, ValueError) as error:
         raise BindError(
             f"{_name(fn)} has no signature to bind arguments to ({error}); pass a Python "
@@ -191,7 +189,7 @@ def _name(fn: Any) -> str:
 # ------------------------------------------------------------------ by code object
 def code_parameter_names(fn: types.FunctionType) -> tuple[str, ...]:
     """The names of ``fn``'s parameters in the order its frame holds them: positional,
-    keyword-only, ``*args``, ``**kwargs`` (the order of ``code_bind``'s dict)."""
+    keyword-only, ``*args``, ``**kwargs`` (how ``fxloom.compile`` passes their values)."""
     code = fn.__code__
     count = code.co_argcount + code.co_kwonlyargcount
     count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
