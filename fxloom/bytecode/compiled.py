@@ -42,17 +42,20 @@ from fxloom.bytecode.driver import drive
 from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
 from fxloom.bytecode.guards import watch_modules
 
-__all__ = ["compile", "CompiledFunction", "CompiledModule", "BACKENDS", "eager_backend"]
+__all__ = ["compile", "CompiledFunction", "CompiledModule", "eager_backend"]
 
 
 def eager_backend(graph_module: Any, example_inputs: list) -> Callable[..., Any]:
-    """The default backend: run the captured GraphModule's generated code."""
+    """The default backend: run the captured GraphModule's generated code (what
+    ``fxloom.backends.EagerBackend.compile_program`` gives)."""
     return graph_module.forward
 
 
-# backend name -> backend(graph_module, example_inputs) -> callable. The frontend knows only
-# its own; ``fxloom.compile`` (the surface) adds the backends of the layers above it.
-BACKENDS: dict[str, Callable[..., Callable[..., Any]]] = {"eager": eager_backend}
+# Backends by name have one registry, ``fxloom.backends.BACKENDS``, in the layer above this
+# frontend: ``fxloom.compile`` (the surface) resolves a name there and hands this frontend the
+# backend's ``compile_program``, a callable. The frontend itself knows "eager" alone, its
+# default, so that it runs without the backends layer.
+_OWN_BACKEND = "eager"
 
 
 def compile(  # noqa: A001 - the documented name, as torch.compile
@@ -112,12 +115,13 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
 def _backend(backend: Any) -> Callable[..., Any]:
     if callable(backend):
         return backend
-    chosen = BACKENDS.get(backend)
-    if chosen is None:
+    if backend != _OWN_BACKEND:
         raise ValueError(
-            f"no fxloom.compile backend {backend!r}; known: {', '.join(BACKENDS)}, or a callable(graph_module, example_inputs)"
+            f"no fxloom.compile backend {backend!r} here: fxloom.bytecode.compile takes "
+            f"{_OWN_BACKEND!r} or a callable(graph_module, example_inputs); fxloom.compile "
+            "finds a backend by name in fxloom.backends.BACKENDS"
         )
-    return chosen
+    return eager_backend
 
 
 class CompiledFunction:
