@@ -196,18 +196,13 @@ def code_parameter_names(fn: types.FunctionType) -> tuple[str, ...]:
     return code.co_varnames[:count]
 
 
-def code_variadic_names(fn: types.FunctionType) -> set[str]:
-    """The names of ``fn``'s ``*args`` and ``**kwargs`` parameters (the containers Python
-    makes for each call)."""
+def code_variadic_names(fn: types.FunctionType) -> tuple[str, ...]:
+    """The names of ``fn``'s ``*args`` and ``**kwargs`` parameters, in that order (the
+    containers Python makes for each call)."""
     code = fn.__code__
     index = code.co_argcount + code.co_kwonlyargcount
-    names = set()
-    if code.co_flags & inspect.CO_VARARGS:
-        names.add(code.co_varnames[index])
-        index += 1
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        names.add(code.co_varnames[index])
-    return names
+    count = bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return code.co_varnames[index : index + count]
 
 
 def code_bind(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -214,5 +214,5 @@ def test_code_unbind_calls_the_function_as_the_original_call_did():
 
 
 def test_code_variadic_names_are_the_star_parameters():
-    assert code_variadic_names(f) == {"rest", "options"}
-    assert code_variadic_names(takes_two) == set()
+    assert code_variadic_names(f) == ("rest", "options")
+    assert code_variadic_names(takes_two) == ()
