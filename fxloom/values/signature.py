@@ -51,6 +51,7 @@ __all__ = [
     "parameters_of",
     "bind",
     "unbind",
+    "call_of",
     "flatten",
     "unflatten",
     "code_parameter_names",
@@ -137,6 +138,16 @@ def unbind(
         else:
             args.append(value)
     return tuple(args), kwargs
+
+
+def call_of(inputs: Any) -> tuple[tuple, dict[str, Any]]:
+    """``(args, kwargs)`` of inputs written as users write example inputs and batches: a dict
+    passes by name, a tuple or list by position, anything else is the one positional input."""
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    return (inputs,), {}
 
 
 def flatten(values: Iterable[Any]) -> tuple[list[Any], pytree.TreeSpec]:

@@ -15,6 +15,7 @@ import torch
 from fxloom.values.signature import (
     BindError,
     bind,
+    call_of,
     code_bind,
     code_parameter_names,
     code_unbind,
@@ -216,3 +217,17 @@ def test_code_unbind_calls_the_function_as_the_original_call_did():
 def test_code_variadic_names_are_the_star_parameters():
     assert code_variadic_names(f) == ("rest", "options")
     assert code_variadic_names(takes_two) == ()
+
+
+# ------------------------------------------------------------------ inputs as a call
+@pytest.mark.parametrize(
+    "inputs, call",
+    [
+        ({"x": 1}, ((), {"x": 1})),
+        ((1, 2), ((1, 2), {})),
+        ([1, 2], ((1, 2), {})),
+        (7, ((7,), {})),
+    ],
+)
+def test_call_of_reads_inputs_as_users_write_them(inputs, call):
+    assert call_of(inputs) == call
