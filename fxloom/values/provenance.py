@@ -34,9 +34,24 @@ from fxloom.source_location import SourceLocation, format_stack_trace
 from fxloom.values.frames import is_library
 from fxloom.values.module_stack import ModuleStack
 
-__all__ = ["Provenance", "SourceStamper", "location_of", "stamp_node", "stamp_source"]
+__all__ = [
+    "WHERE_KEYS",
+    "PROVENANCE_KEYS",
+    "Provenance",
+    "SourceStamper",
+    "location_of",
+    "stamp_node",
+    "stamp_source",
+]
 
 _TORCH_NN = "torch.nn."
+
+# The keys ``stamp_node`` writes, for the passes that copy them onto a node made in another's
+# place. Where a node came from: what any node standing for it inherits (an item of a result,
+# a replacement's nodes) ...
+WHERE_KEYS = ("stack_trace", "source_location", "nn_module_stack")
+# ... and what made it, which a node computing the same thing keeps (a moved or rerun node).
+PROVENANCE_KEYS = (*WHERE_KEYS, "source_fn_stack")
 
 
 class SourceStamper:
