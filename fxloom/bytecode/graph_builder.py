@@ -46,7 +46,7 @@ from fxloom.node import Node
 from fxloom.source_location import SourceLocation, format_stack_trace
 from fxloom.values.metadata_mode import MetadataMode
 from fxloom.values.module_stack import ModuleStack
-from fxloom.values.provenance import location_of, stamp_node
+from fxloom.values.provenance import WHERE_KEYS, location_of, stamp_node
 from fxloom.values.stand_in import StandIn
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
@@ -70,7 +70,7 @@ _MODULES_RAISING_ON_DATA = (
 
 _NOT_IDENTIFIER = re.compile(r"\W|^(?=\d)")
 _OPERATIONS = frozenset({"call_function", "call_method", "call_module"})
-_ITEM_META = ("stack_trace", "source_location", "nn_module_stack")  # an item of a result: its op's
+_ITEM_META = WHERE_KEYS  # an item of a result: its op's
 
 
 class GraphBuilder:
