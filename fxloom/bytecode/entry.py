@@ -18,7 +18,6 @@ Depends on ``fxloom.bytecode`` (interpreter, calls, recording, handlers), the IR
 
 from __future__ import annotations
 
-import inspect
 import re
 import sys
 import time
@@ -43,6 +42,7 @@ from fxloom.bytecode.side_effects import describe, each_statements, statements
 from fxloom.bytecode.sources import Attr, Item, Local, local_name
 from fxloom.graph_module import GraphModule, _note_failing_node
 from fxloom.values.capturing import capturing
+from fxloom.values.signature import code_variadic_names
 from fxloom.values.stand_in import StandIn
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
@@ -210,7 +210,7 @@ def _start_frame(
             interp.cell_sources[id(cell)] = Item(Local(CELLS), index)  # before the locals
     local_count = len(parameters) - start.stack_depth
     local_values = {}
-    variadic = _variadic(fn) if start.index == 0 else set()
+    variadic = code_variadic_names(fn) if start.index == 0 else ()
     root_name = recording.root_name
     for name, value in zip(parameters[:local_count], values):
         if name == root_name:
@@ -291,19 +291,6 @@ def _read_made_function(interp: Interpreter, fn: types.FunctionType, source: Any
             guards.add(check, Guard(0, check, text))  # an identity guard (tier 0)
     recording._remember(fn, source)  # noqa: SLF001 - ``source_of(fn)``: its cells' reads
     return fn
-
-
-def _variadic(fn: types.FunctionType) -> set[str]:
-    """The names of ``fn``'s ``*args`` and ``**kwargs`` parameters."""
-    code = fn.__code__
-    index = code.co_argcount + code.co_kwonlyargcount
-    names = set()
-    if code.co_flags & inspect.CO_VARARGS:
-        names.add(code.co_varnames[index])
-        index += 1
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        names.add(code.co_varnames[index])
-    return names
 
 
 # ------------------------------------------------------------------ values after the graph

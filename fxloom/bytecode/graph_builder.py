@@ -46,7 +46,7 @@ from fxloom.node import Node
 from fxloom.source_location import SourceLocation, format_stack_trace
 from fxloom.values.metadata_mode import MetadataMode
 from fxloom.values.module_stack import ModuleStack
-from fxloom.values.provenance import location_of, stamp_source
+from fxloom.values.provenance import WHERE_KEYS, location_of, stamp_node
 from fxloom.values.stand_in import StandIn
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
@@ -70,7 +70,7 @@ _MODULES_RAISING_ON_DATA = (
 
 _NOT_IDENTIFIER = re.compile(r"\W|^(?=\d)")
 _OPERATIONS = frozenset({"call_function", "call_method", "call_module"})
-_ITEM_META = ("stack_trace", "source_location", "nn_module_stack")  # an item of a result: its op's
+_ITEM_META = WHERE_KEYS  # an item of a result: its op's
 
 
 class GraphBuilder:
@@ -263,10 +263,9 @@ class GraphBuilder:
 
     def _size_stamp(self) -> dict:
         """The metadata of a size node: where and inside which modules it was needed."""
-        node_meta: dict = {"nn_module_stack": self.module_stack.entries}
-        found = self._traces.get(self.where)
-        if found is not None:
-            stamp_source(node_meta, *found)
+        node_meta: dict = {}
+        where = self._traces.get(self.where)
+        stamp_node(node_meta, modules=self.module_stack.entries, source=where)
         return node_meta
 
     def _register(self, stand_in: StandIn, node: Node) -> StandIn:
@@ -298,11 +297,10 @@ class GraphBuilder:
     def _stamped(self, node: Node) -> Node:
         """``node`` with the metadata every frontend gives an operation: where it came from,
         the modules it is inside, and what made it (``source_fn_stack``)."""
-        meta = node.meta
-        meta["nn_module_stack"] = self.module_stack.entries  # a dict no later call changes
+        made_by = None
         if node.op in _OPERATIONS:
             made_by = self._module_class(node.target) if node.op == "call_module" else node.target
-            meta["source_fn_stack"] = [(node.name, made_by)]
+            made_by = (node.name, made_by)
         found = self._traces.get(self.where)
         if found is None:
             locations = [
@@ -310,7 +308,8 @@ class GraphBuilder:
             ]
             found = (format_stack_trace(locations), locations[-1] if locations else None)
             self._traces[self.where] = found
-        stamp_source(meta, *found)
+        # ``entries`` is a dict no later call changes (``ModuleStack.enter`` makes a new one).
+        stamp_node(node.meta, modules=self.module_stack.entries, made_by=made_by, source=found)
         return node
 
     def _module_class(self, target: str) -> type:
