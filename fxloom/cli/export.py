@@ -68,9 +68,7 @@ def run(args: argparse.Namespace) -> int:
     positional, keywords = split_inputs(loaded.inputs)
     shapes = batch_shapes(loaded.model, positional, keywords) if args.dynamic_batch else None
     ep = export(loaded.model, positional, keywords, dynamic_shapes=shapes)
-    console = cli_console()
-    if not console.is_terminal:
-        console.width = 160  # a pipe or a file: don't fold the code into 80 columns
+    console = cli_console()  # code is printed whole (soft_wrap), the rest wraps at the width
     console.print(Text(f"{loaded.name}: {signature_summary(ep)}", style="bold"))
     console.print()
     if args.graph:
