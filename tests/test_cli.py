@@ -25,7 +25,8 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def run_fxloom(*args: str, program: list[str] | None = None) -> subprocess.CompletedProcess:
     """Run the CLI in a subprocess, as a pipe (not a terminal), and return what it printed."""
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    hidden = ("FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS", "LINES")  # a pipe at 80 columns
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
     env["NO_COLOR"] = "1"
     command = (program or [sys.executable, "-m", "fxloom"]) + list(args)
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
@@ -68,6 +69,15 @@ def test_demo_shows_the_generated_code_and_reports_that_results_match(demo_run) 
     assert "match" in result.stdout
     assert "MISMATCH" not in result.stdout
     assert "OK" in result.stdout
+
+
+def test_demo_tables_fit_80_columns_when_piped(demo_run) -> None:
+    """Tables fold to fit (fxloom.cli.console); only code and graph text, printed whole so
+    that it can be copied, may pass 80 columns."""
+    assert "…" not in demo_run.stdout  # no cell cut short
+    for line in demo_run.stdout.splitlines():
+        assert len(line) <= 80 or line.startswith(("    ", "def ")), line
+    assert "node encoder_1" in demo_run.stdout  # the quantization report, folded
 
 
 def test_demo_traces_the_embedded_models_and_checks_them_against_eager(demo_run) -> None:

@@ -348,7 +348,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             "and int8 latency on the example inputs (one thread, median of interleaved\n"
             "runs), the int8 output's relative error and cosine similarity against fp32,\n"
             "and the report: each operator int8 or float, and why. Torch's quantized\n"
-            "tensors are deprecated upstream; see the README's Quantization section.\n\n"
+            "tensors are deprecated upstream; see docs/quantization.md.\n\n"
             + _model_text("deeprec_tiny, cnn_small, resnet_tiny, ...", inputs_needed=True)
             + "examples:\n"
             "  fxloom quantize deeprec_tiny\n"

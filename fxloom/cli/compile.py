@@ -37,10 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compile, run and report; returns the exit code (1 when the results differ from eager)."""
     import torch
-    from rich.console import Console
     from rich.text import Text
 
     import fxloom
+    from fxloom.cli.console import cli_console
     from fxloom.cli.export import matches_outputs
     from fxloom.cli.model_spec import example_inputs_of, load_model, split_inputs
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         expected = model(*positional, **keywords)
     same = matches_outputs(got, expected)
     report = compiled.explain()
-    console = Console()
+    console = cli_console()
     console.print(
         Text(
             f"{loaded.name}: {report.graph_count} graph(s), {report.break_count} break(s), "

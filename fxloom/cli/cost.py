@@ -88,9 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Analyse and print; returns the exit code (errors are raised, for the CLI to report)."""
-    from rich.console import Console
     from rich.text import Text
 
+    from fxloom.cli.console import cli_console
     from fxloom.cli.model_spec import load_model, trace_model
     from fxloom.passes.cost import analyze_cost
 
@@ -101,9 +101,7 @@ def run(args: argparse.Namespace) -> int:
     positional, keywords = _inputs(loaded.inputs, args.input_shape, real=args.mode == "real")
     report = analyze_cost(gm, *positional, mode=args.mode, **keywords)
     report.model = loaded.name
-    console = Console()
-    if not console.is_terminal:
-        console.width = 160  # a pipe or a file: don't fold the table into 80 columns
+    console = cli_console()
     console.print(Text(report.summary()))
     console.print(report.table(by=args.by, depth=args.depth, top=args.top))
     return 0

@@ -45,6 +45,7 @@ from torch import nn
 import fxloom
 from fxloom import zoo
 from fxloom.cli import demo_compile, demo_export, demo_lower, demo_passes, demo_quantize, demo_save
+from fxloom.cli.console import cli_console
 
 SEED = 0
 SMALL_MODEL = "mlp_tiny"  # shown in full: table and code
@@ -278,7 +279,7 @@ def run(console: Console | None = None, drawing_dir: str | Path = "fxloom-demo")
 
     Drawings are written to ``drawing_dir``.
     """
-    console = console if console is not None else Console()
+    console = console if console is not None else cli_console()
     state = DemoState(console=console, drawing_dir=Path(drawing_dir))
     with torch.random.fork_rng():  # reproducible, without disturbing the caller's RNG
         torch.manual_seed(SEED)

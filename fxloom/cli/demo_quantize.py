@@ -58,7 +58,7 @@ def quantize_model(state: DemoState) -> None:
         warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
         result = quantize_and_measure(model, inputs, QuantConfig(), batches)
     state.console.print(Text(result.summary()))
-    state.console.print(Text(str(report(result.int8))), soft_wrap=True)
+    state.console.print(report(result.int8))  # a table, folded when it does not fit
     close = result.relative_error < MAX_RELATIVE_ERROR and result.cosine > MIN_COSINE
     state.quantize_match = close
     _say(

@@ -56,10 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export and print; returns the exit code (errors are raised, for the CLI to report)."""
-    from rich.console import Console
     from rich.syntax import Syntax
     from rich.text import Text
 
+    from fxloom.cli.console import cli_console
     from fxloom.cli.model_spec import example_inputs_of, load_model, split_inputs
     from fxloom.export import export
 
@@ -68,9 +68,7 @@ def run(args: argparse.Namespace) -> int:
     positional, keywords = split_inputs(loaded.inputs)
     shapes = batch_shapes(loaded.model, positional, keywords) if args.dynamic_batch else None
     ep = export(loaded.model, positional, keywords, dynamic_shapes=shapes)
-    console = Console()
-    if not console.is_terminal:
-        console.width = 160  # a pipe or a file: don't fold the code into 80 columns
+    console = cli_console()  # code is printed whole (soft_wrap), the rest wraps at the width
     console.print(Text(f"{loaded.name}: {signature_summary(ep)}", style="bold"))
     console.print()
     if args.graph:

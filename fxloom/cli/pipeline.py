@@ -45,10 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Plan, print, and check the stages against eager; 1 when they differ."""
     import torch
-    from rich.console import Console
     from rich.syntax import Syntax
 
     import fxloom.distributed
+    from fxloom.cli.console import cli_console
     from fxloom.cli.export import matches_outputs
     from fxloom.cli.model_spec import example_inputs_of, load_model, split_inputs
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         cut_at=args.cut_at,
         shared=args.shared,
     )
-    console = Console()
+    console = cli_console()
     console.print(plan.report)
     for row in plan.shared:
         console.print(f"shared: {row.describe()}")

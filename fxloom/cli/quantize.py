@@ -91,9 +91,9 @@ class QuantizeResult:
 
 def run(args: argparse.Namespace) -> int:
     """Quantize and print; returns the exit code (errors are raised, for the CLI to report)."""
-    from rich.console import Console
     from rich.text import Text
 
+    from fxloom.cli.console import cli_console
     from fxloom.cli.model_spec import example_inputs_of, load_model
     from fxloom.quantize import QuantConfig, report
 
@@ -108,12 +108,11 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # torch's notice that its int8 dtypes move to torchao
         warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
         result = quantize_and_measure(loaded.model.eval(), loaded.inputs, config, data)
-    console = Console()
-    if not console.is_terminal:
-        console.width = 160
+    console = cli_console()
     source = f"{len(data)} batches from {args.data}" if args.data else None
     how = "no calibration" if data is None else source or f"{len(data)} random batches"
-    console.print(Text(f"{loaded.name}: {config.mode} int8, engine {config.engine}, {how}"))
+    heading = f"{loaded.name}: {config.mode} int8, engine {config.engine}, {how}"
+    console.print(Text(heading), soft_wrap=True)  # a path is not broken across lines
     console.print(Text(result.summary(), style="bold"))
     console.print(report(result.int8))
     saved = write_output(result.int8, args.output)

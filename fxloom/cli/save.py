@@ -362,13 +362,14 @@ def _target_label(node: Any, path: str, modules: dict[str, str]) -> str | None:
 
 # ------------------------------------------------------------------------------ printing
 def _print_summary(summary: FileSummary, path: str, *, code: bool, graphs: bool) -> None:
-    from rich.console import Console
     from rich.syntax import Syntax
     from rich.text import Text
 
+    from fxloom.cli.console import cli_console
+
     # Every line goes out through _escaped_lines: a no-op on what was escaped as it was read,
     # and the last defence for anything that was not (rich's Text keeps ESC as it is).
-    console = Console()
+    console = cli_console()
     if not console.is_terminal:
         console.width = 160  # a pipe or a file: don't fold long lines into 80 columns
     header = summary.header

@@ -14,7 +14,8 @@ anything else (sizes, flags, tuples). Stage boundaries are sized and typed from 
 * a callable ``balance(node) -> float``: the user's own measure.
 
 Each measure comes with the cost of one byte sent between stages (``PER_BYTE``), so that a
-cut's traffic and the stages' work add up in one unit.
+cut's traffic and the stages' work add up in one unit, and with its ``tolerance``: stage costs
+closer than that are equal to the cut chooser (times are noisy; the other measures exact).
 
 Depends on: ``fxloom.interpreter``, ``fxloom.passes.shape_prop``, ``fxloom.passes.cost``.
 """
@@ -39,8 +40,10 @@ __all__ = [
     "TensorSpec",
     "cost_report",
     "describe",
+    "evened",
     "node_costs",
     "run_example",
+    "tolerance",
     "value_bytes",
 ]
 
@@ -192,6 +195,45 @@ def node_costs(
         f"balance={balance!r}; use one of {', '.join(map(repr, BALANCES))} or a function "
         "node -> cost"
     )
+
+
+# How far apart (relative) two stage costs may be and still count as equal when the cuts are
+# chosen: a node's best time over a few runs at one thread still moves by a few percent from
+# one measurement to the next (more on a busy machine), so partitions within that of the best
+# are taken as equal and the earliest wins; FLOPs, bytes and a function's costs are exact.
+TOLERANCES = {"time": 0.05}
+
+
+def tolerance(balance: str | Callable[[Node], float]) -> float:
+    """The relative difference in stage cost that ``balance``'s measure cannot tell apart."""
+    return TOLERANCES.get(balance, 0.0) if isinstance(balance, str) else 0.0
+
+
+def evened(
+    gm: GraphModule, groups: list[list[Node]], seconds: list[float], example: Example
+) -> list[float]:
+    """``seconds`` (one per group of nodes), groups that do the same work sharing their mean.
+
+    The same work is the same operations (a module's class, a function, a method) producing
+    the same shapes and dtypes, in the same order: a model's identical layers. What tells
+    their measured times apart is noise, and cuts chosen on it would move from one timing to
+    the next.
+    """
+    totals: dict[tuple[Any, ...], list[float]] = {}
+    kinds = [_work_of(gm, nodes, example) for nodes in groups]
+    for kind, measured in zip(kinds, seconds):
+        totals.setdefault(kind, []).append(measured)
+    return [statistics.fmean(totals[kind]) for kind in kinds]
+
+
+def _work_of(gm: GraphModule, nodes: list[Node], example: Example) -> tuple[Any, ...]:
+    return tuple((n.op, _operation(gm, n), repr(example.values.get(n))) for n in nodes)
+
+
+def _operation(gm: GraphModule, node: Node) -> Any:
+    if node.op == "call_module":
+        return type(gm.get_submodule(str(node.target)))
+    return node.target
 
 
 def _memory(row: Any) -> int:

@@ -14,6 +14,10 @@ makes every work node its own segment.
 ``choose_cuts(costs, sends, stages)`` is an exact dynamic program over contiguous partitions:
 it minimises the largest stage cost, a stage costing its segments plus what it sends to the
 next stage. With n segments and k stages it takes O(n^2 k) steps (n is tens for module cuts).
+Of the partitions whose largest stage is within ``tolerance`` of the least, it takes the one
+with the earliest cuts: measured times vary from run to run (more on a busy machine), and
+without a tolerance the choice among near-equal partitions (8 equal layers in 3 stages) would
+follow that noise, so the same model timed twice could be cut in two ways.
 
 Depends on: the IR (reads ``meta``), torch.nn's container classes.
 """
@@ -135,13 +139,17 @@ def _blocks_of(work: Sequence[Node], opened: frozenset[str] = frozenset()) -> li
     return blocks
 
 
-def choose_cuts(costs: Sequence[float], sends: Sequence[float], stages: int) -> list[int]:
+def choose_cuts(
+    costs: Sequence[float], sends: Sequence[float], stages: int, tolerance: float = 0.0
+) -> list[int]:
     """The segment indices where stages 1..k-1 start, minimising the costliest stage.
 
     ``costs[i]`` is segment i's cost; ``sends[i]`` the cost of sending what crosses the
     boundary after segment i (``len(sends) == len(costs) - 1``). A stage ending at segment j
-    costs ``sum(costs[i..j]) + sends[j]`` (the last stage sends nothing). Ties go to the
-    earliest cuts.
+    costs ``sum(costs[i..j]) + sends[j]`` (the last stage sends nothing). Of the partitions
+    whose costliest stage is at most ``(1 + tolerance)`` times the least possible, the one
+    with the earliest cuts (so ties, and near-ties within the measure's noise, always go the
+    same way).
     """
     n = len(costs)
     if not 1 <= stages <= n:
@@ -154,21 +162,36 @@ def choose_cuts(costs: Sequence[float], sends: Sequence[float], stages: int) -> 
         send = sends[last] if last < n - 1 else 0.0
         return prefix[last + 1] - prefix[first] + send
 
-    # best[k][j]: the least max-cost of cutting segments 0..j into k + 1 stages
-    best = [[stage_cost(0, j) for j in range(n)]]
-    start_of: list[list[int]] = [[0] * n]
+    bound = _least_costliest_stage(n, stages, stage_cost) * (1.0 + tolerance)
+    return _earliest_cuts_within(n, stages, stage_cost, bound)
+
+
+def _least_costliest_stage(n: int, stages: int, stage_cost: Any) -> float:
+    """The least cost of the costliest stage over every cut of n segments into ``stages``."""
+    # best[j]: the least max-cost of cutting segments 0..j into the stages so far
+    best = [stage_cost(0, j) for j in range(n)]
     for k in range(1, stages):
-        row, starts = [float("inf")] * n, [0] * n
+        row = [float("inf")] * n
         for j in range(k, n):
             for i in range(k, j + 1):  # the last stage is segments i..j
-                candidate = max(best[k - 1][i - 1], stage_cost(i, j))
-                if candidate < row[j]:
-                    row[j], starts[j] = candidate, i
-        best.append(row)
-        start_of.append(starts)
-    cuts, j = [], n - 1
-    for k in range(stages - 1, 0, -1):
-        i = start_of[k][j]
-        cuts.append(i)
-        j = i - 1
-    return cuts[::-1]
+                row[j] = min(row[j], max(best[i - 1], stage_cost(i, j)))
+        best = row
+    return best[n - 1]
+
+
+def _earliest_cuts_within(n: int, stages: int, stage_cost: Any, bound: float) -> list[int]:
+    """The earliest cuts of n segments into ``stages`` with no stage costing over ``bound``."""
+    # fits[m][i]: segments i..n-1 can be cut into m stages none over the bound
+    fits = [[False] * (n + 1) for _ in range(stages + 1)]
+    fits[0][n] = True
+    for m in range(1, stages + 1):
+        for i in range(n - 1, -1, -1):
+            fits[m][i] = any(fits[m - 1][j + 1] and stage_cost(i, j) <= bound for j in range(i, n))
+    cuts, first = [], 0
+    for left in range(stages, 1, -1):  # ``left`` stages still to place, from ``first`` on
+        last = next(
+            j for j in range(first, n) if stage_cost(first, j) <= bound and fits[left - 1][j + 1]
+        )
+        cuts.append(last + 1)
+        first = last + 1
+    return cuts

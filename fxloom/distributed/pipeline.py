@@ -109,7 +109,7 @@ def pipeline(
             f"most {len(found)}" + (", or pass cut_at='nodes'" if cut_at == "modules" else "")
         )
     starts = _same_on_every_rank(
-        _choose(work, work_nodes, found, per_node, per_byte, example, stages)
+        _choose(work, work_nodes, found, per_node, per_byte, example, stages, balance)
     )
     stage_of = _assign(work, work_nodes, starts, stages)
     boundaries.legalise(work.graph, stage_of, example.values, stages)
@@ -202,12 +202,20 @@ def _choose(
     per_byte: float,
     example: costs.Example,
     count: int,
+    balance: str | Callable[[Node], float],
 ) -> list[int]:
-    """The index (in ``work_nodes``) of the first node of each stage after the first."""
-    segment_costs = [sum(per_node.get(n, 0.0) for n in work_nodes[s.start : s.stop]) for s in found]
+    """The index (in ``work_nodes``) of the first node of each stage after the first.
+
+    So that a model timed twice is cut the same way, segments doing the same work are given
+    their mean time, and stage costs closer than ``balance``'s tolerance are taken as equal
+    (the earliest cuts win)."""
+    groups = [work_nodes[s.start : s.stop] for s in found]
+    segment_costs = [sum(per_node.get(n, 0.0) for n in nodes) for nodes in groups]
+    if balance == "time":  # identical layers differ by noise only: give them one time
+        segment_costs = costs.evened(work, groups, segment_costs, example)
     sent = _bytes_across(work, work_nodes, example)
     sends = [sent[s.stop] * per_byte for s in found[:-1]]
-    chosen = cuts.choose_cuts(segment_costs, sends, count)
+    chosen = cuts.choose_cuts(segment_costs, sends, count, costs.tolerance(balance))
     return [found[i].start for i in chosen]
 
 

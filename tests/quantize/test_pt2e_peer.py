@@ -22,7 +22,7 @@ Bounds (seen in brackets, fxloom / PT2E of the relative error and of 1 - cosine;
 - fxloom with 7-bit activations, PT2E with 8: deeprec_tiny error <= 1.4x (1.31), cnn_small
   <= 1.5x (1.42), the cost of the bit.
 
-Skipped when torchao is not installed (it is in the test extra).
+Skipped when torchao is not installed (the `pt2e` extra: `pip install -e '.[test,pt2e]'`).
 """
 
 from __future__ import annotations
