@@ -120,3 +120,10 @@ def test_a_table_too_wide_is_folded_into_one_block_per_row():
 def test_a_folded_table_never_passes_the_width(width):
     output = console_output(wide_table(), width=width)
     assert max(len(line) for line in output.splitlines()) <= width
+
+
+def test_the_lowering_report_fits_80_columns_with_every_region_named():
+    output = run_piped("lower", "resnet_tiny")
+    assert_fits(output)
+    assert "_run_on_acc_0" in output
+    assert "onnxruntime" in output

@@ -74,9 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Lower and print; returns the exit code (errors are raised, for the CLI to report)."""
-    from rich.console import Console
     from rich.text import Text
 
+    from fxloom.cli.console import cli_console
     from fxloom.cli.model_spec import call_model, example_inputs_of, load_model
     from fxloom.lower.decoder import LoweredDecoder, is_causal_lm
     from fxloom.lower.lowering import LoweringWarning, lower, too_little_lowered
@@ -101,9 +101,7 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
         )
     report = lowered.lowering_report
-    console = Console()
-    if not console.is_terminal:
-        console.width = 160
+    console = cli_console()
     console.print(report)
     too_little = too_little_lowered(report, args.min_lowered)
     if too_little is not None:
