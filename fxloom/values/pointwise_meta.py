@@ -1,0 +1,158 @@
+"""The result metadata of common pointwise operators, computed without torch's Python meta kernels.
+
+A stand-in's metadata comes from torch's meta kernels (``fxloom.values.stand_in``). For the
+pointwise operators (``add``, ``mul``, ``sin``, ``eq``...) those are Python definitions
+(``torch._refs``) that torch wraps in ``torch._disable_dynamo``: the first call of one imports
+``torch._dynamo`` (and sympy behind it), 1 to 2 s, which would be most of the time a fresh
+process takes to its first ``fxloom.compile`` result. For the plain case these operators
+meet most, their result is simple to state, and fxloom states it here::
+
+    >>> import torch
+    >>> a = torch.empty(2, 3, device="meta")
+    >>> b = torch.empty(2, 3, dtype=torch.int64, device="meta")
+    >>> pointwise_result(torch.ops.aten.add.Tensor, (a, b), {})
+    tensor(..., device='meta', size=(2, 3))
+    >>> pointwise_result(torch.ops.aten.add.Tensor, (a, b.t()), {}) is None  # not the plain case
+    True
+
+The plain case: every tensor argument is a meta tensor of the same size, laid out
+contiguously with the strides ``torch.empty`` gives (and not also channels-last: torch orders such ambiguous layouts by its own
+rules), of a real dtype other than ``bool``; the other arguments are Python ``int`` or
+``float`` numbers; no keyword arguments. Then the result has that size, contiguous
+strides, and the dtype of the operator's rule in ``POINTWISE`` (torch's own type promotion,
+``torch.result_type``, then the rule's adjustment). Anything else returns ``None`` and the
+caller runs torch's meta kernel, which knows every case. ``tests/values/test_pointwise_meta.py``
+checks each table entry against torch's meta kernel over sizes, layouts, dtypes and
+numbers.
+
+Depends on torch only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["POINTWISE", "pointwise_result"]
+
+
+def _promoted(dtypes: list[torch.dtype], operands: list[Any]) -> torch.dtype:
+    """torch's type promotion of the operands (tensors and numbers), as eager computes it."""
+    if len(operands) == 1:
+        return operands[0].dtype if isinstance(operands[0], torch.Tensor) else dtypes[0]
+    return torch.result_type(operands[0], operands[1])
+
+
+def _promoted_then_float(dtypes: list[torch.dtype], operands: list[Any]) -> torch.dtype:
+    """Promotion, integers to the default float dtype (true division, sin, exp...)."""
+    dtype = _promoted(dtypes, operands)
+    return dtype if dtype.is_floating_point else torch.get_default_dtype()
+
+
+def _bool(dtypes: list[torch.dtype], operands: list[Any]) -> torch.dtype:
+    """Comparisons: always ``bool``."""
+    return torch.bool
+
+
+# Where a listed operator takes its operands: T a tensor, N a Python number (a ``Scalar``
+# argument), A either (``add.Tensor``, ``sub.Tensor``, ``mul.Tensor`` and ``div.Tensor`` take a
+# number for ``other``, as ``x + 1`` reaches them; ``eq.Tensor`` and the others refuse one).
+# (dtype rule, operands, operators): only operators of one or two operands (``result_type``
+# takes two), with no keyword argument whose value changes the dtype, defined on every real
+# dtype but bool.
+_GROUPS = (
+    (_promoted, "TA", ("add.Tensor", "sub.Tensor", "mul.Tensor")),
+    (_promoted, "TN", ("add.Scalar", "sub.Scalar", "rsub.Scalar", "mul.Scalar")),
+    (_promoted, "TT", ("rsub.Tensor", "maximum", "minimum")),
+    (_promoted, "T", ("neg", "abs", "relu")),
+    (_promoted_then_float, "TA", ("div.Tensor",)),
+    (_promoted_then_float, "TN", ("div.Scalar",)),
+    (
+        _promoted_then_float,
+        "T",
+        ("sin", "cos", "exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "reciprocal", "erf"),
+    ),
+    (_bool, "TT", ("eq.Tensor", "ne.Tensor", "lt.Tensor", "le.Tensor", "gt.Tensor", "ge.Tensor")),
+    (_bool, "TN", ("eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar", "gt.Scalar", "ge.Scalar")),
+)
+# operator (schema name, with its overload's unless the default) -> (dtype rule, operands).
+POINTWISE: dict[str, tuple[Callable[[list[torch.dtype], list[Any]], torch.dtype], str]] = {
+    f"aten::{name}": (rule, operands) for rule, operands, names in _GROUPS for name in names
+}
+
+# The dtypes of the plain case: real numbers every listed operator takes (bool is refused by
+# sub and neg, complex numbers by comparisons and relu; the rest are rare).
+_DTYPES = frozenset(
+    {
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+    }
+)
+_META = torch.device("meta")
+
+
+def pointwise_result(func: Any, args: tuple | list, kwargs: dict) -> torch.Tensor | None:
+    """The meta tensor ``func(*args, **kwargs)`` gives on meta tensors, for a listed operator
+    in the plain case (see the module docstring); ``None`` otherwise."""
+    entry = POINTWISE.get(_schema_name(func))
+    if entry is None or kwargs or len(args) != len(entry[1]):
+        return None
+    rule, operands = entry
+    size = None
+    dtypes: list[torch.dtype] = []
+    for arg, where in zip(args, operands):
+        if isinstance(arg, torch.Tensor):
+            if where == "N" or not _plain_tensor(arg) or (size is not None and arg.shape != size):
+                return None
+            size = arg.shape
+            dtypes.append(arg.dtype)
+        elif where == "T" or (type(arg) is not int and type(arg) is not float):
+            return None
+    if size is None or (len(size) == 4 and _all_channels_last(args)):
+        return None
+    return torch.empty(size, dtype=rule(dtypes, list(args)), device=_META)
+
+
+def _schema_name(func: Any) -> str | None:
+    """``aten::add.Tensor``; ``aten::neg`` for a default overload (torch's ``OpOverload._name``)."""
+    return func._name if isinstance(func, torch._ops.OpOverload) else None
+
+
+def _plain_tensor(tensor: torch.Tensor) -> bool:
+    return (
+        tensor.device == _META
+        and tensor.layout == torch.strided
+        and tensor.dtype in _DTYPES
+        and not tensor._has_symbolic_sizes_strides
+        and tensor.stride() == _contiguous_strides(tensor.shape)
+    )
+
+
+def _contiguous_strides(size: torch.Size) -> tuple[int, ...]:
+    """The strides ``torch.empty(size)`` gives. Exactly these: a size-1 dimension's stride is
+    free in a contiguous tensor, and some meta kernels keep an odd one (``relu`` does)."""
+    strides = []
+    running = 1
+    for length in reversed(size):
+        strides.append(running)
+        running *= max(length, 1)
+    return tuple(reversed(strides))
+
+
+def _all_channels_last(args: tuple | list) -> bool:
+    """Whether every tensor is also channels-last (as a 4-d contiguous tensor with sizes 1 can
+    be): torch's meta kernels then order dimensions by rules of their own."""
+    return all(
+        arg.is_contiguous(memory_format=torch.channels_last)
+        for arg in args
+        if isinstance(arg, torch.Tensor)
+    )
