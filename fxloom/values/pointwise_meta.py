@@ -16,14 +16,14 @@ meet most, their result is simple to state, and fxloom states it here::
     True
 
 The plain case: every tensor argument is a meta tensor of the same size, laid out
-contiguously with the strides ``torch.empty`` gives (and not also channels-last: torch orders such ambiguous layouts by its own
-rules), of a real dtype other than ``bool``; the other arguments are Python ``int`` or
-``float`` numbers; no keyword arguments. Then the result has that size, contiguous
-strides, and the dtype of the operator's rule in ``POINTWISE`` (torch's own type promotion,
-``torch.result_type``, then the rule's adjustment). Anything else returns ``None`` and the
-caller runs torch's meta kernel, which knows every case. ``tests/values/test_pointwise_meta.py``
-checks each table entry against torch's meta kernel over sizes, layouts, dtypes and
-numbers.
+contiguously with the strides ``torch.empty`` gives (and not also channels-last: torch
+orders such ambiguous layouts by rules of its own), of a real dtype or ``bool`` (where the
+operator takes ``bool``); the other arguments are Python numbers other than complex ones;
+no keyword arguments. Then the result has that size, contiguous strides, and the dtype of
+the operator's rule in ``POINTWISE`` (torch's own type promotion, ``torch.result_type``,
+then the rule's adjustment). Anything else returns ``None`` and the caller runs torch's
+meta kernel, which knows every case. ``tests/values/test_pointwise_meta.py`` checks each
+table entry against torch's meta kernel over sizes, layouts, dtypes and numbers.
 
 Depends on torch only.
 """
@@ -82,10 +82,11 @@ POINTWISE: dict[str, tuple[Callable[[list[torch.dtype], list[Any]], torch.dtype]
     f"aten::{name}": (rule, operands) for rule, operands, names in _GROUPS for name in names
 }
 
-# The dtypes of the plain case: real numbers every listed operator takes (bool is refused by
-# sub and neg, complex numbers by comparisons and relu; the rest are rare).
+# The dtypes of the plain case: real numbers and bool (complex numbers are refused by
+# comparisons and relu; the rest are rare).
 _DTYPES = frozenset(
     {
+        torch.bool,
         torch.float16,
         torch.bfloat16,
         torch.float32,
@@ -97,7 +98,12 @@ _DTYPES = frozenset(
         torch.int64,
     }
 )
+# Operators eager refuses bool operands of (a bool tensor or a Python bool): "use ~ instead".
+_NO_BOOL = frozenset(
+    f"aten::{name}" for name in ("sub.Tensor", "sub.Scalar", "rsub.Tensor", "rsub.Scalar", "neg")
+)
 _META = torch.device("meta")
+_NUMBERS = (int, float, bool)
 
 
 def pointwise_result(func: Any, args: tuple | list, kwargs: dict) -> torch.Tensor | None:
@@ -115,8 +121,10 @@ def pointwise_result(func: Any, args: tuple | list, kwargs: dict) -> torch.Tenso
                 return None
             size = arg.shape
             dtypes.append(arg.dtype)
-        elif where == "T" or (type(arg) is not int and type(arg) is not float):
+        elif where == "T" or type(arg) not in _NUMBERS:
             return None
+    if (torch.bool in dtypes or bool in map(type, args)) and func._name in _NO_BOOL:
+        return None
     if size is None or (len(size) == 4 and _all_channels_last(args)):
         return None
     return torch.empty(size, dtype=rule(dtypes, list(args)), device=_META)
