@@ -249,6 +249,24 @@ def test_common_pointwise_programs_compile_without_importing_dynamo():
     assert found == {"same": True, "loaded": []}
 
 
+@pytest.mark.bytecode
+def test_a_linear_relu_model_compiles_without_importing_dynamo():
+    found = run_fresh(
+        f"""
+        import json, sys
+        import torch, fxloom
+        model = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+        )
+        x = torch.randn(3, 4)
+        same = torch.allclose(fxloom.compile(model)(x), model(x))
+        loaded = [m for m in {NOT_LOADED_BY_THE_FIRST_COMPILE!r} if m in sys.modules]
+        print(json.dumps({{"same": same, "loaded": loaded}}))
+        """
+    )
+    assert found == {"same": True, "loaded": []}
+
+
 rpc = pytest.importorskip("fxloom.distributed.rpc")
 
 

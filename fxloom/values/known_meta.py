@@ -1,18 +1,19 @@
-"""The result metadata of common pointwise operators, computed without torch's Python meta kernels.
+"""The result metadata of common operators, computed without torch's Python meta kernels.
 
 A stand-in's metadata comes from torch's meta kernels (``fxloom.values.stand_in``). For the
 pointwise operators (``add``, ``mul``, ``sin``, ``eq``...) those are Python definitions
 (``torch._refs``) that torch wraps in ``torch._disable_dynamo``: the first call of one imports
 ``torch._dynamo`` (and sympy behind it), 1 to 2 s, which would be most of the time a fresh
-process takes to its first ``fxloom.compile`` result. For the plain case these operators
-meet most, their result is simple to state, and fxloom states it here::
+process takes to its first ``fxloom.compile`` result; ``addmm`` (a ``Linear``) reaches them
+through its Python definition. For the plain case these operators meet most, their result
+is simple to state, and fxloom states it here::
 
     >>> import torch
     >>> a = torch.empty(2, 3, device="meta")
     >>> b = torch.empty(2, 3, dtype=torch.int64, device="meta")
-    >>> pointwise_result(torch.ops.aten.add.Tensor, (a, b), {})
+    >>> known_result(torch.ops.aten.add.Tensor, (a, b), {})
     tensor(..., device='meta', size=(2, 3))
-    >>> pointwise_result(torch.ops.aten.add.Tensor, (a, b.t()), {}) is None  # not the plain case
+    >>> known_result(torch.ops.aten.add.Tensor, (a, b.t()), {}) is None  # not the plain case
     True
 
 The plain case: every tensor argument is a meta tensor of the same size, laid out
@@ -22,8 +23,13 @@ operator takes ``bool``); the other arguments are Python numbers other than comp
 no keyword arguments. Then the result has that size, contiguous strides, and the dtype of
 the operator's rule in ``POINTWISE`` (torch's own type promotion, ``torch.result_type``,
 then the rule's adjustment). Anything else returns ``None`` and the caller runs torch's
-meta kernel, which knows every case. ``tests/values/test_pointwise_meta.py`` checks each
+meta kernel, which knows every case. ``tests/values/test_known_meta.py`` checks each
 table entry against torch's meta kernel over sizes, layouts, dtypes and numbers.
+
+``addmm(bias, mat1, mat2)`` (``OTHERS``), plain when its three tensors are meta tensors of
+one floating dtype, ``mat1`` and ``mat2`` matrices of any strides that multiply, and ``bias``
+of the result's size, its last dimension or ``(1, last)`` with ``torch.empty``'s strides:
+the result is a contiguous matrix of that dtype (what ``Linear`` gives).
 
 Depends on torch only.
 """
@@ -35,7 +41,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["POINTWISE", "pointwise_result"]
+__all__ = ["OTHERS", "POINTWISE", "known_result"]
 
 
 def _promoted(dtypes: list[torch.dtype], operands: list[Any]) -> torch.dtype:
@@ -98,6 +104,7 @@ _DTYPES = frozenset(
         torch.int64,
     }
 )
+_FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 # Operators eager refuses bool operands of (a bool tensor or a Python bool): "use ~ instead".
 _NO_BOOL = frozenset(
     f"aten::{name}" for name in ("sub.Tensor", "sub.Scalar", "rsub.Tensor", "rsub.Scalar", "neg")
@@ -106,10 +113,15 @@ _META = torch.device("meta")
 _NUMBERS = (int, float, bool)
 
 
-def pointwise_result(func: Any, args: tuple | list, kwargs: dict) -> torch.Tensor | None:
-    """The meta tensor ``func(*args, **kwargs)`` gives on meta tensors, for a listed operator
-    in the plain case (see the module docstring); ``None`` otherwise."""
-    entry = POINTWISE.get(_schema_name(func))
+def known_result(func: Any, args: tuple | list, kwargs: dict) -> torch.Tensor | None:
+    """The meta tensor ``func(*args, **kwargs)`` gives on meta tensors, for an operator of
+    ``POINTWISE`` or ``OTHERS`` in the plain case (see the module docstring); ``None``
+    otherwise."""
+    name = _schema_name(func)
+    other = OTHERS.get(name)
+    if other is not None:
+        return None if kwargs else other(args)
+    entry = POINTWISE.get(name)
     if entry is None or kwargs or len(args) != len(entry[1]):
         return None
     rule, operands = entry
@@ -130,18 +142,45 @@ def pointwise_result(func: Any, args: tuple | list, kwargs: dict) -> torch.Tenso
     return torch.empty(size, dtype=rule(dtypes, list(args)), device=_META)
 
 
+def _addmm(args: tuple | list) -> torch.Tensor | None:
+    """``addmm(bias, mat1, mat2)``: ``mm`` gives a contiguous matrix whatever its inputs'
+    strides, and torch adds the bias onto it, keeping its layout."""
+    if len(args) != 3 or not all(isinstance(arg, torch.Tensor) for arg in args):
+        return None
+    bias, mat1, mat2 = args
+    if not all(_meta_of(arg, _FLOATS) and arg.dtype == mat1.dtype for arg in args):
+        return None
+    if mat1.dim() != 2 or mat2.dim() != 2 or mat1.shape[1] != mat2.shape[0]:
+        return None
+    rows, columns = mat1.shape[0], mat2.shape[1]
+    if tuple(bias.shape) not in ((rows, columns), (columns,), (1, columns)):
+        return None
+    if bias.stride() != _contiguous_strides(bias.shape):
+        return None
+    return torch.empty((rows, columns), dtype=mat1.dtype, device=_META)
+
+
+# operator -> its rule, for operators other than pointwise ones (no keyword arguments: alpha
+# and beta change nothing of the result's metadata, but they are left to torch).
+OTHERS: dict[str, Callable[[tuple | list], torch.Tensor | None]] = {"aten::addmm": _addmm}
+
+
 def _schema_name(func: Any) -> str | None:
     """``aten::add.Tensor``; ``aten::neg`` for a default overload (torch's ``OpOverload._name``)."""
     return func._name if isinstance(func, torch._ops.OpOverload) else None
 
 
 def _plain_tensor(tensor: torch.Tensor) -> bool:
+    return _meta_of(tensor, _DTYPES) and tensor.stride() == _contiguous_strides(tensor.shape)
+
+
+def _meta_of(tensor: torch.Tensor, dtypes: frozenset) -> bool:
+    """Whether ``tensor`` is a strided meta tensor of concrete sizes and one of ``dtypes``."""
     return (
         tensor.device == _META
         and tensor.layout == torch.strided
-        and tensor.dtype in _DTYPES
+        and tensor.dtype in dtypes
         and not tensor._has_symbolic_sizes_strides
-        and tensor.stride() == _contiguous_strides(tensor.shape)
     )
 
 

@@ -1,7 +1,7 @@
-"""fxloom's own result metadata for common pointwise operators is what torch's meta kernels give.
+"""fxloom's own result metadata for common operators is what torch's meta kernels give.
 
-``fxloom.values.pointwise_meta`` states the result of ``add``, ``mul``, ``sin``, ``eq``... in
-the plain case (same sizes, contiguous, real dtypes, Python numbers) so that a first
+``fxloom.values.known_meta`` states the result of ``add``, ``mul``, ``sin``, ``eq``,
+``addmm``... in the plain case (same sizes, contiguous, real dtypes, Python numbers) so that a first
 ``fxloom.compile`` does not run torch's Python meta kernels, whose first call imports
 ``torch._dynamo``. Each listed operator is checked here against torch's meta kernel over
 sizes, layouts, dtypes and numbers: where fxloom answers, sizes, strides, dtype and device
@@ -16,7 +16,7 @@ import itertools
 import pytest
 import torch
 
-from fxloom.values.pointwise_meta import POINTWISE, pointwise_result
+from fxloom.values.known_meta import OTHERS, POINTWISE, known_result
 
 META = torch.device("meta")
 DTYPES = (
@@ -104,7 +104,7 @@ def test_a_listed_operator_gives_what_torchs_meta_kernel_gives(name):
     func = _operator(name)
     answered = 0
     for args in _calls(func):
-        ours = pointwise_result(func, args, {})
+        ours = known_result(func, args, {})
         if ours is None:
             continue
         answered += 1
@@ -123,9 +123,51 @@ def test_a_listed_operator_gives_what_torchs_meta_kernel_gives(name):
     assert answered, f"{name}: fxloom answered no call"
 
 
+def _matrices(rows: int, inner: int, columns: int, dtype: torch.dtype):
+    """mat1 and mat2 in each layout: contiguous, transposed (a ``Linear`` weight), sliced."""
+    yield _meta((rows, inner), dtype), _meta((inner, columns), dtype)
+    yield _meta((rows, inner), dtype), _meta((columns, inner), dtype).t()
+    yield _meta((inner, rows), dtype).t(), _meta((inner, 2 * columns), dtype)[:, ::2]
+
+
+def _addmm_calls():
+    sizes = [(3, 4, 5), (1, 4, 5), (3, 4, 1), (1, 1, 1), (0, 4, 5), (3, 0, 5), (3, 4, 0)]
+    for (rows, inner, columns), dtype in itertools.product(sizes, DTYPES[:6]):
+        biases = [
+            _meta((columns,), dtype),
+            _meta((rows, columns), dtype),
+            _meta((1, columns), dtype),
+            _meta((rows, 1), dtype),  # broadcast the other way: left to torch
+            _meta((columns, rows), dtype).t(),  # transposed: left to torch
+            _meta((columns,), torch.float64 if dtype != torch.float64 else torch.float32),
+        ]
+        for bias, (mat1, mat2) in itertools.product(biases, _matrices(rows, inner, columns, dtype)):
+            yield bias, mat1, mat2
+
+
+def test_addmm_gives_what_torchs_meta_kernel_gives():
+    func = torch.ops.aten.addmm.default
+    assert "aten::addmm" in OTHERS
+    answered = 0
+    for args in _addmm_calls():
+        ours = known_result(func, args, {})
+        if ours is None:
+            continue
+        answered += 1
+        call = f"addmm({', '.join(_describe(arg) for arg in args)})"
+        theirs = func(*args)
+        assert (ours.shape, ours.stride(), ours.dtype, ours.device) == (
+            theirs.shape,
+            theirs.stride(),
+            theirs.dtype,
+            theirs.device,
+        ), call
+    assert answered
+
+
 def test_x_plus_y_is_answered_without_torchs_kernel():
     x, y = _meta((8,)), _meta((8,))
-    result = pointwise_result(torch.ops.aten.add.Tensor, (x, y), {})
+    result = known_result(torch.ops.aten.add.Tensor, (x, y), {})
     assert (result.shape, result.dtype, result.device) == (torch.Size([8]), torch.float32, META)
 
 
@@ -134,7 +176,7 @@ def test_the_default_dtype_is_where_integers_divide_to():
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        result = pointwise_result(torch.ops.aten.div.Tensor, (integers, integers), {})
+        result = known_result(torch.ops.aten.div.Tensor, (integers, integers), {})
     finally:
         torch.set_default_dtype(previous)
     assert result.dtype == torch.float64
@@ -150,7 +192,14 @@ def test_the_default_dtype_is_where_integers_divide_to():
         ("a bool tensor", torch.ops.aten.sub.Tensor, (_meta((2,), torch.bool),) * 2, {}),
         ("a bool number", torch.ops.aten.sub.Tensor, (_meta((2,)), True), {}),
         ("a real tensor", torch.ops.aten.add.Tensor, (torch.ones(2), torch.ones(2)), {}),
+        ("integer addmm", torch.ops.aten.addmm.default, (_meta((2,), torch.int64),) * 3, {}),
+        (
+            "addmm with beta",
+            torch.ops.aten.addmm.default,
+            (_meta((2,)), _meta((3, 2)), _meta((2, 2))),
+            {"beta": 2},
+        ),
     ],
 )
 def test_anything_but_the_plain_case_is_left_to_torch(why, func, args, kwargs):
-    assert pointwise_result(func, args, kwargs) is None, why
+    assert known_result(func, args, kwargs) is None, why
