@@ -9,6 +9,9 @@ module         owns
 ============== ===============================================================
 stand_in       ``StandIn``, the tensor without data (``meta["val"]``)
 metadata_mode  running operators on stand-ins for their results' metadata only
+known_meta     the result metadata of common operators (pointwise, ``addmm``) in
+               their plain case, stated without torch's Python meta kernels
+eager_checks   the dtype checks eager makes that torch's meta kernels skip
 symbolic/      the shape environment (symbols, ranges, guards over sympy),
                ``SymNode`` behind ``torch.SymInt``, ``compute_symbolic_meta``,
                one interpreter of sympy sizes and its analyses (bounds, size

@@ -20,7 +20,7 @@ that capture (``fxloom.export.capture``), which records it; outside a capture
 a stand-in just computes its result's metadata, like above. Anything that
 needs data (``.item()``, printing the values, ``nonzero``) is refused.
 
-Depends on ``fxloom.values.eager_checks`` and ``fxloom.values.symbolic.meta`` (operators on
+Depends on ``fxloom.values.eager_checks``, ``fxloom.values.known_meta`` and ``fxloom.values.symbolic.meta`` (operators on
 symbolic sizes), loaded on first use.
 """
 
@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import torch
 
 from fxloom.values.eager_checks import refuse_as_eager
+from fxloom.values.known_meta import known_result
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["StandIn", "DataDependentError"]
@@ -199,7 +200,10 @@ def compute_meta(func: Any, args: tuple, kwargs: dict, *, symbolic: bool = False
             from fxloom.values.symbolic.meta import compute_symbolic_meta
 
             return compute_symbolic_meta(func, tuple(meta_args), meta_kwargs)
-        return func(*meta_args, **meta_kwargs)
+        # Common pointwise operators in the plain case: stated by fxloom, without torch's
+        # Python meta kernels, whose first call imports torch._dynamo (1 to 2 s).
+        meta = known_result(func, meta_args, meta_kwargs)
+        return func(*meta_args, **meta_kwargs) if meta is None else meta
     except NotImplementedError as err:
         if type(err).__name__ == "SymbolicMetaError":  # no Python definition: says so itself
             raise
