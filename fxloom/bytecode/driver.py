@@ -26,6 +26,7 @@ from fxloom.bytecode.entry import CELLS, CacheEntry, Next, Start, compile_entry
 from fxloom.bytecode.handlers.calling import runs_as_python
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
+from fxloom.bytecode.sources import local_name
 
 __all__ = ["drive", "run_as_python"]
 
@@ -98,8 +99,10 @@ def run_as_python(compiled: Any, pending: Next) -> Any:
 
 def drive(compiled: Any, pending: Next) -> Any:
     """Run the function on from ``pending`` (see the module docstring); returns its value."""
+    data: list = []  # the numbers this call read from tensors at its breaks (``_promote``)
     while True:
         frame = _frame(compiled, pending)
+        reads_data = pending.index in _data_reads(compiled)
         _AS_PYTHON.frames.append(frame)
         try:
             done = _step_as_python(frame)
@@ -107,13 +110,15 @@ def drive(compiled: Any, pending: Next) -> Any:
             _AS_PYTHON.frames.pop()
         if done is not None:
             return done.value
+        if reads_data and frame.stack and type(frame.stack[-1]) in _DATA_NUMBERS:
+            data.append(frame.stack[-1])
         names = tuple(frame.locals)
         depth = len(frame.stack)
         key = (frame.ip, names, depth)
         values = (*frame.locals.values(), *frame.stack)
         if pending.cells:  # the next piece reads and writes the same cells (``Start.cells``)
             values = (*values, pending.cells)
-        result = _run_piece(compiled, key, values, frame, bool(pending.cells))
+        result = _run_piece(compiled, key, values, frame, bool(pending.cells), data)
         if type(result) is not Next:
             return result
         pending = result
@@ -150,7 +155,39 @@ def _enters_as_python(frame: Frame) -> bool:
     )
 
 
-def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bool) -> Any:
+# A number read from a tensor's data (``.item()``, ``float(t)``, ``int(t)``) is data: another
+# value at every call. Guarded by value it would recompile on the second call, then be
+# promoted; it is a symbol from the first compile instead.
+_DATA_NUMBERS = (int, float)
+
+
+def _data_reads(compiled: Any) -> set[int]:
+    """The function's instructions where a piece stopped to read a tensor's data."""
+    return {stop.top_index for stop in compiled.breaks if stop.kind == "tensor-data"}
+
+
+def _promote(compiled: Any, key: tuple, parameters: tuple, values: tuple, data: list) -> None:
+    """Make the piece at ``key`` take as symbols the numbers among its ``values`` that this
+    call read from tensors (``data``: the objects themselves, handed on through the pieces as
+    they are). Sound as any symbolic number: what the program decides on it (a branch,
+    ``range``, native code) still specialises it by a guard (``fxloom.bytecode.dynamic``)."""
+    sizes = getattr(compiled, "sizes", None)
+    if sizes is None or sizes.mode is False:
+        return
+    for parameter, value in zip(parameters, values):
+        if type(value) in _DATA_NUMBERS and any(value is number for number in data):
+            place = (key, local_name(parameter))
+            if place not in sizes.scalars:
+                sizes.scalars.add(place)
+                sizes.history.append(
+                    f"{parameter}: {value!r} read from a tensor at a graph break (symbolic "
+                    "from its first compile)"
+                )
+
+
+def _run_piece(
+    compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bool, data: list = ()
+) -> Any:
     pieces: list[CacheEntry] | None = compiled.pieces.get(key)
     if pieces is None:
         pieces = compiled.pieces[key] = []
@@ -167,6 +204,8 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bo
         return _AS_PYTHON.run(frame)
     parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])), *((CELLS,) if cells else ()))
     sizes = getattr(compiled, "sizes", None)  # which tensor sizes are symbolic (``dynamic``)
+    if data:
+        _promote(compiled, key, parameters, values, data)
     if pieces and sizes is not None:
         call = (values, parameters, compiled.fn.__globals__, compiled.fn.__closure__)
         sizes.observe(key, pieces[0].guards.changed_sizes(*call, pieces[0].held))
