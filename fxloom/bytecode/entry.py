@@ -41,6 +41,7 @@ from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
 from fxloom.bytecode.side_effects import describe, each_statements, statements
 from fxloom.bytecode.sources import Attr, Item, Local, local_name
 from fxloom.graph_module import GraphModule, _note_failing_node
+from fxloom.ops import state_effects
 from fxloom.values.capturing import capturing
 from fxloom.values.stand_in import StandIn
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
@@ -163,11 +164,14 @@ def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
     interp.read_handed_on = lambda value, source: _read_local(fn, interp, value, source)
     frame = _start_frame(fn, interp, parameters, values, start)
     state = global_state()
+    autocast = state_effects.saved_autocast()
     try:
         with capturing("bytecode"):
             return recording, interp.run(frame, stop_at), interp.cell_sources
     finally:
-        torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
+        # the program may have switched them while recorded (``with no_grad()``, autocast)
+        torch.set_grad_enabled(state[0])
+        state_effects.restore_autocast(autocast)
         recording.close_changes()  # outside objects back as the call found them
 
 
@@ -610,6 +614,12 @@ def _run_source(
             "    GRAD_MODE = IS_GRAD_ENABLED()\n    try:\n"
             f"{body}    except BaseException:\n        SET_GRAD_ENABLED(GRAD_MODE)\n        raise\n"
         )
+    if graph_call and _switches_autocast(recording):  # the same for a ``with torch.autocast``
+        body = "".join(f"    {line}\n" for line in graph_call.splitlines())
+        graph_call = (
+            "    AUTOCAST = SAVED_AUTOCAST()\n    try:\n"
+            f"{body}    except BaseException:\n        RESTORE_AUTOCAST(AUTOCAST)\n        raise\n"
+        )
     # Values read again from outside are read before the changes replay (see ``_again``).
     # The cells the program made first (functions made again close over them), filled once
     # those functions are made.
@@ -759,6 +769,17 @@ def _switches_grad_mode(recording: Recording) -> bool:
     )
 
 
+_AUTOCAST_EFFECTS = (state_effects.autocast_on, state_effects.autocast_back)
+
+
+def _switches_autocast(recording: Recording) -> bool:
+    """Whether the graph enters or leaves an autocast region (``state_effects``)."""
+    return any(
+        node.target in _AUTOCAST_EFFECTS
+        for node in recording.graph.graph.find_nodes(op="call_function")
+    )
+
+
 def _handles_raise(recording: Recording, read_inputs: str, emitter: _Emitter) -> bool:
     """Whether ``run`` calls a graph and has changes or output to replay if it raises."""
     return bool(recording.changes.steps) and bool(emitter.outputs or read_inputs)
@@ -768,6 +789,8 @@ def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
     return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules, "R": recording.held,
             "NEXT": Next, "CELL": types.CellType, "IS_GRAD_ENABLED": torch.is_grad_enabled,
             "SET_GRAD_ENABLED": torch._C._set_grad_enabled,
+            "SAVED_AUTOCAST": state_effects.saved_autocast,
+            "RESTORE_AUTOCAST": state_effects.restore_autocast,
             "METHOD": types.MethodType, "LIST_ITER": ListIterator, "MAKE_OBJECT": _make_object,
             "MISSING": _missing}  # fmt: skip
 
