@@ -187,6 +187,9 @@ def return_generator(interp, frame, instruction):
 @handles("YIELD_VALUE")
 def yield_value(interp, frame, instruction):
     generator = frame.locals.get(_FRAME_KEY)
+    if generator is None and interp.frames and interp.frames[0] is frame:
+        # the compiled generator function's own yield: a piece boundary (``driver``)
+        raise Break("yield", f"yield in {frame.code.co_name}")
     if generator is None:
         raise Break("generator", f"yield in {frame.code.co_name}")
     generator.count += 1
