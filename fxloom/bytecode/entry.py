@@ -347,6 +347,10 @@ class _Emitter:
             name = self.before[expr] = f"BEFORE_{len(self.before)}"
         return name
 
+    def _has_source(self, value: Any) -> bool:
+        recording = self.recording
+        return id(value) not in recording.created and recording.source_of(value) is not None
+
     def expr(self, value: Any) -> str:
         if isinstance(value, StandIn):
             source = self.recording.graph.source_of_input.get(id(value))
@@ -374,6 +378,10 @@ class _Emitter:
             return f"{self.expr(value.__self__)}.{value.__name__}"
         if kind in _BOUND_BUILTIN and self._made_container(value.__self__):  # items.append
             return f"{self.container(value.__self__)}.{value.__name__}"
+        if kind in _BOUND_BUILTIN and self._has_source(value.__self__):
+            # ``seen.add`` of an object read from outside (handed on at a break, waiting on
+            # the stack for its argument): bound again to this call's object, not capture's
+            return f"{self.expr(value.__self__)}.{value.__name__}"
         if self._made_container(value):
             return self.container(value)
         if kind is ListIterator:

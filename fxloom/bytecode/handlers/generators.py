@@ -198,3 +198,16 @@ def yield_value(interp, frame, instruction):
     generator.yielded = frame.stack.pop()
     frame.stack.append(None)  # the value ``send`` gives when the frame resumes
     return Returned(_SUSPENDED)
+
+
+@handles("STOPITERATION_ERROR")
+def stopiteration_error(interp, frame, instruction):
+    """A generator's exception on its way out (3.12+): a ``StopIteration`` becomes a
+    ``RuntimeError``, as PEP 479 has it; reached only when the frame runs as Python (capture
+    stops at the exception before)."""
+    error = frame.stack.pop()
+    if isinstance(error, StopIteration):
+        replaced = RuntimeError("generator raised StopIteration")
+        replaced.__cause__ = error
+        error = replaced
+    frame.stack.append(error)
