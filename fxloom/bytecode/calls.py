@@ -814,8 +814,14 @@ _AUTOCAST = torch.amp.autocast_mode.autocast
 def records_autocast(interp: Interpreter, manager: Any) -> bool:
     """Whether a ``with`` over ``manager`` is recorded in the graph (``state_effects``): a
     ``torch.autocast`` this piece made (one from outside, whose attributes the enter would
-    write at capture, is entered as Python at a piece boundary instead)."""
-    return type(manager) is _AUTOCAST and id(manager) in interp.recording.created
+    write at capture, is entered as Python at a piece boundary instead), for a backend that
+    runs the graph's own code."""
+    recording = interp.recording
+    return (
+        type(manager) is _AUTOCAST
+        and id(manager) in recording.created
+        and getattr(recording, "state_in_graph", False)  # (``entry._runs_graph_as_is``)
+    )
 
 
 def _autocast_enter(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
@@ -841,8 +847,10 @@ def _autocast_exit(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
     piece before (a break inside the block): what it puts back is read from it, guarded."""
     manager = args[0]
     recording = interp.recording
-    if type(manager) is not _AUTOCAST or (
-        id(manager) not in recording.created and recording.source_of(manager) is None
+    if (
+        type(manager) is not _AUTOCAST
+        or not getattr(recording, "state_in_graph", False)
+        or (id(manager) not in recording.created and recording.source_of(manager) is None)
     ):
         raise Break("global-state", "leaving a torch.autocast made outside the function")
     state = tuple(

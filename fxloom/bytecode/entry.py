@@ -113,13 +113,15 @@ def compile_entry(
     stop: Break | None = None
     try:
         try:
-            recording, outcome, cell_sources = _interpret(fn, parameters, values, root, start, None)
+            recording, outcome, cell_sources = _interpret(
+                fn, parameters, values, root, start, None, _runs_graph_as_is(backend)
+            )
         except Break as error:
             if error.top_index is None:
                 raise
             stop = error
             recording, outcome, cell_sources = _interpret(
-                fn, parameters, values, root, start, error.top_index
+                fn, parameters, values, root, start, error.top_index, _runs_graph_as_is(backend)
             )
     finally:
         # Inside an autocast region the program entered (a piece starting within one), the
@@ -158,8 +160,20 @@ def compile_entry(
     return entry, stop
 
 
-def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
+def _runs_graph_as_is(backend: Any) -> bool:
+    """Whether ``backend`` runs the GraphModule's own code, effects and all (the eager one):
+    then a ``with torch.autocast`` is recorded in the graph (``state_effects``). A backend
+    that translates the ops (onnxruntime) would run them in its own dtypes, deaf to the
+    switch, and an unknown one might: for those autocast stays at piece boundaries."""
+    from fxloom.backends import EagerBackend
+    from fxloom.bytecode.compiled import eager_backend
+
+    return backend is eager_backend or isinstance(getattr(backend, "__self__", None), EagerBackend)
+
+
+def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None, effects: bool):
     recording = Recording(root, _self_name(fn) if root is not None else None)
+    recording.state_in_graph = effects  # ``calls.records_autocast``
     interp = Interpreter(recording)
     interp.read_handed_on = lambda value, source: _read_local(fn, interp, value, source)
     frame = _start_frame(fn, interp, parameters, values, start)

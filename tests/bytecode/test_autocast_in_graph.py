@@ -153,3 +153,16 @@ def test_an_autocast_made_outside_the_function_is_entered_as_python():
             return LINEAR(x)
 
     agrees(f, [(x, mode) for (x,) in CALLS])
+
+
+def test_a_backend_that_translates_ops_keeps_autocast_at_piece_boundaries():
+    seen = []
+
+    def translating(graph_module, example_inputs):  # a backend fxloom cannot see into
+        seen.append(graph_module)
+        return graph_module.forward
+
+    compiled = fxloom.compile(whole_block, backend=translating)
+    for (x,) in CALLS:
+        assert_same(compiled(x), whole_block(x))
+    assert effects(compiled) == []
