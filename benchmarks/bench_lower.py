@@ -34,6 +34,22 @@ works) plus starting its session, once each, on the batch-1 inputs.
     python benchmarks/bench_lower.py --quick       # smoke run: resnet_tiny and BERT, batch 1
                                                    # (default settings: resnet_tiny, batch 1)
     python benchmarks/bench_lower.py --record      # append the tables to RESULTS.md
+    python benchmarks/bench_lower.py --decoders    # language models' decode step, below
+
+Decoders (``--decoders``): GPT-2, Llama and T5 from tiny configs (``fxloom.zoo.hf_configs``,
+random weights), lowered with their key/value cache (``fxloom.lower.decoder``), one decode
+step at batch 1 after a past of ``--past`` tokens (default 32). Three ways to run the step:
+
+    eager       the model's forward, given a DynamicCache of the past
+    fxloom      ``LoweredDecoder.forward`` (``lower(model, {"input_ids": ...})``) in its place:
+                the cache flattened to the decode graph's inputs, rebuilt from its outputs
+    torch.onnx  ``torch.onnx.export`` (dynamo=True, else dynamo=False) of the same step
+                (flat tensors in and out), run by an ``InferenceSession`` on numpy arrays
+    fxloom file ``decode.onnx`` from ``fxloom.lower.decoder_to_onnx``, run the same way: the
+                file deployed, against torch.onnx's
+
+All with ``--threads`` (default 1) torch and ONNX Runtime threads, interleaved calls, the
+three rotating which goes first; the target is fxloom <= 0.7x eager.
 
 torch.onnx is imported here only as the comparison.
 """
@@ -266,6 +282,189 @@ def max_error(got: Any, expected: Any) -> float:
     return max(float((a.double() - b.double()).abs().max()) for a, b in pairs)
 
 
+# ----------------------------------------------------------------------------- decoders
+DECODERS = ("gpt2", "llama", "t5")
+
+
+@dataclass(frozen=True)
+class DecoderRow:
+    model: str
+    median: dict[str, float | None]  # seconds by side; None: the side failed
+    lowered: str  # "414 of 418 operators"
+    peer: str  # which exporter the torch.onnx side used, or why it failed
+
+
+def build_decoder(name: str) -> nn.Module:
+    from fxloom.zoo.hf_configs import DECODER, GPT2_LIKE, T5_LIKE, hf
+
+    builders = {
+        "gpt2": hf("GPT2LMHeadModel", "GPT2Config", **GPT2_LIKE),
+        "llama": hf("LlamaForCausalLM", "LlamaConfig", **DECODER),
+        "t5": hf("T5ForConditionalGeneration", "T5Config", **T5_LIKE),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        return builders[name]().eval()
+
+
+def decoder_file(model: nn.Module, past: int, threads: int) -> Callable[[], Any]:
+    """fxloom's ``decode.onnx`` run by an ``InferenceSession`` on numpy arrays."""
+    import tempfile
+
+    from fxloom.lower import decoder
+
+    layout = decoder._layout(model, True)
+    inputs = _peer_inputs(model, layout, past)
+    with tempfile.TemporaryDirectory() as directory:
+        path = decoder.decoder_to_onnx(model, directory)["decode"]
+        session = _session(path.read_bytes(), threads)
+    feeds = {
+        decoder._dotted(name): value.numpy()
+        for name, value in inputs.items()
+        if name in layout.parameters()
+    }
+    return lambda: session.run(None, feeds)
+
+
+def _session(model_bytes: bytes, threads: int) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def decoder_peer(model: nn.Module, past: int, threads: int) -> tuple[Callable[[], Any], str]:
+    """torch.onnx's export of the decode step (flat tensors in and out), run in ONNX Runtime."""
+    from fxloom.lower import decoder
+
+    layout = decoder._layout(model, True)
+    step = decoder._step_class(layout)(model, layout).eval()
+    inputs = _peer_inputs(model, layout, past)
+    failures = []
+    for dynamo in (True, False):
+        try:
+            model_bytes = torch_onnx_bytes(step, tuple(inputs.values()), dynamo)
+            break
+        except Exception as error:  # the table says which exporter worked, or why none did
+            failures.append(f"dynamo={dynamo}: {type(error).__name__}: {str(error)[:120]}")
+    else:
+        return None, "; ".join(failures)
+    session = _session(model_bytes, threads)
+    names = [declared.name for declared in session.get_inputs()]
+    feeds = dict(zip(names, (value.numpy() for value in inputs.values())))
+    exporter = "dynamo=True" if not failures else "dynamo=False"
+    return (lambda: session.run(None, feeds)), exporter
+
+
+def _peer_inputs(model: nn.Module, layout: Any, past: int) -> dict[str, torch.Tensor]:
+    """The decode step's flat inputs at batch 1: one new token after ``past`` cached ones."""
+    from fxloom.lower import decoder
+
+    ids = torch.arange(past + 1).reshape(1, past + 1) % decoder._vocabulary(model)
+    context: dict[str, Any] = {}
+    inputs: dict[str, torch.Tensor] = {layout.token_ids: ids[:, past:]}
+    if layout.encoder:
+        source = torch.ones(1, 16, dtype=torch.long)
+        with torch.no_grad():
+            hidden = model.get_encoder()(input_ids=source, attention_mask=source)
+        context = {"encoder_outputs": hidden, "attention_mask": source}
+        inputs |= {"encoder_hidden_states": hidden.last_hidden_state, "attention_mask": source}
+    else:
+        inputs["attention_mask"] = torch.ones(1, past + 1, dtype=torch.long)
+    if layout.position_ids:
+        inputs["position_ids"] = torch.tensor([[past]])
+    with torch.no_grad():
+        first = model(**{layout.token_ids: ids[:, :past]}, use_cache=True, **context)
+    names = [f"past_key_values_{part}" for part in layout.cache_parts()]
+    inputs |= dict(zip(names, decoder._tensors_of(first.past_key_values)))
+    return inputs
+
+
+def run_decoder(name: str, past: int, repeats: int, threads: int) -> DecoderRow:
+    from fxloom.lower.decoder import decode_step
+
+    model = build_decoder(name)
+    lowered = lower(model, {"input_ids": torch.ones(1, 4, dtype=torch.long)}, threads=threads)
+    peer, exporter = decoder_peer(model, past, threads)
+    calls: dict[str, Callable[[], Any] | None] = {
+        "eager": decode_step(model, past=past),
+        "fxloom": decode_step(model, lowered.forward, past=past),
+        "torch.onnx": peer,
+        "fxloom file": decoder_file(model, past, threads),
+    }
+    sides = [side for side, call in calls.items() if call is not None]
+    samples = Samples()
+    with torch.no_grad():
+        for side in sides:  # warm up
+            calls[side]()
+        for repeat in range(repeats):
+            for side in rotated(sides, repeat):
+                samples.add(side, timed(calls[side]))
+    median = {
+        side: statistics.median(samples.runs[side]) if side in sides else None for side in calls
+    }
+    report = lowered.lowering_report
+    total = report.nodes_lowered + report.nodes_in_pytorch
+    return DecoderRow(name, median, f"{report.nodes_lowered} of {total}", exporter)
+
+
+def decoder_table(rows: list[DecoderRow], past: int) -> list[str]:
+    def ms(seconds: float | None) -> str:
+        return "failed" if seconds is None else f"{seconds * 1e3:.3f}"
+
+    def ratio(seconds: float | None, eager: float) -> str:
+        return "-" if seconds is None else f"{seconds / eager:.2f}x"
+
+    lines = [
+        f"Decode step at batch 1, past {past} (ms, median; ratio to eager; target fxloom <= 0.7x):",
+        "",
+        "| model | eager | fxloom | fxloom/eager | torch.onnx | torch.onnx/eager | "
+        "fxloom file | fxloom file/eager | operators lowered | torch.onnx exporter |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        eager = row.median["eager"]
+        lines.append(
+            f"| {row.model} | {ms(eager)} | {ms(row.median['fxloom'])} | "
+            f"{ratio(row.median['fxloom'], eager)} | {ms(row.median['torch.onnx'])} | "
+            f"{ratio(row.median['torch.onnx'], eager)} | {ms(row.median['fxloom file'])} | "
+            f"{ratio(row.median['fxloom file'], eager)} | {row.lowered} | {row.peer} |"
+        )
+    return lines
+
+
+def decoders_markdown(
+    rows: list[DecoderRow],
+    past: int,
+    threads: int,
+    repeats: int,
+    command: str,
+    loads: tuple[float, float],
+) -> str:
+    import onnxruntime
+    import transformers
+
+    return "\n".join(
+        [
+            f"## Language models lowered with their key/value cache — {date.today().isoformat()}",
+            "",
+            f"{machine_line()}; onnxruntime {onnxruntime.__version__}; transformers "
+            f"{transformers.__version__}. `{command}`; {threads} torch and ONNX Runtime "
+            f"thread(s). Tiny configs (fxloom.zoo.hf_configs: 2 layers, hidden size 32), random "
+            f"weights. Median of {repeats} interleaved runs per side, rotating which goes first; "
+            "garbage collector off inside timed regions.",
+            "",
+            *decoder_table(rows, past),
+            "",
+            noise_line(loads, SPREAD_IS),
+            "",
+        ]
+    )
+
+
 # ----------------------------------------------------------------------------- reporting
 def latency_table(rows: list[LatencyRow]) -> list[str]:
     lines = [
@@ -361,7 +560,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15, help="timed runs per side")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
     parser.add_argument("--record", action="store_true", help="append the tables to RESULTS.md")
+    parser.add_argument(
+        "--decoders", action="store_true", help="GPT-2, Llama, T5: one decode step (see above)"
+    )
+    parser.add_argument("--past", type=int, default=32, help="with --decoders: cached tokens")
     args = parser.parse_args()
+    if args.decoders:
+        run_decoders(args)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     config = settings(args)
@@ -377,6 +583,19 @@ def main() -> None:
         markdown(latency, defaults, translation, config, command, (load_before, load_average())),
         args.record,
     )
+
+
+def run_decoders(args: argparse.Namespace) -> None:
+    threads = args.threads or 1
+    torch.set_num_threads(threads)
+    repeats = 5 if args.quick else max(args.repeats, 30)
+    freeze_startup_heap()
+    load_before = load_average()
+    rows = [run_decoder(name, args.past, repeats, threads) for name in DECODERS]
+    command = f"python benchmarks/bench_lower.py --decoders --past {args.past} --threads {threads}"
+    command += " --quick" if args.quick else ""
+    loads = (load_before, load_average())
+    publish(decoders_markdown(rows, args.past, threads, repeats, command, loads), args.record)
 
 
 if __name__ == "__main__":

@@ -44,11 +44,12 @@ package), ``not_worth_compiling`` (a supported region better left in PyTorch),
 ``lowering_settings`` (options shared by a lowering's regions, with a note for the report)
 and ``compile_program`` (what ``fxloom.compile`` runs for a captured graph).
 
-The registry starts with ``"eager"``; a backend registers itself when its module is imported,
-and ``get_backend`` imports the modules of fxloom's own backends (``"onnxruntime"``:
-``fxloom.lower``) when first asked for them, so this module stays cheap to import
-(``fxloom.compile`` and ``fxloom.save`` read it; lowering's dependencies load only when a
-backend needs them).
+The registry starts with ``"eager"``; fxloom's own other backends are declared in it by
+module and name (``"onnxruntime"``: ``fxloom.lower.onnxruntime_backend``) and ``get_backend``
+imports one when first asked for it, so this module stays cheap to import (``fxloom.compile``
+and ``fxloom.save`` read it; lowering's dependencies load only when a backend needs them) and
+importing a module registers nothing. ``fxloom.compile`` resolves names here too: the
+bytecode frontend keeps no registry of its own.
 
 Depends on: ``fxloom.graph_module``, ``fxloom.node`` (types); ``fxloom.lower`` when its
 backends are asked for (and ``fxloom.lower.lowering`` in ``compile_program``).
@@ -59,6 +60,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import operator
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -238,11 +240,15 @@ class EagerBackend(Backend):
         return graph_module.forward  # the generated code, without nn.Module's call machinery
 
 
-# name -> backend. ``register_backend`` adds to it; importing ``fxloom.lower`` registers
-# "onnxruntime".
+# name -> backend. ``register_backend`` adds to it; importing a module adds nothing.
 BACKENDS: dict[str, Backend] = {"eager": EagerBackend()}
-# fxloom's backends registered by importing a module: get_backend imports it when asked.
-_BUILT_IN: dict[str, str] = {"onnxruntime": "fxloom.lower"}
+# fxloom's own backends beyond "eager", declared: name -> (module, attribute) of the instance.
+# One enters ``BACKENDS`` when first asked for (``get_backend``), or once its module is loaded
+# (``saved_module_rules``: a file loaded in a fresh process names the module class, whose
+# module brings the backend), so the registry never depends on what was imported before.
+_BUILT_IN: dict[str, tuple[str, str]] = {
+    "onnxruntime": ("fxloom.lower.onnxruntime_backend", "ONNX_RUNTIME"),
+}
 
 
 def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
@@ -276,8 +282,8 @@ def get_backend(name_or_backend: str | Backend) -> Backend:
     if isinstance(name_or_backend, Backend):
         return name_or_backend
     named = isinstance(name_or_backend, str)
-    if named and name_or_backend in _BUILT_IN and name_or_backend not in BACKENDS:
-        importlib.import_module(_BUILT_IN[name_or_backend])  # registers it
+    if named and name_or_backend in _BUILT_IN:
+        _resolve_built_in(name_or_backend)
     found = BACKENDS.get(name_or_backend) if named else None
     if found is None:
         raise ValueError(
@@ -294,8 +300,21 @@ def known_backends() -> list[str]:
 
 
 def saved_module_rules() -> dict[type, SavedModule]:
-    """Every registered backend's module classes and how each is saved (for fxloom.save)."""
+    """Every registered backend's module classes and how each is saved (for fxloom.save), the
+    declared backends whose module is loaded included."""
+    for name, (module_name, _) in _BUILT_IN.items():
+        if module_name in sys.modules:
+            _resolve_built_in(name)
     return {cls: rule for b in BACKENDS.values() for cls, rule in b.saved_modules.items()}
+
+
+def _resolve_built_in(name: str) -> None:
+    """Enter fxloom's declared backend ``name`` in ``BACKENDS`` (once; one the user registered
+    under that name stays)."""
+    if name in BACKENDS:
+        return
+    module_name, attribute = _BUILT_IN[name]
+    BACKENDS[name] = getattr(importlib.import_module(module_name), attribute)
 
 
 _VERSION = operator.attrgetter("_version")

@@ -29,6 +29,7 @@ from fxloom.node import OPCODES, Argument, Node, Target
 from fxloom.proxy import Proxy
 from fxloom.pytree import container_type
 from fxloom.tracer import GraphAppendingTracer
+from fxloom.values.provenance import PROVENANCE_KEYS
 
 __all__ = ["Interpreter", "Transformer", "CARRIED_META"]
 
@@ -367,7 +368,7 @@ def _note_node(err: BaseException, node: Node, interpreter: str) -> None:
 # Provenance kept from each node on the nodes that replace it. Analysis
 # results (``val``, ``tensor_meta``, ...) are dropped: the rewrite may change
 # the values, so passes recompute them.
-CARRIED_META = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack", "custom")
+CARRIED_META = (*PROVENANCE_KEYS, "custom")
 
 
 class _RebuildingTracer(GraphAppendingTracer):

@@ -104,6 +104,7 @@ from fxloom.passes.matcher import (
     SubgraphMatcher,
     replacement_site,
 )
+from fxloom.values.provenance import WHERE_KEYS
 
 __all__ = [
     "ANY",
@@ -118,7 +119,7 @@ __all__ = [
 ]
 
 # Keys of the anchor's meta that new nodes inherit: where the replaced code came from.
-INHERITED_META = ("stack_trace", "source_location", "nn_module_stack")
+INHERITED_META = WHERE_KEYS
 
 PatternLike = Callable[..., Any] | Graph | GraphModule
 

@@ -78,7 +78,7 @@ from fxloom.values.capturing import capturing
 from fxloom.values.frames import is_plumbing
 from fxloom.values.leaf_modules import is_torch_nn_leaf
 from fxloom.values.module_stack import ModuleStack
-from fxloom.values.provenance import SourceStamper
+from fxloom.values.provenance import SourceStamper, stamp_node
 
 __all__ = [
     "Tracer",
@@ -363,15 +363,14 @@ class Tracer:
         if kind == "call_function" and self.check_mutable_operations:
             self._refuse_mutation(target, args, kwargs)
         node = self.graph.create_node(kind, target, args, kwargs, name, type_expr)
-        meta = node.meta
-        if kind not in ("placeholder", "output"):
-            # Every operation says which modules it came from ({} at the root's own level).
-            meta["nn_module_stack"] = dict(self._module_stack.entries)
+        # Every operation says which modules it came from ({} at the root's own level).
+        operation = kind not in ("placeholder", "output")
+        modules = dict(self._module_stack.entries) if operation else None
+        made_by = None
         if kind in ("call_function", "call_method", "call_module"):
-            source = self._module_class(target) if kind == "call_module" else target
-            meta["source_fn_stack"] = [(node.name, source)]
-        if self.record_stack_traces:
-            self._sources.stamp(meta, skip=1)
+            made_by = (node.name, self._module_class(target) if kind == "call_module" else target)
+        where = self._sources.locate(skip=1) if self.record_stack_traces else None
+        stamp_node(node.meta, modules=modules, made_by=made_by, source=where)
         return node
 
     def _refuse_mutation(self, target: Target, args: tuple, kwargs: dict) -> None:

@@ -274,6 +274,9 @@ _METHODS: dict[tuple[type, str | None], Callee] = {
     **{(dict, name): MOVES_NEW for name in ("copy", "fromkeys", "__iter__", "__reversed__")},
     (dict, "__init__"): MUTATES, (dict, "__new__"): IDENTITY_NEW,
     **{(view, None): MOVES for view in (type({}.keys()), type({}.values()), type({}.items()))},
+    # a read-only view of a mapping (``inspect.signature(fn).parameters``, a class's __dict__)
+    **{(types.MappingProxyType, name): MOVES for name in (
+        "get", "keys", "values", "items", "__getitem__", "__len__", "__contains__")},
     # OrderedDict, defaultdict, deque (their other methods: dict's and list's rows above)
     (collections.OrderedDict, "move_to_end"): MUTATES,
     (collections.OrderedDict, "popitem"): MUTATES,

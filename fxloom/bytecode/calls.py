@@ -61,6 +61,7 @@ from fxloom.ops.mutation import (
     module_has_side_effect,
     writes_through_keywords,
 )
+from fxloom.values.signature import code_bind, code_variadic_names
 from fxloom.values.stand_in import DataDependentError, StandIn
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
@@ -236,16 +237,13 @@ def inline(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dic
 def bind_frame(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs: dict) -> Frame:
     """A frame of ``fn`` with its parameters bound as Python would bind them."""
     try:
-        local_values = bind_arguments(fn, args, kwargs)
+        local_values = code_bind(fn, args, kwargs)
     except TypeError as err:
         raise Break("exception", str(err)) from None
     code = fn.__code__
     recording = interp.recording
-    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):  # made for this call
-        star = code.co_argcount + code.co_kwonlyargcount
-        for name in code.co_varnames[star : star + 2]:
-            if name in local_values:
-                recording.built(local_values[name])
+    for name in code_variadic_names(fn):  # *args and **kwargs: made for this call
+        recording.built(local_values[name])
     cells: dict[str, Any] = {}
     for name in code.co_cellvars:
         cell = types.CellType()
@@ -255,53 +253,6 @@ def bind_frame(interp: Interpreter, fn: types.FunctionType, args: tuple, kwargs:
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         cells[name] = cell
     return Frame(fn, local_values, cells)
-
-
-def bind_arguments(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """``fn``'s parameters bound to ``args`` and ``kwargs`` (defaults filled in), as Python
-    binds them; a ``TypeError`` in Python's words when they do not fit."""
-    code = fn.__code__
-    names, count = code.co_varnames, code.co_argcount
-    positional, keyword_only = names[:count], names[count : count + code.co_kwonlyargcount]
-    star = count + code.co_kwonlyargcount
-    has_star, has_star_star = (
-        code.co_flags & inspect.CO_VARARGS,
-        code.co_flags & inspect.CO_VARKEYWORDS,
-    )
-    if len(args) > count and not has_star:
-        raise TypeError(
-            f"{fn.__qualname__}() takes {count} positional arguments but {len(args)} were given"
-        )
-    bound = dict(zip(positional, args))
-    if has_star:
-        bound[names[star]] = tuple(args[count:])
-    extra: dict[str, Any] = {}
-    by_keyword = positional[code.co_posonlyargcount :]
-    for key, value in kwargs.items():
-        if key in by_keyword or key in keyword_only:
-            if key in bound:
-                raise TypeError(f"{fn.__qualname__}() got multiple values for argument {key!r}")
-            bound[key] = value
-        elif has_star_star:
-            extra[key] = value
-        else:
-            raise TypeError(f"{fn.__qualname__}() got an unexpected keyword argument {key!r}")
-    if has_star_star:
-        bound[names[star + (1 if has_star else 0)]] = extra
-    defaults = fn.__defaults__ or ()
-    first_default = count - len(defaults)
-    for index, name in enumerate(positional):
-        if name not in bound:
-            if index < first_default:
-                raise TypeError(f"{fn.__qualname__}() missing required argument {name!r}")
-            bound[name] = defaults[index - first_default]
-    keyword_defaults = fn.__kwdefaults__ or {}
-    for name in keyword_only:
-        if name not in bound:
-            if name not in keyword_defaults:
-                raise TypeError(f"{fn.__qualname__}() missing keyword-only argument {name!r}")
-            bound[name] = keyword_defaults[name]
-    return bound
 
 
 def _generator_expression(

@@ -41,18 +41,22 @@ from fxloom.bytecode.budget import ON_LIMIT, Budget, Recompile
 from fxloom.bytecode.driver import drive, generator_dispatch, runs_piece_by_piece
 from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
 from fxloom.bytecode.guards import watch_modules
+from fxloom.values.signature import code_parameter_names, code_unbind, parameters_of
 
-__all__ = ["compile", "CompiledFunction", "CompiledModule", "BACKENDS", "eager_backend"]
+__all__ = ["compile", "CompiledFunction", "CompiledModule", "eager_backend"]
 
 
 def eager_backend(graph_module: Any, example_inputs: list) -> Callable[..., Any]:
-    """The default backend: run the captured GraphModule's generated code."""
+    """The default backend: run the captured GraphModule's generated code (what
+    ``fxloom.backends.EagerBackend.compile_program`` gives)."""
     return graph_module.forward
 
 
-# backend name -> backend(graph_module, example_inputs) -> callable. The frontend knows only
-# its own; ``fxloom.compile`` (the surface) adds the backends of the layers above it.
-BACKENDS: dict[str, Callable[..., Callable[..., Any]]] = {"eager": eager_backend}
+# Backends by name have one registry, ``fxloom.backends.BACKENDS``, in the layer above this
+# frontend: ``fxloom.compile`` (the surface) resolves a name there and hands this frontend the
+# backend's ``compile_program``, a callable. The frontend itself knows "eager" alone, its
+# default, so that it runs without the backends layer.
+_OWN_BACKEND = "eager"
 
 
 def compile(  # noqa: A001 - the documented name, as torch.compile
@@ -112,12 +116,13 @@ def compile(  # noqa: A001 - the documented name, as torch.compile
 def _backend(backend: Any) -> Callable[..., Any]:
     if callable(backend):
         return backend
-    chosen = BACKENDS.get(backend)
-    if chosen is None:
+    if backend != _OWN_BACKEND:
         raise ValueError(
-            f"no fxloom.compile backend {backend!r}; known: {', '.join(BACKENDS)}, or a callable(graph_module, example_inputs)"
+            f"no fxloom.compile backend {backend!r} here: fxloom.bytecode.compile takes "
+            f"{_OWN_BACKEND!r} or a callable(graph_module, example_inputs); fxloom.compile "
+            "finds a backend by name in fxloom.backends.BACKENDS"
         )
-    return chosen
+    return eager_backend
 
 
 class CompiledFunction:
@@ -157,7 +162,7 @@ class CompiledFunction:
         self.budget = Budget(recompile_limit, on_limit)
         if fn.__code__.co_flags & _SUSPENDS:  # a generator or coroutine: its frames suspend
             self.eager_reason = runs_piece_by_piece(fn)  # (None: each yield ends a piece)
-        self.parameters = _parameters(fn)
+        self.parameters = code_parameter_names(fn)
         self._bound_self = bound_self
         self._dispatch = self._make_dispatch()
         if fn.__code__.co_flags & inspect.CO_GENERATOR and self.eager_reason is None:
@@ -172,8 +177,9 @@ class CompiledFunction:
 
     # ------------------------------------------------------------ the paths of a call
     def _make_dispatch(self) -> Callable[..., Any]:
-        signature = inspect.signature(self.fn, follow_wrapped=False)
-        parameters = list(signature.parameters.values())
+        # The dispatch function takes the parameters as the user's function does (Python binds
+        # them, so every call binds once); ``code_unbind`` passes them on to run it as Python.
+        parameters = parameters_of(self.fn, follow_wrapped=False)
         into_varargs = bool(parameters) and parameters[0].kind is parameters[0].VAR_POSITIONAL
         if self._bound_self is not None and not into_varargs:
             parameters = parameters[1:]
@@ -222,8 +228,14 @@ class CompiledFunction:
             recompile = self.budget.miss(front, failing, call, self.fn)
             self.misses.append(str(recompile))
             # Promotion first: a size seen to change becomes a symbol, which the budget counts
-            # once for its source (``fxloom.bytecode.budget``).
-            changed = front.guards.changed_sizes(*call, front.held)
+            # once for its source (``fxloom.bytecode.budget``). Against every entry: the one
+            # the call missed by a size need not be the front one (a static prefill stays in
+            # front of the decode entry whose cache length the call changed).
+            changed = [
+                change
+                for entry in self.cache
+                for change in entry.guards.changed_sizes(*call, entry.held)
+            ]
             promoted = self.sizes.observe(dynamic_sizes.START, changed)
             if not self.budget.allows(recompile, promoted):
                 return self._at_limit(recompile, values)
@@ -298,7 +310,7 @@ class CompiledFunction:
             ) from None
 
     def _eager(self, values: tuple) -> Any:
-        args, kwargs = _unbind(self.fn, self.parameters, values)
+        args, kwargs = code_unbind(self.fn, self.parameters, values)
         return self.fn(*args, **kwargs)
 
     # ------------------------------------------------------------ reports
@@ -539,13 +551,6 @@ def _user_level() -> int:
 _SUSPENDS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
-def _parameters(fn: types.FunctionType) -> tuple[str, ...]:
-    code = fn.__code__
-    count = code.co_argcount + code.co_kwonlyargcount
-    count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
-    return code.co_varnames[:count]
-
-
 def _header(parameters: list[inspect.Parameter]) -> str:
     """A parameter list with the same names and binding rules, defaults from ``_fx_DEFAULTS``."""
     parts: list[str] = []
@@ -574,25 +579,3 @@ def _header(parameters: list[inspect.Parameter]) -> str:
     if saw_positional_only:
         parts.append("/")
     return ", ".join(parts)
-
-
-def _unbind(
-    fn: types.FunctionType, parameters: tuple[str, ...], values: tuple
-) -> tuple[tuple, dict]:
-    """Arguments that bind ``fn``'s parameters to ``values`` again."""
-    code = fn.__code__
-    positional = list(values[: code.co_argcount])
-    rest = code.co_argcount
-    kwargs = dict(
-        zip(
-            parameters[rest : rest + code.co_kwonlyargcount],
-            values[rest : rest + code.co_kwonlyargcount],
-        )
-    )
-    rest += code.co_kwonlyargcount
-    if code.co_flags & inspect.CO_VARARGS:
-        positional.extend(values[rest])
-        rest += 1
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        kwargs.update(values[rest])
-    return tuple(positional), kwargs

@@ -59,6 +59,7 @@ from fxloom.cond import (
 )
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.values.signature import code_bind
 from fxloom.values.stand_in import StandIn
 
 __all__ = ["BranchBuilder", "CAPTURES", "capture"]
@@ -151,7 +152,7 @@ def _cond_op(interp: Any, args: tuple, kwargs: dict) -> tuple:
 
 
 def _captured_cond(interp: Any, args: tuple, kwargs: dict) -> tuple[list[Any], Any]:
-    bound = calls.bind_arguments(cond, args, kwargs)  # a TypeError as eager's
+    bound = code_bind(cond, args, kwargs)  # a TypeError as eager's
     pred, true_fn, false_fn, operands = (bound[name] for name in _PARAMETERS)
     check_arguments(pred, true_fn, false_fn, operands)  # eager's errors, raised where eager would
     if isinstance(pred, torch.SymBool):  # a test of symbolic sizes: decided now, under a guard

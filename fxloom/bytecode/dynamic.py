@@ -14,6 +14,11 @@ every size it passes from its inputs (``aten.sym_size.int`` nodes, ``SizeNodes``
                        symbolic entry   guard: len(x.shape) == 2 and x.shape[1] == 8 (s0 free)
     call 3: x [3, 8]   symbolic entry hit; no compile
 
+A size the program itself changes is observed without waiting for the miss (``grew_state``):
+a tensor read from an outside object's attribute and assigned back with another size (a key/
+value cache grown by ``torch.cat``) makes that dimension dynamic, and the entry is captured
+once more with it symbolic, since the next call brings the grown tensor.
+
 ``dynamic=True`` makes every dimension of every tensor argument symbolic from the first call,
 ``dynamic=False`` none (every size static, recompiling per shape).
 
@@ -52,7 +57,7 @@ from typing import Any
 import torch
 
 from fxloom.bytecode.marks import marks_of
-from fxloom.bytecode.sources import Source
+from fxloom.bytecode.sources import Attr, Source
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = [
@@ -60,6 +65,7 @@ __all__ = [
     "SizePolicy",
     "compiling",
     "concrete",
+    "grew_state",
     "current",
 ]
 
@@ -151,10 +157,16 @@ class SizePolicy:
             and (type(value) is int or math.isfinite(value))  # sympy takes symbols as finite
         )
 
-    def observe(self, place: Any, changed: list[tuple[str, str, int | None, Any, Any]]) -> bool:
+    def observe(
+        self,
+        place: Any,
+        changed: list[tuple[str, str, int | None, Any, Any]],
+        because: str = "",
+    ) -> bool:
         """Remember the dims that ``changed`` ((expr, text, dim, old, new) from
         ``GuardSet.changed_sizes``; dim None: an int or float) as dynamic; whether any was
-        new."""
+        new. ``because``: why, where it is not a call that brought another value."""
+        why = f"now symbolic: {because}" if because else "now symbolic"
         if self.mode is False:
             return False
         grew = False
@@ -163,7 +175,7 @@ class SizePolicy:
                 if (place, expr) not in self.scalars:
                     self.scalars.add((place, expr))
                     grew = True
-                    self.history.append(f"{text}: {old!r} -> {new!r} (now symbolic)")
+                    self.history.append(f"{text}: {old!r} -> {new!r} ({why})")
                 continue
             if dim in self.static_marks.get(expr, ()):
                 continue  # mark_static: stays guarded by value
@@ -173,7 +185,7 @@ class SizePolicy:
             if dim not in dims:
                 dims.add(dim)
                 grew = True
-                self.history.append(f"{text}.shape[{dim}]: {old} -> {new} (now symbolic)")
+                self.history.append(f"{text}.shape[{dim}]: {old} -> {new} ({why})")
         return grew
 
 
@@ -212,6 +224,53 @@ def current() -> InputSymbols | None:
     if policy.mode is False:
         return None
     return InputSymbols(policy, place)
+
+
+def grew_state(recording: Any) -> bool:
+    """Whether the capture in ``recording`` read a tensor from an outside object's attribute
+    and assigned that attribute a tensor of another size (a cache the program grows:
+    ``self.keys = torch.cat([self.keys, k], dim=-2)``): each such static dimension is made
+    dynamic (``SizePolicy.observe``), so that the caller captures again with it symbolic.
+    The next call reads the grown tensor back, so a guard on the size read now would miss at
+    once: the change is observed without the miss."""
+    if not _ACTIVE:
+        return False
+    policy, place = _ACTIVE[-1]
+    if policy.mode is not None:  # True: symbolic already; False: static by request
+        return False
+    read = {source.expr: (source, sizes) for source, sizes in recording.guards.tensor_sizes.items()}
+    grown = []
+    for owner, name, value in recording.writes.values():
+        owner_source = recording.source_of(owner)
+        if not isinstance(value, torch.Tensor) or owner_source is None:
+            continue
+        found = read.get(Attr(owner_source, name).expr)
+        if found is None:
+            continue
+        source, (shape, dims) = found
+        if value.dim() != len(shape):
+            continue
+        for dim, (old, new) in enumerate(zip(shape, value.shape)):
+            if dim not in dims and _differs(old, new):
+                grown.append((source.expr, source.text, dim, old, _example(new)))
+    return policy.observe(place, grown, because="the program grows it")
+
+
+def _differs(old: int, new: Any) -> bool:
+    """Whether the size ``new`` (an int, or a symbolic size from the capture) is not ``old``,
+    asked without adding a guard."""
+    if type(new) is int:
+        return new != old
+    expr = new.node.expr
+    return not expr.is_number or int(expr) != old
+
+
+def _example(size: Any) -> Any:
+    """A size's example value, for ``explain()``'s history ("?" where it has none)."""
+    if type(size) is int:
+        return size
+    hint = size.node.hint()
+    return "?" if hint is None else hint
 
 
 def concrete(value: Any) -> Any:

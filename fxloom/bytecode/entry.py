@@ -18,7 +18,6 @@ Depends on ``fxloom.bytecode`` (interpreter, calls, recording, handlers), the IR
 
 from __future__ import annotations
 
-import inspect
 import re
 import sys
 import time
@@ -32,6 +31,7 @@ import torch
 from fxloom import pytree
 from fxloom.bytecode import handlers  # noqa: F401 - registers the instruction handlers
 from fxloom.bytecode.breaks import Break
+from fxloom.bytecode.dynamic import grew_state
 from fxloom.bytecode.guards import Guard, GuardSet, global_state
 from fxloom.bytecode.handlers.calling import REMADE_MANAGERS, pending_exit
 from fxloom.bytecode.handlers.control import ListIterator
@@ -43,6 +43,7 @@ from fxloom.bytecode.sources import Attr, Item, Local, local_name
 from fxloom.graph_module import GraphModule, _note_failing_node
 from fxloom.ops import state_effects
 from fxloom.values.capturing import capturing
+from fxloom.values.signature import code_variadic_names
 from fxloom.values.stand_in import StandIn
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
@@ -110,24 +111,12 @@ def compile_entry(
     cache entry, with the graph break it stops at (None: it runs to the return). Raises
     ``Break`` where no piece can be captured (the function runs as Python from there)."""
     started = time.perf_counter()
-    stop: Break | None = None
-    try:
-        try:
-            recording, outcome, cell_sources = _interpret(
-                fn, parameters, values, root, start, None, _runs_graph_as_is(backend)
-            )
-        except Break as error:
-            if error.top_index is None:
-                raise
-            stop = error
-            recording, outcome, cell_sources = _interpret(
-                fn, parameters, values, root, start, error.top_index, _runs_graph_as_is(backend)
-            )
-    finally:
-        # Inside an autocast region the program entered (a piece starting within one), the
-        # casts capture made of stand-ins sit in autocast's weight cache, keyed by the
-        # weights: the real run would find them there. Capture leaves the cache empty.
-        torch.clear_autocast_cache()
+    effects = _runs_graph_as_is(backend)
+    recording, outcome, cell_sources, stop = _capture(fn, parameters, values, root, start, effects)
+    if grew_state(recording):  # a cache it grows: again, with that length symbolic
+        recording, outcome, cell_sources, stop = _capture(
+            fn, parameters, values, root, start, effects
+        )
     namespace = _namespace(fn, recording)
     emitter = _Emitter(recording, namespace, fn, cell_sources)
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
@@ -169,6 +158,31 @@ def _runs_graph_as_is(backend: Any) -> bool:
     from fxloom.bytecode.compiled import eager_backend
 
     return backend is eager_backend or isinstance(getattr(backend, "__self__", None), EagerBackend)
+
+
+def _capture(fn, parameters, values, root, start: Start, effects: bool):
+    """Interpret to the end, or to the graph break where no piece can be captured; then the
+    recording, its outcome, the cells' sources and the break (None: it ran to the return).
+    ``effects``: autocast is recorded in the graph (``_runs_graph_as_is``)."""
+    stop: Break | None = None
+    try:
+        try:
+            recording, outcome, cell_sources = _interpret(
+                fn, parameters, values, root, start, None, effects
+            )
+        except Break as error:
+            if error.top_index is None:
+                raise
+            stop = error
+            recording, outcome, cell_sources = _interpret(
+                fn, parameters, values, root, start, error.top_index, effects
+            )
+    finally:
+        # Inside an autocast region the program entered (a piece starting within one), the
+        # casts capture made of stand-ins sit in autocast's weight cache, keyed by the
+        # weights: the real run would find them there. Capture leaves the cache empty.
+        torch.clear_autocast_cache()
+    return recording, outcome, cell_sources, stop
 
 
 def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None, effects: bool):
@@ -218,7 +232,7 @@ def _start_frame(
             interp.cell_sources[id(cell)] = Item(Local(CELLS), index)  # before the locals
     local_count = len(parameters) - start.stack_depth
     local_values = {}
-    variadic = _variadic(fn) if start.index == 0 else set()
+    variadic = code_variadic_names(fn) if start.index == 0 else ()
     root_name = recording.root_name
     for name, value in zip(parameters[:local_count], values):
         if name == root_name:
@@ -299,19 +313,6 @@ def _read_made_function(interp: Interpreter, fn: types.FunctionType, source: Any
             guards.add(check, Guard(0, check, text))  # an identity guard (tier 0)
     recording._remember(fn, source)  # noqa: SLF001 - ``source_of(fn)``: its cells' reads
     return fn
-
-
-def _variadic(fn: types.FunctionType) -> set[str]:
-    """The names of ``fn``'s ``*args`` and ``**kwargs`` parameters."""
-    code = fn.__code__
-    index = code.co_argcount + code.co_kwonlyargcount
-    names = set()
-    if code.co_flags & inspect.CO_VARARGS:
-        names.add(code.co_varnames[index])
-        index += 1
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        names.add(code.co_varnames[index])
-    return names
 
 
 # ------------------------------------------------------------------ values after the graph

@@ -46,7 +46,7 @@ from fxloom.node import Node
 from fxloom.source_location import SourceLocation, format_stack_trace
 from fxloom.values.metadata_mode import MetadataMode
 from fxloom.values.module_stack import ModuleStack
-from fxloom.values.provenance import location_of, stamp_source
+from fxloom.values.provenance import WHERE_KEYS, location_of, stamp_node
 from fxloom.values.stand_in import StandIn
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
@@ -70,7 +70,7 @@ _MODULES_RAISING_ON_DATA = (
 
 _NOT_IDENTIFIER = re.compile(r"\W|^(?=\d)")
 _OPERATIONS = frozenset({"call_function", "call_method", "call_module"})
-_ITEM_META = ("stack_trace", "source_location", "nn_module_stack")  # an item of a result: its op's
+_ITEM_META = WHERE_KEYS  # an item of a result: its op's
 
 
 class GraphBuilder:
@@ -171,6 +171,8 @@ class GraphBuilder:
     # ------------------------------------------------------------ recording
     def call(self, op: str, target: Any, args: tuple, kwargs: dict) -> Any:
         """Record ``target(*args, **kwargs)`` (as ``op``) and return its stand-in result."""
+        if op == "call_function" and type(target) is types.BuiltinFunctionType:
+            args, kwargs = _decided_bools(args), _decided_bools(kwargs)
         if self.size_nodes is None:
             with self.metadata:
                 result = _run(op, target, args, kwargs, self.modules)
@@ -261,10 +263,9 @@ class GraphBuilder:
 
     def _size_stamp(self) -> dict:
         """The metadata of a size node: where and inside which modules it was needed."""
-        node_meta: dict = {"nn_module_stack": self.module_stack.entries}
-        found = self._traces.get(self.where)
-        if found is not None:
-            stamp_source(node_meta, *found)
+        node_meta: dict = {}
+        where = self._traces.get(self.where)
+        stamp_node(node_meta, modules=self.module_stack.entries, source=where)
         return node_meta
 
     def _register(self, stand_in: StandIn, node: Node) -> StandIn:
@@ -296,11 +297,10 @@ class GraphBuilder:
     def _stamped(self, node: Node) -> Node:
         """``node`` with the metadata every frontend gives an operation: where it came from,
         the modules it is inside, and what made it (``source_fn_stack``)."""
-        meta = node.meta
-        meta["nn_module_stack"] = self.module_stack.entries  # a dict no later call changes
+        made_by = None
         if node.op in _OPERATIONS:
             made_by = self._module_class(node.target) if node.op == "call_module" else node.target
-            meta["source_fn_stack"] = [(node.name, made_by)]
+            made_by = (node.name, made_by)
         found = self._traces.get(self.where)
         if found is None:
             locations = [
@@ -308,7 +308,8 @@ class GraphBuilder:
             ]
             found = (format_stack_trace(locations), locations[-1] if locations else None)
             self._traces[self.where] = found
-        stamp_source(meta, *found)
+        # ``entries`` is a dict no later call changes (``ModuleStack.enter`` makes a new one).
+        stamp_node(node.meta, modules=self.module_stack.entries, made_by=made_by, source=found)
         return node
 
     def _module_class(self, target: str) -> type:
@@ -331,6 +332,25 @@ def _raises_on_data(op: str, target: Any, args: tuple, modules: dict) -> bool:
         return any(isinstance(item, torch.Tensor) and item.dtype != torch.bool for item in items)
     name = target if op == "call_method" else getattr(target, "__name__", None)
     return name in RAISES_ON_DATA
+
+
+def _decided_bools(values: Any) -> Any:
+    """``values`` (a tuple of arguments or a dict of keywords) with each ``torch.SymBool`` made
+    the bool it is, under the ShapeEnv's guard (one it holds already where the program tested
+    it): torch's C functions take a plain bool (``is_causal=q_len > 1 and mask is None``,
+    where ``and`` hands on the SymBool it tested, gives ``scaled_dot_product_attention``
+    one)."""
+    if type(values) is dict:
+        if not any(type(value) is torch.SymBool for value in values.values()):
+            return values
+        return {key: _decided_bool(value) for key, value in values.items()}
+    if not any(type(value) is torch.SymBool for value in values):
+        return values
+    return tuple(_decided_bool(value) for value in values)
+
+
+def _decided_bool(value: Any) -> Any:
+    return bool(value) if type(value) is torch.SymBool else value
 
 
 def _run(op: str, target: Any, args: tuple, kwargs: dict, modules: dict) -> Any:

@@ -345,8 +345,7 @@ class GuardSet:
         expr, source text, dim, old, new), and its ints and floats guarded by value that
         they change, as (expr, text, None, old, new); tensors whose rank changed and numbers
         whose type changed are not compared."""
-        namespace = self._namespace(globals_, closure, held)
-        namespace.update(zip((local_name(name) for name in parameters), arguments))
+        namespace = self._bound_namespace(arguments, parameters, globals_, closure, held)
         changed = []
         for source, (shape, dims) in self.tensor_sizes.items():
             try:
@@ -487,8 +486,7 @@ class GuardSet:
         held: dict | None = None,
     ) -> Guard | None:
         """The first guard that does not hold for ``arguments`` (None: all hold)."""
-        namespace = self._namespace(globals_, closure, held)
-        namespace.update(zip((local_name(name) for name in parameters), arguments))
+        namespace = self._bound_namespace(arguments, parameters, globals_, closure, held)
         for guard in self:
             try:
                 if not eval(guard.check, namespace):  # noqa: S307 - our own generated checks
@@ -496,6 +494,21 @@ class GuardSet:
             except Exception:
                 return guard
         return None
+
+    def _bound_namespace(
+        self,
+        arguments: Sequence[Any],
+        parameters: Sequence[str],
+        globals_: dict,
+        closure: tuple | None,
+        held: dict | None,
+    ) -> dict[str, Any]:
+        """The guard function's namespace with its parameters bound to ``arguments``: where
+        ``first_failing`` and ``changed_sizes`` evaluate one check at a time, as the compiled
+        guard would."""
+        namespace = self._namespace(globals_, closure, held)
+        namespace.update(zip((local_name(name) for name in parameters), arguments))
+        return namespace
 
     def _namespace(
         self, globals_: dict, closure: tuple | None, held: dict | None

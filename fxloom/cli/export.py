@@ -99,11 +99,10 @@ def run(args: argparse.Namespace) -> int:
 def batch_shapes(model: torch.nn.Module, positional: tuple, keywords: dict) -> dict[str, Any]:
     """``dynamic_shapes`` (by forward's parameter names) with one ``Dim("batch")``: see
     ``fxloom.values.symbolic.dynamic_shapes.batch_dims``."""
-    import inspect
-
+    from fxloom.values.signature import bind
     from fxloom.values.symbolic.dynamic_shapes import batch_dims
 
-    return batch_dims(inspect.signature(model.forward).bind(*positional, **keywords).arguments)
+    return batch_dims(bind(model.forward, positional, keywords, defaults=False))
 
 
 def signature_summary(ep: Any) -> str:

@@ -24,7 +24,6 @@ Depends on: ``fxloom.passes`` (captured programs, cost), ``fxloom.interpreter``.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +41,7 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.ops.runtime_functions import is_runtime_check
 from fxloom.passes.captured import call_inputs, model_name, module_to_transform
+from fxloom.values.signature import bind
 
 __all__ = ["PipelineError", "pipeline"]
 
@@ -167,17 +167,15 @@ def _captured(model: Any, args: tuple, kwargs: dict) -> GraphModule:
 
 def _bind_by_name(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     forward = model.forward if isinstance(model, torch.nn.Module) else model
-    bound = inspect.signature(forward).bind_partial(*args, **kwargs)
-    return dict(bound.arguments)
+    return bind(forward, args, kwargs, defaults=False, partial=True, what="pipeline examples")
 
 
 def _placeholder_values(work: GraphModule, args: tuple, kwargs: dict) -> list[Any]:
     """The example's value for each placeholder of the program's graph, in order."""
     info = getattr(work.graph._codegen, "pytree_info", None)
     if info is not None:  # an exported module: flatten as its own code does
-        bound = inspect.signature(work.forward).bind(*args, **kwargs)
-        bound.apply_defaults()
-        return list(work.graph.process_inputs(*bound.arguments.values()))
+        bound = bind(work.forward, args, kwargs, what="pipeline examples")
+        return list(work.graph.process_inputs(*bound.values()))
     placeholders = [n for n in work.graph.nodes if n.op == "placeholder"]
     values, positional = [], list(args)
     for node in placeholders:

@@ -40,13 +40,14 @@ from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import ExportGraphSignature, OutputSpec, TensorArgument
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
+from fxloom.values.provenance import PROVENANCE_KEYS
 from fxloom.values.stand_in import StandIn, compute_meta, has_symbolic_sizes
 
 __all__ = ["run_decompositions", "default_decompositions"]
 
 aten = torch.ops.aten
 
-_META_KEYS = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack", "torch_fn")
+_META_KEYS = (*PROVENANCE_KEYS, "torch_fn")
 
 
 def default_decompositions() -> dict[Any, Any]:

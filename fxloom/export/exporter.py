@@ -40,6 +40,7 @@ from fxloom.export.verifier import verify
 from fxloom.graph_module import GraphModule
 from fxloom.lint import is_default_literal
 from fxloom.node import Node
+from fxloom.values import signature as binding
 from fxloom.values.capturing import capturing
 from fxloom.values.provenance import Provenance
 from fxloom.values.stand_in import StandIn
@@ -113,7 +114,7 @@ def export(
     assert_deferred(capture)
     assert_input_guards(capture)
     graph_signature, out_spec = _finish(capture, input_specs, result)
-    _, in_spec = pytree.tree_flatten(tuple(bound), none_is_leaf=False)
+    _, in_spec = binding.flatten(bound)
     state_dict, constants = _state_values(mod, input_specs, capture)
     return ExportedProgram(
         GraphModule(torch.nn.Module(), capture.graph),
@@ -177,20 +178,13 @@ def _check_call(mod: Any, args: Any, kwargs: Any, dynamic_shapes: Any) -> None:
 
 def _bind(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[list[str], list[Any]]:
     """forward's parameter names and the value each gets (defaults filled in)."""
-    signature = inspect.signature(mod.forward)
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError as err:
-        raise TypeError(
-            f"export: the inputs do not fit {type(mod).__name__}.forward: {err}"
-        ) from None
-    bound.apply_defaults()
-    return list(bound.arguments), list(bound.arguments.values())
+    bound = binding.bind(mod.forward, args, kwargs, what="export: the inputs do not fit")
+    return list(bound), list(bound.values())
 
 
 def _declared_names(mod: torch.nn.Module, names: list[str]) -> list[str]:
     """forward's parameters as declared: ``*args`` and ``**kwargs`` keep their stars."""
-    parameters = inspect.signature(mod.forward).parameters
+    parameters = {p.name: p for p in binding.parameters_of(mod.forward)}
     stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
     declared = []
     for name in names:
@@ -206,21 +200,9 @@ def _declared_names(mod: torch.nn.Module, names: list[str]) -> list[str]:
 def _call_arguments(
     mod: torch.nn.Module, names: list[str], values: list[Any], positional: int
 ) -> tuple[tuple, dict]:
-    """The stand-in inputs as the forward takes them: ``*args`` and ``**kwargs`` expanded."""
-    call_args: list[Any] = []
-    call_kwargs: dict[str, Any] = {}
-    parameters = inspect.signature(mod.forward).parameters
-    for index, (name, value) in enumerate(zip(names, values)):
-        kind = parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            call_args.extend(value)
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            call_kwargs.update(value)
-        elif kind is inspect.Parameter.KEYWORD_ONLY or index >= positional:
-            call_kwargs[name] = value
-        else:
-            call_args.append(value)
-    return tuple(call_args), call_kwargs
+    """The stand-in inputs as the forward takes them: ``*args`` and ``**kwargs`` expanded, the
+    parameters the caller passed by keyword passed so again."""
+    return binding.unbind(mod.forward, dict(zip(names, values)), positional)
 
 
 def _lift_user_input(

@@ -2,9 +2,9 @@
 ``to_onnx``.
 
 ``lower(model, example_inputs)`` runs what a backend (``fxloom.backends``) can take in that
-backend and the rest in PyTorch (``lowering``). Importing this package registers the
-``"onnxruntime"`` backend (``onnxruntime_backend``: ``OrtModule`` is the region that runs a
-session, ``runtime_saving`` how one is saved).
+backend and the rest in PyTorch (``lowering``). The ``"onnxruntime"`` backend
+(``onnxruntime_backend``, declared in ``fxloom.backends``: ``OrtModule`` is the region that runs
+a session, ``runtime_saving`` how one is saved).
 ``translate(gm, example_inputs)`` turns a GraphModule (traced or exported) into an
 ``onnx.ModelProto``; ``to_onnx(model, example_inputs, path)`` writes one checked ONNX file for a
 fully supported graph, or raises ``UnsupportedNodeError`` listing every node it cannot take.
@@ -33,7 +33,7 @@ from fxloom.lower.onnx_translate import (
     translate,
     unsupported_reason,
 )
-from fxloom.lower.onnxruntime_backend import OnnxRuntimeBackend  # registers "onnxruntime"
+from fxloom.lower.onnxruntime_backend import OnnxRuntimeBackend
 from fxloom.lower.runtime import OrtModule
 
 __all__ = [

@@ -96,8 +96,13 @@ def lower(
     rtol: float = 1e-3,
     atol: float = 1e-4,
     min_lowered: float = 0.0,
+    size_runs: list[SizeRun] | None = None,
 ) -> GraphModule:
     """Lower the supported regions of a model to a backend (see the module docstring).
+
+    A causal language model of Hugging Face ``transformers`` with its cache on (the default)
+    is lowered with its key/value cache by ``fxloom.lower.decoder.lower_decoder``: the result
+    is then a ``LoweredDecoder``, a drop-in forward for ``model.generate``.
 
     Args:
         model_or_gm: a module or function, traced here on ``example_inputs``, a
@@ -128,6 +133,9 @@ def lower(
             ``threads`` describes (on when one region covers the model). A benchmark that
             interleaves the lowered model with other work may want it off.
         concrete_args: parameters fixed while tracing a plain module (``{"use_cache": False}``).
+        size_runs: the runs at other sizes given directly (``fxloom.lower.dynamic_dims.SizeRun``)
+            instead of ``dynamic_shapes``: a decoder's attention mask is as long as its past
+            and its new tokens together, a size no one ``Dim`` describes.
 
     Returns:
         A GraphModule calling the backend's module (an ``OrtModule`` for ONNX Runtime) per
@@ -146,6 +154,17 @@ def lower(
         >>> torch.allclose(lowered(x), model(x), atol=1e-6)
         True
     """
+    from fxloom.lower.decoder import is_causal_lm, lower_decoder
+
+    if is_causal_lm(model_or_gm, concrete_args):
+        return lower_decoder(
+            model_or_gm,
+            example_inputs,
+            backend=backend,
+            threads=threads,
+            check=check,
+            min_lowered=min_lowered,
+        )
     backend = get_backend(backend)
     backend.require()
     from fxloom.passes.split_by_support import split_by_support
@@ -155,7 +174,9 @@ def lower(
         model_or_gm, example_inputs, consumer="fxloom.lower", concrete_args=concrete_args
     )
     _propagate_shapes(gm, inputs)
-    runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
+    if size_runs is None:
+        size_runs = runs_for(gm, example_inputs, dynamic_batch, dynamic_shapes)
+    runs = size_runs
     support = _Support(gm, backend.unsupported_reason)
     for _ in range(MAX_SPLIT_ROUNDS):
         split, _ = split_by_support(gm, support, prefix=REGION_PREFIX)  # keeps gm's convention

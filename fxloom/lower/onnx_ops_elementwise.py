@@ -25,6 +25,7 @@ from fxloom.lower.onnx_ops import (
     register,
     result_dtype,
 )
+from fxloom.node import Node
 from fxloom.ops.identity import op_key
 
 aten = torch.ops.aten
@@ -285,3 +286,22 @@ def translate_masked_fill(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str
     dtype = ctx.dtype_of(node)
     bool_mask = cast_to(ctx, mask, torch.bool)
     return ctx.node("Where", [bool_mask, cast_to(ctx, value, dtype), cast_to(ctx, x, dtype)])
+
+
+# ---- torch.min / torch.max of two tensors (the reductions are refused) -----------------------
+
+
+def two_tensors_only(node: Any, module: Any) -> str | None:
+    """torch.min(x, y) is elementwise; torch.min(x) and torch.min(x, dim) are reductions."""
+    other = node.args[1] if len(node.args) > 1 else node.kwargs.get("other")
+    value_type = other.meta.get("type") if isinstance(other, Node) else None
+    if value_type is not None and issubclass(value_type, torch.Tensor):
+        return None
+    return (
+        f"{op_key(node.target).name} over a dimension or a whole tensor (only the elementwise "
+        "form of two tensors has a translation)"
+    )
+
+
+register("min", refuses=two_tensors_only)(arithmetic("Min"))
+register("max", refuses=two_tensors_only)(arithmetic("Max"))

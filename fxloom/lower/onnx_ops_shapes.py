@@ -186,8 +186,9 @@ def translate_cat(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
 
 
 def _non_empty(ctx: Any, tensor: Any) -> bool:
-    # torch.cat skips 1-D empty tensors of any length; ONNX Concat would refuse them.
-    return not (isinstance(tensor, Node) and ctx.shape_of(tensor) == (0,))
+    # torch.cat skips 1-D empty tensors of any length; ONNX Concat would refuse them. A
+    # folded one arrives as the tensor itself (a new cache layer's ``torch.tensor([])``).
+    return not (isinstance(tensor, (Node, torch.Tensor)) and ctx.shape_of(tensor) == (0,))
 
 
 @register("stack")
@@ -384,6 +385,12 @@ def translate_size(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return select(ctx, shape, 0, normalized_dim(dim, rank_of(ctx, args[0])))
 
 
+@register(["numel", torch.numel])
+def translate_numel(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    # A cache's ``keys.numel() == 0`` (is it empty?) computed from the dynamic past length.
+    return ctx.node("Size", [ctx.name(args[0])])
+
+
 @register(["dim", "ndimension"])
 def translate_dim(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.constant(rank_of(ctx, args[0]))  # ranks are fixed, even with a dynamic batch
@@ -531,7 +538,29 @@ def translate_new_filled(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
     return ctx.node("Expand", [scalar, int_list(ctx, size)])
 
 
-register("ones")(filled(1))
+@register(["zeros_like", "ones_like", "full_like"])
+def translate_filled_like(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    """torch.zeros_like(x): x lends its shape (computed in the graph) and, unless told, dtype."""
+    fill = {"zeros_like": 0, "ones_like": 1}.get(op_key(node.target).name)
+    if fill is None:  # full_like(x, fill_value)
+        fill = argument(args, kwargs, 1, "fill_value")
+    scalar = ctx.constant(fill, dtype=ctx.dtype_of(node))
+    return ctx.node("Expand", [scalar, ctx.node("Shape", [ctx.name(args[0])])])
+
+
+def computed_from_inputs(node: Any, module: Any) -> str | None:
+    """torch.tensor([...]) of constants is folded; of values computed in the graph, refused."""
+    if node.all_input_nodes:
+        return "torch.tensor of values computed in the graph (ONNX has no list of tensors)"
+    return None
+
+
+@register("tensor", refuses=computed_from_inputs)
+def translate_tensor(ctx: Any, node: Any, args: tuple, kwargs: dict) -> str:
+    # Reached only when a run at other sizes changed its value, which constants never do.
+    raise UnsupportedArgument("torch.tensor whose value changes with the dynamic sizes")
+
+
 register("zeros")(filled(0))
 register("full")(filled(None))
 

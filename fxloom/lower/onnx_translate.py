@@ -281,6 +281,11 @@ def to_onnx(
     outputs, named after their Dims; ``dynamic_batch=True`` is short for dimension 0 of every
     tensor input, named ``batch``.
 
+    A causal language model of transformers with its cache on (``fxloom.lower.decoder``) is
+    written as two files in the directory ``path``: ``prefill.onnx`` and ``decode.onnx``, the
+    key/value cache as named inputs and outputs and every size dynamic; the decode graph's
+    ``ModelProto`` is returned.
+
     >>> import tempfile, os, torch
     >>> from fxloom.lower import to_onnx
     >>> path = os.path.join(tempfile.mkdtemp(), "head.onnx")
@@ -292,6 +297,11 @@ def to_onnx(
     (5, 8)
     """
     onnx = require("onnx")
+    from fxloom.lower.decoder import decoder_to_onnx, is_causal_lm
+
+    if is_causal_lm(model_or_gm) and not (dynamic_batch or dynamic_shapes):
+        paths = decoder_to_onnx(model_or_gm, path, example_inputs)  # its sizes are all dynamic
+        return onnx.load(os.fspath(paths["decode"]))
     gm = program_to_read(model_or_gm, example_inputs, consumer="fxloom.lower.to_onnx")
     proto = translate(
         gm, example_inputs, dynamic_batch=dynamic_batch, dynamic_shapes=dynamic_shapes

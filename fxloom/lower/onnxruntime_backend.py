@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from fxloom.backends import Backend, RegionExamples, register_backend
+from fxloom.backends import Backend, RegionExamples
 from fxloom.graph_module import GraphModule
 from fxloom.lower.dynamic_dims import SizeRun, same_number
 from fxloom.lower.extra import require
@@ -206,4 +206,6 @@ def _same_kind(name: str, position: int, value: Any, reference: Any) -> None:
         )
 
 
-ONNX_RUNTIME = register_backend(OnnxRuntimeBackend())
+# Declared in fxloom.backends._BUILT_IN, which enters it in BACKENDS when first asked for:
+# importing this module registers nothing.
+ONNX_RUNTIME = OnnxRuntimeBackend()

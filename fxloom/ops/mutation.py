@@ -175,6 +175,8 @@ def bound_mutable_schema(target: Any, args: tuple[Any, ...], kwargs: Mapping[str
         return None
     bound = []
     for candidate in found[0]:
+        # Not values.signature.bind, on purpose: a misfit is no error, only an overload that
+        # does not take these arguments (and ops, the foundation, imports no values layer).
         try:
             candidate.signature.bind(*args, **kwargs)
         except TypeError:

@@ -41,6 +41,7 @@ from fxloom._notes import add_note
 from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import STATE_KINDS, InputKind
 from fxloom.graph_module import GraphModule
+from fxloom.values.signature import call_of
 
 __all__ = [
     "LiftedTensor",
@@ -192,12 +193,8 @@ def _examples(args: tuple, kwargs: dict) -> tuple | dict | None:
 
 def call_inputs(example_inputs: Any, consumer: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``(args, kwargs)`` for example inputs given as a tuple or list, a dict, or one tensor."""
-    if isinstance(example_inputs, dict):
-        return (), dict(example_inputs)
-    if isinstance(example_inputs, (tuple, list)):
-        return tuple(example_inputs), {}
-    if isinstance(example_inputs, torch.Tensor):
-        return (example_inputs,), {}
+    if isinstance(example_inputs, (dict, tuple, list, torch.Tensor)):
+        return call_of(example_inputs)
     raise TypeError(
         f"{consumer}: example_inputs must be a tuple of positional inputs or a dict by name, "
         f"got {type(example_inputs).__name__}"

@@ -265,6 +265,8 @@ class _ArgumentNormalizer:
         """Which argument goes where in keyword form, for one candidate signature."""
         slots = tuple(_Slot(i) for i in range(len(args)))
         keyword_slots = {name: _Slot(name) for name in kwargs}
+        # Not values.signature.bind, on purpose: a misfit here is no error, only a candidate
+        # overload that does not take these arguments (overload resolution).
         try:
             bound = candidate.signature.bind(*slots, **keyword_slots)
         except TypeError:

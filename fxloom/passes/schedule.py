@@ -83,6 +83,7 @@ from fxloom.passes._ordering import (
     side_effect_edges,
 )
 from fxloom.passes.captured import captured_module
+from fxloom.values.provenance import PROVENANCE_KEYS
 
 __all__ = [
     "ASYNC_CALLS",
@@ -94,7 +95,7 @@ __all__ = [
 ]
 
 # meta keys saying where a node came from; the start half inherits them
-_PROVENANCE_KEYS = ("stack_trace", "source_location", "nn_module_stack", "source_fn_stack")
+_PROVENANCE_KEYS = PROVENANCE_KEYS
 
 
 @dataclass(frozen=True)

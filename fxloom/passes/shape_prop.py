@@ -303,6 +303,8 @@ class ShapeProp(Interpreter):
 
         Lifted state of an exported program is bound to the program's tensors; with
         ``recorded_defaults``, an input given no value takes its ``meta["val"]``.
+        Not ``values.signature.bind``, on purpose: the parameters are the graph's placeholders
+        (lifted state only by name, export's recorded values as defaults), not a signature.
         """
         bound: dict[str, Any] = {}
         names: list[str] = []

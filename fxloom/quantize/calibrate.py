@@ -12,6 +12,7 @@ import torch
 
 from fxloom.graph_module import GraphModule
 from fxloom.quantize.errors import QuantizeError
+from fxloom.values.signature import call_of
 
 __all__ = ["calibrate"]
 
@@ -38,12 +39,8 @@ def calibrate(prepared: GraphModule, data: Iterable[Any], progress: bool = True)
     batches = _with_progress(data) if progress else data
     with torch.no_grad():
         for batch in batches:
-            if isinstance(batch, dict):
-                prepared(**batch)
-            elif isinstance(batch, (tuple, list)):
-                prepared(*batch)
-            else:
-                prepared(batch)
+            args, kwargs = call_of(batch)
+            prepared(*args, **kwargs)
     return prepared
 
 

@@ -37,6 +37,7 @@ from fxloom.runtime_checks import check_tensor_input
 from fxloom.tracing.patcher import original_module_call
 from fxloom.tracing.root_args import PH
 from fxloom.values.metadata_mode import MetadataMode, holds_tensor
+from fxloom.values.signature import parameters_of
 from fxloom.values.stand_in import StandIn
 
 if TYPE_CHECKING:
@@ -89,7 +90,9 @@ def bind_examples(
     """
     if example_inputs is None:
         return None
-    parameters = list(inspect.signature(fn).parameters.values())[1 if is_module else 0 :]
+    # Not ``values.signature.bind``: on purpose, a tuple of examples skips the parameters
+    # ``concrete_args`` fixes, and parameters left out get no default (they are no inputs).
+    parameters = parameters_of(fn, skip_first=is_module)
     if isinstance(example_inputs, dict):
         return _bind_by_name(fn, parameters, example_inputs)
     if not isinstance(example_inputs, (tuple, list)):

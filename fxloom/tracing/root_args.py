@@ -49,6 +49,7 @@ from fxloom.runtime_checks import (
     fixed_argument_guard,
 )
 from fxloom.tracing.patches import recording
+from fxloom.values.signature import parameters_of
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer
@@ -131,10 +132,7 @@ def root_arguments(
 
     ``examples`` (tracing with example inputs) gives each placeholder its example.
     """
-    signature = inspect.signature(root_fn)
-    parameters = list(signature.parameters.values())
-    if is_module:
-        parameters = parameters[1:]
+    parameters = parameters_of(root_fn, skip_first=is_module)
     concrete_args = concrete_args_by_name(root_fn, is_module, concrete_args)
     concrete_args = _check_concrete_args(root_fn, parameters, dict(concrete_args or {}))
     hints = _annotations(root_fn)
@@ -204,7 +202,7 @@ def concrete_args_by_name(
     """
     if not isinstance(concrete_args, tuple):
         return concrete_args
-    parameters = list(inspect.signature(root_fn).parameters.values())[1 if is_module else 0 :]
+    parameters = parameters_of(root_fn, skip_first=is_module)
     named = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     stars = [p.name for p in parameters if p.kind is p.VAR_POSITIONAL]
     if not named and stars and concrete_args:

@@ -18,10 +18,12 @@ scalars        answer, without importing sympy
 frames         finding the user's source line among fxloom's and torch's frames
 module_stack   which modules a capture is inside (``nn_module_stack``)
 provenance     stamping where a node came from (``stack_trace``, module stack,
-               torch function) on the nodes a capture records
+               torch function) on the nodes a capture records (``stamp_node``)
 fx_interop     torch.fx's wrap registry and its "is tracing" flag (the one use of
                torch.fx DESIGN.md allows)
 capturing      the one context every frontend captures inside
+signature      binding a call's arguments to parameters (defaults, errors
+               naming the parameter), unbinding, flattening by spec
 ============== ===============================================================
 
 This layer imports the IR and the foundation only, never a frontend

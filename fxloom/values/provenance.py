@@ -13,6 +13,9 @@ things as the program runs and stamps them on every node:
   module that called it, before it broke into operators (a torch-function
   mode).
 
+``stamp_node`` writes these keys for every frontend (symbolic tracing and ``fxloom.compile``
+find the facts their own way, and stamp them through it too).
+
 Depends on ``fxloom.source_location``, ``fxloom.values.module_stack`` and ``fxloom.values.frames``.
 """
 
@@ -31,9 +34,24 @@ from fxloom.source_location import SourceLocation, format_stack_trace
 from fxloom.values.frames import is_library
 from fxloom.values.module_stack import ModuleStack
 
-__all__ = ["Provenance", "SourceStamper", "location_of", "stamp_source"]
+__all__ = [
+    "WHERE_KEYS",
+    "PROVENANCE_KEYS",
+    "Provenance",
+    "SourceStamper",
+    "location_of",
+    "stamp_node",
+    "stamp_source",
+]
 
 _TORCH_NN = "torch.nn."
+
+# The keys ``stamp_node`` writes, for the passes that copy them onto a node made in another's
+# place. Where a node came from: what any node standing for it inherits (an item of a result,
+# a replacement's nodes) ...
+WHERE_KEYS = ("stack_trace", "source_location", "nn_module_stack")
+# ... and what made it, which a node computing the same thing keeps (a moved or rerun node).
+PROVENANCE_KEYS = (*WHERE_KEYS, "source_fn_stack")
 
 
 class SourceStamper:
@@ -83,6 +101,31 @@ class SourceStamper:
                     break
             frame = frame.f_back
         return frames
+
+
+def stamp_node(
+    meta: dict[str, Any],
+    *,
+    modules: dict[str, tuple[str, type]] | None,
+    made_by: tuple[str, Any] | None = None,
+    source: tuple[str, SourceLocation | None] | None = None,
+) -> None:
+    """Write the metadata every frontend gives a recorded node on its ``meta``, the one place
+    each key is spelled: ``nn_module_stack`` (``modules``, the ``ModuleStack.entries`` the node
+    was recorded inside, outermost first; None: the node gets none, as placeholders of
+    symbolic tracing), ``source_fn_stack`` (``made_by``: ``(name, the function or module
+    class that made it)``) and, from ``source`` (``SourceStamper.locate``'s pair),
+    ``stack_trace`` and ``source_location``.
+
+    Symbolic tracing (``Tracer.create_node``), export (``Provenance.stamp``) and
+    ``fxloom.compile`` (``GraphBuilder``) all stamp through here; what differs between them is
+    only how each finds the three facts."""
+    if modules is not None:
+        meta["nn_module_stack"] = modules
+    if made_by is not None:
+        meta["source_fn_stack"] = [made_by]
+    if source is not None:
+        stamp_source(meta, *source)
 
 
 def stamp_source(meta: dict[str, Any], text: str, innermost: SourceLocation | None) -> None:
@@ -154,11 +197,8 @@ class Provenance:
     def stamp(self) -> dict[str, Any]:
         """The metadata of an operator dispatched now (shared by the nodes it becomes)."""
         meta: dict[str, Any] = {}
-        self.sources.stamp(meta, skip=1)
-        meta["nn_module_stack"] = self.modules.entries
-        source = self._source_fn()
-        if source is not None:
-            meta["source_fn_stack"] = [source]
+        where = self.sources.locate(skip=1)
+        stamp_node(meta, modules=self.modules.entries, made_by=self._source_fn(), source=where)
         fn = self.torch_fn
         if fn is not None:
             meta["torch_fn"] = (self._fn_name(fn), _qualified(fn))

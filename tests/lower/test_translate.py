@@ -116,6 +116,12 @@ OPERATORS = [
     ("pow", lambda a: a.abs() ** 1.5, (x4(2, 3),)),
     ("int_plus_float", lambda a: a + 0.5, (torch.arange(6).reshape(2, 3),)),
     ("neg", lambda a: -a, (x4(2, 3),)),
+    ("min_max_of_two", lambda a, b: torch.min(a, b) + 2 * torch.max(a, b), (x4(2, 3), x4(3))),
+    (
+        "zeros_like_full_like",
+        lambda a: torch.maximum(a, torch.zeros_like(a)) + torch.full_like(a, 2.0),
+        (x4(2, 3),),
+    ),
     ("relu", lambda x: torch.relu(x), (x4(),)),
     ("relu_module", nn.ReLU(), (x4(),)),
     ("sigmoid", lambda x: torch.sigmoid(x), (x4(),)),
@@ -508,3 +514,16 @@ def test_an_in_place_update_read_afterwards_is_refused():
     gm = fxloom.symbolic_trace(overwrite_then_read)
     (iadd,) = [n for n in gm.graph.nodes if n.target is operator.iadd]
     assert "which a later node reads" in unsupported_reason(iadd, gm)
+
+
+def test_torch_min_over_a_dimension_is_refused_by_name():
+    gm = fxloom.symbolic_trace(lambda x: torch.min(x, 1).values, example_inputs=(x4(2, 3),))
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.min]
+    assert "only the elementwise form" in unsupported_reason(node, gm)
+
+
+def test_a_torch_tensor_of_constants_is_folded_as_a_new_cache_layer_makes_it():
+    """DynamicLayer starts from ``torch.tensor([])``, which ``torch.cat`` then skips."""
+    proto = assert_translates(lambda x: torch.cat([torch.tensor([]), x]) * 2, x4(3))
+    (concat,) = [node for node in proto.graph.node if node.op_type == "Concat"]
+    assert len(concat.input) == 1
