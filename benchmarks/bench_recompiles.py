@@ -14,9 +14,12 @@ reports
 
 - whether every call's result equals eager's (tensor leaves, rtol 1e-4 / atol 1e-5) and the
   program's own state after every call (a counter attribute) too;
-- graphs compiled over the whole sequence: fxloom's ``explain().graph_count`` (every cache
-  entry and piece); Dynamo's: the calls of a counting backend,
-  ``torch.compile(fn, backend=counter)``, which Dynamo calls once per graph it compiles;
+- graphs compiled over the whole sequence, counted alike: fxloom's ``explain().graph_count``
+  (cache entries and pieces whose graph holds at least one operation: Dynamo compiles no
+  empty graph, so a piece that only hands values on between breaks is not counted; all
+  pieces, empty ones too, are ``piece_count``, shown beside it); Dynamo's: the calls of a
+  counting backend, ``torch.compile(fn, backend=counter)``, which Dynamo calls once per
+  graph it compiles;
 - whether the sequence ended running as Python (fxloom: ``explain()``'s reason; Dynamo: a
   recompile-limit warning).
 
@@ -242,15 +245,19 @@ CASES: dict[str, Case] = {
 
 
 # ------------------------------------------------------------------ one process
-def _compile(method: str, fn: Any) -> tuple[Any, Callable[[], int], Callable[[], str | None]]:
-    """The compiled callable, how many graphs it compiled so far, and why it runs as Python."""
+def _compile(
+    method: str, fn: Any
+) -> tuple[Any, Callable[[], tuple[int, int]], Callable[[], str | None]]:
+    """The compiled callable, how many graphs (and pieces) it compiled so far, and why it runs
+    as Python."""
     if method == "fxloom.compile":
         import fxloom
 
         compiled = fxloom.compile(fn)
 
-        def graphs() -> int:
-            return compiled.explain().graph_count
+        def graphs() -> tuple[int, int]:
+            report = compiled.explain()
+            return report.graph_count, report.piece_count
 
         def as_python() -> str | None:
             reason = getattr(compiled, "eager_reason", None)
@@ -276,7 +283,7 @@ def _compile(method: str, fn: Any) -> tuple[Any, Callable[[], int], Callable[[],
         return original(message, *args, **kwargs)
 
     warnings.showwarning = seen
-    return compiled, lambda: count[0], lambda: limit_hit[0] if limit_hit else None
+    return compiled, lambda: (count[0], count[0]), lambda: limit_hit[0] if limit_hit else None
 
 
 def _equal(actual: Any, expected: Any) -> bool:
@@ -333,7 +340,9 @@ def worker(name: str, method: str) -> dict[str, Any]:
         got = _materialised(compiled(*compiled_args[0], **compiled_args[1]))
         compiled_state = case.state(compiled_fn) if case.state else None
         correct = correct and _equal(got, expected) and eager_state == compiled_state
-    return {"correct": correct, "graphs": graphs(), "as_python": as_python()}
+    graph_count, piece_count = graphs()
+    return {"correct": correct, "graphs": graph_count, "pieces": piece_count,
+            "as_python": as_python()}  # fmt: skip
 
 
 # ------------------------------------------------------------------ the run
@@ -359,7 +368,8 @@ def report(results: dict[str, dict[str, dict[str, Any]]], loads: tuple[float, fl
         f"{machine_line()}. `python benchmarks/bench_recompiles.py`: each case in a "
         "fresh process per method, one torch thread; every call compared with eager (and the "
         "program's state where it has one); graphs over the whole sequence: fxloom "
-        "`explain().graph_count`, Dynamo the calls of a counting backend "
+        "`explain().graph_count` (graphs holding an operation, as Dynamo compiles no empty "
+        "graph; in brackets every piece, `piece_count`), Dynamo the calls of a counting backend "
         "(`torch.compile(fn, backend=counter)`). Target: equal on every call, graphs <= "
         "Dynamo's on every case, <= 0.6x in total.",
         "",
@@ -382,7 +392,8 @@ def report(results: dict[str, dict[str, dict[str, Any]]], loads: tuple[float, fl
         ) or "no"  # fmt: skip
         lines.append(
             f"| {name} | {CASES[name].what} | {'yes' if ours['correct'] else '**no**'} / "
-            f"{'yes' if theirs['correct'] else 'no'} | {ours['graphs']} / {theirs['graphs']} | "
+            f"{'yes' if theirs['correct'] else 'no'} | {ours['graphs']} ({ours['pieces']}) / "
+            f"{theirs['graphs']} | "
             f"{python} | {'met' if met else '**not met**'} |"
         )
     ratio = totals[0] / totals[1] if totals[1] else float("nan")

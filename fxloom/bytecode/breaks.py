@@ -101,6 +101,10 @@ BREAKS: dict[str, BreakKind] = {
         "a generator or coroutine inside the compiled function",
         "build a list instead of yielding, or call the generator outside",
     ),
+    "yield": BreakKind(
+        "a yield of the compiled generator function: it hands a value to its consumer",
+        "nothing to do: each yield ends a piece, and the code between yields is captured",
+    ),
     "held-iterator": BreakKind(
         "a for loop over an iterator the program also holds (a variable, an attribute), which "
         "it may advance again after the loop",

@@ -54,6 +54,7 @@ from fxloom.bytecode.dynamic import concrete
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
 from fxloom.bytecode.side_effects import storage_key
+from fxloom.ops import state_effects
 from fxloom.ops.identity import is_inplace_name
 from fxloom.ops.mutation import (
     function_has_side_effect,
@@ -758,6 +759,62 @@ def _set_grad_enabled(interp: Interpreter, args: tuple, kwargs: dict) -> None:
     torch._C._set_grad_enabled(*args, **kwargs)
 
 
+_AUTOCAST = torch.amp.autocast_mode.autocast
+
+
+def records_autocast(interp: Interpreter, manager: Any) -> bool:
+    """Whether a ``with`` over ``manager`` is recorded in the graph (``state_effects``): a
+    ``torch.autocast`` this piece made (one from outside, whose attributes the enter would
+    write at capture, is entered as Python at a piece boundary instead), for a backend that
+    runs the graph's own code."""
+    recording = interp.recording
+    return (
+        type(manager) is _AUTOCAST
+        and id(manager) in recording.created
+        and getattr(recording, "state_in_graph", False)  # (``entry._runs_graph_as_is``)
+    )
+
+
+def _autocast_enter(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
+    """``torch.autocast.__enter__``: entered now, so that the ops recorded next are cast as
+    at run time, and recorded, so that the graph switches it too."""
+    (manager,) = args
+    if not records_autocast(interp, manager):
+        raise Break("global-state", "entering a torch.autocast made outside the function")
+    entered = _AUTOCAST.__enter__(manager)
+    graph = interp.recording.graph
+    graph.where = interp.where()
+    state = (manager.device, manager._enabled, manager.fast_dtype, manager._cache_enabled)
+    graph.record_effect(state_effects.autocast_on, state)
+    return entered
+
+
+# what ``torch.autocast.__exit__`` puts back: the state its enter found
+_AUTOCAST_PREVIOUS = ("device", "prev", "prev_fastdtype", "prev_cache_enabled")
+
+
+def _autocast_exit(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
+    """``torch.autocast.__exit__``: left now and recorded. The manager may come from the
+    piece before (a break inside the block): what it puts back is read from it, guarded."""
+    manager = args[0]
+    recording = interp.recording
+    if (
+        type(manager) is not _AUTOCAST
+        or not getattr(recording, "state_in_graph", False)
+        or (id(manager) not in recording.created and recording.source_of(manager) is None)
+    ):
+        raise Break("global-state", "leaving a torch.autocast made outside the function")
+    state = tuple(
+        recording.read_attribute(manager, name, getattr(manager, name))
+        for name in _AUTOCAST_PREVIOUS
+    )
+    graph = recording.graph
+    graph.where = interp.where()
+    graph.record_effect(state_effects.autocast_back, state)
+    state_effects.autocast_back(*state)
+    return None  # an exception is never suppressed
+
+
 # torch's global-state switches other than grad mode: a graph would not record them (they
 # ran at capture, once, and the ops recorded after them would not follow them at run time).
 # Each is a break: it runs as Python, and the next piece is compiled under the state it set
@@ -916,6 +973,8 @@ SPECIAL: dict[Any, Any] = {
     **{make: _rows_taken(make) for make in (enumerate, zip, reversed, list, tuple)},
     builtins.super: _super,
     torch._C._set_grad_enabled: _set_grad_enabled,
+    _AUTOCAST.__enter__: _autocast_enter,
+    _AUTOCAST.__exit__: _autocast_exit,
     **{fn: _global_state_switch(fn) for fn in GLOBAL_STATE_SWITCHES},
     **{fn: _deferred(fn) for fn in DEFERRED_OUTPUT},
 }

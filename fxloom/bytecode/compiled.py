@@ -38,7 +38,7 @@ import torch
 from fxloom.bytecode import dynamic as dynamic_sizes
 from fxloom.bytecode.breaks import Break, CompileError, DynamicDimError
 from fxloom.bytecode.budget import ON_LIMIT, Budget, Recompile
-from fxloom.bytecode.driver import drive
+from fxloom.bytecode.driver import drive, generator_dispatch, runs_piece_by_piece
 from fxloom.bytecode.entry import CacheEntry, Next, compile_entry
 from fxloom.bytecode.guards import watch_modules
 from fxloom.values.signature import code_parameter_names, code_unbind, parameters_of
@@ -161,13 +161,12 @@ class CompiledFunction:
         # How many compiles are left, counted by reason; each miss's reason (``explain()``)
         self.budget = Budget(recompile_limit, on_limit)
         if fn.__code__.co_flags & _SUSPENDS:  # a generator or coroutine: its frames suspend
-            self.eager_reason = (
-                f"{fn.__qualname__} is a generator or coroutine function, which fxloom.compile "
-                "does not capture yet (it runs as Python); compile the functions it calls"
-            )
+            self.eager_reason = runs_piece_by_piece(fn)  # (None: each yield ends a piece)
         self.parameters = code_parameter_names(fn)
         self._bound_self = bound_self
         self._dispatch = self._make_dispatch()
+        if fn.__code__.co_flags & inspect.CO_GENERATOR and self.eager_reason is None:
+            self._dispatch = generator_dispatch(self, self._dispatch)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -18,6 +18,8 @@ Depends on ``fxloom.bytecode.interpreter``, ``entry`` and ``recording``.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import types
 from typing import Any
 
 from fxloom.bytecode.breaks import Break
@@ -26,8 +28,9 @@ from fxloom.bytecode.entry import CELLS, CacheEntry, Next, Start, compile_entry
 from fxloom.bytecode.handlers.calling import runs_as_python
 from fxloom.bytecode.interpreter import Frame, Interpreter
 from fxloom.bytecode.recording import NOT_WRITTEN
+from fxloom.bytecode.sources import local_name
 
-__all__ = ["drive", "run_as_python"]
+__all__ = ["drive", "generator_dispatch", "run_as_python", "runs_piece_by_piece"]
 
 
 class _Everything:
@@ -93,27 +96,58 @@ def _frame(compiled: Any, pending: Next) -> Frame:
 
 def run_as_python(compiled: Any, pending: Next) -> Any:
     """Run the rest of the function from ``pending`` as Python."""
-    return _AS_PYTHON.run(_frame(compiled, pending))
+    return _as_python(_frame(compiled, pending))
 
 
-def drive(compiled: Any, pending: Next) -> Any:
-    """Run the function on from ``pending`` (see the module docstring); returns its value."""
+def _as_python(frame: Frame) -> Any:
+    """Run ``frame`` on as Python to its return value, or, in a generator function, to its
+    next ``yield``: then a ``Next`` there, for ``generator``."""
+    if not frame.code.co_flags & inspect.CO_GENERATOR:
+        return _AS_PYTHON.run(frame)
+    _AS_PYTHON.frames.append(frame)
+    try:
+        while True:
+            instruction = frame.instructions[frame.ip]
+            if instruction.op == "YIELD_VALUE":
+                cells = tuple(frame.cells[name] for name in frame.code.co_cellvars)
+                return Next(frame.ip, frame.locals, frame.stack, cells)
+            done = _AS_PYTHON.step(frame, instruction)
+            if done is not None:
+                return done.value
+    finally:
+        _AS_PYTHON.frames.pop()
+
+
+def drive(compiled: Any, pending: Next, resumed: bool = False) -> Any:
+    """Run the function on from ``pending`` (see the module docstring); returns its value, or,
+    in a generator function, ``pending`` at its next ``yield`` (``generator`` yields it).
+    ``resumed``: ``pending`` is the frame just after a yield, with the sent value on the
+    stack, and its next piece starts right there."""
+    data: list = []  # the numbers this call read from tensors at its breaks (``_promote``)
     while True:
         frame = _frame(compiled, pending)
-        _AS_PYTHON.frames.append(frame)
-        try:
-            done = _step_as_python(frame)
-        finally:
-            _AS_PYTHON.frames.pop()
-        if done is not None:
-            return done.value
+        if resumed:
+            resumed = False
+        elif frame.instructions[frame.ip].op == "YIELD_VALUE":
+            return pending
+        else:
+            reads_data = pending.index in _data_reads(compiled)
+            _AS_PYTHON.frames.append(frame)
+            try:
+                done = _step_as_python(frame)
+            finally:
+                _AS_PYTHON.frames.pop()
+            if done is not None:
+                return done.value
+            if reads_data and frame.stack and type(frame.stack[-1]) in _DATA_NUMBERS:
+                data.append(frame.stack[-1])
         names = tuple(frame.locals)
         depth = len(frame.stack)
         key = (frame.ip, names, depth)
         values = (*frame.locals.values(), *frame.stack)
         if pending.cells:  # the next piece reads and writes the same cells (``Start.cells``)
             values = (*values, pending.cells)
-        result = _run_piece(compiled, key, values, frame, bool(pending.cells))
+        result = _run_piece(compiled, key, values, frame, bool(pending.cells), data)
         if type(result) is not Next:
             return result
         pending = result
@@ -150,7 +184,39 @@ def _enters_as_python(frame: Frame) -> bool:
     )
 
 
-def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bool) -> Any:
+# A number read from a tensor's data (``.item()``, ``float(t)``, ``int(t)``) is data: another
+# value at every call. Guarded by value it would recompile on the second call, then be
+# promoted; it is a symbol from the first compile instead.
+_DATA_NUMBERS = (int, float)
+
+
+def _data_reads(compiled: Any) -> set[int]:
+    """The function's instructions where a piece stopped to read a tensor's data."""
+    return {stop.top_index for stop in compiled.breaks if stop.kind == "tensor-data"}
+
+
+def _promote(compiled: Any, key: tuple, parameters: tuple, values: tuple, data: list) -> None:
+    """Make the piece at ``key`` take as symbols the numbers among its ``values`` that this
+    call read from tensors (``data``: the objects themselves, handed on through the pieces as
+    they are). Sound as any symbolic number: what the program decides on it (a branch,
+    ``range``, native code) still specialises it by a guard (``fxloom.bytecode.dynamic``)."""
+    sizes = getattr(compiled, "sizes", None)
+    if sizes is None or sizes.mode is False:
+        return
+    for parameter, value in zip(parameters, values):
+        if type(value) in _DATA_NUMBERS and any(value is number for number in data):
+            place = (key, local_name(parameter))
+            if place not in sizes.scalars:
+                sizes.scalars.add(place)
+                sizes.history.append(
+                    f"{parameter}: {value!r} read from a tensor at a graph break (symbolic "
+                    "from its first compile)"
+                )
+
+
+def _run_piece(
+    compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bool, data: list = ()
+) -> Any:
     pieces: list[CacheEntry] | None = compiled.pieces.get(key)
     if pieces is None:
         pieces = compiled.pieces[key] = []
@@ -161,12 +227,14 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bo
             piece.hits += 1
             return _run(piece, values, frame)
     if key in compiled.as_python:
-        return _AS_PYTHON.run(frame)
+        return _as_python(frame)
     if len(pieces) >= compiled.recompile_limit:
         _give_up(compiled, key, frame, f"recompiled {len(pieces)} times (recompile_limit)")
-        return _AS_PYTHON.run(frame)
+        return _as_python(frame)
     parameters = (*key[1], *(f"stack[{i}]" for i in range(key[2])), *((CELLS,) if cells else ()))
     sizes = getattr(compiled, "sizes", None)  # which tensor sizes are symbolic (``dynamic``)
+    if data:
+        _promote(compiled, key, parameters, values, data)
     if pieces and sizes is not None:
         call = (values, parameters, compiled.fn.__globals__, compiled.fn.__closure__)
         sizes.observe(key, pieces[0].guards.changed_sizes(*call, pieces[0].held))
@@ -183,7 +251,7 @@ def _run_piece(compiled: Any, key: tuple, values: tuple, frame: Frame, cells: bo
     except Break as error:
         compiled.breaks.append(error)
         _give_up(compiled, key, frame, f"{error.row.title}: {error.detail}", error.where)
-        return _AS_PYTHON.run(frame)
+        return _as_python(frame)
     if stop is not None and stop.top_index != key[0]:
         # (a piece that stops where it starts only hands on to Python: no new break)
         compiled.breaks.append(stop)
@@ -256,4 +324,92 @@ def _give_up(compiled: Any, key: tuple, frame: Frame, reason: str, where: Any = 
     compiled.give_up(
         f"no piece could be captured after the graph break at {location.short} ({reason}); "
         "the function runs as Python from the next call"
+    )
+
+
+# ------------------------------------------------------------------ generator functions
+# Instructions of a generator function the driver cannot suspend at (``yield from`` and
+# ``await`` hand the consumer's ``send``/``throw`` on to another generator): such a function
+# runs as Python.
+_DELEGATES = frozenset(("SEND", "GET_YIELD_FROM_ITER", "GET_AWAITABLE", "YIELD_FROM"))
+
+
+def runs_piece_by_piece(fn: types.FunctionType) -> str | None:
+    """None where ``fn``, a generator function, is compiled with each ``yield`` a piece
+    boundary (``generator``); otherwise why it runs as Python."""
+    code = fn.__code__
+    if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        return f"{fn.__qualname__} is a coroutine function, which fxloom.compile runs as Python"
+    from fxloom.bytecode.instructions import decode
+
+    delegates = sorted({i.op for i in decode(code) if i.op in _DELEGATES})
+    if delegates:
+        return (
+            f"{fn.__qualname__} is a generator function that delegates to another ('yield "
+            f"from', {', '.join(delegates)}), which fxloom.compile runs as Python; compile the "
+            "functions it calls, or yield the items one by one"
+        )
+    return None
+
+
+def generator_dispatch(compiled: Any, dispatch: Any) -> Any:
+    """The call of a compiled generator function: binds the arguments at once (a wrong call
+    raises there, as Python's) and returns a generator whose code runs as compiled pieces,
+    ``generator``."""
+    signature = inspect.signature(dispatch)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        signature.bind(*args, **kwargs)
+        return generator(compiled, dispatch, args, kwargs)
+
+    return call
+
+
+def generator(compiled: Any, dispatch: Any, args: tuple, kwargs: dict) -> Any:
+    """What eager's generator does, piece by piece: the first ``next`` runs the function's
+    entry (the cache, as any call) up to its first ``yield``, which ends the piece (a ``yield``
+    break); the value is yielded to the consumer, and the value it sends (None for ``next``)
+    is pushed where the ``yield`` leaves it, the next piece starting just after it. An
+    exception thrown in (``throw``, ``close``'s ``GeneratorExit``) goes where eager sends
+    it, through the exception table at the ``yield``, and the function goes on as Python to
+    its next ``yield`` or its end. Its return value ends the generator (``StopIteration``)."""
+    result = dispatch(*args, **kwargs)
+    if _eager_generator(compiled, result):  # the function runs as Python (``eager_reason``)
+        return (yield from result)
+    while type(result) is Next:
+        frame = _frame(compiled, result)
+        value = frame.stack.pop()
+        try:
+            sent = yield value
+        except BaseException as error:  # noqa: BLE001 - thrown in: the program's to handle
+            result = _thrown(frame, error)
+            continue
+        frame.stack.append(sent)
+        frame.ip += 1  # past the yield
+        cells = tuple(frame.cells[name] for name in frame.code.co_cellvars)
+        result = drive(compiled, Next(frame.ip, frame.locals, frame.stack, cells), resumed=True)
+    return result
+
+
+def _thrown(frame: Frame, error: BaseException) -> Any:
+    """``error`` thrown in at the ``yield`` ``frame`` stands at: to its handler (or out, to the
+    consumer), then on as Python (``_as_python``)."""
+    instruction = frame.instructions[frame.ip]
+    frame.ip += 1
+    _AS_PYTHON.frames.append(frame)
+    try:
+        _AS_PYTHON.route(frame, instruction, error)
+    finally:
+        _AS_PYTHON.frames.pop()
+    return _as_python(frame)
+
+
+def _eager_generator(compiled: Any, result: Any) -> bool:
+    """Whether the entry's ``result`` is the generator that running the function as Python made
+    (not yet started: the function's own return value is only ever seen after a ``yield``
+    or at its end, through ``StopIteration``)."""
+    return (
+        type(result) is types.GeneratorType
+        and result.gi_code is compiled.fn.__code__
+        and inspect.getgeneratorstate(result) == inspect.GEN_CREATED
     )

@@ -41,6 +41,7 @@ from fxloom.bytecode.recording import CONSTANT_TYPES, Recording
 from fxloom.bytecode.side_effects import describe, each_statements, statements
 from fxloom.bytecode.sources import Attr, Item, Local, local_name
 from fxloom.graph_module import GraphModule, _note_failing_node
+from fxloom.ops import state_effects
 from fxloom.values.capturing import capturing
 from fxloom.values.signature import code_variadic_names
 from fxloom.values.stand_in import StandIn
@@ -110,9 +111,12 @@ def compile_entry(
     cache entry, with the graph break it stops at (None: it runs to the return). Raises
     ``Break`` where no piece can be captured (the function runs as Python from there)."""
     started = time.perf_counter()
-    recording, outcome, cell_sources, stop = _capture(fn, parameters, values, root, start)
+    effects = _runs_graph_as_is(backend)
+    recording, outcome, cell_sources, stop = _capture(fn, parameters, values, root, start, effects)
     if grew_state(recording):  # a cache it grows: again, with that length symbolic
-        recording, outcome, cell_sources, stop = _capture(fn, parameters, values, root, start)
+        recording, outcome, cell_sources, stop = _capture(
+            fn, parameters, values, root, start, effects
+        )
     namespace = _namespace(fn, recording)
     emitter = _Emitter(recording, namespace, fn, cell_sources)
     run_source, read_inputs = _run_source(recording, parameters, emitter, outcome)
@@ -145,19 +149,33 @@ def compile_entry(
     return entry, stop
 
 
-def _capture(fn, parameters, values, root, start: Start):
+def _runs_graph_as_is(backend: Any) -> bool:
+    """Whether ``backend`` runs the GraphModule's own code, effects and all (the eager one):
+    then a ``with torch.autocast`` is recorded in the graph (``state_effects``). A backend
+    that translates the ops (onnxruntime) would run them in its own dtypes, deaf to the
+    switch, and an unknown one might: for those autocast stays at piece boundaries."""
+    from fxloom.backends import EagerBackend
+    from fxloom.bytecode.compiled import eager_backend
+
+    return backend is eager_backend or isinstance(getattr(backend, "__self__", None), EagerBackend)
+
+
+def _capture(fn, parameters, values, root, start: Start, effects: bool):
     """Interpret to the end, or to the graph break where no piece can be captured; then the
-    recording, its outcome, the cells' sources and the break (None: it ran to the return)."""
+    recording, its outcome, the cells' sources and the break (None: it ran to the return).
+    ``effects``: autocast is recorded in the graph (``_runs_graph_as_is``)."""
     stop: Break | None = None
     try:
         try:
-            recording, outcome, cell_sources = _interpret(fn, parameters, values, root, start, None)
+            recording, outcome, cell_sources = _interpret(
+                fn, parameters, values, root, start, None, effects
+            )
         except Break as error:
             if error.top_index is None:
                 raise
             stop = error
             recording, outcome, cell_sources = _interpret(
-                fn, parameters, values, root, start, error.top_index
+                fn, parameters, values, root, start, error.top_index, effects
             )
     finally:
         # Inside an autocast region the program entered (a piece starting within one), the
@@ -167,17 +185,21 @@ def _capture(fn, parameters, values, root, start: Start):
     return recording, outcome, cell_sources, stop
 
 
-def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None):
+def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None, effects: bool):
     recording = Recording(root, _self_name(fn) if root is not None else None)
+    recording.state_in_graph = effects  # ``calls.records_autocast``
     interp = Interpreter(recording)
     interp.read_handed_on = lambda value, source: _read_local(fn, interp, value, source)
     frame = _start_frame(fn, interp, parameters, values, start)
     state = global_state()
+    autocast = state_effects.saved_autocast()
     try:
         with capturing("bytecode"):
             return recording, interp.run(frame, stop_at), interp.cell_sources
     finally:
-        torch.set_grad_enabled(state[0])  # the program may have switched it while recorded
+        # the program may have switched them while recorded (``with no_grad()``, autocast)
+        torch.set_grad_enabled(state[0])
+        state_effects.restore_autocast(autocast)
         recording.close_changes()  # outside objects back as the call found them
 
 
@@ -340,6 +362,10 @@ class _Emitter:
             name = self.before[expr] = f"BEFORE_{len(self.before)}"
         return name
 
+    def _has_source(self, value: Any) -> bool:
+        recording = self.recording
+        return id(value) not in recording.created and recording.source_of(value) is not None
+
     def expr(self, value: Any) -> str:
         if isinstance(value, StandIn):
             source = self.recording.graph.source_of_input.get(id(value))
@@ -367,6 +393,10 @@ class _Emitter:
             return f"{self.expr(value.__self__)}.{value.__name__}"
         if kind in _BOUND_BUILTIN and self._made_container(value.__self__):  # items.append
             return f"{self.container(value.__self__)}.{value.__name__}"
+        if kind in _BOUND_BUILTIN and self._has_source(value.__self__):
+            # ``seen.add`` of an object read from outside (handed on at a break, waiting on
+            # the stack for its argument): bound again to this call's object, not capture's
+            return f"{self.expr(value.__self__)}.{value.__name__}"
         if self._made_container(value):
             return self.container(value)
         if kind is ListIterator:
@@ -607,6 +637,12 @@ def _run_source(
             "    GRAD_MODE = IS_GRAD_ENABLED()\n    try:\n"
             f"{body}    except BaseException:\n        SET_GRAD_ENABLED(GRAD_MODE)\n        raise\n"
         )
+    if graph_call and _switches_autocast(recording):  # the same for a ``with torch.autocast``
+        body = "".join(f"    {line}\n" for line in graph_call.splitlines())
+        graph_call = (
+            "    AUTOCAST = SAVED_AUTOCAST()\n    try:\n"
+            f"{body}    except BaseException:\n        RESTORE_AUTOCAST(AUTOCAST)\n        raise\n"
+        )
     # Values read again from outside are read before the changes replay (see ``_again``).
     # The cells the program made first (functions made again close over them), filled once
     # those functions are made.
@@ -756,6 +792,17 @@ def _switches_grad_mode(recording: Recording) -> bool:
     )
 
 
+_AUTOCAST_EFFECTS = (state_effects.autocast_on, state_effects.autocast_back)
+
+
+def _switches_autocast(recording: Recording) -> bool:
+    """Whether the graph enters or leaves an autocast region (``state_effects``)."""
+    return any(
+        node.target in _AUTOCAST_EFFECTS
+        for node in recording.graph.graph.find_nodes(op="call_function")
+    )
+
+
 def _handles_raise(recording: Recording, read_inputs: str, emitter: _Emitter) -> bool:
     """Whether ``run`` calls a graph and has changes or output to replay if it raises."""
     return bool(recording.changes.steps) and bool(emitter.outputs or read_inputs)
@@ -765,6 +812,8 @@ def _namespace(fn: types.FunctionType, recording: Recording) -> dict[str, Any]:
     return {"G": fn.__globals__, "C": fn.__closure__ or (), "MODULES": sys.modules, "R": recording.held,
             "NEXT": Next, "CELL": types.CellType, "IS_GRAD_ENABLED": torch.is_grad_enabled,
             "SET_GRAD_ENABLED": torch._C._set_grad_enabled,
+            "SAVED_AUTOCAST": state_effects.saved_autocast,
+            "RESTORE_AUTOCAST": state_effects.restore_autocast,
             "METHOD": types.MethodType, "LIST_ITER": ListIterator, "MAKE_OBJECT": _make_object,
             "MISSING": _missing}  # fmt: skip
 

@@ -56,7 +56,7 @@ class Explanation:
     """What ``fxloom.compile`` made of one function; see the module docstring."""
 
     function: str
-    # one row per graph, in the order of ``graphs``
+    # one row per cache entry and piece compiled (``piece_count``), empty ones too
     graph_reports: list[GraphReport] = field(default_factory=list)
     breaks: list[BreakReport] = field(default_factory=list)
     guards: list[list[str]] = field(default_factory=list)  # per cache entry
@@ -75,12 +75,20 @@ class Explanation:
     why_static: list[str] = field(default_factory=list)
 
     # ---- torch._dynamo.explain's fields (ExplainOutput), with fxloom's content
-    graphs: list[Any] = field(default_factory=list)  # the captured GraphModules
+    # the captured GraphModules that hold an operation (``graph_count``), with their operations
+    graphs: list[Any] = field(default_factory=list)
     ops_per_graph: list[list[Any]] = field(default_factory=list)
     out_guards: list[Any] = field(default_factory=list)  # every entry's Guard objects
 
     @property
     def graph_count(self) -> int:
+        """Graphs that hold at least one operation, as Dynamo counts (it compiles no empty
+        graph): a piece that only hands values on, between two breaks, is not one."""
+        return len(self.graphs)
+
+    @property
+    def piece_count(self) -> int:
+        """Every cache entry and piece compiled, empty ones too (``graph_reports``)."""
         return len(self.graph_reports)
 
     @property
@@ -126,8 +134,10 @@ class Explanation:
             operations = sum(1 for node in nodes if node.op not in ("placeholder", "output"))
             inputs = sum(1 for node in nodes if node.op == "placeholder")
             report.graph_reports.append(GraphReport(number, operations, inputs, entry.seconds))
-            report.graphs.append(entry.graph_module)
-            report.ops_per_graph.append([n.target for n in nodes if n.op in _OPERATIONS])
+            ops = [node.target for node in nodes if node.op in _OPERATIONS]
+            if ops:
+                report.graphs.append(entry.graph_module)
+                report.ops_per_graph.append(ops)
             report.guards.append([guard.text for guard in entry.guards])
             report.out_guards.extend(entry.guards)
         seen = set()
@@ -168,7 +178,10 @@ class Explanation:
 
         parts: list[Any] = [Text(self.summary(), style="bold")]
         if self.graph_reports:
-            graphs = Table(show_header=True, header_style="bold", title="graphs")
+            title = (
+                f"pieces ({self.piece_count}), graphs ({self.graph_count}: those with an operation)"
+            )
+            graphs = Table(show_header=True, header_style="bold", title=title)
             for column in ("entry", "operations", "inputs", "compile ms"):
                 graphs.add_column(column, justify="right")
             for graph in self.graph_reports:
@@ -229,6 +242,7 @@ class Explanation:
     def summary(self) -> str:
         text = (
             f"{self.function}: {self.graph_count} graph(s), {self.break_count} break(s), "
+            f"{self.piece_count} piece(s), "
             f"{sum(len(g) for g in self.guards)} guard(s), compiled in "
             f"{self.compile_seconds * 1e3:.1f} ms"
         )

@@ -156,9 +156,18 @@ def global_state() -> tuple:
     return (
         torch.is_grad_enabled(),
         torch.is_inference_mode_enabled(),
-        torch._C._is_any_autocast_enabled(),
+        torch._C._is_any_autocast_enabled() and _autocast_state(),
         torch.get_default_dtype(),
         torch.are_deterministic_algorithms_enabled(),
+    )
+
+
+def _autocast_state() -> tuple:
+    """Inside autocast: which device casts to which dtype (a graph recorded under bfloat16
+    autocast is not the one for float16), and whether casts are cached."""
+    return (
+        *((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")),
+        torch.is_autocast_cache_enabled(),
     )
 
 

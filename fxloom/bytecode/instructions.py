@@ -35,7 +35,8 @@ op                          covers
                             3.13 ``FORMAT_SIMPLE`` (no spec) and ``FORMAT_WITH_SPEC``
 ``CONVERT_VALUE``           3.13 only (``arg``: ``str``, ``repr`` or ``ascii``), before ``FORMAT``
 ``LIST_TO_TUPLE``,          3.12+ ``CALL_INTRINSIC_1`` with those intrinsics; other intrinsics
-``UNARY_POSITIVE``          keep ``CALL_INTRINSIC_1`` with the intrinsic's name as ``arg``
+``UNARY_POSITIVE``,         keep ``CALL_INTRINSIC_1`` with the intrinsic's name as ``arg``
+``STOPITERATION_ERROR``
 ``BINARY_OP``               ``arg`` is the operator as Python writes it (``+``, ``@=``)
 ``COMPARE_OP``              ``arg`` is the comparison (``<``, ``==``), whatever bits it carries
 ==========================  ===================================================================
@@ -136,6 +137,8 @@ _SPLIT = {  # superinstruction -> its two halves
 _INTRINSICS = {
     "INTRINSIC_LIST_TO_TUPLE": "LIST_TO_TUPLE",
     "INTRINSIC_UNARY_POSITIVE": "UNARY_POSITIVE",
+    # 3.12+: a generator's body-wide handler turns a StopIteration leaving it into RuntimeError
+    "INTRINSIC_STOPITERATION_ERROR": "STOPITERATION_ERROR",
 }
 _CONVERSIONS = (None, str, repr, ascii)  # FORMAT_VALUE's and CONVERT_VALUE's numbering
 _COUNTED = frozenset(  # ops whose arg is a plain count or flag
@@ -158,6 +161,7 @@ SUPPORTED_OPS: dict[str, str] = {
     "FORMAT": "format a value (arg: conversion, has_spec)",
     "CONVERT_VALUE": "str(), repr() or ascii() of the value before FORMAT",
     "LIST_TO_TUPLE": "turn the list on top into a tuple",
+    "STOPITERATION_ERROR": "3.12+: a StopIteration leaving a generator becomes RuntimeError",
     "BINARY_OP": "a binary operator (arg: '+', '@=', ...)",
     "COMPARE_OP": "a comparison (arg: '<', '==', ...)",
 }  # fmt: skip

@@ -167,9 +167,11 @@ class Interpreter:
             return handler(self, frame, instruction)
         except Break:
             raise
-        except Exception as err:
-            if self.native:
+        except BaseException as err:
+            if self.native:  # as Python: ``finally`` blocks see GeneratorExit too (``close``)
                 return self.route(frame, instruction, err)
+            if not isinstance(err, Exception):
+                raise
             # The program itself raised (a failed lookup, a bad argument...): capture cannot
             # follow it; the function runs as Python, where it raises for the user.
             raise Break("exception", f"{type(err).__name__}: {err}") from err

@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from fxloom.ops import state_effects
 from fxloom.ops.identity import is_inplace_name
 from fxloom.ops.python_operators import PYTHON_OPERATORS
 from fxloom.ops.runtime_functions import is_runtime_check
@@ -105,6 +106,8 @@ READ_ONLY_EFFECTS: set[Any] = {
     torch.ops.aten._assert_async.msg,
     torch.manual_seed,  # changes the random stream, which random nodes account for
     torch._C._set_grad_enabled,  # grad mode switched inside a graph (a captured `no_grad`)
+    state_effects.autocast_on,  # and autocast (a captured `with torch.autocast`)
+    state_effects.autocast_back,
     *_PROFILER_RANGES,
     *(getattr(packet, overload) for packet in _PROFILER_RANGES for overload in packet.overloads()),
 }

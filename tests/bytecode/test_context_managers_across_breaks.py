@@ -4,9 +4,10 @@ the manager's state holds in every piece, as in eager.
 Grad mode (``no_grad``, ``enable_grad``, ``set_grad_enabled``) is recorded: the piece before
 the break switches it in its graph and leaves it switched, the break's instruction runs as
 Python under it, and the next piece starts under it with the ``with``'s exit still on the
-stack (the manager made again with its saved state), so the exit restores it once. Autocast
-and inference mode, whose switches a graph does not record, are entered and exited as Python
-at piece boundaries, and the pieces between run under them. An exception inside the block
+stack (the manager made again with its saved state), so the exit restores it once. An
+autocast the function makes is recorded the same way (tests/bytecode/test_autocast_in_graph.py);
+inference mode, whose switch a graph does not record, and an autocast from outside are
+entered and exited as Python at piece boundaries, and the pieces between run under them. An exception inside the block
 goes to the ``with``'s exit through the exception table, as in eager.
 
 Each test compares results, ``requires_grad``, dtypes and the grad mode after the call with

@@ -22,7 +22,7 @@ import types
 import torch
 
 from fxloom.bytecode.breaks import Break
-from fxloom.bytecode.calls import call, refuse_unguarded
+from fxloom.bytecode.calls import call, records_autocast, refuse_unguarded
 from fxloom.bytecode.interpreter import NULL, handles
 from fxloom.bytecode.recording import made_at_break
 
@@ -117,11 +117,13 @@ def _annotations(value):
 # themselves, nothing done on exit.
 CAPTURED_MANAGERS = frozenset((contextlib.nullcontext,))
 
-# torch's managers of global state whose switch a graph does not record (autocast is set
-# by C calls fxloom would not see; inference mode by a C++ guard object): entered and exited
-# as Python at piece boundaries, like ``_NATIVE_MANAGER_PACKAGES``' managers, so that the
-# pieces between them run under the state they switch, as eager. Grad mode is recorded
-# (``torch._C._set_grad_enabled`` is a graph effect): ``no_grad`` and the like are captured.
+# torch's managers of global state whose switch a graph does not record (inference mode is
+# set by a C++ guard object; an autocast made outside the function would have its attributes
+# written at capture): entered and exited as Python at piece boundaries, like
+# ``_NATIVE_MANAGER_PACKAGES``' managers, so that the pieces between them run under the state
+# they switch, as eager. Grad mode is recorded (``torch._C._set_grad_enabled`` is a graph
+# effect): ``no_grad`` and the like are captured; so is an autocast the function makes
+# (``calls.records_autocast``, ``fxloom.bytecode.state_effects``).
 STATE_AT_PIECE_BOUNDARIES = (
     torch.amp.autocast_mode.autocast,
     torch.autograd.grad_mode.inference_mode,
@@ -171,12 +173,15 @@ def _exit_as_python(interp, fn, frame) -> None:
         )
 
 
-# Managers whose exit only switches grad mode back (``set_grad_enabled(prev)``): recorded in
-# the graph, and done again harmlessly where an op after it raises (``driver._unwind``).
+# Managers whose exit only switches global state back (grad mode's ``set_grad_enabled(prev)``,
+# autocast's ``state_effects.autocast_back``): recorded in the graph; where an op after it
+# raises, ``run`` puts the state back as the graph found it and the exit is done again as
+# Python (``driver._unwind``), which leaves the state eager's exit would.
 _GRAD_MANAGERS = (
     torch.autograd.grad_mode.no_grad,
     torch.autograd.grad_mode.enable_grad,
     torch.autograd.grad_mode.set_grad_enabled,
+    torch.amp.autocast_mode.autocast,
 )
 
 
@@ -199,7 +204,7 @@ def before_with(interp, frame, instruction):
     enter, exit_ = getattr(cls, "__enter__", None), getattr(cls, "__exit__", None)
     if enter is None or exit_ is None:
         raise Break("exception", f"{cls.__qualname__} is not a context manager")
-    as_python = runs_as_python(cls)
+    as_python = runs_as_python(cls) and (interp.native or not records_autocast(interp, manager))
     if as_python and not interp.native:
         raise Break("context-manager", f"with {cls.__qualname__}(...) in {frame.code.co_name}")
     frame.stack.pop()

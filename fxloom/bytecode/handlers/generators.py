@@ -187,6 +187,9 @@ def return_generator(interp, frame, instruction):
 @handles("YIELD_VALUE")
 def yield_value(interp, frame, instruction):
     generator = frame.locals.get(_FRAME_KEY)
+    if generator is None and interp.frames and interp.frames[0] is frame:
+        # the compiled generator function's own yield: a piece boundary (``driver``)
+        raise Break("yield", f"yield in {frame.code.co_name}")
     if generator is None:
         raise Break("generator", f"yield in {frame.code.co_name}")
     generator.count += 1
@@ -195,3 +198,16 @@ def yield_value(interp, frame, instruction):
     generator.yielded = frame.stack.pop()
     frame.stack.append(None)  # the value ``send`` gives when the frame resumes
     return Returned(_SUSPENDED)
+
+
+@handles("STOPITERATION_ERROR")
+def stopiteration_error(interp, frame, instruction):
+    """A generator's exception on its way out (3.12+): a ``StopIteration`` becomes a
+    ``RuntimeError``, as PEP 479 has it; reached only when the frame runs as Python (capture
+    stops at the exception before)."""
+    error = frame.stack.pop()
+    if isinstance(error, StopIteration):
+        replaced = RuntimeError("generator raised StopIteration")
+        replaced.__cause__ = error
+        error = replaced
+    frame.stack.append(error)
