@@ -344,7 +344,7 @@ class _PlainStaticConversion(_StaticConversion):
     """The static conversion to fxloom's operators on plain tensors (``quantize.ops``): uint8
     activations, int8 weights with a scale per output channel, held as buffers of ``gm``."""
 
-    quantize = ops.quantize
+    quantize = staticmethod(ops.quantize)
 
     def _observer(self, node: Node) -> None:
         value = node.args[0]
