@@ -447,7 +447,7 @@ def _hold(gm: GraphModule, target: str, **tensors: torch.Tensor | None) -> dict[
         if tensor is None:
             held[role] = None
             continue
-        name = attr_path.free_name(gm, f"{stem}_{role}")
+        name = attr_path.free_name(gm, f"{role}_{stem}")  # an identifier ("weight_0")
         gm.register_buffer(name, tensor)
         held[role] = gm.graph.get_attr(name)
     return held
