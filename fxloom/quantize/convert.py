@@ -1,19 +1,33 @@
-"""``convert``: the calibrated model with int8 weights and torch's quantized CPU kernels.
+"""``convert``: the calibrated model with integer weights and int8 kernels.
 
-Static mode, node by node in graph order (on a copy of the prepared model):
+Two sets of kernels (``QuantConfig(kernels=...)``):
 
-* an observer of a float value becomes ``torch.quantize_per_tensor(value, scale, zero_point,
-  torch.quint8)`` (the border into an int8 region); an observer of an int8 operator's output
-  goes, its scale and zero point given to the operator;
-* an int8 operator's module is swapped for the quantized module of ``table.STATIC_OPS`` (its
-  weight quantized by the spec's weight observer, per channel or per tensor), a function for
-  its int8 kernel with the output scale and zero point; a fused ReLU is erased;
-* an operator that reads an int8 value but has no int8 kernel gets ``value.dequantize()``
-  (one per value, shared by its float users), as does the output;
-* dropout and ``nn.Identity`` are erased (nothing in eval mode);
-* a layer the plan gives float input and output (``plan.float_io``: an int8 Linear between
-  float neighbours, on x86/FBGEMM) becomes its ``table.FLOAT_IO`` twin reading the float
-  value itself: one int8 kernel quantizing its input and returning float.
+* ``"plain"`` (the default): fxloom's operators on plain tensors (``quantize.ops``,
+  ``torch.ops.fxloom_q``): weights become ``int8`` buffers with float32 scales per output
+  channel (int4 weights packed two per byte, with a scale and integer zero point per group),
+  activations ``uint8`` with a scale and zero point given as numbers; the graph and the file
+  hold no quantized dtype and no packed object, and ``kernels`` picks the fast kernel per
+  call on the CPU that runs it;
+* ``"torch.ao"``: torch's quantized tensors and modules (``torch.ao.nn.quantized``,
+  deprecated), kept for one release so both paths can be measured side by side.
+
+Static schemes (``QuantScheme.calibrates``), node by node in graph order (on a copy of the
+prepared model):
+
+* an observer of a float value becomes a quantize (``ops.quantize``; torch.ao:
+  ``torch.quantize_per_tensor(value, scale, zero_point, torch.quint8)``), the border into an
+  int8 region; an observer of an int8 operator's output goes, its scale and zero point given
+  to the operator;
+* an int8 layer becomes its operator (``linear_int8``, ``conv2d_int8``) reading its integer
+  weight, or (torch.ao) is swapped for the quantized module of ``table.STATIC_OPS``; a
+  function becomes its int8 kernel (``add_int8``) with the output scale and zero point; a
+  fused ReLU is erased;
+* an operator that reads an int8 value but has no int8 kernel gets a dequantize (one per
+  value, shared by its float users), as does the output;
+* dropout and ``nn.Identity`` are erased (nothing in eval mode); a ReLU left on int8 clamps
+  at the zero point;
+* a layer the plan gives float input and output (``plan.float_io``) reads the float value
+  itself and returns float: one kernel quantizing its input.
 
 An int8 operator whose input or output held inf or nan during calibration (an attention
 mask) is converted in float instead, and the report says why.
@@ -22,14 +36,17 @@ No ``dequantize -> quantize`` pair is ever left: an int8 value flows as it is fr
 operator to the next (through dropout, pooling, reshapes, ReLU), and a float user of a value
 that was quantized from float reads the float value itself, never a dequantized copy.
 
-Dynamic mode swaps each planned Linear/LSTM/GRU for its ``table.DYNAMIC_MODULES`` twin.
+Layer schemes (dynamic, w8, w4) swap each planned Linear for ``linear_int8`` (per-token
+activations at run time), ``linear_w8`` or ``linear_w4``; torch.ao: for its
+``table.DYNAMIC_MODULES`` twin (Linear, LSTM, GRU).
 
 node.meta: swapped nodes keep theirs (``tensor_meta`` still describes the float value);
 new quantize/dequantize nodes have none. ``converted.meta["quantize_report"]`` holds the
-``QuantReport``. Weights are packed for the config's engine, which is made current
+``QuantReport``, each quantized layer's reason naming its kernel on this CPU. torch.ao
+weights are packed for the config's engine, which is made current
 (``torch.backends.quantized.engine``) while converting and left as the user set it after.
 
-Depends on: the IR, ``plan``, ``table``, ``report``.
+Depends on: the IR, ``plan``, ``table``, ``report``, ``ops``, ``weights``, ``kernels``.
 """
 
 from __future__ import annotations
@@ -45,7 +62,7 @@ import torch
 from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
-from fxloom.quantize import ops, weights
+from fxloom.quantize import kernels, ops, weights
 from fxloom.quantize.errors import QuantizeError
 from fxloom.quantize.plan import QuantPlan, table_key
 from fxloom.quantize.report import QuantReport
@@ -83,14 +100,21 @@ def convert(prepared: GraphModule) -> GraphModule:
     def forward(self, input):
         input_1 = input
         check_tensor_input(input_1, torch.float32, 2, 'input')
-        quantize_per_tensor = torch.quantize_per_tensor(input_1, 0.0..., ..., torch.quint8);  input_1 = None
-        _0 = getattr(self, "0")(quantize_per_tensor);  quantize_per_tensor = None
-        _2 = getattr(self, "2")(_0);  _0 = None
-        dequantize = _2.dequantize();  _2 = None
+        quantize = quantize_1(input_1, 0.0..., ..., 0, 255, torch.uint8);  input_1 = None
+        weight_0 = self.weight_0
+        scale_0 = self.scale_0
+        bias_0 = self.bias_0
+        _0 = linear_int8(quantize, 0.0..., ..., weight_0, scale_0, bias_0, 0.0..., 0, True, False);  quantize = weight_0 = scale_0 = bias_0 = None
+        weight_2 = self.weight_2
+        scale_2 = self.scale_2
+        bias_2 = self.bias_2
+        _2 = linear_int8(_0, 0.0..., 0, weight_2, scale_2, bias_2, 0.0..., ..., False, False);  _0 = weight_2 = scale_2 = bias_2 = None
+        dequantize = dequantize_1(_2, 0.0..., ..., 0, 255, torch.uint8);  _2 = None
         return dequantize
 
-    (``_0`` is a ``LinearReLU``; a layer between float neighbours would read ``input_1`` and
-    return float itself, with neither quantize nor dequantize around it.)
+    (``_0`` computes the ReLU too, the ``True`` before its last argument; a layer between float
+    neighbours would read ``input_1`` and return float itself, with neither quantize nor
+    dequantize around it. ``QuantConfig(kernels="torch.ao")`` gives torch's ``LinearReLU``.)
     """
     plan = _plan_of(prepared)
     config = plan.config
@@ -106,10 +130,11 @@ def convert(prepared: GraphModule) -> GraphModule:
             conversion.run()
         else:
             (_convert_dynamic if ao else _convert_layers)(gm, plan)
+    notes = {} if ao else _kernel_notes(gm, plan)
     gm.graph.lint()
     gm.delete_all_unused_submodules()  # the observers, and the float layers swapped out
     gm.recompile()
-    gm.meta["quantize_report"] = QuantReport.of(plan)
+    gm.meta["quantize_report"] = QuantReport.of(plan, notes)
     return gm
 
 
@@ -488,3 +513,29 @@ def _int4_layer(gm, node, module, scheme, observer):
 
 
 LAYER_OPERATORS = {8: _int8_layer, 4: _int4_layer}  # QuantScheme.weight_bits -> its layer
+
+
+def _kernel_notes(gm: GraphModule, plan: QuantPlan) -> dict[str, str]:
+    """Each quantized node's reason, with the kernel the table gives it on this CPU and why."""
+    notes = {}
+    for node in gm.graph.nodes:
+        decision = plan.decisions.get(node.name)
+        name = getattr(node.target, "__name__", None)
+        if decision is None or node.op != "call_function" or name not in ops.OPERATORS:
+            continue
+        explained = kernels.explain(name, **_call_shape(gm, node, name))
+        notes[node.name] = f"{decision.reason}; kernel: {explained}"
+    return notes
+
+
+def _call_shape(gm: GraphModule, node: Node, name: str) -> dict:
+    """What the kernel table decides by, as the converted graph knows it (not the batch)."""
+    if name == "linear_int8":
+        w = gm.get_buffer(node.args[3].target)
+        return {"dynamic": node.args[9], "n": w.shape[0], "k": w.shape[1]}
+    if name in ("linear_w8", "linear_w4"):
+        w = gm.get_buffer(node.args[1].target)
+        k = w.shape[1] * (2 if name == "linear_w4" else 1)
+        group = {"group": node.args[4]} if name == "linear_w4" else {}
+        return {"n": w.shape[0], "k": k, **group}
+    return {}

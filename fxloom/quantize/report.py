@@ -10,7 +10,7 @@ with ``rich.print(report)`` or ``report.print()``::
     >>> print(report(prepare(model, (torch.randn(2, 4),))))
     static int8, engine x86: 1 int8, 1 float
       node  calls        int8/float  why
-      _0    0, a Linear  int8        quantized::linear, float in/out (one int8 kernel)
+      _0    0, a Linear  int8        fxloom_q.linear_int8, float in/out (one int8 kernel)
       _1    1, a SELU    float       no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)
 
 Depends on: ``plan``; rich (imported when printing with it).
@@ -42,7 +42,7 @@ class QuantReport:
 
     @classmethod
     def of(cls, plan: QuantPlan, kernels: dict[str, str] | None = None) -> QuantReport:
-        """The plan's decisions; ``kernels``: the kernel convert chose instead, by node."""
+        """The plan's decisions; ``kernels``: the reason with the kernel convert chose, by node."""
         kernels = kernels or {}
         rows = tuple(
             dataclasses.replace(row, reason=kernels[row.node]) if row.node in kernels else row

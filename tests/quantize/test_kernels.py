@@ -129,3 +129,12 @@ def test_explain_names_the_kernel_and_why() -> None:
     assert kernels.explain("linear_int8", dynamic=False).startswith("onednn.qlinear_pointwise (")
     assert kernels.explain("linear_w8").startswith("reference (aten._weight_int8pack_mm: ")
     assert kernels.explain("add_int8") == "reference"
+
+
+def test_the_report_names_each_layer_s_kernel_and_why() -> None:
+    from fxloom.quantize import QuantConfig, calibrate, convert, prepare, report
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32)).eval()
+    prepared = prepare(model, (torch.randn(4, 64),), QuantConfig(scheme="dynamic"))
+    (row,) = report(convert(calibrate(prepared, [torch.randn(4, 64)], progress=False))).rows
+    assert "kernel: aten._int_mm (per-token int8 activations" in row.reason

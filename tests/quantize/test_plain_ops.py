@@ -124,8 +124,16 @@ META_CALLS = {
         m(2, 64), m(3, 32, dtype=torch.uint8), m(3, 2), m(3, 2, dtype=torch.uint8), 32
     ),
     "conv2d_int8": lambda m: ops.conv2d_int8(
-        m(1, 3, 8, 8, dtype=torch.uint8), 0.1, 0, m(4, 3, 3, 3, dtype=torch.int8), m(4), None,
-        [2, 2], [1, 1], [1, 1], 1,
+        m(1, 3, 8, 8, dtype=torch.uint8),
+        0.1,
+        0,
+        m(4, 3, 3, 3, dtype=torch.int8),
+        m(4),
+        None,
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        1,
     ),  # fmt: skip
     "add_int8": lambda m: ops.add_int8(
         m(2, 5, dtype=torch.uint8), 0.1, 0, m(1, 5, dtype=torch.uint8), 0.1, 0, 0.2, 0
