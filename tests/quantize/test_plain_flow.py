@@ -188,3 +188,54 @@ def test_the_flow_runs_saves_and_loads_with_torch_ao_quantization_blocked(tmp_pa
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     assert "torch.ao.quantization imported: False" in result.stdout
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic", "w8", "w4_g32"])
+def test_a_converted_model_exports_with_a_dynamic_batch_through_the_meta_kernels(
+    scheme: str,
+) -> None:
+    from fxloom.export import Dim, export
+
+    int8 = _converted(_mlp(), QuantConfig(scheme=scheme))
+    batch = Dim("batch", min=2, max=64)
+    program = export(int8, (_rows(0),), dynamic_shapes=({0: batch},))
+    namespaces = {
+        str(node.target).split(".")[0]
+        for node in program.graph_module.graph.nodes
+        if node.op == "call_function" and hasattr(node.target, "_schema")
+    }
+    assert "fxloom_q" in namespaces
+    x = torch.randn(13, 64)
+    with torch.no_grad():
+        assert torch.equal(program.module()(x), int8(x))
+
+
+LOAD_EXPORTED = r"""
+import sys
+import torch
+import fxloom.export
+
+program = fxloom.export.load(sys.argv[1])
+x, expected = torch.load(sys.argv[2])
+assert torch.equal(program.module()(x), expected)
+print("loaded")
+"""
+
+
+def test_an_exported_int8_program_loads_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    from fxloom.export import export
+
+    int8 = _converted(_mlp(), QuantConfig())
+    fxloom.export.save(export(int8, (_rows(0),)), tmp_path / "int8.fxl")
+    x = _rows(100)
+    torch.save((x, int8(x)), tmp_path / "io.pt")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [
+        sys.executable,
+        "-c",
+        LOAD_EXPORTED,
+        str(tmp_path / "int8.fxl"),
+        str(tmp_path / "io.pt"),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
