@@ -420,9 +420,6 @@ class _PlainStaticConversion(_StaticConversion):
             node.args = (*args, *out, relu, False)
         node.op, node.target = "call_function", getattr(ops, entry.plain)
 
-    def _swap_float_io(self, node, entry, relu):  # handled by _layer (float_out)
-        raise AssertionError("unreachable: plain float in/out layers are made by _layer")
-
     def _stays_int8(self, node: Node, kind: Kind | None) -> bool:
         stays = super()._stays_int8(node, kind)
         if stays and kind == Kind.SHARED and table_key(node, self.gm) in RELU:

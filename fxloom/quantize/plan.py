@@ -43,6 +43,7 @@ from fxloom.quantize.table import (
     IDENTITY_IN_EVAL,
     KEPT_FLOAT,
     NOT_ON_PLAIN_INTEGERS,
+    PLAIN_SHARES,
     RELU,
     SHARES_QPARAMS,
     STATIC_OPS,
@@ -52,6 +53,10 @@ from fxloom.quantize.table import (
 
 __all__ = ["Decision", "Kind", "QuantPlan", "plan", "plan_layers", "plan_static", "table_key"]
 
+NO_PLAIN_OPERATOR = (
+    "its table row names no fxloom operator (``plain``) for the plain kernels; "
+    "QuantConfig(kernels='torch.ao') uses its torch.ao module"
+)
 NO_KERNEL = (
     "no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)"
 )
@@ -165,6 +170,8 @@ def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision
     if spec is None:
         return Decision(node.name, calls, Kind.FLOAT, _float_by(source))
     ao = config.kernels == "torch.ao"
+    if entry is not None and not ao and not entry.plain:
+        return Decision(node.name, calls, Kind.FLOAT, NO_PLAIN_OPERATOR)
     if isinstance(entry, QuantizedModule):
         kernel = entry.kernel if ao else f"fxloom_q.{entry.plain}"
         return Decision(node.name, calls, Kind.INT8, kernel, spec)
@@ -178,8 +185,8 @@ def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision
         )
     if _hashable(key) and key in KEPT_FLOAT:
         return Decision(node.name, calls, Kind.FLOAT, KEPT_FLOAT[key])
-    if not ao and _hashable(key) and key in NOT_ON_PLAIN_INTEGERS:
-        return Decision(node.name, calls, Kind.FLOAT, NOT_ON_PLAIN_INTEGERS[key])
+    if not ao and _hashable(key) and key in SHARES_QPARAMS and key not in PLAIN_SHARES:
+        return Decision(node.name, calls, Kind.FLOAT, NOT_ON_PLAIN_INTEGERS)
     if _hashable(key) and key in SHARES_QPARAMS:
         return Decision(
             node.name, calls, Kind.SHARED, "computes on int8 with its input's scale", spec

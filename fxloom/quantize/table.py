@@ -80,6 +80,7 @@ __all__ = [
     "QuantizedFunction",
     "QuantizedModule",
     "NOT_ON_PLAIN_INTEGERS",
+    "PLAIN_SHARES",
 ]
 
 # make(float_module, int8_weight, relu_fused) -> int8 module (scale and zero point set later)
@@ -208,11 +209,34 @@ KEPT_FLOAT: OpTable = OpTable(
 
 IDENTITY_IN_EVAL: set[type] = {nn.Dropout, nn.Identity}
 
-# Operators of SHARES_QPARAMS that the plain kernels compute in float, with why: on plain
-# uint8 tensors torch has no kernel for them.
-NOT_ON_PLAIN_INTEGERS: dict[Any, str] = {
-    nn.AvgPool2d: "torch's avg_pool2d has no uint8 kernel: computed in float",
-}
+# The operators of SHARES_QPARAMS that compute right on plain uint8 tensors (the plain
+# kernels): those that move, pick or order-compare values (an affine map keeps the order), and
+# ReLU (convert clamps at the zero point). On a quantized tensor torch.ao's kernels know the
+# scale; on plain integers any other row (Hardtanh added by a user, an average) would compute
+# on the codes, so it runs in float instead (``NOT_ON_PLAIN_INTEGERS`` says why).
+PLAIN_SHARES: OpSet = OpSet(
+    {
+        *RELU,
+        nn.Dropout,
+        nn.Identity,
+        *("max_pool1d", "max_pool2d", "max_pool3d", "getitem", "flatten", "view", "reshape"),
+        *("contiguous", "permute", "transpose", "squeeze", "unsqueeze", "chunk", "split"),
+        *("size", "dim"),
+    },
+    modules=True,
+    aten=False,
+    pinned={
+        aten.relu.default,
+        aten.view.default,
+        aten.reshape.default,
+        aten.flatten.using_ints,
+        aten.max_pool2d.default,
+    },
+)
+NOT_ON_PLAIN_INTEGERS = (
+    "on plain uint8 tensors it would compute on the integer codes (not in table.PLAIN_SHARES): "
+    "computed in float"
+)
 
 
 class LinearFloatIO(nn.Module):

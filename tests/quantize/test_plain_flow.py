@@ -239,3 +239,31 @@ def test_an_exported_int8_program_loads_in_a_fresh_interpreter(tmp_path: Path) -
     ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_a_shared_row_not_known_to_compute_on_plain_integers_runs_in_float() -> None:
+    from fxloom.quantize.table import SHARES_QPARAMS
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.Hardtanh(), nn.Linear(8, 4)).eval()
+    SHARES_QPARAMS.add(nn.Hardtanh)  # right on torch.ao's quantized tensors, not on codes
+    try:
+        prepared = prepare(model, (torch.randn(4, 8),))
+    finally:
+        SHARES_QPARAMS.discard(nn.Hardtanh)
+    row = {row.node: row for row in report(prepared).rows}["_1"]
+    assert row.kind == Kind.FLOAT and "not in table.PLAIN_SHARES" in row.reason
+
+
+def test_a_user_row_without_a_plain_operator_runs_in_float_and_says_why() -> None:
+    import dataclasses
+
+    from fxloom.quantize.table import STATIC_OPS
+
+    model = nn.Sequential(nn.Linear(8, 4)).eval()
+    row = STATIC_OPS[nn.Linear]
+    STATIC_OPS[nn.Linear] = dataclasses.replace(row, plain="")  # a torch.ao-only row
+    try:
+        (decision,) = report(prepare(model, (torch.randn(4, 8),))).rows
+    finally:
+        STATIC_OPS[nn.Linear] = row
+    assert decision.kind == Kind.FLOAT and "names no fxloom operator" in decision.reason
