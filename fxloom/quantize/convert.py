@@ -100,17 +100,17 @@ def convert(prepared: GraphModule) -> GraphModule:
     def forward(self, input):
         input_1 = input
         check_tensor_input(input_1, torch.float32, 2, 'input')
-        quantize = quantize_1(input_1, 0.0..., ..., 0, 255, torch.uint8);  input_1 = None
+        input_1_q = quantize(input_1, 0.0..., ..., 0, 255, torch.uint8);  input_1 = None
         weight_0 = self.weight_0
         scale_0 = self.scale_0
         bias_0 = self.bias_0
-        _0 = linear_int8(quantize, 0.0..., ..., weight_0, scale_0, bias_0, 0.0..., 0, True, False);  quantize = weight_0 = scale_0 = bias_0 = None
+        _0 = linear_int8(input_1_q, 0.0..., ..., weight_0, scale_0, bias_0, 0.0..., 0, True, False);  input_1_q = weight_0 = scale_0 = bias_0 = None
         weight_2 = self.weight_2
         scale_2 = self.scale_2
         bias_2 = self.bias_2
         _2 = linear_int8(_0, 0.0..., 0, weight_2, scale_2, bias_2, 0.0..., ..., False, False);  _0 = weight_2 = scale_2 = bias_2 = None
-        dequantize = dequantize_1(_2, 0.0..., ..., 0, 255, torch.uint8);  _2 = None
-        return dequantize
+        _2_float = dequantize(_2, 0.0..., ..., 0, 255, torch.uint8);  _2 = None
+        return _2_float
 
     (``_0`` computes the ReLU too, the ``True`` before its last argument; a layer between float
     neighbours would read ``input_1`` and return float itself, with neither quantize nor
@@ -377,9 +377,12 @@ class _PlainStaticConversion(_StaticConversion):
             self._erase(node, value)
             return
         scale, zero_point = self._params(node.target)
+        args = (value, scale, zero_point, *ops.ACTIVATION_RANGE, torch.uint8)
         with self.graph.inserting_before(node):
-            quantize = self.graph.call_function(
-                ops.quantize, (value, scale, zero_point, *ops.ACTIVATION_RANGE, torch.uint8)
+            # named for the value, never "quantize": the function's name in the generated
+            # code must not depend on which nodes were made and erased (a loaded copy has not)
+            quantize = self.graph.create_node(
+                "call_function", ops.quantize, args, name=f"{value.name}_q"
             )
         self._erase(node, quantize)
         self.qparams[quantize] = (scale, zero_point)
@@ -442,7 +445,9 @@ class _PlainStaticConversion(_StaticConversion):
             scale, zero_point = self.qparams[value]
             args = (value, scale, zero_point, *ops.ACTIVATION_RANGE, torch.uint8)
             with self.graph.inserting_after(value):
-                self.dequantized[value] = self.graph.call_function(ops.dequantize, args)
+                self.dequantized[value] = self.graph.create_node(
+                    "call_function", ops.dequantize, args, name=f"{value.name}_float"
+                )
         return self.dequantized[value]
 
 
