@@ -285,12 +285,13 @@ def test_converted_models_pickle_and_deepcopy() -> None:
 def test_an_operator_table_row_added_by_a_user_is_used() -> None:
     from fxloom.quantize.table import SHARES_QPARAMS
 
+    # (torch.ao computes on quantized tensors; the plain kernels: test_plain_flow.py)
     model = nn.Sequential(nn.Linear(8, 8), nn.Hardtanh(), nn.Linear(8, 4)).eval()
-    prepared = prepare(model, (torch.randn(4, 8),))
+    prepared = prepare(model, (torch.randn(4, 8),), AO)
     assert {row.node: row.kind for row in report(prepared).rows}["_1"] == "float"
     SHARES_QPARAMS.add(nn.Hardtanh)
     try:
-        prepared = prepare(model, (torch.randn(4, 8),))
+        prepared = prepare(model, (torch.randn(4, 8),), AO)
     finally:
         SHARES_QPARAMS.discard(nn.Hardtanh)
     assert {row.node: row.kind for row in report(prepared).rows}["_1"] == "shared"
