@@ -57,6 +57,10 @@ NO_PLAIN_OPERATOR = (
     "its table row names no fxloom operator (``plain``) for the plain kernels; "
     "QuantConfig(kernels='torch.ao') uses its torch.ao module"
 )
+PADS_OTHERWISE = (
+    "it pads other than with zeros by numbers, which fxloom_q.conv2d_int8 does not "
+    "(QuantConfig(kernels='torch.ao') pads reflect)"
+)
 NO_KERNEL = (
     "no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)"
 )
@@ -144,7 +148,7 @@ def _layer_refusal(module: torch.nn.Module, config: QuantConfig) -> str:
     if config.kernels == "torch.ao":
         return (
             ""
-            if type(module) in DYNAMIC_MODULES and config.mode == "dynamic"
+            if type(module) in DYNAMIC_MODULES and config.scheme.layer_kind == Kind.DYNAMIC
             else (
                 "kernels='torch.ao' has dynamic int8 layers only (weight-only needs the plain kernels)"
             )
@@ -172,6 +176,8 @@ def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision
     ao = config.kernels == "torch.ao"
     if entry is not None and not ao and not entry.plain:
         return Decision(node.name, calls, Kind.FLOAT, NO_PLAIN_OPERATOR)
+    if isinstance(entry, QuantizedModule) and not ao and _pads_otherwise(node, gm):
+        return Decision(node.name, calls, Kind.FLOAT, PADS_OTHERWISE)
     if isinstance(entry, QuantizedModule):
         kernel = entry.kernel if ao else f"fxloom_q.{entry.plain}"
         return Decision(node.name, calls, Kind.INT8, kernel, spec)
@@ -192,6 +198,14 @@ def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision
             node.name, calls, Kind.SHARED, "computes on int8 with its input's scale", spec
         )
     return Decision(node.name, calls, Kind.FLOAT, NO_KERNEL)
+
+
+def _pads_otherwise(node: Node, gm: GraphModule) -> bool:
+    """A convolution whose padding the plain int8 convolution cannot do (``padding_mode``
+    other than zeros, or ``padding="same"``)."""
+    module = gm.get_submodule(node.target) if node.op == "call_module" else None
+    mode = getattr(module, "padding_mode", "zeros")
+    return mode != "zeros" or isinstance(getattr(module, "padding", 0), str)
 
 
 def _fuse_relus(gm: GraphModule, plan: QuantPlan) -> None:

@@ -267,3 +267,9 @@ def test_a_user_row_without_a_plain_operator_runs_in_float_and_says_why() -> Non
     finally:
         STATIC_OPS[nn.Linear] = row
     assert decision.kind == Kind.FLOAT and "names no fxloom operator" in decision.reason
+
+
+def test_a_convolution_padding_by_reflection_stays_float_and_says_why() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")).eval()
+    (row,) = report(prepare(model, (torch.randn(1, 3, 8, 8),))).rows
+    assert row.kind == Kind.FLOAT and "pads other than with zeros" in row.reason
