@@ -37,6 +37,15 @@ repeats of runs timed next to each other), which a busy, shared machine disturbs
     python benchmarks/bench_quantize.py --threads 1       # torch.set_num_threads(1)
     python benchmarks/bench_quantize.py --engine qnnpack
     python benchmarks/bench_quantize.py --record          # append the tables to RESULTS.md
+    python benchmarks/bench_quantize.py --bert            # BERT-base dynamic int8 (below)
+
+``--bert`` runs another workload, in its own process: a BERT-base config (random init,
+``transformers``), batch 1, sequence 128, dynamic int8 - fxloom's dynamic scheme (per-token
+int8 activations, ``QuantConfig(scheme="dynamic")``) against torch.ao's ``quantize_dynamic``
+(fbgemm, deprecated) and fp32, interleaved (each round runs every variant, the order
+rotating; medians), at 1 and 2 threads; the error is the last hidden state's relative error
+against fp32 on held-out tokens. Target (issue 37): latency <= 0.95x torch.ao's, error <=
+0.6x torch.ao's.
 
 torch.ao's FX quantization, torch.export and torchao are imported here only as the comparison.
 """
@@ -58,6 +67,7 @@ from torch import nn
 if __package__ in (None, ""):  # run as a script: this checkout's fxloom and `benchmarks`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import fxloom  # noqa: E402
 from benchmarks._common import (
     SPREAD_IS,
     Samples,
@@ -413,6 +423,87 @@ def markdown(
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- BERT-base
+BERT_ROUNDS = 15
+
+
+def bert_models() -> tuple[nn.Module, dict, dict]:
+    from torch.ao.quantization import quantize_dynamic
+
+    from benchmarks.zoo.methods import fixed_args
+    from fxloom.zoo.hf_configs import VOCAB, hf
+
+    def tokens(seed: int) -> dict[str, torch.Tensor]:
+        generator = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, VOCAB, (1, 128), generator=generator)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    torch.manual_seed(0)
+    model = hf("BertModel", "BertConfig")().eval()  # the base config: hidden 768, 12 layers
+    example = tokens(0)
+    traced = fxloom.symbolic_trace(model, fixed_args(model, example), example_inputs=example)
+    models = {
+        "fp32": model,
+        "fxloom": convert(prepare(traced, example, QuantConfig(scheme="dynamic"))),
+        "torch.ao": quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8),
+    }
+    return model, models, tokens(100)
+
+
+def _hidden(output) -> torch.Tensor:
+    return output[0] if isinstance(output, (tuple, list)) else output.last_hidden_state
+
+
+def bert_rows(threads: int, models: dict, held_out: dict) -> dict[str, float]:
+    torch.set_num_threads(threads)
+    times: dict[str, list[float]] = {name: [] for name in models}
+    names = list(models)
+    with torch.no_grad():
+        for model in models.values():
+            model(**held_out)  # warm: packing on first use, allocator
+        for round_ in range(BERT_ROUNDS):
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                times[name].append(timed(lambda m=models[name]: m(**held_out)))
+    return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
+
+
+def bert_main(record: bool) -> None:
+    model, models, held_out = bert_models()
+    with torch.no_grad():
+        ref = _hidden(model(**held_out, return_dict=False))
+        errors = {
+            name: float((_hidden(m(**held_out)) - ref).norm() / ref.norm())
+            for name, m in models.items()
+            if name != "fp32"
+        }
+    lines = [
+        "### Quantization on plain tensors: BERT-base dynamic int8 (batch 1, sequence 128)",
+        "",
+        f"{machine_line()}. Command: `python benchmarks/bench_quantize.py --bert`; medians of "
+        f"{BERT_ROUNDS} interleaved rounds (the order rotating), one process. Load average "
+        f"{load_average():.2f}.",
+        "",
+        "| threads | fp32 ms | torch.ao quantize_dynamic ms | fxloom dynamic ms | fxloom / torch.ao |",
+        "|---|---|---|---|---|",
+    ]
+    for threads in (1, 2):
+        row = bert_rows(threads, models, held_out)
+        ratio = row["fxloom"] / row["torch.ao"]
+        lines.append(
+            f"| {threads} | {row['fp32'] * 1e3:.1f} | {row['torch.ao'] * 1e3:.1f} | "
+            f"{row['fxloom'] * 1e3:.1f} | {ratio:.2f} |"
+        )
+    lines += [
+        "",
+        f"Relative error of the last hidden state against fp32: fxloom {errors['fxloom']:.4f}, "
+        f"torch.ao {errors['torch.ao']:.4f} (fxloom / torch.ao "
+        f"{errors['fxloom'] / errors['torch.ao']:.2f}; target <= 0.6). Latency target: "
+        "fxloom / torch.ao <= 0.95.",
+        "",
+    ]
+    publish("\n".join(lines), record)
+
+
 # ----------------------------------------------------------------------------- main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -421,9 +512,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
     parser.add_argument("--engine", choices=("x86", "fbgemm", "qnnpack"), default="x86")
     parser.add_argument("--record", action="store_true", help="append the tables to RESULTS.md")
+    parser.add_argument("--bert", action="store_true", help="BERT-base dynamic int8 instead")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message=".*quantiz.*")  # torch's torchao migration notes
     warnings.filterwarnings("ignore", message=".*torchao.*")
+    if args.bert:
+        bert_main(args.record)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     config = settings(args)

@@ -80,6 +80,21 @@ _CHECKS = "fxloom.runtime_checks"
 _NOT_SCRIPTED_ROOT = "only *args/**kwargs roots call it, and TorchScript scripts neither"
 _NOT_SCRIPTED_EXPORT = "exported modules are not scripted (their graphs are ATen)"
 _NOT_SCRIPTED_STAGE = "pipeline stages run under torch.distributed.pipelining, not TorchScript"
+_NOT_SCRIPTED_QUANT = (
+    "a torch.library operator (torch.ops.fxloom_q): TorchScript calls it there, not here"
+)
+# fxloom.quantize.ops: its functions (this module imports nothing, so the names are written here)
+_QUANTIZED_OPERATORS = (
+    "quantize",
+    "dequantize",
+    "choose_qparams",
+    "linear_int8",
+    "linear_w8",
+    "linear_w4",
+    "conv2d_int8",
+    "add_int8",
+    "mul_int8",
+)
 
 
 def _rows(*rows: RuntimeFunction) -> dict[str, RuntimeFunction]:
@@ -129,6 +144,14 @@ RUNTIME_FUNCTIONS: dict[str, RuntimeFunction] = _rows(
     RuntimeFunction(
         "fxloom.pytree.tensor_leaves", "the tensors of a last pipeline stage's output",
         effect="pure", on_host=False, no_twin=_NOT_SCRIPTED_STAGE,
+    ),
+    # ---- fxloom's quantized operators on plain tensors (fxloom.quantize.ops, torch.ops.fxloom_q)
+    *(
+        RuntimeFunction(
+            f"fxloom.quantize.ops.{name}", "a quantized operator on plain integer tensors",
+            effect="pure", exported=True, on_host=False, no_twin=_NOT_SCRIPTED_QUANT,
+        )
+        for name in _QUANTIZED_OPERATORS
     ),
     # ---- names saved by earlier releases, before the input checks moved to one module
     RuntimeFunction("fxloom.guards.check_tensor_input", "saved name", alias_of=f"{_CHECKS}.check_tensor_input"),

@@ -8,12 +8,15 @@ Three phases, as the paper describes them::
 
 ``prepare`` traces a plain module with ``fxloom.symbolic_trace``, folds batch norms
 (``fxloom.passes.fuse``), and puts observers on the values that will be int8. The prepared
-model computes exactly what the model does. ``convert`` swaps layers for torch's quantized
-CPU modules (``torch.ao.nn.quantized``), quantizes at the borders of int8 regions,
-dequantizes before operators without an int8 kernel, and removes dequantize/quantize pairs
-that cancel. ``QuantConfig(mode="dynamic")`` instead quantizes Linear/LSTM/GRU weights and
-quantizes activations at run time (no calibration). ``report(quantized)`` says what became
-int8 and what stayed float, and why::
+model computes exactly what the model does. ``convert`` replaces layers with fxloom's
+quantized operators on plain tensors (``quantize.ops``: int8 weights, uint8 activations,
+float scales; ``QuantConfig(kernels="torch.ao")`` gives torch's deprecated quantized modules
+instead), quantizes at the borders of int8 regions, dequantizes before operators without an
+int8 kernel, and removes dequantize/quantize pairs that cancel. A scheme is a record
+(``schemes``): ``QuantConfig(scheme="dynamic")`` quantizes Linear weights and activations per
+token at run time (no calibration), ``"w8"`` and ``"w4"`` (``"w4_g32"``...) quantize weights
+only. ``report(quantized)`` says what became int8 and what stayed float, and why, and which
+kernel runs each layer on this CPU::
 
     >>> import torch
     >>> from fxloom.quantize import prepare, calibrate, convert, report
@@ -37,13 +40,15 @@ observers, for fine-tuning with int8 rounding in the loop before the same ``conv
 ``prepare`` also takes an ``fxloom.export`` program: its weighted ATen operators become
 layers again (``exported.lift_layers``) and the same flow follows.
 
-Modules: ``observers`` (what observes), ``config`` (what to quantize, how), ``table`` (the
-quantized replacements: extend it for your layers), ``plan`` (decisions per node),
-``prepare``, ``calibrate``, ``convert``, ``report``; for QAT ``fake_quantize``, ``qat_modules``,
-``qat``; ``exported``.
+Modules: ``observers`` (what observes), ``config`` (what to quantize, how), ``schemes`` (the
+schemes as records), ``table`` (which operators have int8 kernels: extend it for your
+layers), ``plan`` (decisions per node), ``prepare``, ``calibrate``, ``convert``, ``report``;
+``ops`` (fxloom's quantized operators and their references), ``weights`` (integer weights),
+``kernels`` (the fast kernel per operator and CPU); for QAT ``fake_quantize``,
+``qat_modules``, ``qat``; ``exported``.
 
-Depends on: the IR, the tracer's entry point, ``fxloom.passes`` (fuse, shape_prop), torch's
-quantized kernels.
+Depends on: the IR, the tracer's entry point, ``fxloom.passes`` (fuse, shape_prop), torch
+(``torch.library``; torch.ao's quantized modules only with ``kernels="torch.ao"``).
 """
 
 from __future__ import annotations

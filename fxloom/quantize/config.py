@@ -54,6 +54,7 @@ from fxloom.quantize.observers import (
     Observer,
     PerChannelMinMaxObserver,
 )
+from fxloom.quantize.schemes import QuantScheme, scheme_named
 
 __all__ = [
     "ACTIVATION_OBSERVERS",
@@ -64,7 +65,10 @@ __all__ = [
 ]
 
 ENGINES = ("x86", "fbgemm", "qnnpack")
-MODES = ("static", "dynamic")
+MODES = ("static", "dynamic")  # the names ``mode=`` takes (schemes of the same name)
+# kernels= : "plain" (fxloom's operators on plain integer tensors, torch.ops.fxloom_q) or
+# "torch.ao" (torch's deprecated quantized tensors and modules, kept for one release)
+KERNELS = ("plain", "torch.ao")
 
 # name -> observer class for activations (QuantSpec.activation); add your own.
 ACTIVATION_OBSERVERS: dict[str, Callable[..., Observer]] = {
@@ -183,12 +187,22 @@ class QuantConfig:
     module_paths: dict[str, QuantSpec | None] = field(default_factory=dict)
     module_types: dict[type, QuantSpec | None] = field(default_factory=dict)
     operators: dict[Any, QuantSpec | None] = field(default_factory=dict)
+    scheme: QuantScheme | str | None = None  # None: the scheme named by ``mode``
+    kernels: str = "plain"
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"QuantConfig(engine={self.engine!r}): choose one of {ENGINES}")
-        if self.mode not in MODES:
+        if self.kernels not in KERNELS:
+            raise ValueError(f"QuantConfig(kernels={self.kernels!r}): choose one of {KERNELS}")
+        if self.scheme is None and self.mode not in MODES:
             raise ValueError(f"QuantConfig(mode={self.mode!r}): choose one of {MODES}")
+        scheme = self.scheme if self.scheme is not None else self.mode
+        if isinstance(scheme, str):
+            scheme = scheme_named(scheme)
+        # a frozen value: the scheme record and its mode are settled here, once
+        object.__setattr__(self, "scheme", scheme)
+        object.__setattr__(self, "mode", scheme.mode)
 
     def set_global(self, spec: QuantSpec | None) -> QuantConfig:
         return dataclasses.replace(self, global_spec=spec)

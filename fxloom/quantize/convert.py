@@ -1,19 +1,33 @@
-"""``convert``: the calibrated model with int8 weights and torch's quantized CPU kernels.
+"""``convert``: the calibrated model with integer weights and int8 kernels.
 
-Static mode, node by node in graph order (on a copy of the prepared model):
+Two sets of kernels (``QuantConfig(kernels=...)``):
 
-* an observer of a float value becomes ``torch.quantize_per_tensor(value, scale, zero_point,
-  torch.quint8)`` (the border into an int8 region); an observer of an int8 operator's output
-  goes, its scale and zero point given to the operator;
-* an int8 operator's module is swapped for the quantized module of ``table.STATIC_OPS`` (its
-  weight quantized by the spec's weight observer, per channel or per tensor), a function for
-  its int8 kernel with the output scale and zero point; a fused ReLU is erased;
-* an operator that reads an int8 value but has no int8 kernel gets ``value.dequantize()``
-  (one per value, shared by its float users), as does the output;
-* dropout and ``nn.Identity`` are erased (nothing in eval mode);
-* a layer the plan gives float input and output (``plan.float_io``: an int8 Linear between
-  float neighbours, on x86/FBGEMM) becomes its ``table.FLOAT_IO`` twin reading the float
-  value itself: one int8 kernel quantizing its input and returning float.
+* ``"plain"`` (the default): fxloom's operators on plain tensors (``quantize.ops``,
+  ``torch.ops.fxloom_q``): weights become ``int8`` buffers with float32 scales per output
+  channel (int4 weights packed two per byte, with a scale and integer zero point per group),
+  activations ``uint8`` with a scale and zero point given as numbers; the graph and the file
+  hold no quantized dtype and no packed object, and ``kernels`` picks the fast kernel per
+  call on the CPU that runs it;
+* ``"torch.ao"``: torch's quantized tensors and modules (``torch.ao.nn.quantized``,
+  deprecated), kept for one release so both paths can be measured side by side.
+
+Static schemes (``QuantScheme.calibrates``), node by node in graph order (on a copy of the
+prepared model):
+
+* an observer of a float value becomes a quantize (``ops.quantize``; torch.ao:
+  ``torch.quantize_per_tensor(value, scale, zero_point, torch.quint8)``), the border into an
+  int8 region; an observer of an int8 operator's output goes, its scale and zero point given
+  to the operator;
+* an int8 layer becomes its operator (``linear_int8``, ``conv2d_int8``) reading its integer
+  weight, or (torch.ao) is swapped for the quantized module of ``table.STATIC_OPS``; a
+  function becomes its int8 kernel (``add_int8``) with the output scale and zero point; a
+  fused ReLU is erased;
+* an operator that reads an int8 value but has no int8 kernel gets a dequantize (one per
+  value, shared by its float users), as does the output;
+* dropout and ``nn.Identity`` are erased (nothing in eval mode); a ReLU left on int8 clamps
+  at the zero point;
+* a layer the plan gives float input and output (``plan.float_io``) reads the float value
+  itself and returns float: one kernel quantizing its input.
 
 An int8 operator whose input or output held inf or nan during calibration (an attention
 mask) is converted in float instead, and the report says why.
@@ -22,14 +36,17 @@ No ``dequantize -> quantize`` pair is ever left: an int8 value flows as it is fr
 operator to the next (through dropout, pooling, reshapes, ReLU), and a float user of a value
 that was quantized from float reads the float value itself, never a dequantized copy.
 
-Dynamic mode swaps each planned Linear/LSTM/GRU for its ``table.DYNAMIC_MODULES`` twin.
+Layer schemes (dynamic, w8, w4) swap each planned Linear for ``linear_int8`` (per-token
+activations at run time), ``linear_w8`` or ``linear_w4``; torch.ao: for its
+``table.DYNAMIC_MODULES`` twin (Linear, LSTM, GRU).
 
 node.meta: swapped nodes keep theirs (``tensor_meta`` still describes the float value);
 new quantize/dequantize nodes have none. ``converted.meta["quantize_report"]`` holds the
-``QuantReport``. Weights are packed for the config's engine, which is made current
+``QuantReport``, each quantized layer's reason naming its kernel on this CPU. torch.ao
+weights are packed for the config's engine, which is made current
 (``torch.backends.quantized.engine``) while converting and left as the user set it after.
 
-Depends on: the IR, ``plan``, ``table``, ``report``.
+Depends on: the IR, ``plan``, ``table``, ``report``, ``ops``, ``weights``, ``kernels``.
 """
 
 from __future__ import annotations
@@ -42,14 +59,18 @@ from collections.abc import Iterator
 
 import torch
 
+from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.quantize import kernels, ops, weights
 from fxloom.quantize.errors import QuantizeError
 from fxloom.quantize.plan import QuantPlan, table_key
 from fxloom.quantize.report import QuantReport
+from fxloom.quantize.schemes import Kind
 from fxloom.quantize.table import (
     DYNAMIC_MODULES,
     FLOAT_IO,
+    RELU,
     STATIC_OPS,
     QuantizedModule,
     quantize_weight,
@@ -79,31 +100,41 @@ def convert(prepared: GraphModule) -> GraphModule:
     def forward(self, input):
         input_1 = input
         check_tensor_input(input_1, torch.float32, 2, 'input')
-        quantize_per_tensor = torch.quantize_per_tensor(input_1, 0.0..., ..., torch.quint8);  input_1 = None
-        _0 = getattr(self, "0")(quantize_per_tensor);  quantize_per_tensor = None
-        _2 = getattr(self, "2")(_0);  _0 = None
-        dequantize = _2.dequantize();  _2 = None
-        return dequantize
+        input_1_q = quantize(input_1, 0.0..., ..., 0, 255, torch.uint8);  input_1 = None
+        weight_0 = self.weight_0
+        scale_0 = self.scale_0
+        bias_0 = self.bias_0
+        _0 = linear_int8(input_1_q, 0.0..., ..., weight_0, scale_0, bias_0, 0.0..., 0, True, False);  input_1_q = weight_0 = scale_0 = bias_0 = None
+        weight_2 = self.weight_2
+        scale_2 = self.scale_2
+        bias_2 = self.bias_2
+        _2 = linear_int8(_0, 0.0..., 0, weight_2, scale_2, bias_2, 0.0..., ..., False, False);  _0 = weight_2 = scale_2 = bias_2 = None
+        _2_float = dequantize(_2, 0.0..., ..., 0, 255, torch.uint8);  _2 = None
+        return _2_float
 
-    (``_0`` is a ``LinearReLU``; a layer between float neighbours would read ``input_1`` and
-    return float itself, with neither quantize nor dequantize around it.)
+    (``_0`` computes the ReLU too, the ``True`` before its last argument; a layer between float
+    neighbours would read ``input_1`` and return float itself, with neither quantize nor
+    dequantize around it. ``QuantConfig(kernels="torch.ao")`` gives torch's ``LinearReLU``.)
     """
     plan = _plan_of(prepared)
-    if plan.config.mode == "static":
+    config = plan.config
+    if config.scheme.calibrates:
         _check_calibrated(prepared, plan)
         plan = _without_nonfinite_int8(prepared, plan)
     gm = _copy_for_conversion(prepared, plan)
     del gm.meta["quantize"]
-    with quantized_engine(plan.config.engine):
-        if plan.config.mode == "static":
-            conversion = _StaticConversion(gm, plan)
+    ao = config.kernels == "torch.ao"
+    with quantized_engine(config.engine) if ao else contextlib.nullcontext():
+        if config.scheme.calibrates:
+            conversion = (_StaticConversion if ao else _PlainStaticConversion)(gm, plan)
             conversion.run()
         else:
-            _convert_dynamic(gm, plan)
+            (_convert_dynamic if ao else _convert_layers)(gm, plan)
+    notes = {} if ao else _kernel_notes(gm, plan)
     gm.graph.lint()
     gm.delete_all_unused_submodules()  # the observers, and the float layers swapped out
     gm.recompile()
-    gm.meta["quantize_report"] = QuantReport.of(plan)
+    gm.meta["quantize_report"] = QuantReport.of(plan, notes)
     return gm
 
 
@@ -114,7 +145,7 @@ def _copy_for_conversion(prepared: GraphModule, plan: QuantPlan) -> GraphModule:
     containers are new objects: copying their float weights would be wasted time and memory.
     """
     memo: dict[int, object] = {}
-    replaced = [name for name, row in plan.decisions.items() if row.kind in ("int8", "dynamic")]
+    replaced = [name for name, row in plan.decisions.items() if Kind(row.kind).quantized]
     targets = {node.name: node.target for node in prepared.graph.find_nodes(op="call_module")}
     for name in [*plan.observers, *(targets[n] for n in replaced if n in targets)]:
         module = prepared.get_submodule(name)
@@ -169,18 +200,20 @@ def _without_nonfinite_int8(prepared: GraphModule, plan: QuantPlan) -> QuantPlan
         producer = _int8_producer(plan, value.name)
         for name in [user.name for user in node.users] + [producer]:
             decision = plan.decisions.get(name)
-            if decision is not None and decision.kind == "int8":
+            if decision is not None and decision.kind == Kind.INT8:
                 demoted.setdefault(name, why)
     if not demoted:
         return plan
     decisions = dict(plan.decisions)
     fused_relu = dict(plan.fused_relu)
     for name, why in demoted.items():
-        decisions[name] = dataclasses.replace(decisions[name], kind="float", reason=why)
+        decisions[name] = dataclasses.replace(decisions[name], kind=Kind.FLOAT, reason=why)
         relu = fused_relu.pop(name, None)
         if relu is not None:
             why_float = f"its input %{name} is float"
-            decisions[relu] = dataclasses.replace(decisions[relu], kind="float", reason=why_float)
+            decisions[relu] = dataclasses.replace(
+                decisions[relu], kind=Kind.FLOAT, reason=why_float
+            )
     return dataclasses.replace(plan, decisions=decisions, fused_relu=fused_relu)
 
 
@@ -199,7 +232,10 @@ def _observed_value(plan: QuantPlan, observer: str) -> str:
 
 
 class _StaticConversion:
-    """One static conversion of ``gm`` (a copy of the prepared model), in graph order."""
+    """One static conversion of ``gm`` (a copy of the prepared model), in graph order, to
+    torch's quantized tensors and modules (``kernels="torch.ao"``)."""
+
+    quantize = torch.quantize_per_tensor  # what quantizes a float value at an int8 border
 
     def __init__(self, gm: GraphModule, plan: QuantPlan) -> None:
         self.gm = gm
@@ -221,13 +257,13 @@ class _StaticConversion:
                 continue
             decision = self.plan.decisions.get(node.name)
             kind = decision.kind if decision else None
-            if kind == "identity" and node.args and isinstance(node.args[0], Node):
+            if kind == Kind.IDENTITY and node.args and isinstance(node.args[0], Node):
                 self._erase(node, node.args[0])
-            elif kind == "int8":
+            elif kind == Kind.INT8:
                 self._int8(node)
             elif not self._stays_int8(node, kind):
                 self._dequantize_inputs(node)
-        for quantize in self.graph.find_nodes(op="call_function", target=torch.quantize_per_tensor):
+        for quantize in self.graph.find_nodes(op="call_function", target=self.quantize):
             if not quantize.users:  # its float users read the float value itself
                 self.graph.erase_node(quantize)
 
@@ -283,7 +319,7 @@ class _StaticConversion:
 
     def _stays_int8(self, node: Node, kind: str | None) -> bool:
         """A node that computes on its int8 input as it is (and passes the parameters on)."""
-        if kind not in ("shared", None) or node.op in ("placeholder", "get_attr", "output"):
+        if kind not in (Kind.SHARED, None) or node.op in ("placeholder", "get_attr", "output"):
             return False
         first = node.args[0] if node.args else None
         if kind is None:  # not a float tensor: sizes and shapes may be read off int8 values
@@ -320,9 +356,188 @@ def _convert_dynamic(gm: GraphModule, plan: QuantPlan) -> None:
     engine = plan.config.engine
     for node in gm.graph.find_nodes(op="call_module"):
         decision = plan.decisions.get(node.name)
-        if decision is None or decision.kind != "dynamic":
+        if decision is None or decision.kind != Kind.DYNAMIC:
             continue
         module = gm.get_submodule(node.target)
         make = DYNAMIC_MODULES[type(module)]
         weight_observer = functools.partial(decision.spec.weight_observer, engine)
         gm.add_submodule(node.target, make(module, weight_observer))
+
+
+# ---------------------------------------------------------------- plain tensors
+class _PlainStaticConversion(_StaticConversion):
+    """The static conversion to fxloom's operators on plain tensors (``quantize.ops``): uint8
+    activations, int8 weights with a scale per output channel, held as buffers of ``gm``."""
+
+    quantize = staticmethod(ops.quantize)
+
+    def _observer(self, node: Node) -> None:
+        value = node.args[0]
+        if value in self.qparams:
+            self._erase(node, value)
+            return
+        scale, zero_point = self._params(node.target)
+        args = (value, scale, zero_point, *ops.ACTIVATION_RANGE, torch.uint8)
+        with self.graph.inserting_before(node):
+            # named for the value, never "quantize": the function's name in the generated
+            # code must not depend on which nodes were made and erased (a loaded copy has not)
+            quantize = self.graph.create_node(
+                "call_function", ops.quantize, args, name=f"{value.name}_q"
+            )
+        self._erase(node, quantize)
+        self.qparams[quantize] = (scale, zero_point)
+
+    def _int8(self, node: Node) -> None:
+        relu_name = self.plan.fused_relu.get(node.name)
+        relu = self.by_name[relu_name] if relu_name else None
+        entry = STATIC_OPS[table_key(node, self.gm)]
+        float_out = node.name in self.plan.float_io
+        out = (0.0, 0) if float_out else self._params(self.observer_of[(relu or node).name])
+        if isinstance(entry, QuantizedModule):
+            self._layer(node, entry, out, relu is not None, float_out)
+        else:
+            (a, b), params = node.args[:2], [self.qparams[value] for value in node.args[:2]]
+            node.target = getattr(ops, entry.plain)
+            node.args = (a, *params[0], b, *params[1], *out, relu is not None)
+        if not float_out:
+            self.qparams[node] = out
+        if relu is not None:
+            self._erase(relu, node)
+
+    def _layer(self, node, entry, out, relu: bool, float_out: bool) -> None:
+        module = self.gm.get_submodule(node.target)
+        spec = self.plan.decisions[node.name].spec
+        observer = spec.weight_observer(self.engine, entry.weight_axis)
+        weight, scale = weights.int8_per_channel(module.weight, observer)
+        (value,) = node.args
+        x_params = self.qparams[value]
+        if float_out:  # reads the float value its input's quantize was made from
+            value = value.args[0]  # (the quantize goes at the end of run() if unread)
+        with self.graph.inserting_before(node):
+            held = _hold(self.gm, node.target, weight=weight, scale=scale, bias=_bias(module))
+        args = (value, *x_params, held["weight"], held["scale"], held["bias"])
+        if entry.plain == "conv2d_int8":
+            args = (*args, *_conv_geometry(module))
+            node.args = (*args, *out, relu)
+        else:
+            node.args = (*args, *out, relu, False)
+        node.op, node.target = "call_function", getattr(ops, entry.plain)
+
+    def _stays_int8(self, node: Node, kind: Kind | None) -> bool:
+        stays = super()._stays_int8(node, kind)
+        if stays and kind == Kind.SHARED and table_key(node, self.gm) in RELU:
+            self._relu_on_integers(node)
+        return stays
+
+    def _relu_on_integers(self, node: Node) -> None:
+        """ReLU of an affine uint8 value: the integers below its zero point become it."""
+        first = node.args[0]
+        _, zero_point = self.qparams[first]
+        with self.graph.inserting_before(node):
+            clamped = self.graph.call_function(torch.clamp_min, (first, zero_point))
+        self.qparams[clamped] = self.qparams.pop(node)
+        self._erase(node, clamped)
+
+    def _dequantized(self, value: Node) -> Node:
+        if value.target is ops.quantize:  # the float value itself is at hand
+            return value.args[0]
+        if value not in self.dequantized:
+            scale, zero_point = self.qparams[value]
+            args = (value, scale, zero_point, *ops.ACTIVATION_RANGE, torch.uint8)
+            with self.graph.inserting_after(value):
+                self.dequantized[value] = self.graph.create_node(
+                    "call_function", ops.dequantize, args, name=f"{value.name}_float"
+                )
+        return self.dequantized[value]
+
+
+def _bias(module: torch.nn.Module) -> torch.Tensor | None:
+    return None if module.bias is None else module.bias.detach().float().clone()
+
+
+def _conv_geometry(module: torch.nn.Module) -> tuple:
+    if module.padding_mode != "zeros" or isinstance(module.padding, str):
+        raise QuantizeError(
+            f"{type(module).__name__}(padding={module.padding!r}, padding_mode="
+            f"{module.padding_mode!r}): the plain int8 convolution pads with zeros by numbers; "
+            "use QuantConfig(kernels='torch.ao') or leave this layer in float "
+            "(config.set_module_type(type, None))"
+        )
+    return (list(module.stride), list(module.padding), list(module.dilation), module.groups)
+
+
+def _hold(gm: GraphModule, target: str, **tensors: torch.Tensor | None) -> dict[str, Node | None]:
+    """``tensors`` as buffers of ``gm`` named after the layer they replace, read by get_attr."""
+    held: dict[str, Node | None] = {}
+    stem = target.replace(".", "_")
+    for role, tensor in tensors.items():
+        if tensor is None:
+            held[role] = None
+            continue
+        name = attr_path.free_name(gm, f"{role}_{stem}")  # an identifier ("weight_0")
+        gm.register_buffer(name, tensor)
+        held[role] = gm.graph.get_attr(name)
+    return held
+
+
+def _convert_layers(gm: GraphModule, plan: QuantPlan) -> None:
+    """Dynamic and weight-only schemes: each planned Linear becomes its fxloom operator."""
+    scheme = plan.config.scheme
+    for node in list(gm.graph.find_nodes(op="call_module")):
+        decision = plan.decisions.get(node.name)
+        if decision is None or not Kind(decision.kind).quantized:
+            continue
+        module = gm.get_submodule(node.target)
+        observer = decision.spec.weight_observer(plan.config.engine)
+        with gm.graph.inserting_before(node):
+            target, args = LAYER_OPERATORS[scheme.weight_bits](gm, node, module, scheme, observer)
+        node.op, node.target, node.args, node.kwargs = "call_function", target, args, {}
+
+
+def _int8_layer(gm, node, module, scheme, observer):
+    weight, scale = weights.int8_per_channel(module.weight, observer)
+    held = _hold(gm, node.target, weight=weight, scale=scale, bias=_bias(module))
+    (x,) = node.args
+    if scheme.activations is None:  # weight-only
+        return ops.linear_w8, (x, held["weight"], held["scale"], held["bias"])
+    args = (x, 0.0, 0, held["weight"], held["scale"], held["bias"], 0.0, 0, False, True)
+    return ops.linear_int8, args
+
+
+def _int4_layer(gm, node, module, scheme, observer):
+    packed, scale, zero_point = weights.int4_grouped(module.weight, scheme.group_size)
+    held = _hold(
+        gm, node.target, weight=packed, scale=scale, zero_point=zero_point, bias=_bias(module)
+    )
+    (x,) = node.args
+    args = (x, held["weight"], held["scale"], held["zero_point"], scheme.group_size, held["bias"])
+    return ops.linear_w4, args
+
+
+LAYER_OPERATORS = {8: _int8_layer, 4: _int4_layer}  # QuantScheme.weight_bits -> its layer
+
+
+def _kernel_notes(gm: GraphModule, plan: QuantPlan) -> dict[str, str]:
+    """Each quantized node's reason, with the kernel the table gives it on this CPU and why."""
+    notes = {}
+    for node in gm.graph.nodes:
+        decision = plan.decisions.get(node.name)
+        name = getattr(node.target, "__name__", None)
+        if decision is None or node.op != "call_function" or name not in ops.OPERATORS:
+            continue
+        explained = kernels.explain(name, **_call_shape(gm, node, name))
+        notes[node.name] = f"{decision.reason}; kernel: {explained}"
+    return notes
+
+
+def _call_shape(gm: GraphModule, node: Node, name: str) -> dict:
+    """What the kernel table decides by, as the converted graph knows it (not the batch)."""
+    if name == "linear_int8":
+        w = gm.get_buffer(node.args[3].target)
+        return {"dynamic": node.args[9], "n": w.shape[0], "k": w.shape[1]}
+    if name in ("linear_w8", "linear_w4"):
+        w = gm.get_buffer(node.args[1].target)
+        k = w.shape[1] * (2 if name == "linear_w4" else 1)
+        group = {"group": node.args[4]} if name == "linear_w4" else {}
+        return {"n": w.shape[0], "k": k, **group}
+    return {}

@@ -35,12 +35,15 @@ from fxloom._format import describe_target
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.quantize.config import QuantConfig, QuantSpec
+from fxloom.quantize.schemes import Kind
 from fxloom.quantize.table import (
     DYNAMIC_MODULES,
     FLOAT_IO,
     FLOAT_IO_ENGINES,
     IDENTITY_IN_EVAL,
     KEPT_FLOAT,
+    NOT_ON_PLAIN_INTEGERS,
+    PLAIN_SHARES,
     RELU,
     SHARES_QPARAMS,
     STATIC_OPS,
@@ -48,8 +51,16 @@ from fxloom.quantize.table import (
     QuantizedModule,
 )
 
-__all__ = ["Decision", "QuantPlan", "plan_dynamic", "plan_static", "table_key"]
+__all__ = ["Decision", "Kind", "QuantPlan", "plan", "plan_layers", "plan_static", "table_key"]
 
+NO_PLAIN_OPERATOR = (
+    "its table row names no fxloom operator (``plain``) for the plain kernels; "
+    "QuantConfig(kernels='torch.ao') uses its torch.ao module"
+)
+PADS_OTHERWISE = (
+    "it pads other than with zeros by numbers, which fxloom_q.conv2d_int8 does not "
+    "(QuantConfig(kernels='torch.ao') pads reflect)"
+)
 NO_KERNEL = (
     "no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)"
 )
@@ -57,11 +68,11 @@ NO_KERNEL = (
 
 @dataclass
 class Decision:
-    """What happens to one node: ``kind`` (int8, fused, shared, float, identity, dynamic)."""
+    """What happens to one node: ``kind``, a ``schemes.Kind``."""
 
     node: str
     calls: str  # what the node calls, for people: "encoder.0, a Linear", "torch.add"
-    kind: str
+    kind: Kind
     reason: str
     spec: QuantSpec | None = None
 
@@ -101,62 +112,117 @@ def plan_static(gm: GraphModule, config: QuantConfig) -> QuantPlan:
     return plan
 
 
-def plan_dynamic(gm: GraphModule, config: QuantConfig) -> QuantPlan:
+def plan(gm: GraphModule, config: QuantConfig) -> QuantPlan:
+    """The plan of ``config.scheme``: every operator decided (``plans="graph"``), or only its
+    layers (``plans="layers"``: dynamic and weight-only)."""
+    return PLANNERS[config.scheme.plans](gm, config)
+
+
+# A layer class -> why the plain kernels leave it in float for a layer-by-layer scheme (their
+# one layer is the linear one; kernels="torch.ao" has dynamic LSTM/GRU modules).
+_NO_PLAIN_LAYER = "no plain-tensor kernel for it (QuantConfig(kernels='torch.ao') has one)"
+
+
+def plan_layers(gm: GraphModule, config: QuantConfig) -> QuantPlan:
+    scheme = config.scheme
     plan = QuantPlan(config)
     for node in gm.graph.find_nodes(op="call_module"):
         key = table_key(node, gm)
-        if key not in DYNAMIC_MODULES:
+        if key not in scheme.layers:
             continue
         spec, source = _choose(node, gm, config)
+        calls = describe_target(node)
+        why_not = _layer_refusal(gm.get_submodule(node.target), config)
         if spec is None:
-            decision = Decision(node.name, describe_target(node), "float", _float_by(source))
+            decision = Decision(node.name, calls, Kind.FLOAT, _float_by(source))
+        elif why_not:
+            decision = Decision(node.name, calls, Kind.FLOAT, why_not)
         else:
-            decision = Decision(
-                node.name, describe_target(node), "dynamic", "int8 weights, activations per batch"
-            )
-            decision.spec = spec
+            decision = Decision(node.name, calls, scheme.layer_kind, scheme.why, spec)
         plan.decisions[node.name] = decision
     return plan
+
+
+def _layer_refusal(module: torch.nn.Module, config: QuantConfig) -> str:
+    """Why a layer of the scheme stays float with these kernels ("" if it does not)."""
+    if config.kernels == "torch.ao":
+        return (
+            ""
+            if type(module) in DYNAMIC_MODULES and config.scheme.layer_kind == Kind.DYNAMIC
+            else (
+                "kernels='torch.ao' has dynamic int8 layers only (weight-only needs the plain kernels)"
+            )
+        )
+    if not isinstance(module, torch.nn.Linear):
+        return _NO_PLAIN_LAYER
+    group = config.scheme.group_size
+    if group is not None and module.in_features % group:
+        return f"its {module.in_features} inputs are not a multiple of the group size {group}"
+    return ""
+
+
+plan_dynamic = plan_layers  # the earlier name
 
 
 def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision:
     key = table_key(node, gm)
     calls = describe_target(node)
     if isinstance(key, type) and key in IDENTITY_IN_EVAL:
-        return Decision(node.name, calls, "identity", "returns its input in eval mode")
+        return Decision(node.name, calls, Kind.IDENTITY, "returns its input in eval mode")
     spec, source = _choose(node, gm, config)
     entry = STATIC_OPS.get(key) if _hashable(key) else None
     if spec is None:
-        return Decision(node.name, calls, "float", _float_by(source))
+        return Decision(node.name, calls, Kind.FLOAT, _float_by(source))
+    ao = config.kernels == "torch.ao"
+    if entry is not None and not ao and not entry.plain:
+        return Decision(node.name, calls, Kind.FLOAT, NO_PLAIN_OPERATOR)
+    if isinstance(entry, QuantizedModule) and not ao and _pads_otherwise(node, gm):
+        return Decision(node.name, calls, Kind.FLOAT, PADS_OTHERWISE)
     if isinstance(entry, QuantizedModule):
-        return Decision(node.name, calls, "int8", entry.kernel, spec)
+        kernel = entry.kernel if ao else f"fxloom_q.{entry.plain}"
+        return Decision(node.name, calls, Kind.INT8, kernel, spec)
     if isinstance(entry, QuantizedFunction) and node.op == "call_function":
         # (a method call, ``x.add(y)``, would need its node rewritten into a function call)
         if len(_tensor_inputs(node)) == 2 and not node.kwargs:
-            return Decision(node.name, calls, "int8", _kernel_name(entry.kernel), spec)
-        return Decision(node.name, calls, "float", "its int8 kernel takes two tensors, no scalar")
+            kernel = _kernel_name(entry.kernel) if ao else f"fxloom_q.{entry.plain}"
+            return Decision(node.name, calls, Kind.INT8, kernel, spec)
+        return Decision(
+            node.name, calls, Kind.FLOAT, "its int8 kernel takes two tensors, no scalar"
+        )
     if _hashable(key) and key in KEPT_FLOAT:
-        return Decision(node.name, calls, "float", KEPT_FLOAT[key])
+        return Decision(node.name, calls, Kind.FLOAT, KEPT_FLOAT[key])
+    if not ao and _hashable(key) and key in SHARES_QPARAMS and key not in PLAIN_SHARES:
+        return Decision(node.name, calls, Kind.FLOAT, NOT_ON_PLAIN_INTEGERS)
     if _hashable(key) and key in SHARES_QPARAMS:
-        return Decision(node.name, calls, "shared", "computes on int8 with its input's scale", spec)
-    return Decision(node.name, calls, "float", NO_KERNEL)
+        return Decision(
+            node.name, calls, Kind.SHARED, "computes on int8 with its input's scale", spec
+        )
+    return Decision(node.name, calls, Kind.FLOAT, NO_KERNEL)
+
+
+def _pads_otherwise(node: Node, gm: GraphModule) -> bool:
+    """A convolution whose padding the plain int8 convolution cannot do (``padding_mode``
+    other than zeros, or ``padding="same"``)."""
+    module = gm.get_submodule(node.target) if node.op == "call_module" else None
+    mode = getattr(module, "padding_mode", "zeros")
+    return mode != "zeros" or isinstance(getattr(module, "padding", 0), str)
 
 
 def _fuse_relus(gm: GraphModule, plan: QuantPlan) -> None:
     """An int8 operator whose only user is a ReLU computes both (``LinearReLU``, ``add_relu``)."""
     for node in gm.graph.nodes:
         decision = plan.decisions.get(node.name)
-        if decision is None or decision.kind != "int8" or len(node.users) != 1:
+        if decision is None or decision.kind != Kind.INT8 or len(node.users) != 1:
             continue
         if not STATIC_OPS[table_key(node, gm)].fuses_relu:
             continue
         (user,) = node.users
         user_decision = plan.decisions.get(user.name)
-        if user_decision is None or user_decision.kind != "shared":
+        if user_decision is None or user_decision.kind != Kind.SHARED:
             continue
         if table_key(user, gm) in RELU and user.args[:1] == (node,) and not _inplace(user):
             plan.fused_relu[node.name] = user.name
-            user_decision.kind = "fused"
+            user_decision.kind = Kind.FUSED
             user_decision.reason = f"fused into %{node.name}"
 
 
@@ -165,9 +231,9 @@ def _place_observers(gm: GraphModule, plan: QuantPlan) -> None:
     int8: set[str] = set()
     for node in gm.graph.nodes:
         decision = plan.decisions.get(node.name)
-        if decision is None or decision.kind == "fused":
+        if decision is None or decision.kind == Kind.FUSED:
             continue
-        if decision.kind == "int8":
+        if decision.kind == Kind.INT8:
             for value in _tensor_inputs(node):
                 if value.name not in int8:
                     plan.observed.setdefault(value.name, decision.spec)
@@ -178,12 +244,12 @@ def _place_observers(gm: GraphModule, plan: QuantPlan) -> None:
             produced = plan.fused_relu.get(node.name, node.name)
             int8.update({node.name, produced})
             plan.observed[produced] = decision.spec
-        elif decision.kind in ("shared", "identity"):
+        elif decision.kind in (Kind.SHARED, Kind.IDENTITY):
             first = node.args[0] if node.args else None
             if isinstance(first, Node) and first.name in int8:
                 int8.add(node.name)
-            elif decision.kind == "shared":
-                decision.kind = "float"
+            elif decision.kind == Kind.SHARED:
+                decision.kind = Kind.FLOAT
                 decision.reason = "its input is float (on int8 it would keep its input's scale)"
 
 
@@ -193,7 +259,7 @@ def _float_in_and_out(node: Node, gm: GraphModule, plan: QuantPlan, int8: set[st
     io = FLOAT_IO.get(table_key(node, gm)) if node.op == "call_module" else None
     if (
         io is None
-        or plan.config.engine not in FLOAT_IO_ENGINES
+        or (plan.config.kernels == "torch.ao" and plan.config.engine not in FLOAT_IO_ENGINES)
         or not io.fits(gm.get_submodule(node.target))
     ):
         return False
@@ -204,7 +270,7 @@ def _float_in_and_out(node: Node, gm: GraphModule, plan: QuantPlan, int8: set[st
         return False
     output = next(iter(node.users)) if node.name in plan.fused_relu else node
     readers = [plan.decisions.get(user.name) for user in output.users]
-    return all(reader is None or reader.kind == "float" for reader in readers)
+    return all(reader is None or reader.kind == Kind.FLOAT for reader in readers)
 
 
 def _choose(node: Node, gm: GraphModule, config: QuantConfig) -> tuple[QuantSpec | None, str]:
@@ -246,3 +312,6 @@ def _hashable(value: Any) -> bool:
     except TypeError:
         return False
     return True
+
+
+PLANNERS = {"graph": plan_static, "layers": plan_layers}  # QuantScheme.plans -> its planner

@@ -43,7 +43,7 @@ from fxloom.quantize.config import QuantConfig
 from fxloom.quantize.errors import QuantizeError
 from fxloom.quantize.exported import lift_layers
 from fxloom.quantize.observers import Observer
-from fxloom.quantize.plan import QuantPlan, plan_dynamic, plan_static
+from fxloom.quantize.plan import QuantPlan, plan
 
 __all__ = ["prepare"]
 
@@ -96,9 +96,9 @@ def prepare(
     gm = _module_to_quantize(model, inputs)
     gm = fuse(gm)  # a copy: the caller's model and GraphModule stay as they were
     _propagate_shapes(gm, inputs)
-    plan = plan_static(gm, config) if config.mode == "static" else plan_dynamic(gm, config)
-    _insert_observers(gm, plan)
-    gm.meta["quantize"] = plan
+    quantization_plan = plan(gm, config)
+    _insert_observers(gm, quantization_plan)
+    gm.meta["quantize"] = quantization_plan
     return gm
 
 

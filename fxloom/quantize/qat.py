@@ -54,12 +54,13 @@ from fxloom.quantize.fake_quantize import FakeQuantize
 from fxloom.quantize.plan import QuantPlan, plan_static, table_key
 from fxloom.quantize.prepare import _insert_observers, _module_to_quantize, _propagate_shapes
 from fxloom.quantize.qat_modules import QAT_MODULES
+from fxloom.quantize.schemes import Kind
 from fxloom.quantize.table import STATIC_OPS, QuantizedModule
 
 __all__ = ["QAT_CONFIG", "prepare_qat"]
 
 # The default of prepare_qat: static x86, activations by moving-average min/max.
-QAT_CONFIG = QuantConfig(global_spec=QuantSpec(activation="moving_average"))
+QAT_CONFIG = QuantConfig(global_spec=QuantSpec(activation="moving_average"), scheme="qat")
 
 
 def prepare_qat(
@@ -83,7 +84,7 @@ def prepare_qat(
     config = QAT_CONFIG if config is None else config
     if not isinstance(model, (torch.nn.Module, ExportedProgram)):
         raise TypeError(f"prepare_qat() takes an nn.Module, got {type(model).__name__}")
-    if config.mode != "static":
+    if not config.scheme.calibrates:
         raise QuantizeError(
             "prepare_qat() trains with int8 rounding of weights and activations, which is "
             f"static quantization, but the config's mode is {config.mode!r}; use "
@@ -107,7 +108,7 @@ def _swap_in_qat_layers(gm: GraphModule, plan: QuantPlan) -> None:
     engine = plan.config.engine
     for node in gm.graph.find_nodes(op="call_module"):
         decision = plan.decisions.get(node.name)
-        if decision is None or decision.kind != "int8":
+        if decision is None or decision.kind != Kind.INT8:
             continue
         module = gm.get_submodule(node.target)
         entry = STATIC_OPS.get(table_key(node, gm))

@@ -10,7 +10,7 @@ with ``rich.print(report)`` or ``report.print()``::
     >>> print(report(prepare(model, (torch.randn(2, 4),))))
     static int8, engine x86: 1 int8, 1 float
       node  calls        int8/float  why
-      _0    0, a Linear  int8        quantized::linear, float in/out (one int8 kernel)
+      _0    0, a Linear  int8        fxloom_q.linear_int8, float in/out (one int8 kernel)
       _1    1, a SELU    float       no int8 kernel for it in fxloom.quantize.table (add a row to STATIC_OPS or SHARES_QPARAMS)
 
 Depends on: ``plan``; rich (imported when printing with it).
@@ -23,18 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fxloom.quantize.plan import Decision, QuantPlan
+from fxloom.quantize.schemes import Kind
 
 __all__ = ["QuantReport", "report"]
 
-# kind -> what the report's column says
-LABELS = {
-    "int8": "int8",
-    "dynamic": "int8 dynamic",
-    "fused": "int8 (fused)",
-    "shared": "int8 (shared)",
-    "float": "float",
-    "identity": "removed",
-}
+LABELS = {kind: kind.label for kind in Kind}  # kind -> what the report's column says
 
 
 @dataclass(frozen=True)
@@ -44,33 +37,36 @@ class QuantReport:
     mode: str
     engine: str
     rows: tuple[Decision, ...]
+    title: str = ""  # the scheme's (``QuantScheme.title``): "static int8", "w4 int4 (group 128)"
+    kernels: str = "plain"
 
     @classmethod
     def of(cls, plan: QuantPlan, kernels: dict[str, str] | None = None) -> QuantReport:
-        """The plan's decisions; ``kernels``: the kernel convert chose instead, by node."""
+        """The plan's decisions; ``kernels``: the reason with the kernel convert chose, by node."""
         kernels = kernels or {}
         rows = tuple(
             dataclasses.replace(row, reason=kernels[row.node]) if row.node in kernels else row
             for row in plan.decisions.values()
         )
-        return cls(plan.config.mode, plan.config.engine, rows)
+        config = plan.config
+        return cls(config.mode, config.engine, rows, config.scheme.title, config.kernels)
 
     @property
     def quantized(self) -> list[Decision]:
-        return [row for row in self.rows if row.kind in ("int8", "dynamic")]
+        return [row for row in self.rows if Kind(row.kind).quantized]
 
     @property
     def in_float(self) -> list[Decision]:
-        return [row for row in self.rows if row.kind == "float"]
+        return [row for row in self.rows if row.kind == Kind.FLOAT]
 
     def label(self, row: Decision) -> str:
         # A shared operator is int8 only inside an int8 region; the plan knows which.
-        return LABELS.get(row.kind, row.kind)
+        return Kind(row.kind).label
 
     def summary(self) -> str:
+        title = self.title or f"{self.mode} int8"
         return (
-            f"{self.mode} int8, engine {self.engine}: {len(self.quantized)} int8, "
-            f"{len(self.in_float)} float"
+            f"{title}, engine {self.engine}: {len(self.quantized)} int8, {len(self.in_float)} float"
         )
 
     def table_rows(self) -> list[tuple[str, str, str, str]]:

@@ -42,7 +42,11 @@ Everything else has no int8 kernel here and runs in float, with ``dequantize`` b
     >>> torch.ops.aten.mean.dim in KEPT_FLOAT
     True
 
-Depends on: torch (its quantized CPU modules and kernels: torch.ao.nn.quantized), ``fxloom.ops``.
+The plain kernels (the default) read each row's ``plain``: the fxloom operator
+(``quantize.ops``) it becomes. The builders of torch's quantized modules import
+``torch.ao.nn.quantized`` only when ``QuantConfig(kernels="torch.ao")`` converts.
+
+Depends on: torch (for kernels="torch.ao": its quantized CPU modules), ``fxloom.ops``.
 """
 
 from __future__ import annotations
@@ -54,9 +58,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.ao.nn.intrinsic.quantized as nniq
-import torch.ao.nn.quantized as nnq
-import torch.ao.nn.quantized.dynamic as nnqd
 from torch import nn
 
 from fxloom.ops.identity import OpSet, OpTable
@@ -78,6 +79,8 @@ __all__ = [
     "STATIC_OPS",
     "QuantizedFunction",
     "QuantizedModule",
+    "NOT_ON_PLAIN_INTEGERS",
+    "PLAIN_SHARES",
 ]
 
 # make(float_module, int8_weight, relu_fused) -> int8 module (scale and zero point set later)
@@ -88,8 +91,9 @@ MakeModule = Callable[[nn.Module, torch.Tensor, bool], nn.Module]
 class QuantizedModule:
     """A layer with weights, swapped for an int8 module; ``weight_axis`` is its output channels."""
 
-    make: MakeModule
-    kernel: str  # for the report
+    make: MakeModule  # kernels="torch.ao": builds torch's quantized module
+    kernel: str  # for the report (kernels="torch.ao")
+    plain: str = ""  # the fxloom operator of the plain kernels (``ops.<plain>``)
     fuses_relu: bool = True
     weight_axis: int = 0
 
@@ -100,6 +104,7 @@ class QuantizedFunction:
 
     kernel: Callable[..., torch.Tensor]
     relu_kernel: Callable[..., torch.Tensor] | None = None
+    plain: str = ""  # the fxloom operator of the plain kernels (``ops.<plain>``)
 
     @property
     def fuses_relu(self) -> bool:
@@ -107,15 +112,23 @@ class QuantizedFunction:
 
 
 def _linear(module: nn.Linear, weight: torch.Tensor, relu: bool) -> nn.Module:
+    import torch.ao.nn.intrinsic.quantized as nniq
+    import torch.ao.nn.quantized as nnq
+
     cls = nniq.LinearReLU if relu else nnq.Linear
     quantized = cls(module.in_features, module.out_features, module.bias is not None)
     quantized.set_weight_bias(weight, _bias(module))
     return quantized
 
 
-def _conv(plain: type, with_relu: type) -> MakeModule:
+def _conv(plain: str, with_relu: str) -> MakeModule:
+    """torch.ao's module classes by name, imported when first built (kernels="torch.ao")."""
+
     def make(module: nn.Module, weight: torch.Tensor, relu: bool) -> nn.Module:
-        cls = with_relu if relu else plain
+        import torch.ao.nn.intrinsic.quantized as nniq
+        import torch.ao.nn.quantized as nnq
+
+        cls = getattr(nniq, with_relu) if relu else getattr(nnq, plain)
         quantized = cls(
             module.in_channels,
             module.out_channels,
@@ -137,15 +150,21 @@ def _bias(module: nn.Module) -> torch.Tensor | None:
     return None if module.bias is None else module.bias.detach().float()
 
 
-_ADD = QuantizedFunction(torch.ops.quantized.add, torch.ops.quantized.add_relu)
-_MUL = QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu)
+_ADD = QuantizedFunction(torch.ops.quantized.add, torch.ops.quantized.add_relu, "add_int8")
+_MUL = QuantizedFunction(torch.ops.quantized.mul, torch.ops.quantized.mul_relu, "mul_int8")
 # Module classes are rows of their own: a layer's int8 twin is built from the module.
 STATIC_OPS: OpTable = OpTable(
     {
-        nn.Linear: QuantizedModule(_linear, "quantized::linear"),
-        nn.Conv1d: QuantizedModule(_conv(nnq.Conv1d, nniq.ConvReLU1d), "quantized::conv1d"),
-        nn.Conv2d: QuantizedModule(_conv(nnq.Conv2d, nniq.ConvReLU2d), "quantized::conv2d"),
-        nn.Conv3d: QuantizedModule(_conv(nnq.Conv3d, nniq.ConvReLU3d), "quantized::conv3d"),
+        nn.Linear: QuantizedModule(_linear, "quantized::linear", "linear_int8"),
+        nn.Conv1d: QuantizedModule(
+            _conv("Conv1d", "ConvReLU1d"), "quantized::conv1d", "conv2d_int8"
+        ),
+        nn.Conv2d: QuantizedModule(
+            _conv("Conv2d", "ConvReLU2d"), "quantized::conv2d", "conv2d_int8"
+        ),
+        nn.Conv3d: QuantizedModule(
+            _conv("Conv3d", "ConvReLU3d"), "quantized::conv3d", "conv2d_int8"
+        ),
         "add": _ADD,  # operator.add, torch.add, aten.add.Tensor (exported programs)
         "mul": _MUL,
     }
@@ -190,6 +209,35 @@ KEPT_FLOAT: OpTable = OpTable(
 
 IDENTITY_IN_EVAL: set[type] = {nn.Dropout, nn.Identity}
 
+# The operators of SHARES_QPARAMS that compute right on plain uint8 tensors (the plain
+# kernels): those that move, pick or order-compare values (an affine map keeps the order), and
+# ReLU (convert clamps at the zero point). On a quantized tensor torch.ao's kernels know the
+# scale; on plain integers any other row (Hardtanh added by a user, an average) would compute
+# on the codes, so it runs in float instead (``NOT_ON_PLAIN_INTEGERS`` says why).
+PLAIN_SHARES: OpSet = OpSet(
+    {
+        *RELU,
+        nn.Dropout,
+        nn.Identity,
+        *("max_pool1d", "max_pool2d", "max_pool3d", "getitem", "flatten", "view", "reshape"),
+        *("contiguous", "permute", "transpose", "squeeze", "unsqueeze", "chunk", "split"),
+        *("size", "dim"),
+    },
+    modules=True,
+    aten=False,
+    pinned={
+        aten.relu.default,
+        aten.view.default,
+        aten.reshape.default,
+        aten.flatten.using_ints,
+        aten.max_pool2d.default,
+    },
+)
+NOT_ON_PLAIN_INTEGERS = (
+    "on plain uint8 tensors it would compute on the integer codes (not in table.PLAIN_SHARES): "
+    "computed in float"
+)
+
 
 class LinearFloatIO(nn.Module):
     """An int8 linear layer with float input and output, its input scale fixed by calibration.
@@ -200,7 +248,7 @@ class LinearFloatIO(nn.Module):
 
     kernel = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
 
-    def __init__(self, linear: nnq.Linear, input_scale: float, input_zero_point: int) -> None:
+    def __init__(self, linear: nn.Module, input_scale: float, input_zero_point: int) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self._packed_params = linear._packed_params
@@ -255,14 +303,19 @@ FLOAT_IO_ENGINES = ("x86", "fbgemm")  # the engines whose packed weights impleme
 
 
 def _dynamic_linear(module: nn.Linear, weight_observer: Callable[[], Observer]) -> nn.Module:
+    import torch.ao.nn.quantized.dynamic as nnqd
+
     observer = weight_observer()
     quantized = nnqd.Linear(module.in_features, module.out_features, module.bias is not None)
     quantized.set_weight_bias(quantize_weight(module.weight, observer), _bias(module))
     return quantized
 
 
-def _dynamic_rnn(cls: type) -> Callable[[nn.Module, Callable[[], Observer]], nn.Module]:
+def _dynamic_rnn(name: str) -> Callable[[nn.Module, Callable[[], Observer]], nn.Module]:
     def make(module: nn.Module, weight_observer: Callable[[], Observer]) -> nn.Module:
+        import torch.ao.nn.quantized.dynamic as nnqd
+
+        cls = getattr(nnqd, name)
         # torch's from_float reads the weight observer from ``module.qconfig.weight``; give it
         # ours on a shallow copy, so the float module is not modified.
         shim = copy.copy(module)
@@ -274,8 +327,8 @@ def _dynamic_rnn(cls: type) -> Callable[[nn.Module, Callable[[], Observer]], nn.
 
 DYNAMIC_MODULES: dict[type, Callable[[nn.Module, Callable[[], Observer]], nn.Module]] = {
     nn.Linear: _dynamic_linear,
-    nn.LSTM: _dynamic_rnn(nnqd.LSTM),
-    nn.GRU: _dynamic_rnn(nnqd.GRU),
+    nn.LSTM: _dynamic_rnn("LSTM"),
+    nn.GRU: _dynamic_rnn("GRU"),
 }
 
 

@@ -8,7 +8,8 @@ enumerated, never inferred from where a name points. Each kind of entry:
   return, no storage, file or packed-object argument; minus ``UNCHECKED_OPERATORS``,
   which look pure but trust their inputs (unchecked sparse or nested constructors,
   views unchecked against their storage) or act on the process. Of the ``quantized``
-  namespace, only the elementwise kernels ``fxloom.quantize`` records. An overload
+  namespace, only the elementwise kernels ``fxloom.quantize`` records; ``fxloom_q`` is
+  fxloom's own quantized operators on plain tensors (``fxloom.quantize.ops``). An overload
   packet (``torch.ops.quantized.add``) picks its overload when called, so a packet
   call is allowed only where no refused overload could take its arguments
   (``packet_call_refusal``: an ``out`` overload needs one more tensor).
@@ -84,7 +85,10 @@ _MATH_FUNCTIONS = frozenset(
 TORCH_CLASSES = frozenset({"torch.Size", "torch.device", "torch.finfo", "torch.iinfo"})
 
 # ---------------------------------------------------------------- operators
-OPERATOR_NAMESPACES = frozenset({"aten", "prims", "quantized"})
+OPERATOR_NAMESPACES = frozenset({"aten", "prims", "quantized", "fxloom_q"})
+# fxloom's own operator namespaces -> the fxloom module that defines them, imported to look
+# one up (a fresh process loading an exported int8 program has not imported it yet)
+OWN_NAMESPACES = {"fxloom_q": "fxloom.quantize.ops"}
 # The quantized kernels a file may call (what fxloom.quantize's graphs call): elementwise
 # arithmetic on quantized tensors. The rest of the namespace prepacks and reads backends'
 # packed formats.
@@ -211,6 +215,8 @@ def _operator(parts: list[str]) -> Any:
         return MISSING
     if any(not is_plain_identifier(p) or p.startswith("__") for p in parts):
         return MISSING
+    if parts[0] in OWN_NAMESPACES:
+        importlib.import_module(OWN_NAMESPACES[parts[0]])  # fxloom's own, named by the table
     namespace = getattr(torch.ops, parts[0])
     try:
         found = getattr(namespace, parts[1])

@@ -52,6 +52,10 @@ DATA = {"deeprec_tiny": recommender_batch, "cnn_small": images, "resnet_tiny": i
 BOUNDS = {"deeprec_tiny": (0.08, 0.997), "cnn_small": (0.08, 0.997), "resnet_tiny": (0.10, 0.995)}
 
 
+# torch's quantized modules and kernels (the tests of that path, kept for one release)
+AO = QuantConfig(kernels="torch.ao")
+
+
 def quantized(name: str, config: QuantConfig | None = None):
     model, inputs = zoo.build(name)
     prepared = prepare(model, inputs, config)
@@ -90,7 +94,7 @@ def test_error_is_no_worse_than_torch_ao_fx_quantization(name: str) -> None:
 
 
 def test_weights_become_int8_modules_and_the_kernels_torch_s() -> None:
-    _, _, _, int8 = quantized("cnn_small")
+    _, _, _, int8 = quantized("cnn_small", AO)
     kinds = {type(m).__name__ for m in int8.modules()}
     assert {"ConvReLU2d", "Conv2d", "LinearFloatIO"} <= kinds
     assert not any(type(m) is nn.Conv2d or type(m) is nn.Linear for m in int8.modules())
@@ -100,7 +104,7 @@ def test_weights_become_int8_modules_and_the_kernels_torch_s() -> None:
 
 
 def test_int8_regions_are_entered_once_and_left_once() -> None:
-    _, _, _, int8 = quantized("cnn_small")
+    _, _, _, int8 = quantized("cnn_small", AO)
     nodes = list(int8.graph.nodes)
     quantizes = [n for n in nodes if n.target is torch.quantize_per_tensor]
     dequantizes = [n for n in nodes if n.target == "dequantize"]
@@ -110,7 +114,7 @@ def test_int8_regions_are_entered_once_and_left_once() -> None:
 
 
 def test_operators_without_an_int8_kernel_run_in_float_between_int8_layers() -> None:
-    _, _, _, int8 = quantized("deeprec_tiny")
+    _, _, _, int8 = quantized("deeprec_tiny", AO)
     selus = [
         n
         for n in int8.graph.nodes
@@ -130,7 +134,7 @@ def test_operators_without_an_int8_kernel_run_in_float_between_int8_layers() -> 
 
 
 def test_a_linear_between_float_neighbours_returns_float_from_one_kernel() -> None:
-    _, _, _, int8 = quantized("deeprec_tiny")
+    _, _, _, int8 = quantized("deeprec_tiny", AO)
     assert isinstance(int8.get_submodule("encoder.2"), LinearFloatIO)  # 32 -> 32
     assert isinstance(int8.get_submodule("decoder.4"), LinearFloatIO)  # 32 -> 256
     assert "float in/out" in {row.node: row for row in report(int8).rows}["encoder_2"].reason
@@ -141,7 +145,7 @@ def test_and_from_one_kernel_with_a_fused_relu() -> None:
     rows = batches(
         lambda seed: torch.randn(32, 8, generator=torch.Generator().manual_seed(seed)), 9
     )
-    prepared = prepare(model, (rows[0],))
+    prepared = prepare(model, (rows[0],), AO)
     int8 = convert(calibrate(prepared, rows[:8], progress=False))
     assert isinstance(int8.get_submodule("0"), LinearReLUFloatIO)
     with torch.no_grad():
@@ -151,7 +155,7 @@ def test_and_from_one_kernel_with_a_fused_relu() -> None:
 def test_but_not_where_its_input_rows_are_very_wide() -> None:
     # quantize_per_tensor + int8 Linear + dequantize is faster there (see table.WIDE_INPUT)
     model = nn.Sequential(nn.Linear(WIDE_INPUT, 16), nn.SELU()).eval()
-    prepared = prepare(model, (torch.randn(2, WIDE_INPUT),))
+    prepared = prepare(model, (torch.randn(2, WIDE_INPUT),), AO)
     int8 = convert(calibrate(prepared, [torch.randn(2, WIDE_INPUT)], progress=False))
     assert type(int8.get_submodule("0")).__name__ == "Linear"
     assert [n.target for n in int8.graph.nodes].count("dequantize") == 1
@@ -161,13 +165,15 @@ def test_nor_where_it_reads_an_int8_value() -> None:
     # dequantizing its input for the float-in/out kernel is slower at large batches than
     # dequantizing its output (FBGEMM, batch 256: 1.06x to 1.67x)
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
-    prepared = prepare(model, (torch.randn(4, 8),))
+    prepared = prepare(model, (torch.randn(4, 8),), AO)
     int8 = convert(calibrate(prepared, [torch.randn(4, 8) for _ in range(4)], progress=False))
     assert type(int8.get_submodule("2")).__name__ == "Linear"
 
 
 def test_qnnpack_keeps_quantize_layer_dequantize() -> None:
-    model, inputs, _, int8 = quantized("deeprec_tiny", QuantConfig(engine="qnnpack"))
+    model, inputs, _, int8 = quantized(
+        "deeprec_tiny", QuantConfig(engine="qnnpack", kernels="torch.ao")
+    )
     assert not any(isinstance(m, LinearFloatIO) for m in int8.modules())
     x = held_out("deeprec_tiny")
     with quantized_engine("qnnpack"), torch.no_grad():
@@ -175,7 +181,7 @@ def test_qnnpack_keeps_quantize_layer_dequantize() -> None:
 
 
 def test_a_module_path_left_in_float_keeps_its_float_layers() -> None:
-    config = QuantConfig().set_module_path("decoder", None)
+    config = AO.set_module_path("decoder", None)
     model, _, _, int8 = quantized("deeprec_tiny", config)
     assert type(int8.get_submodule("decoder.0")) is nn.Linear
     assert type(int8.get_submodule("encoder.0")) is not nn.Linear
@@ -191,7 +197,7 @@ def no_dequantize_feeds_a_quantize(gm: fxloom.GraphModule) -> bool:
 
 @pytest.mark.parametrize("name", sorted(DATA))
 def test_no_dequantize_quantize_pair_is_left(name: str) -> None:
-    assert no_dequantize_feeds_a_quantize(quantized(name)[3])
+    assert no_dequantize_feeds_a_quantize(quantized(name, AO)[3])
 
 
 def test_int8_flows_through_dropout_left_in_float_between_int8_layers() -> None:
@@ -204,12 +210,12 @@ def test_int8_flows_through_dropout_left_in_float_between_int8_layers() -> None:
         prepared = prepare(model, (torch.randn(4, 8),), config)
         return convert(calibrate(prepared, data, progress=False))
 
-    int8 = int8_model(QuantConfig().set_module_type(nn.Dropout, None))
+    int8 = int8_model(AO.set_module_type(nn.Dropout, None))
     assert [n.target for n in int8.graph.nodes].count("dequantize") == 1  # at the output
     assert no_dequantize_feeds_a_quantize(int8)
     x = torch.randn(16, 8)
     with torch.no_grad():
-        assert torch.equal(int8(x), int8_model(QuantConfig())(x))
+        assert torch.equal(int8(x), int8_model(AO)(x))
 
 
 def test_an_operator_reading_inf_is_kept_in_float_and_reported() -> None:
@@ -259,7 +265,7 @@ def test_the_report_lists_int8_and_float_operators_with_reasons() -> None:
 def test_the_report_prints_with_rich() -> None:
     from rich.console import Console
 
-    _, _, _, int8 = quantized("cnn_small")
+    _, _, _, int8 = quantized("cnn_small", AO)
     console = Console(record=True, width=160)
     console.print(report(int8))
     assert "quantized::conv2d" in console.export_text()
@@ -279,12 +285,13 @@ def test_converted_models_pickle_and_deepcopy() -> None:
 def test_an_operator_table_row_added_by_a_user_is_used() -> None:
     from fxloom.quantize.table import SHARES_QPARAMS
 
+    # (torch.ao computes on quantized tensors; the plain kernels: test_plain_flow.py)
     model = nn.Sequential(nn.Linear(8, 8), nn.Hardtanh(), nn.Linear(8, 4)).eval()
-    prepared = prepare(model, (torch.randn(4, 8),))
+    prepared = prepare(model, (torch.randn(4, 8),), AO)
     assert {row.node: row.kind for row in report(prepared).rows}["_1"] == "float"
     SHARES_QPARAMS.add(nn.Hardtanh)
     try:
-        prepared = prepare(model, (torch.randn(4, 8),))
+        prepared = prepare(model, (torch.randn(4, 8),), AO)
     finally:
         SHARES_QPARAMS.discard(nn.Hardtanh)
     assert {row.node: row.kind for row in report(prepared).rows}["_1"] == "shared"
@@ -316,6 +323,6 @@ def test_symmetric_activations_are_centred_on_the_middle_of_quint8(
     reduce_range: bool, middle: int
 ) -> None:
     spec = QuantSpec(symmetric=True, reduce_range=reduce_range)  # 0..255, or 0..127 (7 bits)
-    _, _, _, int8 = quantized("deeprec_tiny", QuantConfig(global_spec=spec))
+    _, _, _, int8 = quantized("deeprec_tiny", QuantConfig(global_spec=spec, kernels="torch.ao"))
     twins = [m for m in int8.modules() if isinstance(m, LinearFloatIO)]
     assert len(twins) == 6 and {twin.input_zero_point for twin in twins} == {middle}

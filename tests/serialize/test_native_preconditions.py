@@ -149,7 +149,7 @@ def float_io_file() -> bytes:
 
     torch.manual_seed(0)
     model, x = nn.Sequential(nn.Linear(4, 3)).eval(), torch.randn(8, 4)
-    prepared = prepare(model, (x,), QuantConfig(engine="x86"))
+    prepared = prepare(model, (x,), QuantConfig(engine="x86", kernels="torch.ao"))  # its modules
     calibrate(prepared, [(x,)], progress=False)
     gm = convert(prepared)
     assert type(gm._modules["0"]).__name__ == "LinearFloatIO"

@@ -173,16 +173,20 @@ def fused() -> Case:
     return Case(gm, inputs, rebatched(inputs, 3))
 
 
-def quantized(name: str, mode: str = "static", exported: bool = False) -> Case:
+def quantized(
+    name: str, mode: str = "static", exported: bool = False, kernels: str = "torch.ao"
+) -> Case:
+    """torch.ao's packed quantized layers (what these cases save), or fxloom's plain ones."""
     from fxloom.quantize import QuantConfig, calibrate, convert, prepare
 
     model, inputs = zoo_model(name)
     source = fxloom.export.export(model, inputs) if exported else model
-    prepared = prepare(source, inputs, QuantConfig(mode=mode))
+    prepared = prepare(source, inputs, QuantConfig(mode=mode, kernels=kernels))
     if mode == "static":
         calibrate(prepared, [inputs, rebatched(inputs, len(inputs[0]))], progress=False)
     gm = convert(prepared)
-    assert any(type(m).__module__.startswith("torch.ao.nn") for m in gm.modules())
+    torch_ao = any(type(m).__module__.startswith("torch.ao.nn") for m in gm.modules())
+    assert torch_ao == (kernels == "torch.ao")
     return Case(gm, inputs, rebatched(inputs, inputs[0].shape[0] + 2))
 
 
@@ -190,7 +194,7 @@ def quantized_module(model: nn.Module, inputs: tuple, mode: str = "static") -> C
     """A small model of layers that stay int8 from one to the next (no float-in/out layer)."""
     from fxloom.quantize import QuantConfig, calibrate, convert, prepare
 
-    prepared = prepare(model.eval(), inputs, QuantConfig(mode=mode))
+    prepared = prepare(model.eval(), inputs, QuantConfig(mode=mode, kernels="torch.ao"))
     if mode == "static":
         calibrate(prepared, [inputs, rebatched(inputs, len(inputs[0]))], progress=False)
     return Case(convert(prepared), inputs, rebatched(inputs, len(inputs[0]) + 3))
@@ -377,6 +381,10 @@ CASES: dict[str, Callable[[], Case]] = {
     "int8-exported-cnn_small": lambda: quantized("cnn_small", exported=True),
     "dynamic-int8-transformer_tiny": lambda: quantized("transformer_tiny", "dynamic"),
     "int8-linear-stack": int8_linear_stack,
+    "int8-plain-cnn_small": lambda: quantized("cnn_small", kernels="plain"),
+    "dynamic-int8-plain-transformer_tiny": lambda: quantized(
+        "transformer_tiny", "dynamic", kernels="plain"
+    ),
     "dynamic-int8-lstm-gru": dynamic_recurrent,
     "lowered-resnet_tiny": lowered_resnet,
     "lowered-two-regions": lowered_in_two_regions,

@@ -66,7 +66,8 @@ class Int8(nn.Module):
 def _quantized(model: nn.Module, x: torch.Tensor, mode: str = "static") -> bytes:
     from fxloom.quantize import QuantConfig, calibrate, convert, prepare
 
-    prepared = prepare(model.eval(), (x,), QuantConfig(mode=mode))
+    # torch.ao's quantized modules: the records these cases edit (kernels="plain" has none)
+    prepared = prepare(model.eval(), (x,), QuantConfig(mode=mode, kernels="torch.ao"))
     if mode == "static":
         calibrate(prepared, [(x,)], progress=False)
     return saved_gm(convert(prepared))

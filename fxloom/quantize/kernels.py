@@ -1,0 +1,319 @@
+"""The kernel table: which kernel computes each of fxloom's quantized operators on this CPU.
+
+The scheme decides *what* is computed (``quantize.ops``: each operator's reference); this
+table decides *how fast*, per operator, by the call's shapes and dtypes and the CPU's
+features. ``KERNELS[op]`` lists the candidates, fastest first; the first whose condition
+holds runs, and the reference is the last resort. No kernel departs from its operator's
+reference beyond float rounding (``tests/quantize/test_kernels.py`` checks each row).
+
+Seeded from the measurements of ``shared/design/quantize-plain-tensors.md`` (section 2, one
+thread, AVX512-VNNI without AMX):
+
+    op           kernel                              condition
+    linear_int8  onednn.qlinear_pointwise            static activations (uint8, per tensor)
+    linear_int8  aten._int_mm (per-token int8)       dynamic activations, K and N multiples
+                                                     of 8 (else the reference)
+    linear_w8    aten._weight_int8pack_mm            bf16 activations on a CPU with
+                                                     AVX512-BF16 (fed fp32 it is 2-5x slower
+                                                     than fp32: there the reference)
+    linear_w4    aten._weight_int4pack_mm_for_cpu    K a multiple of 32, N of 16
+    conv2d_int8  onednn.qconv_pointwise              2-d, zero padding
+    anything else: the reference
+
+Kernels that want the weight in their own layout (onednn's prepacked weights, int4 tiles)
+get it on first use, cached by the weight tensor's identity and version (``PACKED``): an
+in-place change of the weight packs again, and the packed form is never saved, so a file
+written on one CPU runs on another. ``explain(op, ...)`` says which kernel a layer gets and
+why, for ``report()``::
+
+    >>> from fxloom.quantize import kernels
+    >>> kernels.explain("linear_int8", dynamic=False).split(" (")[0]
+    'onednn.qlinear_pointwise'
+
+Depends on: torch, ``ops`` (the references).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fxloom.quantize import ops
+
+__all__ = ["KERNELS", "PACKED", "Kernel", "cpu_features", "explain", "kernel_for", "run"]
+
+
+@functools.cache
+def cpu_features() -> frozenset[str]:
+    """The CPU features the table's conditions read: ``vnni``, ``avx512_bf16``, ``amx``,
+    ``onednn`` (torch built with oneDNN)."""
+    probes = {
+        "vnni": torch.cpu._is_vnni_supported,
+        "avx512_bf16": torch.cpu._is_avx512_bf16_supported,
+        "amx": torch.cpu._is_amx_tile_supported,
+        "onednn": torch.backends.mkldnn.is_available,
+    }
+    return frozenset(name for name, probe in probes.items() if probe())
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One row: ``fits(args, features)`` says "" when it can run the call, else why not;
+    ``compute(args, packed)`` computes it; ``pack(args)`` (optional) makes the weight's
+    layout once per weight version; ``why``: for the report."""
+
+    name: str
+    fits: Callable[[tuple, frozenset[str]], str]
+    compute: Callable[[tuple, Any], torch.Tensor]
+    why: str
+    pack: Callable[[tuple], Any] | None = None
+    weight: int = 3  # the position of the weight among the operator's arguments
+
+
+# ---------------------------------------------------------------- packed weights
+# (kernel name, id(weight), weight._version) -> (weak reference to the weight, packed form)
+PACKED: dict[tuple[str, int, int], tuple[weakref.ref, Any]] = {}
+
+
+def _packed(kernel: Kernel, args: tuple) -> Any:
+    weight = args[kernel.weight]
+    key = (kernel.name, id(weight), weight._version)
+    found = PACKED.get(key)
+    if found is not None and found[0]() is weight:
+        return found[1]
+    packed = kernel.pack(args)
+    PACKED[key] = (weakref.ref(weight, lambda _, key=key: PACKED.pop(key, None)), packed)
+    return packed
+
+
+# ---------------------------------------------------------------- linear_int8
+def _static_onednn_fits(args: tuple, features: frozenset[str]) -> str:
+    x, dynamic = args[0], args[9]
+    if dynamic:
+        return "dynamic activations"
+    if "onednn" not in features:
+        return "torch is built without oneDNN"
+    if x.dtype not in (torch.uint8, torch.float32):
+        return f"activations of {x.dtype}"
+    return ""
+
+
+def _static_onednn(args: tuple, packed: Any) -> torch.Tensor:
+    x, x_scale, x_zp, w, w_scale, bias, out_scale, out_zp, relu, _ = args
+    if x.is_floating_point():
+        x = ops.reference_quantize(x, x_scale, x_zp, *ops.ACTIVATION_RANGE, torch.uint8)
+    rows = x.reshape(-1, x.shape[-1])
+    float_out = out_scale == 0.0
+    out = torch.ops.onednn.qlinear_pointwise(
+        rows, x_scale, x_zp, packed, w_scale, _zero_points(w_scale), _float(bias),
+        1.0 if float_out else out_scale, 0 if float_out else out_zp,
+        torch.float32 if float_out else None, "relu" if relu else "none", [], "",
+    )  # fmt: skip
+    return out.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _onednn_linear_pack(args: tuple) -> Any:
+    return torch.ops.onednn.qlinear_prepack(args[3], None)
+
+
+def _per_token_int_mm_fits(args: tuple, features: frozenset[str]) -> str:
+    x, w, dynamic = args[0], args[3], args[9]
+    if not dynamic:
+        return "static activations"
+    if not x.is_floating_point():
+        return "integer activations"
+    if x.shape[-1] % 8 or w.shape[0] % 8:
+        return "K or N not a multiple of 8"
+    return ""
+
+
+def _per_token_int_mm(args: tuple, packed: Any) -> torch.Tensor:
+    x, _, _, w, w_scale, bias, out_scale, out_zp, relu, _ = args
+    q, row_scale = ops.per_token_symmetric(x.reshape(-1, x.shape[-1]))
+    accumulated = torch._int_mm(q, packed).float() * (row_scale * w_scale.float())
+    if bias is not None:
+        accumulated = accumulated + bias.float()
+    out = ops._requantize(accumulated, out_scale, out_zp, relu)
+    return out.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _transposed(args: tuple) -> torch.Tensor:
+    return args[3].t().contiguous()  # [K, N], as _int_mm takes it
+
+
+# ---------------------------------------------------------------- linear_w8 / linear_w4
+def _int8pack_fits(args: tuple, features: frozenset[str]) -> str:
+    x = args[0]
+    if x.dtype != torch.bfloat16:
+        return f"{x.dtype} activations (it is 2-5x slower than fp32 fed fp32)"
+    if "avx512_bf16" not in features:
+        return "no AVX512-BF16 on this CPU"
+    return ""
+
+
+def _int8pack(args: tuple, packed: Any) -> torch.Tensor:
+    x, w, w_scale, bias = args
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.ops.aten._weight_int8pack_mm(rows, w, w_scale.to(x.dtype))
+    out = out.reshape(*x.shape[:-1], w.shape[0])
+    return out if bias is None else out + bias.to(x.dtype)
+
+
+def _int4pack_fits(args: tuple, features: frozenset[str]) -> str:
+    x, w, group = args[0], args[1], args[4]
+    k = w.shape[1] * 2
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"{x.dtype} activations"
+    if k % 32 or w.shape[0] % 16 or group not in (32, 64, 128, 256):
+        return "K not a multiple of 32, N not of 16, or a group size it does not take"
+    return ""
+
+
+def _int4pack_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    _, w, w_scale, w_zero_point, _, _ = args
+    codes = ops.unpack_int4(w).to(torch.int32)
+    tiles = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+    # the kernel dequantizes (q - 8) * scale + zero: our (q - zp) * scale has zero (8 - zp) * scale
+    zero = (8.0 - w_zero_point.float()) * w_scale.float()
+    return tiles, torch.stack((w_scale.float(), zero), dim=-1).transpose(0, 1).contiguous()
+
+
+def _int4pack(args: tuple, packed: Any) -> torch.Tensor:
+    x, w, _, _, group, bias = args
+    tiles, scale_and_zero = packed
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, tiles, group, scale_and_zero.to(x.dtype))
+    out = out.reshape(*x.shape[:-1], w.shape[0])
+    return out if bias is None else out + bias.to(x.dtype)
+
+
+# ---------------------------------------------------------------- conv2d_int8
+def _onednn_conv_fits(args: tuple, features: frozenset[str]) -> str:
+    x = args[0]
+    if "onednn" not in features:
+        return "torch is built without oneDNN"
+    if x.dim() != 4 or x.dtype != torch.uint8:
+        return "not a 2-d convolution of uint8 activations"
+    return ""
+
+
+def _onednn_conv_pack(args: tuple) -> Any:
+    x, x_scale, x_zp, w, w_scale, _, stride, padding, dilation, groups = args[:10]
+    return torch.ops.onednn.qconv_prepack(
+        w, w_scale, x_scale, x_zp, stride, padding, dilation, groups, None
+    )
+
+
+def _onednn_conv(args: tuple, packed: Any) -> torch.Tensor:
+    x, x_scale, x_zp, _, w_scale, bias, stride, padding, dilation, groups = args[:10]
+    out_scale, out_zp, relu = args[10:]
+    float_out = out_scale == 0.0
+    return torch.ops.onednn.qconv_pointwise(
+        x.contiguous(memory_format=torch.channels_last), x_scale, x_zp, packed, w_scale,
+        _zero_points(w_scale), _float(bias), stride, padding, dilation, groups,
+        1.0 if float_out else out_scale, 0 if float_out else out_zp,
+        torch.float32 if float_out else None, "relu" if relu else "none", [], None,
+    ).contiguous()  # fmt: skip
+
+
+def _zero_points(w_scale: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(w_scale.shape, dtype=torch.int64)
+
+
+def _float(bias: torch.Tensor | None) -> torch.Tensor | None:
+    return None if bias is None else bias.float()
+
+
+KERNELS: dict[str, tuple[Kernel, ...]] = {
+    "linear_int8": (
+        Kernel(
+            "onednn.qlinear_pointwise", _static_onednn_fits, _static_onednn,
+            "uint8 activations with calibrated parameters: oneDNN, ReLU and output "
+            "requantization fused (8.2x fp32, half fbgemm's error)",
+            pack=_onednn_linear_pack,
+        ),
+        Kernel(
+            "aten._int_mm", _per_token_int_mm_fits, _per_token_int_mm,
+            "per-token int8 activations: int8 x int8 -> int32 matmul, scaled after",
+            pack=_transposed,
+        ),
+    ),
+    "linear_w8": (
+        Kernel(
+            "aten._weight_int8pack_mm", _int8pack_fits, _int8pack,
+            "bf16 activations on AVX512-BF16: int8 weights read once, 2.8x fp32 at decode",
+            weight=1,
+        ),
+    ),
+    "linear_w4": (
+        Kernel(
+            "aten._weight_int4pack_mm_for_cpu", _int4pack_fits, _int4pack,
+            "int4 weights in CPU tiles: fbgemm's bandwidth at batch 1",
+            pack=_int4pack_pack, weight=1,
+        ),
+    ),
+    "conv2d_int8": (
+        Kernel(
+            "onednn.qconv_pointwise", _onednn_conv_fits, _onednn_conv,
+            "oneDNN int8 convolution, ReLU and output requantization fused",
+            pack=_onednn_conv_pack,
+        ),
+    ),
+}  # fmt: skip
+
+
+def kernel_for(name: str, args: tuple) -> Kernel | None:
+    """The first row of ``KERNELS[name]`` that can run ``args`` here (None: the reference)."""
+    features = cpu_features()
+    for kernel in KERNELS.get(name, ()):
+        if not kernel.fits(args, features):
+            return kernel
+    return None
+
+
+def run(name: str, reference: Callable[..., Any], args: tuple) -> Any:
+    """``name`` on ``args`` with the table's kernel for them, or the reference."""
+    kernel = kernel_for(name, args)
+    if kernel is None:
+        return reference(*args)
+    packed = _packed(kernel, args) if kernel.pack is not None else None
+    return kernel.compute(args, packed)
+
+
+# ---------------------------------------------------------------- for the report
+# op -> the arguments that decide a row, as the converted graph knows them
+_EXAMPLES: dict[str, Callable[..., tuple]] = {
+    "linear_int8": lambda dynamic=False, k=64, n=64, dtype=torch.float32: (
+        torch.empty(1, k, dtype=dtype), 0.1, 0, torch.empty(n, k, dtype=torch.int8),
+        torch.empty(n), None, 0.0, 0, False, dynamic,
+    ),
+    "linear_w8": lambda k=64, n=64, dtype=torch.float32, **_: (
+        torch.empty(1, k, dtype=dtype), torch.empty(n, k, dtype=torch.int8), torch.empty(n), None,
+    ),
+    "linear_w4": lambda k=64, n=64, dtype=torch.float32, group=32, **_: (
+        torch.empty(1, k, dtype=dtype), torch.empty(n, k // 2, dtype=torch.uint8),
+        torch.empty(n, k // group), torch.empty(n, k // group), group, None,
+    ),
+    "conv2d_int8": lambda **_: (
+        torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, torch.empty(1, 1, 1, 1),
+        torch.empty(1), None, [1, 1], [0, 0], [1, 1], 1, 0.0, 0, False,
+    ),
+}  # fmt: skip
+
+
+def explain(name: str, **call: Any) -> str:
+    """Which kernel a call of ``name`` like ``call`` gets on this CPU, and why."""
+    example = _EXAMPLES.get(name)
+    kernel = kernel_for(name, example(**call)) if example is not None else None
+    if kernel is None:
+        reasons = [
+            f"{row.name}: {row.fits(example(**call), cpu_features())}"
+            for row in KERNELS.get(name, ())
+        ]
+        return "reference" + (f" ({'; '.join(reasons)})" if reasons else "")
+    return f"{kernel.name} ({kernel.why})"

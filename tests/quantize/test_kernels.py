@@ -1,0 +1,140 @@
+"""The kernel table (``fxloom.quantize.kernels``): the fast kernels compute the references.
+
+- each row of ``KERNELS`` that runs on this CPU equals its operator's reference within float
+  rounding (integer outputs: exactly, or one step where float rounding ties);
+- the table picks by the call: static int8 linear -> oneDNN, per-token dynamic -> ``_int_mm``,
+  w8 with fp32 activations -> the reference (the trap), w4 -> the int4 CPU tiles;
+- a weight is packed once per version and packed again after an in-place change;
+- ``explain`` says which kernel and why (the report's words).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fxloom.quantize import kernels, ops
+from fxloom.quantize.weights import int4_grouped
+
+U8 = (0, 255, torch.uint8)
+
+
+def _int8_weight(n: int = 32, k: int = 64, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(n, k, generator=g) * 0.1
+    scale = weight.abs().amax(1) / 127
+    return torch.round(weight / scale[:, None]).to(torch.int8), scale, torch.randn(n, generator=g)
+
+
+def _same(got: torch.Tensor, expected: torch.Tensor) -> None:
+    if got.is_floating_point():
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    else:
+        assert (got.int() - expected.int()).abs().max() <= 1
+
+
+LINEAR_CALLS = {
+    "static, uint8 out, relu": lambda x, w, s, b: (
+        ops.quantize(x, 0.03, 128, *U8),
+        0.03,
+        128,
+        w,
+        s,
+        b,
+        0.05,
+        10,
+        True,
+        False,
+    ),
+    "static, float in and out": lambda x, w, s, b: (x, 0.03, 128, w, s, b, 0.0, 0, False, False),
+    "dynamic per token": lambda x, w, s, b: (x, 0.0, 0, w, s, b, 0.0, 0, False, True),
+}
+
+
+@pytest.mark.parametrize("case", LINEAR_CALLS)
+def test_int8_linear_kernels_compute_the_reference(case: str) -> None:
+    w, scale, bias = _int8_weight()
+    x = torch.randn(2, 5, 64)
+    args = LINEAR_CALLS[case](x, w, scale, bias)
+    assert kernels.kernel_for("linear_int8", args) is not None
+    _same(
+        kernels.run("linear_int8", ops.reference_linear_int8, args),
+        ops.reference_linear_int8(*args),
+    )
+
+
+def test_static_int8_linear_runs_on_onednn_and_dynamic_on_int_mm() -> None:
+    w, scale, bias = _int8_weight()
+    x = torch.randn(4, 64)
+    static = LINEAR_CALLS["static, float in and out"](x, w, scale, bias)
+    dynamic = LINEAR_CALLS["dynamic per token"](x, w, scale, bias)
+    assert kernels.kernel_for("linear_int8", static).name == "onednn.qlinear_pointwise"
+    assert kernels.kernel_for("linear_int8", dynamic).name == "aten._int_mm"
+
+
+def test_weight_only_int8_with_fp32_activations_runs_the_reference() -> None:
+    w, scale, bias = _int8_weight()
+    assert kernels.kernel_for("linear_w8", (torch.randn(4, 64), w, scale, bias)) is None
+
+
+@pytest.mark.skipif("avx512_bf16" not in kernels.cpu_features(), reason="needs AVX512-BF16")
+def test_weight_only_int8_with_bf16_activations_runs_int8pack_mm() -> None:
+    w, scale, bias = _int8_weight()
+    args = (torch.randn(4, 64).bfloat16(), w, scale, bias)
+    assert kernels.kernel_for("linear_w8", args).name == "aten._weight_int8pack_mm"
+    got = kernels.run("linear_w8", ops.reference_linear_w8, args)
+    torch.testing.assert_close(got, ops.reference_linear_w8(*args), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_int4_kernel_computes_the_reference(group: int) -> None:
+    weight = torch.randn(48, 256, generator=torch.Generator().manual_seed(3))
+    packed, scale, zero_point = int4_grouped(weight, group)
+    args = (torch.randn(3, 256), packed, scale, zero_point, group, torch.randn(48))
+    assert kernels.kernel_for("linear_w4", args).name == "aten._weight_int4pack_mm_for_cpu"
+    _same(kernels.run("linear_w4", ops.reference_linear_w4, args), ops.reference_linear_w4(*args))
+
+
+@pytest.mark.parametrize("float_out", [False, True])
+def test_int8_convolution_kernel_computes_the_reference(float_out: bool) -> None:
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(0, 256, (2, 8, 10, 10), generator=g, dtype=torch.uint8)
+    w = torch.randint(-127, 128, (16, 8, 3, 3), generator=g, dtype=torch.int8)
+    scale, bias = torch.rand(16, generator=g) * 1e-3, torch.randn(16, generator=g)
+    out = (0.0, 0) if float_out else (0.05, 3)
+    args = (x, 0.02, 5, w, scale, bias, [1, 1], [1, 1], [1, 1], 1, *out, True)
+    assert kernels.kernel_for("conv2d_int8", args).name == "onednn.qconv_pointwise"
+    _same(
+        kernels.run("conv2d_int8", ops.reference_conv2d_int8, args),
+        ops.reference_conv2d_int8(*args),
+    )
+
+
+def test_a_weight_is_packed_once_per_version() -> None:
+    w, scale, bias = _int8_weight(seed=5)
+    args = (torch.randn(4, 64), 0.03, 128, w, scale, bias, 0.0, 0, False, False)
+    kernels.run("linear_int8", ops.reference_linear_int8, args)
+    kernel = kernels.kernel_for("linear_int8", args)
+    key = (kernel.name, id(w), w._version)
+    first = kernels.PACKED[key][1]
+    kernels.run("linear_int8", ops.reference_linear_int8, args)
+    assert kernels.PACKED[key][1] is first
+    w.neg_()  # changed in place: a new version, packed again, and the result follows it
+    got = kernels.run("linear_int8", ops.reference_linear_int8, args)
+    assert (kernel.name, id(w), w._version) in kernels.PACKED
+    _same(got, ops.reference_linear_int8(*args))
+
+
+def test_explain_names_the_kernel_and_why() -> None:
+    assert kernels.explain("linear_int8", dynamic=False).startswith("onednn.qlinear_pointwise (")
+    assert kernels.explain("linear_w8").startswith("reference (aten._weight_int8pack_mm: ")
+    assert kernels.explain("add_int8") == "reference"
+
+
+def test_the_report_names_each_layer_s_kernel_and_why() -> None:
+    from fxloom.quantize import QuantConfig, calibrate, convert, prepare, report
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32)).eval()
+    prepared = prepare(model, (torch.randn(4, 64),), QuantConfig(scheme="dynamic"))
+    (row,) = report(convert(calibrate(prepared, [torch.randn(4, 64)], progress=False))).rows
+    assert "kernel: aten._int_mm (per-token int8 activations" in row.reason
