@@ -83,6 +83,7 @@ from fxloom._notes import add_note
 from fxloom.codegen import PythonCode
 from fxloom.graph import Graph
 from fxloom.ops.signatures import FORWARD_BINDING_CALLS
+from fxloom.tracing.constants import captured_on
 
 __all__ = ["GraphModule"]
 
@@ -482,23 +483,34 @@ def _copy_attr(from_module: torch.nn.Module, to_module: torch.nn.Module, target:
     ``to_module``, creating empty parent modules as needed (torch.fx's helper of that name).
 
     A parent that ``to_module`` already shares with ``from_module`` is left as it is: everything
-    under it is there already. A tensor that is not a parameter becomes a buffer, persistent or
-    not as it was in ``from_module``.
+    under it is there already. A tensor that is not a parameter becomes a buffer (persistent
+    or not as it was in ``from_module``). A constant a trace of ``from_module`` captured
+    (``_tensor_constant0``: torch.fx sets those on the root, fxloom notes them beside it) is
+    copied from where fxloom noted it.
     """
-    *parents, field = target.split(".")
     source, dest = from_module, to_module
-    for name in parents:
+    for name in target.split(".")[:-1]:
         source, dest = getattr(source, name), getattr(dest, name, None)
         if dest is source:
             return
         if dest is None:
             break
-    value = attr_path.get(from_module, target)
-    as_buffer = isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
-    if as_buffer and field not in getattr(attr_path.find(from_module, ".".join(parents)) if parents else from_module, "_buffers", {}):
+    value = attr_path.find(from_module, target)
+    if value is attr_path.MISSING:
+        value = captured_on(from_module).get(target, attr_path.MISSING)
+        if value is attr_path.MISSING:
+            attr_path.get(from_module, target)  # raises, naming what is missing
         attr_path.install(to_module, target, value, as_buffer=True)
-    else:
+    elif _held_as_buffer(from_module, target) or isinstance(value, torch.nn.Parameter):
         attr_path.install(to_module, target, value, copied_from=from_module)
+    else:  # a module, or a plain attribute (a tensor among them becomes a buffer)
+        attr_path.install(to_module, target, value, as_buffer=True)
+
+
+def _held_as_buffer(module: torch.nn.Module, target: str) -> bool:
+    parent, _, field = target.rpartition(".")
+    owner = attr_path.find(module, parent) if parent else module
+    return isinstance(owner, torch.nn.Module) and field in owner._buffers
 
 
 def _first_node_per_target(graph: Graph) -> list[Any]:

@@ -6,12 +6,19 @@ becomes ``get_attr _tensor_constantN``; the tensor itself goes into
 the ``GraphModule`` built from the graph holds it as a buffer. The same
 tensor met twice is one constant. This is the only writer of ``Graph.constants``.
 
+Where torch.fx sets each constant on the root module, fxloom notes it beside the
+root instead (``captured_on``, weakly keyed by the root): so the constants of
+several traces of one root get distinct names, as in torch.fx, and code written
+for torch.fx that copies a graph's ``get_attr`` targets from the root
+(``fxloom.graph_module._copy_attr``, torchvision's ``DualGraphModule``) finds them.
+
 Depends on ``fxloom.graph`` (the constants' home) only.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,7 +27,19 @@ from fxloom import attr_path
 if TYPE_CHECKING:
     from fxloom.graph import Graph
 
-__all__ = ["TensorConstants"]
+__all__ = ["TensorConstants", "captured_on"]
+
+# root module -> {constant name: value} of every trace of that root; weak, so a dropped root
+# drops its constants (torch.fx keeps them on the root, living exactly as long).
+_CAPTURED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def captured_on(root: torch.nn.Module) -> dict[str, Any]:
+    """The constants traces of ``root`` captured (name -> tensor or torchbind object)."""
+    captured = _CAPTURED.get(root)
+    if captured is None:
+        captured = _CAPTURED[root] = {}
+    return captured
 
 
 class TensorConstants:
@@ -45,9 +64,10 @@ class TensorConstants:
             name = self._free_name(prefix)
             self.graph.constants[name] = value
             self.names_by_id[id(value)] = name
+            captured_on(self.root)[name] = value
         return name
 
     def _free_name(self, prefix: str) -> str:
         """``<prefix>N`` for the first N that names nothing in the graph or on the root yet."""
-        constants = self.graph.constants
-        return attr_path.free_name(self.root, prefix, taken=constants, start=len(constants))
+        taken = self.graph.constants.keys() | captured_on(self.root).keys()
+        return attr_path.free_name(self.root, prefix, taken=taken, start=len(taken))
