@@ -603,6 +603,7 @@ def symbolic_trace(
     example_inputs: tuple[Any, ...] | dict[str, Any] | None = None,
     autoleaf: bool = False,
     record_inplace_operators: bool = False,
+    proxy_buffer_attributes: bool = True,
 ) -> GraphModule:
     """Trace ``root`` into a ``GraphModule`` named after the root's class (or function).
 
@@ -651,10 +652,20 @@ def symbolic_trace(
     ``record_inplace_operators`` (beyond torch.fx): record ``x += y`` on a
     traced value as ``operator.iadd``, mutating the tensor as the program does,
     instead of torch.fx's ``operator.add`` (see ``Tracer``).
+
+    ``proxy_buffer_attributes`` (``Tracer``'s attribute; here ``True``, beyond
+    torch.fx's ``symbolic_trace``): buffers read by the program are traced
+    values, so code combining a buffer with traced sizes traces
+    (``self.token_type_ids[:, :n].expand(batch, n)`` in Hugging Face's BERT);
+    ``False`` reads them as tensors, as torch.fx does, where what is computed
+    from a buffer alone becomes a constant. A ``Tracer`` (and a subclass, the
+    way torchvision traces) reads them as torch.fx does unless told.
     """
 
     def make_tracer() -> Tracer:
-        return Tracer(record_inplace_operators=record_inplace_operators)
+        tracer = Tracer(record_inplace_operators=record_inplace_operators)
+        tracer.proxy_buffer_attributes = proxy_buffer_attributes
+        return tracer
 
     def attempt(tracer: Tracer) -> Graph:
         return tracer.trace(root, concrete_args, example_inputs=example_inputs)
