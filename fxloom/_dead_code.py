@@ -34,6 +34,7 @@ import torch
 
 from fxloom import attr_path
 from fxloom.guards import check_length
+from fxloom.node import Node
 from fxloom.ops.effects import _CONTAINER_OPERATORS, module_returns_fresh, returns_fresh_call
 from fxloom.ops.mutation import (
     is_read_only_effect,
@@ -42,8 +43,6 @@ from fxloom.ops.mutation import (
     writes_only_first_argument,
     writes_through_keywords,
 )
-
-from fxloom.node import Node
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -92,7 +91,8 @@ def _is_dead(
     if written == "checks":
         return node.target in SUBJECT_CHECKS and _only_reader_left(node, dead)
     return all(
-        isinstance(value, Node) and classes.find(value) not in external
+        isinstance(value, Node)
+        and classes.find(value) not in external
         and classes.find(value) not in read_later
         for value in written
     )
