@@ -84,6 +84,8 @@ def fxloom_feature_extraction() -> types.ModuleType:
         source = source.replace(line, replacement)
     module = types.ModuleType("fxloom_feature_extraction")
     module.__file__ = feature_extraction.__file__
+    # Importable by name, so pickle finds its classes (DualGraphModule) as it finds torchvision's.
+    sys.modules[module.__name__] = module
     code = compile(source, f"<fxloom rewrite of {feature_extraction.__file__}>", "exec")
     exec(code, module.__dict__)
     return module

@@ -139,6 +139,5 @@ def test_an_extractor_deep_copies_pickles_and_saves_after_a_run(name: str) -> No
         torch.load(io.BytesIO(buffer.getvalue()), weights_only=False),
     ]
     for copied in copies:
-        assert type(copied).__name__ == type(extractor).__name__
         assert_same_features(expected, run_seeded(copied.eval(), example(name)))
         assert_same_features(expected, run_seeded(copied.train().eval(), example(name)))
