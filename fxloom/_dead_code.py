@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom import attr_path
-from fxloom.guards import check_length
 from fxloom.node import Node
 from fxloom.ops.effects import _CONTAINER_OPERATORS, module_returns_fresh, returns_fresh_call
 from fxloom.ops.mutation import (
@@ -49,9 +48,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SUBJECT_CHECKS", "dead_nodes"]
 
-# Run-time checks that protect only the later reads of their first argument (the subject):
-# with every other reader of the subject dead, the check is dead too.
-SUBJECT_CHECKS: set[Any] = {check_length}
+# Run-time checks (by qualified name: they live in the tracing layer, above this one) that
+# protect only the later reads of their first argument, the subject: with every other reader
+# of the subject dead, the check is dead too.
+SUBJECT_CHECKS: set[str] = {"fxloom.guards.check_length"}
 
 # Ops whose nodes are the program's state or inputs: a write to their alias class outlives
 # the call, so it is never dead.
@@ -89,13 +89,17 @@ def _is_dead(
     if written is None:  # computes its value only
         return True
     if written == "checks":
-        return node.target in SUBJECT_CHECKS and _only_reader_left(node, dead)
+        return _qualified_name(node.target) in SUBJECT_CHECKS and _only_reader_left(node, dead)
     return all(
         isinstance(value, Node)
         and classes.find(value) not in external
         and classes.find(value) not in read_later
         for value in written
     )
+
+
+def _qualified_name(target: Any) -> str:
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
 
 
 def _only_reader_left(check: Node, dead: set[Node]) -> bool:

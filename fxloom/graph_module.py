@@ -83,7 +83,6 @@ from fxloom._notes import add_note
 from fxloom.codegen import PythonCode
 from fxloom.graph import Graph
 from fxloom.ops.signatures import FORWARD_BINDING_CALLS
-from fxloom.tracing.constants import captured_on
 
 __all__ = ["GraphModule"]
 
@@ -469,6 +468,20 @@ def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -
 
 
 # -------------------------------------------------------- copying attributes
+# root module -> {constant name: value} captured by every trace of that root
+# (``fxloom.tracing.constants``): torch.fx sets such constants on the root, fxloom notes them
+# here. Weak, so a dropped root drops its constants (torch.fx's live exactly as long).
+_CAPTURED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def captured_on(root: torch.nn.Module) -> dict[str, Any]:
+    """The constants traces of ``root`` captured (name -> tensor or torchbind object)."""
+    captured = _CAPTURED.get(root)
+    if captured is None:
+        captured = _CAPTURED[root] = {}
+    return captured
+
+
 class _CodeOnlyModule(torch.nn.Module):
     """A module whose state is ``body``, an instance ``__dict__`` (deep-copied from another
     module): the ``root`` a GraphModule subclass rebuilds a copy of itself from."""

@@ -7,7 +7,7 @@ the ``GraphModule`` built from the graph holds it as a buffer. The same
 tensor met twice is one constant. This is the only writer of ``Graph.constants``.
 
 Where torch.fx sets each constant on the root module, fxloom notes it beside the
-root instead (``captured_on``, weakly keyed by the root): so the constants of
+root instead (``fxloom.graph_module.captured_on``, weakly keyed by the root): so the constants of
 several traces of one root get distinct names, as in torch.fx, and code written
 for torch.fx that copies a graph's ``get_attr`` targets from the root
 (``fxloom.graph_module._copy_attr``, torchvision's ``DualGraphModule``) finds them.
@@ -17,29 +17,17 @@ Depends on ``fxloom.graph`` (the constants' home) only.
 
 from __future__ import annotations
 
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from fxloom import attr_path
+from fxloom.graph_module import captured_on
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
 
-__all__ = ["TensorConstants", "captured_on"]
-
-# root module -> {constant name: value} of every trace of that root; weak, so a dropped root
-# drops its constants (torch.fx keeps them on the root, living exactly as long).
-_CAPTURED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
-def captured_on(root: torch.nn.Module) -> dict[str, Any]:
-    """The constants traces of ``root`` captured (name -> tensor or torchbind object)."""
-    captured = _CAPTURED.get(root)
-    if captured is None:
-        captured = _CAPTURED[root] = {}
-    return captured
+__all__ = ["TensorConstants"]
 
 
 class TensorConstants:
