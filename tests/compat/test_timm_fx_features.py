@@ -26,10 +26,10 @@ MODELS = [
 MODES = pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 
 
-def features_model(name: str, train: bool) -> torch.nn.Module:
+def features_model(name: str, train: bool, feature_cls: str = "fx") -> torch.nn.Module:
     timm = import_timm()
     torch.manual_seed(0)
-    model = timm.create_model(name, pretrained=False, features_only=True, feature_cls="fx")
+    model = timm.create_model(name, pretrained=False, features_only=True, feature_cls=feature_cls)
     return model.train(train)
 
 
@@ -38,6 +38,23 @@ def run_seeded(model: torch.nn.Module) -> list[torch.Tensor]:
     torch.manual_seed(2)
     with torch.no_grad():
         return model(x)
+
+
+def drops_paths(model: torch.nn.Module) -> bool:
+    """Whether ``model`` in training runs timm's DropPath, whose in-place ``div_`` torch.fx's
+    dead-code elimination drops (docs/torch_fx_clients.md): there torch.fx's features are not
+    the model's, and fxloom's are compared with eager's instead."""
+    return model.training and any(
+        type(m).__name__ == "DropPath" and m.drop_prob > 0 for m in model.modules()
+    )
+
+
+def assert_same(got: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
+    assert len(got) == len(expected)
+    for ours, theirs in zip(got, expected, strict=True):
+        if ours.shape != theirs.shape:  # timm's hook features are NCHW where a Swin's are NHWC
+            theirs = theirs.permute(0, 2, 3, 1)
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
 
 @MODES
@@ -49,9 +66,13 @@ def test_fx_features_equal_torch_fx(name: str, train: bool, monkeypatch) -> None
     model = features_model(name, train)
     assert "fxloom" in type(model.graph_module.graph).__module__
     got = run_seeded(model)
-    assert len(got) == len(expected)
-    for ours, theirs in zip(got, expected, strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    if drops_paths(model):
+        eager = run_seeded(features_model(name, train, feature_cls="getter"))
+        assert_same(got, eager)
+        with pytest.raises(AssertionError):
+            assert_same(expected, eager)  # torch.fx dropped the div_
+    else:
+        assert_same(got, expected)
     assert sum(p.numel() for p in model.parameters()) == sum(
         p.numel() for p in expected_model.parameters()
     )
