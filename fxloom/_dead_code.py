@@ -178,5 +178,21 @@ def _may_alias_inputs(node: Node, root: torch.nn.Module | None, tensors: set[Nod
         module = attr_path.find(root, node.target) if root is not None else attr_path.MISSING
         if not isinstance(module, torch.nn.Module):
             return True
-        return module_is_inplace(module) or not module_returns_fresh(module)
+        return not _module_fresh(module)
     return False
+
+
+def _module_fresh(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s result is new memory: a known layer (``FRESH_RESULT_MODULES``), or
+    a ``Sequential`` whose first layer is one and whose later layers each make new memory or
+    write their input in place (torchvision's ``Conv2dNormActivation``, kept as a leaf)."""
+    if module_is_inplace(module):
+        return False
+    if type(module).forward is torch.nn.Sequential.forward:
+        layers = list(module)
+        return (
+            bool(layers)
+            and _module_fresh(layers[0])
+            and all(module_is_inplace(layer) or _module_fresh(layer) for layer in layers[1:])
+        )
+    return module_returns_fresh(module)
