@@ -66,8 +66,11 @@ def sanitize(candidate: str) -> str:
         candidate = "".join(map(_ascii_spelling, candidate))
     stem = _CAMEL_BOUNDARY.sub("_", candidate)
     stem = _INVALID_CHARS.sub("_", stem).lower()
-    # "__add__" -> "add"; a trailing "_" that marks an in-place op ("add_") stays.
-    stem = stem.strip("_") if stem.startswith("__") and stem.endswith("__") else stem.lstrip("_")
+    # "__add__" -> "add"; a trailing "_" that marks an in-place op ("add_") stays, and so do
+    # leading ones ("_assert", "_get_bias"), as in torch.fx: a node name from torch.fx then
+    # names the same node here.
+    if stem.startswith("__") and stem.endswith("__"):
+        stem = stem.strip("_")
     if not stem:
         return "_unnamed"
     if stem[0].isdigit():

@@ -83,6 +83,12 @@ class PythonCode:
     # node_of_line[i]: name of the node emitted on line i + 1 of ``src`` (or None).
     node_of_line: list[str | None] = field(default_factory=list)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> PythonCode:
+        # Generated code is never changed after generation, and its globals hold modules and
+        # functions deepcopy cannot copy: a deep copy of a module's __dict__ (torchvision's
+        # DualGraphModule.__deepcopy__ makes one) shares it.
+        return self
+
     def node_at_line(self, lineno: int) -> str | None:
         """The name of the node whose statement is on 1-based line ``lineno``."""
         if 1 <= lineno <= len(self.node_of_line):

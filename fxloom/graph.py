@@ -526,10 +526,22 @@ class Graph:
     def eliminate_dead_code(self, is_impure_node: Callable[[Node], bool] | None = None) -> bool:
         """Erase nodes whose values are unused, keeping impure ones; return whether any went.
 
-        Impurity is ``Node.is_impure`` unless ``is_impure_node`` is given. One
-        backward pass suffices: erasing a node can only free nodes before it.
+        With ``is_impure_node``, a node is kept when it says so. Without, as in torch.fx,
+        unused calls go, and so do writes nobody reads: an in-place update (``x.add_(y)``,
+        ``relu(inplace=True)``) of a value that is no input, parameter or buffer and that no
+        kept node reads afterwards, through any alias; and an unpacking check
+        (``check_length``) whose unpacked items all went. Other side effects stay
+        (``print``, guards, ``out=``). ``fxloom._dead_code`` has the rules, and where they
+        keep more than torch.fx does. One backward pass suffices: erasing a node can only
+        free nodes before it.
         """
-        is_impure = is_impure_node or Node.is_impure
+        if is_impure_node is None:
+            from fxloom._dead_code import dead_nodes
+
+            dead = dead_nodes(self)
+            is_impure = lambda node: node not in dead  # noqa: E731
+        else:
+            is_impure = is_impure_node
         root = self._root
         node = root._prev
         changed = False

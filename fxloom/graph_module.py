@@ -86,6 +86,14 @@ from fxloom.ops.signatures import FORWARD_BINDING_CALLS
 
 __all__ = ["GraphModule"]
 
+# Private names of torch.fx.graph_module that torch.fx's clients import (torchvision's
+# feature extraction: its DualGraphModule copies attributes with ``_copy_attr`` and deep-copies
+# itself through ``_CodeOnlyModule``), kept with torch.fx's behaviour so such code runs with
+# only its import changed.
+
+# The key of ``gm.meta`` whose dict (attribute name -> value) a deep copy sets on the copy.
+_USER_PRESERVED_ATTRIBUTES_KEY = "_user_preserved_attributes"
+
 # Instance state derived from the graph; dropped when pickling or copying.
 _CODEGEN_STATE = (
     "_code",
@@ -460,6 +468,64 @@ def _rebuild(base: type, state: dict[str, Any], graph: Graph, class_name: str) -
 
 
 # -------------------------------------------------------- copying attributes
+# root module -> {constant name: value} captured by every trace of that root
+# (``fxloom.tracing.constants``): torch.fx sets such constants on the root, fxloom notes them
+# here. Weak, so a dropped root drops its constants (torch.fx's live exactly as long).
+_CAPTURED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def captured_on(root: torch.nn.Module) -> dict[str, Any]:
+    """The constants traces of ``root`` captured (name -> tensor or torchbind object)."""
+    captured = _CAPTURED.get(root)
+    if captured is None:
+        captured = _CAPTURED[root] = {}
+    return captured
+
+
+class _CodeOnlyModule(torch.nn.Module):
+    """A module whose state is ``body``, an instance ``__dict__`` (deep-copied from another
+    module): the ``root`` a GraphModule subclass rebuilds a copy of itself from."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__()
+        self.__dict__ = body
+
+
+def _copy_attr(from_module: torch.nn.Module, to_module: torch.nn.Module, target: str) -> None:
+    """Copy what ``from_module`` holds at the dotted path ``target`` to the same path in
+    ``to_module``, creating empty parent modules as needed (torch.fx's helper of that name).
+
+    A parent that ``to_module`` already shares with ``from_module`` is left as it is: everything
+    under it is there already. A tensor that is not a parameter becomes a buffer (persistent
+    or not as it was in ``from_module``). A constant a trace of ``from_module`` captured
+    (``_tensor_constant0``: torch.fx sets those on the root, fxloom notes them beside it) is
+    copied from where fxloom noted it.
+    """
+    source, dest = from_module, to_module
+    for name in target.split(".")[:-1]:
+        source, dest = getattr(source, name), getattr(dest, name, None)
+        if dest is source:
+            return
+        if dest is None:
+            break
+    value = attr_path.find(from_module, target)
+    if value is attr_path.MISSING:
+        value = captured_on(from_module).get(target, attr_path.MISSING)
+        if value is attr_path.MISSING:
+            attr_path.get(from_module, target)  # raises, naming what is missing
+        attr_path.install(to_module, target, value, as_buffer=True)
+    elif _held_as_buffer(from_module, target) or isinstance(value, torch.nn.Parameter):
+        attr_path.install(to_module, target, value, copied_from=from_module)
+    else:  # a module, or a plain attribute (a tensor among them becomes a buffer)
+        attr_path.install(to_module, target, value, as_buffer=True)
+
+
+def _held_as_buffer(module: torch.nn.Module, target: str) -> bool:
+    parent, _, field = target.rpartition(".")
+    owner = attr_path.find(module, parent) if parent else module
+    return isinstance(owner, torch.nn.Module) and field in owner._buffers
+
+
 def _first_node_per_target(graph: Graph) -> list[Any]:
     """The get_attr nodes, then the call_module nodes, in graph order, one per target.
 

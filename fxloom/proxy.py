@@ -9,7 +9,9 @@ tracer and returns a new ``Proxy`` for the result::
     x.relu()     -> call_method relu (x,)
     x.shape      -> call_function getattr (x, "shape")
     x[:, 0] = v  -> call_function operator.setitem (x, (slice(None), 0), v)
-    x += y       -> call_function operator.iadd (x, y)   # in place, as written
+    x += y       -> call_function operator.add (x, y)    # x = x + y, as in torch.fx
+    x += y       -> call_function operator.iadd (x, y)   # in place, with the tracer's
+                                                         # record_inplace_operators
 
 What cannot be recorded — turning a proxy into a Python ``bool``, ``int`` or
 ``len``, or iterating over it an unknown number of times — raises
@@ -455,12 +457,23 @@ class ProxyableClassMeta(type):
 # ------------------------------------------------------------- operators
 # Every Python operator with a hook (``fxloom.ops.python_operators``) records its function:
 # ``x + 1`` -> ``operator.add(x, 1)``; reflected forms (``1 + x`` calls ``x.__radd__(1)``)
-# record the same function, arguments swapped; ``x += y`` -> ``operator.iadd``, so the tensor
-# is mutated where the user mutated it. ``in`` is the exception: Python turns the result into
-# a bool, so ``Proxy.__contains__`` is written out above.
+# record the same function, arguments swapped. ``x += y`` -> ``operator.iadd``, so the tensor
+# is mutated where the user mutated it, only where the tracer's ``record_inplace_operators``
+# asks for it; else the hook answers NotImplemented and Python runs ``x = x + y``, recording
+# ``operator.add`` as torch.fx (whose Proxy has no ``__iadd__``) does. ``in`` is the exception:
+# Python turns the result into a bool, so ``Proxy.__contains__`` is written out above.
 def _forward_method(fn: Any) -> Any:
     def method(self: Proxy, *operands: Any) -> Proxy:
         return self.tracer.create_proxy("call_function", fn, (self, *operands), {})
+
+    return method
+
+
+def _in_place_method(fn: Any) -> Any:
+    def method(self: Proxy, operand: Any) -> Proxy:
+        if not self.tracer.record_inplace_operators:
+            return NotImplemented  # Python falls back to the binary operator: torch.fx's add
+        return self.tracer.create_proxy("call_function", fn, (self, operand), {})
 
     return method
 
@@ -476,7 +489,8 @@ def _install_operators() -> None:
     for fn, entry in PYTHON_OPERATORS.items():
         if entry.hook is None or entry.kind == "contains":
             continue
-        setattr(Proxy, entry.hook, _forward_method(fn))
+        make = _in_place_method if entry.kind == "augmented" else _forward_method
+        setattr(Proxy, entry.hook, make(fn))
         if entry.reflected_hook is not None:
             setattr(Proxy, entry.reflected_hook, _reflected_method(fn))
 

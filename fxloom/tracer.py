@@ -8,8 +8,9 @@ tracing fails:
 * ``nn.Module.__call__``: a call of a *leaf* module (by default the built-in
   ``torch.nn`` layers) is recorded as one ``call_module`` node; other modules
   are traced through;
-* ``nn.Module.__getattr__``: reading a parameter or buffer of a module
-  (``self.weight``) becomes a ``get_attr`` node;
+* ``nn.Module.__getattr__``: reading a parameter of a module
+  (``self.weight``) becomes a ``get_attr`` node (a buffer too, with
+  ``proxy_buffer_attributes``);
 * functions registered with ``wrap`` and those of ``autowrap_modules``
   (``math``) and ``autowrap_functions``: called with a proxy, they are
   recorded as ``call_function`` instead of run;
@@ -112,6 +113,21 @@ class Tracer:
     ``traced_func_name`` (class attribute, ``"forward"``): the method of a
     root module that is traced; a root without it is an error.
 
+    ``proxy_buffer_attributes`` (class attribute, ``False``, as in torch.fx):
+    reading a buffer of a module (``self.running_mean``) gives a ``get_attr``
+    proxy, as a parameter does, instead of the tensor itself.
+
+    ``record_inplace_operators`` (class attribute, ``False``; also a keyword of
+    the constructor and of ``symbolic_trace``): how augmented assignment on a
+    traced value is recorded. By default as torch.fx records it: a Proxy has
+    no ``__iadd__``, so Python runs ``x += y`` as ``x = x + y`` and the graph
+    gets ``operator.add`` — a new value, the tensor ``x`` named before is not
+    changed (a node name written for torch.fx then selects the same value in
+    fxloom). With ``True``, ``x += y`` is ``operator.iadd``, mutating the tensor
+    as the program does (eager's semantics, visible through aliases of ``x``).
+    A ``GraphAppendingTracer`` (a Transformer rebuilding a graph) keeps the
+    in-place nodes it copies, so it records them in place.
+
     ``check_mutable_operations`` (class attribute, ``False``; set it on a
     subclass or an instance, as in torch.fx): refuse a torch function call that
     binds to a schema writing to its arguments (``torch.sigmoid(x, out=y)``,
@@ -120,6 +136,8 @@ class Tracer:
 
     traced_func_name: str = "forward"
     check_mutable_operations: bool = False
+    record_inplace_operators: bool = False
+    proxy_buffer_attributes: bool = False
 
     def __init__(
         self,
@@ -128,7 +146,10 @@ class Tracer:
         param_shapes_constant: bool = False,
         *,
         record_stack_traces: bool = False,
+        record_inplace_operators: bool | None = None,
     ) -> None:
+        if record_inplace_operators is not None:  # else the class's choice
+            self.record_inplace_operators = record_inplace_operators
         self.autowrap_modules = tuple(autowrap_modules)
         self.autowrap_functions = tuple(autowrap_functions)
         self.param_shapes_constant = param_shapes_constant
@@ -157,6 +178,8 @@ class Tracer:
         # The last three frames of the user's program, as torch.fx records them.
         self._sources = SourceStamper(is_plumbing, limit=3)
         self._parameter_proxy_cache: dict[str, Proxy] = {}
+        # get_attr nodes of root tensors met as arguments (create_arg), one per path.
+        self._argument_attrs: dict[str, Node] = {}
         self._patches = TracePatches(self, self._parameter_proxy_cache)
         self._example_run = (
             ExampleRun(self, examples, self._patches.gate) if examples is not None else None
@@ -294,11 +317,17 @@ class Tracer:
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Proxy]) -> Any:
         """What reading module attribute ``attr`` (value ``attr_val``) yields during tracing.
 
-        Parameters and buffers of the root become (cached) ``get_attr`` proxies.
+        Parameters of the root become (cached) ``get_attr`` proxies; buffers too with
+        ``proxy_buffer_attributes``. Otherwise a buffer is read as the tensor it is, as in
+        torch.fx: what the program computes from it alone is computed now (a constant of the
+        graph, sharing the buffer's memory), and where it meets a traced value it becomes a
+        ``get_attr`` node (``create_arg``).
         """
         if isinstance(attr_val, torch.Tensor):
             path = self._root_index.tensor_path(attr_val)
-            if path is not None:
+            if path is not None and (
+                self.proxy_buffer_attributes or isinstance(attr_val, torch.nn.Parameter)
+            ):
                 return self._cached_get_attr(path, parameter_proxy_cache)
         return attr_val
 
@@ -472,7 +501,12 @@ class Tracer:
     def _tensor_arg(self, tensor: torch.Tensor) -> Node:
         path = self._root_index.tensor_path(tensor)
         if path is not None:
-            return self._get_attr_node(path)
+            # A node, not a proxy (create_node, as torch.fx): nothing was done with the
+            # tensor before it became an argument, so a create_proxy override sees no read.
+            node = self._argument_attrs.get(path)
+            if node is None:
+                node = self._argument_attrs[path] = self.create_node("get_attr", path, (), {})
+            return node
         return self.create_node("get_attr", self._constants.name_for(tensor), (), {})
 
     def _script_object_arg(self, obj: torch.ScriptObject) -> Node:
@@ -527,7 +561,11 @@ class GraphAppendingTracer(Tracer):
 
     With ``root``, modules and tensors of that module are recognised as such
     (``call_module`` paths, parameters as ``get_attr``), as during a trace.
+    An in-place operator applied to its proxies (a Transformer copying an
+    ``operator.iadd`` node) is recorded in place, as the node it copies.
     """
+
+    record_inplace_operators = True
 
     def __init__(self, graph: Graph, root: torch.nn.Module | None = None) -> None:
         super().__init__()
@@ -563,6 +601,8 @@ def symbolic_trace(
     *,
     example_inputs: tuple[Any, ...] | dict[str, Any] | None = None,
     autoleaf: bool = False,
+    record_inplace_operators: bool = False,
+    proxy_buffer_attributes: bool = True,
 ) -> GraphModule:
     """Trace ``root`` into a ``GraphModule`` named after the root's class (or function).
 
@@ -607,7 +647,24 @@ def symbolic_trace(
     innermost user-defined module around the failure as a ``call_module`` and
     trace again; ``gm.meta["autoleaf"]`` lists those modules and why
     (``fxloom.autoleaf.LeafDecision``).
+
+    ``record_inplace_operators`` (beyond torch.fx): record ``x += y`` on a
+    traced value as ``operator.iadd``, mutating the tensor as the program does,
+    instead of torch.fx's ``operator.add`` (see ``Tracer``).
+
+    ``proxy_buffer_attributes`` (``Tracer``'s attribute; here ``True``, beyond
+    torch.fx's ``symbolic_trace``): buffers read by the program are traced
+    values, so code combining a buffer with traced sizes traces
+    (``self.token_type_ids[:, :n].expand(batch, n)`` in Hugging Face's BERT);
+    ``False`` reads them as tensors, as torch.fx does, where what is computed
+    from a buffer alone becomes a constant. A ``Tracer`` (and a subclass, the
+    way torchvision traces) reads them as torch.fx does unless told.
     """
+
+    def make_tracer() -> Tracer:
+        tracer = Tracer(record_inplace_operators=record_inplace_operators)
+        tracer.proxy_buffer_attributes = proxy_buffer_attributes
+        return tracer
 
     def attempt(tracer: Tracer) -> Graph:
         return tracer.trace(root, concrete_args, example_inputs=example_inputs)
@@ -616,9 +673,9 @@ def symbolic_trace(
     if autoleaf and isinstance(root, torch.nn.Module):
         from fxloom.autoleaf import trace_with_autoleaf
 
-        tracer, graph, decisions = trace_with_autoleaf(Tracer, root, attempt)
+        tracer, graph, decisions = trace_with_autoleaf(make_tracer, root, attempt)
     else:
-        tracer = Tracer()
+        tracer = make_tracer()
         graph = attempt(tracer)
     name = (
         type(root).__name__

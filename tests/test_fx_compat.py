@@ -521,3 +521,179 @@ def test_a_graph_without_an_owning_module_never_warns() -> None:
         warnings.simplefilter("error")
         g.get_attr("anything")
         g.call_module("anything", ())
+
+
+# ================================================= augmented assignment, names, DCE
+def names_of(gm: Any) -> list[str]:
+    return [node.name for node in gm.graph.nodes]
+
+
+@BOTH
+def test_augmented_assignment_records_add(fx: Any) -> None:
+    def fn(x, y):
+        x += y
+        return x
+
+    assert [n.target for n in fx.symbolic_trace(fn).graph.nodes][2] is operator.add
+
+
+def _private(x):
+    return x * 2
+
+
+torch.fx.wrap("_private")
+fxloom.wrap("_private")
+
+
+@BOTH
+def test_node_names_keep_leading_underscores(fx: Any) -> None:
+    def fn(x):
+        torch._assert(x.dim() == 1, "one dimension")
+        return _private(x) + _private(x)
+
+    assert names_of(fx.symbolic_trace(fn))[1:] == [
+        "dim",
+        "eq",
+        "_assert",
+        "_private",
+        "_private_1",
+        "add",
+        "output",
+    ]
+
+
+class ReadsABuffer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("index", torch.arange(4))
+
+    def forward(self, x):
+        return x[self.index.view(2, 2)]
+
+
+@BOTH
+def test_a_tracer_reads_buffers_as_tensors(fx: Any) -> None:
+    graph = fx.Tracer().trace(ReadsABuffer())
+    ops = [node.op for node in graph.nodes]
+    assert ops == ["placeholder", "get_attr", "call_function", "output"]  # the view: a constant
+
+
+def test_symbolic_trace_traces_buffers_in_fxloom() -> None:
+    gm = fxloom.symbolic_trace(ReadsABuffer())
+    assert [node.name for node in gm.graph.nodes][1:3] == ["index", "view"]
+    gm = fxloom.symbolic_trace(ReadsABuffer(), proxy_buffer_attributes=False)
+    assert "view" not in names_of(gm)
+
+
+@BOTH
+def test_dead_code_elimination_drops_an_unused_in_place_update_of_a_fresh_value(fx: Any) -> None:
+    def fn(x):
+        y = torch.mul(x, 2)
+        torch.relu_(y + 1)  # written, never read
+        return y
+
+    gm = fx.symbolic_trace(fn)
+    gm.graph.eliminate_dead_code()
+    assert names_of(gm) == ["x", "mul", "output"]
+
+
+@BOTH
+def test_dead_code_elimination_drops_an_in_place_module_nobody_reads(fx: Any) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU(inplace=True))
+
+    class Cut(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = model
+
+        def forward(self, x):
+            first = self.body[0](x)
+            self.body[1](first * 1)
+            return first
+
+    gm = fx.symbolic_trace(Cut())
+    gm.graph.eliminate_dead_code()
+    assert names_of(gm) == ["x", "body_0", "output"]
+
+
+@pytest.mark.parametrize("writes", ["input", "buffer"])
+def test_dead_code_elimination_keeps_an_in_place_update_of_an_input_or_buffer(writes) -> None:
+    class Writes(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("total", torch.zeros(2))
+
+        def forward(self, x):
+            (x if writes == "input" else self.total).add_(1)
+            return x * 2
+
+    gm = fxloom.symbolic_trace(Writes())
+    gm.graph.eliminate_dead_code()
+    assert "add_" in names_of(gm)
+
+
+def test_dead_code_elimination_keeps_an_in_place_update_read_later() -> None:
+    # timm's DropPath in training: the mask is divided in place, then used. torch.fx drops
+    # the div_ (its result is unused) and changes the values; fxloom keeps it.
+    def drop_path(x):
+        mask = x.new_ones(x.shape)
+        mask.div_(0.5)
+        return x * mask
+
+    x = torch.ones(2)
+    for fx, kept in ((torch.fx, False), (fxloom, True)):
+        gm = fx.symbolic_trace(drop_path)
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        assert ("div_" in names_of(gm)) is kept
+        assert torch.equal(gm(x), drop_path(x)) is kept
+
+
+@BOTH
+def test_an_unpacking_check_goes_with_the_items_it_protects(fx: Any) -> None:
+    def fn(x):
+        first, second = x.unbind(0)
+        return x + 1
+
+    gm = fx.symbolic_trace(fn)
+    gm.graph.eliminate_dead_code()
+    assert names_of(gm) == ["x", "add", "output"]
+
+
+@BOTH
+def test_private_names_of_torch_fx_graph_module_are_there(fx: Any) -> None:
+    graph_module = __import__(f"{fx.__name__}.graph_module", fromlist=["_copy_attr"])
+    root = torch.nn.Module()
+    root.sub = torch.nn.Linear(2, 2)
+    root.sub.register_buffer("scale", torch.ones(2))
+    into = torch.nn.Module()
+    graph_module._copy_attr(root, into, "sub.scale")
+    assert "scale" in dict(into.sub.named_buffers()) and into.sub.training == root.sub.training
+    copied = graph_module._CodeOnlyModule(dict(root.__dict__))
+    assert copied.sub is root.sub
+    assert graph_module._USER_PRESERVED_ATTRIBUTES_KEY == "_user_preserved_attributes"
+
+
+@BOTH
+def test_a_graph_module_deep_copies_pickles_and_saves_after_a_run(fx: Any) -> None:
+    import io
+
+    gm = fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()))
+    x = torch.randn(3, 2)
+    expected = gm(x)
+    buffer = io.BytesIO()
+    torch.save(gm, buffer)
+    buffer.seek(0)
+    for copied in (
+        copy.deepcopy(gm),
+        pickle.loads(pickle.dumps(gm)),
+        torch.load(buffer, weights_only=False),
+        fx.GraphModule(graph_module_body(fx, gm), gm.graph),
+    ):
+        assert_same(copied(x), expected)
+
+
+def graph_module_body(fx: Any, gm: Any) -> torch.nn.Module:
+    """A deep copy of a run module's __dict__ as a root (torchvision's DualGraphModule copy)."""
+    graph_module = __import__(f"{fx.__name__}.graph_module", fromlist=["_CodeOnlyModule"])
+    return graph_module._CodeOnlyModule(copy.deepcopy(gm.__dict__))

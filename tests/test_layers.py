@@ -61,6 +61,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._format",
         "fxloom._namespace",
         "fxloom._graph_pickle",
+        "fxloom._dead_code",
         "fxloom._renamed_modules",
         "fxloom._to_folder",
         "fxloom.source_location",

@@ -52,8 +52,9 @@ def line_of(marker: str) -> int:
 
 def check_same_mutation(fn: Any, *inputs: torch.Tensor) -> fx.GraphModule:
     """Trace ``fn``, run it and eager ``fn`` on copies of ``inputs``; both results and
-    both mutated inputs must agree. Returns the traced module."""
-    gm = fx.symbolic_trace(fn)
+    both mutated inputs must agree (augmented assignment recorded in place, as eager runs
+    it). Returns the traced module."""
+    gm = fx.symbolic_trace(fn, record_inplace_operators=True)
     eager_inputs = [t.clone() for t in inputs]
     traced_inputs = [t.clone() for t in inputs]
     assert_close(gm(*traced_inputs), fn(*eager_inputs))
@@ -286,13 +287,37 @@ def test_unary_operator_is_recorded_as_its_operator_function(written, function, 
 
 
 # ============================================================ in-place operations
-def test_augmented_assignment_is_recorded_as_in_place_operator():
+def test_augmented_assignment_is_recorded_as_torch_fx_records_it_by_default():
+    def fn(x, y):
+        x += y  # a Proxy has no __iadd__ in torch.fx: Python runs x = x + y
+        return x
+
+    gm = fx.symbolic_trace(fn)
+    assert calls(gm) == [("call_function", operator.add)]
+    x, y = torch.randn(3), torch.randn(3)
+    before = x.clone()
+    assert_close(gm(x, y), before + y)
+    assert_close(x, before)  # as under torch.fx, the input is not written
+
+
+def test_augmented_assignment_is_recorded_in_place_on_request():
     def fn(x, y):
         x += y
         return y * 2  # the mutation's result is unused: only its effect matters
 
-    gm = fx.symbolic_trace(fn)
+    gm = fx.symbolic_trace(fn, record_inplace_operators=True)
     assert ("call_function", operator.iadd) in calls(gm)
+
+
+def test_a_tracer_records_augmented_assignment_in_place_when_built_to():
+    def fn(x, y):
+        x += y
+        return x
+
+    in_place = fx.Tracer(record_inplace_operators=True).trace(fn)
+    assert operator.iadd in [node.target for node in in_place.nodes]
+    as_torch_fx = fx.Tracer().trace(fn)
+    assert operator.add in [node.target for node in as_torch_fx.nodes]
 
 
 def test_augmented_assignment_survives_dead_code_elimination_and_mutates_the_input():
@@ -300,7 +325,7 @@ def test_augmented_assignment_survives_dead_code_elimination_and_mutates_the_inp
         x += y
         return y * 2
 
-    gm = fx.symbolic_trace(fn)
+    gm = fx.symbolic_trace(fn, record_inplace_operators=True)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     assert ("call_function", operator.iadd) in calls(gm)
@@ -334,7 +359,7 @@ def test_in_place_operator_mutates_the_input_exactly_as_eager(symbol, function, 
         function(x, y)  # `x <symbol> y`, result discarded
         return y + 1
 
-    gm = fx.symbolic_trace(fn)
+    gm = fx.symbolic_trace(fn, record_inplace_operators=True)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     assert ("call_function", function) in calls(gm)
@@ -390,7 +415,19 @@ def test_mutation_through_an_alias_is_visible_through_the_original_name():
         return alias
 
     x = torch.randn(3)
-    assert_close(fx.symbolic_trace(fn)(x), fn(x))
+    assert_close(fx.symbolic_trace(fn, record_inplace_operators=True)(x), fn(x))
+
+
+def test_by_default_a_mutation_through_an_alias_is_not_seen_as_in_torch_fx():
+    def fn(x):
+        y = x * 1
+        alias = y
+        y += 1  # eager: alias sees it; torch.fx (and fxloom by default): y = y + 1
+        return alias
+
+    x = torch.randn(3)
+    assert_close(fx.symbolic_trace(fn)(x), x)
+    assert_close(torch.fx.symbolic_trace(fn)(x), x)
 
 
 # ============================================================ attributes

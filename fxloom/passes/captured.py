@@ -169,7 +169,10 @@ def trace(
             f"got {type(model).__name__}"
         )
     args, kwargs = call_inputs(example_inputs, consumer) if example_inputs is not None else ((), {})
-    tracer = Tracer(record_stack_traces=True)  # reports and errors name the user's lines
+    # Stack traces: reports and errors name the user's lines. The passes trace as fxloom does
+    # beyond torch.fx: writes recorded where the program writes (x += y in place), buffers traced.
+    tracer = Tracer(record_stack_traces=True, record_inplace_operators=True)
+    tracer.proxy_buffer_attributes = True
     try:
         graph = tracer.trace(model, concrete_args, example_inputs=_examples(args, kwargs))
     except Exception as error:

@@ -11,8 +11,8 @@
     >>> gm = const_fold(fxloom.symbolic_trace(Scaled()))
     >>> print(gm.code.strip())
     def forward(self, x):
-        folded_mul = self._folded_mul
-        mul_1 = x * folded_mul;  x = folded_mul = None
+        _folded_mul = self._folded_mul
+        mul_1 = x * _folded_mul;  x = _folded_mul = None
         return mul_1
     >>> gm._folded_mul
     tensor([0.0000, 0.5000, 1.0000, 1.5000])

@@ -6,6 +6,12 @@ becomes ``get_attr _tensor_constantN``; the tensor itself goes into
 the ``GraphModule`` built from the graph holds it as a buffer. The same
 tensor met twice is one constant. This is the only writer of ``Graph.constants``.
 
+Where torch.fx sets each constant on the root module, fxloom notes it beside the
+root instead (``fxloom.graph_module.captured_on``, weakly keyed by the root): so the constants of
+several traces of one root get distinct names, as in torch.fx, and code written
+for torch.fx that copies a graph's ``get_attr`` targets from the root
+(``fxloom.graph_module._copy_attr``, torchvision's ``DualGraphModule``) finds them.
+
 Depends on ``fxloom.graph`` (the constants' home) only.
 """
 
@@ -16,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from fxloom import attr_path
+from fxloom.graph_module import captured_on
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
@@ -45,9 +52,10 @@ class TensorConstants:
             name = self._free_name(prefix)
             self.graph.constants[name] = value
             self.names_by_id[id(value)] = name
+            captured_on(self.root)[name] = value
         return name
 
     def _free_name(self, prefix: str) -> str:
         """``<prefix>N`` for the first N that names nothing in the graph or on the root yet."""
-        constants = self.graph.constants
-        return attr_path.free_name(self.root, prefix, taken=constants, start=len(constants))
+        taken = self.graph.constants.keys() | captured_on(self.root).keys()
+        return attr_path.free_name(self.root, prefix, taken=taken, start=len(taken))

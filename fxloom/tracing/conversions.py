@@ -155,8 +155,10 @@ def _specialize(tracer: Tracer, obj: Proxy, convert: Callable[[Any], Any], value
 
 
 def _check_unpack(tracer: Tracer, obj: Proxy, count: int) -> None:
+    # A node, not a proxy (create_node): torch.fx records no check here, so a client that
+    # lists what passes through create_proxy (torchvision's node names) sees torch.fx's nodes.
     where = short_location(user_frame())
-    tracer.create_proxy("call_function", check_length, (obj, count, where), {}, "guard")
+    tracer.create_node("call_function", check_length, (obj.node, count, where), {}, "guard")
 
 
 def _iterate_rows(tracer: Tracer, obj: Proxy, value: Any) -> Iterator[Proxy]:

@@ -63,7 +63,8 @@ def input_feeds(gm, example_inputs) -> dict:
 
 def assert_translates(fn, *inputs):
     """Trace ``fn``, translate it, run it with ONNX Runtime: the same values as eager."""
-    gm = fxloom.symbolic_trace(fn, example_inputs=inputs)
+    # In-place operators recorded as written (operator.iadd), so their translation is tested.
+    gm = fxloom.symbolic_trace(fn, example_inputs=inputs, record_inplace_operators=True)
     proto = translate(gm, inputs)
     onnx.checker.check_model(proto, full_check=True)
     expected = flat_tensors(fn(*inputs))
@@ -511,7 +512,7 @@ def test_an_in_place_update_read_afterwards_is_refused():
         z = operator.iadd(y, 1)  # y += 1, then y read again below
         return z + y
 
-    gm = fxloom.symbolic_trace(overwrite_then_read)
+    gm = fxloom.symbolic_trace(overwrite_then_read, record_inplace_operators=True)
     (iadd,) = [n for n in gm.graph.nodes if n.target is operator.iadd]
     assert "which a later node reads" in unsupported_reason(iadd, gm)
 

@@ -47,8 +47,8 @@ def test_a_transposed_parameter_becomes_a_buffer_read_by_get_attr():
     model = Transposed().eval()
     gm = const_fold(fxloom.symbolic_trace(model))
     assert code_lines(gm) == [
-        "folded_t = self._folded_t",
-        "matmul = x @ folded_t;  x = folded_t = None",
+        "_folded_t = self._folded_t",
+        "matmul = x @ _folded_t;  x = _folded_t = None",
         "return matmul",
     ]
     assert_close(gm._folded_t, model.weight.t())
