@@ -39,6 +39,10 @@ $(SETUP_STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q "$(TORCH_PIN)"
 	@echo "installing fxloom[test] with constraints.txt"
 	$(PIP) install -q -e '.[test]' -c constraints.txt
+	@# torch.fx's clients for tests/compat, beside the venv and off its path (pyproject's compat
+	@# extra says why); best effort: without them tests/compat skips, saying so.
+	$(PIP) install -q --no-deps --target $(VENV)/compat-packages -c constraints.txt \
+		torchvision timm pillow || echo "note: tests/compat will skip (torchvision/timm not installed)"
 	@# Graphviz's `dot` renders `fxloom draw` images; no pip package installs it. Best effort:
 	@# apt-get when root, else a note; set-up never fails over it.
 	@command -v dot >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \

@@ -19,6 +19,7 @@ import importlib.util
 import inspect
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -52,11 +53,25 @@ def _skip_missing_torchvision_ops(register_fake):
     return register_fake_if_op_exists
 
 
+# Where `make setup` installs torchvision, timm and pillow: beside the venv, off its path, so
+# that transformers (which imports torchvision whenever it finds it) never meets this
+# torchvision outside these tests. pyproject.toml's `compat` extra says why.
+COMPAT_PACKAGES = Path(sys.prefix) / "compat-packages"
+
+
+def _compat_packages_on_path() -> None:
+    """Puts the compat packages last on the path (they never shadow the venv's own)."""
+    if COMPAT_PACKAGES.is_dir() and str(COMPAT_PACKAGES) not in sys.path:
+        sys.path.append(str(COMPAT_PACKAGES))
+        importlib.invalidate_caches()
+
+
 def import_torchvision() -> types.ModuleType:
     """torchvision, imported beside this torch (skips the test where it is not installed)."""
     if "torchvision" not in sys.modules:
+        _compat_packages_on_path()
         if importlib.util.find_spec("torchvision") is None:
-            pytest.skip("torchvision is not installed (pip install --no-deps torchvision)")
+            pytest.skip(f"torchvision is not installed (make setup puts it in {COMPAT_PACKAGES})")
         original = torch.library.register_fake
         torch.library.register_fake = _skip_missing_torchvision_ops(original)
         try:
