@@ -208,7 +208,9 @@ class TensorReader:
             )
         axis = affine["axis"]
         if axis is None:
-            _check_parameters(scales, zero_points, (), where, "a tensor; per tensor there is one, 0-d")
+            _check_parameters(
+                scales, zero_points, (), where, "a tensor; per tensor there is one, 0-d"
+            )
             check_scales(scales, zero_points, dtype, where)
             try:  # keeps the layout of ``values`` (channels-last, a transpose)
                 return torch._make_per_tensor_quantized_tensor(
