@@ -31,8 +31,10 @@ from typing import Any
 
 import torch
 
+from fxloom._format import printable
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.tensors import SCALE, ZERO_POINT
+from fxloom.serialize.values import short
 
 __all__ = ["OLD_DTYPES", "OLD_SCHEMES", "converted", "is_old_record", "upgrade"]
 
@@ -103,19 +105,25 @@ def converted(record: dict, weights: Weights) -> dict:
     """The version 3 record of the old quantized-tensor ``record`` (its parameters moved
     into ``weights``)."""
     key = record["key"]
-    where = f"the tensor {key!r}"
+    where = f"the tensor {printable(repr(key))}"
     dtype = record.get("dtype")
-    integer = OLD_DTYPES.get(dtype.get("dtype")) if isinstance(dtype, dict) else None
+    integer = OLD_DTYPES.get(_name(dtype, "dtype"))
     if integer is None:
-        raise SerializationError(f"{where}: {dtype!r} is not a quantized dtype")
+        raise SerializationError(f"{where}: {short(dtype)} is not a quantized dtype")
     old = record["quantized"]
-    scheme = OLD_SCHEMES.get(old["qscheme"].get("qscheme"))
+    scheme = OLD_SCHEMES.get(_name(old["qscheme"], "qscheme"))
     if scheme is None:
-        raise SerializationError(f"{where}: unknown quantization scheme {old['qscheme']!r}")
+        raise SerializationError(f"{where}: unknown quantization scheme {short(old['qscheme'])}")
     new = {name: value for name, value in record.items() if name != "quantized"}
     new["dtype"] = {"dtype": integer}
     new["affine"] = scheme(record, old, weights, where)
     return new
+
+
+def _name(value: Any, kind: str) -> str:
+    """The name in ``{kind: name}`` (as ``values`` writes a dtype or scheme), else ""."""
+    name = value.get(kind) if isinstance(value, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def upgrade(program: Any, weights: Weights) -> Any:
@@ -123,7 +131,7 @@ def upgrade(program: Any, weights: Weights) -> Any:
     place; ``weights`` gains their parameters. A tensor held in several places (tied) has
     the same record in each: converted once, shared again."""
     done: dict[str, tuple[dict, dict]] = {}  # key -> (old record, its plain form)
-    stack = [program]
+    stack = [program] if isinstance(program, (dict, list)) else []
     while stack:
         item = stack.pop()
         for name, child in list(_items(item)):
@@ -144,5 +152,7 @@ def _once(record: dict, weights: Weights, done: dict[str, tuple[dict, dict]]) ->
         done[key] = (record, converted(record, weights))
     old, new = done[key]
     if old != record:
-        raise SerializationError(f"the tensor {key!r} is described twice, differently; refused")
+        raise SerializationError(
+            f"the tensor {printable(repr(key))} is described twice, differently; refused"
+        )
     return dict(new)
