@@ -233,8 +233,8 @@ def per_channel():
         saved(),
         {
             "q": values,
-            "q.scale": torch.ones(1, dtype=torch.float64),
-            "q.zero_point": torch.zeros(1, dtype=torch.int64),
+            "q.scales": torch.ones(1, dtype=torch.float64),
+            "q.zero_points": torch.zeros(1, dtype=torch.int64),
         },
     )
 
@@ -242,8 +242,8 @@ def per_channel():
         program["module"]["buffers"]["q"] = {
             "key": "q",
             "shape": [1000, 2],
-            "dtype": {"dtype": "int8"},
-            "affine": {"axis": 0},
+            "dtype": {"dtype": "qint8"},
+            "quantized": {"qscheme": {"qscheme": "per_channel_affine"}, "axis": 0},
         }
         insert_before_output(
             program,
@@ -262,8 +262,8 @@ def per_channel_axis():
         saved(),
         {
             "q": torch.ones(4, 2, dtype=torch.int8),
-            "q.scale": torch.ones(4, dtype=torch.float64),
-            "q.zero_point": torch.zeros(4, dtype=torch.int64),
+            "q.scales": torch.ones(4, dtype=torch.float64),
+            "q.zero_points": torch.zeros(4, dtype=torch.int64),
         },
     )
 
@@ -271,8 +271,8 @@ def per_channel_axis():
         program["module"]["buffers"]["q"] = {
             "key": "q",
             "shape": [4, 2],
-            "dtype": {"dtype": "int8"},
-            "affine": {"axis": 5},
+            "dtype": {"dtype": "qint8"},
+            "quantized": {"qscheme": {"qscheme": "per_channel_affine"}, "axis": 5},
         }
 
     return edited(edit, data)
