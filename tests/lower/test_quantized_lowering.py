@@ -173,3 +173,14 @@ def test_quantize_to_a_narrowed_range_is_clipped_to_it():
     lowered = lower(traced, (x,))
     assert torch.equal(lowered(x), narrowed(x))
     assert lowered.lowering_report.nodes_in_pytorch == 0
+
+
+@pytest.mark.parametrize("scheme", ["w4_g32", "residual"])
+def test_a_lowered_quantized_model_saves_and_loads(scheme, tmp_path):
+    """Its regions use standard ONNX operators only, which the safe loader admits."""
+    import fxloom
+
+    model, x, _ = case(scheme)
+    lowered = lower(model, (x,))
+    fxloom.save(lowered, tmp_path / "model.fxl")
+    assert torch.equal(fxloom.load(tmp_path / "model.fxl")(x), lowered(x))
