@@ -71,14 +71,15 @@ from fxloom.quantize import ops
 __all__ = ["QUANTIZED_OPERATORS"]
 
 # ONNX TensorProto element types used here (onnx's enum, written out: no onnx import).
-_FLOAT, _UINT8, _INT32 = 1, 2, 6
+_FLOAT, _UINT8 = 1, 2
 
 # The opset the handlers here write (blocked DequantizeLinear and UINT4 are opset 21).
 QUANT_OPSET = 21
 
 # Each operator's spellings: the Python function graphs call and the torch.library overload.
 QUANTIZED_OPERATORS = {
-    name: (getattr(ops, name), getattr(ops._ops, name).default) for name in ops.OPERATORS
+    name: (getattr(ops, name), getattr(getattr(torch.ops, ops.NAMESPACE), name).default)
+    for name in ops.OPERATORS
 }
 
 
@@ -95,7 +96,12 @@ def _rows(name: str):
 # ---- arguments ------------------------------------------------------------------------------
 def _bound(name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The call's arguments by the names of ``fxloom.quantize.ops.<name>``, defaults filled."""
-    bound = inspect.signature(getattr(ops, name)).bind(*args, **kwargs)
+    try:
+        bound = inspect.signature(getattr(ops, name)).bind(*args, **kwargs)
+    except TypeError as error:  # keywords named as the torch.library schema names them
+        raise UnsupportedArgument(
+            f"{name}: arguments {error}; pass them by position, as convert writes them"
+        ) from None
     bound.apply_defaults()
     return dict(bound.arguments)
 
@@ -115,7 +121,7 @@ def _scalar(ctx: Any, value: float | int, dtype: torch.dtype) -> str:
 
 
 def _float_input(ctx: Any, value: Any, name: str) -> str:
-    if isinstance(value, Node) and ctx.dtype_of(value) not in (torch.float32,):
+    if isinstance(value, Node) and ctx.dtype_of(value) != torch.float32:
         raise UnsupportedArgument(
             f"{name}: {ctx.dtype_of(value)} activations; the ONNX translation takes float32"
         )
