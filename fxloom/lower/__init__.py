@@ -22,6 +22,7 @@ from fxloom.lower import (  # noqa: F401 -- importing the families registers the
     onnx_ops_elementwise,
     onnx_ops_modules,
     onnx_ops_nn,
+    onnx_ops_quant,
     onnx_ops_shapes,
 )
 from fxloom.lower.lowering import LoweringError, LoweringWarning, lower

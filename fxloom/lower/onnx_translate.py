@@ -147,6 +147,23 @@ class TranslationContext:
             self._tensor_names[key] = (value, onnx_name)
         return onnx_name
 
+    def constant_uint4(self, codes: torch.Tensor) -> str:
+        """An ONNX ``UINT4`` initializer (opset 21) of ``codes`` (integers 0..15, any shape),
+        packed two per byte, the first of each pair in the low nibble, as ONNX stores them."""
+        onnx = require("onnx")
+        flat = codes.reshape(-1).to(torch.uint8)
+        if flat.numel() % 2:
+            flat = torch.cat([flat, flat.new_zeros(1)])
+        packed = flat[0::2] | (flat[1::2] << 4)
+        name = self.fresh("uint4")
+        self._constant_names.add(name)
+        self.initializers.append(
+            onnx.helper.make_tensor(
+                name, onnx.TensorProto.UINT4, list(codes.shape), packed.numpy().tobytes(), raw=True
+            )
+        )
+        return name
+
     def shape_of(self, node: Node | torch.Tensor) -> tuple[int, ...]:
         if isinstance(node, torch.Tensor):  # a folded argument
             return tuple(node.shape)
@@ -207,6 +224,7 @@ def translate_at_sizes(
     unsupported = _unsupported_nodes(module, folded)
     if unsupported:
         raise UnsupportedNodeError(unsupported)
+    opset = max([opset, *_opsets_needed(module, folded)])
     ctx = TranslationContext(module, opset)
     lifted = lifted_state(gm)
     graph_inputs, outputs = [], []
@@ -441,6 +459,17 @@ def _unsupported_nodes(module: GraphModule, folded: dict[Node, Any]) -> list[tup
         if reason is not None:
             found.append((node, reason))
     return found
+
+
+def _opsets_needed(module: GraphModule, folded: dict[Node, Any]) -> list[int]:
+    """The opsets the handlers of the translated nodes need (a handler's ``opset``: the
+    quantized operators write opset 21's blocked ``DequantizeLinear``)."""
+    needed = []
+    for node in module.graph.nodes:
+        if node.op in ("call_function", "call_method", "call_module") and node not in folded:
+            called = module.get_submodule(str(node.target)) if node.op == "call_module" else None
+            needed.append(getattr(handler_for(node.op, node.target, called), "opset", 0))
+    return needed
 
 
 def _translate_call(ctx: TranslationContext, node: Node) -> Any:

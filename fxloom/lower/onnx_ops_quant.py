@@ -1,0 +1,360 @@
+"""ONNX translations of fxloom's quantized operators (``fxloom.quantize.ops``), as QDQ.
+
+A quantized graph (``fxloom.quantize.convert``, the default plain kernels) calls
+``fxloom.quantize.ops.<op>`` on plain integer tensors; each row here writes the standard
+ONNX operators that compute the same thing, in the forms ONNX Runtime's graph optimizer
+fuses into its integer kernels (checked by ``tests/lower/test_quantized_lowering.py``
+on onnxruntime 1.30):
+
+=============== ======================================================= =====================
+operator        ONNX                                                    ONNX Runtime runs
+=============== ======================================================= =====================
+quantize        ``QuantizeLinear`` (+ ``Clip`` for a narrowed range)    itself, or fused
+dequantize      ``DequantizeLinear``                                    itself, or fused
+choose_qparams  ReduceMin/ReduceMax arithmetic, as the reference        itself
+linear_w8       ``DequantizeLinear`` (int8, per channel) + ``MatMul``   ``MatMulNBits`` (8 bit)
+                (+ bias ``Add``)
+linear_w4       ``DequantizeLinear`` (uint4, ``block_size`` = group)    ``MatMulNBits`` (4 bit)
+                + ``MatMul`` (+ bias ``Add``)
+linear_int8     per token: ``Abs``/``ReduceMax``/``Round`` to uint8     ``MatMulInteger``
+(dynamic)       with zero point 128, ``MatMulInteger``, scale ``Mul``,
+                bias ``Add``
+linear_int8     (``QuantizeLinear`` for float in) ``MatMulInteger``,    ``MatMulInteger``
+(static)        scale ``Mul``, bias ``Add``, ``Relu``, ``QuantizeLinear``
+conv2d_int8     ``DequantizeLinear`` of input, weight (per channel) and ``QLinearConv``
+                int32 bias around ``Conv`` (+ ``Relu``), ``QuantizeLinear``
+add_int8,       ``DequantizeLinear`` around ``Add``/``Mul``, (``Relu``),  ``QLinearAdd``,
+mul_int8        ``QuantizeLinear``                                      ``QLinearMul``
+=============== ======================================================= =====================
+
+Why these forms and not others:
+
+* dynamic activations are per token and symmetric in fxloom; ONNX's ``DynamicQuantizeLinear``
+  is one affine scale per tensor, which would compute something else (and its fused
+  ``DynamicQuantizeMatMul`` is a ``com.microsoft`` operator, which a saved region may not
+  use: ``runtime_saving``). The per-token steps are written out; ``x / scale`` rounded and
+  shifted by 128 is the uint8 form of the int8 value, so ``MatMulInteger`` with zero point
+  128 computes the reference's integer product exactly;
+* a static linear layer with a bias does not fuse as QDQ in ONNX Runtime 1.30: it rewrites
+  ``MatMul`` + ``Add`` into a float ``Gemm`` and never forms ``QGemm`` (tried with per-tensor
+  and per-channel weights, transposed or not). ``MatMulInteger`` with the reference's float
+  scale and bias is its integer kernel, and equals the reference;
+* weight-only layers dequantize a constant integer weight (transposed to ``[K, N]``, int4
+  repacked as ONNX ``UINT4``), which ONNX Runtime fuses into ``MatMulNBits``; it runs
+  faster with ``accuracy_level=4`` (activations in int8 per block, about 0.5% error), which
+  ``OrtModule`` asks for (``runtime.SESSION_CONFIG``);
+* a static convolution is the textbook QDQ pattern (the bias int32 at the input scale times
+  each channel's weight scale: half a unit of the accumulator at most from the reference's
+  float bias, which is added as float where it would not fit in int32).
+
+Weights, scales, zero points and biases must be constants of the graph (``get_attr``, as
+``convert`` makes them); a graph that computes them is refused (``UnsupportedArgument``), and
+``fxloom.lower`` keeps that region in PyTorch. The operators need ONNX opset 21
+(``block_size``, ``UINT4``): each handler's ``opset`` says so, and the translator raises
+the graph's opset to it.
+
+Depends on: torch, ``fxloom.quantize.ops`` (the operators' signatures and int4 packing),
+``onnx_ops``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from fxloom.lower.onnx_ops import UnsupportedArgument, cast_to, onnx_dtype, register
+from fxloom.node import Node
+from fxloom.quantize import ops
+
+__all__ = ["QUANTIZED_OPERATORS"]
+
+# ONNX TensorProto element types used here (onnx's enum, written out: no onnx import).
+_FLOAT, _UINT8 = 1, 2
+
+# The opset the handlers here write (blocked DequantizeLinear and UINT4 are opset 21).
+QUANT_OPSET = 21
+
+# Each operator's spellings: the Python function graphs call and the torch.library overload.
+QUANTIZED_OPERATORS = {
+    name: (getattr(ops, name), getattr(getattr(torch.ops, ops.NAMESPACE), name).default)
+    for name in ops.OPERATORS
+}
+
+
+def _rows(name: str):
+    """Register the handler under ``name``'s spellings, needing opset ``QUANT_OPSET``."""
+
+    def decorate(handler):
+        handler.opset = QUANT_OPSET
+        return register(list(QUANTIZED_OPERATORS[name]))(handler)
+
+    return decorate
+
+
+# ---- arguments ------------------------------------------------------------------------------
+def _bound(name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by the names of ``fxloom.quantize.ops.<name>``, defaults filled."""
+    try:
+        bound = inspect.signature(getattr(ops, name)).bind(*args, **kwargs)
+    except TypeError as error:  # keywords named as the torch.library schema names them
+        raise UnsupportedArgument(
+            f"{name}: arguments {error}; pass them by position, as convert writes them"
+        ) from None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _constant(value: Any, what: str, name: str) -> torch.Tensor:
+    """``value`` as a tensor the examples fix (a weight, a scale), or refuse the call."""
+    if isinstance(value, Node):
+        raise UnsupportedArgument(
+            f"{name}: its {what} is computed in the graph; the ONNX translation needs it "
+            "constant (a get_attr, as fxloom.quantize.convert makes it)"
+        )
+    return value.detach()
+
+
+def _scalar(ctx: Any, value: float | int, dtype: torch.dtype) -> str:
+    return ctx.constant(torch.tensor(value, dtype=dtype))
+
+
+def _float_input(ctx: Any, value: Any, name: str) -> str:
+    if isinstance(value, Node) and ctx.dtype_of(value) != torch.float32:
+        raise UnsupportedArgument(
+            f"{name}: {ctx.dtype_of(value)} activations; the ONNX translation takes float32"
+        )
+    return cast_to(ctx, value, torch.float32)
+
+
+# ---- quantize, dequantize, choose_qparams -------------------------------------------------
+_FULL_RANGE = {torch.uint8: (0, 255), torch.int8: (-128, 127)}
+
+
+@_rows("quantize")
+def translate_quantize(ctx, node, args, kwargs):
+    a = _bound("quantize", args, kwargs)
+    dtype = a["dtype"]
+    if dtype not in _FULL_RANGE:
+        raise UnsupportedArgument(f"quantize to {dtype}: ONNX QuantizeLinear takes uint8/int8")
+    x = _float_input(ctx, a["x"], "quantize")
+    q = ctx.node(
+        "QuantizeLinear",
+        [x, _scalar(ctx, a["scale"], torch.float32), _scalar(ctx, a["zero_point"], dtype)],
+    )
+    low, high = a["quant_min"], a["quant_max"]
+    if (low, high) == _FULL_RANGE[dtype]:  # QuantizeLinear saturates to the dtype's range
+        return q
+    return ctx.node("Clip", [q, _scalar(ctx, low, dtype), _scalar(ctx, high, dtype)])
+
+
+@_rows("dequantize")
+def translate_dequantize(ctx, node, args, kwargs):
+    a = _bound("dequantize", args, kwargs)
+    q = a["q"]
+    dtype = ctx.dtype_of(q) if isinstance(q, Node) else q.dtype
+    return ctx.node(
+        "DequantizeLinear",
+        [
+            ctx.name(q),
+            _scalar(ctx, a["scale"], torch.float32),
+            _scalar(ctx, a["zero_point"], dtype),
+        ],
+    )
+
+
+@_rows("choose_qparams")
+def translate_choose_qparams(ctx, node, args, kwargs):
+    """The reference's per-tensor arithmetic: the range of ``[min(x, 0), max(x, 0)]``."""
+    a = _bound("choose_qparams", args, kwargs)
+    x = _float_input(ctx, a["x"], "choose_qparams")
+    low_int, high_int = a["quant_min"], a["quant_max"]
+    zero = _scalar(ctx, 0.0, torch.float32)
+    low = ctx.node("Min", [ctx.node("ReduceMin", [x], keepdims=0), zero])
+    high = ctx.node("Max", [ctx.node("ReduceMax", [x], keepdims=0), zero])
+    span = _scalar(ctx, float(high_int - low_int), torch.float32)
+    scale = ctx.node("Max", [ctx.node("Div", [ctx.node("Sub", [high, low]), span]),
+                             _scalar(ctx, float(a["eps"]), torch.float32)])  # fmt: skip
+    shifted = ctx.node("Sub", [_scalar(ctx, float(low_int), torch.float32),
+                               ctx.node("Round", [ctx.node("Div", [low, scale])])])  # fmt: skip
+    zero_point = ctx.node(
+        "Clip",
+        [shifted, _scalar(ctx, float(low_int), torch.float32),
+         _scalar(ctx, float(high_int), torch.float32)],
+    )  # fmt: skip
+    one = ctx.constant([1])
+    return (
+        ctx.node("Reshape", [scale, one]),
+        ctx.node("Reshape", [ctx.node("Cast", [zero_point], to=onnx_dtype(torch.int64)), one]),
+    )
+
+
+# ---- linear layers --------------------------------------------------------------------------
+def _finish(ctx, value: str, bias: Any, relu: bool, out_scale: float, out_zero_point: int) -> str:
+    """The float result, as the operators end: bias added, ReLU'd, and uint8 with the output's
+    parameters unless ``out_scale`` is 0 (float out)."""
+    if bias is not None:
+        value = ctx.node("Add", [value, ctx.constant(_constant(bias, "bias", "linear").float())])
+    if relu:
+        value = ctx.node("Relu", [value])
+    if out_scale == 0.0:
+        return value
+    return ctx.node(
+        "QuantizeLinear",
+        [value, _scalar(ctx, out_scale, torch.float32), _scalar(ctx, out_zero_point, torch.uint8)],
+    )
+
+
+def _per_token_uint8(ctx, x: str) -> tuple[str, str]:
+    """``x`` as ``ops.per_token_symmetric`` quantizes it, plus 128 (uint8, zero point 128),
+    and the per-row scales (``absmax / 127``, keeping the last dimension)."""
+    f32 = torch.float32
+    absmax = ctx.node("ReduceMax", [ctx.node("Abs", [x]), ctx.constant([-1])], keepdims=1)
+    scale = ctx.node(
+        "Div", [ctx.node("Max", [absmax, _scalar(ctx, 1e-8, f32)]), _scalar(ctx, 127.0, f32)]
+    )
+    rounded = ctx.node("Round", [ctx.node("Div", [x, scale])])
+    low, high = ops.TOKEN_RANGE
+    clipped = ctx.node(
+        "Clip", [rounded, _scalar(ctx, float(low), f32), _scalar(ctx, float(high), f32)]
+    )
+    shifted = ctx.node("Add", [clipped, _scalar(ctx, 128.0, f32)])
+    return ctx.node("Cast", [shifted], to=_UINT8), scale
+
+
+@_rows("linear_int8")
+def translate_linear_int8(ctx, node, args, kwargs):
+    a = _bound("linear_int8", args, kwargs)
+    w = _constant(a["w"], "weight", "linear_int8")
+    w_scale = _constant(a["w_scale"], "weight scale", "linear_int8").float()
+    weight = ctx.constant(w.t().contiguous())  # int8 [K, N]
+    product = _per_token_product if a["dynamic"] else _static_product
+    value = product(ctx, a, weight, w_scale)
+    return _finish(ctx, value, a["bias"], a["relu"], a["out_scale"], a["out_zero_point"])
+
+
+def _per_token_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:
+    x, row_scale = _per_token_uint8(ctx, _float_input(ctx, a["x"], "linear_int8"))
+    accumulated = ctx.node("MatMulInteger", [x, weight, _scalar(ctx, 128, torch.uint8)])
+    # Scaled by the weight's scales first, the rows' after: ONNX Runtime 1.30 fuses
+    # MatMulInteger -> Cast -> Mul(row scales * weight scales) into MatMulIntegerToFloat,
+    # taking the row scales [..., 1] for a per-tensor scale, and computes wrong results (the
+    # first row's scale for every row); in this order the row scales stay out of the fusion.
+    value = ctx.node("Mul", [ctx.node("Cast", [accumulated], to=_FLOAT), ctx.constant(w_scale)])
+    return ctx.node("Mul", [value, row_scale])
+
+
+def _static_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:
+    x, x_zero_point = a["x"], _scalar(ctx, a["x_zero_point"], torch.uint8)
+    if isinstance(x, Node) and ctx.dtype_of(x).is_floating_point:  # float in: quantized here
+        x_scale = _scalar(ctx, a["x_scale"], torch.float32)
+        x = ctx.node("QuantizeLinear", [_float_input(ctx, x, "linear_int8"), x_scale, x_zero_point])
+    else:
+        x = ctx.name(x)
+    accumulated = ctx.node("MatMulInteger", [x, weight, x_zero_point])
+    scale = ctx.constant(a["x_scale"] * w_scale)  # as the reference computes it
+    return ctx.node("Mul", [ctx.node("Cast", [accumulated], to=_FLOAT), scale])
+
+
+@_rows("linear_w8")
+def translate_linear_w8(ctx, node, args, kwargs):
+    a = _bound("linear_w8", args, kwargs)
+    w = _constant(a["w"], "weight", "linear_w8")
+    w_scale = _constant(a["w_scale"], "weight scale", "linear_w8").float()
+    weight = ctx.node(
+        "DequantizeLinear", [ctx.constant(w.t().contiguous()), ctx.constant(w_scale)], axis=1
+    )
+    value = ctx.node("MatMul", [_float_input(ctx, a["x"], "linear_w8"), weight])
+    return _finish(ctx, value, a["bias"], False, 0.0, 0)
+
+
+@_rows("linear_w4")
+def translate_linear_w4(ctx, node, args, kwargs):
+    a = _bound("linear_w4", args, kwargs)
+    packed = _constant(a["w"], "weight", "linear_w4")
+    w_scale = _constant(a["w_scale"], "weight scale", "linear_w4").float()
+    w_zero_point = _constant(a["w_zero_point"], "weight zero point", "linear_w4")
+    codes = ops.unpack_int4(packed)  # [N, K], 0..15
+    weight = ctx.node(
+        "DequantizeLinear",
+        [
+            ctx.constant_uint4(codes.t().contiguous()),  # [K, N]: MatMul's right side
+            ctx.constant(w_scale.t().contiguous()),  # [K / group, N]
+            ctx.constant_uint4(w_zero_point.to(torch.uint8).t().contiguous()),
+        ],
+        axis=0,
+        block_size=int(a["group_size"]),
+    )
+    value = ctx.node("MatMul", [_float_input(ctx, a["x"], "linear_w4"), weight])
+    return _finish(ctx, value, a["bias"], False, 0.0, 0)
+
+
+# ---- convolution ----------------------------------------------------------------------------
+@_rows("conv2d_int8")
+def translate_conv2d_int8(ctx, node, args, kwargs):
+    a = _bound("conv2d_int8", args, kwargs)
+    w = _constant(a["w"], "weight", "conv2d_int8")
+    w_scale = _constant(a["w_scale"], "weight scale", "conv2d_int8").float()
+    x = ctx.node(
+        "DequantizeLinear",
+        [ctx.name(a["x"]), _scalar(ctx, a["x_scale"], torch.float32),
+         _scalar(ctx, a["x_zero_point"], torch.uint8)],
+    )  # fmt: skip
+    weight = ctx.node("DequantizeLinear", [ctx.constant(w), ctx.constant(w_scale)], axis=0)
+    inputs, float_bias = [x, weight], None
+    if a["bias"] is not None:
+        bias = _constant(a["bias"], "bias", "conv2d_int8").float()
+        bias_scale = a["x_scale"] * w_scale
+        units = torch.round(bias / bias_scale)
+        if bool((units.abs() < 2**31 - 1).all()):  # the QDQ form: an int32 bias
+            inputs.append(
+                ctx.node(
+                    "DequantizeLinear",
+                    [ctx.constant(units.to(torch.int32)), ctx.constant(bias_scale)],
+                    axis=0,
+                )
+            )
+        else:
+            float_bias = bias
+    spatial = len(w.shape) - 2
+    value = ctx.node(
+        "Conv",
+        inputs,
+        strides=list(a["stride"]),
+        pads=list(a["padding"]) * 2,
+        dilations=list(a["dilation"]),
+        group=int(a["groups"]),
+        kernel_shape=list(w.shape[2:]),
+    )
+    if float_bias is not None:
+        value = ctx.node("Add", [value, ctx.constant(float_bias.reshape(-1, *[1] * spatial))])
+    return _finish(ctx, value, None, a["relu"], a["out_scale"], a["out_zero_point"])
+
+
+# ---- elementwise ----------------------------------------------------------------------------
+def _elementwise(name: str, op_type: str):
+    @_rows(name)
+    def translate(ctx, node, args, kwargs):
+        a = _bound(name, args, kwargs)
+
+        def dequantized(value, scale, zero_point):
+            return ctx.node(
+                "DequantizeLinear",
+                [ctx.name(value, dtype=torch.uint8), _scalar(ctx, scale, torch.float32),
+                 _scalar(ctx, zero_point, torch.uint8)],
+            )  # fmt: skip
+
+        value = ctx.node(
+            op_type,
+            [dequantized(a["a"], a["a_scale"], a["a_zero_point"]),
+             dequantized(a["b"], a["b_scale"], a["b_zero_point"])],
+        )  # fmt: skip
+        return _finish(ctx, value, None, a["relu"], a["out_scale"], a["out_zero_point"])
+
+    translate.__name__ = f"translate_{name}"
+    return translate
+
+
+translate_add_int8 = _elementwise("add_int8", "Add")
+translate_mul_int8 = _elementwise("mul_int8", "Mul")

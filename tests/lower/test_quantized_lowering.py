@@ -1,0 +1,186 @@
+"""Quantized models (``fxloom.quantize``, plain kernels) lowered to ONNX Runtime as QDQ.
+
+Each scheme's model is lowered whole (``fxloom.lower.onnx_ops_quant``): its results equal
+the quantized module's within the scheme's tolerance, no quantized operator stays in
+PyTorch, and the graph ONNX Runtime optimizes holds its integer kernels (read back through
+``optimized_model_filepath``), not float ``MatMul``/``Gemm``/``Conv``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import onnx  # noqa: E402
+
+from fxloom.lower import lower, translate  # noqa: E402
+from fxloom.lower.onnx_ops_quant import QUANTIZED_OPERATORS  # noqa: E402
+from fxloom.lower.runtime import OrtModule  # noqa: E402
+from fxloom.quantize import QuantConfig, convert, prepare  # noqa: E402
+
+QUANTIZED_TARGETS = {
+    spelling for spellings in QUANTIZED_OPERATORS.values() for spelling in spellings
+}
+
+
+class Residual(nn.Module):
+    """Two convolutions and a skip connection: conv2d_int8 and add_int8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        return torch.relu(self.conv2(y) + y)
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32)).eval()
+
+
+def tokens() -> torch.Tensor:
+    """A batch of token rows of very different magnitudes, as transformer activations are:
+    per-token scales differ from row to row."""
+    x = torch.randn(2, 5, 64)
+    return x * torch.logspace(-1, 2, 5).reshape(1, 5, 1)
+
+
+def quantized(model: nn.Module, example: torch.Tensor, scheme: str, calibration=()) -> nn.Module:
+    prepared = prepare(model, (example,), QuantConfig(scheme=scheme))
+    for batch in calibration:
+        prepared(batch)
+    return convert(prepared)
+
+
+def case(name: str):
+    """(quantized model, input, largest error allowed relative to the output's largest value)."""
+    torch.manual_seed(0)
+    if name == "residual":
+        images = [torch.randn(1, 3, 12, 12) for _ in range(4)]
+        return quantized(Residual().eval(), images[0], "static", images), images[0], 0.02
+    if name == "static":
+        batches = [torch.randn(4, 64) for _ in range(4)]
+        return quantized(mlp(), batches[0], "static", batches), batches[0], 0.02
+    x = tokens()
+    # dynamic: exact integer arithmetic, float rounding only; weight-only: ONNX Runtime's
+    # MatMulNBits at accuracy level 4 computes on int8 activations (about 0.5%)
+    tolerance = 1e-5 if name == "dynamic" else 0.02
+    return quantized(mlp(), x, name, ()), x, tolerance
+
+
+SCHEMES = ["dynamic", "w8", "w4_g32", "static", "residual"]
+
+# scheme -> the kernels ONNX Runtime's optimized graph must hold (one of each set)
+FUSED_KERNELS = {
+    "dynamic": [{"MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}],
+    "w8": [{"MatMulNBits"}],
+    "w4_g32": [{"MatMulNBits"}],
+    "static": [{"MatMulInteger", "MatMulIntegerToFloat", "QLinearMatMul"}],
+    "residual": [{"QLinearConv"}, {"QLinearAdd"}],
+}
+FLOAT_PRODUCTS = {"MatMul", "Gemm", "FusedGemm", "Conv", "FusedConv"}
+
+
+def optimized_ops(proto: onnx.ModelProto, tmp_path) -> list[onnx.NodeProto]:
+    """The nodes of the graph ONNX Runtime optimizes, with the session options OrtModule uses."""
+    options = OrtModule(proto.SerializeToString()).session_options()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 3  # (its warning that an optimized graph is CPU-specific)
+    ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return list(onnx.load(options.optimized_model_filepath).graph.node)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_lowered_quantized_model_computes_what_the_quantized_module_does(scheme):
+    model, x, tolerance = case(scheme)
+    lowered = lower(model, (x,))
+    expected = model(x)
+    error = (lowered(x) - expected).abs().max() / expected.abs().max()
+    assert error <= tolerance, f"{scheme}: relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_quantized_operator_is_lowered(scheme):
+    model, x, _ = case(scheme)
+    report = lower(model, (x,)).lowering_report
+    quantized_nodes = {n.name for n in model.graph.nodes if n.target in QUANTIZED_TARGETS}
+    lowered_nodes = {name for region in report.lowered for name in region.nodes}
+    assert quantized_nodes and quantized_nodes <= lowered_nodes, str(report)
+    assert report.nodes_in_pytorch == 0, str(report)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_onnx_runtime_runs_the_quantized_layers_on_its_integer_kernels(scheme, tmp_path):
+    model, x, _ = case(scheme)
+    ops = {node.op_type for node in optimized_ops(translate(model, (x,)), tmp_path)}
+    for kernels in FUSED_KERNELS[scheme]:
+        assert ops & kernels, f"{scheme}: none of {sorted(kernels)} in {sorted(ops)}"
+    assert not ops & FLOAT_PRODUCTS, f"{scheme}: float products left: {sorted(ops)}"
+
+
+@pytest.mark.parametrize("scheme", ["w8", "w4_g32"])
+def test_weight_only_layers_run_matmulnbits_at_accuracy_level_4(scheme, tmp_path):
+    model, x, _ = case(scheme)
+    nodes = optimized_ops(translate(model, (x,)), tmp_path)
+    levels = [
+        onnx.helper.get_attribute_value(attribute)
+        for node in nodes
+        if node.op_type == "MatMulNBits"
+        for attribute in node.attribute
+        if attribute.name == "accuracy_level"
+    ]
+    assert levels == [4, 4]
+
+
+def test_int4_weights_are_uint4_blocks_of_the_group_size_in_opset_21():
+    model, x, _ = case("w4_g32")
+    proto = translate(model, (x,))
+    assert [opset.version for opset in proto.opset_import if opset.domain == ""] == [21]
+    uint4 = [t for t in proto.graph.initializer if t.data_type == onnx.TensorProto.UINT4]
+    assert [list(t.dims) for t in uint4] == [[64, 128], [2, 128], [128, 32], [4, 32]]
+    blocks = [
+        onnx.helper.get_attribute_value(a)
+        for node in proto.graph.node
+        if node.op_type == "DequantizeLinear"
+        for a in node.attribute
+        if a.name == "block_size"
+    ]
+    assert blocks == [32, 32]
+
+
+def test_graphs_without_quantized_operators_keep_opset_18():
+    proto = translate(mlp(), (torch.randn(4, 64),))
+    assert [opset.version for opset in proto.opset_import if opset.domain == ""] == [18]
+
+
+def test_quantize_to_a_narrowed_range_is_clipped_to_it():
+    from fxloom import symbolic_trace
+    from fxloom.quantize import ops
+
+    def narrowed(x):
+        return ops.dequantize(
+            ops.quantize(x, 0.01, 64, 0, 127, torch.uint8), 0.01, 64, 0, 127, torch.uint8
+        )
+
+    x = torch.linspace(-2, 2, 50).reshape(5, 10)
+    traced = symbolic_trace(narrowed, example_inputs=(x,))
+    lowered = lower(traced, (x,))
+    assert torch.equal(lowered(x), narrowed(x))
+    assert lowered.lowering_report.nodes_in_pytorch == 0
+
+
+@pytest.mark.parametrize("scheme", ["w4_g32", "residual"])
+def test_a_lowered_quantized_model_saves_and_loads(scheme, tmp_path):
+    """Its regions use standard ONNX operators only, which the safe loader admits."""
+    import fxloom
+
+    model, x, _ = case(scheme)
+    lowered = lower(model, (x,))
+    fxloom.save(lowered, tmp_path / "model.fxl")
+    assert torch.equal(fxloom.load(tmp_path / "model.fxl")(x), lowered(x))
