@@ -178,12 +178,24 @@ def _expecttest_stand_in() -> None:
     sys.modules["expecttest"] = stand_in
 
 
-def load_suite(test_file: Path) -> tuple[types.ModuleType, list[str]]:
+def _import_torchvision() -> None:
+    """torchvision beside this torch, as tests/compat does it (its compiled operators do not load
+    against the CPU build), so that the suite's torchvision tests run instead of skipping."""
+    path = REPO / "tests" / "compat" / "clients.py"
+    spec = importlib.util.spec_from_file_location("_fx_suite_compat_clients", path)
+    clients = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(clients)
+    clients.import_torchvision()
+
+
+def load_suite(test_file: Path, torchvision: bool = False) -> tuple[types.ModuleType, list[str]]:
     """Their test module, run statement by statement against fxloom; returns the module and
     the top-level statements that failed (with why)."""
     import torch
 
     _expecttest_stand_in()
+    if torchvision:
+        _import_torchvision()
     folder = str(test_file.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)  # `from fx.named_tup import ...`
@@ -263,8 +275,10 @@ def _last_line(err) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def run(test_file: Path, pattern: str | None, timeout_s: int, verbose: bool) -> dict:
-    module, load_failures = load_suite(test_file)
+def run(
+    test_file: Path, pattern: str | None, timeout_s: int, verbose: bool, torchvision: bool
+) -> dict:
+    module, load_failures = load_suite(test_file, torchvision)
     loader = unittest.TestLoader()
     if pattern:
         loader.testNamePatterns = [pattern if "*" in pattern else f"*{pattern}*"]
@@ -337,6 +351,11 @@ def main(argv=None) -> int:
     parser.add_argument("-k", dest="pattern", help="only tests whose name matches (unittest -k)")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per test")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "--torchvision",
+        action="store_true",
+        help="import torchvision from .venv/compat-packages (make setup) so its tests run",
+    )
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args(argv)
     if args.compare:
@@ -353,7 +372,7 @@ def main(argv=None) -> int:
     root = Path(args.fxloom_root).resolve() if args.fxloom_root else REPO
     sys.path.insert(0, str(root))
     os.chdir(test_file.parent)  # the suite writes and reads files beside itself
-    summary = run(test_file, args.pattern, args.timeout, args.verbose)
+    summary = run(test_file, args.pattern, args.timeout, args.verbose, args.torchvision)
     print(json.dumps({k: summary[k] for k in ("fxloom_commit", "counts", "seconds")}))
     for failure in summary["module_statements_failed"]:
         print(f"top-level statement failed: {failure}")
