@@ -271,8 +271,9 @@ class Recorder(unittest.TestResult):
 
 
 def _last_line(err) -> str:
-    lines = "".join(traceback.format_exception_only(err[0], err[1])).strip().splitlines()
-    return lines[-1][:300] if lines else ""
+    """The exception's type and the first line of its message."""
+    message = str(err[1]).strip().splitlines()
+    return f"{err[0].__name__}: {message[0] if message else ''}"[:300]
 
 
 def run(
@@ -358,6 +359,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args(argv)
+    os.environ.setdefault("PYTORCH_PRINT_REPRO_ON_FAILURE", "0")  # their hint, once per failure
     if args.compare:
         return compare(Path(args.compare[0]), Path(args.compare[1]))
     if not args.suite:
