@@ -38,7 +38,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 import types
 import unittest
 from pathlib import Path
