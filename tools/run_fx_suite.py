@@ -289,6 +289,9 @@ def run(
                 suite.addTests(loader.loadTestsFromTestCase(value))
     result = Recorder(timeout_s, verbose)
     started = time.perf_counter()
+    # Ctrl-C (SIGINT) ends the run after the test under way; the summary still gets written,
+    # marked interrupted, with the tests that ran.
+    signal.signal(signal.SIGINT, lambda signum, frame: result.stop())
     suite.run(result)
     by_outcome: dict[str, list[str]] = {"passed": [], "failed": [], "error": [], "skipped": []}
     for name, (outcome, _) in sorted(result.outcomes.items()):
@@ -301,6 +304,7 @@ def run(
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - started, 1),
+        "interrupted": result.shouldStop,
         "counts": {k: len(v) for k, v in by_outcome.items()},
         "module_statements_failed": load_failures,
         "tests": by_outcome,
