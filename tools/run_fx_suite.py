@@ -276,12 +276,12 @@ def _last_line(err) -> str:
 
 
 def run(
-    test_file: Path, pattern: str | None, timeout_s: int, verbose: bool, torchvision: bool
+    test_file: Path, patterns: list[str] | None, timeout_s: int, verbose: bool, torchvision: bool
 ) -> dict:
     module, load_failures = load_suite(test_file, torchvision)
     loader = unittest.TestLoader()
-    if pattern:
-        loader.testNamePatterns = [pattern if "*" in pattern else f"*{pattern}*"]
+    if patterns:
+        loader.testNamePatterns = [p if "*" in p else f"*{p}*" for p in patterns]
     suite = unittest.TestSuite()
     for value in list(module.__dict__.values()):
         if isinstance(value, type) and issubclass(value, unittest.TestCase):
@@ -352,7 +352,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--fxloom-root", help="run against the fxloom package under this checkout (default: ours)"
     )
-    parser.add_argument("-k", dest="pattern", help="only tests whose name matches (unittest -k)")
+    parser.add_argument(
+        "-k",
+        dest="patterns",
+        action="append",
+        help="only tests whose name matches (unittest -k; repeatable)",
+    )
     parser.add_argument("--timeout", type=int, default=120, help="seconds per test")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument(
@@ -377,7 +382,7 @@ def main(argv=None) -> int:
     root = Path(args.fxloom_root).resolve() if args.fxloom_root else REPO
     sys.path.insert(0, str(root))
     os.chdir(test_file.parent)  # the suite writes and reads files beside itself
-    summary = run(test_file, args.pattern, args.timeout, args.verbose, args.torchvision)
+    summary = run(test_file, args.patterns, args.timeout, args.verbose, args.torchvision)
     print(json.dumps({k: summary[k] for k in ("fxloom_commit", "counts", "seconds")}))
     for failure in summary["module_statements_failed"]:
         print(f"top-level statement failed: {failure}")
