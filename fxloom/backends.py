@@ -33,6 +33,9 @@ The questions, and the defaults a subclass inherits:
   GraphModule of supported nodes) computes. The one method a backend must write.
 * ``trainable``: whether gradients flow through the modules ``compile`` returns. Pipeline
   stages that train need it; inference may use any backend. Default: False.
+* ``runs_graph_code``: whether ``compile_program`` runs the captured graph's own Python code,
+  effects and all (then ``fxloom.compile`` records ``with torch.autocast`` in the graph;
+  a backend that translates operators keeps autocast at piece boundaries). Default: False.
 * ``saved_modules``: the module classes ``compile`` returns whose state is more than
   parameters, buffers and plain attributes, each with its ``SavedModule`` rule (how
   ``fxloom.save`` writes it and ``fxloom.load`` rebuilds it from data). Default: none.
@@ -184,6 +187,7 @@ class Backend:
 
     name: ClassVar[str] = ""
     trainable: ClassVar[bool] = False
+    runs_graph_code: ClassVar[bool] = False
     saved_modules: ClassVar[Mapping[type, SavedModule]] = MappingProxyType({})
 
     def unsupported_reason(self, node: Node, gm: GraphModule) -> str | None:
@@ -230,6 +234,7 @@ class EagerBackend(Backend):
 
     name = "eager"
     trainable = True
+    runs_graph_code = True
 
     def compile(self, region: GraphModule, example_inputs: tuple[Any, ...]) -> nn.Module:
         return region

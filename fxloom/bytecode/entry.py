@@ -154,10 +154,12 @@ def _runs_graph_as_is(backend: Any) -> bool:
     then a ``with torch.autocast`` is recorded in the graph (``state_effects``). A backend
     that translates the ops (onnxruntime) would run them in its own dtypes, deaf to the
     switch, and an unknown one might: for those autocast stays at piece boundaries."""
-    from fxloom.backends import EagerBackend
     from fxloom.bytecode.compiled import eager_backend
 
-    return backend is eager_backend or isinstance(getattr(backend, "__self__", None), EagerBackend)
+    # a named backend arrives as its bound ``compile_program``; the backend says whether it runs
+    # the graph's own code (``Backend.runs_graph_code``), so this layer need not import it
+    owner = getattr(backend, "__self__", None)
+    return backend is eager_backend or getattr(owner, "runs_graph_code", False) is True
 
 
 def _capture(fn, parameters, values, root, start: Start, effects: bool):
