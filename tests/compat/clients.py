@@ -59,6 +59,13 @@ def _skip_missing_torchvision_ops(register_fake):
 COMPAT_PACKAGES = Path(sys.prefix) / "compat-packages"
 
 
+def compat_packages_off_path() -> None:
+    """Takes the compat packages off the path again: processes a later test spawns inherit
+    ``sys.path``, and transformers there would find this torchvision and fail to import it."""
+    while str(COMPAT_PACKAGES) in sys.path:
+        sys.path.remove(str(COMPAT_PACKAGES))
+
+
 def _compat_packages_on_path() -> None:
     """Puts the compat packages last on the path (they never shadow the venv's own)."""
     if COMPAT_PACKAGES.is_dir() and str(COMPAT_PACKAGES) not in sys.path:
@@ -68,8 +75,8 @@ def _compat_packages_on_path() -> None:
 
 def import_torchvision() -> types.ModuleType:
     """torchvision, imported beside this torch (skips the test where it is not installed)."""
+    _compat_packages_on_path()  # for this test only: tests/compat/conftest.py takes it off after
     if "torchvision" not in sys.modules:
-        _compat_packages_on_path()
         if importlib.util.find_spec("torchvision") is None:
             pytest.skip(f"torchvision is not installed (make setup puts it in {COMPAT_PACKAGES})")
         original = torch.library.register_fake
