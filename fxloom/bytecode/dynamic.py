@@ -276,8 +276,18 @@ def _was_empty(owner: Any, name: str) -> bool:
     """Whether ``owner.name`` held no tensor, or an empty one, before the call (the capture
     keeps its writes aside: the object is as the call found it). Read from the instance's
     dict: a property is not state the program fills."""
-    held = getattr(owner, "__dict__", {}).get(name)
+    state = getattr(owner, "__dict__", None)
+    if state is None:  # slots: what it held is not known here, so not taken as empty
+        return False
+    held = state.get(name)
+    for table in _MODULE_TENSORS:  # a module keeps its parameters and buffers apart
+        if held is None and name in state.get(table, ()):
+            held = state[table][name]
     return held is None or (isinstance(held, torch.Tensor) and held.numel() == 0)
+
+
+# nn.Module's dicts of tensors, where ``module.name`` is found outside its ``__dict__``
+_MODULE_TENSORS = ("_parameters", "_buffers")
 
 
 def _filled_from(filled: list[torch.Tensor], read: Any) -> list[tuple]:

@@ -310,3 +310,20 @@ def test_reading_a_signatures_parameters_is_no_break():
     x = torch.randn(3)
     torch.testing.assert_close(compiled(_attend, x), _takes_mask(_attend, x))
     assert compiled.explain().graph_break_count == 0
+
+
+class _Averaged(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.mean = x.mean(0)  # a buffer replaced, not filled: it held a tensor
+        return x - self.mean
+
+
+def test_a_buffer_assigned_again_is_not_a_filled_state():
+    compiled = fxloom.compile(_Averaged())
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x), x - x.mean(0))
+    assert compiled.explain().dynamic_sizes == []
