@@ -519,14 +519,12 @@ class Recording:
 
     def _module_by_type(self, module: torch.nn.Module, source: Source) -> torch.nn.Module:
         """A module from outside the root whose forward the interpreter inlines
-        (``read_by_type``), guarded as any other object: its exact type, no ``forward`` of
-        its own instance (``nn.Module.__call__`` would run that), and what the program reads
-        of it as it reads it (attributes, parameters as graph inputs, its hooks when called);
+        (``read_by_type``), guarded as any other object: its exact type, and what the program
+        reads of it as it reads it (attributes, parameters as graph inputs; when it is called,
+        its hooks and that its instance has no forward of its own: ``GuardSet.hooks``);
         no native function may receive it (``unguarded``). One entry then serves every
         instance alike: layers that differ in their weights and an int index."""
         self.guards.exact_type(source, module)
-        check = f"'forward' not in {source.expr}.__dict__"
-        self.guards.add(check, Guard(_STRUCTURE, check, f"{source.text} has no forward of its own"))
         self._remember(module, source)
         self._objects.setdefault(source, module)
         self.unguarded.add(id(module))
