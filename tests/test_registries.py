@@ -9,33 +9,12 @@ tables of tracing against importing ``fxloom.distributed``.)
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 import torch
 
 import fxloom
 from fxloom.backends import BACKENDS, Backend, get_backend, register_backend
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_fresh(source: str) -> dict:
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+from tests.fresh_process import run_fresh
 
 
 def test_importing_fxloom_lower_registers_no_backend():
