@@ -79,6 +79,7 @@ import torch
 from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.ops.runtime_functions import is_runtime_check
 from fxloom.quantize import ops
 from fxloom.quantize.errors import QuantizeError
 from fxloom.source_location import source_location
@@ -426,7 +427,8 @@ def _fold_layer(gm: GraphModule, layer: Layer) -> tuple[Callable, tuple] | None:
         return None  # fxloom has no weight-only convolution
     scale = _buffer(gm, layer, "scale", weight.scale)
     if conv:
-        stride, padding, dilation, groups = (_pair(v) for v in layer.conv[:3]) + (layer.conv[3],)
+        stride, padding, dilation = (_pair(v) for v in layer.conv[:3])
+        groups = layer.conv[3]
         return ops.conv2d_int8, (
             activations.q, activations.scale, activations.zero_point, weight.node, scale,
             layer.bias, stride, padding, dilation, groups, 0.0, 0, False,
@@ -514,19 +516,36 @@ _PURE = (operator.getitem, aten.t.default)
 
 
 def _erase_dead(gm: GraphModule, node: Node) -> None:
+    """Erase ``node`` and what fed only it, as far as that computes without effects."""
     work = [node]
     while work:
         current = work.pop()
-        if current.users or current.graph is None:
+        if current.graph is None or not (current is node or _pure(current)):
             continue
-        pure = current.op == "get_attr" or (
-            current.op == "call_function"
-            and (current.target in _PURE or decomposed_name(current.target) is not None)
-        )
-        if pure or current is node:
-            inputs = current.all_input_nodes
-            gm.graph.erase_node(current)
-            work.extend(inputs)
+        for check in [user for user in current.users if _checks_only(user, current)]:
+            gm.graph.erase_node(check)  # a check of a value that is gone (a tuple's length)
+        if current.users:
+            continue
+        inputs = current.all_input_nodes
+        gm.graph.erase_node(current)
+        work.extend(inputs)
+
+
+def _pure(node: Node) -> bool:
+    if node.op == "get_attr":
+        return True
+    return node.op == "call_function" and (
+        node.target in _PURE or decomposed_name(node.target) is not None
+    )
+
+
+def _checks_only(user: Node, value: Node) -> bool:
+    """Whether ``user`` is a run-time check (a tracer guard) of ``value`` alone."""
+    return (
+        user.op == "call_function"
+        and is_runtime_check(user.target)
+        and user.all_input_nodes == [value]
+    )
 
 
 def _drop_unused_constants(gm: GraphModule, before: set[str]) -> None:
