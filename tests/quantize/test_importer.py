@@ -426,3 +426,11 @@ def test_a_pt2e_converted_program_traced_by_fxloom_imports_computing_the_same(ca
         for batch in (example.shape[0], 3):
             x = data(batch, 100 + batch)
             torch.testing.assert_close(imported(x), converted(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_refusal_names_the_user_s_line_when_tracing_recorded_it() -> None:
+    tracer = fxloom.Tracer(record_stack_traces=True)
+    model = AsymmetricPerToken()
+    reference = fxloom.GraphModule(model, tracer.trace(model))
+    with pytest.raises(QuantizeError, match=r"test_importer\.py:\d+"):
+        import_quantized(reference)
