@@ -434,3 +434,21 @@ def test_a_refusal_names_the_user_s_line_when_tracing_recorded_it() -> None:
     reference = fxloom.GraphModule(model, tracer.trace(model))
     with pytest.raises(QuantizeError, match=r"test_importer\.py:\d+"):
         import_quantized(reference)
+
+
+def test_an_imported_pt2e_program_loads_and_runs_in_a_fresh_interpreter_without_torch_ao(
+    tmp_path: Path,
+) -> None:
+    model, example, data = _recommender()
+    converted = _pt2e(model.eval(), example, [data(example.shape[0], s) for s in range(4)])
+    imported = import_quantized(fxloom.symbolic_trace(converted))
+    fxloom.save(imported, tmp_path / "imported.fxl")
+    x = data(5, 300)
+    with torch.no_grad():
+        torch.save((x, imported(x)), tmp_path / "io.pt")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", LOAD_BLOCKED, str(tmp_path / "imported.fxl"),
+               str(tmp_path / "io.pt")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "torch.ao.quantization imported: False" in result.stdout
