@@ -59,8 +59,9 @@ asymmetric activations, group-wise 8-bit weights, a weight dequantized for somet
 no layer) is refused with a ``QuantizeError`` naming the node, its line and what fxloom
 takes instead: never a graph that computes something else.
 
-No pass of fxloom fuses ``dequantize -> linear -> quantize`` yet: the quantize after an
-imported layer stays an ``ops.quantize`` (the layer returns float).
+A static layer followed by a quantize to uint8 (through a ReLU or not) requantizes its own
+output (``linear_int8``/``conv2d_int8``'s ``out_scale, out_zero_point, relu``), as
+``convert`` builds them: the integers flow from one int8 kernel to the next.
 
 Depends on: the IR, ``quantize.ops``, ``attr_path``, ``source_location``, torch (``torch._ops``
 to read an operator's name; ``torch.ao`` is never imported: the table is keyed by names).
@@ -498,6 +499,8 @@ def import_quantized(gm: GraphModule) -> GraphModule:
         name = decomposed_name(node.target) if node.op == "call_function" else None
         if name is not None:
             raise _refusal(gm, node, _why_left(name))
+    for node in list(graph.find_nodes(op="call_function", target=ops.quantize)):
+        _fold_output_quantize(gm, node)
     _drop_unused_constants(gm, constants)
     graph.lint()
     gm.recompile()
@@ -512,8 +515,45 @@ def _replace(gm: GraphModule, node: Node, target: Callable, args: tuple) -> None
     _erase_dead(gm, node)
 
 
+# the ReLUs an int8 layer computes itself before requantizing (its ``relu`` argument)
+RELUS = {torch.relu, torch.nn.functional.relu, aten.relu.default}
+# int8 layer -> the positions of its (out_scale, out_zero_point, relu) arguments
+REQUANTIZES = {ops.linear_int8: (6, 7, 8), ops.conv2d_int8: (10, 11, 12)}
+
+
+def _fold_output_quantize(gm: GraphModule, quantize: Node) -> None:
+    """``quantize(relu?(layer(...)))`` -> ``layer(..., out_scale, out_zero_point, relu)`` for
+    a static int8 layer returning float that nothing else reads: its output is requantized by
+    the same arithmetic as ``ops.quantize`` (uint8, 0..255), inside its kernel."""
+    x, scale, zero_point, quant_min, quant_max, dtype = quantize.args
+    if (quant_min, quant_max, dtype) != (*ops.ACTIVATION_RANGE, torch.uint8):
+        return
+    relu = _is_relu(x)
+    layer = x.args[0] if relu else x
+    if not _is_call(layer) or layer.target not in REQUANTIZES or len(layer.users) != 1:
+        return
+    if relu and len(x.users) != 1:
+        return
+    at_scale, at_zero_point, at_relu = REQUANTIZES[layer.target]
+    args = list(layer.args)
+    if args[at_scale] != 0.0 or args[at_relu] or (layer.target is ops.linear_int8 and args[9]):
+        return  # already requantizing, or dynamic
+    args[at_scale], args[at_zero_point], args[at_relu] = scale, zero_point, relu
+    layer.args = tuple(args)
+    quantize.replace_all_uses_with(layer)
+    _erase_dead(gm, quantize)
+
+
+def _is_relu(node: Any) -> bool:
+    """A ReLU call that writes nothing (``inplace`` false or not given)."""
+    if not _is_call(node) or node.target not in RELUS:
+        return False
+    inplace = node.kwargs.get("inplace", node.args[1] if len(node.args) > 1 else False)
+    return inplace is False and set(node.kwargs) <= {"inplace"}
+
+
 # what may be erased once nothing reads it: these compute without effects
-_PURE = (operator.getitem, aten.t.default)
+_PURE = (operator.getitem, aten.t.default, *RELUS)
 
 
 def _erase_dead(gm: GraphModule, node: Node) -> None:

@@ -189,9 +189,8 @@ def _assert_within_one_step(out: torch.Tensor, reference: torch.Tensor, step: fl
 IMPORTS = {
     # model -> (the fxloom operators it becomes, the step its output may move by; 0: float
     # rounding only)
-    StaticMLP: (["quantize", "linear_int8", "relu", "quantize", "linear_int8", "quantize",
-                 "dequantize"], OUT_SCALE),
-    PerTensorWeight: (["quantize", "linear_int8", "quantize", "dequantize"], OUT_SCALE),
+    StaticMLP: (["quantize", "linear_int8", "linear_int8", "dequantize"], OUT_SCALE),
+    PerTensorWeight: (["quantize", "linear_int8", "dequantize"], OUT_SCALE),
     WeightOnly: (["linear_w8"], 0.0),
     PerTokenDynamic: (["linear_int8"], 0.0),
     GroupWiseInt4: (["linear_w4"], 0.0),
@@ -220,6 +219,13 @@ def test_a_static_linear_reads_the_integers_and_parameters_of_its_input() -> Non
     q, x_scale, x_zero_point = first.args[:3]
     assert q.target is ops.quantize and (x_scale, x_zero_point) == (0.02, 128)
     assert first.args[-1] is False  # static
+
+
+def test_a_static_layer_requantizes_its_own_output_with_the_relu_before_it() -> None:
+    _, imported = _imported(StaticMLP().eval())
+    first, second = (n for n in imported.graph.nodes if n.target is ops.linear_int8)
+    assert first.args[6:9] == (0.01, 0, True)  # out_scale, out_zero_point, relu
+    assert second.args[6:9] == (OUT_SCALE, 128, False) and second.args[0] is first
 
 
 def test_a_per_token_dynamic_linear_quantizes_its_float_input_at_run_time() -> None:
