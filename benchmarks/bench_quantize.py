@@ -55,6 +55,13 @@ variant's median wall time and median CPU time of the process (``time.process_ti
 one thread it is the compute, less disturbed by other processes on a loaded machine) are
 given. Target (issue 37): fxloom / torch.ao <= 1.0 at batch 1, <= 1/1.5 at batch 64.
 
+``--pt2e-import`` (own process): the paper's DeepRecommender through torch's PT2E flow
+(``pt2e_peer.pt2e_int8``, static, one program per batch size calibrated on the same rows),
+its reference graph imported into fxloom's operators (``fxloom.quantize.import_quantized`` on
+``fxloom.symbolic_trace`` of it) against that reference graph run eagerly, fxloom's own
+static int8 (``convert``) and fp32, interleaved, CPU and wall time as above, with each one's
+error against fp32 and the largest difference between imported and reference outputs.
+
 torch.ao's FX quantization, torch.export and torchao are imported here only as the comparison.
 """
 
@@ -639,6 +646,56 @@ def deeprec_dynamic_main(batch_sizes: list[int], threads: int, record: bool) -> 
     publish("\n".join(lines), record)
 
 
+# ----------------------------------------------------------------------------- PT2E imported
+def pt2e_import_main(batch_sizes: list[int], threads: int, record: bool) -> None:
+    from benchmarks.pt2e_peer import pt2e_int8
+    from fxloom.quantize import import_quantized
+
+    model, _ = zoo.build("deeprec")
+    items = PAPER_SIZES[0]
+    rows = [ratings(64, items, seed) for seed in range(1, 5)]
+    prepared = prepare(model, (rows[0],))
+    calibrate(prepared, rows, progress=False)
+    own = convert(prepared)
+    load_before = load_average()
+    lines = [
+        "### Quantization on plain tensors: a PT2E reference graph imported (issue 37 item 6)",
+        "",
+        f"{machine_line()}. Command: `python benchmarks/bench_quantize.py --pt2e-import "
+        f"--threads {threads}`; the paper's DeepRecommender, X86InductorQuantizer's default "
+        f"config; medians of {DEEPREC_ROUNDS} interleaved rounds, CPU time per forward "
+        "(wall in brackets).",
+        "",
+        "| batch | fp32 ms | PT2E reference, eager ms | PT2E imported into fxloom ms "
+        "| fxloom convert ms | error: PT2E / imported / fxloom | imported - PT2E, max |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for batch in batch_sizes:
+        x = ratings(batch, items, seed=200 + batch)
+        data = list(torch.cat(rows).split(batch))[: max(4, 256 // batch)]
+        reference = pt2e_int8(model, (x,), data)
+        models = {
+            "fp32": model,
+            "PT2E": reference,
+            "imported": import_quantized(fxloom.symbolic_trace(reference)),
+            "fxloom": own,
+        }
+        row = deeprec_rows(threads, models, x)
+        with torch.no_grad():
+            outs = {name: m(x) for name, m in models.items()}
+        error = {k: float((v - outs["fp32"]).norm() / outs["fp32"].norm()) for k, v in outs.items()}
+        gap = float((outs["imported"] - outs["PT2E"]).abs().max())
+        cells = " | ".join(
+            f"{row[name][0] * 1e3:.2f} ({row[name][1] * 1e3:.2f})" for name in models
+        )
+        lines.append(
+            f"| {batch} | {cells} | {error['PT2E']:.4f} / {error['imported']:.4f} / "
+            f"{error['fxloom']:.4f} | {gap:.1e} |"
+        )
+    lines += ["", noise_line((load_before, load_average()), "."), ""]
+    publish("\n".join(lines), record)
+
+
 # ----------------------------------------------------------------------------- main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -653,15 +710,22 @@ def main() -> None:
         help="the paper's DeepRecommender, dynamic int8 against torch.ao quantize_dynamic "
         "(batch sizes default 1 and 64, threads default 1; --threads 0: 1 and 2)",
     )  # fmt: skip
+    parser.add_argument(
+        "--pt2e-import", action="store_true",
+        help="the paper's DeepRecommender through PT2E, imported into fxloom's operators",
+    )  # fmt: skip
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message=".*quantiz.*")  # torch's torchao migration notes
     warnings.filterwarnings("ignore", message=".*torchao.*")
     if args.bert:
         bert_main(args.record)
         return
+    sizes = [1, 64] if args.batch_sizes == [1, 16, 64, 256] else args.batch_sizes
     if args.deeprec_dynamic:
-        sizes = [1, 64] if args.batch_sizes == [1, 16, 64, 256] else args.batch_sizes
         deeprec_dynamic_main(sizes, 1 if args.threads is None else args.threads, args.record)
+        return
+    if args.pt2e_import:
+        pt2e_import_main(sizes, args.threads or 1, args.record)
         return
     if args.threads:
         torch.set_num_threads(args.threads)
