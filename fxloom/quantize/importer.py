@@ -104,6 +104,20 @@ def decomposed_name(target: Any) -> str | None:
     return None
 
 
+def _bound(node: Node) -> dict[str, Any]:
+    """A ``quantized_decomposed`` call's arguments by their schema names, defaults filled in
+    (positional or keyword, as the graph gives them)."""
+    target = node.target
+    overload = target if isinstance(target, torch._ops.OpOverload) else target.default
+    values = dict(zip((a.name for a in overload._schema.arguments), node.args))
+    for argument in overload._schema.arguments:
+        if argument.name in node.kwargs:
+            values[argument.name] = node.kwargs[argument.name]
+        elif argument.name not in values and argument.has_default_value():
+            values[argument.name] = argument.default_value
+    return values
+
+
 # ------------------------------------------------------------------ constants of the graph
 class _Computed:
     """A value the graph computes (not a literal, not a ``get_attr`` constant)."""
@@ -140,12 +154,14 @@ class Rename:
     (a str)."""
 
     becomes: Callable[..., Any]
-    arguments: Callable[[GraphModule, tuple, dict], tuple | str]
+    arguments: Callable[[GraphModule, dict[str, Any]], tuple | str]
 
 
-def _per_tensor(gm: GraphModule, args: tuple, kwargs: dict) -> tuple | str:
-    x, scale, zero_point, quant_min, quant_max, dtype = args[:6]
-    out_dtype = kwargs.get("out_dtype", args[6] if len(args) > 6 else None)
+def _per_tensor(gm: GraphModule, a: dict[str, Any]) -> tuple | str:
+    x, scale, zero_point, quant_min, quant_max, dtype = (
+        a[k] for k in ("input", "scale", "zero_point", "quant_min", "quant_max", "dtype")
+    )
+    out_dtype = a.get("out_dtype")
     if out_dtype not in (None, torch.float32):
         return f"out_dtype={out_dtype}: fxloom's dequantize returns float32"
     bounds = (_number(gm, quant_min, int), _number(gm, quant_max, int))
@@ -157,8 +173,8 @@ def _per_tensor(gm: GraphModule, args: tuple, kwargs: dict) -> tuple | str:
     return (x, scale, zero_point, *bounds, dtype)
 
 
-def _same_arguments(gm: GraphModule, args: tuple, kwargs: dict) -> tuple | str:
-    return tuple(args) + tuple(kwargs.values())
+def _same_arguments(gm: GraphModule, a: dict[str, Any]) -> tuple | str:
+    return tuple(a.values())  # in the schema's order
 
 
 _QUANTIZE = Rename(ops.quantize, _per_tensor)
@@ -317,19 +333,19 @@ def _int8_weight(gm: GraphModule, node: Node, conv: bool) -> Int8Weight | None:
     if name not in ("dequantize_per_channel.default", "dequantize_per_tensor.default",
                     "dequantize_per_tensor.tensor"):  # fmt: skip
         return None
-    w_node = node.args[0]
+    a = _bound(node)
+    w_node = a["input"]
     w = _constant(gm, w_node)
     if not isinstance(w, torch.Tensor) or w.dtype != torch.int8 or w.dim() != (4 if conv else 2):
         return None
-    out_dtype = node.kwargs.get("out_dtype")
-    if out_dtype not in (None, torch.float32):
+    if a.get("out_dtype") not in (None, torch.float32):
         return None
     if name == "dequantize_per_channel.default":
-        scale, zero_point, axis = (_constant(gm, a) for a in node.args[1:4])
+        scale, zero_point, axis = (_constant(gm, a[k]) for k in ("scales", "zero_points", "axis"))
         if axis != 0 or not isinstance(scale, torch.Tensor):
             return None
     else:
-        scale, zero_point = _number(gm, node.args[1], float), _number(gm, node.args[2], int)
+        scale, zero_point = _number(gm, a["scale"], float), _number(gm, a["zero_point"], int)
         if not isinstance(scale, float):
             return None
         scale = torch.full((w.shape[0],), scale)
@@ -344,11 +360,15 @@ def _int8_weight(gm: GraphModule, node: Node, conv: bool) -> Int8Weight | None:
 def _int4_weight(gm: GraphModule, node: Node) -> Int4Weight | None:
     if _producer(node) != "dequantize_per_channel_group.default":
         return None
-    w, scale, zero_point, quant_min, quant_max, _, group_size = (
-        _constant(gm, a) for a in node.args[:7]
-    )
-    output_dtype = _constant(gm, node.args[7]) if len(node.args) > 7 else torch.float32
+    a = _bound(node)
+    w, scale, zero_point, quant_min, quant_max, group_size, output_dtype = (
+        _constant(gm, a[k])
+        for k in ("input", "scales", "zero_points", "quant_min", "quant_max", "group_size",
+                  "output_dtype")
+    )  # fmt: skip
     if not isinstance(w, torch.Tensor) or w.dim() != 2 or not isinstance(scale, torch.Tensor):
+        return None
+    if not all(isinstance(v, int) for v in (quant_min, quant_max, group_size)):
         return None
     n, k = w.shape
     if quant_max - quant_min > 15 or k % group_size or k % 2 or output_dtype != torch.float32:
@@ -373,9 +393,9 @@ def _activations(gm: GraphModule, x: Any) -> Static | Dynamic | None:
     token symmetric (``Dynamic``), or None (float: the layer reads it as it is)."""
     name = _producer(x)
     if name in ("dequantize_per_tensor.default", "dequantize_per_tensor.tensor"):
-        arguments = _per_tensor(gm, x.args, x.kwargs)
+        arguments = _per_tensor(gm, _bound(x))
         if isinstance(arguments, tuple) and not any(isinstance(a, Node) for a in arguments[1:3]):
-            return Static(x.args[0], arguments[1], arguments[2])
+            return Static(arguments[0], arguments[1], arguments[2])
     if name == "dequantize_per_token.default":
         return _per_token_symmetric(x)
     return None
@@ -384,10 +404,11 @@ def _activations(gm: GraphModule, x: Any) -> Static | Dynamic | None:
 def _per_token_symmetric(dequantize: Node) -> Dynamic | None:
     """``dequantize_per_token(quantize_per_token(x, s, zp, -128, 127, int8), s, zp, ...)`` with
     ``(s, zp) = choose_qparams_per_token(x, int8)``: fxloom's per-token symmetric int8."""
-    q, scale, zero_point, *_, output_dtype = dequantize.args
-    if _producer(q) != "quantize_per_token.default" or output_dtype != torch.float32:
+    d = _bound(dequantize)
+    q, scale, zero_point = d["input"], d["scales"], d["zero_points"]
+    if _producer(q) != "quantize_per_token.default" or d["output_dtype"] != torch.float32:
         return None
-    x, q_scale, q_zero_point, quant_min, quant_max, dtype = q.args
+    x, q_scale, q_zero_point, quant_min, quant_max, dtype = _bound(q).values()
     if (q_scale, q_zero_point) != (scale, zero_point) or dtype != torch.int8:
         return None
     if (quant_min, quant_max) not in ((-128, 127), (-127, 127)):
@@ -396,7 +417,8 @@ def _per_token_symmetric(dequantize: Node) -> Dynamic | None:
     if parts[0] is None or parts != [(parts[0][0], 0), (parts[0][0], 1)]:
         return None
     chosen = parts[0][0]
-    if _producer(chosen) != "choose_qparams_per_token.default" or chosen.args[0] is not x:
+    chosen_for = _bound(chosen)["input"] if _is_call(chosen) and _producer(chosen) else None
+    if _producer(chosen) != "choose_qparams_per_token.default" or chosen_for is not x:
         return None
     return Dynamic(x)
 
@@ -491,7 +513,7 @@ def import_quantized(gm: GraphModule) -> GraphModule:
     for node in list(graph.nodes):
         rename = RENAMES.get(decomposed_name(node.target)) if node.op == "call_function" else None
         if rename is not None:
-            arguments = rename.arguments(gm, node.args, node.kwargs)
+            arguments = rename.arguments(gm, _bound(node))
             if isinstance(arguments, str):
                 raise _refusal(gm, node, arguments)
             _replace(gm, node, rename.becomes, arguments)

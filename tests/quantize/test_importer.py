@@ -300,8 +300,45 @@ class FakeQuantize(nn.Module):
         return qd.fake_quant_per_channel.default(x, scales, zero_points, 1, -128, 127)
 
 
+class KeywordArguments(nn.Module):
+    """Arguments given by keyword, as a graph may hold them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _int8_weight(self, "fc", 16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = qd.quantize_per_tensor.default(
+            x, scale=0.02, zero_point=128, quant_min=0, quant_max=255, dtype=torch.uint8
+        )
+        x = qd.dequantize_per_tensor.default(
+            q, 0.02, 128, 0, 255, torch.uint8, out_dtype=torch.float32
+        )
+        w = qd.dequantize_per_channel.default(
+            self.fc_int8, self.fc_scale, zero_points=None, axis=0, quant_min=-128,
+            quant_max=127, dtype=torch.int8,
+        )  # fmt: skip
+        return F.linear(x, w, self.fc_bias)
+
+
+def test_arguments_given_by_keyword_import_as_given_by_position() -> None:
+    reference, imported = _imported(KeywordArguments().eval())
+    assert _calls(imported) == ["quantize", "linear_int8"]
+    x = _rows(6)
+    torch.testing.assert_close(imported(x), reference(x), rtol=1e-4, atol=1e-5)
+
+
+class BFloat16Dequantize(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = _q(x, 0.02, 128)
+        return qd.dequantize_per_tensor.default(
+            q, 0.02, 128, 0, 255, torch.uint8, out_dtype=torch.bfloat16
+        )
+
+
 REFUSALS = {
     AsymmetricPerToken: ("choose_qparams_per_token_asymmetric", "per-token symmetric"),
+    BFloat16Dequantize: ("dequantize_per_tensor", "fxloom's dequantize returns float32"),
     WeightReadByAnAdd: ("dequantize_per_channel", "read only as the int8 weight"),
     FakeQuantize: ("fake_quant_per_channel", "fxloom has no operator for it"),
 }
