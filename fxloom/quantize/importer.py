@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import copy
 import operator
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +83,7 @@ from fxloom.node import Node
 from fxloom.ops.runtime_functions import is_runtime_check
 from fxloom.quantize import ops
 from fxloom.quantize.errors import QuantizeError
-from fxloom.source_location import SourceLocation, parse_stack_trace, source_location
+from fxloom.source_location import source_location
 
 __all__ = ["FORMS", "LAYERS", "NAMESPACE", "REFUSED", "RENAMES", "import_quantized"]
 
@@ -639,21 +638,10 @@ def _refusal(gm: GraphModule, node: Node, why: str) -> QuantizeError:
 
 def _where(gm: GraphModule, node: Node) -> str:
     """The user's line when tracing recorded one, else the graph code's line of the node."""
-    location = _user_location(node)
+    location = source_location(node)
     if location is not None:
         return location.short
     for number, line in enumerate(gm.code.splitlines(), start=1):
         if line.lstrip().startswith(f"{node.name} = "):
             return f"line {number} of the graph's code: {line.strip()[:120]}"
     return "no line recorded"
-
-
-_TORCH = os.path.dirname(torch.__file__) + os.sep
-
-
-def _user_location(node: Node) -> SourceLocation | None:
-    """The innermost recorded frame outside torch (an operator called as
-    ``torch.ops.quantized_decomposed...`` is recorded inside ``torch/_ops.py``)."""
-    frames = parse_stack_trace(node.meta.get("stack_trace"))
-    outside = [frame for frame in frames if not frame.file.startswith(_TORCH)]
-    return outside[-1] if outside else source_location(node)
