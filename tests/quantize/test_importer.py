@@ -20,9 +20,6 @@ reference side of these tests (the peer) uses it; the importer never imports it.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +31,7 @@ from torch.nn import functional as F
 import fxloom
 from fxloom.quantize import QuantizeError, ops
 from fxloom.quantize.importer import FORMS, REFUSED, RENAMES, import_quantized
+from tests.quantize.without_torch_ao import run_without_torch_ao
 
 ROOT = Path(__file__).resolve().parents[2]
 qd = torch.ops.quantized_decomposed
@@ -364,26 +362,22 @@ def test_every_row_of_the_tables_names_an_operator_of_this_torch() -> None:
 
 
 # ------------------------------------------------------------------ saved and loaded
-LOAD_BLOCKED = r"""
-import sys
-
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch.ao.quantization" or name.startswith("torch.ao.quantization."):
-            raise ImportError(f"{name} is blocked by this test")
-
-import torch
-
-for name in [m for m in sys.modules if m.startswith(("torch.ao.quantization", "torch.quantization"))]:
-    del sys.modules[name]
-sys.meta_path.insert(0, Block())
+LOAD = r"""
 import fxloom
 
 x, expected = torch.load(sys.argv[2])
 loaded = fxloom.load(sys.argv[1])
 assert torch.equal(loaded(x), expected)
-print("torch.ao.quantization imported:", any(m.startswith("torch.ao.quantization") for m in sys.modules))
 """
+
+
+def _loads_and_runs_without_torch_ao(imported: nn.Module, x: torch.Tensor, folder: Path) -> None:
+    """Saved, then loaded and run in a fresh interpreter where torch.ao.quantization is blocked:
+    the same result."""
+    fxloom.save(imported, folder / "imported.fxl")
+    with torch.no_grad():
+        torch.save((x, imported(x)), folder / "io.pt")
+    run_without_torch_ao(LOAD, str(folder / "imported.fxl"), str(folder / "io.pt"))
 
 
 @pytest.mark.parametrize("model_class", [StaticMLP, PerTokenDynamic, GroupWiseInt4],
@@ -392,16 +386,8 @@ def test_an_imported_graph_loads_and_runs_in_a_fresh_interpreter_without_torch_a
     model_class: type, tmp_path: Path
 ) -> None:
     _, imported = _imported(model_class().eval())
-    fxloom.save(imported, tmp_path / "imported.fxl")
     x = _rows(3, 64 if model_class is GroupWiseInt4 else 32)
-    with torch.no_grad():
-        torch.save((x, imported(x)), tmp_path / "io.pt")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", LOAD_BLOCKED, str(tmp_path / "imported.fxl"),
-               str(tmp_path / "io.pt")]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "torch.ao.quantization imported: False" in result.stdout
+    _loads_and_runs_without_torch_ao(imported, x, tmp_path)
 
 
 # ------------------------------------------------------------------ torch's PT2E flow, the peer
@@ -485,13 +471,4 @@ def test_an_imported_pt2e_program_loads_and_runs_in_a_fresh_interpreter_without_
     model, example, data = _recommender()
     converted = _pt2e(model.eval(), example, [data(example.shape[0], s) for s in range(4)])
     imported = import_quantized(fxloom.symbolic_trace(converted))
-    fxloom.save(imported, tmp_path / "imported.fxl")
-    x = data(5, 300)
-    with torch.no_grad():
-        torch.save((x, imported(x)), tmp_path / "io.pt")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", LOAD_BLOCKED, str(tmp_path / "imported.fxl"),
-               str(tmp_path / "io.pt")]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "torch.ao.quantization imported: False" in result.stdout
+    _loads_and_runs_without_torch_ao(imported, data(5, 300), tmp_path)
