@@ -367,7 +367,15 @@ def _module_call(
         return record(interp, "call_module", target, args, kwargs)
     source = recording.source_of(module)
     if source is not None:
-        recording.guards.hooks(source, module)
+        recording.guards.hooks(source, module)  # (and no forward of the instance's own)
+    own = getattr(module, "__dict__", {}).get("forward")
+    if own is not None:  # ``nn.Module.__call__`` runs the instance's forward, not the class's
+        if _has_hooks(module):
+            raise Break(
+                "opaque-call",
+                f"{type(module).__qualname__} has hooks and a forward of the instance's own",
+            )
+        return call(interp, recording.read_attribute(module, "forward", own), args, kwargs)
     forward = type(module).forward
     if type(forward) is not types.FunctionType:
         raise Break("opaque-call", f"{type(module).__qualname__}.forward is not a Python function")

@@ -17,7 +17,11 @@ every size it passes from its inputs (``aten.sym_size.int`` nodes, ``SizeNodes``
 A size the program itself changes is observed without waiting for the miss (``grew_state``):
 a tensor read from an outside object's attribute and assigned back with another size (a key/
 value cache grown by ``torch.cat``) makes that dimension dynamic, and the entry is captured
-once more with it symbolic, since the next call brings the grown tensor.
+once more with it symbolic, since the next call brings the grown tensor. A call that fills
+such state (an attribute that held None or an empty tensor assigned a tensor: a key/value
+cache's prefill) makes the sizes of its tensor arguments that the filled tensor took symbolic
+the same way, since the next fill (another prompt) brings others: Hugging Face ``generate``
+then compiles one prefill for every prompt length and one decode for every cache length.
 
 ``dynamic=True`` makes every dimension of every tensor argument symbolic from the first call,
 ``dynamic=False`` none (every size static, recompiling per shape).
@@ -57,7 +61,7 @@ from typing import Any
 import torch
 
 from fxloom.bytecode.marks import marks_of
-from fxloom.bytecode.sources import Attr, Source
+from fxloom.bytecode.sources import Attr, Item, Local, Source
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = [
@@ -227,25 +231,35 @@ def current() -> InputSymbols | None:
 
 
 def grew_state(recording: Any) -> bool:
-    """Whether the capture in ``recording`` read a tensor from an outside object's attribute
-    and assigned that attribute a tensor of another size (a cache the program grows:
-    ``self.keys = torch.cat([self.keys, k], dim=-2)``): each such static dimension is made
-    dynamic (``SizePolicy.observe``), so that the caller captures again with it symbolic.
-    The next call reads the grown tensor back, so a guard on the size read now would miss at
-    once: the change is observed without the miss."""
+    """Whether the capture in ``recording`` changed the size of state the program keeps on an
+    outside object, so that the caller should capture again with sizes made dynamic
+    (``SizePolicy.observe``):
+
+    * it read a tensor from an outside object's attribute and assigned that attribute a
+      tensor of another size (a cache it grows: ``self.keys = torch.cat([self.keys, k],
+      dim=-2)``): each such static dimension of the tensor read. The next call reads the
+      grown tensor back, so a guard on the size read now would miss at once: the change is
+      observed without the miss.
+    * it assigned a tensor to an attribute that held none, or an empty one (a cache it
+      fills: the prefill of a ``DynamicCache``): each static dimension of the call's tensor
+      arguments whose size the filled tensor took (``_filled_from``). The next fill (a new
+      prompt) brings other sizes there, and its call would miss an entry static in them;
+      symbolic, it is the same entry (what the program decides on those sizes is guarded)."""
     if not _ACTIVE:
         return False
     policy, place = _ACTIVE[-1]
     if policy.mode is not None:  # True: symbolic already; False: static by request
         return False
     read = {source.expr: (source, sizes) for source, sizes in recording.guards.tensor_sizes.items()}
-    grown = []
+    grown, filled = [], []
     for owner, name, value in recording.writes.values():
         owner_source = recording.source_of(owner)
         if not isinstance(value, torch.Tensor) or owner_source is None:
             continue
         found = read.get(Attr(owner_source, name).expr)
         if found is None:
+            if _was_empty(owner, name) and value.numel() > 0:
+                filled.append(value)
             continue
         source, (shape, dims) = found
         if value.dim() != len(shape):
@@ -253,7 +267,51 @@ def grew_state(recording: Any) -> bool:
         for dim, (old, new) in enumerate(zip(shape, value.shape)):
             if dim not in dims and _differs(old, new):
                 grown.append((source.expr, source.text, dim, old, _example(new)))
-    return policy.observe(place, grown, because="the program grows it")
+    promoted = policy.observe(place, grown, because="the program grows it")
+    filling = _filled_from(filled, read.values())
+    return policy.observe(place, filling, because="state the program fills takes it") or promoted
+
+
+def _was_empty(owner: Any, name: str) -> bool:
+    """Whether ``owner.name`` held no tensor, or an empty one, before the call (the capture
+    keeps its writes aside: the object is as the call found it). Read from the instance's
+    dict: a property is not state the program fills."""
+    state = getattr(owner, "__dict__", None)
+    if state is None:  # slots: what it held is not known here, so not taken as empty
+        return False
+    held = state.get(name)
+    for table in _MODULE_TENSORS:  # a module keeps its parameters and buffers apart
+        if held is None and name in state.get(table, ()):
+            held = state[table][name]
+    return held is None or (isinstance(held, torch.Tensor) and held.numel() == 0)
+
+
+# nn.Module's dicts of tensors, where ``module.name`` is found outside its ``__dict__``
+_MODULE_TENSORS = ("_parameters", "_buffers")
+
+
+def _filled_from(filled: list[torch.Tensor], read: Any) -> list[tuple]:
+    """The static dims of the call's tensor arguments (``_argument``) whose size is one of the
+    ``filled`` tensors' sizes, as ``changed_sizes`` lists changes (the new value "any")."""
+    if not filled:
+        return []
+    taken = {int(size) for tensor in filled for size in tensor.shape if type(size) is int}
+    found = []
+    for source, (shape, dims) in read:
+        if not _argument(source):
+            continue
+        for dim, size in enumerate(shape):
+            if dim not in dims and size in taken:
+                found.append((source.expr, source.text, dim, size, "any"))
+    return found
+
+
+def _argument(source: Source) -> bool:
+    """Whether ``source`` is an argument of the call, or an item of one (``kwargs["mask"]``,
+    ``args[0]``): what a call brings, not state read from an object's attributes."""
+    while isinstance(source, Item):
+        source = source.base
+    return isinstance(source, Local)
 
 
 def _differs(old: int, new: Any) -> bool:

@@ -440,18 +440,24 @@ class GuardSet:
 
     def hooks(self, source: Source, module: Any) -> None:
         """Module ``source`` has the same forward hooks as now (none, usually), which the
-        interpreter inlined; backward hooks are refused before this is asked."""
+        interpreter inlined; backward hooks are refused before this is asked. And, where its
+        class's forward was inlined, no ``forward`` of the instance's own, which
+        ``nn.Module.__call__`` would run instead (one assigned after the capture, say); one
+        it has is read, and guarded, as an attribute."""
         e = source.expr
+        own = "forward" in getattr(module, "__dict__", {})
+        no_own = "" if own else f" and 'forward' not in {e}.__dict__"
+        no_own_text = "" if own else " and no forward of its own"
         kinds = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
         now = tuple(tuple(getattr(module, kind)) for kind in kinds)
         if not any(now):
             check = " or ".join(f"{e}.{kind}" for kind in kinds)
-            self.add(
-                e + " hooks", Guard(_STRUCTURE, f"not ({check})", f"{source.text} has no hooks")
-            )
+            self.add(e + " hooks", Guard(_STRUCTURE, f"not ({check}){no_own}",
+                                         f"{source.text} has no hooks{no_own_text}"))  # fmt: skip
             return
         check = f"({', '.join(f'tuple({e}.{kind})' for kind in kinds)}) == {self.constant(now)}"
-        self.add(e + " hooks", Guard(_STRUCTURE, check, f"{source.text} has the same hooks"))
+        self.add(e + " hooks", Guard(_STRUCTURE, check + no_own,
+                                     f"{source.text} has the same hooks{no_own_text}"))  # fmt: skip
 
     # ------------------------------------------------------------ generating
     def source_code(self, parameters: Sequence[str]) -> str:
