@@ -47,6 +47,21 @@ rotating; medians), at 1 and 2 threads; the error is the last hidden state's rel
 against fp32 on held-out tokens. Target (issue 37): latency <= 0.95x torch.ao's, error <=
 0.6x torch.ao's.
 
+``--deeprec-dynamic`` runs another workload, in its own process: the paper's DeepRecommender
+(the full model above), dynamic int8 - fxloom's dynamic scheme against torch.ao's
+``quantize_dynamic`` (fbgemm, deprecated) and fp32, interleaved as for BERT, at batch 1 and
+64 (``--batch-sizes``), on 1 thread (``--threads``; 1 and 2 with ``--threads 0``). Each
+variant's median wall time and median CPU time of the process (``time.process_time``: with
+one thread it is the compute, less disturbed by other processes on a loaded machine) are
+given. Target (issue 37): fxloom / torch.ao <= 1.0 at batch 1, <= 1/1.5 at batch 64.
+
+``--pt2e-import`` (own process): the paper's DeepRecommender through torch's PT2E flow
+(``pt2e_peer.pt2e_int8``, static, one program per batch size calibrated on the same rows),
+its reference graph imported into fxloom's operators (``fxloom.quantize.import_quantized`` on
+``fxloom.symbolic_trace`` of it) against that reference graph run eagerly, fxloom's own
+static int8 (``convert``) and fp32, interleaved, CPU and wall time as above, with each one's
+error against fp32 and the largest difference between imported and reference outputs.
+
 torch.ao's FX quantization, torch.export and torchao are imported here only as the comparison.
 """
 
@@ -54,7 +69,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,7 +102,7 @@ from fxloom.export import export  # noqa: E402
 from fxloom.quantize import QuantConfig, calibrate, convert, prepare  # noqa: E402
 from fxloom.quantize.config import saturates_8_bit_activations  # noqa: E402
 from fxloom.quantize.convert import quantized_engine  # noqa: E402
-from fxloom.zoo.deeprec import ratings  # noqa: E402
+from fxloom.zoo.deeprec import PAPER_SIZES, ratings  # noqa: E402
 
 SPEEDUP_TARGET = 3.0  # fp32 / fxloom int8 at batch 1
 RATIO_TARGET = 1.0  # fxloom int8 / torch FX int8
@@ -526,6 +543,159 @@ def bert_main(record: bool) -> None:
     publish("\n".join(lines), record)
 
 
+# ----------------------------------------------------------------------------- DeepRecommender dynamic
+DEEPREC_ROUNDS = 15
+DEEPREC_TARGETS = {1: 1.0, 64: 1 / 1.5}  # fxloom / torch.ao latency, issue 37
+
+
+def deeprec_dynamic_models() -> tuple[nn.Module, dict]:
+    from torch.ao.quantization import quantize_dynamic
+
+    model, example = zoo.build("deeprec")
+    models = {
+        "fp32": model,
+        "fxloom": convert(prepare(model, example, QuantConfig(scheme="dynamic"))),
+        "torch.ao": quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8),
+    }
+    return model, models
+
+
+def cpu_and_wall(fn: Callable[[], object]) -> tuple[float, float]:
+    """(process CPU seconds, wall seconds) of one ``fn()``, the collector off (a collection
+    before, outside both clocks)."""
+    gc.collect()
+    gc.disable()
+    try:
+        cpu, wall = time.process_time(), time.perf_counter()
+        fn()
+        return time.process_time() - cpu, time.perf_counter() - wall
+    finally:
+        gc.enable()
+
+
+def deeprec_rows(threads: int, models: dict, x: torch.Tensor) -> dict[str, tuple[float, float]]:
+    """variant -> (median CPU seconds, median wall seconds) over interleaved rounds."""
+    torch.set_num_threads(threads)
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
+    names = list(models)
+    with torch.no_grad():
+        for model in models.values():
+            model(x)  # warm: packing on first use, allocator
+        for round_ in range(DEEPREC_ROUNDS):
+            for name in rotated(names, round_):
+                samples[name].append(cpu_and_wall(lambda m=models[name]: m(x)))
+    middle = DEEPREC_ROUNDS // 2
+    return {
+        name: (sorted(c for c, _ in runs)[middle], sorted(w for _, w in runs)[middle])
+        for name, runs in samples.items()
+    }
+
+
+def deeprec_dynamic_main(batch_sizes: list[int], threads: int, record: bool) -> None:
+    model, models = deeprec_dynamic_models()
+    items = PAPER_SIZES[0]
+    held_out = ratings(64, items, seed=100)
+    with torch.no_grad():
+        ref = model(held_out)
+        errors = {
+            name: float((m(held_out) - ref).norm() / ref.norm())
+            for name, m in models.items()
+            if name != "fp32"
+        }
+    load_before = load_average()
+    thread_counts = (1, 2) if threads == 0 else (threads,)
+    table = []
+    for count in thread_counts:
+        for batch in batch_sizes:
+            row = deeprec_rows(count, models, ratings(batch, items, seed=200 + batch))
+            table.append((count, batch, row))
+    command = "python benchmarks/bench_quantize.py --deeprec-dynamic"
+    if tuple(batch_sizes) != (1, 64):
+        command += " --batch-sizes " + " ".join(map(str, batch_sizes))
+    command += f" --threads {threads}"
+    lines = [
+        "### Quantization on plain tensors: DeepRecommender dynamic int8 (issue 37)",
+        "",
+        f"{machine_line()}. Command: `{command}`; medians of {DEEPREC_ROUNDS} interleaved "
+        "rounds (the order rotating), one process; CPU = the process's CPU time per forward, "
+        "wall = its wall time.",
+        "",
+        "| threads | batch | fp32 CPU ms | torch.ao quantize_dynamic CPU ms | fxloom dynamic "
+        "CPU ms | fxloom / torch.ao (CPU) | wall ms fp32 / torch.ao / fxloom "
+        "| fxloom / torch.ao (wall) | target |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for count, batch, row in table:
+        cpu = {name: value[0] for name, value in row.items()}
+        wall = {name: value[1] for name, value in row.items()}
+        target = DEEPREC_TARGETS.get(batch)
+        lines.append(
+            f"| {count} | {batch} | {cpu['fp32'] * 1e3:.2f} | {cpu['torch.ao'] * 1e3:.2f} | "
+            f"{cpu['fxloom'] * 1e3:.2f} | {cpu['fxloom'] / cpu['torch.ao']:.2f} | "
+            f"{wall['fp32'] * 1e3:.2f} / {wall['torch.ao'] * 1e3:.2f} / "
+            f"{wall['fxloom'] * 1e3:.2f} | {wall['fxloom'] / wall['torch.ao']:.2f} | "
+            f"{'-' if target is None else f'<= {target:.2f}'} |"
+        )
+    lines += [
+        "",
+        f"Relative error against fp32 on 64 held-out rows: fxloom {errors['fxloom']:.4f}, "
+        f"torch.ao {errors['torch.ao']:.4f}.",
+        noise_line((load_before, load_average()), "."),
+        "",
+    ]
+    publish("\n".join(lines), record)
+
+
+# ----------------------------------------------------------------------------- PT2E imported
+def pt2e_import_main(batch_sizes: list[int], threads: int, record: bool) -> None:
+    from benchmarks.pt2e_peer import pt2e_int8
+    from fxloom.quantize import import_quantized
+
+    model, _ = zoo.build("deeprec")
+    items = PAPER_SIZES[0]
+    rows = [ratings(64, items, seed) for seed in range(1, 5)]
+    prepared = prepare(model, (rows[0],))
+    calibrate(prepared, rows, progress=False)
+    own = convert(prepared)
+    load_before = load_average()
+    lines = [
+        "### Quantization on plain tensors: a PT2E reference graph imported (issue 37 item 6)",
+        "",
+        f"{machine_line()}. Command: `python benchmarks/bench_quantize.py --pt2e-import "
+        f"--threads {threads}`; the paper's DeepRecommender, X86InductorQuantizer's default "
+        f"config; medians of {DEEPREC_ROUNDS} interleaved rounds, CPU time per forward "
+        "(wall in brackets).",
+        "",
+        "| batch | fp32 ms | PT2E reference, eager ms | PT2E imported into fxloom ms "
+        "| fxloom convert ms | error: PT2E / imported / fxloom | imported - PT2E, max |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for batch in batch_sizes:
+        x = ratings(batch, items, seed=200 + batch)
+        data = list(torch.cat(rows).split(batch))[: max(4, 256 // batch)]
+        reference = pt2e_int8(model, (x,), data)
+        models = {
+            "fp32": model,
+            "PT2E": reference,
+            "imported": import_quantized(fxloom.symbolic_trace(reference)),
+            "fxloom": own,
+        }
+        row = deeprec_rows(threads, models, x)
+        with torch.no_grad():
+            outs = {name: m(x) for name, m in models.items()}
+        error = {k: float((v - outs["fp32"]).norm() / outs["fp32"].norm()) for k, v in outs.items()}
+        gap = float((outs["imported"] - outs["PT2E"]).abs().max())
+        cells = " | ".join(
+            f"{row[name][0] * 1e3:.2f} ({row[name][1] * 1e3:.2f})" for name in models
+        )
+        lines.append(
+            f"| {batch} | {cells} | {error['PT2E']:.4f} / {error['imported']:.4f} / "
+            f"{error['fxloom']:.4f} | {gap:.1e} |"
+        )
+    lines += ["", noise_line((load_before, load_average()), "."), ""]
+    publish("\n".join(lines), record)
+
+
 # ----------------------------------------------------------------------------- main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -535,11 +705,27 @@ def main() -> None:
     parser.add_argument("--engine", choices=("x86", "fbgemm", "qnnpack"), default="x86")
     parser.add_argument("--record", action="store_true", help="append the tables to RESULTS.md")
     parser.add_argument("--bert", action="store_true", help="BERT-base dynamic int8 instead")
+    parser.add_argument(
+        "--deeprec-dynamic", action="store_true",
+        help="the paper's DeepRecommender, dynamic int8 against torch.ao quantize_dynamic "
+        "(batch sizes default 1 and 64, threads default 1; --threads 0: 1 and 2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pt2e-import", action="store_true",
+        help="the paper's DeepRecommender through PT2E, imported into fxloom's operators",
+    )  # fmt: skip
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message=".*quantiz.*")  # torch's torchao migration notes
     warnings.filterwarnings("ignore", message=".*torchao.*")
     if args.bert:
         bert_main(args.record)
+        return
+    sizes = [1, 64] if args.batch_sizes == [1, 16, 64, 256] else args.batch_sizes
+    if args.deeprec_dynamic:
+        deeprec_dynamic_main(sizes, 1 if args.threads is None else args.threads, args.record)
+        return
+    if args.pt2e_import:
+        pt2e_import_main(sizes, args.threads or 1, args.record)
         return
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fxloom import attr_path
+from fxloom._union_find import UnionFind
 from fxloom.node import Node
 from fxloom.ops.effects import _CONTAINER_OPERATORS, module_returns_fresh, returns_fresh_call
 from fxloom.ops.mutation import (
@@ -134,34 +135,19 @@ def _written_values(node: Node, root: torch.nn.Module | None) -> Any:
     return ("any",)
 
 
-class _AliasClasses:
+class _AliasClasses(UnionFind):
     """Values that may share memory, joined (union-find): a call not known to return new
     memory joins its result to its inputs; an in-place call returns what it writes."""
 
     def __init__(self, graph: Graph, root: torch.nn.Module | None) -> None:
-        self._parent: dict[Node, Node] = {}
+        super().__init__()
         tensors: set[Node] = set()  # nodes known to compute a tensor
         for node in graph.nodes:
             if _may_alias_inputs(node, root, tensors):
                 for used in node.all_input_nodes:
-                    self._union(node, used)
+                    self.union(node, used)
             elif node.op not in ("placeholder", "get_attr"):  # of unknown type
                 tensors.add(node)
-
-    def find(self, node: Node) -> Node:
-        parent = self._parent
-        while True:
-            up = parent.get(node, node)
-            if up is node:
-                return node
-            grand = parent.get(up, up)
-            parent[node] = grand
-            node = grand
-
-    def _union(self, a: Node, b: Node) -> None:
-        root_a, root_b = self.find(a), self.find(b)
-        if root_a is not root_b:
-            self._parent[root_a] = root_b
 
 
 def _may_alias_inputs(node: Node, root: torch.nn.Module | None, tensors: set[Node]) -> bool:

@@ -32,10 +32,11 @@ one element (``x.sum() > 0``), or a symbolic shape test (``x.shape[0] > 4``).
     True
 
 This module holds the operator, its eager semantics and the checks every
-capture shares; it knows no frontend. ``cond_op`` is a higher-order operator
-(``fxloom.ops.higher_order``): each frontend registers how it captures a cond
-when its module is imported — symbolic tracing in ``fxloom.tracing.cond_trace``,
-export in ``fxloom.export.cond_capture``. ``fxloom.compile``'s interpreter decides a call
+capture shares; it imports no frontend. ``cond_op`` is a higher-order operator
+(``fxloom.ops.higher_order``) declared with ``CAPTURES``, the table of how each
+frontend records a cond, by the module and function names: symbolic tracing in
+``fxloom.tracing.cond_trace``, export in ``fxloom.export.cond_capture`` (a row
+counts once its module is loaded; nothing registers on import). ``fxloom.compile``'s interpreter decides a call
 before it runs it, so it captures ``cond`` by its row in the callee table
 (``fxloom.bytecode.cond_capture``), not through the operator. Depends on the IR and
 ``fxloom.pytree``.
@@ -51,9 +52,30 @@ import torch
 from fxloom import pytree
 from fxloom.graph import Graph
 from fxloom.node import Node
-from fxloom.ops.higher_order import HigherOrderOperator
+from fxloom.ops.higher_order import HigherOrderOperator, Implementation
 
 __all__ = ["cond", "cond_op", "CondOperator"]
+
+
+# How each frontend records a cond call, asked in order of precedence (lowest first): an export
+# capture in progress claims every cond under it, else the tracer of a proxy among the arguments.
+CAPTURES = (
+    Implementation(
+        "symbolic trace",
+        module="fxloom.tracing.cond_trace",
+        claims="tracer_of",
+        run="trace_cond",
+        precedence=1,
+        value_types=("Proxy",),
+    ),
+    Implementation(
+        "export",
+        module="fxloom.export.cond_capture",
+        claims="capture_of",
+        run="capture_cond",
+        precedence=0,
+    ),
+)
 
 
 class CondOperator(HigherOrderOperator):
@@ -62,14 +84,14 @@ class CondOperator(HigherOrderOperator):
     Runs ``true_gm(*operands)`` if ``pred`` holds, else ``false_gm(*operands)``,
     and returns the branch's flat tuple of tensors. On stand-ins under an
     export capture, or on proxies under a trace, it records itself again (its
-    branches re-captured: the frontend's registered implementation), so a
+    branches re-captured by the frontend's row of ``CAPTURES``), so a
     graph holding it can be re-exported, re-decomposed or re-traced.
     """
 
     _opname = "cond"  # the name of the nodes calling it
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(CAPTURES)
         # How printing and code generation name it: ``fxloom.cond.cond_op``.
         self.__name__ = self.__qualname__ = "cond_op"
         self.__module__ = __name__
@@ -115,8 +137,8 @@ def _cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> tuple[list[A
         return pytree.tree_flatten((true_fn if pred else false_fn)(*operands))
     captured = cond_op.captured_by(pred, operands)
     if captured is not None:
-        implementation, capture = captured
-        return implementation.run(capture, pred, true_fn, false_fn, operands)
+        record, capture = captured
+        return record(capture, pred, true_fn, false_fn, operands)
     if _is_description(pred):
         return _described(true_fn, false_fn, operands)
     return pytree.tree_flatten((true_fn if bool(pred) else false_fn)(*operands))

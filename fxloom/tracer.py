@@ -64,7 +64,7 @@ from fxloom.ops.mutation import bound_mutable_schema
 from fxloom.proxy import NO_VALUE, Proxy, ProxyableClassMeta, TraceError
 from fxloom.pytree import container_type
 from fxloom.tracing import (
-    cond_trace,  # noqa: F401 - registers how a trace records cond
+    cond_trace,  # noqa: F401 - loaded with the tracer: its row of fxloom.cond.CAPTURES counts
     conversions,
     errors,
 )

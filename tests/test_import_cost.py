@@ -11,18 +11,13 @@ loader finds fxloom's run-time functions by name (``fxloom.ops.runtime_functions
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
 import fxloom
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.fresh_process import run_fresh
 
 # What `import fxloom` must not load: the parts that load when first used, and the heavy
 # libraries behind them. A prefix stands for the module and everything under it.
@@ -48,27 +43,6 @@ LOADED_ON_FIRST_USE = (
     "transformers",
     "numpy",
 )
-
-
-def run_fresh(source: str) -> dict:
-    """Run ``source`` in a new interpreter (this checkout's fxloom first on the path); it prints
-    one JSON object, returned here."""
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**_environment(), "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-def _environment() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def _modules_import_fxloom_adds() -> list[str]:

@@ -49,6 +49,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fxloom._torch_compat",
         "fxloom._notes",
         "fxloom._lazy",
+        "fxloom._union_find",
     ),
     "ir": (
         "fxloom.node",

@@ -4,38 +4,19 @@ Backends have one registry, ``fxloom.backends.BACKENDS``: fxloom's own backends 
 it by module and name and enter it when first asked for, and ``fxloom.compile`` resolves names
 there (the bytecode frontend keeps none of its own). Checks that depend on what was imported
 run a fresh interpreter. (``tests/distributed/test_import_changes_no_table.py`` checks the
-tables of tracing against importing ``fxloom.distributed``.)
+tables of tracing against importing ``fxloom.distributed``.) ``fxloom.cond_op`` is declared with
+``fxloom.cond.CAPTURES``, how each frontend records a cond, by module and function name.
 """
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
 import fxloom
 from fxloom.backends import BACKENDS, Backend, get_backend, register_backend
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_fresh(source: str) -> dict:
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+from fxloom.cond import CAPTURES
+from tests.fresh_process import run_fresh
 
 
 def test_importing_fxloom_lower_registers_no_backend():
@@ -92,3 +73,31 @@ def test_the_bytecode_frontend_keeps_no_registry_and_points_to_the_one():
     assert not hasattr(compiled, "BACKENDS")
     with pytest.raises(ValueError, match="fxloom.backends.BACKENDS"):
         compiled.compile(lambda x: x, backend="onnxruntime")
+
+
+def test_how_frontends_capture_cond_is_declared_and_no_import_changes_it():
+    found = run_fresh(
+        """
+        import json
+        import fxloom
+        rows = lambda: [(i.frontend, i.loaded() is not None) for i in fxloom.cond_op.implementations]
+        before = rows()
+        import fxloom.export.exporter
+        print(json.dumps({"before": before, "after": rows()}))
+        """
+    )
+    # symbolic tracing's row counts once the tracer is loaded (``import fxloom`` loads it);
+    # export's once export is: the table itself never changes
+    assert found == {
+        "before": [["export", False], ["symbolic trace", True]],
+        "after": [["export", True], ["symbolic trace", True]],
+    }
+
+
+def test_every_cond_capture_row_names_functions_that_exist():
+    import importlib
+
+    for row in CAPTURES:
+        module = importlib.import_module(row.module)
+        for name in (row.claims, row.run, *row.value_types):
+            assert hasattr(module, name), f"{row.frontend}: {row.module} has no {name}"

@@ -3,9 +3,6 @@ question about them â€” effect, exported graphs, the host, TorchScript, files â€
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -79,23 +76,3 @@ def test_a_check_traced_again_records_itself_instead_of_running():
     outer = fxloom.symbolic_trace(lambda x: gm(x))
     targets = [n.target for n in outer.graph.nodes if n.op == "call_function"]
     assert runtime_checks.check_tensor_input in targets
-
-
-def test_each_frontend_registers_its_own_capture_of_cond():
-    # Importing the tracer registers the trace's; export registers its own when a capture can
-    # start. What a graph may call never depends on it (see test_fresh_interpreter.py).
-    script = (
-        "import fxloom\n"
-        "print(sorted(fxloom.cond_op._implementations))\n"
-        "import fxloom.export.exporter\n"
-        "print(sorted(fxloom.cond_op._implementations))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.splitlines() == ["['symbolic trace']", "['export', 'symbolic trace']"]

@@ -1021,6 +1021,16 @@ def test_record_stack_traces_stores_the_user_file_and_line():
     assert "return torch.relu(x)" in relu.meta["stack_trace"]
 
 
+def test_a_stack_trace_of_an_operator_overload_names_the_user_line():
+    def fn(x):
+        return torch.ops.aten.relu.default(x)  # <- an overload call
+
+    graph = fx.Tracer(record_stack_traces=True).trace(fn)
+    relu = graph.find_nodes(op="call_function", target=torch.ops.aten.relu.default)[0]
+    assert f'File "{__file__}", line {line_of("# <- an overload call")}' in relu.meta["stack_trace"]
+    assert "_ops.py" not in relu.meta["stack_trace"]
+
+
 def test_stack_traces_are_not_recorded_by_default():
     def fn(x):
         return torch.relu(x)

@@ -38,11 +38,10 @@ from fxloom.cond import output_leaves as branch_output_leaves
 from fxloom.export.capture import Capture
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
-from fxloom.ops.higher_order import Implementation
 from fxloom.values.stand_in import StandIn, wrap
 from fxloom.values.symbolic import wrap_expr
 
-__all__ = ["BranchCapture", "active_capture", "capture_cond"]
+__all__ = ["BranchCapture", "active_capture", "capture_cond", "capture_of"]
 
 
 # A branch's capture records its own graph and values; the rest of a capture (provenance,
@@ -254,9 +253,6 @@ def _record_node(
     return list(results), spec
 
 
-def _capture_of(pred: Any, operands: Any) -> Capture | None:
+def capture_of(pred: Any, operands: Any) -> Capture | None:
     """The capture recording now claims every cond called under it."""
     return active_capture()
-
-
-cond_op.register(Implementation("export", _capture_of, capture_cond, precedence=0))

@@ -23,7 +23,7 @@ import torch
 
 from fxloom import pytree
 from fxloom._torch_compat import python_dispatcher
-from fxloom.export import cond_capture  # noqa: F401 - registers how an export records cond
+from fxloom.export import cond_capture  # noqa: F401 - loaded with export: its CAPTURES row counts
 from fxloom.export.capture import Capture, ExportError, Storage
 from fxloom.export.program import ExportedProgram
 from fxloom.export.signature import (

@@ -23,6 +23,7 @@ from typing import Any
 from torch import nn
 
 from fxloom import attr_path
+from fxloom._union_find import UnionFind
 from fxloom.graph_module import GraphModule
 from fxloom.lint import LEAF_ARGUMENT_TYPES
 from fxloom.node import Node
@@ -148,7 +149,7 @@ def attribute_key(qualified_name: str) -> tuple[str, str]:
     return ("attr", qualified_name)
 
 
-class AliasClasses:
+class AliasClasses(UnionFind):
     """Values of a graph that may share storage, and which of those sets the graph writes to.
 
     Built in one pass (union-find, near-linear): an in-place op joins its result to what it
@@ -158,7 +159,7 @@ class AliasClasses:
     """
 
     def __init__(self, graph: Any, effects: Effects) -> None:
-        self._parent: dict[Any, Any] = {}
+        super().__init__()
         self.mutations: dict[Node, tuple[Any, ...]] = {}
         for node in graph.nodes:
             written = effects.mutated_inputs(node)
@@ -180,22 +181,6 @@ class AliasClasses:
             for parent in reversed(attr_path.prefixes(item[1])[:-1]):
                 self.union(item, attribute_key(parent))
         self.union(node, item)
-
-    def find(self, item: Any) -> Any:
-        """The representative of ``item``'s class (path-halving union-find)."""
-        parent = self._parent
-        while True:
-            up = parent.get(item, item)
-            if up is item or up == item:
-                return item
-            grand = parent.get(up, up)
-            parent[item] = grand
-            item = grand
-
-    def union(self, a: Any, b: Any) -> None:
-        root_a, root_b = self.find(a), self.find(b)
-        if root_a is not root_b and root_a != root_b:
-            self._parent[root_a] = root_b
 
     def is_mutated(self, node: Node) -> bool:
         """Whether anything in the graph may write to ``node``'s value (or one sharing storage)."""

@@ -44,7 +44,8 @@ Modules: ``observers`` (what observes), ``config`` (what to quantize, how), ``sc
 schemes as records), ``table`` (which operators have int8 kernels: extend it for your
 layers), ``plan`` (decisions per node), ``prepare``, ``calibrate``, ``convert``, ``report``;
 ``ops`` (fxloom's quantized operators and their references), ``weights`` (integer weights),
-``kernels`` (the fast kernel per operator and CPU); for QAT ``fake_quantize``,
+``kernels`` (the fast kernel per operator and CPU), ``importer`` (PT2E/torchao
+``quantized_decomposed`` graphs into fxloom's operators: ``import_quantized``); for QAT ``fake_quantize``,
 ``qat_modules``, ``qat``; ``exported``.
 
 Depends on: the IR, the tracer's entry point, ``fxloom.passes`` (fuse, shape_prop), torch
@@ -57,6 +58,7 @@ from fxloom.quantize.calibrate import calibrate
 from fxloom.quantize.config import QuantConfig, QuantSpec
 from fxloom.quantize.convert import convert
 from fxloom.quantize.errors import QuantizeError, SaturationWarning
+from fxloom.quantize.importer import import_quantized
 from fxloom.quantize.observers import (
     HistogramObserver,
     MinMaxObserver,
@@ -81,6 +83,7 @@ __all__ = [
     "SaturationWarning",
     "calibrate",
     "convert",
+    "import_quantized",
     "prepare",
     "prepare_qat",
     "report",

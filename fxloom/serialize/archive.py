@@ -2,7 +2,7 @@
 
 Layout (every member under ``fxloom/``)::
 
-    fxloom/format.json        {"format": "fxloom", "version": 2, "kind": "graph_module", ...}
+    fxloom/format.json        {"format": "fxloom", "version": 3, "kind": "graph_module", ...}
     fxloom/program.json       what the kind describes (a module tree, a program)
     fxloom/weights.safetensors
 
@@ -60,7 +60,7 @@ def described_kind(kind: str) -> str:
 
 
 FORMAT_NAME = "fxloom"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 def _records_cpu_devices(archive: Archive) -> Archive:
@@ -69,10 +69,23 @@ def _records_cpu_devices(archive: Archive) -> Archive:
     return archive
 
 
+def _plain_quantized_records(archive: Archive) -> Archive:
+    """Version 2 to 3: files hold plain tensors only. Version 2's quantized-tensor records
+    become integer values with scale and zero-point tensors (``quantized_records``)."""
+    from fxloom.serialize import quantized_records  # the tensor records: needed by old files
+
+    quantized_records.upgrade(archive.program, archive.weights)
+    return archive
+
+
 # Upgrades from an older format version to the next: ``UPGRADES[n](archive)`` turns
 # version n's documents into version n + 1's. Files of every listed version keep loading.
-# Version 2 files are refused by older fxloom, which would load CUDA tensors on the CPU.
-UPGRADES: dict[int, Callable[[Archive], Archive]] = {1: _records_cpu_devices}
+# Version 2 files are refused by older fxloom, which would load CUDA tensors on the CPU;
+# version 3 files too, which would load a quantized tensor's integer values as plain ones.
+UPGRADES: dict[int, Callable[[Archive], Archive]] = {
+    1: _records_cpu_devices,
+    2: _plain_quantized_records,
+}
 OLDEST_VERSION = FORMAT_VERSION - len(UPGRADES)
 
 _PREFIX = "fxloom/"

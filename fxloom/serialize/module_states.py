@@ -6,8 +6,10 @@ rows are there whenever a module tree is written or read):
 * torch's quantized layers (``torch.ao.nn.quantized``, its ``dynamic`` and ``intrinsic``
   variants: what ``fxloom.quantize.convert`` swaps in) hold their weights packed for the
   quantized engine, in ``torch.ScriptObject``s that cannot be written as data. Their int8
-  weight (with its scales) and float bias are written as tensors instead, and packed again on
-  loading with the layer's own ``set_weight_bias``, for the engine current then. Linear
+  weight and float bias are written as plain tensors instead (the weight's integer values,
+  scales and zero points: ``tensors``), and packed again on loading, from the quantized
+  weight rebuilt of them, with the layer's own ``set_weight_bias``, for the engine current
+  then. Linear
   layers keep theirs in a ``LinearPackedParams`` child (so ``fxloom.quantize``'s
   ``LinearFloatIO`` is covered too); convolutions and dynamic LSTM/GRU hold them directly.
 * the modules backends make (``fxloom.lower``'s ``OrtModule``, a region running in ONNX

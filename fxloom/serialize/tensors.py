@@ -2,8 +2,18 @@
 
 A record says where a tensor's bytes are (``key``) and what it must be
 (``shape``, ``dtype``, ``device``, ``requires_grad``; ``stride`` when it is not
-contiguous; ``quantized`` with its quantization parameters for int8
-tensors, whose integer values are stored). The bytes are stored from the CPU;
+contiguous). Every tensor a file holds is a plain one: integers, floats, booleans. A
+torch quantized tensor (torch.ao's layers and graphs, ``kernels="torch.ao"``) is written
+in plain form: its integer values (int8, uint8, int32) under ``key``, a record entry
+``"affine": {"axis": null}`` (per tensor) or ``{"axis": 0}`` (per channel), and its
+scales and zero points as float64 and int64 tensors under ``key + ".scale"`` and
+``key + ".zero_point"`` (0-d per tensor, one per channel along ``axis``). Loading rebuilds
+torch's quantized tensor from them, for what holds it takes nothing else (a torch.ao
+layer packs it, a graph calls ``dequantize`` on it). Format version 2's quantized-tensor
+records (a quantized ``dtype`` and a ``quantized`` entry) load through the converter of
+``quantized_records``; a current file holding one is refused.
+
+The bytes are stored from the CPU;
 loading puts the tensor on its recorded device or where ``map_location`` says
 (``devices``); a record without a device (format version 1) is a CPU tensor. Loading checks every record
 against the bytes, so a file whose tensors disagree with its description is
@@ -21,10 +31,27 @@ from fxloom.serialize.devices import CPU, Placement, parse_device
 from fxloom.serialize.errors import SerializationError
 from fxloom.serialize.values import decode_value, encode_value
 
-__all__ = ["TensorWriter", "TensorReader", "PER_CHANNEL", "PER_TENSOR", "check_scales"]
+__all__ = [
+    "TensorWriter",
+    "TensorReader",
+    "PER_CHANNEL",
+    "PER_TENSOR",
+    "QUANTIZED_OF_INTEGER",
+    "SCALE",
+    "ZERO_POINT",
+    "check_scales",
+]
 
 PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
 PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric)
+# Where a plain-form quantized tensor's parameters are stored: after its values' key.
+SCALE, ZERO_POINT = ".scale", ".zero_point"
+# The quantized dtype torch rebuilds from each integer dtype of values (its ``int_repr``).
+QUANTIZED_OF_INTEGER = {
+    torch.int8: torch.qint8,
+    torch.uint8: torch.quint8,
+    torch.int32: torch.qint32,
+}
 
 
 class TensorWriter:
@@ -54,8 +81,9 @@ class TensorWriter:
         }
         data = tensor.detach()
         if tensor.is_quantized:
-            record["quantized"] = self._quantization(tensor, key)
-            data = tensor.int_repr()
+            data = tensor.int_repr()  # the plain form: integers, scales and zero points
+            record["dtype"] = encode_value(data.dtype)
+            record["affine"] = self._parameters(tensor, key, where)
         if tensor.requires_grad:
             record["requires_grad"] = True
         if isinstance(tensor, torch.nn.Parameter):
@@ -67,19 +95,25 @@ class TensorWriter:
         self._keep_alive.append(tensor)
         return record
 
-    def _quantization(self, tensor: torch.Tensor, key: str) -> dict[str, Any]:
+    def _parameters(self, tensor: torch.Tensor, key: str, where: str) -> dict[str, Any]:
+        """A quantized tensor's scales and zero points, stored as plain tensors after its
+        values; its record's ``affine`` entry (the axis of per-channel ones)."""
         scheme = tensor.qscheme()
         if scheme in PER_TENSOR:
-            return {
-                "qscheme": encode_value(scheme),
-                "scale": tensor.q_scale(),
-                "zero_point": tensor.q_zero_point(),
-            }
-        if scheme in PER_CHANNEL:
-            self.tensors[f"{key}.scales"] = tensor.q_per_channel_scales().contiguous()
-            self.tensors[f"{key}.zero_points"] = tensor.q_per_channel_zero_points().contiguous()
-            return {"qscheme": encode_value(scheme), "axis": tensor.q_per_channel_axis()}
-        raise SerializationError(f"cannot save a tensor quantized with {scheme}")
+            scale = torch.tensor(tensor.q_scale(), dtype=torch.float64)
+            zero_point = torch.tensor(tensor.q_zero_point(), dtype=torch.int64)
+            axis = None
+        elif scheme in PER_CHANNEL:
+            scale = tensor.q_per_channel_scales().to(torch.float64).contiguous()
+            zero_point = tensor.q_per_channel_zero_points().to(torch.int64).contiguous()
+            axis = tensor.q_per_channel_axis()
+        else:
+            raise SerializationError(
+                f"cannot save the tensor {where}: it is quantized with {scheme}, which fxloom "
+                "files do not hold (per tensor or per channel affine only)"
+            )
+        self.tensors[key + SCALE], self.tensors[key + ZERO_POINT] = scale.cpu(), zero_point.cpu()
+        return {"axis": axis}
 
 
 class TensorReader:
@@ -128,71 +162,87 @@ class TensorReader:
         data = self._raw.get(key)
         if data is None:
             raise SerializationError(f"{where}: the tensor {key!r} is missing from the weights")
+        if "quantized" in record:
+            raise SerializationError(
+                f"{where}: the tensor {key!r} has a quantized-tensor record (format version 2); "
+                "files of this version hold plain tensors only (integer values, scales and zero "
+                "points: an 'affine' entry); refused"
+            )
         shape = decode_value({"size": record.get("shape")}, where=where)
         dtype = decode_value(record.get("dtype"), where=where)
         if not isinstance(dtype, torch.dtype):
             raise SerializationError(f"{where}: {record.get('dtype')!r} is not a dtype")
-        quantized = record.get("quantized")
-        stored_dtype = _integer_dtype(dtype, where) if quantized is not None else dtype
-        if data.shape != shape or data.dtype != stored_dtype:
+        if dtype in _QUANTIZED_DTYPES:
+            raise SerializationError(
+                f"{where}: the tensor {key!r} is described as {dtype}; files hold plain "
+                "tensors only (a quantized tensor as its integer values, scales and zero points)"
+            )
+        if data.shape != shape or data.dtype != dtype:
             raise SerializationError(
                 f"{where}: the weights hold a {data.dtype} tensor of shape {list(data.shape)} "
-                f"where the description says {stored_dtype} of shape {list(shape)}"
+                f"where the description says {dtype} of shape {list(shape)}"
             )
         stride = record.get("stride")
         if stride is not None:  # the integer values of a quantized tensor are laid out first
             data = _restrided(data, stride, where)
-        if quantized is not None:
-            data = self._quantize(data, quantized, key, dtype, where)
+        affine = record.get("affine")
+        if affine is not None:
+            data = self._quantized(data, affine, key, where)
         return data
 
-    def _quantize(
-        self, values: torch.Tensor, q: Any, key: str, dtype: torch.dtype, where: str
-    ) -> torch.Tensor:
-        if not isinstance(q, dict):
-            raise SerializationError(f"{where}: invalid quantization record")
-        scheme = decode_value(q.get("qscheme"), where=where)
-        if scheme in PER_TENSOR:
-            scale, zero_point = q.get("scale"), q.get("zero_point")
-            if not isinstance(scale, float) or type(zero_point) is not int:
-                raise SerializationError(f"{where}: invalid scale or zero point")
-            check_scales(torch.tensor([scale]), torch.tensor([zero_point]), dtype, where)
+    def _quantized(self, values: torch.Tensor, affine: Any, key: str, where: str) -> torch.Tensor:
+        """torch's quantized tensor of the plain form: ``values`` with the scales and zero
+        points stored after them, per tensor (``axis`` null) or per channel along ``axis``."""
+        if not isinstance(affine, dict) or set(affine) != {"axis"}:
+            raise SerializationError(f"{where}: an 'affine' entry holds the axis only (or null)")
+        dtype = QUANTIZED_OF_INTEGER.get(values.dtype)
+        if dtype is None:
+            raise SerializationError(
+                f"{where}: a quantized tensor's values are int8, uint8 or int32, not {values.dtype}"
+            )
+        scales, zero_points = self._raw.get(key + SCALE), self._raw.get(key + ZERO_POINT)
+        if scales is None or zero_points is None:
+            raise SerializationError(
+                f"{where}: the scales and zero points of {key!r} ({key + SCALE!r}, "
+                f"{key + ZERO_POINT!r}) are missing from the weights"
+            )
+        axis = affine["axis"]
+        if axis is None:
+            _check_parameters(
+                scales, zero_points, (), where, "a tensor; per tensor there is one, 0-d"
+            )
+            check_scales(scales, zero_points, dtype, where)
             try:  # keeps the layout of ``values`` (channels-last, a transpose)
-                return torch._make_per_tensor_quantized_tensor(values, scale, zero_point)
+                return torch._make_per_tensor_quantized_tensor(
+                    values, float(scales), int(zero_points)
+                )
             except RuntimeError as e:
                 raise SerializationError(f"{where}: invalid quantization parameters: {e}") from None
-        if scheme in PER_CHANNEL:
-            scales, zero_points, axis = self._per_channel(values, q, key, dtype, where)
-            return _per_channel_tensor(values, scales, zero_points, axis, where)
-        raise SerializationError(f"{where}: unknown quantization scheme {q.get('qscheme')!r}")
-
-    def _per_channel(
-        self, values: torch.Tensor, q: dict, key: str, dtype: torch.dtype, where: str
-    ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """The scales, zero points and axis of a per-channel tensor: one of each per channel
-        (torch accepts fewer, and reads past them)."""
-        scales = self._raw.get(f"{key}.scales")
-        zero_points = self._raw.get(f"{key}.zero_points")
-        axis = q.get("axis")
-        if scales is None or zero_points is None or type(axis) is not int:
-            raise SerializationError(f"{where}: per-channel parameters are missing")
-        if not 0 <= axis < values.dim():
+        if type(axis) is not int or not 0 <= axis < values.dim():
             raise SerializationError(
-                f"{where}: the quantization axis {axis} is not a dimension of a "
+                f"{where}: the quantization axis {axis!r} is not a dimension of a "
                 f"{values.dim()}-d tensor"
             )
         channels = values.shape[axis]
-        for name, t, kinds in (
-            ("scales", scales, (torch.float64, torch.float32)),
-            ("zero points", zero_points, (torch.int64, torch.int32)),
-        ):
-            if t.dim() != 1 or t.numel() != channels or t.dtype not in kinds:
-                raise SerializationError(
-                    f"{where}: {t.numel()} {name} ({t.dtype}) for {channels} channels along "
-                    f"axis {axis}; there must be one per channel"
-                )
+        wanted = f"{channels} channels along axis {axis}; there must be one per channel"
+        _check_parameters(scales, zero_points, (channels,), where, wanted)
         check_scales(scales, zero_points, dtype, where)
-        return scales, zero_points, axis
+        return _per_channel_tensor(values, scales, zero_points, axis, where)
+
+
+def _check_parameters(
+    scales: torch.Tensor, zero_points: torch.Tensor, shape: tuple, where: str, wanted: str
+) -> None:
+    """Scales and zero points of ``shape`` (one per channel: torch accepts fewer, and reads
+    past them; per tensor 0-d), of the dtypes torch keeps them in or float32/int32."""
+    for name, t, kinds in (
+        ("scales", scales, (torch.float64, torch.float32)),
+        ("zero points", zero_points, (torch.int64, torch.int32)),
+    ):
+        if tuple(t.shape) != shape or t.dtype not in kinds:
+            raise SerializationError(
+                f"{where}: {t.numel()} {name} ({t.dtype}, shape {list(t.shape)}) for {wanted}"
+            )
 
 
 def check_scales(
@@ -245,10 +295,12 @@ _INTEGER_OF_QUANTIZED = {
 }
 
 
-def _integer_dtype(dtype: torch.dtype, where: str) -> torch.dtype:
-    if dtype not in _INTEGER_OF_QUANTIZED:
-        raise SerializationError(f"{where}: {dtype} is not a quantized dtype")
-    return _INTEGER_OF_QUANTIZED[dtype]
+# torch's quantized dtypes: never a record's (their values are recorded as integers).
+_QUANTIZED_DTYPES = frozenset(
+    getattr(torch, name)
+    for name in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+    if hasattr(torch, name)
+)
 
 
 def _restrided(data: torch.Tensor, stride: Any, where: str) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """Symbolic tracing's implementation of ``fxloom.cond``: both branches traced into sub-GraphModules.
 
 A ``cond`` whose predicate or operands are proxies is claimed by the tracer
-that made them (registered on ``fxloom.cond_op`` below, when the tracer is
-imported). Each branch is traced into a graph of its own; an outer value the
+that made them (this module's row of ``fxloom.cond.CAPTURES``: ``tracer_of``
+claims, ``trace_cond`` records). Each branch is traced into a graph of its own; an outer value the
 branch reads (a parameter, a node computed before the cond) is lifted to an
 extra input, in the same order for both branches, and one ``cond_op`` node
 calls the two branches held by the root (``true_graph_0``, ``false_graph_0``).
@@ -28,13 +28,12 @@ from fxloom.cond import (
 from fxloom.graph import Graph
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node, map_arg
-from fxloom.ops.higher_order import Implementation
 from fxloom.proxy import Proxy
 
 if TYPE_CHECKING:
     from fxloom.tracer import Tracer
 
-__all__ = ["trace_cond"]
+__all__ = ["trace_cond", "tracer_of"]
 
 
 class _TracedBranch:
@@ -131,7 +130,7 @@ def _branch_input(tracer: Tracer, branch: _TracedBranch, leaf: Any, index: int) 
     return proxy
 
 
-def _tracer_of(pred: Any, operands: Any) -> Tracer | None:
+def tracer_of(pred: Any, operands: Any) -> Tracer | None:
     """The tracer whose proxies the call is given, if any: it records the cond."""
     if isinstance(pred, Proxy):
         return pred.tracer
@@ -139,8 +138,3 @@ def _tracer_of(pred: Any, operands: Any) -> Tracer | None:
         if isinstance(leaf, Proxy):
             return leaf.tracer
     return None
-
-
-cond_op.register(
-    Implementation("symbolic trace", _tracer_of, trace_cond, precedence=1, value_types=(Proxy,))
-)

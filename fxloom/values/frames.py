@@ -37,6 +37,7 @@ _PLUMBING = tuple(
         "utils/_contextlib.py",
         "functional.py",
         "_jit_internal.py",
+        "_ops.py",  # torch.ops.<namespace>.<op>(...): the overload's __call__ forwards it
     )
 )
 # Model code shipped in the package is user code as far as tracing is concerned.

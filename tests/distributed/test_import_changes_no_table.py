@@ -12,14 +12,7 @@ compares.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.fresh_process import run_fresh
 
 # The tables tracing owns, and those it reads (the torch.fx wrap registry through
 # ``fxloom.values.fx_interop``, side effects in ``fxloom.ops``, the scheduler's async pairs).
@@ -68,19 +61,6 @@ def snapshot():
                 tables[f"{name}.{attribute}"] = table_state(value)
     return tables
 """
-
-
-def run_fresh(source: str) -> dict:
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def _needed_modules() -> list[str]:

@@ -26,6 +26,7 @@ from fxloom import zoo
 from fxloom.quantize import QuantConfig, calibrate, convert, ops, prepare, report
 from fxloom.quantize.schemes import SCHEMES, Kind, QuantScheme
 from fxloom.zoo.deeprec import ratings
+from tests.quantize.without_torch_ao import run_without_torch_ao
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = {
@@ -148,18 +149,6 @@ def test_a_saved_plain_model_holds_no_quantized_dtype_and_loads(tmp_path: Path) 
 
 
 BLOCKED_FLOW = r"""
-import sys
-
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch.ao.quantization" or name.startswith("torch.ao.quantization."):
-            raise ImportError(f"{name} is blocked by this test")
-
-import torch  # (torch itself imports torch.quantization, which imports torch.ao.quantization)
-
-for name in [m for m in sys.modules if m.startswith(("torch.ao.quantization", "torch.quantization"))]:
-    del sys.modules[name]
-sys.meta_path.insert(0, Block())
 import fxloom
 from fxloom.quantize import QuantConfig, calibrate, convert, prepare
 
@@ -176,18 +165,11 @@ for scheme in ("static", "dynamic", "w8", "w4_g32"):
     error = float((int8(x) - model(x)).norm() / model(x).norm())
     assert error < 0.1, (scheme, error)
     print(scheme, "ok")
-print("torch.ao.quantization imported:", any(m.startswith("torch.ao.quantization") for m in sys.modules))
 """
 
 
 def test_the_flow_runs_saves_and_loads_with_torch_ao_quantization_blocked(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", BLOCKED_FLOW, str(tmp_path / "m.fxl")],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "torch.ao.quantization imported: False" in result.stdout
+    run_without_torch_ao(BLOCKED_FLOW, str(tmp_path / "m.fxl"))
 
 
 @pytest.mark.parametrize("scheme", ["static", "dynamic", "w8", "w4_g32"])

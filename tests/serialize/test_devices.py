@@ -203,7 +203,7 @@ def test_a_version_1_file_without_device_records_loads_on_the_cpu():
 
     model = Tied()
     old = rewritten(saved_module(model), {PROGRAM: as_version_1, FORMAT: header_1})
-    assert FORMAT_VERSION == 2
+    assert FORMAT_VERSION > 1  # upgraded through every later version
     loaded = fxloom.load(old)
     assert devices(loaded) == {"cpu"}
     ids = torch.tensor([[1, 2, 3]])

@@ -368,9 +368,9 @@ def test_channels_last_quantized_tensors_round_trip():
         assert torch.equal(back.dequantize(), original.dequantize())
 
 
-def per_channel_key(data: bytes) -> str:
+def buffer_key(data: bytes, name: str = "per_channel") -> str:
     found = []
-    edited(data, lambda program: found.append(program["module"]["buffers"]["per_channel"]["key"]))
+    edited(data, lambda program: found.append(program["module"]["buffers"][name]["key"]))
     return found[0]
 
 
@@ -378,8 +378,8 @@ def per_channel_key(data: bytes) -> str:
 def test_one_scale_for_many_channels_is_refused():
     data = saved(Quantized())
     tensors = weights(data)
-    key = per_channel_key(data)
-    tensors[f"{key}.scales"] = tensors[f"{key}.scales"][:1].clone()
+    key = buffer_key(data)
+    tensors[f"{key}.scale"] = tensors[f"{key}.scale"][:1].clone()
     refused(with_weights(data, tensors), "per_channel", "1 scales", "8 channels")
 
 
@@ -387,17 +387,17 @@ def test_one_scale_for_many_channels_is_refused():
 @pytest.mark.parametrize("axis", [4, -1])
 def test_a_quantization_axis_out_of_range_is_refused(axis):
     def edit(program):
-        program["module"]["buffers"]["per_channel"]["quantized"]["axis"] = axis
+        program["module"]["buffers"]["per_channel"]["affine"]["axis"] = axis
 
     refused(edited(saved(Quantized()), edit), "per_channel", f"axis {axis}")
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_non_positive_scale_is_refused():
-    def edit(program):
-        program["module"]["buffers"]["per_tensor"]["quantized"]["scale"] = -1.0
-
-    refused(edited(saved(Quantized()), edit), "per_tensor", "finite and positive")
+    data = saved(Quantized())
+    tensors = weights(data)
+    tensors[f"{buffer_key(data, 'per_tensor')}.scale"] = torch.tensor(-1.0, dtype=torch.float64)
+    refused(with_weights(data, tensors), "per_tensor", "finite and positive")
 
 
 def test_sparse_tensors_are_never_saved(tmp_path):

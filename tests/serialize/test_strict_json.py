@@ -14,7 +14,7 @@ from hostile import PROGRAM, WEIGHTS, member, rewrite, saved
 from torch import nn
 
 import fxloom
-from fxloom.serialize import SerializationError
+from fxloom.serialize import FORMAT_VERSION, SerializationError
 from fxloom.serialize.strict_json import parse_json
 
 FORMAT = "fxloom/format.json"
@@ -92,7 +92,8 @@ def test_loading_refuses_a_node_whose_target_is_given_twice():
 
 
 def test_loading_refuses_format_json_giving_a_key_twice():
-    data = _doubled(saved(Small()), FORMAT, b'"version": 2', b'"version": 1, "version": 2')
+    version = f'"version": {FORMAT_VERSION}'.encode()
+    data = _doubled(saved(Small()), FORMAT, version, b'"version": 1, ' + version)
     with pytest.raises(SerializationError, match=r"format.json gives the key 'version' twice"):
         fxloom.load(data)
 

@@ -18,6 +18,8 @@ import torch
 from red_team_files import FORMAT, PROGRAM, WEIGHTS, Small, exported, rewrite, saved
 from red_team_harness import Case, assert_refused, family
 
+from fxloom.serialize.archive import FORMAT_VERSION
+
 
 def _member_text(data: bytes, member: str) -> str:
     return zipfile.ZipFile(io.BytesIO(data)).read(member).decode()
@@ -138,7 +140,11 @@ ATTACKS = {
     "format-version": (
         "format.json's version given twice",
         "version",
-        _given_twice(FORMAT, '"version": 2', '"version": 1, "version": 2'),
+        _given_twice(
+            FORMAT,
+            f'"version": {FORMAT_VERSION}',
+            f'"version": 1, "version": {FORMAT_VERSION}',
+        ),
     ),
     "weights-tensor": (
         "the weights' header names a tensor twice, first with another's bytes",
