@@ -65,7 +65,14 @@ from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.callees import OUTSIDE_STATE, is_library_module
 from fxloom.bytecode.dynamic import concrete
 from fxloom.bytecode.graph_builder import GraphBuilder
-from fxloom.bytecode.guards import _STRUCTURE, _VALUE, Guard, GuardSet, storage_key
+from fxloom.bytecode.guards import (
+    _STRUCTURE,
+    _VALUE,
+    Guard,
+    GuardSet,
+    module_registry,
+    storage_key,
+)
 from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
 from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
@@ -411,7 +418,11 @@ class Recording:
             path = self._root_paths.get(id(value))
             if path is not None:
                 return self.read(value, Held(path))
-        return self.read(value, Attr(source, name), id(owner) in self._trusted)
+        attribute = Attr(source, name)
+        registry = module_registry(owner, name)
+        if registry is not None:  # a parameter, buffer or submodule: read from its dict
+            self.guards.module_entry(attribute, registry)
+        return self.read(value, attribute, id(owner) in self._trusted)
 
     def read_item(self, container: Any, key: Any, value: Any) -> Any:
         """``container[key]`` for a constant ``key``, as the program sees it."""
