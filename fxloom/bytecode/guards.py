@@ -239,6 +239,7 @@ class GuardSet:
         # attributes read from their module's parameter, buffer or submodule dict.
         self._sources: dict[Source, None] = {}
         self._entries: dict[Source, str] = {}
+        self._class_dicts: dict[type, str] = {}  # class -> the constant holding its __dict__
         self.add("global state", Guard(_IDENTITY, f"STATE() == {self.constant(global_state())}",
                                        f"{_GLOBAL_STATE_TEXT} as at compile time"))  # fmt: skip
         if root is not None:
@@ -486,17 +487,24 @@ class GuardSet:
         self.add(e + " hooks", Guard(_STRUCTURE, check + no_own,
                                      f"{source.text} has the same hooks{no_own_text}"))  # fmt: skip
 
-    def module_entry(self, source: Attr, registry: str) -> None:
+    def module_entry(self, source: Attr, registry: str, classes: Sequence[type]) -> None:
         """Generated code reads module attribute ``source`` as ``base.<registry>[name]``:
         ``registry`` (``_parameters``, ``_buffers`` or ``_modules``) is where
-        ``nn.Module.__getattr__`` found it (``module_registry``). Sound where the base's exact
-        type (or identity) is guarded, as every module read is: the name in one of those
-        dicts is no attribute of the class nor of the instance (``module_registry`` checked),
-        and torch's ``__setattr__`` and ``register_*`` keep a name in one place at a time, so
-        the attribute is that entry at every call whose guards pass; a name gone from the dict
-        is a ``KeyError``, a miss. Classes changed after compiling are not seen (as an inlined
-        ``forward`` replaced on the class is not)."""
+        ``nn.Module.__getattr__`` found it (``module_registry``). The same read where the
+        base's exact type (or identity) is guarded, as every module read is: no class of
+        its MRO has an attribute of that name (which Python would find first), guarded for
+        ``classes`` (the user's; torch's are taken as they are), one ``in`` on the class's
+        live ``__dict__`` each; the instance has none (torch's ``__setattr__`` and
+        ``register_*`` keep a name in one place at a time; writing ``__dict__`` directly is
+        not seen); a name gone from its dict is a ``KeyError``, a miss."""
         self._entries[source] = registry
+        for cls in classes:
+            namespace = self._class_dicts.get(cls)
+            if namespace is None:
+                namespace = self._class_dicts[cls] = self.constant(vars(cls))
+            check = f"{source.name!r} not in {namespace}"
+            text = f"class {cls.__qualname__} has no attribute {source.name!r}"
+            self.add(check, Guard(_STRUCTURE, check, text))
 
     # ------------------------------------------------------------ generating
     def source_code(self, parameters: Sequence[str]) -> str:

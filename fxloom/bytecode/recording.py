@@ -421,7 +421,10 @@ class Recording:
         attribute = Attr(source, name)
         registry = module_registry(owner, name)
         if registry is not None:  # a parameter, buffer or submodule: read from its dict
-            self.guards.module_entry(attribute, registry)
+            classes = [
+                cls for cls in type(owner).__mro__[:-1] if not is_library_module(cls.__module__)
+            ]
+            self.guards.module_entry(attribute, registry, classes)
         return self.read(value, attribute, id(owner) in self._trusted)
 
     def read_item(self, container: Any, key: Any, value: Any) -> Any:

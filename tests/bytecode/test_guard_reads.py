@@ -134,3 +134,14 @@ def test_a_key_that_spells_a_source_is_not_read_as_one():
     assert guard(box, {"L_x.a": 5}) is True
     assert guard(box, {"L_x.a": 6}) is False
     assert guard(Box(), {"L_x.a": 5}) is False  # a missing attribute: a miss, not an error
+
+
+def test_a_class_attribute_added_after_compiling_is_read_as_python_reads_it():
+    class Shadowed(Indexed):
+        pass
+
+    compiled = fxloom.compile(run_layer)
+    layer, x = Shadowed(0), torch.randn(2, 4)
+    compiled(layer, x)
+    Shadowed.linear = property(lambda self: nn.Identity())  # found before __getattr__
+    torch.testing.assert_close(compiled(layer, x), run_layer(layer, x))
