@@ -240,6 +240,7 @@ class GuardSet:
         self._sources: dict[Source, None] = {}
         self._entries: dict[Source, str] = {}
         self._class_dicts: dict[type, str] = {}  # class -> the constant holding its __dict__
+        self._code: tuple[tuple, str] | None = None  # the last ``source_code``, by its inputs
         self.add("global state", Guard(_IDENTITY, f"STATE() == {self.constant(global_state())}",
                                        f"{_GLOBAL_STATE_TEXT} as at compile time"))  # fmt: skip
         if root is not None:
@@ -511,12 +512,15 @@ class GuardSet:
         """The generated guard function's source (also shown by ``compiled.code``): the
         checks in order, each source they read more than once read into a local just before
         the first check that reads it (see the module docstring)."""
+        guards = list(self)
+        key = (tuple(parameters), len(guards), len(self._entries))
+        if self._code is not None and self._code[0] == key:  # entry.py's, then ``compile``'s
+            return self._code[1]
         arguments = ", ".join(local_name(name) for name in parameters)
         reads = _Reads(self._sources, self._entries)
-        guards = list(self)
         found = [reads.find(guard.check) for guard in guards]
         for places in found:
-            reads.count(source for _, _, source in places)
+            reads.count(places)
         blocks: list[str] = []
         pending: list[str] = []
         for guard, places in zip(guards, found, strict=True):
@@ -527,7 +531,7 @@ class GuardSet:
                 pending = []
             blocks.extend(f"        {binding}\n" for binding in bindings)
             pending.append(check)
-        return (
+        code = (
             f"def guard({arguments}):\n"
             "    try:\n"
             f"{''.join(blocks)}"
@@ -535,6 +539,8 @@ class GuardSet:
             "    except Exception:\n"
             "        return False\n"
         )
+        self._code = (key, code)
+        return code
 
     def read_code(self, source: Source) -> str:
         """The fastest expression reading ``source`` after the guards passed (its module
@@ -636,83 +642,105 @@ def _joined(checks: Sequence[str]) -> str:
 # Where a source's expression may start in a check: a local (``L_x``, ``S_stack_0_``), a
 # global, cell, held value or module global, or ``getattr(`` of one; a string literal is
 # matched whole, so that nothing inside one (an item's key) is taken for a read.
+_STRING = r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*\""""
 _READ_START = re.compile(
-    r"""(?P<string>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""
-    r"|(?<![\w.])(?:[LS]_\w+|G\[|C\[|R\[|MODULES\[|getattr\()"
+    rf"(?P<string>{_STRING})|(?<![\w.])(?:[LS]_\w+|(?:G|C|R|MODULES)(?=\[)|getattr\()"
 )
-
-
-def _lineage(source: Source) -> list[Source]:
-    """``source`` and the sources it is read through (``x.a.b``: itself, ``x.a``, ``x``)."""
-    chain = [source]
-    while isinstance(source, Attr | Item):
-        source = source.base
-        chain.append(source)
-    return chain
+# What may follow a source to read one under it: ``.name`` or ``[key]`` (a constant's repr)
+_TRAILER = re.compile(rf"\.\w+|\[(?:{_STRING}|[^\]'\"])*\]")
 
 
 class _Reads:
-    """The sources in generated checks, and how a guard function reads each one once."""
+    """The sources in generated checks, and how a guard function reads each one once. Keyed
+    by expression (a str caches its hash; a source's is recomputed down its chain)."""
 
     def __init__(self, sources: dict[Source, None], entries: dict[Source, str]) -> None:
-        self._entries = entries
-        # the start of each source's expression (its local, ``G[``...) -> the sources there,
-        # longest expression first (``x.a.b`` is tried before ``x.a``)
-        self._starting: dict[str, list[tuple[str, Source]]] = {}
-        known = {place for source in sources for place in _lineage(source)}
-        for source in sorted(known, key=lambda source: -len(source.expr)):
-            start = _READ_START.match(source.expr)
-            if start is not None and start["string"] is None:
-                self._starting.setdefault(start[0], []).append((source.expr, source))
-        self._counts: dict[Source, int] = {}
-        self._names: dict[Source, str] = {}
+        self._entries = {source.expr: registry for source, registry in entries.items()}
+        self._known: dict[str, Source] = {}
+        self._base: dict[str, str] = {}  # an attribute's or item's expression -> its base's
+        for source in sources:
+            expr = source.expr
+            while expr not in self._known:
+                self._known[expr] = source
+                if not isinstance(source, Attr | Item):
+                    break
+                source = source.base
+                self._base[expr] = source.expr
+                expr = source.expr
+        # the ones spelled ``getattr(...)``, which ``find`` tries one by one, longest first
+        self._spelled = sorted(
+            (expr for expr in self._known if expr.startswith("getattr(")), key=len, reverse=True
+        )
+        self._counts: dict[str, int] = {}
+        self._names: dict[str, str] = {}
 
     def find(self, check: str) -> list[tuple[int, int, Source]]:
         """Where ``check`` reads a known source: (start, end, source), in order."""
         places = []
         position = 0
-        while self._starting and (start := _READ_START.search(check, position)) is not None:
+        while self._known and (start := _READ_START.search(check, position)) is not None:
             position = start.end()
-            if start["string"] is not None:
-                continue
-            for expr, source in self._starting.get(start[0], ()):
-                end = start.start() + len(expr)
-                if check.startswith(expr, start.start()) and not _continues(check, end):
-                    places.append((start.start(), end, source))
-                    position = end
-                    break
+            if start["string"] is None:
+                found = self._at(check, start.start(), start.end())
+                if found is not None:
+                    places.append(found)
+                    position = found[1]
         return places
 
-    def count(self, sources: Any) -> None:
-        for source in sources:
-            for place in _lineage(source):
-                self._counts[place] = self._counts.get(place, 0) + 1
+    def _at(self, check: str, begin: int, root_end: int) -> tuple[int, int, Source] | None:
+        """The longest known source whose expression starts at ``begin`` (None: none)."""
+        if check.startswith("getattr(", begin):
+            for expr in self._spelled:
+                end = begin + len(expr)
+                if check.startswith(expr, begin) and not _continues(check, end):
+                    return begin, end, self._known[expr]
+            return None
+        ends = [root_end]
+        while (trailer := _TRAILER.match(check, ends[-1])) is not None:
+            ends.append(trailer.end())
+        for end in reversed(ends):
+            source = self._known.get(check[begin:end])
+            if source is not None:
+                return begin, end, source
+        return None
+
+    def count(self, places: list[tuple[int, int, Source]]) -> None:
+        """Count each place's read, and the reads of the sources it is read through."""
+        counts, bases = self._counts, self._base
+        for _, _, source in places:
+            expr: str | None = source.expr
+            while expr is not None:
+                counts[expr] = counts.get(expr, 0) + 1
+                expr = bases.get(expr)
 
     def rewrite(self, check: str, places: list, bindings: list[str]) -> str:
         """``check`` reading each place through ``code`` (locals bound into ``bindings``)."""
         parts, last = [], 0
         for start, end, source in places:
-            parts += (check[last:start], self.code(source, bindings))
+            parts += (check[last:start], self.code(source, bindings, check[start:end]))
             last = end
         return "".join(parts) + check[last:]
 
-    def code(self, source: Source, bindings: list[str]) -> str:
-        """An expression reading ``source``: its local once bound; one read more than once is
-        bound to a new local (a statement appended to ``bindings``)."""
-        name = self._names.get(source)
+    def code(self, source: Source, bindings: list[str], expr: str | None = None) -> str:
+        """An expression reading ``source`` (``expr``: its expression, where known): its
+        local once bound; one read more than once is bound to a new local (a statement
+        appended to ``bindings``)."""
+        expr = source.expr if expr is None else expr
+        name = self._names.get(expr)
         if name is not None:
             return name
         if isinstance(source, Local):
-            return source.expr
+            return expr
         if isinstance(source, Attr | Item):
-            base = self.code(source.base, bindings)
-            registry = self._entries.get(source)
+            base_expr = self._base.get(expr)
+            base = self.code(source.base, bindings, base_expr)
+            registry = self._entries.get(expr)
             code = source.on(base) if registry is None else f"{base}.{registry}[{source.name!r}]"
         else:
-            code = source.expr
-        if self._counts.get(source, 0) < 2:
+            code = expr
+        if self._counts.get(expr, 0) < 2:
             return code
-        name = self._names[source] = f"_v{len(self._names)}"
+        name = self._names[expr] = f"_v{len(self._names)}"
         bindings.append(f"{name} = {code}")
         return name
 

@@ -39,7 +39,10 @@ def run_layer(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def test_a_submodule_and_its_parameters_are_read_once_per_call():
     compiled = fxloom.compile(run_layer)
-    compiled(Indexed(0), torch.randn(2, 4))
+    layer, x = Indexed(0), torch.randn(2, 4)
+    compiled(layer, x)
+    torch.testing.assert_close(compiled(layer, x), run_layer(layer, x))
+    assert compiled.explain().recompiles == []  # the guard accepts the call it was made on
     guard = compiled.cache[0].guard_source
     assert guard.count("_modules['linear']") == 1
     assert guard.count("_parameters['weight']") == 1
