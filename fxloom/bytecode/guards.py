@@ -513,7 +513,7 @@ class GuardSet:
         checks in order, each source they read more than once read into a local just before
         the first check that reads it (see the module docstring)."""
         guards = list(self)
-        key = (tuple(parameters), len(guards), len(self._entries))
+        key = (tuple(parameters), len(guards), len(self._sources), len(self._entries))
         if self._code is not None and self._code[0] == key:  # entry.py's, then ``compile``'s
             return self._code[1]
         arguments = ", ".join(local_name(name) for name in parameters)
@@ -545,7 +545,9 @@ class GuardSet:
     def read_code(self, source: Source) -> str:
         """The fastest expression reading ``source`` after the guards passed (its module
         attributes from their dicts, ``module_entry``): what ``run`` passes the graph."""
-        return _Reads(self._sources, self._entries).code(source, [])
+        if not isinstance(source, Attr | Item):
+            return source.expr
+        return _read_under(source, self.read_code(source.base), self._entries.get(source))
 
     def compile(
         self,
@@ -734,8 +736,7 @@ class _Reads:
         if isinstance(source, Attr | Item):
             base_expr = self._base.get(expr)
             base = self.code(source.base, bindings, base_expr)
-            registry = self._entries.get(expr)
-            code = source.on(base) if registry is None else f"{base}.{registry}[{source.name!r}]"
+            code = _read_under(source, base, self._entries.get(expr))
         else:
             code = expr
         if self._counts.get(expr, 0) < 2:
@@ -743,6 +744,14 @@ class _Reads:
         name = self._names[expr] = f"_v{len(self._names)}"
         bindings.append(f"{name} = {code}")
         return name
+
+
+def _read_under(source: Attr | Item, base: str, registry: str | None) -> str:
+    """``source`` read from ``base`` (an expression for its base's value): from the module
+    dict ``registry`` where one is given (``GuardSet.module_entry``)."""
+    if registry is None:
+        return source.on(base)
+    return f"{base}.{registry}[{source.name!r}]"  # type: ignore[union-attr] - an Attr
 
 
 def _continues(check: str, end: int) -> bool:
