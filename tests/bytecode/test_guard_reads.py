@@ -148,3 +148,15 @@ def test_a_class_attribute_added_after_compiling_is_read_as_python_reads_it():
     compiled(layer, x)
     Shadowed.linear = property(lambda self: nn.Identity())  # found before __getattr__
     torch.testing.assert_close(compiled(layer, x), run_layer(layer, x))
+
+
+def test_a_name_that_extends_another_is_its_own_read():
+    guards = GuardSet()
+    guards.equals(Attr(Local("x"), "a"), 1)
+    guards.equals(Attr(Local("x"), "ab"), 2)
+    guard = guards.compile(["x"], {}, None)
+    box = Box()
+    box.a, box.ab = 1, 2
+    assert guard(box) is True
+    box.ab = 1
+    assert guard(box) is False
