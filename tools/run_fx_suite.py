@@ -231,6 +231,8 @@ class Recorder(unittest.TestResult):
         self.timeout_s = timeout_s
         self.verbose = verbose
         self.outcomes: dict[str, tuple[str, str]] = {}
+        self.seconds: dict[str, float] = {}  # per test: what a batch spends where
+        self._started = 0.0
 
     def _on_alarm(self, signum, frame):
         raise Timeout(f"over {self.timeout_s} s")
@@ -239,6 +241,7 @@ class Recorder(unittest.TestResult):
         super().startTest(test)
         signal.signal(signal.SIGALRM, self._on_alarm)
         signal.alarm(self.timeout_s)
+        self._started = time.perf_counter()
 
     def stopTest(self, test):
         signal.alarm(0)
@@ -247,6 +250,7 @@ class Recorder(unittest.TestResult):
     def _record(self, test, outcome, detail=""):
         name = test.id().removeprefix("test_fx.")
         self.outcomes[name] = (outcome, detail)
+        self.seconds[name] = round(time.perf_counter() - self._started, 1)
         if self.verbose:
             print(f"{outcome:8} {name}", flush=True)
 
@@ -254,10 +258,10 @@ class Recorder(unittest.TestResult):
         self._record(test, "passed")
 
     def addFailure(self, test, err):
-        self._record(test, "failed", _last_line(err))
+        self._record(test, "failed", _message(err))
 
     def addError(self, test, err):
-        self._record(test, "error", _last_line(err))
+        self._record(test, "error", _message(err))
 
     def addSkip(self, test, reason):
         self._record(test, "skipped", reason)
@@ -269,10 +273,15 @@ class Recorder(unittest.TestResult):
         self._record(test, "failed", "unexpected success")
 
 
-def _last_line(err) -> str:
-    """The exception's type and the first line of its message."""
-    message = str(err[1]).strip().splitlines()
-    return f"{err[0].__name__}: {message[0] if message else ''}"[:300]
+def _message(err) -> str:
+    """The exception's type and its message, cut at MESSAGE_CHARS: TorchScript puts the
+    culprit's source location on the lines after the first, so the first line alone
+    ("builtin cannot be used as a value:") does not say where."""
+    text = f"{err[0].__name__}: {str(err[1]).strip()}"
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " ..."
+
+
+MESSAGE_CHARS = 2000
 
 
 def run(
@@ -309,6 +318,7 @@ def run(
         "module_statements_failed": load_failures,
         "tests": by_outcome,
         "details": {name: detail for name, (_, detail) in result.outcomes.items() if detail},
+        "seconds_by_test": dict(sorted(result.seconds.items())),
     }
 
 
@@ -337,7 +347,8 @@ def compare(before_path: Path, after_path: Path) -> int:
     gained = sorted(passed_after - passed_before)
     print(f"passed before, not after ({len(lost)}):")
     for name in lost:
-        detail = after["details"].get(name, "")
+        detail = after["details"].get(name, "").splitlines()[:1]  # the whole text is in the file
+        detail = detail[0] if detail else ""
         print(f"  {name}: {outcome_after.get(name, 'absent')} {detail}")
     print(f"passed after, not before ({len(gained)}):")
     for name in gained:
