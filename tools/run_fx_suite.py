@@ -355,6 +355,9 @@ class PytestRecorder:
     def _name(self, nodeid: str) -> str:
         return nodeid.split("::", 1)[-1].replace("::", ".")
 
+    def _selected(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.patterns)
+
     def pytest_pycollect_makemodule(self, module_path, parent):
         import pytest
 
@@ -370,9 +373,7 @@ class PytestRecorder:
 
     def pytest_collection_modifyitems(self, session, config, items):
         if self.patterns:
-            keep = [
-                i for i in items if any(fnmatch.fnmatchcase(i.nodeid, p) for p in self.patterns)
-            ]
+            keep = [i for i in items if self._selected(self._name(i.nodeid))]
             config.hook.pytest_deselected(items=[i for i in items if i not in keep])
             items[:] = keep
 
