@@ -157,3 +157,28 @@ def test_runner_against_torch_fx_runs_the_file_as_it_is(tmp_path):
     assert summary["tests"]["failed"] == ["test_runs_on_fxloom"]  # an assert: failed
     assert summary["tests"]["error"] == ["test_raises_inside"]  # anything else: an error
     assert "not an assertion" in summary["details"]["test_raises_inside"]
+
+
+def test_a_timeout_ends_the_test_even_where_the_test_catches_exception(tmp_path):
+    (tmp_path / "test_fx.py").write_text(
+        textwrap.dedent(
+            """
+            import time
+            import unittest
+
+
+            class TestSlow(unittest.TestCase):
+                def test_swallows_exceptions(self):
+                    try:
+                        time.sleep(30)
+                    except Exception:
+                        pass  # as a library's fallback would: the timeout must not end here
+            """
+        )
+    )
+    out = tmp_path / "summary.json"
+    done = run_tool(str(tmp_path), "--timeout", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(out.read_text())
+    assert summary["tests"]["error"] == ["TestSlow.test_swallows_exceptions"]
+    assert summary["details"]["TestSlow.test_swallows_exceptions"] == "Timeout: over 1 s"

@@ -247,8 +247,10 @@ def load_suite(
     return module, failures
 
 
-class Timeout(Exception):
-    pass
+class Timeout(BaseException):
+    """A test ran past --timeout. A BaseException, as KeyboardInterrupt is: code under test that
+    catches Exception (TorchScript's compiler does, to record an attribute it could not compile)
+    would otherwise absorb it, or turn it into an error of its own, and the test would go on."""
 
 
 class Recorder(unittest.TestResult):
