@@ -41,6 +41,7 @@ import sys
 import time
 import types
 import unittest
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,7 +147,9 @@ class TorchView(types.ModuleType):
 
 def make_import(torch_view, replaced=None):
     """The suite's ``__import__``: torch.fx names fxloom; a module in ``replaced`` (a torch.fx
-    client rewritten against fxloom) is that rewrite in ``from X import ...``."""
+    client rewritten against fxloom) is that rewrite in ``from X import ...``, made by the
+    function ``replaced`` holds when first imported (an older fxloom may lack what the rewrite
+    needs: then that import statement fails, not every suite run with --torchvision)."""
     real_import = builtins.__import__
     replaced = replaced or {}
 
@@ -154,7 +157,7 @@ def make_import(torch_view, replaced=None):
         if name in KEPT_TORCH_FX:
             return real_import(name, globals, locals, fromlist, level)
         if level == 0 and fromlist and name in replaced:
-            return replaced[name]
+            return replaced[name]()
         if level == 0 and (name == "torch.fx" or name.startswith("torch.fx.")):
             if fromlist:
                 return view_of(name)
@@ -201,13 +204,13 @@ def _compat_clients() -> types.ModuleType:
     return clients
 
 
-def _import_torchvision() -> dict[str, types.ModuleType]:
+def _import_torchvision() -> dict[str, Callable[[], types.ModuleType]]:
     """torchvision beside this torch, as tests/compat does it (its compiled operators do not load
     against the CPU build), so that the suite's torchvision tests run instead of skipping; returns
-    the rewrites of its torch.fx clients (CLIENT_REWRITES)."""
+    what makes the rewrites of its torch.fx clients (CLIENT_REWRITES)."""
     clients = _compat_clients()
     clients.import_torchvision()
-    return {name: getattr(clients, rewrite)() for name, rewrite in CLIENT_REWRITES.items()}
+    return {name: getattr(clients, rewrite) for name, rewrite in CLIENT_REWRITES.items()}
 
 
 def load_suite(
