@@ -18,7 +18,16 @@ path. The module's top-level statements run one by one, so one failing import (a
 test/fx/ not fetched, a torch.fx-only name used at import time) costs the tests that need it, not
 the whole file.
 
-The summary counts passed / failed / errors / skipped and lists every test by outcome.
+Other torch.fx suites run the same way: a file with no unittest.TestCase of its own runs under
+pytest (torchvision's test/test_backbone_utils.py: parameters, pytest.raises), and with
+--torchvision its ``from torchvision.models.feature_extraction import ...`` gets the rewrite of
+that module against fxloom that tests/compat uses (CLIENT_REWRITES). ``--against torch.fx`` runs
+a file unchanged, for the numbers fxloom's run is compared with:
+
+    python tools/run_fx_suite.py DIR/test_backbone_utils.py --torchvision [--against torch.fx]
+
+The summary counts passed / failed / errors / skipped and lists every test by outcome, with each
+failure's message and each test's seconds.
 ``--compare`` prints the tests that passed in the first summary and not in the second, and the
 reverse. This is a tool, not a test: it needs their file, which the repository does not hold.
 """
