@@ -9,7 +9,9 @@
 - the default ``dynamic`` scheme writes it, ``dynamic_per_token`` keeps per-token activations,
   and ``report()`` names each layer's kernel;
 - the kernel decision and the packed weight are looked up once per layer, and looked up again
-  when the weight changes in place.
+  when the weight changes in place;
+- both dynamic forms lower to ONNX Runtime (per tensor: ``DynamicQuantizeLinear``) and
+  compute what the quantized module does.
 """
 
 from __future__ import annotations
@@ -135,3 +137,17 @@ def test_the_report_names_the_kernel_of_each_scheme_s_layers(scheme: str, kernel
 def test_the_dynamic_scheme_writes_per_tensor_activations_into_the_graph() -> None:
     code = _converted("dynamic").code
     assert code.count("'per_tensor'") == 2 and "'per_token'" not in code
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "dynamic_per_token"])
+def test_both_dynamic_forms_lower_to_onnx_runtime_and_compute_the_same(scheme: str) -> None:
+    pytest.importorskip("onnxruntime")
+    from fxloom.lower import lower
+
+    quantized = _converted(scheme)
+    x = torch.randn(5, 64)
+    lowered = lower(quantized, (x,), threads=1)
+    assert lowered.lowering_report.nodes_in_pytorch == 0
+    expected = quantized(x)
+    # exact integer arithmetic on both sides: float rounding only
+    assert (lowered(x) - expected).abs().max() <= 1e-5 * expected.abs().max()
