@@ -41,6 +41,8 @@ Depends on: torch, ``ops`` (the references).
 from __future__ import annotations
 
 import functools
+import math
+import struct
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,21 +148,45 @@ def _per_tensor_onednn_fits(args: tuple, features: frozenset[str]) -> str:
     return ""
 
 
+def _float32(value: float) -> float:
+    """``value`` rounded to float32: one float32 operation done in double and rounded once
+    is the float32 result (double has over 2 * 24 + 2 bits), so the parameters below are
+    the reference's, bit for bit, without a dozen one-element tensor operations."""
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _per_tensor_qparams(rows: torch.Tensor) -> tuple[float, int] | None:
+    """``ops.reference_choose_qparams(rows, 0, 255, 1e-8, uint8)`` as numbers (None: the
+    input holds NaN or infinity; the reference decides what that gives)."""
+    low, high = (value.item() for value in torch.aminmax(rows))
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    low, high = min(low, 0.0), max(high, 0.0)
+    scale = max(_float32(_float32(high - low) / 255.0), _float32(1e-8))
+    return scale, min(max(-round(_float32(low / scale)), 0), 255)
+
+
 def _per_tensor_onednn(args: tuple, packed: Any) -> torch.Tensor:
     x, _, _, w, w_scale, bias, out_scale, out_zp, relu = args[:9]
     rows = x.reshape(-1, x.shape[-1])
-    # the reference's quantization, with one pass for the range and the rounding in place
-    low, high = torch.aminmax(rows)
-    scale = torch.clamp((high.clamp(min=0.0) - low.clamp(max=0.0)) / 255.0, min=1e-8)
-    zero_point = torch.clamp(-torch.round(low.clamp(max=0.0) / scale), 0, 255).to(torch.int64)
+    qparams = _per_tensor_qparams(rows)
+    if qparams is None:
+        return ops.reference_linear_int8(*args)
+    scale, zero_point = qparams
+    # the reference's rounding, in place after the one division
     codes = rows.div(scale).round_().add_(zero_point).clamp_(0, 255).to(torch.uint8)
+    weight, weight_zero_points = packed
     float_out = out_scale == 0.0
-    out = torch.ops.onednn.qlinear_pointwise.tensor(
-        codes, scale, zero_point, packed, w_scale, _zero_points(w_scale), _float(bias),
+    out = torch.ops.onednn.qlinear_pointwise(
+        codes, scale, zero_point, weight, w_scale, weight_zero_points, _float(bias),
         1.0 if float_out else out_scale, 0 if float_out else out_zp,
         torch.float32 if float_out else None, "relu" if relu else "none", [], "",
     )  # fmt: skip
     return out.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _onednn_dynamic_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    return _onednn_linear_pack(args), _zero_points(args[4])
 
 
 def _per_token_int_mm_fits(args: tuple, features: frozenset[str]) -> str:
@@ -284,7 +310,7 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
             _per_tensor_onednn,
             "uint8 activations, one scale and zero point from each input's range: oneDNN "
             "(0.6-1.0x fbgemm's time per layer, half its error)",
-            pack=_onednn_linear_pack,
+            pack=_onednn_dynamic_pack,
         ),
         Kernel(
             "aten._int_mm", _per_token_int_mm_fits, _per_token_int_mm,
