@@ -463,6 +463,10 @@ def bert_models() -> tuple[nn.Module, dict, dict]:
         "fp32": model,
         "fxloom": convert(prepare(traced, example, QuantConfig(scheme="dynamic"))),
         "torch.ao": quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8),
+        # the per-token form (aten._int_mm), beside the default per-tensor one (oneDNN)
+        "fxloom per token": convert(
+            prepare(traced, example, QuantConfig(scheme="dynamic_per_token"))
+        ),
     }
     return model, models, tokens(100)
 
@@ -483,17 +487,22 @@ def _hidden(output) -> torch.Tensor:
     return output[0] if isinstance(output, (tuple, list)) else output.last_hidden_state
 
 
-def bert_rows(threads: int, models: dict, held_out: dict) -> dict[str, float]:
+def bert_rows(threads: int, models: dict, held_out: dict, cpu: dict | None = None) -> dict:
+    """variant -> median wall seconds; ``cpu`` (if given) gets variant -> median CPU
+    seconds (the process's CPU time: less sensitive to other processes on the machine)."""
     torch.set_num_threads(threads)
-    times: dict[str, list[float]] = {name: [] for name in models}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
     names = list(models)
     with torch.no_grad():
         for model in models.values():
             model(**held_out)  # warm: packing on first use, allocator
         for round_ in range(BERT_ROUNDS):
             for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-                times[name].append(timed(lambda m=models[name]: m(**held_out)))
-    return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
+                times[name].append(cpu_and_wall(lambda m=models[name]: m(**held_out)))
+    middle = BERT_ROUNDS // 2
+    if cpu is not None:
+        cpu.update({name: sorted(c for c, _ in runs)[middle] for name, runs in times.items()})
+    return {name: sorted(w for _, w in runs)[middle] for name, runs in times.items()}
 
 
 def bert_main(record: bool) -> None:
@@ -522,9 +531,11 @@ def bert_main(record: bool) -> None:
         "| fxloom / torch.ao | fxloom dynamic lowered to ONNX Runtime ms | lowered / fxloom |",
         "|---|---|---|---|---|---|---|",
     ]
+    cpu_rows = {}
     for threads in (1, 2):
         at = {**models, "fxloom ORT": lowered_at(lowered, threads)}
-        row = bert_rows(threads, at, held_out)
+        cpu_rows[threads] = {}
+        row = bert_rows(threads, at, held_out, cpu_rows[threads])
         ratio = row["fxloom"] / row["torch.ao"]
         lines.append(
             f"| {threads} | {row['fp32'] * 1e3:.1f} | {row['torch.ao'] * 1e3:.1f} | "
@@ -538,6 +549,23 @@ def bert_main(record: bool) -> None:
         f"torch.ao {errors['torch.ao']:.4f} (fxloom / torch.ao "
         f"{errors['fxloom'] / errors['torch.ao']:.2f}; target <= 0.6). Latency target: "
         "fxloom / torch.ao <= 0.95.",
+        "",
+        "CPU time (the process's, per forward; medians of the same rounds) and the per-token "
+        'form (`scheme="dynamic_per_token"`, aten._int_mm) beside the default per-tensor '
+        "one (oneDNN):",
+        "",
+        "| threads | torch.ao CPU ms | fxloom dynamic (per tensor) CPU ms | / torch.ao "
+        "| fxloom per token CPU ms | / torch.ao |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {threads} | {cpu['torch.ao'] * 1e3:.1f} | {cpu['fxloom'] * 1e3:.1f} | "
+            f"{cpu['fxloom'] / cpu['torch.ao']:.2f} | {cpu['fxloom per token'] * 1e3:.1f} | "
+            f"{cpu['fxloom per token'] / cpu['torch.ao']:.2f} |"
+            for threads, cpu in cpu_rows.items()
+        ),
+        "",
+        f"Relative error, per token: {errors['fxloom per token']:.4f} (/ torch.ao "
+        f"{errors['fxloom per token'] / errors['torch.ao']:.2f}). Load average after the run {load_average():.2f}.",
         "",
     ]
     publish("\n".join(lines), record)
@@ -556,6 +584,9 @@ def deeprec_dynamic_models() -> tuple[nn.Module, dict]:
         "fp32": model,
         "fxloom": convert(prepare(model, example, QuantConfig(scheme="dynamic"))),
         "torch.ao": quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8),
+        "fxloom per token": convert(
+            prepare(model, example, QuantConfig(scheme="dynamic_per_token"))
+        ),
     }
     return model, models
 
@@ -639,7 +670,14 @@ def deeprec_dynamic_main(batch_sizes: list[int], threads: int, record: bool) -> 
     lines += [
         "",
         f"Relative error against fp32 on 64 held-out rows: fxloom {errors['fxloom']:.4f}, "
-        f"torch.ao {errors['torch.ao']:.4f}.",
+        f'torch.ao {errors["torch.ao"]:.4f}; the per-token form (`scheme="dynamic_per_token"`, '
+        f"aten._int_mm) {errors['fxloom per token']:.4f}, its CPU time / torch.ao's: "
+        + ", ".join(
+            f"{count} thread(s) batch {batch}: "
+            f"{row['fxloom per token'][0] / row['torch.ao'][0]:.2f}"
+            for count, batch, row in table
+        )
+        + ".",
         noise_line((load_before, load_average()), "."),
         "",
     ]

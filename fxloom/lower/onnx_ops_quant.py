@@ -16,8 +16,10 @@ linear_w8       ``DequantizeLinear`` (int8, per channel) + ``MatMul``   ``MatMul
                 (+ bias ``Add``)
 linear_w4       ``DequantizeLinear`` (uint4, ``block_size`` = group)    ``MatMulNBits`` (4 bit)
                 + ``MatMul`` (+ bias ``Add``)
-linear_int8     per token: ``Abs``/``ReduceMax``/``Round`` to uint8     ``MatMulInteger``
-(dynamic)       with zero point 128, ``MatMulInteger``, scale ``Mul``,
+linear_int8     per tensor: ``DynamicQuantizeLinear``, ``MatMulInteger``  ``MatMulInteger``
+(dynamic)       with its zero point, scale ``Mul``s, bias ``Add``;
+                per token: ``Abs``/``ReduceMax``/``Round`` to uint8
+                with zero point 128, ``MatMulInteger``, scale ``Mul``,
                 bias ``Add``
 linear_int8     (``QuantizeLinear`` for float in) ``MatMulInteger``,    ``MatMulInteger``
 (static)        scale ``Mul``, bias ``Add``, ``Relu``, ``QuantizeLinear``
@@ -29,8 +31,9 @@ mul_int8        ``QuantizeLinear``                                      ``QLinea
 
 Why these forms and not others:
 
-* dynamic activations are per token and symmetric in fxloom; ONNX's ``DynamicQuantizeLinear``
-  is one affine scale per tensor, which would compute something else (and its fused
+* dynamic per-tensor activations are ``DynamicQuantizeLinear``'s own definition (uint8,
+  affine, the range widened to hold 0); per-token ones are symmetric, a scale per row, which
+  ``DynamicQuantizeLinear`` would compute otherwise (and its fused
   ``DynamicQuantizeMatMul`` is a ``com.microsoft`` operator, which a saved region may not
   use: ``runtime_saving``). The per-token steps are written out; ``x / scale`` rounded and
   shifted by 128 is the uint8 form of the int8 value, so ``MatMulInteger`` with zero point
@@ -229,7 +232,7 @@ def translate_linear_int8(ctx, node, args, kwargs):
     w = _constant(a["w"], "weight", "linear_int8")
     w_scale = _constant(a["w_scale"], "weight scale", "linear_int8").float()
     weight = ctx.constant(w.t().contiguous())  # int8 [K, N]
-    product = _per_token_product if a["dynamic"] else _static_product
+    product = _DYNAMIC_PRODUCTS[a["activations"]] if a["dynamic"] else _static_product
     value = product(ctx, a, weight, w_scale)
     return _finish(ctx, value, a["bias"], a["relu"], a["out_scale"], a["out_zero_point"])
 
@@ -243,6 +246,20 @@ def _per_token_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:
     # first row's scale for every row); in this order the row scales stay out of the fusion.
     value = ctx.node("Mul", [ctx.node("Cast", [accumulated], to=_FLOAT), ctx.constant(w_scale)])
     return ctx.node("Mul", [value, row_scale])
+
+
+def _per_tensor_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:
+    """``DynamicQuantizeLinear`` quantizes as ``ops.per_tensor_affine`` does (uint8, the range
+    widened to hold 0, round half to even), then ``MatMulInteger`` with its zero point."""
+    x = _float_input(ctx, a["x"], "linear_int8")
+    codes, scale, zero_point = ctx.node("DynamicQuantizeLinear", [x], outputs=3)
+    accumulated = ctx.node("MatMulInteger", [codes, weight, zero_point])
+    value = ctx.node("Mul", [ctx.node("Cast", [accumulated], to=_FLOAT), ctx.constant(w_scale)])
+    return ctx.node("Mul", [value, scale])
+
+
+# linear_int8's dynamic ``activations`` -> how the product is written
+_DYNAMIC_PRODUCTS = {"per_token": _per_token_product, "per_tensor": _per_tensor_product}
 
 
 def _static_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:

@@ -13,8 +13,8 @@ quantized operators on plain tensors (``quantize.ops``: int8 weights, uint8 acti
 float scales; ``QuantConfig(kernels="torch.ao")`` gives torch's deprecated quantized modules
 instead), quantizes at the borders of int8 regions, dequantizes before operators without an
 int8 kernel, and removes dequantize/quantize pairs that cancel. A scheme is a record
-(``schemes``): ``QuantConfig(scheme="dynamic")`` quantizes Linear weights and activations per
-token at run time (no calibration), ``"w8"`` and ``"w4"`` (``"w4_g32"``...) quantize weights
+(``schemes``): ``QuantConfig(scheme="dynamic")`` quantizes Linear weights, and activations per
+tensor at run time (no calibration; ``"dynamic_per_token"``: per token), ``"w8"`` and ``"w4"`` (``"w4_g32"``...) quantize weights
 only. ``report(quantized)`` says what became int8 and what stayed float, and why, and which
 kernel runs each layer on this CPU::
 

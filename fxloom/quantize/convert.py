@@ -36,8 +36,8 @@ No ``dequantize -> quantize`` pair is ever left: an int8 value flows as it is fr
 operator to the next (through dropout, pooling, reshapes, ReLU), and a float user of a value
 that was quantized from float reads the float value itself, never a dequantized copy.
 
-Layer schemes (dynamic, w8, w4) swap each planned Linear for ``linear_int8`` (per-token
-activations at run time), ``linear_w8`` or ``linear_w4``; torch.ao: for its
+Layer schemes (dynamic, w8, w4) swap each planned Linear for ``linear_int8`` (activations
+quantized at run time, per tensor or per token as the scheme's ``activations`` says), ``linear_w8`` or ``linear_w4``; torch.ao: for its
 ``table.DYNAMIC_MODULES`` twin (Linear, LSTM, GRU).
 
 node.meta: swapped nodes keep theirs (``tensor_meta`` still describes the float value);
@@ -501,7 +501,7 @@ def _int8_layer(gm, node, module, scheme, observer):
     if scheme.activations is None:  # weight-only
         return ops.linear_w8, (x, held["weight"], held["scale"], held["bias"])
     args = (x, 0.0, 0, held["weight"], held["scale"], held["bias"], 0.0, 0, False, True)
-    return ops.linear_int8, args
+    return ops.linear_int8, (*args, scheme.activations)
 
 
 def _int4_layer(gm, node, module, scheme, observer):
@@ -534,7 +534,8 @@ def _call_shape(gm: GraphModule, node: Node, name: str) -> dict:
     """What the kernel table decides by, as the converted graph knows it (not the batch)."""
     if name == "linear_int8":
         w = gm.get_buffer(node.args[3].target)
-        return {"dynamic": node.args[9], "n": w.shape[0], "k": w.shape[1]}
+        form = {"activations": node.args[10]} if len(node.args) > 10 else {}
+        return {"dynamic": node.args[9], "n": w.shape[0], "k": w.shape[1], **form}
     if name in ("linear_w8", "linear_w4"):
         w = gm.get_buffer(node.args[1].target)
         k = w.shape[1] * (2 if name == "linear_w4" else 1)

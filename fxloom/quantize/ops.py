@@ -33,10 +33,13 @@ Operators:
     quantize(x, scale, zero_point, quant_min, quant_max, dtype)       round(x/scale)+zp, clamped
     dequantize(q, scale, zero_point, quant_min, quant_max, dtype)     (q - zp) * scale
     choose_qparams(x, quant_min, quant_max, eps, dtype)               per-tensor affine (scale, zp)
-    linear_int8(x, x_scale, x_zp, w, w_scale, bias, out_scale, out_zp, relu, dynamic)
+    linear_int8(x, x_scale, x_zp, w, w_scale, bias, out_scale, out_zp, relu, dynamic,
+                activations="per_token")
         x uint8 (quantized already), or float: quantized here with (x_scale, x_zp) (static,
-        "float in"), or per token, symmetric, at run time (``dynamic``); w int8 [N, K] with a
-        scale per output channel; the output is uint8 with (out_scale, out_zp), or float when
+        "float in"), or at run time (``dynamic``): ``activations`` "per_token" (int8,
+        symmetric, a scale per row) or "per_tensor" (uint8, affine, ``choose_qparams`` of the
+        whole input, as ONNX's ``DynamicQuantizeLinear``); w int8 [N, K] with a scale per
+        output channel; the output is uint8 with (out_scale, out_zp), or float when
         out_scale is 0
     linear_w8(x, w, w_scale, bias)                  weight-only int8: x float (fp32 or bf16)
     linear_w4(x, w, w_scale, w_zero_point, group_size, bias)   weight-only int4, per group
@@ -79,7 +82,7 @@ SCHEMAS = {
     "ScalarType dtype) -> (Tensor, Tensor)",
     "linear_int8": "linear_int8(Tensor x, float x_scale, int x_zero_point, Tensor w, "
     "Tensor w_scale, Tensor? bias, float out_scale, int out_zero_point, bool relu, "
-    "bool dynamic) -> Tensor",
+    'bool dynamic, str activations="per_token") -> Tensor',
     "linear_w8": "linear_w8(Tensor x, Tensor w, Tensor w_scale, Tensor? bias) -> Tensor",
     "linear_w4": "linear_w4(Tensor x, Tensor w, Tensor w_scale, Tensor w_zero_point, "
     "int group_size, Tensor? bias) -> Tensor",
@@ -95,6 +98,8 @@ OPERATORS = tuple(SCHEMAS)
 
 ACTIVATION_RANGE = (0, 255)  # uint8 activations, as onednn's int8 kernels take them
 TOKEN_RANGE = (-128, 127)  # dynamic per-token activations: int8, symmetric
+# linear_int8(dynamic=True)'s ``activations``: how the input is quantized at run time
+DYNAMIC_ACTIVATIONS = ("per_token", "per_tensor")
 
 
 # ------------------------------------------------------------------ references
@@ -138,10 +143,35 @@ def _requantize(value, out_scale, out_zero_point, relu):
     return reference_quantize(value, out_scale, out_zero_point, *ACTIVATION_RANGE, torch.uint8)
 
 
+def per_tensor_affine(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` (float) as uint8 with one scale and zero point chosen from its own range
+    (``choose_qparams``): the codes, the scale and the zero point (1-element tensors)."""
+    scale, zero_point = reference_choose_qparams(x, *ACTIVATION_RANGE, 1e-8, torch.uint8)
+    return (
+        reference_quantize(x, scale, zero_point, *ACTIVATION_RANGE, torch.uint8),
+        scale,
+        zero_point,
+    )
+
+
+def _dynamic_activations(activations: str) -> str:
+    if activations not in DYNAMIC_ACTIVATIONS:
+        raise ValueError(
+            f"linear_int8(activations={activations!r}): dynamic activations are one of "
+            f"{', '.join(map(repr, DYNAMIC_ACTIVATIONS))}"
+        )
+    return activations
+
+
 def reference_linear_int8(
-    x, x_scale, x_zero_point, w, w_scale, bias, out_scale, out_zero_point, relu, dynamic
-):
-    if dynamic:
+    x, x_scale, x_zero_point, w, w_scale, bias, out_scale, out_zero_point, relu, dynamic,
+    activations="per_token",
+):  # fmt: skip
+    if dynamic and _dynamic_activations(activations) == "per_tensor":
+        q, scale, zero_point = per_tensor_affine(x)
+        accumulated = _integer_matmul(q.to(torch.int32) - zero_point, w).float()
+        accumulated = accumulated * (scale * w_scale.float())
+    elif dynamic:
         q, row_scale = per_token_symmetric(x)
         accumulated = _integer_matmul(q, w).float() * (row_scale * w_scale.float())
     else:
@@ -232,8 +262,9 @@ def _out_dtype(out_scale: float) -> torch.dtype:
 
 
 def _meta_linear_int8(
-    x, x_scale, x_zero_point, w, w_scale, bias, out_scale, out_zero_point, relu, dynamic
-):
+    x, x_scale, x_zero_point, w, w_scale, bias, out_scale, out_zero_point, relu, dynamic,
+    activations="per_token",
+):  # fmt: skip
     return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=_out_dtype(out_scale))
 
 
@@ -316,11 +347,12 @@ def choose_qparams(x, quant_min, quant_max, eps, dtype):
 
 def linear_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, out_scale=0.0, out_zero_point=0, relu=False,
-    dynamic=False,
+    dynamic=False, activations="per_token",
 ):  # fmt: skip
     return _ops.linear_int8.default(
-        x, x_scale, x_zero_point, w, w_scale, bias, out_scale, out_zero_point, relu, dynamic
-    )
+        x, x_scale, x_zero_point, w, w_scale, bias, out_scale, out_zero_point, relu, dynamic,
+        activations,
+    )  # fmt: skip
 
 
 def linear_w8(x, w, w_scale, bias=None):

@@ -6,12 +6,12 @@ scheme; they read its fields and never compare its name. Adding a scheme is addi
 
     >>> from fxloom.quantize.schemes import SCHEMES, scheme_named
     >>> sorted(SCHEMES)
-    ['dynamic', 'qat', 'static', 'w4', 'w4_g128', 'w4_g32', 'w4_g64', 'w8']
+    ['dynamic', 'dynamic_per_token', 'qat', 'static', 'w4', 'w4_g128', 'w4_g32', 'w4_g64', 'w8']
     >>> w4 = scheme_named("w4")
     >>> w4.weight_bits, w4.group_size, w4.calibrates, w4.activations
     (4, 128, False, None)
-    >>> scheme_named("dynamic").activations
-    'per_token'
+    >>> scheme_named("dynamic").activations, scheme_named("dynamic_per_token").activations
+    ('per_tensor', 'per_token')
 
 ``Kind`` is the decision a plan makes for one node. Its members are strings (``"int8"``),
 and each carries what the report prints and whether it counts as quantized.
@@ -114,9 +114,17 @@ STATIC = QuantScheme(
     why="int8 weights and activations, calibrated",
 )  # fmt: skip
 QAT = STATIC.with_(name="qat", trains=True)
+# The default dynamic form is per tensor (uint8, affine, from each input's range): oneDNN
+# runs it at 0.6-1.0x fbgemm's time per layer with about half fbgemm's error; per token
+# (int8, symmetric, a scale per row; aten._int_mm) has a little less error but measures
+# 1.3-2.5x fbgemm's time (RESULTS.md, "dynamic int8 on oneDNN").
 DYNAMIC = QuantScheme(
-    "dynamic", "dynamic", "layers", Kind.DYNAMIC, activations="per_token",
+    "dynamic", "dynamic", "layers", Kind.DYNAMIC, activations="per_tensor",
     layers=(nn.Linear, nn.LSTM, nn.GRU),
+    why="int8 weights, activations per tensor at run time",
+)  # fmt: skip
+DYNAMIC_PER_TOKEN = DYNAMIC.with_(
+    name="dynamic_per_token", activations="per_token",
     why="int8 weights, activations per token at run time",
 )  # fmt: skip
 W8 = QuantScheme(
@@ -132,6 +140,7 @@ SCHEMES: dict[str, QuantScheme] = {
     "static": STATIC,
     "qat": QAT,
     "dynamic": DYNAMIC,
+    "dynamic_per_token": DYNAMIC_PER_TOKEN,
     "w8": W8,
     "w4": W4,
     **{f"w4_g{size}": W4.with_(group_size=size) for size in (32, 64, 128)},

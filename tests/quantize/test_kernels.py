@@ -135,6 +135,6 @@ def test_the_report_names_each_layer_s_kernel_and_why() -> None:
     from fxloom.quantize import QuantConfig, calibrate, convert, prepare, report
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 32)).eval()
-    prepared = prepare(model, (torch.randn(4, 64),), QuantConfig(scheme="dynamic"))
+    prepared = prepare(model, (torch.randn(4, 64),), QuantConfig(scheme="dynamic_per_token"))
     (row,) = report(convert(calibrate(prepared, [torch.randn(4, 64)], progress=False))).rows
     assert "kernel: aten._int_mm (per-token int8 activations" in row.reason

@@ -3,7 +3,7 @@
 - ``convert`` (default ``kernels="plain"``) calls fxloom's operators on plain integer
   tensors: no quantized tensor, no torch.ao module, in the graph or in the file it saves;
   its error is within that of torch.ao's modules (``kernels="torch.ao"``) on the zoo;
-- static, dynamic (per token), w8 and w4 (group 32/64/128) are records of
+- static, dynamic (per tensor, or per token), w8 and w4 (group 32/64/128) are records of
   ``quantize.schemes``; a scheme written in this file quantizes end to end;
 - the whole flow, save and load run in a fresh interpreter with ``torch.ao.quantization``
   blocked from import.
@@ -112,7 +112,8 @@ def test_a_layer_whose_inputs_do_not_fill_whole_groups_stays_float_and_says_why(
 
 def test_schemes_are_records_that_say_what_they_quantize() -> None:
     assert SCHEMES["static"].calibrates and not SCHEMES["dynamic"].calibrates
-    assert SCHEMES["dynamic"].activations == "per_token"
+    assert SCHEMES["dynamic"].activations == "per_tensor"
+    assert SCHEMES["dynamic_per_token"].activations == "per_token"
     assert SCHEMES["qat"].trains and SCHEMES["qat"].calibrates
     assert [SCHEMES[f"w4_g{g}"].group_size for g in (32, 64, 128)] == [32, 64, 128]
     assert QuantConfig(scheme="w8").mode == "weight_only"
