@@ -360,7 +360,8 @@ def _module_call(
     interp: Interpreter, module: torch.nn.Module, path: str | None, args: tuple, kwargs: dict
 ) -> Any:
     recording = interp.recording
-    if _is_leaf(module):
+    # a leaf read by its type (``Recording._module_by_type``): its forward is inlined
+    if _is_leaf(module) and id(module) not in recording.by_type:
         target = recording.graph.module_path(
             module, path if path is not None else type(module).__name__
         )

@@ -621,7 +621,7 @@ def _run_source(
     make_cells, fill_cells = emitter.made_cells()
     held = recording.graph.held
     read_inputs = ", ".join(
-        emitter.constant(held[index]) if index in held else source.expr
+        emitter.constant(held[index]) if index in held else recording.guards.read_code(source)
         for index, source in enumerate(recording.graph.inputs)
     )
     graph_call = f"    out = GRAPH({read_inputs})\n" if emitter.outputs or read_inputs else ""

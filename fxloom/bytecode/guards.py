@@ -11,11 +11,22 @@ tensors read relate is guarded too (``Recording.guard_identities``): which are t
 one straight-line function, cheapest checks first, which the cache calls before reusing the
 entry::
 
-    def guard(L_x, L_self):
+    def guard(L_x, L_layer):
         try:
-            return (type(L_x) is K0 and L_self is K1 and L_x.dtype is K2 and ...)
+            if not (type(L_x) is K0 and type(L_layer) is K1):
+                return False
+            _v0 = L_layer._modules['linear']      # read once, where a check first needs it
+            return bool(type(_v0) is K2 and _v0._parameters['weight'].dtype is K3 and ...)
         except Exception:           # a source that no longer resolves: not this entry
             return False
+
+Each source the checks read more than once (itself or through a source under it: ``x.linear``
+for ``x.linear.weight``) is read once per call, into a local, just before the first check
+that reads it, so after every check before that one (the order that keeps a check that would
+raise behind the one protecting it); the checks after it, and the sources under it, start
+from the local. A module's parameter, buffer or submodule is read from the dict
+``nn.Module.__getattr__`` finds it in (``GuardSet.module_entry``), without the failed
+attribute lookup that precedes ``__getattr__`` (microseconds each).
 
 ``GuardSet.first_failing`` re-checks them one by one to name the guard that failed, for
 recompilation messages and ``explain()``.
@@ -41,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import sys
 import weakref
 from collections.abc import Callable, Sequence
@@ -50,13 +62,14 @@ from typing import Any
 import torch
 
 from fxloom.bytecode import dynamic
-from fxloom.bytecode.sources import Source, local_name
+from fxloom.bytecode.sources import Attr, Item, Local, Source, local_name
 
 __all__ = [
     "Guard",
     "GuardSet",
     "disjoint_storage",
     "global_state",
+    "module_registry",
     "ModuleTree",
     "module_epoch",
     "storage_key",
@@ -222,6 +235,12 @@ class GuardSet:
         self.tensor_sizes: dict[Source, tuple[tuple[int, ...], frozenset[int]]] = {}
         # Each int and float guarded by value: source -> the value (``changed_sizes``).
         self.numbers: dict[Source, int | float] = {}
+        # Every source a guard reads (``source_code`` reads each once), and the module
+        # attributes read from their module's parameter, buffer or submodule dict.
+        self._sources: dict[Source, None] = {}
+        self._entries: dict[Source, str] = {}
+        self._class_dicts: dict[type, str] = {}  # class -> the constant holding its __dict__
+        self._code: tuple[tuple, str] | None = None  # the last ``source_code``, by its inputs
         self.add("global state", Guard(_IDENTITY, f"STATE() == {self.constant(global_state())}",
                                        f"{_GLOBAL_STATE_TEXT} as at compile time"))  # fmt: skip
         if root is not None:
@@ -265,17 +284,20 @@ class GuardSet:
         return slot
 
     def identity(self, source: Source, value: Any) -> None:
+        self._sources[source] = None
         self.add(source.expr, Guard(_IDENTITY, f"{source.expr} is {self.constant(value)}",
                                     f"{source.text} is the same {_kind(value)}"))  # fmt: skip
 
     def exact_type(self, source: Source, value: Any) -> None:
         cls = type(value)
+        self._sources[source] = None
         self.add(source.expr, Guard(_IDENTITY, f"type({source.expr}) is {self.constant(cls)}",
                                     f"type({source.text}) is {cls.__qualname__}"))  # fmt: skip
 
     def equals(self, source: Source, value: Any) -> None:
         """``value`` is a Python constant (None, bool, int, float, str, ... or a tuple of them)."""
         if value is None or value is True or value is False or value is Ellipsis:
+            self._sources[source] = None
             self.add(source.expr, Guard(_IDENTITY, f"{source.expr} is {value!r}",
                                         f"{source.text} is {value!r}"))  # fmt: skip
             return
@@ -294,6 +316,7 @@ class GuardSet:
         symbolic = self.sizes.scalar(source, value)
         if symbolic is not None:
             cls = type(value)
+            self._sources[source] = None
             check = self.sizes.scalar_check(source, self.constant(cls))
             self.add(source.expr, Guard(_IDENTITY, check, f"{source.text} is any {cls.__name__} "
                                                           "(symbolic)"))  # fmt: skip
@@ -376,6 +399,7 @@ class GuardSet:
     # entry assumed. Storage shared by different objects matters only where the graph writes
     # (``Recording.guard_identities``).
     def same_object(self, source: Source, other: Source) -> None:
+        self._sources.update(dict.fromkeys((source, other)))
         check = f"{source.expr} is {other.expr}"
         self.add(check, Guard(_IDENTITY, check, f"{source.text} is {other.text}"))
 
@@ -384,6 +408,7 @@ class GuardSet:
         cheaper than one set of ids)."""
         if len(sources) < 2:
             return
+        self._sources.update(dict.fromkeys(sources))
         if len(sources) <= 4:
             for first, second in itertools.combinations(sources, 2):
                 check = f"{first.expr} is not {second.expr}"
@@ -397,6 +422,7 @@ class GuardSet:
     def none_of(self, source: Source, held: frozenset[int]) -> None:
         """``source`` is none of the root's parameters and buffers the graph reads (``held``:
         their ids; the entry holds them, so the ids stay theirs)."""
+        self._sources[source] = None
         check = f"id({source.expr}) not in {self.constant(held)}"
         text = f"{source.text} is none of the module's parameters and buffers the graph reads"
         self.add(check, Guard(_IDENTITY, check, text))
@@ -405,6 +431,7 @@ class GuardSet:
         """No two of the tensors at ``sources`` share a storage (``storage_key``)."""
         if len(sources) < 2:
             return
+        self._sources.update(dict.fromkeys(sources))
         if len(sources) == 2:  # the common case, without building a set
             check = f"STORAGE({sources[0].expr}) != STORAGE({sources[1].expr})"
         else:
@@ -416,6 +443,7 @@ class GuardSet:
                      other_tensor: torch.Tensor) -> None:  # fmt: skip
         """The tensor at ``source`` shares the storage of the one at ``other`` exactly as now:
         same storage, each at the same offset with the same strides (the shapes are guarded)."""
+        self._sources.update(dict.fromkeys((source, other)))
         checks = [f"STORAGE({source.expr}) == STORAGE({other.expr})"]
         for place, value in ((source, tensor), (other, other_tensor)):
             checks.append(f"{place.expr}.storage_offset() == {value.storage_offset()}")
@@ -445,6 +473,7 @@ class GuardSet:
         ``nn.Module.__call__`` would run instead (one assigned after the capture, say); one
         it has is read, and guarded, as an attribute."""
         e = source.expr
+        self._sources[source] = None
         own = "forward" in getattr(module, "__dict__", {})
         no_own = "" if own else f" and 'forward' not in {e}.__dict__"
         no_own_text = "" if own else " and no forward of its own"
@@ -459,18 +488,66 @@ class GuardSet:
         self.add(e + " hooks", Guard(_STRUCTURE, check + no_own,
                                      f"{source.text} has the same hooks{no_own_text}"))  # fmt: skip
 
+    def module_entry(self, source: Attr, registry: str, classes: Sequence[type]) -> None:
+        """Generated code reads module attribute ``source`` as ``base.<registry>[name]``:
+        ``registry`` (``_parameters``, ``_buffers`` or ``_modules``) is where
+        ``nn.Module.__getattr__`` found it (``module_registry``). The same read where the
+        base's exact type (or identity) is guarded, as every module read is: no class of
+        its MRO has an attribute of that name (which Python would find first), guarded for
+        ``classes`` (the user's; torch's are taken as they are), one ``in`` on the class's
+        live ``__dict__`` each; the instance has none (torch's ``__setattr__`` and
+        ``register_*`` keep a name in one place at a time; writing ``__dict__`` directly is
+        not seen); a name gone from its dict is a ``KeyError``, a miss."""
+        self._entries[source] = registry
+        for cls in classes:
+            namespace = self._class_dicts.get(cls)
+            if namespace is None:
+                namespace = self._class_dicts[cls] = self.constant(vars(cls))
+            check = f"{source.name!r} not in {namespace}"
+            text = f"class {cls.__qualname__} has no attribute {source.name!r}"
+            self.add(check, Guard(_STRUCTURE, check, text))
+
     # ------------------------------------------------------------ generating
     def source_code(self, parameters: Sequence[str]) -> str:
-        """The generated guard function's source (also shown by ``compiled.code``)."""
+        """The generated guard function's source (also shown by ``compiled.code``): the
+        checks in order, each source they read more than once read into a local just before
+        the first check that reads it (see the module docstring)."""
+        guards = list(self)
+        key = (tuple(parameters), len(guards), len(self._sources), len(self._entries))
+        if self._code is not None and self._code[0] == key:  # entry.py's, then ``compile``'s
+            return self._code[1]
         arguments = ", ".join(local_name(name) for name in parameters)
-        checks = "\n                and ".join(guard.check for guard in self)
-        return (
+        reads = _Reads(self._sources, self._entries)
+        found = [reads.find(guard.check) for guard in guards]
+        for places in found:
+            reads.count(places)
+        blocks: list[str] = []
+        pending: list[str] = []
+        for guard, places in zip(guards, found, strict=True):
+            bindings: list[str] = []
+            check = reads.rewrite(guard.check, places, bindings)
+            if bindings and pending:
+                blocks.append(f"        if not ({_joined(pending)}):\n            return False\n")
+                pending = []
+            blocks.extend(f"        {binding}\n" for binding in bindings)
+            pending.append(check)
+        code = (
             f"def guard({arguments}):\n"
             "    try:\n"
-            f"        return bool({checks})\n"
+            f"{''.join(blocks)}"
+            f"        return bool({_joined(pending) if pending else 'True'})\n"
             "    except Exception:\n"
             "        return False\n"
         )
+        self._code = (key, code)
+        return code
+
+    def read_code(self, source: Source) -> str:
+        """The fastest expression reading ``source`` after the guards passed (its module
+        attributes from their dicts, ``module_entry``): what ``run`` passes the graph."""
+        if not isinstance(source, Attr | Item):
+            return source.expr
+        return _read_under(source, self.read_code(source.base), self._entries.get(source))
 
     def compile(
         self,
@@ -533,6 +610,153 @@ class GuardSet:
         if self.sizes is not None:
             namespace.update(self.sizes.namespace())
         return namespace
+
+
+# Where ``nn.Module.__getattr__`` looks, in its order.
+_MODULE_REGISTRIES = ("_parameters", "_buffers", "_modules")
+
+
+def module_registry(module: Any, name: str) -> str | None:
+    """The dict of ``module`` (``_parameters``, ``_buffers``, ``_modules``) that
+    ``module.name`` is read from, where reading it there is the same read: the class looks
+    attributes up as ``nn.Module`` does (its ``__getattribute__`` is object's, its
+    ``__getattr__`` nn.Module's) and neither the class (its MRO) nor the instance has an
+    attribute ``name`` of its own, which Python would find first. None: read it as it is."""
+    cls = type(module)
+    if (
+        not isinstance(module, torch.nn.Module)
+        or cls.__getattr__ is not torch.nn.Module.__getattr__
+        or cls.__getattribute__ is not object.__getattribute__
+        or name in module.__dict__
+        or any(name in klass.__dict__ for klass in cls.__mro__)
+    ):
+        return None
+    for registry in _MODULE_REGISTRIES:
+        if name in module.__dict__.get(registry, ()):
+            return registry
+    return None
+
+
+def _joined(checks: Sequence[str]) -> str:
+    return "\n                and ".join(checks)
+
+
+# Where a source's expression may start in a check: a local (``L_x``, ``S_stack_0_``), a
+# global, cell, held value or module global, or ``getattr(`` of one; a string literal is
+# matched whole, so that nothing inside one (an item's key) is taken for a read.
+_STRING = r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*\""""
+_READ_START = re.compile(
+    rf"(?P<string>{_STRING})|(?<![\w.])(?:[LS]_\w+|(?:G|C|R|MODULES)(?=\[)|getattr\()"
+)
+# What may follow a source to read one under it: ``.name`` or ``[key]`` (a constant's repr)
+_TRAILER = re.compile(rf"\.\w+|\[(?:{_STRING}|[^\]'\"])*\]")
+
+
+class _Reads:
+    """The sources in generated checks, and how a guard function reads each one once. Keyed
+    by expression (a str caches its hash; a source's is recomputed down its chain)."""
+
+    def __init__(self, sources: dict[Source, None], entries: dict[Source, str]) -> None:
+        self._entries = {source.expr: registry for source, registry in entries.items()}
+        self._known: dict[str, Source] = {}
+        self._base: dict[str, str] = {}  # an attribute's or item's expression -> its base's
+        for source in sources:
+            expr = source.expr
+            while expr not in self._known:
+                self._known[expr] = source
+                if not isinstance(source, Attr | Item):
+                    break
+                source = source.base
+                self._base[expr] = source.expr
+                expr = source.expr
+        # the ones spelled ``getattr(...)``, which ``find`` tries one by one, longest first
+        self._spelled = sorted(
+            (expr for expr in self._known if expr.startswith("getattr(")), key=len, reverse=True
+        )
+        self._counts: dict[str, int] = {}
+        self._names: dict[str, str] = {}
+
+    def find(self, check: str) -> list[tuple[int, int, Source]]:
+        """Where ``check`` reads a known source: (start, end, source), in order."""
+        places = []
+        position = 0
+        while self._known and (start := _READ_START.search(check, position)) is not None:
+            position = start.end()
+            if start["string"] is None:
+                found = self._at(check, start.start(), start.end())
+                if found is not None:
+                    places.append(found)
+                    position = found[1]
+        return places
+
+    def _at(self, check: str, begin: int, root_end: int) -> tuple[int, int, Source] | None:
+        """The longest known source whose expression starts at ``begin`` (None: none)."""
+        if check.startswith("getattr(", begin):
+            for expr in self._spelled:
+                end = begin + len(expr)
+                if check.startswith(expr, begin) and not _continues(check, end):
+                    return begin, end, self._known[expr]
+            return None
+        ends = [root_end]
+        while (trailer := _TRAILER.match(check, ends[-1])) is not None:
+            ends.append(trailer.end())
+        for end in reversed(ends):
+            source = self._known.get(check[begin:end])
+            if source is not None:
+                return begin, end, source
+        return None
+
+    def count(self, places: list[tuple[int, int, Source]]) -> None:
+        """Count each place's read, and the reads of the sources it is read through."""
+        counts, bases = self._counts, self._base
+        for _, _, source in places:
+            expr: str | None = source.expr
+            while expr is not None:
+                counts[expr] = counts.get(expr, 0) + 1
+                expr = bases.get(expr)
+
+    def rewrite(self, check: str, places: list, bindings: list[str]) -> str:
+        """``check`` reading each place through ``code`` (locals bound into ``bindings``)."""
+        parts, last = [], 0
+        for start, end, source in places:
+            parts += (check[last:start], self.code(source, bindings, check[start:end]))
+            last = end
+        return "".join(parts) + check[last:]
+
+    def code(self, source: Source, bindings: list[str], expr: str | None = None) -> str:
+        """An expression reading ``source`` (``expr``: its expression, where known): its
+        local once bound; one read more than once is bound to a new local (a statement
+        appended to ``bindings``)."""
+        expr = source.expr if expr is None else expr
+        name = self._names.get(expr)
+        if name is not None:
+            return name
+        if isinstance(source, Local):
+            return expr
+        if isinstance(source, Attr | Item):
+            base_expr = self._base.get(expr)
+            base = self.code(source.base, bindings, base_expr)
+            code = _read_under(source, base, self._entries.get(expr))
+        else:
+            code = expr
+        if self._counts.get(expr, 0) < 2:
+            return code
+        name = self._names[expr] = f"_v{len(self._names)}"
+        bindings.append(f"{name} = {code}")
+        return name
+
+
+def _read_under(source: Attr | Item, base: str, registry: str | None) -> str:
+    """``source`` read from ``base`` (an expression for its base's value): from the module
+    dict ``registry`` where one is given (``GuardSet.module_entry``)."""
+    if registry is None:
+        return source.on(base)
+    return f"{base}.{registry}[{source.name!r}]"  # type: ignore[union-attr] - an Attr
+
+
+def _continues(check: str, end: int) -> bool:
+    """Whether ``check[end]`` continues a name (``x.ab`` is no read of ``x.a``)."""
+    return end < len(check) and (check[end].isalnum() or check[end] == "_")
 
 
 def _listed(texts: Any) -> str:

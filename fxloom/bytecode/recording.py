@@ -65,7 +65,14 @@ from fxloom.bytecode.breaks import Break
 from fxloom.bytecode.callees import OUTSIDE_STATE, is_library_module
 from fxloom.bytecode.dynamic import concrete
 from fxloom.bytecode.graph_builder import GraphBuilder
-from fxloom.bytecode.guards import _STRUCTURE, _VALUE, Guard, GuardSet, storage_key
+from fxloom.bytecode.guards import (
+    _STRUCTURE,
+    _VALUE,
+    Guard,
+    GuardSet,
+    module_registry,
+    storage_key,
+)
 from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
 from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
@@ -128,6 +135,8 @@ class Recording:
         # Every source an outside object (not a constant, container, module or function) was
         # read from: objects whose attributes the program assigns are guarded by identity.
         self._objects: dict[Source, Any] = {}
+        # ids of the modules from outside the root read by their type (``_module_by_type``)
+        self.by_type: set[int] = set()
         # Containers from outside and the copies made of them: changing one is a break.
         self._outside_containers: set[int] = set()
         self._root_paths: dict[int, str] = {}  # id(submodule, parameter or buffer) -> path
@@ -409,7 +418,14 @@ class Recording:
             path = self._root_paths.get(id(value))
             if path is not None:
                 return self.read(value, Held(path))
-        return self.read(value, Attr(source, name), id(owner) in self._trusted)
+        attribute = Attr(source, name)
+        registry = module_registry(owner, name)
+        if registry is not None:  # a parameter, buffer or submodule: read from its dict
+            classes = [
+                cls for cls in type(owner).__mro__[:-1] if not is_library_module(cls.__module__)
+            ]
+            self.guards.module_entry(attribute, registry, classes)
+        return self.read(value, attribute, id(owner) in self._trusted)
 
     def read_item(self, container: Any, key: Any, value: Any) -> Any:
         """``container[key]`` for a constant ``key``, as the program sees it."""
@@ -506,11 +522,27 @@ class Recording:
 
     def _module(self, module: torch.nn.Module, source: Source) -> torch.nn.Module:
         path = self._root_paths.get(id(module))
+        if path is None and _brought_by_the_call(source) and read_by_type(module):
+            return self._module_by_type(module, source)
         if path is None or source != Held(path):
             # Not reached by its own path under the root (another module, or one handed on
             # by a piece before a graph break): by identity.
             self.guards.identity(source, module)
             self._remember(module, source)
+        return module
+
+    def _module_by_type(self, module: torch.nn.Module, source: Source) -> torch.nn.Module:
+        """A module from outside the root whose forward the interpreter inlines
+        (``read_by_type``), guarded as any other object: its exact type, and what the program
+        reads of it as it reads it (attributes, parameters as graph inputs; when it is called,
+        its hooks and that its instance has no forward of its own: ``GuardSet.hooks``);
+        no native function may receive it (``unguarded``). One entry then serves every
+        instance alike: layers that differ in their weights and an int index."""
+        self.guards.exact_type(source, module)
+        self._remember(module, source)
+        self._objects.setdefault(source, module)
+        self.unguarded.add(id(module))
+        self.by_type.add(id(module))
         return module
 
     def _container(self, value: Any, source: Source) -> Any:
@@ -533,6 +565,38 @@ class Recording:
     def _remember(self, value: Any, source: Source) -> None:
         self._sources.setdefault(id(value), source)
         self._alive.append(value)
+
+
+# torch.nn leaf modules whose forward is Python over their own attributes and parameters,
+# which the interpreter inlines where the module comes from outside the root, so that such a
+# module is read by its type (``Recording._module_by_type``), not held by a ``call_module``
+# node (a node holding one instance would need that instance, by identity, at every call).
+# Other leaves (recurrent layers over flat weights, batch norm's running updates...) stay
+# ``call_module`` nodes on the instance, guarded by identity.
+INLINED_LEAVES = frozenset({
+    torch.nn.Linear, torch.nn.Identity, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
+    torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.Embedding, torch.nn.Dropout,
+    torch.nn.ReLU, torch.nn.GELU, torch.nn.SiLU, torch.nn.Tanh, torch.nn.Sigmoid,
+    torch.nn.Softmax, torch.nn.LeakyReLU,
+})  # fmt: skip
+
+
+def _brought_by_the_call(source: Source) -> bool:
+    """Whether ``source`` is reached from an argument (``layer``, ``layers[3].attn``): a module
+    a call brings may be another at the next call. One the function finds in a global or a
+    closure is the same at every call, where identity is one check and its parameters held
+    (read by its type, every parameter would be a guarded input)."""
+    while isinstance(source, Attr | Item):
+        source = source.base
+    return isinstance(source, Local)
+
+
+def read_by_type(module: torch.nn.Module) -> bool:
+    """Whether a ``module`` from outside the root is read by its type (see ``INLINED_LEAVES``):
+    any module defined outside torch.nn (its forward is inlined), and the leaves listed."""
+    from fxloom.values.leaf_modules import is_torch_nn_leaf
+
+    return type(module) in INLINED_LEAVES or not is_torch_nn_leaf(module)
 
 
 def _by_identity(values: dict[Source, Any]) -> tuple[dict[int, list[Source]], dict[int, Any]]:

@@ -119,9 +119,14 @@ class Attr(Source):
 
     @property
     def expr(self) -> str:
+        return self.on(self.base.expr)
+
+    def on(self, base: str) -> str:
+        """The expression reading this attribute of ``base``, an expression for the base's
+        value (the generated guard reads a base once, into a local: ``GuardSet.source_code``)."""
         if self.name.isidentifier():
-            return f"{self.base.expr}.{self.name}"
-        return f"getattr({self.base.expr}, {self.name!r})"
+            return f"{base}.{self.name}"
+        return f"getattr({base}, {self.name!r})"
 
     @property
     def text(self) -> str:
@@ -137,7 +142,11 @@ class Item(Source):
 
     @property
     def expr(self) -> str:
-        return f"{self.base.expr}[{self.key!r}]"
+        return self.on(self.base.expr)
+
+    def on(self, base: str) -> str:
+        """The expression reading this item of ``base`` (see ``Attr.on``)."""
+        return f"{base}[{self.key!r}]"
 
     @property
     def text(self) -> str:

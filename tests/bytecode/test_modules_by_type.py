@@ -1,0 +1,101 @@
+"""Modules a call brings are read by their type: one entry serves every instance alike.
+
+A module passed as an argument (or reached from one) may be another object at the next call:
+layers of one class that differ in their weights and an int index (Hugging Face's
+``layer_idx``). Guarded by identity, each instance compiled its own entry. Read by its type
+(``Recording._module_by_type``), the entry guards what the program read of it as it read it:
+its exact type, no ``forward`` of the instance's own, its hooks, each attribute (an int index
+is promoted to a symbol once it changed), and its parameters, which are graph inputs. The
+torch.nn leaves it holds run their Python forward when they are listed in
+``INLINED_LEAVES`` (``Linear``, norms, activations...); the others stay ``call_module``
+nodes on the instance, guarded by identity, as does a module the function finds in a global.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import fxloom
+
+pytestmark = pytest.mark.bytecode
+
+
+class Indexed(nn.Module):
+    def __init__(self, index: int, act: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layer_idx = index
+        self.linear = nn.Linear(4, 4)
+        self.act = act if act is not None else nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.linear(x)) + self.layer_idx
+
+
+def run_layer(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return layer(x)
+
+
+def test_layers_that_differ_in_weights_and_index_share_one_entry():
+    torch.manual_seed(0)
+    layers = [Indexed(i) for i in range(8)]
+    compiled = fxloom.compile(run_layer)
+    x = torch.randn(2, 4)
+    for layer in layers:
+        torch.testing.assert_close(compiled(layer, x), run_layer(layer, x))
+    report = compiled.explain()
+    assert report.graph_count == 2  # index 0 static; then any index, symbolic
+    assert report.dynamic_sizes == ["layer.layer_idx: 0 -> 1 (now symbolic)"]
+
+
+def test_a_leafs_own_settings_are_guarded_as_read():
+    layers = [Indexed(0, nn.LeakyReLU(slope)) for slope in (0.1, 0.5, 0.1)]
+    compiled = fxloom.compile(run_layer)
+    x = torch.randn(2, 4)
+    for layer in layers:
+        torch.testing.assert_close(compiled(layer, x), run_layer(layer, x))
+
+
+def test_a_replaced_parameter_is_read_at_the_call():
+    layer = Indexed(0)
+    compiled = fxloom.compile(run_layer)
+    x = torch.randn(2, 4)
+    compiled(layer, x)
+    layer.linear.weight = nn.Parameter(torch.randn(4, 4))
+    torch.testing.assert_close(compiled(layer, x), run_layer(layer, x))
+    layer.linear = nn.Linear(4, 4, bias=False)
+    torch.testing.assert_close(compiled(layer, x), run_layer(layer, x))
+
+
+def test_an_instance_with_a_forward_of_its_own_misses_the_entry():
+    first, second = Indexed(0), Indexed(0)
+    second.forward = lambda x: x * 0
+    compiled = fxloom.compile(run_layer)
+    x = torch.randn(2, 4)
+    compiled(first, x)
+    torch.testing.assert_close(compiled(second, x), torch.zeros(2, 4))
+
+
+def test_a_leaf_not_listed_stays_held_by_identity():
+    norms = [nn.BatchNorm1d(4).eval() for _ in range(2)]
+    compiled = fxloom.compile(run_layer)
+    x = torch.randn(2, 4)
+    for norm in norms:
+        torch.testing.assert_close(compiled(norm, x), run_layer(norm, x))
+    assert compiled.explain().graph_count == 2
+    assert any("is the same BatchNorm1d" in guard for guard in compiled.explain().guards[0])
+
+
+GLOBAL_LAYER = Indexed(3)
+
+
+def uses_the_global_layer(x: torch.Tensor) -> torch.Tensor:
+    return GLOBAL_LAYER(x)
+
+
+def test_a_module_found_in_a_global_stays_held_by_identity():
+    compiled = fxloom.compile(uses_the_global_layer)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), uses_the_global_layer(x))
+    assert any("is the same Indexed" in guard for guard in compiled.explain().guards[0])
