@@ -470,13 +470,21 @@ class GuardSet:
         """Module ``source`` has the same forward hooks as now (none, usually), which the
         interpreter inlined; backward hooks are refused before this is asked. And, where its
         class's forward was inlined, no ``forward`` of the instance's own, which
-        ``nn.Module.__call__`` would run instead (one assigned after the capture, say); one
-        it has is read, and guarded, as an attribute."""
+        ``nn.Module.__call__`` would run instead (one assigned after the capture, say), and
+        the class's ``forward`` the one inlined; one the instance has is read, and guarded,
+        as an attribute."""
         e = source.expr
         self._sources[source] = None
         own = "forward" in getattr(module, "__dict__", {})
-        no_own = "" if own else f" and 'forward' not in {e}.__dict__"
-        no_own_text = "" if own else " and no forward of its own"
+        # the class's forward, inlined, is the one the class has at the call: a class patched
+        # after the capture (``Model.forward = other``) misses the entry
+        class_forward = self.constant(type(module).forward)
+        no_own = (
+            ""
+            if own
+            else (f" and 'forward' not in {e}.__dict__ and type({e}).forward is {class_forward}")
+        )
+        no_own_text = "" if own else " and no forward of its own, its class's the one compiled"
         kinds = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
         now = tuple(tuple(getattr(module, kind)) for kind in kinds)
         if not any(now):

@@ -1,7 +1,8 @@
 """A module whose instance has a ``forward`` of its own runs that one, as ``nn.Module.__call__``
 does (``model.forward = fxloom.compile(model.forward)``, a wrapper a library installs): the
 capture calls it, guarded as an attribute, and an entry captured on the class's forward
-guards that the instance has none (one assigned after the capture misses the entry).
+guards that the instance has none and that its class's forward is the one inlined (either
+assigned after the capture misses the entry).
 """
 
 from __future__ import annotations
@@ -56,4 +57,18 @@ def test_a_submodules_instance_forward_assigned_after_the_capture_is_seen():
     x = torch.ones(2)
     torch.testing.assert_close(compiled(x), model(x))
     model.inner.forward = lambda x: x - 5
+    torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_a_class_forward_replaced_after_the_capture_misses_the_entry():
+    class Patched(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+    model = Holds()
+    model.inner = Patched()
+    compiled = fxloom.compile(model)
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), model(x))
+    Patched.forward = lambda self, x: x - 5
     torch.testing.assert_close(compiled(x), model(x))
