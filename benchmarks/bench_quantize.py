@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import gc
 import sys
 import time
@@ -746,6 +747,37 @@ def ort_quantize_static(model: nn.Module, example: torch.Tensor, data: list, fol
     return ort_session(fp32), ort_session(int8)
 
 
+class ShapedConvPacking:
+    """A model whose calls run with fxloom's conv2d_int8 kernel prepacking each weight for
+    the call's input shape (``qconv_prepack``'s ``input_size``; the table passes None): an
+    experiment that measures a change to ``quantize/kernels.py`` without making it. Give it
+    its own converted model: packs are cached by weight identity."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self, *args):
+        from fxloom.quantize import kernels
+
+        table = kernels.KERNELS["conv2d_int8"]
+        shaped = tuple(dataclasses.replace(row, pack=_shaped_conv_pack) for row in table)
+        kernels.KERNELS["conv2d_int8"] = shaped
+        try:
+            return self.model(*args)
+        finally:
+            kernels.KERNELS["conv2d_int8"] = table
+
+
+def _shaped_conv_pack(args: tuple):
+    x, x_scale, x_zp, w, w_scale, _, stride, padding, dilation, groups = args[:10]
+    return torch.ops.onednn.qconv_prepack(
+        w, w_scale, x_scale, x_zp, stride, padding, dilation, groups, list(x.shape)
+    )
+
+
+SHAPED = "fxloom, qconv packed for the input shape (experiment)"
+
+
 def resnet50_models(quick: bool, folder: str) -> tuple[dict, list, torch.Tensor]:
     """{variant: callable of x} for ResNet-50 (``quick``: base width 8, 64x64), the held-out
     images, and the timed image."""
@@ -769,6 +801,7 @@ def resnet50_models(quick: bool, folder: str) -> tuple[dict, list, torch.Tensor]
         "fp32": model,
         "torch.ao FX": torch_ao,
         "fxloom": ours,
+        SHAPED: ShapedConvPacking(convert(prepared)),
         "fxloom QDQ on ORT": lowered,
         "ORT quantize_static": lambda x: torch.from_numpy(ort_int8.run(None, {"x": x.numpy()})[0]),
         "ORT fp32": lambda x: torch.from_numpy(ort_fp32.run(None, {"x": x.numpy()})[0]),
@@ -826,7 +859,9 @@ def resnet50_main(quick: bool, record: bool) -> None:
         f"{quality['fxloom']:.1f} vs {quality['torch.ao FX']:.1f} dB "
         f"({'meets' if quality['fxloom'] >= quality['torch.ao FX'] else '**misses**'}); "
         f"fxloom QDQ on ORT / ORT quantize_static <= 1.1: {lowered:.2f} "
-        f"({'meets' if lowered <= 1.1 else '**misses**'}).",
+        f"({'meets' if lowered <= 1.1 else '**misses**'}). Experiment (not the default): "
+        "fxloom with each conv weight prepacked for the input shape (`ShapedConvPacking`) / "
+        f"torch.ao FX: {cpu[SHAPED] / cpu['torch.ao FX']:.2f}.",
         noise_line(loads, "."),
         "",
     ]
