@@ -750,8 +750,7 @@ def ort_quantize_static(model: nn.Module, example: torch.Tensor, data: list, fol
 class ShapedConvPacking:
     """A model whose calls run with fxloom's conv2d_int8 kernel prepacking each weight for
     the call's input shape (``qconv_prepack``'s ``input_size``; the table passes None): an
-    experiment that measures a change to ``quantize/kernels.py`` without making it. Give it
-    its own converted model: packs are cached by weight identity."""
+    experiment that measures a change to ``quantize/kernels.py`` without making it."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -760,7 +759,10 @@ class ShapedConvPacking:
         from fxloom.quantize import kernels
 
         table = kernels.KERNELS["conv2d_int8"]
-        shaped = tuple(dataclasses.replace(row, pack=_shaped_conv_pack) for row in table)
+        shaped = tuple(  # its own name: packs are cached by (kernel name, weight)
+            dataclasses.replace(row, name=f"{row.name} (shaped)", pack=_shaped_conv_pack)
+            for row in table
+        )
         kernels.KERNELS["conv2d_int8"] = shaped
         try:
             return self.model(*args)
