@@ -62,6 +62,24 @@ its reference graph imported into fxloom's operators (``fxloom.quantize.import_q
 static int8 (``convert``) and fp32, interleaved, CPU and wall time as above, with each one's
 error against fp32 and the largest difference between imported and reference outputs.
 
+``--resnet50`` (own process, one thread): ResNet-50 (``fxloom.zoo``, random init) static int8
+at batch 1, 224x224, calibrated on 8 random images: fxloom's default against torch.ao FX
+(x86 qconfig mapping) and fp32, and fxloom's model lowered to ONNX Runtime as QDQ against
+ORT's own ``quantize_static`` of torch.onnx's fp32 export (ORT at one intra-op thread);
+interleaved rounds, CPU and wall time, SQNR against fp32. Targets (issue 37): fxloom <= 1.0x
+torch.ao FX at SQNR >= its; lowered <= 1.1x ORT's. An experiment row packs each conv weight
+for its input shape (``ShapedConvPacking``). ``--quick``: base width 8, 64x64.
+
+``--llm-decode`` (own process, one thread): a Llama-shaped decoder (hidden 2048, intermediate
+5632, ``--layers`` layers, random init) decoding 64 greedy tokens at batch 1 with the default
+cache: fp32, bf16, fxloom w8 and w4 (group 128; each Linear converted on its own, the model
+stays eager), torch.ao ``quantize_dynamic`` (fbgemm) and torchao's eager int8 weight-only
+(16 tokens for the slow ones), best of ``--rounds`` interleaved rounds; tokens/s of CPU time,
+agreement with fp32's tokens (greedy and teacher-forced). Targets (issue 37): w8 >= fbgemm's
+and >= 5x torchao's tokens/s, w4 >= 1.8x bf16, w8 agrees on >= 95% of steps. An experiment
+row lets the kernel table use ``_weight_int8pack_mm`` without AVX512-BF16 (``CpuClaims``).
+``--quick``: a tiny config, 8 tokens.
+
 torch.ao's FX quantization, torch.export and torchao are imported here only as the comparison.
 """
 
