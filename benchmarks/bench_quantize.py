@@ -62,6 +62,24 @@ its reference graph imported into fxloom's operators (``fxloom.quantize.import_q
 static int8 (``convert``) and fp32, interleaved, CPU and wall time as above, with each one's
 error against fp32 and the largest difference between imported and reference outputs.
 
+``--resnet50`` (own process, one thread): ResNet-50 (``fxloom.zoo``, random init) static int8
+at batch 1, 224x224, calibrated on 8 random images: fxloom's default against torch.ao FX
+(x86 qconfig mapping) and fp32, and fxloom's model lowered to ONNX Runtime as QDQ against
+ORT's own ``quantize_static`` of torch.onnx's fp32 export (ORT at one intra-op thread);
+interleaved rounds, CPU and wall time, SQNR against fp32. Targets (issue 37): fxloom <= 1.0x
+torch.ao FX at SQNR >= its; lowered <= 1.1x ORT's. An experiment row packs each conv weight
+for its input shape (``ShapedConvPacking``). ``--quick``: base width 8, 64x64.
+
+``--llm-decode`` (own process, one thread): a Llama-shaped decoder (hidden 2048, intermediate
+5632, ``--layers`` layers, random init) decoding 64 greedy tokens at batch 1 with the default
+cache: fp32, bf16, fxloom w8 and w4 (group 128; each Linear converted on its own, the model
+stays eager), torch.ao ``quantize_dynamic`` (fbgemm) and torchao's eager int8 weight-only
+(16 tokens for the slow ones), best of ``--rounds`` interleaved rounds; tokens/s of CPU time,
+agreement with fp32's tokens (greedy and teacher-forced). Targets (issue 37): w8 >= fbgemm's
+and >= 5x torchao's tokens/s, w4 >= 1.8x bf16, w8 agrees on >= 95% of steps. An experiment
+row lets the kernel table use ``_weight_int8pack_mm`` without AVX512-BF16 (``CpuClaims``).
+``--quick``: a tiny config, 8 tokens.
+
 torch.ao's FX quantization, torch.export and torchao are imported here only as the comparison.
 """
 
@@ -69,6 +87,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import gc
 import sys
 import time
@@ -734,6 +753,422 @@ def pt2e_import_main(batch_sizes: list[int], threads: int, record: bool) -> None
     publish("\n".join(lines), record)
 
 
+# ----------------------------------------------------------------------------- ResNet-50 static
+RESNET_ROUNDS = 15
+
+
+def sqnr(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Signal-to-quantization-noise ratio in dB: 10 log10(||ref||^2 / ||out - ref||^2)."""
+    noise = (out.float() - ref.float()).pow(2).sum()
+    return float(10 * torch.log10(ref.float().pow(2).sum() / noise))
+
+
+def ort_session(path: str):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def ort_quantize_static(model: nn.Module, example: torch.Tensor, data: list, folder: str):
+    """ONNX Runtime's own static int8 of ``model``: torch.onnx's fp32 export, ORT's
+    pre-processing (shape inference, batch-norm folding), then ``quantize_static`` (QDQ,
+    per-channel int8 weights, uint8 activations, MinMax calibration on ``data``); returns
+    ``(fp32 session, int8 session, input name)`` at one intra-op thread."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    fp32, pre, int8 = (f"{folder}/{name}.onnx" for name in ("fp32", "pre", "int8"))
+    torch.onnx.export(model, (example,), fp32, input_names=["x"], dynamo=True)
+    quant_pre_process(fp32, pre)
+
+    class Batches(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter([{"x": batch.numpy()} for batch in data])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(
+        pre, int8, Batches(), quant_format=QuantFormat.QDQ, per_channel=True,
+        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+    )  # fmt: skip
+    return ort_session(fp32), ort_session(int8)
+
+
+class ShapedConvPacking:
+    """A model whose calls run with fxloom's conv2d_int8 kernel prepacking each weight for
+    the call's input shape (``qconv_prepack``'s ``input_size``; the table passes None): an
+    experiment that measures a change to ``quantize/kernels.py`` without making it."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self, *args):
+        from fxloom.quantize import kernels
+
+        table = kernels.KERNELS["conv2d_int8"]
+        shaped = tuple(  # its own name: packs are cached by (kernel name, weight)
+            dataclasses.replace(row, name=f"{row.name} (shaped)", pack=_shaped_conv_pack)
+            for row in table
+        )
+        kernels.KERNELS["conv2d_int8"] = shaped
+        try:
+            return self.model(*args)
+        finally:
+            kernels.KERNELS["conv2d_int8"] = table
+
+
+def _shaped_conv_pack(args: tuple):
+    x, x_scale, x_zp, w, w_scale, _, stride, padding, dilation, groups = args[:10]
+    return torch.ops.onednn.qconv_prepack(
+        w, w_scale, x_scale, x_zp, stride, padding, dilation, groups, list(x.shape)
+    )
+
+
+SHAPED = "fxloom, qconv packed for the input shape (experiment)"
+
+
+def resnet50_models(quick: bool, folder: str) -> tuple[dict, list, torch.Tensor]:
+    """{variant: callable of x} for ResNet-50 (``quick``: base width 8, 64x64), the held-out
+    images, and the timed image."""
+    from fxloom.lower import lower
+    from fxloom.zoo.resnet50 import ResNet50
+
+    size = 64 if quick else 224
+    model = ResNet50(base_width=8).eval() if quick else zoo.build("resnet50")[0]
+    images = [
+        torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(s)) for s in range(16)
+    ]
+    data, held_out, x = images[:8], images[8:12], images[12]
+    prepared = prepare(model, (x,))
+    calibrate(prepared, data, progress=False)
+    ours = convert(prepared)
+    _, torch_ao = torch_phases(model, (x,), data, "x86")
+    lowered = lower(ours, (x,), threads=1)
+    assert lowered.lowering_report.nodes_in_pytorch == 0, str(lowered.lowering_report)
+    ort_fp32, ort_int8 = ort_quantize_static(model, x, data, folder)
+    models = {
+        "fp32": model,
+        "torch.ao FX": torch_ao,
+        "fxloom": ours,
+        SHAPED: ShapedConvPacking(convert(prepared)),
+        "fxloom QDQ on ORT": lowered,
+        "ORT quantize_static": lambda x: torch.from_numpy(ort_int8.run(None, {"x": x.numpy()})[0]),
+        "ORT fp32": lambda x: torch.from_numpy(ort_fp32.run(None, {"x": x.numpy()})[0]),
+    }
+    return models, held_out, x
+
+
+def resnet50_main(quick: bool, record: bool) -> None:
+    import tempfile
+
+    torch.set_num_threads(1)
+    freeze_startup_heap()
+    with tempfile.TemporaryDirectory() as folder:
+        models, held_out, x = resnet50_models(quick, folder)
+        with torch.no_grad():
+            ref = torch.cat([models["fp32"](image) for image in held_out])
+            quality = {
+                name: sqnr(torch.cat([m(image) for image in held_out]), ref)
+                for name, m in models.items()
+                if name != "fp32"
+            }
+        loads = (load_average(), None)
+        rounds = 2 if quick else RESNET_ROUNDS
+        times = interleaved(models, lambda m: m(x), rounds)
+    loads = (loads[0], load_average())
+    cpu = {name: value[0] * 1e3 for name, value in times.items()}
+    wall = {name: value[1] * 1e3 for name, value in times.items()}
+    command = "python benchmarks/bench_quantize.py --resnet50" + (" --quick" if quick else "")
+    sized = "base width 8, 64x64 (--quick)" if quick else "224x224"
+    lines = [
+        f"### Quantization on plain tensors: ResNet-50 static int8 (batch 1, {sized}; issue 37)",
+        "",
+        f"{machine_line()}. Command: `{command}`; one process, one torch thread, ONNX Runtime "
+        "at one intra-op thread; random init (fxloom.zoo resnet50), calibrated on the same 8 "
+        f"random images by every library; medians of {rounds} interleaved rounds (the order "
+        "rotating). CPU = the process's CPU time per forward (what the shared machine "
+        "disturbs least), wall = wall time. SQNR against fp32 on 4 held-out random images.",
+        "",
+        "| variant | CPU ms | wall ms | CPU / torch.ao FX | CPU / ORT quantize_static | SQNR dB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in models:
+        lines.append(
+            f"| {name} | {cpu[name]:.1f} | {wall[name]:.1f} "
+            f"| {cpu[name] / cpu['torch.ao FX']:.2f} "
+            f"| {cpu[name] / cpu['ORT quantize_static']:.2f} "
+            f"| {'-' if name == 'fp32' else f'{quality[name]:.1f}'} |"
+        )
+    eager = cpu["fxloom"] / cpu["torch.ao FX"]
+    lowered = cpu["fxloom QDQ on ORT"] / cpu["ORT quantize_static"]
+    lines += [
+        "",
+        f"Targets: fxloom / torch.ao FX <= 1.0: {eager:.2f} "
+        f"({'meets' if eager <= 1.0 else '**misses**'}); SQNR fxloom >= torch.ao FX: "
+        f"{quality['fxloom']:.1f} vs {quality['torch.ao FX']:.1f} dB "
+        f"({'meets' if quality['fxloom'] >= quality['torch.ao FX'] else '**misses**'}); "
+        f"fxloom QDQ on ORT / ORT quantize_static <= 1.1: {lowered:.2f} "
+        f"({'meets' if lowered <= 1.1 else '**misses**'}). Experiment (not the default): "
+        "fxloom with each conv weight prepacked for the input shape (`ShapedConvPacking`) / "
+        f"torch.ao FX: {cpu[SHAPED] / cpu['torch.ao FX']:.2f}.",
+        noise_line(loads, "."),
+        "",
+    ]
+    publish("\n".join(lines), record)
+
+
+def interleaved(models: dict, call: Callable, rounds: int) -> dict[str, tuple[float, float]]:
+    """variant -> (median CPU seconds, median wall seconds) of ``call(model)`` over ``rounds``
+    interleaved rounds, after one warm-up call each (packing on first use, allocator)."""
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
+    with torch.no_grad():
+        for model in models.values():
+            call(model)
+        for round_ in range(rounds):
+            for name in rotated(list(models), round_):
+                samples[name].append(cpu_and_wall(lambda m=models[name]: call(m)))
+    middle = rounds // 2
+    return {
+        name: (sorted(c for c, _ in runs)[middle], sorted(w for _, w in runs)[middle])
+        for name, runs in samples.items()
+    }
+
+
+# ----------------------------------------------------------------------------- LLM decode
+LLM_SHAPE = dict(
+    hidden_size=2048, intermediate_size=5632, num_attention_heads=32, num_key_value_heads=4,
+    vocab_size=32000, max_position_embeddings=512,
+)  # TinyLlama-1.1B's shape; the layer count is --layers  # fmt: skip
+LLM_QUICK = dict(
+    hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=1024, num_hidden_layers=2,
+)  # fmt: skip
+PROMPT = 8
+
+
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache's size (sysfs), 0 where unknown."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1], 1)
+        sizes.append(int(text.rstrip("KM")) * scale)
+    return max(sizes, default=0)
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the state the decoder layers and head read per token (the embedding table is
+    read one row a token, so it is left out): torch.ao's packed weights and torchao's tensor
+    subclasses counted by what they hold."""
+    state = model.state_dict(keep_vars=True)
+    return sum(held_bytes(v) for k, v in state.items() if not k.endswith("embed_tokens.weight"))
+
+
+def held_bytes(value: object) -> int:
+    if isinstance(value, (tuple, list)):  # torch.ao's packed (weight, bias)
+        return sum(held_bytes(v) for v in value)
+    if not isinstance(value, torch.Tensor):
+        return 0
+    if hasattr(value, "__tensor_flatten__"):  # a tensor subclass (torchao): its inner tensors
+        names, _ = value.__tensor_flatten__()
+        return sum(held_bytes(getattr(value, name)) for name in names)
+    if value.is_quantized:
+        return value.numel() * value.element_size()
+    return value.nbytes
+
+
+def fxloom_weight_only(model: nn.Module, scheme: str) -> nn.Module:
+    """``model`` with every Linear replaced by fxloom's ``scheme`` conversion of it (each traced
+    on its own as a one-layer Sequential, so the model stays eager and ``generate`` and its
+    cache run as they do)."""
+    dtype = next(model.parameters()).dtype
+    for name, layer in list(model.named_modules()):
+        if isinstance(layer, nn.Linear):
+            example = (torch.zeros(1, 1, layer.in_features, dtype=dtype),)
+            wrapped = nn.Sequential(layer).eval()
+            converted = convert(prepare(wrapped, example, QuantConfig(scheme=scheme)))
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, converted)
+    return model
+
+
+class CpuClaims:
+    """A model whose calls run with fxloom's kernel table told the CPU has ``features`` too
+    (an experiment: what the table's kernel would give here, not a claim about the CPU)."""
+
+    def __init__(self, model: nn.Module, *features: str) -> None:
+        self.model, self.features = model, frozenset(features)
+
+    def _claiming(self, method: Callable, *args, **kwargs):
+        from fxloom.quantize import kernels
+
+        real = kernels.cpu_features
+        kernels.cpu_features = lambda: real() | self.features
+        try:
+            return method(*args, **kwargs)
+        finally:
+            kernels.cpu_features = real
+
+    def generate(self, *args, **kwargs):
+        return self._claiming(self.model.generate, *args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self._claiming(self.model, *args, **kwargs)
+
+
+def llm_models(quick: bool, layers: int) -> tuple[dict, dict]:
+    """{variant: model} and {variant: new tokens to time} for the decoder."""
+    import transformers
+    from torch.ao.quantization import quantize_dynamic
+
+    shape = LLM_QUICK if quick else {**LLM_SHAPE, "num_hidden_layers": layers}
+    torch.manual_seed(0)
+    fp32 = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape)).eval()
+    bf16 = copy.deepcopy(fp32).to(torch.bfloat16)
+    w8 = fxloom_weight_only(copy.deepcopy(bf16), "w8")
+    models = {
+        "fp32": fp32,
+        "bf16": bf16,
+        "fxloom w8 (bf16 act.)": w8,
+        "fxloom w8, int8pack allowed": CpuClaims(w8, "avx512_bf16"),
+        "fxloom w4_g128 (bf16 act.)": fxloom_weight_only(copy.deepcopy(bf16), "w4_g128"),
+        "fxloom w4_g128 (fp32 act.)": fxloom_weight_only(copy.deepcopy(fp32), "w4_g128"),
+        "torch.ao quantize_dynamic": quantize_dynamic(
+            copy.deepcopy(fp32), {nn.Linear}, dtype=torch.qint8
+        ),
+    }
+    tokens = dict.fromkeys(models, 8 if quick else 64)
+    tokens["fxloom w8 (bf16 act.)"] = 4 if quick else 16  # the reference here: about 0.1x fp32
+    if torchao_installed():
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+        models["torchao int8 weight-only (eager)"] = eager = copy.deepcopy(bf16)
+        quantize_(eager, Int8WeightOnlyConfig())
+        tokens["torchao int8 weight-only (eager)"] = 4 if quick else 16  # about 0.1x fp32
+    return models, tokens
+
+
+def decode(model, prompt: torch.Tensor, new: int) -> torch.Tensor:
+    """Greedy decode of exactly ``new`` tokens (the default dynamic cache)."""
+    out = model.generate(
+        prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0
+    )
+    return out[0, prompt.shape[1] :]
+
+
+def timed_decode(model, prompt: torch.Tensor, new: int) -> tuple[tuple[float, float], torch.Tensor]:
+    """((CPU seconds, wall seconds), tokens) of one ``decode``."""
+    got: list[torch.Tensor] = []
+    seconds = cpu_and_wall(lambda: got.append(decode(model, prompt, new)))
+    return seconds, got[0]
+
+
+def teacher_forced(model, sequence: torch.Tensor, new: int) -> torch.Tensor:
+    """The model's argmax at each of the last ``new`` steps of ``sequence`` (fp32's decode)
+    given fp32's tokens before it: agreement without divergence compounding."""
+    with torch.no_grad():
+        logits = model(sequence[None]).logits[0]
+    return logits[-new - 1 : -1].argmax(-1)
+
+
+def llm_decode_main(quick: bool, layers: int, rounds: int, record: bool) -> None:
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")  # generate's notes on generation config
+    models, tokens = llm_models(quick, layers)
+    prompt = torch.randint(0, 1000, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    loads = [load_average()]
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
+    outputs: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for model in models.values():  # warm-up: packing on first use, allocator
+            decode(model, prompt, 2)
+        for round_ in range(rounds):
+            for name in rotated(list(models), round_):
+                seconds, outputs[name] = timed_decode(models[name], prompt, tokens[name])
+                samples[name].append(seconds)
+                print(f"round {round_} {name}: {samples[name][-1][0]:.1f} s CPU", flush=True)
+    loads.append(load_average())
+    reference = outputs["fp32"]
+    sequence = torch.cat([prompt[0], reference])
+    forced_ref = teacher_forced(models["fp32"], sequence, len(reference))
+    lines = llm_table(models, tokens, samples, outputs, sequence, forced_ref, quick, layers, rounds)
+    lines += [noise_line((loads[0], loads[1]), "."), ""]
+    publish("\n".join(lines), record)
+
+
+def llm_table(models, tokens, samples, outputs, sequence, forced_ref, quick, layers, rounds):
+    reference = outputs["fp32"]
+    cache = last_level_cache_bytes()
+    best = {name: min(c for c, _ in runs) for name, runs in samples.items()}
+    best_wall = {name: min(w for _, w in runs) for name, runs in samples.items()}
+    rate = {name: tokens[name] / best[name] for name in models}
+    command = "python benchmarks/bench_quantize.py --llm-decode" + (
+        " --quick" if quick else f" --layers {layers} --rounds {rounds}"
+    )
+    shape = LLM_QUICK if quick else {**LLM_SHAPE, "num_hidden_layers": layers}
+    lines = [
+        "### Quantization on plain tensors: LLM decode, weight-only int8/int4 (issue 37)",
+        "",
+        f"{machine_line()}. Command: `{command}`; one process, one torch thread. A "
+        f"Llama-shaped decoder (transformers LlamaForCausalLM, random init: hidden "
+        f"{shape['hidden_size']}, intermediate {shape['intermediate_size']}, "
+        f"{shape['num_hidden_layers']} layers, {shape['num_attention_heads']} heads / "
+        f"{shape['num_key_value_heads']} key-value heads, vocabulary {shape['vocab_size']}); "
+        f"greedy `generate` from an {PROMPT}-token prompt with the default cache, batch 1. "
+        "Tokens/s = new tokens / the process's CPU time for the whole `generate` (prefill "
+        f"included), best of {rounds} interleaved rounds (order rotating); wall in brackets. "
+        f"Last-level cache {cache / 2**20:.0f} MiB; weights = bytes the layers and head read "
+        "per token (embedding table left out). fxloom's schemes convert each Linear "
+        "(`fxloom_weight_only`: one traced Sequential per layer, the model stays eager). "
+        "Agreement: greedy tokens equal to fp32's at the same step; teacher-forced: the "
+        "argmax given fp32's tokens so far (no compounding after a first divergence).",
+        "",
+        "| variant | new tokens | weights MiB | tokens/s CPU (wall) | x fp32 | x bf16 "
+        "| agreement | teacher-forced |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, model in models.items():
+        inner = model.model if isinstance(model, CpuClaims) else model
+        same = outputs[name] == reference[: len(outputs[name])]
+        forced = teacher_forced(model, sequence, len(reference)) == forced_ref
+        lines.append(
+            f"| {name} | {tokens[name]} | {weight_bytes(inner) / 2**20:.0f} "
+            f"| {rate[name]:.2f} ({tokens[name] / best_wall[name]:.2f}) "
+            f"| {rate[name] / rate['fp32']:.2f} | {rate[name] / rate['bf16']:.2f} "
+            f"| {float(same.float().mean()):.0%} | {float(forced.float().mean()):.0%} |"
+        )
+    lines += ["", *llm_targets(rate), ""]
+    return lines
+
+
+def llm_targets(rate: dict[str, float]) -> list[str]:
+    w8, w4 = rate["fxloom w8 (bf16 act.)"], rate["fxloom w4_g128 (bf16 act.)"]
+    fbgemm, eager = rate["torch.ao quantize_dynamic"], rate.get("torchao int8 weight-only (eager)")
+    checks = [
+        ("fxloom w8 / torch.ao quantize_dynamic >= 1", w8 / fbgemm, 1.0),
+        ("fxloom w4_g128 / bf16 >= 1.8", w4 / rate["bf16"], 1.8),
+    ]
+    if eager is not None:
+        checks.insert(1, ("fxloom w8 / torchao eager >= 5", w8 / eager, 5.0))
+    return [
+        "Targets (tokens/s, default kernels): "
+        + "; ".join(
+            f"{label}: {value:.2f} ({'meets' if value >= bound else '**misses**'})"
+            for label, value, bound in checks
+        )
+        + "."
+    ]
+
+
 # ----------------------------------------------------------------------------- main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -752,11 +1187,29 @@ def main() -> None:
         "--pt2e-import", action="store_true",
         help="the paper's DeepRecommender through PT2E, imported into fxloom's operators",
     )  # fmt: skip
+    parser.add_argument(
+        "--resnet50", action="store_true",
+        help="ResNet-50 static int8 at batch 1 against torch.ao FX, and lowered to ONNX "
+        "Runtime as QDQ against ORT's quantize_static (one thread)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--llm-decode", action="store_true",
+        help="a Llama-shaped decoder's greedy decode: fp32, bf16, fxloom w8 / w4, torch.ao "
+        "quantize_dynamic, torchao's eager int8 (one thread)",
+    )  # fmt: skip
+    parser.add_argument("--layers", type=int, default=6, help="--llm-decode's decoder layers")
+    parser.add_argument("--rounds", type=int, default=2, help="--llm-decode's timed rounds")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message=".*quantiz.*")  # torch's torchao migration notes
     warnings.filterwarnings("ignore", message=".*torchao.*")
     if args.bert:
         bert_main(args.record)
+        return
+    if args.resnet50:
+        resnet50_main(args.quick, args.record)
+        return
+    if args.llm_decode:
+        llm_decode_main(args.quick, args.layers, 1 if args.quick else args.rounds, args.record)
         return
     sizes = [1, 64] if args.batch_sizes == [1, 16, 64, 256] else args.batch_sizes
     if args.deeprec_dynamic:

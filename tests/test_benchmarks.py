@@ -61,3 +61,29 @@ def test_bench_compile_ort_quick_runs_and_prints_its_table() -> None:
     assert result.returncode == 0, result.stderr
     assert "| resnet_tiny | " in result.stdout and "| bert_4_layers | " in result.stdout
     assert (BENCHMARKS / "RESULTS.md").read_text() == results_before  # no --record, no change
+
+
+def test_bench_quantize_llm_decode_quick_runs_every_variant() -> None:
+    pytest.importorskip("transformers")
+    result = run_benchmark_for("bench_quantize.py", "--llm-decode", "--quick")
+    assert result.returncode == 0, result.stderr
+    assert "### Quantization on plain tensors: LLM decode" in result.stdout
+    for variant in ("fp32", "bf16", "fxloom w8 (bf16 act.)", "fxloom w4_g128 (bf16 act.)"):
+        assert f"| {variant} | " in result.stdout
+    assert "| torch.ao quantize_dynamic | " in result.stdout
+
+
+def test_bench_quantize_resnet50_quick_runs_every_variant() -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")  # torch.onnx's exporter, for ORT's own quantize_static
+    result = run_benchmark_for("bench_quantize.py", "--resnet50", "--quick")
+    assert result.returncode == 0, result.stderr
+    assert "### Quantization on plain tensors: ResNet-50 static int8" in result.stdout
+    for variant in ("torch.ao FX", "fxloom", "fxloom QDQ on ORT", "ORT quantize_static"):
+        assert f"| {variant} | " in result.stdout
+
+
+def run_benchmark_for(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``run_benchmark`` with a longer limit: these build and quantize several models."""
+    command = [sys.executable, str(BENCHMARKS / script), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
