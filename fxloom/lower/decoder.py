@@ -70,10 +70,14 @@ SEQUENCE, PAST, TOTAL = "sequence", "past_sequence", "total_sequence"
 ENCODER = "encoder_sequence"
 # The sizes the decoder is traced at, and doubled in turn: no two coincide, nor any sum.
 EXAMPLE_BATCH, EXAMPLE_SEQUENCE, EXAMPLE_PAST, EXAMPLE_ENCODER = 2, 3, 5, 7
+# The keyword a model's forward takes its cache by, which is also the field of the output that
+# returns it: transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old keyword is
+# accepted, deprecated, until 5.40). The ONNX files keep the deployed names either way.
+CACHE_KEYWORDS = ("cache", "past_key_values")
 # The arguments the graphs take, for a decoder-only model (False) and an encoder-decoder.
 _TAKEN = {
-    False: {"input_ids", "attention_mask", "position_ids", "past_key_values", "cache_position"},
-    True: {"decoder_input_ids", "encoder_outputs", "attention_mask", "past_key_values"}
+    False: {"input_ids", "attention_mask", "position_ids", "cache_position", *CACHE_KEYWORDS},
+    True: {"decoder_input_ids", "encoder_outputs", "attention_mask", *CACHE_KEYWORDS}
     | {"cache_position", "input_ids"},  # input_ids: the encoder's, unread with encoder_outputs
 }
 # Other arguments ``generate`` passes, which the graphs follow when they hold these values.
@@ -88,7 +92,7 @@ _NEUTRAL = {
 
 def is_causal_lm(model: Any, concrete_args: dict[str, Any] | None = None) -> bool:
     """Whether ``model`` is a transformers model that generates text with a key/value cache
-    (its forward takes ``past_key_values``, its config keeps ``use_cache`` on) and is not
+    (its forward takes a cache, ``CACHE_KEYWORDS``, its config keeps ``use_cache`` on) and is not
     told otherwise (``concrete_args={"use_cache": False}``). Encoder-decoders (T5) are too:
     their decoder is lowered with both its caches (self-attention and cross-attention)."""
     if not isinstance(model, nn.Module) or not hasattr(model, "can_generate"):
@@ -102,7 +106,27 @@ def is_causal_lm(model: Any, concrete_args: dict[str, Any] | None = None) -> boo
         generates = bool(model.can_generate())
     except Exception:  # a model that cannot tell is not one we rebuild the cache of
         return False
-    return generates and "past_key_values" in inspect.signature(type(model).forward).parameters
+    return generates and cache_keyword(model) is not None
+
+
+def cache_keyword(model: nn.Module) -> str | None:
+    """The keyword ``model``'s forward takes its cache by (``CACHE_KEYWORDS``), if any."""
+    parameters = inspect.signature(type(model).forward).parameters
+    return next((name for name in CACHE_KEYWORDS if name in parameters), None)
+
+
+def returned_cache(output: Any) -> Any:
+    """The cache a model's output returns, under either of its names."""
+    for name in CACHE_KEYWORDS:
+        cache = getattr(output, name, None)
+        if cache is not None:
+            return cache
+    return None
+
+
+def _given_cache(call: dict[str, Any]) -> Any:
+    """The cache a call passes, by the forward's keyword or the deprecated one."""
+    return next((call[name] for name in CACHE_KEYWORDS if call.get(name) is not None), None)
 
 
 @dataclass(frozen=True)
@@ -185,12 +209,12 @@ class _Step(nn.Module):
         output = self.model(
             **{layout.token_ids: ids},
             attention_mask=attention_mask,
-            past_key_values=cache,
+            **{cache_keyword(self.model): cache},
             use_cache=True,
             return_dict=True,
             **extra,
         )
-        return (output.logits, *_tensors_of(output.past_key_values))
+        return (output.logits, *_tensors_of(returned_cache(output)))
 
 
 def _step_class(layout: DecoderLayout) -> type[_Step]:
@@ -304,7 +328,7 @@ def _examples(model: nn.Module, layout: DecoderLayout, user_ids: torch.Tensor | 
         with torch.no_grad():
             output = model(**{layout.token_ids: tokens(past)}, use_cache=True, **context)
         names = [f"past_key_values_{part}" for part in layout.cache_parts()]
-        inputs.update(zip(names, _tensors_of(output.past_key_values)))
+        inputs.update(zip(names, _tensors_of(returned_cache(output))))
     return inputs
 
 
@@ -389,7 +413,7 @@ def _plain_attention(model: nn.Module) -> Iterator[None]:
 def _layout(model: nn.Module, past: bool) -> DecoderLayout:
     """The layout of ``model``'s cache, found by calling it on one token."""
     encoder = bool(getattr(model.config, "is_encoder_decoder", False))
-    cache = _probe(model).past_key_values
+    cache = returned_cache(_probe(model))
     reason = _plain_cache_reason(cache, encoder)
     if reason is not None:
         raise TypeError(
@@ -498,7 +522,7 @@ class LoweredDecoder(nn.Module):
         reason, past = self._eager_reason(call)
         if reason is not None:
             return self._run_eager(reason, call)
-        cache = call.get("past_key_values")
+        cache = _given_cache(call)
         try:
             logits, present = self._run_graph(call, past)
         except RuntimeError as error:
@@ -514,7 +538,7 @@ class LoweredDecoder(nn.Module):
         logits = logits[:, _kept(call.get("logits_to_keep", 0)), :]
         if call.get("return_dict") is False:
             return (logits, cache) if cache is not None else (logits,)
-        fields = {"logits": logits, "past_key_values": cache}
+        fields = {"logits": logits, _cache_field(self._output_class): cache}
         if self.layout.encoder:
             fields["encoder_last_hidden_state"] = _encoded(call)
         return self._output_class(**fields)
@@ -530,7 +554,7 @@ class LoweredDecoder(nn.Module):
         for name, value in call.items():
             if name not in _TAKEN[layout.encoder] and not _neutral(name, value):
                 return f"{name}={_short(value)} (the graphs were made for its default)", 0
-        cache = call.get("past_key_values")
+        cache = _given_cache(call)
         if cache is None:
             return None, 0
         reason = _plain_cache_reason(cache, layout.encoder)
@@ -562,7 +586,7 @@ class LoweredDecoder(nn.Module):
         graph = self.prefill
         if past > 0:
             graph = self.decode
-            inputs += _tensors_of(call["past_key_values"])
+            inputs += _tensors_of(_given_cache(call))
         outputs = graph(*inputs)
         return outputs[0], list(outputs[1:])
 
@@ -653,7 +677,7 @@ def decode_step(
         context = {"encoder_outputs": hidden, "attention_mask": source}
     with torch.no_grad():
         first = model(**{layout.token_ids: ids[:, :past]}, use_cache=True, **context)
-    tensors = _tensors_of(first.past_key_values)
+    tensors = _tensors_of(returned_cache(first))
     if not layout.encoder:
         context = {"attention_mask": torch.ones(batch, past + 1, dtype=torch.long)}
 
@@ -662,7 +686,7 @@ def decode_step(
         with torch.no_grad():
             return forward(
                 **{layout.token_ids: ids[:, past:]},
-                past_key_values=cache,
+                **{cache_keyword(model): cache},
                 use_cache=True,
                 **context,
             )
@@ -728,3 +752,9 @@ def _sums_two_sizes(name: str, layout: DecoderLayout) -> bool:
     if name == "attention_mask":
         return not layout.encoder  # an encoder-decoder's mask covers the encoder's positions
     return name.startswith("present.") and ".encoder." not in name
+
+
+def _cache_field(output_class: type) -> str:
+    """The field ``output_class`` returns the cache in (``CACHE_KEYWORDS``)."""
+    fields = getattr(output_class, "__dataclass_fields__", {})
+    return next((name for name in CACHE_KEYWORDS if name in fields), "past_key_values")
