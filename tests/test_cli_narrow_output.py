@@ -71,6 +71,7 @@ def test_the_quantize_report_fits_80_columns():
     assert "no int8 kernel for it" in output
 
 
+@pytest.mark.bytecode
 def test_compile_explain_fits_80_columns():
     assert_fits(run_piped("compile", "transformer_tiny", "--explain"))
 

@@ -58,6 +58,7 @@ class Doubling(Backend):
         return lambda *args: tuple(2 * value for value in graph_module.forward(*args))
 
 
+@pytest.mark.bytecode
 def test_fxloom_compile_finds_a_registered_backend_by_name():
     register_backend(Doubling())
     try:
@@ -67,6 +68,7 @@ def test_fxloom_compile_finds_a_registered_backend_by_name():
         del BACKENDS[Doubling.name]
 
 
+@pytest.mark.bytecode
 def test_the_bytecode_frontend_keeps_no_registry_and_points_to_the_one():
     from fxloom.bytecode import compiled
 

@@ -460,7 +460,7 @@ def run(
         "fxloom_commit": _commit_of(fxloom_dir) if against == "fxloom" else against,
         "torch": __import__("torch").__version__,
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - started, 1),
         "interrupted": result.shouldStop,
         "counts": {k: len(v) for k, v in by_outcome.items()},

@@ -47,7 +47,14 @@ def compiled_graph(model):
     return entry.graph_module.graph
 
 
-@pytest.mark.parametrize("graph_of", [traced_graph, exported_graph, compiled_graph])
+@pytest.mark.parametrize(
+    "graph_of",
+    [
+        traced_graph,
+        exported_graph,
+        pytest.param(compiled_graph, marks=pytest.mark.bytecode, id="compiled_graph"),
+    ],
+)
 def test_every_frontend_stamps_the_same_keys_on_each_operation(graph_of):
     graph = graph_of(Model())
     operations = [node for node in graph.nodes if node.op in OPERATIONS]
@@ -56,7 +63,14 @@ def test_every_frontend_stamps_the_same_keys_on_each_operation(graph_of):
         assert STAMPED <= node.meta.keys(), (node.name, sorted(node.meta))
 
 
-@pytest.mark.parametrize("graph_of", [traced_graph, exported_graph, compiled_graph])
+@pytest.mark.parametrize(
+    "graph_of",
+    [
+        traced_graph,
+        exported_graph,
+        pytest.param(compiled_graph, marks=pytest.mark.bytecode, id="compiled_graph"),
+    ],
+)
 def test_every_frontend_names_the_submodule_an_operation_ran_in(graph_of):
     graph = graph_of(Model())
     relu = next(n for n in graph.nodes if "relu" in n.name)
