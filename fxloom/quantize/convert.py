@@ -64,7 +64,7 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.quantize import kernels, ops, weights
 from fxloom.quantize.errors import QuantizeError
-from fxloom.quantize.plan import QuantPlan, table_key
+from fxloom.quantize.plan import QuantPlan, _hashable, table_key
 from fxloom.quantize.report import QuantReport
 from fxloom.quantize.schemes import Kind
 from fxloom.quantize.table import (
@@ -72,6 +72,7 @@ from fxloom.quantize.table import (
     FLOAT_IO,
     RELU,
     STATIC_OPS,
+    SUMS,
     QuantizedModule,
     quantize_weight,
 )
@@ -120,7 +121,7 @@ def convert(prepared: GraphModule) -> GraphModule:
     config = plan.config
     if config.scheme.calibrates:
         _check_calibrated(prepared, plan)
-        plan = _without_nonfinite_int8(prepared, plan)
+        plan = _without_lossy_int8(prepared, plan)
     gm = _copy_for_conversion(prepared, plan)
     del gm.meta["quantize"]
     ao = config.kernels == "torch.ao"
@@ -189,19 +190,10 @@ def _check_calibrated(prepared: GraphModule, plan: QuantPlan) -> None:
     )
 
 
-def _without_nonfinite_int8(prepared: GraphModule, plan: QuantPlan) -> QuantPlan:
-    """The plan with int8 operators that read or make inf/nan values moved to float."""
-    demoted: dict[str, str] = {}
-    for node in prepared.graph.find_nodes(op="call_module"):
-        if node.target not in plan.observers or not prepared.get_submodule(node.target).nonfinite:
-            continue
-        value = node.args[0]
-        why = f"%{value.name} holds inf or nan in calibration, which int8 cannot represent"
-        producer = _int8_producer(plan, value.name)
-        for name in [user.name for user in node.users] + [producer]:
-            decision = plan.decisions.get(name)
-            if decision is not None and decision.kind == Kind.INT8:
-                demoted.setdefault(name, why)
+def _without_lossy_int8(prepared: GraphModule, plan: QuantPlan) -> QuantPlan:
+    """The plan with the int8 operators calibration shows int8 would ruin moved to float:
+    those that read or make inf/nan, and sums that would lose an operand (``table.SUMS``)."""
+    demoted = {**_nonfinite(prepared, plan), **_lost_operands(prepared, plan)}
     if not demoted:
         return plan
     decisions = dict(plan.decisions)
@@ -215,6 +207,62 @@ def _without_nonfinite_int8(prepared: GraphModule, plan: QuantPlan) -> QuantPlan
                 decisions[relu], kind=Kind.FLOAT, reason=why_float
             )
     return dataclasses.replace(plan, decisions=decisions, fused_relu=fused_relu)
+
+
+def _nonfinite(prepared: GraphModule, plan: QuantPlan) -> dict[str, str]:
+    """int8 operator -> why: those that read or make inf or nan in calibration."""
+    demoted: dict[str, str] = {}
+    for node in prepared.graph.find_nodes(op="call_module"):
+        if node.target not in plan.observers or not prepared.get_submodule(node.target).nonfinite:
+            continue
+        value = node.args[0]
+        why = f"%{value.name} holds inf or nan in calibration, which int8 cannot represent"
+        producer = _int8_producer(plan, value.name)
+        for name in [user.name for user in node.users] + [producer]:
+            decision = plan.decisions.get(name)
+            if decision is not None and decision.kind == Kind.INT8:
+                demoted.setdefault(name, why)
+    return demoted
+
+
+def _lost_operands(prepared: GraphModule, plan: QuantPlan) -> dict[str, str]:
+    """int8 sum -> why: those with an operand spanning less than one int8 step of the sum."""
+    observer_of = {value: name for name, value in plan.observers.items()}
+    demoted: dict[str, str] = {}
+    for node in prepared.graph.nodes:
+        decision = plan.decisions.get(node.name)
+        if decision is None or decision.kind != Kind.INT8:
+            continue
+        key = table_key(node, prepared)
+        if not (_hashable(key) and key in SUMS):
+            continue
+        output = observer_of.get(plan.fused_relu.get(node.name, node.name))
+        if output is None:
+            continue
+        step = float(_watcher(prepared, output).qparams()[0].max())
+        for operand in node.all_input_nodes:
+            # In the prepared graph an operand is read through its observer's call.
+            watched = operand.op == "call_module" and operand.target in plan.observers
+            observer = operand.target if watched else observer_of.get(operand.name)
+            if observer is None:
+                continue
+            watcher = _watcher(prepared, observer)
+            low, high = watcher.value_range()
+            span = float((high - low).max())
+            # A constant operand (span 0) loses nothing: the sum's range holds its offset.
+            if watcher.eps < span < step:
+                demoted[node.name] = (
+                    f"%{plan.observers[observer]} spans {span:.3g}, less than one int8 step "
+                    f"({step:.3g}) of the sum, which would lose it (a mask-sized other operand)"
+                )
+                break
+    return demoted
+
+
+def _watcher(prepared: GraphModule, name: str) -> torch.nn.Module:
+    """The observer called ``name``, or the one a fake quantizer (QAT) keeps."""
+    module = prepared.get_submodule(name)
+    return getattr(module, "observer", module)
 
 
 def _int8_producer(plan: QuantPlan, value: str) -> str:

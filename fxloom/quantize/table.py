@@ -24,6 +24,8 @@ Users extend them for their own layers:
                     output is never rounded to 8 bits and needs no observer (x86/FBGEMM
                     only). PT2E's X86InductorQuantizer likewise leaves a layer's output in
                     float when what reads it is float.
+    SUMS            int8 operators whose output scale can swallow an operand (``add``):
+                    convert keeps one in float where calibration shows it would.
     KEPT_FLOAT      operators that could compute on int8 but are better in float, with why
                     (averages over many values: rounding the mean to its input's int8 step
                     throws away the resolution averaging gained).
@@ -171,6 +173,11 @@ STATIC_OPS: OpTable = OpTable(
 )
 
 RELU: OpSet = OpSet({"relu"}, modules=True)
+
+# Sums: the output's int8 step follows the wider operand, so an operand that spans less than
+# one step of the sum vanishes in it. Attention scores plus a mask of -3.4e38 (older
+# transformers' T5) are the case: convert keeps such a sum in float (its calibration shows it).
+SUMS: OpSet = OpSet({"add"})
 
 # Torch-level spellings by key. Of exported programs' ATen calls only these: their graphs fix
 # every stride, and a transpose or permute computed on int8 (then dequantized) leaves another

@@ -230,6 +230,49 @@ def test_an_operator_reading_inf_is_kept_in_float_and_reported() -> None:
     assert torch.isfinite(out).all() and cosine(out, ref) > 0.99
 
 
+class MaskedScores(nn.Module):
+    """Attention scores plus a finite mask, as older transformers' T5 adds its causal mask
+    (of float32's lowest value; -1e9 here, which does not overflow to -inf as that one can):
+    an int8 sum's step would be about 4e6 and lose the scores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        scores = self.q(x) @ x.transpose(-1, -2)
+        return torch.softmax(scores + mask, dim=-1)
+
+
+def test_a_sum_that_would_lose_an_operand_to_a_mask_is_kept_in_float() -> None:
+    torch.manual_seed(0)
+    model = MaskedScores().eval()
+    mask = torch.triu(torch.full((6, 6), -1e9), diagonal=1)
+    data = [(torch.randn(2, 6, 8), mask) for _ in range(3)]
+    int8 = convert(calibrate(prepare(model, data[0]), data, progress=False))
+    (row,) = [row for row in report(int8).in_float if row.node == "add"]
+    assert "less than one int8 step" in row.reason and "%matmul" in row.reason
+    x = torch.randn(3, 6, 8)  # another batch size than calibration's
+    with torch.no_grad():
+        assert relative_error(int8(x, mask), model(x, mask)) < 0.05
+
+
+def test_adding_a_constant_offset_stays_int8() -> None:
+    # Nothing varies in a constant operand, so the sum's range holds it without loss.
+    model = nn.Sequential(nn.Linear(8, 8)).eval()
+    traced = fxloom.symbolic_trace(model)
+    graph = traced.graph
+    (output,) = graph.find_nodes(op="output")
+    with graph.inserting_before(output):
+        offset = graph.call_function(torch.full_like, (output.args[0], 3.0))
+        total = graph.call_function(operator.add, (output.args[0], offset))
+    output.args = (total,)
+    traced.recompile()
+    data = [(torch.randn(4, 8),) for _ in range(3)]
+    int8 = convert(calibrate(prepare(traced, data[0]), data, progress=False))
+    assert not [row for row in report(int8).in_float if "int8 step" in row.reason]
+
+
 def test_convert_before_calibration_is_a_clear_error() -> None:
     model, inputs = zoo.build("deeprec_tiny")
     prepared = prepare(model, inputs)
