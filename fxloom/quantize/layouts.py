@@ -86,7 +86,7 @@ POOLS_IN_FLOAT = {
 # read their input through ``reshape``): nothing to follow past them.
 ENDS_LAYOUT = {
     "call_function": frozenset({ops.linear_int8, ops.linear_w8, ops.linear_w4}),
-    "call_method": frozenset({"size", "dim"}),
+    "call_method": frozenset({"size", "dim", "contiguous"}),
 }
 
 
