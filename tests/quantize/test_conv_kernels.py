@@ -168,3 +168,27 @@ def test_the_graph_s_output_is_contiguous() -> None:
         out = int8(x)
     assert out.is_contiguous()
     assert layouts.keep_channels_last(int8) == 0  # run again: nothing left to add
+
+
+def test_a_converted_model_with_layout_copies_saves_and_loads(tmp_path) -> None:
+    import fxloom
+
+    model = nn.Sequential(ViewAfterConv(), nn.ReLU()).eval()
+    int8, x = _converted(Bottleneck(), (1, 3, 16, 16))
+    viewed, y = _converted(model, (2, 3, 6, 6))
+    for name, converted, data in [("bottleneck", int8, x), ("view", viewed, y)]:
+        fxloom.save(converted, tmp_path / f"{name}.fxl")
+        with torch.no_grad():
+            assert torch.equal(fxloom.load(tmp_path / f"{name}.fxl")(data), converted(data))
+
+
+def test_a_converted_model_with_layout_copies_lowers_to_onnx_runtime() -> None:
+    pytest.importorskip("onnxruntime")
+    from fxloom.lower import lower
+
+    model = Bottleneck().eval()
+    int8, x = _converted(model, (1, 3, 16, 16))
+    lowered = lower(int8, (x,))
+    assert lowered.lowering_report.nodes_in_pytorch == 0, str(lowered.lowering_report)
+    with torch.no_grad():
+        assert _relative_error(lowered(x), int8(x)) < 0.02
