@@ -28,7 +28,7 @@ prepared model):
   at the zero point;
 * a layer the plan gives float input and output (``plan.float_io``) reads the float value
   itself and returns float: one kernel quantizing its input;
-* (plain kernels) an int8 operator whose only user is an int8 sum of the same shape is fused
+* (plain kernels) an int8 operator whose only user is an int8 sum of its shape is fused
   with it into the operator of ``table.FUSED_SUMS`` (``conv2d_int8`` -> ``add_int8``:
   ``conv2d_add_int8``, the sum rounded once); the report says so on both nodes.
 
@@ -609,13 +609,15 @@ def _fusable_operand(node: Node) -> tuple[Node, int, FusedSum] | None:
             continue
         other = node.args[3 - position]
         alone = len(producer.users) == 1 and other is not producer
-        if alone and not producer.args[row.relu_at] and _same_shapes(producer, other, node):
+        if alone and not producer.args[row.relu_at] and _same_shapes(producer, node):
             return producer, position, row
     return None
 
 
 def _same_shapes(*nodes: Node) -> bool:
-    """Whether shape propagation gave every node one shape (unknown: not fused)."""
+    """Whether shape propagation gave every node one shape (unknown: not fused). The
+    operator's output has the sum's shape: the other operand broadcasts to it, if at all
+    (the fused operator broadcasts it as the sum does; its fast kernel wants one shape)."""
     shapes = {getattr(node.meta.get("tensor_meta"), "shape", None) for node in nodes}
     return len(shapes) == 1 and None not in shapes
 

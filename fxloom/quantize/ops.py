@@ -323,7 +323,12 @@ def _meta_conv2d_add_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
     other, other_scale, other_zero_point, out_scale, out_zero_point, relu,
 ):  # fmt: skip
-    return torch.empty_like(other, dtype=_out_dtype(out_scale))
+    convolution = _meta_conv2d_int8(
+        x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
+        out_scale, out_zero_point, relu,
+    )  # fmt: skip
+    shape = torch.broadcast_shapes(convolution.shape, other.shape)  # as the add broadcasts
+    return x.new_empty(shape, dtype=_out_dtype(out_scale))
 
 
 def _meta_elementwise(a, a_scale, a_zp, b, b_scale, b_zp, out_scale, out_zp, relu):
