@@ -69,7 +69,10 @@ ORT's own ``quantize_static`` of torch.onnx's fp32 export (ORT at one intra-op t
 interleaved rounds, CPU and wall time, SQNR against fp32. Targets (issue 37): fxloom <= 1.0x
 torch.ao FX at SQNR >= its; lowered <= 1.1x ORT's. Ablation rows run fxloom's model with one
 kernel-table row changed (``WithKernels``): add_int8 on the reference, conv weights packed
-without the input shape, conv outputs copied back to NCHW (as before issue 37's qconv branch). ``--quick``: base width 8, 64x64.
+without the input shape, conv outputs copied back to NCHW (as before issue 37's qconv branch);
+and one converted without ``table.FUSED_SUMS`` (each residual add its own ``add_int8`` after
+its convolution, as before the qfuse branch; the add_int8 ablation runs on that model, as the
+default has no add_int8 left). ``--quick``: base width 8, 64x64.
 
 ``--llm-decode`` (own process, one thread): a Llama-shaped decoder (hidden 2048, intermediate
 5632, ``--layers`` layers, random init) decoding 64 greedy tokens at batch 1 with the default
@@ -851,9 +854,22 @@ def nchw_conv_rows() -> tuple:
     return (dataclasses.replace(row, name=f"{row.name} (NCHW out)", compute=compute),)
 
 
-NO_FAST_ADD = "fxloom, add_int8 on the reference (ablation)"
+NO_FAST_ADD = "fxloom unfused, add_int8 on the reference (ablation)"
+UNFUSED = "fxloom, conv + add not fused (ablation)"
 NCHW = "fxloom, conv output copied back to NCHW (ablation)"
 UNSHAPED = "fxloom, conv packed without the input shape (ablation)"
+
+
+def unfused_convert(prepared: nn.Module) -> nn.Module:
+    """``convert`` without ``table.FUSED_SUMS``: every residual add its own add_int8."""
+    from fxloom.quantize import table
+
+    saved = dict(table.FUSED_SUMS)
+    table.FUSED_SUMS.clear()
+    try:
+        return convert(prepared)
+    finally:
+        table.FUSED_SUMS.update(saved)
 
 
 def resnet50_models(quick: bool, folder: str) -> tuple[dict, list, torch.Tensor]:
@@ -875,11 +891,13 @@ def resnet50_models(quick: bool, folder: str) -> tuple[dict, list, torch.Tensor]
     lowered = lower(ours, (x,), threads=1)
     assert lowered.lowering_report.nodes_in_pytorch == 0, str(lowered.lowering_report)
     ort_fp32, ort_int8 = ort_quantize_static(model, x, data, folder)
+    unfused = unfused_convert(prepared)  # its own weights, as the other ablations
     models = {
         "fp32": model,
         "torch.ao FX": torch_ao,
         "fxloom": ours,
-        NO_FAST_ADD: WithKernels(ours, add_int8=()),
+        UNFUSED: unfused,
+        NO_FAST_ADD: WithKernels(unfused, add_int8=()),
         # its own weights: a layer's kernel and pack are looked up once per weight (PLANS)
         UNSHAPED: WithKernels(convert(prepared), conv2d_int8=unshaped_conv_rows()),
         NCHW: WithKernels(convert(prepared), conv2d_int8=nchw_conv_rows()),
@@ -941,7 +959,8 @@ def resnet50_main(quick: bool, record: bool) -> None:
         f"({'meets' if quality['fxloom'] >= quality['torch.ao FX'] else '**misses**'}); "
         f"fxloom QDQ on ORT / ORT quantize_static <= 1.1: {lowered:.2f} "
         f"({'meets' if lowered <= 1.1 else '**misses**'}). Ablations / torch.ao FX: "
-        f"add_int8 on the reference {cpu[NO_FAST_ADD] / cpu['torch.ao FX']:.2f}, conv "
+        f"conv + add not fused {cpu[UNFUSED] / cpu['torch.ao FX']:.2f}, and its add_int8 on "
+        f"the reference {cpu[NO_FAST_ADD] / cpu['torch.ao FX']:.2f}, conv "
         f"packed without the input shape {cpu[UNSHAPED] / cpu['torch.ao FX']:.2f}, conv "
         f"output copied back to NCHW {cpu[NCHW] / cpu['torch.ao FX']:.2f}.",
         noise_line(loads, "."),

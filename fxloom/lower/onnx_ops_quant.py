@@ -27,6 +27,8 @@ conv2d_int8     ``DequantizeLinear`` of input, weight (per channel) and ``QLinea
                 int32 bias around ``Conv`` (+ ``Relu``), ``QuantizeLinear``
 add_int8,       ``DequantizeLinear`` around ``Add``/``Mul``, (``Relu``),  ``QLinearAdd``,
 mul_int8        ``QuantizeLinear``                                      ``QLinearMul``
+conv2d_add_int8 conv2d_int8's form, its output quantized at a scale     ``QLinearConv``,
+                that clips nothing the sum keeps, then add_int8's       ``QLinearAdd``
 =============== ======================================================= =====================
 
 Why these forms and not others:
@@ -48,7 +50,15 @@ Why these forms and not others:
   ``OrtModule`` asks for (``runtime.SESSION_CONFIG``);
 * a static convolution is the textbook QDQ pattern (the bias int32 at the input scale times
   each channel's weight scale: half a unit of the accumulator at most from the reference's
-  float bias, which is added as float where it would not fit in int32).
+  float bias, which is added as float where it would not fit in int32);
+* a convolution fused with its residual add (``conv2d_add_int8``) keeps the convolution's
+  result in float; ONNX Runtime has no integer kernel for that (``Conv`` + ``Add`` between
+  QDQ pairs runs as a float ``FusedConv``), so the convolution's result is quantized to
+  uint8 in between at the scale ``out_scale + other_scale`` with the zero point that makes
+  its range ``[out_low - other_high, out_high - other_low]``: a convolution value beyond it
+  gives a sum beyond the output's range whatever ``other`` is, clipped there either way, so
+  the extra step only rounds (half a step of that scale: about one output code where the
+  operands' scales are alike), and ONNX Runtime runs ``QLinearConv`` + ``QLinearAdd``.
 
 Weights, scales, zero points and biases must be constants of the graph (``get_attr``, as
 ``convert`` makes them); a graph that computes them is refused (``UnsupportedArgument``), and
@@ -311,8 +321,52 @@ def translate_linear_w4(ctx, node, args, kwargs):
 @_rows("conv2d_int8")
 def translate_conv2d_int8(ctx, node, args, kwargs):
     a = _bound("conv2d_int8", args, kwargs)
-    w = _constant(a["w"], "weight", "conv2d_int8")
-    w_scale = _constant(a["w_scale"], "weight scale", "conv2d_int8").float()
+    value = _convolution(ctx, a, "conv2d_int8")
+    return _finish(ctx, value, None, a["relu"], a["out_scale"], a["out_zero_point"])
+
+
+@_rows("conv2d_add_int8")
+def translate_conv2d_add_int8(ctx, node, args, kwargs):
+    a = _bound("conv2d_add_int8", args, kwargs)
+    value = _convolution(ctx, a, "conv2d_add_int8")
+    scale, zero_point = _unclipped_sum_operand(a)
+    in_between = _finish(ctx, value, None, False, scale, zero_point)
+    value = ctx.node(
+        "Add",
+        [_dequantized(ctx, in_between, scale, zero_point),
+         _dequantized(ctx, a["other"], a["other_scale"], a["other_zero_point"])],
+    )  # fmt: skip
+    return _finish(ctx, value, None, a["relu"], a["out_scale"], a["out_zero_point"])
+
+
+def _unclipped_sum_operand(a: dict) -> tuple[float, int]:
+    """uint8 parameters for the convolution's result ``c`` in ``c + other``: the range
+    ``[out_low - other_high, out_high - other_low]`` (beyond it the sum is clipped to the
+    output's range for every ``other``), 255 steps of ``out_scale + other_scale``."""
+    out_scale, other_scale = a["out_scale"], a["other_scale"]
+    if out_scale == 0.0:
+        raise UnsupportedArgument(
+            "conv2d_add_int8: a float output (out_scale 0) has no range to derive the "
+            "convolution's uint8 parameters from; convert fuses only int8 sums"
+        )
+    scale = out_scale + other_scale
+    low = -a["out_zero_point"] * out_scale - (255 - a["other_zero_point"]) * other_scale
+    return scale, min(max(round(-low / scale), 0), 255)
+
+
+def _dequantized(ctx, value: Any, scale: float, zero_point: int) -> str:
+    """``value`` (a graph value, or an ONNX name written here) as float."""
+    return ctx.node(
+        "DequantizeLinear",
+        [value if isinstance(value, str) else ctx.name(value, dtype=torch.uint8),
+         _scalar(ctx, scale, torch.float32), _scalar(ctx, zero_point, torch.uint8)],
+    )  # fmt: skip
+
+
+def _convolution(ctx, a: dict, name: str) -> str:
+    """The int8 convolution's float result (bias added): QDQ around ``Conv``."""
+    w = _constant(a["w"], "weight", name)
+    w_scale = _constant(a["w_scale"], "weight scale", name).float()
     x = ctx.node(
         "DequantizeLinear",
         [ctx.name(a["x"]), _scalar(ctx, a["x_scale"], torch.float32),
@@ -321,7 +375,7 @@ def translate_conv2d_int8(ctx, node, args, kwargs):
     weight = ctx.node("DequantizeLinear", [ctx.constant(w), ctx.constant(w_scale)], axis=0)
     inputs, float_bias = [x, weight], None
     if a["bias"] is not None:
-        bias = _constant(a["bias"], "bias", "conv2d_int8").float()
+        bias = _constant(a["bias"], "bias", name).float()
         bias_scale = a["x_scale"] * w_scale
         units = torch.round(bias / bias_scale)
         if bool((units.abs() < 2**31 - 1).all()):  # the QDQ form: an int32 bias
@@ -346,7 +400,7 @@ def translate_conv2d_int8(ctx, node, args, kwargs):
     )
     if float_bias is not None:
         value = ctx.node("Add", [value, ctx.constant(float_bias.reshape(-1, *[1] * spatial))])
-    return _finish(ctx, value, None, a["relu"], a["out_scale"], a["out_zero_point"])
+    return value
 
 
 # ---- elementwise ----------------------------------------------------------------------------

@@ -92,6 +92,7 @@ _QUANTIZED_OPERATORS = (
     "linear_w8",
     "linear_w4",
     "conv2d_int8",
+    "conv2d_add_int8",
     "add_int8",
     "mul_int8",
 )

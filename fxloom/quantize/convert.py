@@ -27,7 +27,10 @@ prepared model):
 * dropout and ``nn.Identity`` are erased (nothing in eval mode); a ReLU left on int8 clamps
   at the zero point;
 * a layer the plan gives float input and output (``plan.float_io``) reads the float value
-  itself and returns float: one kernel quantizing its input.
+  itself and returns float: one kernel quantizing its input;
+* (plain kernels) an int8 operator whose only user is an int8 sum of its shape is fused
+  with it into the operator of ``table.FUSED_SUMS`` (``conv2d_int8`` -> ``add_int8``:
+  ``conv2d_add_int8``, the sum rounded once); the report says so on both nodes.
 
 An int8 operator whose input or output held inf or nan during calibration (an attention
 mask) is converted in float instead, and the report says why.
@@ -70,9 +73,11 @@ from fxloom.quantize.schemes import Kind
 from fxloom.quantize.table import (
     DYNAMIC_MODULES,
     FLOAT_IO,
+    FUSED_SUMS,
     RELU,
     STATIC_OPS,
     SUMS,
+    FusedSum,
     QuantizedModule,
     quantize_weight,
 )
@@ -125,15 +130,18 @@ def convert(prepared: GraphModule) -> GraphModule:
     gm = _copy_for_conversion(prepared, plan)
     del gm.meta["quantize"]
     ao = config.kernels == "torch.ao"
+    fused: dict[str, str] = {}
     with quantized_engine(config.engine) if ao else contextlib.nullcontext():
         if config.scheme.calibrates:
             conversion = (_StaticConversion if ao else _PlainStaticConversion)(gm, plan)
             conversion.run()
-            if not ao:  # int8 convolutions return channels-last: contiguous where it matters
+            if not ao:
+                fused = _fuse_sums(gm)
+                # int8 convolutions return channels-last: contiguous where it matters
                 layouts.keep_channels_last(gm)
         else:
             (_convert_dynamic if ao else _convert_layers)(gm, plan)
-    notes = {} if ao else _kernel_notes(gm, plan)
+    notes = {} if ao else _kernel_notes(gm, plan, fused)
     gm.graph.lint()
     gm.delete_all_unused_submodules()  # the observers, and the float layers swapped out
     gm.recompile()
@@ -567,16 +575,68 @@ def _int4_layer(gm, node, module, scheme, observer):
 LAYER_OPERATORS = {8: _int8_layer, 4: _int4_layer}  # QuantScheme.weight_bits -> its layer
 
 
-def _kernel_notes(gm: GraphModule, plan: QuantPlan) -> dict[str, str]:
-    """Each quantized node's reason, with the kernel the table gives it on this CPU and why."""
-    notes = {}
+def _fuse_sums(gm: GraphModule) -> dict[str, str]:
+    """Each int8 sum whose operand is a ``table.FUSED_SUMS`` operator read by nothing else
+    becomes the fused operator (in the sum's place: both operands exist there); node name ->
+    what the report says of the fusion, for the sum and the operator it swallowed."""
+    notes: dict[str, str] = {}
+    for node in list(gm.graph.nodes):
+        found = _fusable_operand(node)
+        if found is None:
+            continue
+        producer, position, row = found
+        other = 3 - position  # the sum's other operand, with its scale and zero point
+        node.target = getattr(ops, row.fused)
+        node.args = (
+            *producer.args[: row.inputs], *node.args[other : other + 3], *node.args[6:9]
+        )  # fmt: skip
+        gm.graph.erase_node(producer)
+        notes[node.name] = f"fused with %{producer.name} into fxloom_q.{row.fused} ({row.why})"
+        notes[producer.name] = f"fused into %{node.name} (fxloom_q.{row.fused})"
+    return notes
+
+
+def _fusable_operand(node: Node) -> tuple[Node, int, FusedSum] | None:
+    """(the operand, its position, the FUSED_SUMS row) that ``node``, an int8 sum, swallows."""
+    if node.op != "call_function" or len(node.args) != 9:
+        return None
+    for position in (0, 3):
+        producer = node.args[position]
+        if not isinstance(producer, Node) or producer.op != "call_function":
+            continue
+        row = FUSED_SUMS.get(getattr(producer.target, "__name__", None))
+        if row is None or node.target is not getattr(ops, row.sum):
+            continue
+        other = node.args[3 - position]
+        alone = len(producer.users) == 1 and other is not producer
+        if alone and not producer.args[row.relu_at] and _same_shapes(producer, node):
+            return producer, position, row
+    return None
+
+
+def _same_shapes(*nodes: Node) -> bool:
+    """Whether shape propagation gave every node one shape (unknown: not fused). The
+    operator's output has the sum's shape: the other operand broadcasts to it, if at all
+    (the fused operator broadcasts it as the sum does; its fast kernel wants one shape)."""
+    shapes = {getattr(node.meta.get("tensor_meta"), "shape", None) for node in nodes}
+    return len(shapes) == 1 and None not in shapes
+
+
+def _kernel_notes(gm: GraphModule, plan: QuantPlan, fused: dict[str, str]) -> dict[str, str]:
+    """Each quantized node's reason, with the kernel the table gives it on this CPU and why
+    (and, for a fused pair, the fusion)."""
+    notes = {
+        name: f"{plan.decisions[name].reason}; {why}"
+        for name, why in fused.items()
+        if name in plan.decisions
+    }
     for node in gm.graph.nodes:
         decision = plan.decisions.get(node.name)
         name = getattr(node.target, "__name__", None)
         if decision is None or node.op != "call_function" or name not in ops.OPERATORS:
             continue
         explained = kernels.explain(name, **_call_shape(gm, node, name))
-        notes[node.name] = f"{decision.reason}; kernel: {explained}"
+        notes[node.name] = f"{notes.get(node.name, decision.reason)}; kernel: {explained}"
     return notes
 
 

@@ -25,6 +25,10 @@ thread, AVX512-VNNI without AMX):
     add_int8     onednn.qconv2d_pointwise.binary     4-d uint8 operands of one shape, uint8
                  (identity, sum)                     out: a depthwise identity convolution
                                                      of a, b added by the "sum" post-op
+    conv2d_add_  onednn.qconv2d_pointwise.binary     2-d, uint8 activations and ``other`` of
+    int8         (sum)                               the output's shape, uint8 out: the
+                                                     convolution with the "sum" post-op
+                                                     adding ``other`` (packed as conv2d_int8)
     anything else: the reference
 
 Kernels that want the weight in their own layout (onednn's prepacked weights, int4 tiles)
@@ -373,6 +377,46 @@ def _onednn_add(args: tuple, packed: Any) -> torch.Tensor:
     )  # fmt: skip
 
 
+# ---------------------------------------------------------------- conv2d_add_int8
+def _onednn_conv_add_fits(args: tuple, features: frozenset[str]) -> str:
+    why = _onednn_conv_fits(args, features)
+    if why:
+        return why
+    other, out_scale = args[10], args[13]
+    if other.dtype != torch.uint8:
+        return f"other of {other.dtype}"
+    if out_scale == 0.0:
+        return "float output"
+    if tuple(other.shape) != _conv_output_shape(args):
+        return "other of another shape than the convolution's output (broadcasting)"
+    return ""
+
+
+def _conv_output_shape(args: tuple) -> tuple[int, ...]:
+    x, w, stride, padding, dilation = args[0], args[3], *args[6:9]
+    sizes = (
+        (size + 2 * pad - dil * (k - 1) - 1) // step + 1
+        for size, k, step, pad, dil in zip(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    )
+    return (x.shape[0], w.shape[0], *sizes)
+
+
+def _onednn_conv_add(args: tuple, packed: Any) -> torch.Tensor:
+    """The convolution with oneDNN's "sum" post-op adding ``other`` (dequantized with its own
+    scale and zero point) to the float result, ReLU, requantized once: the reference's
+    arithmetic (equal on the tested cases), channels-last out like conv2d_int8's row."""
+    x, x_scale, x_zp, _, w_scale, bias, stride, padding, dilation, groups = args[:10]
+    other, other_scale, other_zp, out_scale, out_zp, relu = args[10:]
+    weight, zero_points = packed
+    # the post-op writes its result into the accumulator: a copy, ``other`` may be read again
+    accumulator = other.clone(memory_format=torch.channels_last)
+    return torch.ops.onednn.qconv2d_pointwise.binary(
+        x.contiguous(memory_format=torch.channels_last), x_scale, x_zp, weight, w_scale,
+        zero_points, accumulator, _float(bias), stride, padding, dilation, groups, out_scale,
+        out_zp, None, other_scale, other_zp, "sum", 1.0, "relu" if relu else None, [], "",
+    )  # fmt: skip
+
+
 def _zero_points(w_scale: torch.Tensor) -> torch.Tensor:
     return torch.zeros(w_scale.shape, dtype=torch.int64)
 
@@ -424,6 +468,14 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
             pack=_onednn_conv_pack, shaped=True,
         ),
     ),
+    "conv2d_add_int8": (
+        Kernel(
+            "onednn.qconv2d_pointwise.binary (sum)", _onednn_conv_add_fits, _onednn_conv_add,
+            "oneDNN int8 convolution with the residual added by its 'sum' post-op, ReLU and "
+            "one requantization fused: the block's add costs no pass of its own",
+            pack=_onednn_conv_pack, shaped=True,
+        ),
+    ),
     "add_int8": (
         Kernel(
             "onednn.qconv2d_pointwise.binary (identity, sum)", _onednn_add_fits, _onednn_add,
@@ -446,12 +498,14 @@ def kernel_for(name: str, args: tuple) -> Kernel | None:
 
 # ---------------------------------------------------------------- one decision per layer
 # op -> the position of its weight: a layer is its weight (identity and version)
-WEIGHT_AT = {"linear_int8": 3, "conv2d_int8": 3, "linear_w8": 1, "linear_w4": 1}
+WEIGHT_AT = {
+    "linear_int8": 3, "conv2d_int8": 3, "conv2d_add_int8": 3, "linear_w8": 1, "linear_w4": 1,
+}  # fmt: skip
 # plan key -> (weak reference to the weight, the row or None, the packed weight or None)
 PLANS: dict[tuple, tuple[weakref.ref, Kernel | None, Any]] = {}
 # ops whose rows pack per input shape (``Kernel.shaped``): their plans key on the whole
 # input shape (the last element of the key), at most SHAPES_PER_LAYER kept per layer
-SHAPE_KEYED = frozenset({"conv2d_int8"})
+SHAPE_KEYED = frozenset({"conv2d_int8", "conv2d_add_int8"})
 
 
 def _described(value: Any) -> Any:
@@ -486,8 +540,19 @@ def _conv_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
     )  # fmt: skip
 
 
+def _conv_add_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
+    """conv2d_add_int8's: the convolution's, with ``other`` described by its dtype and whole
+    shape (the row reads both) and its parameters; the input's whole shape still last."""
+    other, *rest = args[10:]
+    key = _conv_plan_key(name, w, (*args[:10], *rest))
+    return (*key[:-1], other.dtype, other.shape, key[-1])
+
+
 # op -> its own plan key (SHAPE_KEYED ops: the input's whole shape last)
-PLAN_KEYS: dict[str, Callable[[str, torch.Tensor, tuple], tuple]] = {"conv2d_int8": _conv_plan_key}
+PLAN_KEYS: dict[str, Callable[[str, torch.Tensor, tuple], tuple]] = {
+    "conv2d_int8": _conv_plan_key,
+    "conv2d_add_int8": _conv_add_plan_key,
+}
 
 
 def run(name: str, reference: Callable[..., Any], args: tuple) -> Any:
@@ -531,6 +596,11 @@ _EXAMPLES: dict[str, Callable[..., tuple]] = {
     "conv2d_int8": lambda **_: (
         torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, torch.empty(1, 1, 1, 1),
         torch.empty(1), None, [1, 1], [0, 0], [1, 1], 1, 0.0, 0, False,
+    ),
+    "conv2d_add_int8": lambda **_: (
+        torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, torch.empty(1, 1, 1, 1),
+        torch.empty(1), None, [1, 1], [0, 0], [1, 1], 1,
+        torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, 0.1, 0, False,
     ),
 }  # fmt: skip
 

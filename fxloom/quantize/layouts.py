@@ -40,7 +40,7 @@ __all__ = [
 aten = torch.ops.aten
 
 # the operators whose output may be channels-last
-MAKES_CHANNELS_LAST = frozenset({ops.conv2d_int8})
+MAKES_CHANNELS_LAST = frozenset({ops.conv2d_int8, ops.conv2d_add_int8})
 
 # Users that compute the same values whatever the memory format of their tensor inputs; their
 # output may be channels-last in turn (elementwise and pooling operators keep the input's).
@@ -48,6 +48,7 @@ PASSES_LAYOUT = {
     "call_function": frozenset(
         {
             ops.conv2d_int8,
+            ops.conv2d_add_int8,
             ops.add_int8,
             ops.mul_int8,
             ops.quantize,

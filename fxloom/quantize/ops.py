@@ -46,6 +46,12 @@ Operators:
     conv2d_int8(x, x_scale, x_zp, w, w_scale, bias, stride, padding, dilation, groups,
                 out_scale, out_zp, relu)       (any spatial rank: 1d and 3d weights work too)
     add_int8 / mul_int8(a, a_scale, a_zp, b, b_scale, b_zp, out_scale, out_zp, relu)
+    conv2d_add_int8(x, x_scale, x_zp, w, w_scale, bias, stride, padding, dilation, groups,
+                    other, other_scale, other_zp, out_scale, out_zp, relu)
+        a convolution and a residual add in one: the convolution's accumulator in float
+        (never rounded to 8 bits), plus ``other`` dequantized, ReLU'd if asked, quantized
+        once with the output's parameters (``convert`` fuses conv2d_int8 -> add_int8 into it
+        where the add is the convolution's only user: one rounding instead of two)
 
 Depends on: torch (``torch.library``), ``kernels`` (imported when a CPU kernel first runs).
 """
@@ -59,6 +65,7 @@ __all__ = [
     "OPERATORS",
     "add_int8",
     "choose_qparams",
+    "conv2d_add_int8",
     "conv2d_int8",
     "dequantize",
     "linear_int8",
@@ -89,6 +96,10 @@ SCHEMAS = {
     "conv2d_int8": "conv2d_int8(Tensor x, float x_scale, int x_zero_point, Tensor w, "
     "Tensor w_scale, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups, "
     "float out_scale, int out_zero_point, bool relu) -> Tensor",
+    "conv2d_add_int8": "conv2d_add_int8(Tensor x, float x_scale, int x_zero_point, Tensor w, "
+    "Tensor w_scale, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups, "
+    "Tensor other, float other_scale, int other_zero_point, float out_scale, "
+    "int out_zero_point, bool relu) -> Tensor",
     "add_int8": "add_int8(Tensor a, float a_scale, int a_zero_point, Tensor b, float b_scale, "
     "int b_zero_point, float out_scale, int out_zero_point, bool relu) -> Tensor",
     "mul_int8": "mul_int8(Tensor a, float a_scale, int a_zero_point, Tensor b, float b_scale, "
@@ -211,10 +222,8 @@ def reference_linear_w4(x, w, w_scale, w_zero_point, group_size, bias):
     return out if bias is None else out + bias.to(x.dtype)
 
 
-def reference_conv2d_int8(
-    x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
-    out_scale, out_zero_point, relu,
-):  # fmt: skip
+def _conv_value(x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups):
+    """The int8 convolution's result in float: the integer accumulator scaled, plus bias."""
     # torch has no integer convolution on CPU: integers in float64 sum exactly (< 2**53)
     centred = (x.to(torch.int32) - x_zero_point).double()
     accumulated = torch.convolution(
@@ -222,8 +231,31 @@ def reference_conv2d_int8(
     )
     shape = [1, -1] + [1] * (accumulated.dim() - 2)
     value = accumulated.float() * (x_scale * w_scale.float().reshape(shape))
-    if bias is not None:
-        value = value + bias.float().reshape(shape)
+    return value if bias is None else value + bias.float().reshape(shape)
+
+
+def reference_conv2d_int8(
+    x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
+    out_scale, out_zero_point, relu,
+):  # fmt: skip
+    value = _conv_value(
+        x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups
+    )
+    return _requantize(value, out_scale, out_zero_point, relu)
+
+
+def reference_conv2d_add_int8(
+    x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
+    other, other_scale, other_zero_point, out_scale, out_zero_point, relu,
+):  # fmt: skip
+    # the convolution's result stays float (not rounded and clipped to a uint8 range of its
+    # own, as conv2d_int8 then add_int8 would): the sum is rounded once
+    value = _conv_value(
+        x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups
+    )
+    value = value + reference_dequantize(
+        other, other_scale, other_zero_point, *ACTIVATION_RANGE, torch.uint8
+    )
     return _requantize(value, out_scale, out_zero_point, relu)
 
 
@@ -287,6 +319,18 @@ def _meta_conv2d_int8(
     return x.new_empty((x.shape[0], w.shape[0], *sizes), dtype=_out_dtype(out_scale))
 
 
+def _meta_conv2d_add_int8(
+    x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
+    other, other_scale, other_zero_point, out_scale, out_zero_point, relu,
+):  # fmt: skip
+    convolution = _meta_conv2d_int8(
+        x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
+        out_scale, out_zero_point, relu,
+    )  # fmt: skip
+    shape = torch.broadcast_shapes(convolution.shape, other.shape)  # as the add broadcasts
+    return x.new_empty(shape, dtype=_out_dtype(out_scale))
+
+
 def _meta_elementwise(a, a_scale, a_zp, b, b_scale, b_zp, out_scale, out_zp, relu):
     shape = torch.broadcast_shapes(a.shape, b.shape)
     return a.new_empty(shape, dtype=_out_dtype(out_scale))
@@ -300,6 +344,7 @@ METAS = {
     "linear_w8": _meta_linear_w8,
     "linear_w4": _meta_linear_w4,
     "conv2d_int8": _meta_conv2d_int8,
+    "conv2d_add_int8": _meta_conv2d_add_int8,
     "add_int8": _meta_elementwise,
     "mul_int8": _meta_elementwise,
 }
@@ -370,6 +415,17 @@ def conv2d_int8(
     return _ops.conv2d_int8.default(
         x, x_scale, x_zero_point, w, w_scale, bias, list(stride), list(padding),
         list(dilation), groups, out_scale, out_zero_point, relu,
+    )  # fmt: skip
+
+
+def conv2d_add_int8(
+    x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
+    other, other_scale, other_zero_point, out_scale, out_zero_point, relu=False,
+):  # fmt: skip
+    return _ops.conv2d_add_int8.default(
+        x, x_scale, x_zero_point, w, w_scale, bias, list(stride), list(padding),
+        list(dilation), groups, other, other_scale, other_zero_point, out_scale,
+        out_zero_point, relu,
     )  # fmt: skip
 
 

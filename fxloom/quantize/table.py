@@ -31,6 +31,9 @@ Users extend them for their own layers:
                     throws away the resolution averaging gained).
     DYNAMIC_MODULES module class -> builder of its dynamically quantized twin (int8 weights,
                     activations quantized per batch at run time).
+    FUSED_SUMS      (plain kernels) the fxloom operator whose only user is an int8 sum ->
+                    ``FusedSum``: the one operator computing both, its result never rounded
+                    to 8 bits before the sum (a residual block's last convolution and add).
 
 Everything else has no int8 kernel here and runs in float, with ``dequantize`` before it and
 ``quantize_per_tensor`` after it where its neighbours are int8 (the report says so)::
@@ -71,7 +74,9 @@ __all__ = [
     "DYNAMIC_MODULES",
     "FLOAT_IO",
     "FLOAT_IO_ENGINES",
+    "FUSED_SUMS",
     "FloatIO",
+    "FusedSum",
     "IDENTITY_IN_EVAL",
     "KEPT_FLOAT",
     "LinearFloatIO",
@@ -215,6 +220,35 @@ KEPT_FLOAT: OpTable = OpTable(
 )
 
 IDENTITY_IN_EVAL: set[type] = {nn.Dropout, nn.Identity}
+
+
+@dataclass(frozen=True)
+class FusedSum:
+    """An int8 operator and the sum that is its only user, as one fxloom operator ``fused``
+    (plain kernels): the operator's first ``inputs`` arguments (what it computes from),
+    then the sum's other operand with its scale and zero point, then the sum's output
+    parameters and ReLU. Never where the operator ReLUs its own output (argument ``relu_at``)
+    or the operands' shapes differ (no broadcasting)."""
+
+    sum: str  # the sum's fxloom operator (``ops.<sum>``: operands at 0 and 3, then out, relu)
+    fused: str  # ``ops.<fused>``
+    inputs: int
+    relu_at: int
+    why: str
+
+
+# A ResNet block's add fused into its last convolution: oneDNN adds the residual to the
+# convolution's result in its "sum" post-op, so the 16 conv + add pairs of ResNet-50 take 4.8
+# ms instead of 8.0 (one thread, kernels only), and the sum is rounded once (the unfused pair
+# rounds and clips the convolution's output to its calibrated range first).
+FUSED_SUMS: dict[str, FusedSum] = {
+    "conv2d_int8": FusedSum(
+        "add_int8", "conv2d_add_int8", inputs=10, relu_at=12,
+        why="the add is the convolution's only user: one kernel adds the residual to the "
+        "convolution's result and requantizes once (the convolution's output is not rounded "
+        "to 8 bits of its own)",
+    ),
+}  # fmt: skip
 
 # The operators of SHARES_QPARAMS that compute right on plain uint8 tensors (the plain
 # kernels): those that move, pick or order-compare values (an affine map keeps the order), and

@@ -18,9 +18,9 @@ ort = pytest.importorskip("onnxruntime")
 import onnx  # noqa: E402
 
 from fxloom.lower import lower, translate  # noqa: E402
-from fxloom.lower.onnx_ops_quant import QUANTIZED_OPERATORS  # noqa: E402
+from fxloom.lower.onnx_ops_quant import QUANTIZED_OPERATORS, _unclipped_sum_operand  # noqa: E402
 from fxloom.lower.runtime import OrtModule  # noqa: E402
-from fxloom.quantize import QuantConfig, convert, prepare  # noqa: E402
+from fxloom.quantize import QuantConfig, convert, ops, prepare  # noqa: E402
 
 # onnxruntime 1.23 (the matrix's Python 3.10 cell) fuses a 3-D MatMul and its bias Add into
 # Reshape + Gemm before its DequantizeLinear + MatMul -> MatMulNBits fusion can see the MatMul,
@@ -40,7 +40,8 @@ QUANTIZED_TARGETS = {
 
 
 class Residual(nn.Module):
-    """Two convolutions and a skip connection: conv2d_int8 and add_int8."""
+    """Two convolutions and a skip connection: conv2d_int8, and the second fused with the add
+    and its ReLU (conv2d_add_int8)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -200,3 +201,26 @@ def test_a_lowered_quantized_model_saves_and_loads(scheme, tmp_path):
     lowered = lower(model, (x,))
     fxloom.save(lowered, tmp_path / "model.fxl")
     assert torch.equal(fxloom.load(tmp_path / "model.fxl")(x), lowered(x))
+
+
+@pytest.mark.parametrize("relu, out_zero_point", [(True, 0), (False, 120)])
+def test_the_fused_sum_s_extra_onnx_step_only_rounds(relu: bool, out_zero_point: int) -> None:
+    """conv2d_add_int8's lowering quantizes the convolution's result in between (ONNX Runtime
+    has no integer kernel otherwise): at parameters that clip nothing the sum keeps, so even
+    far outside any calibrated range the result is the reference's within one code."""
+    u8 = (0, 255, torch.uint8)
+    g = torch.Generator().manual_seed(0)
+    convolution = torch.randn(10_000, generator=g) * 20  # well beyond the output's range
+    other = torch.randint(0, 256, (10_000,), generator=g, dtype=torch.uint8)
+    args = {"out_scale": 0.04, "out_zero_point": out_zero_point, "other_scale": 0.03,
+            "other_zero_point": 100}  # fmt: skip
+    scale, zero_point = _unclipped_sum_operand(args)
+    in_between = ops.dequantize(
+        ops.quantize(convolution, scale, zero_point, *u8), scale, zero_point, *u8
+    )
+
+    def finished(value):
+        value = value + ops.dequantize(other, 0.03, 100, *u8)
+        return ops.quantize(torch.relu(value) if relu else value, 0.04, out_zero_point, *u8)
+
+    assert (finished(in_between).int() - finished(convolution).int()).abs().max() <= 1

@@ -110,6 +110,47 @@ def test_int8_convolution_kernel_computes_the_reference(float_out: bool) -> None
     )
 
 
+CONV_ADD_CASES = {
+    "3x3, relu": (1, 16, 3, [1, 1], [1, 1], 1, (0.03, 120, 0.05, 100), True),
+    "1x1 stride 2, output zero point": (2, 16, 1, [2, 2], [0, 0], 1, (0.01, 128, 0.02, 130), False),
+    "grouped": (1, 16, 3, [1, 1], [1, 1], 4, (0.02, 0, 0.03, 0), True),
+}  # fmt: skip
+
+
+def _conv_add_args(case: str) -> tuple:
+    batch, channels, k, stride, padding, groups, params, relu = CONV_ADD_CASES[case]
+    g = torch.Generator().manual_seed(6)
+    x = torch.randint(0, 256, (batch, 8, 10, 10), generator=g, dtype=torch.uint8)
+    w = torch.randint(-127, 128, (channels, 8 // groups, k, k), generator=g, dtype=torch.int8)
+    scale, bias = torch.rand(channels, generator=g) * 1e-3, torch.randn(channels, generator=g)
+    head = (x, 0.02, 5, w, scale, bias, stride, padding, [1, 1], groups)
+    size = ops.reference_conv2d_int8(*head, 0.0, 0, False).shape
+    other = torch.randint(0, 256, size, generator=g, dtype=torch.uint8)
+    other_scale, other_zp, out_scale, out_zp = params
+    return (*head, other, other_scale, other_zp, out_scale, out_zp, relu)
+
+
+@pytest.mark.parametrize("case", CONV_ADD_CASES)
+def test_int8_convolution_and_add_kernel_computes_the_reference(case: str) -> None:
+    args = _conv_add_args(case)
+    other = args[10].clone()
+    assert (
+        kernels.kernel_for("conv2d_add_int8", args).name == "onednn.qconv2d_pointwise.binary (sum)"
+    )
+    got = kernels.run("conv2d_add_int8", ops.reference_conv2d_add_int8, args)
+    _same(got, ops.reference_conv2d_add_int8(*args))
+    assert torch.equal(args[10], other)  # the post-op's accumulator is a copy
+
+
+def test_int8_convolution_and_add_runs_the_reference_where_other_broadcasts() -> None:
+    args = _conv_add_args("3x3, relu")
+    broadcast = args[10][:, :, :1]
+    call = (*args[:10], broadcast, *args[11:])
+    assert kernels.kernel_for("conv2d_add_int8", call) is None
+    got = kernels.run("conv2d_add_int8", ops.reference_conv2d_add_int8, call)
+    assert torch.equal(got, ops.reference_conv2d_add_int8(*call))
+
+
 def test_a_weight_is_packed_once_per_version() -> None:
     w, scale, bias = _int8_weight(seed=5)
     args = (torch.randn(4, 64), 0.03, 128, w, scale, bias, 0.0, 0, False, False)
@@ -131,6 +172,7 @@ def test_explain_names_the_kernel_and_why() -> None:
     assert kernels.explain("add_int8").startswith(
         "onednn.qconv2d_pointwise.binary (identity, sum) ("
     )
+    assert kernels.explain("conv2d_add_int8").startswith("onednn.qconv2d_pointwise.binary (sum) (")
 
 
 def test_the_report_names_each_layer_s_kernel_and_why() -> None:

@@ -112,6 +112,20 @@ def test_int8_add_is_the_float_add_rounded_once() -> None:
     assert torch.equal(got, ops.quantize(total, 0.25, 0, *U8))
 
 
+def test_int8_convolution_and_add_is_their_float_sum_rounded_once() -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 256, (1, 3, 9, 9), generator=g, dtype=torch.uint8)
+    w = torch.randint(-127, 128, (4, 3, 3, 3), generator=g, dtype=torch.int8)
+    scale = torch.rand(4, generator=g) * 0.01
+    other = torch.randint(0, 256, (1, 4, 5, 5), generator=g, dtype=torch.uint8)
+    geometry = ([2, 2], [1, 1], [1, 1], 1)
+    convolution = ops.conv2d_int8(x, 0.1, 7, w, scale, None, *geometry)  # float out
+    total = torch.relu(convolution + ops.dequantize(other, 0.05, 100, *U8))
+    got = ops.conv2d_add_int8(x, 0.1, 7, w, scale, None, *geometry, other, 0.05, 100, 0.04, 0, True)
+    # oneDNN or the reference, the float sum is rounded once: one code at most apart
+    assert (got.int() - ops.quantize(total, 0.04, 0, *U8).int()).abs().max() <= 1
+
+
 META_CALLS = {
     "quantize": lambda m: ops.quantize(m(2, 5), 0.1, 0, *U8),
     "dequantize": lambda m: ops.dequantize(m(2, 5, dtype=torch.uint8), 0.1, 0, *U8),
@@ -135,6 +149,23 @@ META_CALLS = {
         [1, 1],
         1,
     ),  # fmt: skip
+    "conv2d_add_int8": lambda m: ops.conv2d_add_int8(
+        m(1, 3, 8, 8, dtype=torch.uint8),
+        0.1,
+        0,
+        m(4, 3, 3, 3, dtype=torch.int8),
+        m(4),
+        None,
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        1,
+        m(1, 4, 4, 4, dtype=torch.uint8),
+        0.1,
+        0,
+        0.2,
+        0,
+    ),  # fmt: skip
     "add_int8": lambda m: ops.add_int8(
         m(2, 5, dtype=torch.uint8), 0.1, 0, m(1, 5, dtype=torch.uint8), 0.1, 0, 0.2, 0
     ),
@@ -145,6 +176,7 @@ META_CALLS = {
 META_SHAPES = {
     "quantize": (2, 5), "dequantize": (2, 5), "choose_qparams": (1,), "linear_int8": (2, 7, 3),
     "linear_w8": (2, 3), "linear_w4": (2, 3), "conv2d_int8": (1, 4, 4, 4), "add_int8": (2, 5),
+    "conv2d_add_int8": (1, 4, 4, 4),
     "mul_int8": (2, 5),
 }  # fmt: skip
 
