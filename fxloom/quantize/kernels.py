@@ -4,7 +4,8 @@ The scheme decides *what* is computed (``quantize.ops``: each operator's referen
 table decides *how fast*, per operator, by the call's shapes and dtypes and the CPU's
 features. ``KERNELS[op]`` lists the candidates, fastest first; the first whose condition
 holds runs, and the reference is the last resort. No kernel departs from its operator's
-reference beyond float rounding (``tests/quantize/test_kernels.py`` checks each row).
+reference beyond float rounding, but for the weight-only rows that round fp32 activations to
+bf16, whose text states their bound (``tests/quantize/test_kernels.py`` checks each row).
 
 Seeded from the measurements of ``shared/design/quantize-plain-tensors.md`` (section 2, one
 thread, AVX512-VNNI without AMX):
@@ -15,10 +16,14 @@ thread, AVX512-VNNI without AMX):
                  (dynamic per tensor)                affine, choose_qparams in the call)
     linear_int8  aten._int_mm (per-token int8)       dynamic per-token activations, K and N
                                                      multiples of 8 (else the reference)
-    linear_w8    aten._weight_int8pack_mm            bf16 activations on a CPU with
-                                                     AVX512-BF16 (fed fp32 it is 2-5x slower
-                                                     than fp32: there the reference)
-    linear_w4    aten._weight_int4pack_mm_for_cpu    K a multiple of 32, N of 16
+    linear_w8    aten._weight_int8pack_mm            bf16 activations, AVX512
+    linear_w8    aten._weight_int8pack_mm            fp32 activations, AVX512: cast to bf16
+                 (fp32 cast to bf16)                 around the call (fed fp32 it is 10-30x
+                                                     slower); up to 128 rows
+    linear_w4    aten._weight_int4pack_mm_for_cpu    bf16 activations, AVX512, K a multiple
+                                                     of 32, N of 16
+    linear_w4    aten._weight_int4pack_mm_for_cpu    fp32 activations likewise, cast to bf16
+                 (fp32 cast to bf16)                 (fed fp32: 20x slower); up to 256 rows
     conv2d_int8  onednn.qconv_pointwise              2-d, zero padding
     anything else: the reference
 
@@ -58,11 +63,13 @@ __all__ = ["KERNELS", "PACKED", "PLANS", "Kernel", "cpu_features", "explain", "k
 @functools.cache
 def cpu_features() -> frozenset[str]:
     """The CPU features the table's conditions read: ``vnni``, ``avx512_bf16``, ``amx``,
-    ``onednn`` (torch built with oneDNN)."""
+    ``avx512`` (ATen's kernels run their AVX512 code), ``onednn`` (torch built with oneDNN)."""
     probes = {
         "vnni": torch.cpu._is_vnni_supported,
         "avx512_bf16": torch.cpu._is_avx512_bf16_supported,
         "amx": torch.cpu._is_amx_tile_supported,
+        # ATen's vector level (the kernels' compiled path): AVX512, or lowered by ATEN_CPU_CAPABILITY
+        "avx512": lambda: torch.backends.cpu.get_cpu_capability() == "AVX512",
         "onednn": torch.backends.mkldnn.is_available,
     }
     return frozenset(name for name, probe in probes.items() if probe())
@@ -215,49 +222,120 @@ def _transposed(args: tuple) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- linear_w8 / linear_w4
-def _int8pack_fits(args: tuple, features: frozenset[str]) -> str:
+# Weight-only kernels, measured here (one thread, AVX512 without AVX512-BF16, K 2048,
+# N 5632; ms per call at M rows, the reference dequantizes the whole weight each call):
+#
+#   M                                  1      8     32    128    512
+#   w8 reference, fp32                43     49     52     65    149
+#   w8 reference, bf16                11     17     36    112    395
+#   _weight_int8pack_mm, bf16        0.8    3.6     13     66    176
+#   _weight_int8pack_mm, fp32 fed    8.3     93    371   1504   6257   (the trap)
+#   _weight_int8pack_mm, cast        0.8    3.5     14     58    197   (fp32 -> bf16 -> fp32)
+#   w4 reference, fp32                92    100     99    119    165
+#   _weight_int4pack_mm, fp32 fed     23    188    745   3194  11942   (the trap)
+#   _weight_int4pack_mm, cast        0.7    2.8     10     49    169
+#
+# So fp32 activations are cast to bf16 around the call and the result back, up to the rows
+# where the cast kernel stops beating the reference (ROWS_CAST_PAYS); past them the
+# reference runs. Both kernels are vectorized for AVX512 in ATen ("avx512" in
+# cpu_features: ATen's own dispatch level); elsewhere they were not measured: the reference.
+ROWS_CAST_PAYS = {"linear_w8": 128, "linear_w4": 256}
+# The cast rows' departure from the fp32 reference: activations, scales and the result are
+# rounded to bf16 (8 bits of mantissa: at most 2**-9 each) and the products summed in fp32,
+# so |error| <= BF16_BOUND * sum_k |x_k| * |w_k| per output, w_k the dequantized weight (w4:
+# |w_k| read as (|q_k - 8| + |8 - zp|) * scale, the kernel's scale-and-offset form).
+BF16_BOUND = 2**-7
+_BF16_WHY = (
+    "fp32 activations cast to bf16 around the call (bf16 rounding: |error| <= 2**-7 * "
+    "sum |x| * |w| per output against the fp32 reference; above {rows} rows the reference)"
+)
+
+
+def _weight_only_fits(args: tuple, features: frozenset[str], dtype: torch.dtype) -> str:
     x = args[0]
-    if x.dtype != torch.bfloat16:
-        return f"{x.dtype} activations (it is 2-5x slower than fp32 fed fp32)"
-    if "avx512_bf16" not in features:
-        return "no AVX512-BF16 on this CPU"
+    if x.dtype != dtype:
+        return f"{x.dtype} activations"
+    if "avx512" not in features:
+        return "no AVX512 on this CPU (measured there only)"
     return ""
+
+
+def _bf16_fits(args: tuple, features: frozenset[str]) -> str:
+    return _weight_only_fits(args, features, torch.bfloat16)
+
+
+def _fp32_fits(args: tuple, features: frozenset[str]) -> str:
+    return _weight_only_fits(args, features, torch.float32)
+
+
+def _with_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return out if bias is None else out + bias.to(out.dtype)
 
 
 def _int8pack(args: tuple, packed: Any) -> torch.Tensor:
+    x, w, _, bias = args
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.ops.aten._weight_int8pack_mm(rows, w, packed)
+    return _with_bias(out.reshape(*x.shape[:-1], w.shape[0]), bias)
+
+
+def _int8pack_cast(args: tuple, packed: Any) -> torch.Tensor:
     x, w, w_scale, bias = args
     rows = x.reshape(-1, x.shape[-1])
-    out = torch.ops.aten._weight_int8pack_mm(rows, w, w_scale.to(x.dtype))
-    out = out.reshape(*x.shape[:-1], w.shape[0])
-    return out if bias is None else out + bias.to(x.dtype)
+    if rows.shape[0] > ROWS_CAST_PAYS["linear_w8"]:
+        return ops.reference_linear_w8(*args)
+    out = torch.ops.aten._weight_int8pack_mm(rows.bfloat16(), w, packed).float()
+    return _with_bias(out.reshape(*x.shape[:-1], w.shape[0]), bias)
 
 
-def _int4pack_fits(args: tuple, features: frozenset[str]) -> str:
-    x, w, group = args[0], args[1], args[4]
-    k = w.shape[1] * 2
-    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return f"{x.dtype} activations"
-    if k % 32 or w.shape[0] % 16 or group not in (32, 64, 128, 256):
+def _bf16_scales(args: tuple) -> torch.Tensor:
+    return args[2].bfloat16()
+
+
+def _int4pack_fits(args: tuple, features: frozenset[str], dtype: torch.dtype) -> str:
+    w, group = args[1], args[4]
+    if w.shape[1] * 2 % 32 or w.shape[0] % 16 or group not in (32, 64, 128, 256):
         return "K not a multiple of 32, N not of 16, or a group size it does not take"
-    return ""
+    return _weight_only_fits(args, features, dtype)
+
+
+def _int4_bf16_fits(args: tuple, features: frozenset[str]) -> str:
+    return _int4pack_fits(args, features, torch.bfloat16)
+
+
+def _int4_fp32_fits(args: tuple, features: frozenset[str]) -> str:
+    return _int4pack_fits(args, features, torch.float32)
 
 
 def _int4pack_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CPU tiles and the bf16 scale-and-offset table (both rows feed the kernel bf16)."""
     _, w, w_scale, w_zero_point, _, _ = args
     codes = ops.unpack_int4(w).to(torch.int32)
     tiles = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
     # the kernel dequantizes (q - 8) * scale + zero: our (q - zp) * scale has zero (8 - zp) * scale
     zero = (8.0 - w_zero_point.float()) * w_scale.float()
-    return tiles, torch.stack((w_scale.float(), zero), dim=-1).transpose(0, 1).contiguous()
+    table = torch.stack((w_scale.float(), zero), dim=-1).transpose(0, 1).contiguous()
+    return tiles, table.bfloat16()
+
+
+def _int4pack_rows(rows: torch.Tensor, args: tuple, packed: Any) -> torch.Tensor:
+    x, w, _, _, group, bias = args
+    tiles, scale_and_zero = packed
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, tiles, group, scale_and_zero)
+    return _with_bias(out.to(x.dtype).reshape(*x.shape[:-1], w.shape[0]), bias)
 
 
 def _int4pack(args: tuple, packed: Any) -> torch.Tensor:
-    x, w, _, _, group, bias = args
-    tiles, scale_and_zero = packed
+    x = args[0]
+    return _int4pack_rows(x.reshape(-1, x.shape[-1]), args, packed)
+
+
+def _int4pack_cast(args: tuple, packed: Any) -> torch.Tensor:
+    x = args[0]
     rows = x.reshape(-1, x.shape[-1])
-    out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, tiles, group, scale_and_zero.to(x.dtype))
-    out = out.reshape(*x.shape[:-1], w.shape[0])
-    return out if bias is None else out + bias.to(x.dtype)
+    if rows.shape[0] > ROWS_CAST_PAYS["linear_w4"]:
+        return ops.reference_linear_w4(*args)
+    return _int4pack_rows(rows.bfloat16(), args, packed)
 
 
 # ---------------------------------------------------------------- conv2d_int8
@@ -320,15 +398,26 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
     ),
     "linear_w8": (
         Kernel(
-            "aten._weight_int8pack_mm", _int8pack_fits, _int8pack,
-            "bf16 activations on AVX512-BF16: int8 weights read once, 2.8x fp32 at decode",
-            weight=1,
+            "aten._weight_int8pack_mm", _bf16_fits, _int8pack,
+            "bf16 activations: int8 weights read once (15x the bf16 reference at one row)",
+            pack=_bf16_scales, weight=1,
+        ),
+        Kernel(
+            "aten._weight_int8pack_mm (fp32 cast to bf16)", _fp32_fits, _int8pack_cast,
+            "int8 weights read once, " + _BF16_WHY.format(rows=ROWS_CAST_PAYS["linear_w8"]),
+            pack=_bf16_scales, weight=1,
         ),
     ),
     "linear_w4": (
         Kernel(
-            "aten._weight_int4pack_mm_for_cpu", _int4pack_fits, _int4pack,
-            "int4 weights in CPU tiles: fbgemm's bandwidth at batch 1",
+            "aten._weight_int4pack_mm_for_cpu", _int4_bf16_fits, _int4pack,
+            "bf16 activations, int4 weights in CPU tiles: fbgemm's bandwidth at batch 1",
+            pack=_int4pack_pack, weight=1,
+        ),
+        Kernel(
+            "aten._weight_int4pack_mm_for_cpu (fp32 cast to bf16)", _int4_fp32_fits,
+            _int4pack_cast,
+            "int4 weights in CPU tiles, " + _BF16_WHY.format(rows=ROWS_CAST_PAYS["linear_w4"]),
             pack=_int4pack_pack, weight=1,
         ),
     ),

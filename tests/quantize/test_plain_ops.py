@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS, runtime_function
-from fxloom.quantize import ops
+from fxloom.quantize import kernels, ops
 from fxloom.quantize.weights import int4_grouped
 
 U8 = (0, 255, torch.uint8)
@@ -71,8 +71,11 @@ def test_dynamic_int8_linear_is_within_a_percent_of_the_float_linear() -> None:
 
 def test_weight_only_int8_is_the_float_linear_of_the_dequantized_weight() -> None:
     x, w, scale, bias = _linear_case()
-    expected = x @ (w.float() * scale[:, None]).t() + bias
-    torch.testing.assert_close(ops.linear_w8(x, w, scale, bias), expected)
+    weight = w.float() * scale[:, None]
+    expected = x @ weight.t() + bias
+    # within bf16 rounding: on AVX512 the kernel rounds fp32 activations to bf16
+    bound = kernels.BF16_BOUND * (x.abs() @ weight.abs().t())
+    assert ((ops.linear_w8(x, w, scale, bias) - expected).abs() <= bound + 1e-6).all()
 
 
 @pytest.mark.parametrize("group", [32, 64, 128])
