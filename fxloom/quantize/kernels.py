@@ -184,12 +184,15 @@ def _uint8_codes(rows: torch.Tensor, scale: float, zero_point: int) -> torch.Ten
     reference's, in four passes where the reference's form takes five and its float -> uint8
     conversion alone costs two divisions: the division (the reference's own float32
     operation), the clamp (before rounding: the bounds are integers, so clamping commutes
-    with round), the rounding add (integer in the low byte of the float's bits), an int32 ->
-    uint8 narrowing of those bits (modular: the low byte, 2.5x faster than float -> uint8),
-    and the zero point added in uint8 (exact: the result lies in 0..255)."""
+    with round), the rounding add with the zero point in it (the integer lands in the low
+    byte of the float's bits), an int32 -> uint8 narrowing of those bits (modular: the low
+    byte; 2.5x faster than float -> uint8). An odd zero point would flip ties (the add
+    rounds half to even): it goes in less one, and the one is added in uint8 after (exact:
+    the result lies in 0..255)."""
+    odd = zero_point % 2  # an even zero point rides in the rounding add (ties stay put)
     codes = torch.div(rows, scale).clamp_(-zero_point, 255 - zero_point)
-    codes = codes.add_(_ROUNDING_OFFSET).view(torch.int32).to(torch.uint8)
-    return codes.add_(zero_point) if zero_point else codes
+    codes = codes.add_(_ROUNDING_OFFSET + zero_point - odd).view(torch.int32).to(torch.uint8)
+    return codes.add_(odd) if odd else codes
 
 
 def _per_tensor_onednn(args: tuple, packed: Any) -> torch.Tensor:

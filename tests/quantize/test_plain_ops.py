@@ -165,3 +165,39 @@ def test_every_operator_has_a_meta_kernel(name: str) -> None:
 def test_every_operator_is_a_runtime_function_files_may_call(name: str) -> None:
     row = RUNTIME_FUNCTIONS[f"fxloom.quantize.ops.{name}"]
     assert runtime_function(getattr(ops, name)) is row and row.effect == "pure"
+
+
+def _linear_calls() -> dict:
+    x, w, scale, bias = _linear_case()
+    return {
+        "linear_int8": (x, 0.0, 0, w, scale, bias, 0.0, 0, False, True, "per_tensor"),
+        "linear_w8": (x, w, scale, bias),
+    }
+
+
+@pytest.mark.parametrize("name", ["linear_int8", "linear_w8"])
+def test_an_eager_linear_call_skips_the_dispatcher_computing_what_the_operator_does(
+    name: str,
+) -> None:
+    args = _linear_calls()[name]
+    direct = getattr(ops, name)(*args)
+    through = getattr(torch.ops.fxloom_q, name).default(*args)
+    assert torch.equal(direct, through)
+
+
+@pytest.mark.parametrize("name", ["linear_int8", "linear_w8"])
+def test_a_linear_call_under_a_dispatch_mode_is_the_operator(name: str) -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Calls(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Calls() as calls:
+        getattr(ops, name)(*_linear_calls()[name])
+    assert getattr(torch.ops.fxloom_q, name).default in calls.seen
