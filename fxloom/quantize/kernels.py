@@ -16,14 +16,15 @@ thread, AVX512-VNNI without AMX):
                  (dynamic per tensor)                affine, choose_qparams in the call)
     linear_int8  aten._int_mm (per-token int8)       dynamic per-token activations, K and N
                                                      multiples of 8 (else the reference)
-    linear_w8    aten._weight_int8pack_mm            bf16 activations, AVX512
-    linear_w8    aten._weight_int8pack_mm            fp32 activations, AVX512: cast to bf16
+    linear_w8    aten._weight_int8pack_mm            bf16 activations, AVX2 or AVX512
+    linear_w8    aten._weight_int8pack_mm            fp32 activations likewise: cast to bf16
                  (fp32 cast to bf16)                 around the call (fed fp32 it is 10-30x
-                                                     slower); up to 128 rows
-    linear_w4    aten._weight_int4pack_mm_for_cpu    bf16 activations, AVX512, K a multiple
-                                                     of 32, N of 16
+                                                     slower); up to 128 rows (AVX2: 64)
+    linear_w4    aten._weight_int4pack_mm_for_cpu    bf16 activations, AVX2 or AVX512, K a
+                                                     multiple of 32, N of 16
     linear_w4    aten._weight_int4pack_mm_for_cpu    fp32 activations likewise, cast to bf16
                  (fp32 cast to bf16)                 (fed fp32: 20x slower); up to 256 rows
+                                                     (AVX2: 128)
     conv2d_int8  onednn.qconv_pointwise              2-d, zero padding
     anything else: the reference
 
@@ -63,12 +64,14 @@ __all__ = ["KERNELS", "PACKED", "PLANS", "Kernel", "cpu_features", "explain", "k
 @functools.cache
 def cpu_features() -> frozenset[str]:
     """The CPU features the table's conditions read: ``vnni``, ``avx512_bf16``, ``amx``,
-    ``avx512`` (ATen's kernels run their AVX512 code), ``onednn`` (torch built with oneDNN)."""
+    ``avx2`` / ``avx512`` (ATen's kernels run their AVX2 or AVX512 code; avx512 implies
+    avx2), ``onednn`` (torch built with oneDNN)."""
     probes = {
         "vnni": torch.cpu._is_vnni_supported,
         "avx512_bf16": torch.cpu._is_avx512_bf16_supported,
         "amx": torch.cpu._is_amx_tile_supported,
-        # ATen's vector level (the kernels' compiled path): AVX512, or lowered by ATEN_CPU_CAPABILITY
+        # ATen's vector level (the kernels' compiled path; ATEN_CPU_CAPABILITY may lower it)
+        "avx2": lambda: torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"),
         "avx512": lambda: torch.backends.cpu.get_cpu_capability() == "AVX512",
         "onednn": torch.backends.mkldnn.is_available,
     }
@@ -256,11 +259,24 @@ def _transposed(args: tuple) -> torch.Tensor:
 #   _weight_int4pack_mm, fp32 fed     23    188    745   3194  11942   (the trap)
 #   _weight_int4pack_mm, cast        0.7    2.8     10     49    169
 #
+# The same CPU with ATen held to its AVX2 code (ATEN_CPU_CAPABILITY=avx2), M 1 / 32 / 128:
+# w8 reference fp32 51 / 62 / 77, cast kernel 2.2 / 22 / 101; w4 reference 120 / 122 / 134,
+# cast kernel 1.9 / 19 / 77.
+#
 # So fp32 activations are cast to bf16 around the call and the result back, up to the rows
-# where the cast kernel stops beating the reference (ROWS_CAST_PAYS); past them the
-# reference runs. Both kernels are vectorized for AVX512 in ATen ("avx512" in
-# cpu_features: ATen's own dispatch level); elsewhere they were not measured: the reference.
-ROWS_CAST_PAYS = {"linear_w8": 128, "linear_w4": 256}
+# where the cast kernel stops beating the reference (ROWS_CAST_PAYS, by ATen's vector level);
+# past them the reference runs. Without AVX2 (other CPUs, ATen's scalar code) the kernels
+# were not measured: the reference.
+ROWS_CAST_PAYS = {
+    ("linear_w8", "avx512"): 128, ("linear_w8", "avx2"): 64,
+    ("linear_w4", "avx512"): 256, ("linear_w4", "avx2"): 128,
+}  # fmt: skip
+
+
+def _rows_cast_pays(op: str) -> int:
+    return ROWS_CAST_PAYS[op, "avx512" if "avx512" in cpu_features() else "avx2"]
+
+
 # The cast rows' departure from the fp32 reference: activations, scales and the result are
 # rounded to bf16 (8 bits of mantissa: at most 2**-9 each) and the products summed in fp32,
 # so |error| <= BF16_BOUND * sum_k |x_k| * |w_k| per output, w_k the dequantized weight (w4:
@@ -276,8 +292,8 @@ def _weight_only_fits(args: tuple, features: frozenset[str], dtype: torch.dtype)
     x = args[0]
     if x.dtype != dtype:
         return f"{x.dtype} activations"
-    if "avx512" not in features:
-        return "no AVX512 on this CPU (measured there only)"
+    if "avx2" not in features:
+        return "ATen runs no AVX2 or AVX512 code here (measured there only)"
     return ""
 
 
@@ -303,7 +319,7 @@ def _int8pack(args: tuple, packed: Any) -> torch.Tensor:
 def _int8pack_cast(args: tuple, packed: Any) -> torch.Tensor:
     x, w, w_scale, bias = args
     rows = x.reshape(-1, x.shape[-1])
-    if rows.shape[0] > ROWS_CAST_PAYS["linear_w8"]:
+    if rows.shape[0] > _rows_cast_pays("linear_w8"):
         return ops.reference_linear_w8(*args)
     out = torch.ops.aten._weight_int8pack_mm(rows.bfloat16(), w, packed).float()
     return _with_bias(out.reshape(*x.shape[:-1], w.shape[0]), bias)
@@ -354,7 +370,7 @@ def _int4pack(args: tuple, packed: Any) -> torch.Tensor:
 def _int4pack_cast(args: tuple, packed: Any) -> torch.Tensor:
     x = args[0]
     rows = x.reshape(-1, x.shape[-1])
-    if rows.shape[0] > ROWS_CAST_PAYS["linear_w4"]:
+    if rows.shape[0] > _rows_cast_pays("linear_w4"):
         return ops.reference_linear_w4(*args)
     return _int4pack_rows(rows.bfloat16(), args, packed)
 
@@ -425,7 +441,7 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
         ),
         Kernel(
             "aten._weight_int8pack_mm (fp32 cast to bf16)", _fp32_fits, _int8pack_cast,
-            "int8 weights read once, " + _BF16_WHY.format(rows=ROWS_CAST_PAYS["linear_w8"]),
+            "int8 weights read once, " + _BF16_WHY.format(rows="128 (AVX2: 64)"),
             pack=_bf16_scales, weight=1,
         ),
     ),
@@ -438,7 +454,7 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
         Kernel(
             "aten._weight_int4pack_mm_for_cpu (fp32 cast to bf16)", _int4_fp32_fits,
             _int4pack_cast,
-            "int4 weights in CPU tiles, " + _BF16_WHY.format(rows=ROWS_CAST_PAYS["linear_w4"]),
+            "int4 weights in CPU tiles, " + _BF16_WHY.format(rows="256 (AVX2: 128)"),
             pack=_int4pack_pack, weight=1,
         ),
     ),

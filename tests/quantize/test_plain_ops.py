@@ -73,7 +73,7 @@ def test_weight_only_int8_is_the_float_linear_of_the_dequantized_weight() -> Non
     x, w, scale, bias = _linear_case()
     weight = w.float() * scale[:, None]
     expected = x @ weight.t() + bias
-    # within bf16 rounding: on AVX512 the kernel rounds fp32 activations to bf16
+    # within bf16 rounding: on AVX2/AVX512 the kernel rounds fp32 activations to bf16
     bound = kernels.BF16_BOUND * (x.abs() @ weight.abs().t())
     assert ((ops.linear_w8(x, w, scale, bias) - expected).abs() <= bound + 1e-6).all()
 
