@@ -26,20 +26,11 @@ PREFIX = "OVERHEAD "
 
 def worker() -> None:
     import torch
-    from torch import nn
+    from bench_recompiles import Indexed  # the same layer as its "layers' own index" case
 
     import fxloom
 
     torch.set_num_threads(1)
-
-    class Indexed(nn.Module):
-        def __init__(self, index: int) -> None:
-            super().__init__()
-            self.layer_idx = index
-            self.linear = nn.Linear(4, 4)
-
-        def forward(self, x):
-            return self.linear(x) + self.layer_idx
 
     def run_layer(layer, x):
         return layer(x)

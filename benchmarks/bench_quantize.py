@@ -67,8 +67,9 @@ at batch 1, 224x224, calibrated on 8 random images: fxloom's default against tor
 (x86 qconfig mapping) and fp32, and fxloom's model lowered to ONNX Runtime as QDQ against
 ORT's own ``quantize_static`` of torch.onnx's fp32 export (ORT at one intra-op thread);
 interleaved rounds, CPU and wall time, SQNR against fp32. Targets (issue 37): fxloom <= 1.0x
-torch.ao FX at SQNR >= its; lowered <= 1.1x ORT's. An experiment row packs each conv weight
-for its input shape (``ShapedConvPacking``). ``--quick``: base width 8, 64x64.
+torch.ao FX at SQNR >= its; lowered <= 1.1x ORT's. Ablation rows run fxloom's model with one
+kernel-table row changed (``WithKernels``): add_int8 on the reference, conv weights packed
+without the input shape, conv outputs copied back to NCHW (as before issue 37's qconv branch). ``--quick``: base width 8, 64x64.
 
 ``--llm-decode`` (own process, one thread): a Llama-shaped decoder (hidden 2048, intermediate
 5632, ``--layers`` layers, random init) decoding 64 greedy tokens at batch 1 with the default
@@ -803,37 +804,56 @@ def ort_quantize_static(model: nn.Module, example: torch.Tensor, data: list, fol
     return ort_session(fp32), ort_session(int8)
 
 
-class ShapedConvPacking:
-    """A model whose calls run with fxloom's conv2d_int8 kernel prepacking each weight for
-    the call's input shape (``qconv_prepack``'s ``input_size``; the table passes None): an
-    experiment that measures a change to ``quantize/kernels.py`` without making it."""
+class WithKernels:
+    """A model whose calls run with some of the kernel table's rows replaced: an ablation
+    that measures what one row gives (``rows``: op -> its rows for these calls)."""
 
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
+    def __init__(self, model: nn.Module, **rows: tuple) -> None:
+        self.model, self.rows = model, rows
 
     def __call__(self, *args):
         from fxloom.quantize import kernels
 
-        table = kernels.KERNELS["conv2d_int8"]
-        shaped = tuple(  # its own name: packs are cached by (kernel name, weight)
-            dataclasses.replace(row, name=f"{row.name} (shaped)", pack=_shaped_conv_pack)
-            for row in table
-        )
-        kernels.KERNELS["conv2d_int8"] = shaped
+        saved = {op: kernels.KERNELS[op] for op in self.rows}
+        kernels.KERNELS.update(self.rows)
         try:
             return self.model(*args)
         finally:
-            kernels.KERNELS["conv2d_int8"] = table
+            kernels.KERNELS.update(saved)
 
 
-def _shaped_conv_pack(args: tuple):
-    x, x_scale, x_zp, w, w_scale, _, stride, padding, dilation, groups = args[:10]
-    return torch.ops.onednn.qconv_prepack(
-        w, w_scale, x_scale, x_zp, stride, padding, dilation, groups, list(x.shape)
+def unshaped_conv_rows() -> tuple:
+    """conv2d_int8's rows packing the weight without the input shape (``input_size=None``);
+    their own name, as packs are cached by (kernel name, weight)."""
+    from fxloom.quantize import kernels
+
+    def pack(args: tuple):
+        x, x_scale, x_zp, w, w_scale, _, stride, padding, dilation, groups = args[:10]
+        packed = torch.ops.onednn.qconv_prepack(
+            w, w_scale, x_scale, x_zp, stride, padding, dilation, groups, None
+        )
+        return packed, torch.zeros(w_scale.shape, dtype=torch.int64)
+
+    return tuple(
+        dataclasses.replace(row, name=f"{row.name} (unshaped)", pack=pack, shaped=False)
+        for row in kernels.KERNELS["conv2d_int8"]
     )
 
 
-SHAPED = "fxloom, qconv packed for the input shape (experiment)"
+def nchw_conv_rows() -> tuple:
+    """conv2d_int8's rows copying their output back to NCHW, as before channels-last was kept."""
+    from fxloom.quantize import kernels
+
+    def compute(args: tuple, packed) -> torch.Tensor:
+        return row.compute(args, packed).contiguous()
+
+    (row,) = kernels.KERNELS["conv2d_int8"]
+    return (dataclasses.replace(row, name=f"{row.name} (NCHW out)", compute=compute),)
+
+
+NO_FAST_ADD = "fxloom, add_int8 on the reference (ablation)"
+NCHW = "fxloom, conv output copied back to NCHW (ablation)"
+UNSHAPED = "fxloom, conv packed without the input shape (ablation)"
 
 
 def resnet50_models(quick: bool, folder: str) -> tuple[dict, list, torch.Tensor]:
@@ -859,7 +879,10 @@ def resnet50_models(quick: bool, folder: str) -> tuple[dict, list, torch.Tensor]
         "fp32": model,
         "torch.ao FX": torch_ao,
         "fxloom": ours,
-        SHAPED: ShapedConvPacking(convert(prepared)),
+        NO_FAST_ADD: WithKernels(ours, add_int8=()),
+        # its own weights: a layer's kernel and pack are looked up once per weight (PLANS)
+        UNSHAPED: WithKernels(convert(prepared), conv2d_int8=unshaped_conv_rows()),
+        NCHW: WithKernels(convert(prepared), conv2d_int8=nchw_conv_rows()),
         "fxloom QDQ on ORT": lowered,
         "ORT quantize_static": lambda x: torch.from_numpy(ort_int8.run(None, {"x": x.numpy()})[0]),
         "ORT fp32": lambda x: torch.from_numpy(ort_fp32.run(None, {"x": x.numpy()})[0]),
@@ -917,9 +940,10 @@ def resnet50_main(quick: bool, record: bool) -> None:
         f"{quality['fxloom']:.1f} vs {quality['torch.ao FX']:.1f} dB "
         f"({'meets' if quality['fxloom'] >= quality['torch.ao FX'] else '**misses**'}); "
         f"fxloom QDQ on ORT / ORT quantize_static <= 1.1: {lowered:.2f} "
-        f"({'meets' if lowered <= 1.1 else '**misses**'}). Experiment (not the default): "
-        "fxloom with each conv weight prepacked for the input shape (`ShapedConvPacking`) / "
-        f"torch.ao FX: {cpu[SHAPED] / cpu['torch.ao FX']:.2f}.",
+        f"({'meets' if lowered <= 1.1 else '**misses**'}). Ablations / torch.ao FX: "
+        f"add_int8 on the reference {cpu[NO_FAST_ADD] / cpu['torch.ao FX']:.2f}, conv "
+        f"packed without the input shape {cpu[UNSHAPED] / cpu['torch.ao FX']:.2f}, conv "
+        f"output copied back to NCHW {cpu[NCHW] / cpu['torch.ao FX']:.2f}.",
         noise_line(loads, "."),
         "",
     ]

@@ -45,6 +45,7 @@ per concern. Example — keep a custom block as one call::
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import gc
@@ -479,6 +480,11 @@ class Tracer:
                 raise self._traced_key_error(key)
         entries = {k: self.create_arg(v) for k, v in a.items()}
         t = type(a)
+        if t is collections.OrderedDict and all(type(k) in _PLAIN_KEYS for k in entries):
+            # Built from its (key, value) pairs, which keeps the order, takes any plain key and
+            # is a form TorchScript compiles (torchvision's segmentation models return one;
+            # ``OrderedDict(out=...)`` is not).
+            return self.create_node("call_function", t, (list(entries.items()),), {})
         if t is dict or t is immutable_dict or not _keyword_keys(entries):
             return entries
         # A dict subclass (e.g. a model-output class) is rebuilt by its constructor,
@@ -589,6 +595,10 @@ _SCALARS = frozenset(
         torch.Size,
     }
 )
+
+
+# Keys an OrderedDict's pairs may hold as graph arguments.
+_PLAIN_KEYS = frozenset({str, int, bool, float})
 
 
 def _keyword_keys(entries: dict[Any, Any]) -> bool:

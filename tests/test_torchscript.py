@@ -6,6 +6,7 @@ transformed model would, and compare the scripted module with eager PyTorch and 
 
 from __future__ import annotations
 
+import collections
 import io
 import math
 import pickle
@@ -345,3 +346,24 @@ def test_a_scripted_guarded_module_saves_and_loads_for_deployment():
 def test_a_guarded_graph_module_still_pickles_and_runs_its_guards():
     restored = pickle.loads(pickle.dumps(traced_gate()))
     assert "for which bool(...)" in error_of(restored, -torch.ones(2, 3))
+
+
+class Heads(torch.nn.Module):
+    """Returns an OrderedDict, as torchvision's segmentation models do ("out", "aux")."""
+
+    def forward(self, x: torch.Tensor):
+        result = collections.OrderedDict()
+        result["out"] = x.relu()
+        result["aux"] = x + 1
+        return result
+
+
+def test_an_ordered_dict_output_keeps_its_type_and_order_and_scripts():
+    gm = fx.symbolic_trace(Heads())
+    x = torch.randn(2, 3)
+    out = gm(x)
+    assert type(out) is collections.OrderedDict and list(out) == ["out", "aux"]
+    scripted_out = scripted(gm)(x)
+    assert list(scripted_out) == ["out", "aux"]
+    for key in out:
+        assert_close(scripted_out[key], out[key])

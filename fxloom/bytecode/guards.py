@@ -505,8 +505,17 @@ class GuardSet:
         ``classes`` (the user's; torch's are taken as they are), one ``in`` on the class's
         live ``__dict__`` each; the instance has none (torch's ``__setattr__`` and
         ``register_*`` keep a name in one place at a time; writing ``__dict__`` directly is
-        not seen); a name gone from its dict is a ``KeyError``, a miss."""
+        not seen); a name gone from its dict is a ``KeyError``, a miss. And the base's class
+        still looks attributes up as ``nn.Module`` does (``_LOOKUP``)."""
         self._entries[source] = registry
+        # The dict read stands for the attribute lookup only while the lookup is nn.Module's
+        # (``module_registry`` checked it at the capture): a ``__getattr__`` or
+        # ``__getattribute__`` patched later on the class, or on any class of its MRO (torch's
+        # ``nn.Module`` included), misses the entry.
+        base = source.base.expr
+        lookup = [f"type({base}).{name} is {self.constant(value)}" for name, value in _LOOKUP]
+        text = f"{source.base.text}'s class looks attributes up as nn.Module does"
+        self.add(base + " lookup", Guard(_STRUCTURE, " and ".join(lookup), text))
         for cls in classes:
             namespace = self._class_dicts.get(cls)
             if namespace is None:
@@ -622,6 +631,11 @@ class GuardSet:
 
 # Where ``nn.Module.__getattr__`` looks, in its order.
 _MODULE_REGISTRIES = ("_parameters", "_buffers", "_modules")
+# nn.Module's own lookup, as torch defines it (``nn.Module.__getattr__`` patched later is not it)
+_MODULE_GETATTR = torch.nn.Module.__getattr__
+# What Python runs to look an attribute up on a module, as nn.Module has it: a module entry
+# read from its dict holds while the class's are these.
+_LOOKUP = (("__getattr__", _MODULE_GETATTR), ("__getattribute__", object.__getattribute__))
 
 
 def module_registry(module: Any, name: str) -> str | None:
@@ -633,8 +647,7 @@ def module_registry(module: Any, name: str) -> str | None:
     cls = type(module)
     if (
         not isinstance(module, torch.nn.Module)
-        or cls.__getattr__ is not torch.nn.Module.__getattr__
-        or cls.__getattribute__ is not object.__getattribute__
+        or any(getattr(cls, name) is not value for name, value in _LOOKUP)
         or name in module.__dict__
         or any(name in klass.__dict__ for klass in cls.__mro__)
     ):

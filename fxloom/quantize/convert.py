@@ -62,7 +62,7 @@ import torch
 from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
-from fxloom.quantize import kernels, ops, weights
+from fxloom.quantize import kernels, layouts, ops, weights
 from fxloom.quantize.errors import QuantizeError
 from fxloom.quantize.plan import QuantPlan, _hashable, table_key
 from fxloom.quantize.report import QuantReport
@@ -129,6 +129,8 @@ def convert(prepared: GraphModule) -> GraphModule:
         if config.scheme.calibrates:
             conversion = (_StaticConversion if ao else _PlainStaticConversion)(gm, plan)
             conversion.run()
+            if not ao:  # int8 convolutions return channels-last: contiguous where it matters
+                layouts.keep_channels_last(gm)
         else:
             (_convert_dynamic if ao else _convert_layers)(gm, plan)
     notes = {} if ao else _kernel_notes(gm, plan)

@@ -81,7 +81,7 @@ from fxloom import attr_path
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.ops.runtime_functions import is_runtime_check
-from fxloom.quantize import ops
+from fxloom.quantize import layouts, ops
 from fxloom.quantize.errors import QuantizeError
 from fxloom.source_location import source_location
 
@@ -523,6 +523,7 @@ def import_quantized(gm: GraphModule) -> GraphModule:
     for node in list(graph.find_nodes(op="call_function", target=ops.quantize)):
         _fold_output_quantize(gm, node)
     _drop_unused_constants(gm, constants)
+    layouts.keep_channels_last(gm)  # conv2d_int8 returns channels-last: contiguous where read
     graph.lint()
     gm.recompile()
     return gm

@@ -99,3 +99,68 @@ def test_a_module_found_in_a_global_stays_held_by_identity():
     x = torch.randn(2, 4)
     torch.testing.assert_close(compiled(x), uses_the_global_layer(x))
     assert any("is the same Indexed" in guard for guard in compiled.explain().guards[0])
+
+
+# -- what an attacker or a later patch changes after the capture: the entry must miss --------
+class Swapped(nn.Module):
+    """A stand-in that ``__getattr__`` hands out for ``linear`` once patched."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return -x
+
+
+def lookup_returning_swapped(original):
+    swapped = Swapped()
+
+    def patched(self, name):
+        return swapped if name == "linear" else original(self, name)
+
+    return patched
+
+
+def test_a_getattr_patched_on_the_class_after_the_capture_is_honoured():
+    class Local(Indexed):
+        pass
+
+    compiled = fxloom.compile(run_layer)
+    layer, x = Local(0), torch.randn(2, 4)
+    compiled(layer, x)
+    Local.__getattr__ = lookup_returning_swapped(nn.Module.__getattr__)
+    torch.testing.assert_close(compiled(layer, x), layer(x))
+    assert torch.equal(layer(x), layer.act(-x) + 0)
+
+
+def test_torchs_own_getattr_patched_after_the_capture_is_honoured(monkeypatch):
+    compiled = fxloom.compile(run_layer)
+    layer, x = Indexed(1), torch.randn(2, 4)
+    compiled(layer, x)
+    monkeypatch.setattr(nn.Module, "__getattr__", lookup_returning_swapped(nn.Module.__getattr__))
+    torch.testing.assert_close(compiled(layer, x), layer(x))
+    monkeypatch.undo()
+    torch.testing.assert_close(compiled(layer, x), layer(x))  # and back to the first entry
+
+
+def test_a_getattribute_of_the_class_patched_after_the_capture_is_honoured():
+    class Local(Indexed):
+        pass
+
+    compiled = fxloom.compile(run_layer)
+    layer, x = Local(2), torch.randn(2, 4)
+    compiled(layer, x)
+    swapped = Swapped()
+    Local.__getattribute__ = lambda self, name: (
+        swapped if name == "linear" else object.__getattribute__(self, name)
+    )
+    torch.testing.assert_close(compiled(layer, x), layer(x))
+
+
+def test_an_instance_moved_to_a_subclass_after_the_capture_misses_the_entry():
+    class Doubling(Indexed):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    compiled = fxloom.compile(run_layer)
+    layer, x = Indexed(3), torch.randn(2, 4)
+    compiled(layer, x)
+    layer.__class__ = Doubling
+    torch.testing.assert_close(compiled(layer, x), layer(x))
