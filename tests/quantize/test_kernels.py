@@ -198,3 +198,23 @@ def test_the_rows_where_the_cast_pays_follow_aten_s_vector_level(monkeypatch) ->
     assert kernels._rows_cast_pays("linear_w8") == 64  # measured: 22 against 62 ms at 32 rows
     monkeypatch.setattr(kernels, "cpu_features", lambda: frozenset({"avx2", "avx512"}))
     assert kernels._rows_cast_pays("linear_w8") == 128
+
+
+def test_one_weight_called_two_ways_gets_two_plans() -> None:
+    # the linear operators' own plan keys keep what the rows' conditions read: the input's
+    # dtype, the dynamic activations' form
+    w, scale, bias = _int8_weight(seed=7)
+    x = torch.randn(3, 64)
+    calls = {
+        "per_tensor": (x, 0.0, 0, w, scale, bias, 0.0, 0, False, True, "per_tensor"),
+        "per_token": (x, 0.0, 0, w, scale, bias, 0.0, 0, False, True, "per_token"),
+    }
+    for args in calls.values():
+        kernels.run("linear_int8", ops.reference_linear_int8, args)
+    planned = {kernels.PLANS[kernels._plan_key("linear_int8", a)][1].name for a in calls.values()}
+    assert planned == {"onednn.qlinear_pointwise (dynamic per tensor)", "aten._int_mm"}
+    for dtype in (torch.float32, torch.bfloat16):
+        args = (x.to(dtype), w, scale, bias)
+        kernels.run("linear_w8", ops.reference_linear_w8, args)
+        plan = kernels.PLANS[kernels._plan_key("linear_w8", args)]
+        assert plan[1] is kernels.kernel_for("linear_w8", args)
