@@ -17,7 +17,9 @@ Each operator has:
   call and this CPU, the reference being the fallback (``kernels`` documents the table);
 * a **Python function** of the same name here, which graphs call: one row each in
   ``fxloom.ops.runtime_functions`` (``fxloom.quantize.ops.<op>``), so the safe loader admits
-  a file calling it by construction, in a process that imported nothing before.
+  a file calling it by construction, in a process that imported nothing before (the linear
+  ones call the CPU kernel themselves when nothing but the dispatcher would see the call:
+  ``_dispatch_only``).
 
     >>> import torch
     >>> from fxloom.quantize import ops
