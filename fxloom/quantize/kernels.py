@@ -4,7 +4,8 @@ The scheme decides *what* is computed (``quantize.ops``: each operator's referen
 table decides *how fast*, per operator, by the call's shapes and dtypes and the CPU's
 features. ``KERNELS[op]`` lists the candidates, fastest first; the first whose condition
 holds runs, and the reference is the last resort. No kernel departs from its operator's
-reference beyond float rounding (``tests/quantize/test_kernels.py`` checks each row).
+reference beyond float rounding, but for the weight-only rows that round fp32 activations to
+bf16, whose text states their bound (``tests/quantize/test_kernels.py`` checks each row).
 
 Seeded from the measurements of ``shared/design/quantize-plain-tensors.md`` (section 2, one
 thread, AVX512-VNNI without AMX):
@@ -15,10 +16,15 @@ thread, AVX512-VNNI without AMX):
                  (dynamic per tensor)                affine, choose_qparams in the call)
     linear_int8  aten._int_mm (per-token int8)       dynamic per-token activations, K and N
                                                      multiples of 8 (else the reference)
-    linear_w8    aten._weight_int8pack_mm            bf16 activations on a CPU with
-                                                     AVX512-BF16 (fed fp32 it is 2-5x slower
-                                                     than fp32: there the reference)
-    linear_w4    aten._weight_int4pack_mm_for_cpu    K a multiple of 32, N of 16
+    linear_w8    aten._weight_int8pack_mm            bf16 activations, AVX2 or AVX512
+    linear_w8    aten._weight_int8pack_mm            fp32 activations likewise: cast to bf16
+                 (fp32 cast to bf16)                 around the call (fed fp32 it is 10-30x
+                                                     slower); up to 128 rows (AVX2: 64)
+    linear_w4    aten._weight_int4pack_mm_for_cpu    bf16 activations, AVX2 or AVX512, K a
+                                                     multiple of 32, N of 16
+    linear_w4    aten._weight_int4pack_mm_for_cpu    fp32 activations likewise, cast to bf16
+                 (fp32 cast to bf16)                 (fed fp32: 20x slower); up to 256 rows
+                                                     (AVX2: 128)
     conv2d_int8  onednn.qconv_pointwise              2-d, zero padding (the weight packed
                                                      for the input shape; the output left
                                                      channels-last, ``layouts``)
@@ -67,11 +73,15 @@ __all__ = ["KERNELS", "PACKED", "PLANS", "Kernel", "cpu_features", "explain", "k
 @functools.cache
 def cpu_features() -> frozenset[str]:
     """The CPU features the table's conditions read: ``vnni``, ``avx512_bf16``, ``amx``,
-    ``onednn`` (torch built with oneDNN)."""
+    ``avx2`` / ``avx512`` (ATen's kernels run their AVX2 or AVX512 code; avx512 implies
+    avx2), ``onednn`` (torch built with oneDNN)."""
     probes = {
         "vnni": torch.cpu._is_vnni_supported,
         "avx512_bf16": torch.cpu._is_avx512_bf16_supported,
         "amx": torch.cpu._is_amx_tile_supported,
+        # ATen's vector level (the kernels' compiled path; ATEN_CPU_CAPABILITY may lower it)
+        "avx2": lambda: torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"),
+        "avx512": lambda: torch.backends.cpu.get_cpu_capability() == "AVX512",
         "onednn": torch.backends.mkldnn.is_available,
     }
     return frozenset(name for name, probe in probes.items() if probe())
@@ -195,6 +205,28 @@ def _per_tensor_qparams(rows: torch.Tensor) -> tuple[float, int] | None:
     return scale, min(max(-round(_float32(low / scale)), 0), 255)
 
 
+# 1.5 * 2**23: a float32 in [2**23, 2**24) has no fraction bits, so adding it rounds a value
+# of magnitude below 2**22 to an integer, half to even (its parity is even, it keeps ties
+# where torch.round puts them), and leaves that integer in the low mantissa bits
+_ROUNDING_OFFSET = 12582912.0
+
+
+def _uint8_codes(rows: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    """``clamp(round(rows / scale) + zero_point, 0, 255)`` as uint8, bit for bit the
+    reference's, in four passes where the reference's form takes five and its float -> uint8
+    conversion alone costs two divisions: the division (the reference's own float32
+    operation), the clamp (before rounding: the bounds are integers, so clamping commutes
+    with round), the rounding add with the zero point in it (the integer lands in the low
+    byte of the float's bits), an int32 -> uint8 narrowing of those bits (modular: the low
+    byte; 2.5x faster than float -> uint8). An odd zero point would flip ties (the add
+    rounds half to even): it goes in less one, and the one is added in uint8 after (exact:
+    the result lies in 0..255)."""
+    odd = zero_point % 2  # an even zero point rides in the rounding add (ties stay put)
+    codes = torch.div(rows, scale).clamp_(-zero_point, 255 - zero_point)
+    codes = codes.add_(_ROUNDING_OFFSET + zero_point - odd).view(torch.int32).to(torch.uint8)
+    return codes.add_(odd) if odd else codes
+
+
 def _per_tensor_onednn(args: tuple, packed: Any) -> torch.Tensor:
     x, _, _, w, w_scale, bias, out_scale, out_zp, relu = args[:9]
     rows = x.reshape(-1, x.shape[-1])
@@ -202,8 +234,7 @@ def _per_tensor_onednn(args: tuple, packed: Any) -> torch.Tensor:
     if qparams is None:
         return ops.reference_linear_int8(*args)
     scale, zero_point = qparams
-    # the reference's rounding, in place after the one division
-    codes = rows.div(scale).round_().add_(zero_point).clamp_(0, 255).to(torch.uint8)
+    codes = _uint8_codes(rows, scale, zero_point)
     weight, weight_zero_points = packed
     float_out = out_scale == 0.0
     out = torch.ops.onednn.qlinear_pointwise(
@@ -244,49 +275,133 @@ def _transposed(args: tuple) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- linear_w8 / linear_w4
-def _int8pack_fits(args: tuple, features: frozenset[str]) -> str:
+# Weight-only kernels, measured here (one thread, AVX512 without AVX512-BF16, K 2048,
+# N 5632; ms per call at M rows, the reference dequantizes the whole weight each call):
+#
+#   M                                  1      8     32    128    512
+#   w8 reference, fp32                43     49     52     65    149
+#   w8 reference, bf16                11     17     36    112    395
+#   _weight_int8pack_mm, bf16        0.8    3.6     13     66    176
+#   _weight_int8pack_mm, fp32 fed    8.3     93    371   1504   6257   (the trap)
+#   _weight_int8pack_mm, cast        0.8    3.5     14     58    197   (fp32 -> bf16 -> fp32)
+#   w4 reference, fp32                92    100     99    119    165
+#   _weight_int4pack_mm, fp32 fed     23    188    745   3194  11942   (the trap)
+#   _weight_int4pack_mm, cast        0.7    2.8     10     49    169
+#
+# The same CPU with ATen held to its AVX2 code (ATEN_CPU_CAPABILITY=avx2), M 1 / 32 / 128:
+# w8 reference fp32 51 / 62 / 77, cast kernel 2.2 / 22 / 101; w4 reference 120 / 122 / 134,
+# cast kernel 1.9 / 19 / 77.
+#
+# So fp32 activations are cast to bf16 around the call and the result back, up to the rows
+# where the cast kernel stops beating the reference (ROWS_CAST_PAYS, by ATen's vector level);
+# past them the reference runs. Without AVX2 (other CPUs, ATen's scalar code) the kernels
+# were not measured: the reference.
+ROWS_CAST_PAYS = {
+    ("linear_w8", "avx512"): 128, ("linear_w8", "avx2"): 64,
+    ("linear_w4", "avx512"): 256, ("linear_w4", "avx2"): 128,
+}  # fmt: skip
+
+
+def _rows_cast_pays(op: str) -> int:
+    return ROWS_CAST_PAYS[op, "avx512" if "avx512" in cpu_features() else "avx2"]
+
+
+# The cast rows' departure from the fp32 reference: activations, scales and the result are
+# rounded to bf16 (8 bits of mantissa: at most 2**-9 each) and the products summed in fp32,
+# so |error| <= BF16_BOUND * sum_k |x_k| * |w_k| per output, w_k the dequantized weight (w4:
+# |w_k| read as (|q_k - 8| + |8 - zp|) * scale, the kernel's scale-and-offset form).
+BF16_BOUND = 2**-7
+_BF16_WHY = (
+    "fp32 activations cast to bf16 around the call (bf16 rounding: |error| <= 2**-7 * "
+    "sum |x| * |w| per output against the fp32 reference; above {rows} rows the reference)"
+)
+
+
+def _weight_only_fits(args: tuple, features: frozenset[str], dtype: torch.dtype) -> str:
     x = args[0]
-    if x.dtype != torch.bfloat16:
-        return f"{x.dtype} activations (it is 2-5x slower than fp32 fed fp32)"
-    if "avx512_bf16" not in features:
-        return "no AVX512-BF16 on this CPU"
+    if x.dtype != dtype:
+        return f"{x.dtype} activations"
+    if "avx2" not in features:
+        return "ATen runs no AVX2 or AVX512 code here (measured there only)"
     return ""
+
+
+def _bf16_fits(args: tuple, features: frozenset[str]) -> str:
+    return _weight_only_fits(args, features, torch.bfloat16)
+
+
+def _fp32_fits(args: tuple, features: frozenset[str]) -> str:
+    return _weight_only_fits(args, features, torch.float32)
+
+
+def _with_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return out if bias is None else out + bias.to(out.dtype)
 
 
 def _int8pack(args: tuple, packed: Any) -> torch.Tensor:
+    x, w, _, bias = args
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.ops.aten._weight_int8pack_mm(rows, w, packed)
+    return _with_bias(out.reshape(*x.shape[:-1], w.shape[0]), bias)
+
+
+def _int8pack_cast(args: tuple, packed: Any) -> torch.Tensor:
     x, w, w_scale, bias = args
     rows = x.reshape(-1, x.shape[-1])
-    out = torch.ops.aten._weight_int8pack_mm(rows, w, w_scale.to(x.dtype))
-    out = out.reshape(*x.shape[:-1], w.shape[0])
-    return out if bias is None else out + bias.to(x.dtype)
+    if rows.shape[0] > _rows_cast_pays("linear_w8"):
+        return ops.reference_linear_w8(*args)
+    out = torch.ops.aten._weight_int8pack_mm(rows.bfloat16(), w, packed).float()
+    return _with_bias(out.reshape(*x.shape[:-1], w.shape[0]), bias)
 
 
-def _int4pack_fits(args: tuple, features: frozenset[str]) -> str:
-    x, w, group = args[0], args[1], args[4]
-    k = w.shape[1] * 2
-    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return f"{x.dtype} activations"
-    if k % 32 or w.shape[0] % 16 or group not in (32, 64, 128, 256):
+def _bf16_scales(args: tuple) -> torch.Tensor:
+    return args[2].bfloat16()
+
+
+def _int4pack_fits(args: tuple, features: frozenset[str], dtype: torch.dtype) -> str:
+    w, group = args[1], args[4]
+    if w.shape[1] * 2 % 32 or w.shape[0] % 16 or group not in (32, 64, 128, 256):
         return "K not a multiple of 32, N not of 16, or a group size it does not take"
-    return ""
+    return _weight_only_fits(args, features, dtype)
+
+
+def _int4_bf16_fits(args: tuple, features: frozenset[str]) -> str:
+    return _int4pack_fits(args, features, torch.bfloat16)
+
+
+def _int4_fp32_fits(args: tuple, features: frozenset[str]) -> str:
+    return _int4pack_fits(args, features, torch.float32)
 
 
 def _int4pack_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CPU tiles and the bf16 scale-and-offset table (both rows feed the kernel bf16)."""
     _, w, w_scale, w_zero_point, _, _ = args
     codes = ops.unpack_int4(w).to(torch.int32)
     tiles = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
     # the kernel dequantizes (q - 8) * scale + zero: our (q - zp) * scale has zero (8 - zp) * scale
     zero = (8.0 - w_zero_point.float()) * w_scale.float()
-    return tiles, torch.stack((w_scale.float(), zero), dim=-1).transpose(0, 1).contiguous()
+    table = torch.stack((w_scale.float(), zero), dim=-1).transpose(0, 1).contiguous()
+    return tiles, table.bfloat16()
+
+
+def _int4pack_rows(rows: torch.Tensor, args: tuple, packed: Any) -> torch.Tensor:
+    x, w, _, _, group, bias = args
+    tiles, scale_and_zero = packed
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, tiles, group, scale_and_zero)
+    return _with_bias(out.to(x.dtype).reshape(*x.shape[:-1], w.shape[0]), bias)
 
 
 def _int4pack(args: tuple, packed: Any) -> torch.Tensor:
-    x, w, _, _, group, bias = args
-    tiles, scale_and_zero = packed
+    x = args[0]
+    return _int4pack_rows(x.reshape(-1, x.shape[-1]), args, packed)
+
+
+def _int4pack_cast(args: tuple, packed: Any) -> torch.Tensor:
+    x = args[0]
     rows = x.reshape(-1, x.shape[-1])
-    out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, tiles, group, scale_and_zero.to(x.dtype))
-    out = out.reshape(*x.shape[:-1], w.shape[0])
-    return out if bias is None else out + bias.to(x.dtype)
+    if rows.shape[0] > _rows_cast_pays("linear_w4"):
+        return ops.reference_linear_w4(*args)
+    return _int4pack_rows(rows.bfloat16(), args, packed)
 
 
 # ---------------------------------------------------------------- conv2d_int8
@@ -448,15 +563,26 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
     ),
     "linear_w8": (
         Kernel(
-            "aten._weight_int8pack_mm", _int8pack_fits, _int8pack,
-            "bf16 activations on AVX512-BF16: int8 weights read once, 2.8x fp32 at decode",
-            weight=1,
+            "aten._weight_int8pack_mm", _bf16_fits, _int8pack,
+            "bf16 activations: int8 weights read once (15x the bf16 reference at one row)",
+            pack=_bf16_scales, weight=1,
+        ),
+        Kernel(
+            "aten._weight_int8pack_mm (fp32 cast to bf16)", _fp32_fits, _int8pack_cast,
+            "int8 weights read once, " + _BF16_WHY.format(rows="128 (AVX2: 64)"),
+            pack=_bf16_scales, weight=1,
         ),
     ),
     "linear_w4": (
         Kernel(
-            "aten._weight_int4pack_mm_for_cpu", _int4pack_fits, _int4pack,
-            "int4 weights in CPU tiles: fbgemm's bandwidth at batch 1",
+            "aten._weight_int4pack_mm_for_cpu", _int4_bf16_fits, _int4pack,
+            "bf16 activations, int4 weights in CPU tiles: fbgemm's bandwidth at batch 1",
+            pack=_int4pack_pack, weight=1,
+        ),
+        Kernel(
+            "aten._weight_int4pack_mm_for_cpu (fp32 cast to bf16)", _int4_fp32_fits,
+            _int4pack_cast,
+            "int4 weights in CPU tiles, " + _BF16_WHY.format(rows="256 (AVX2: 128)"),
             pack=_int4pack_pack, weight=1,
         ),
     ),
@@ -547,11 +673,42 @@ def _conv_add_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
     key = _conv_plan_key(name, w, (*args[:10], *rest))
     return (*key[:-1], other.dtype, other.shape, key[-1])
 
+# The linear operators' plan keys, built directly (the generic one: 5 us a call, as much as
+# quantizing a one-row input; these: about 1): the input's dtype, rank and last dimension
+# (what the rows' conditions read of it), the dtypes of the tensors that go with the weight
+# and every non-tensor argument.
+def _dtype(value: torch.Tensor | None) -> torch.dtype | None:
+    return None if value is None else value.dtype
+
+
+def _linear_int8_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
+    x, x_scale, x_zp, _, w_scale, bias, *rest = args
+    return (
+        name, id(w), w._version, x.dtype, x.dim(), x.shape[-1], x_scale, x_zp, w_scale.dtype,
+        _dtype(bias), *rest,
+    )  # fmt: skip
+
+
+def _linear_w8_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
+    x, _, w_scale, bias = args
+    return (name, id(w), w._version, x.dtype, x.dim(), x.shape[-1], w_scale.dtype, _dtype(bias))
+
+
+def _linear_w4_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
+    x, _, w_scale, w_zp, group, bias = args
+    return (
+        name, id(w), w._version, x.dtype, x.dim(), x.shape[-1], w_scale.dtype, w_zp.dtype,
+        group, _dtype(bias),
+    )  # fmt: skip
+
 
 # op -> its own plan key (SHAPE_KEYED ops: the input's whole shape last)
 PLAN_KEYS: dict[str, Callable[[str, torch.Tensor, tuple], tuple]] = {
     "conv2d_int8": _conv_plan_key,
     "conv2d_add_int8": _conv_add_plan_key,
+    "linear_int8": _linear_int8_plan_key,
+    "linear_w8": _linear_w8_plan_key,
+    "linear_w4": _linear_w4_plan_key,
 }
 
 

@@ -151,3 +151,14 @@ def test_both_dynamic_forms_lower_to_onnx_runtime_and_compute_the_same(scheme: s
     expected = quantized(x)
     # exact integer arithmetic on both sides: float rounding only
     assert (lowered(x) - expected).abs().max() <= 1e-5 * expected.abs().max()
+
+
+@pytest.mark.parametrize("zero_point", [0, 1, 128, 255])
+def test_the_kernel_s_uint8_codes_are_the_reference_s_bit_for_bit(zero_point: int) -> None:
+    # ties (values an exact half from an integer after the division), the range's ends and
+    # far beyond them, for even and odd zero points (the rounding add keeps ties to even)
+    scale = 0.025
+    x = torch.cat([torch.randn(4096) * 4, torch.arange(-600, 600) * scale / 2])
+    x = torch.cat([x, torch.tensor([0.0, -0.0, 1e30, -1e30, 255 * scale, -255 * scale])])
+    expected = ops.reference_quantize(x, scale, zero_point, 0, 255, torch.uint8)
+    assert torch.equal(kernels._uint8_codes(x, scale, zero_point), expected)

@@ -195,6 +195,7 @@ IMPORTS = {
 }  # fmt: skip
 
 
+@pytest.mark.usefixtures("weight_only_references")  # the import's meaning, not the kernels'
 @pytest.mark.parametrize("model_class", list(IMPORTS), ids=lambda c: c.__name__)
 @pytest.mark.parametrize("batch", [8, 3])
 def test_a_reference_graph_becomes_fxloom_operators_computing_the_same(
@@ -232,6 +233,7 @@ def test_a_per_token_dynamic_linear_quantizes_its_float_input_at_run_time() -> N
     assert linear.args[0].op == "placeholder" and linear.args[-1] is True  # dynamic
 
 
+@pytest.mark.usefixtures("weight_only_references")
 def test_int4_weights_without_zero_points_import() -> None:
     reference, imported = _imported(GroupWiseInt4(zero_points=False).eval())
     x = _rows(5, 64)
@@ -447,6 +449,7 @@ PT2E_CASES = {
 }
 
 
+@pytest.mark.usefixtures("weight_only_references")
 @pytest.mark.parametrize("case", list(PT2E_CASES))
 def test_a_pt2e_converted_program_traced_by_fxloom_imports_computing_the_same(case: str) -> None:
     workload, config, expected = PT2E_CASES[case]
