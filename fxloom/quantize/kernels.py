@@ -673,6 +673,7 @@ def _conv_add_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
     key = _conv_plan_key(name, w, (*args[:10], *rest))
     return (*key[:-1], other.dtype, other.shape, key[-1])
 
+
 # The linear operators' plan keys, built directly (the generic one: 5 us a call, as much as
 # quantizing a one-row input; these: about 1): the input's dtype, rank and last dimension
 # (what the rows' conditions read of it), the dtypes of the tensors that go with the weight
