@@ -9,12 +9,13 @@ tensor ("view size is not compatible with input tensor's size and stride"), as d
 ``stride()``-, ``is_contiguous()``- or ``data_ptr()``-reading code, and the model's caller may
 do any of these with what it returns.
 
-``keep_channels_last(gm)`` follows each value that may be channels-last (``MAKES_CHANNELS_LAST``)
-through the users that compute the same values on any layout and pass it on (``PASSES_LAYOUT``; ``ENDS_LAYOUT``: those that take any
-layout and return a contiguous tensor or none) and gives every other user, the graph's output included, ``value.contiguous()`` instead (max
-pooling, ``POOLS_IN_FLOAT``: ``value.float()``, cast back after): a
-no-op on a value that is contiguous already (the reference kernels' outputs), one copy where
-it is not. A ResNet's graph (convolutions, residual adds, max pooling, the final dequantize,
+``keep_channels_last(gm)`` follows each value that may be channels-last
+(``MAKES_CHANNELS_LAST``) through the users that compute the same values on any layout and
+pass it on (``PASSES_LAYOUT``; ``ENDS_LAYOUT``: those that take any layout and return a
+contiguous tensor or none) and gives every other user, the graph's output included,
+``value.contiguous()`` instead (max pooling, ``POOLS_IN_FLOAT``: ``value.float()``, cast back
+after): a no-op on a value that is contiguous already (the reference kernels' outputs), one
+copy where it is not. A ResNet's graph (convolutions, residual adds, max pooling, the final dequantize,
 average pool and flatten) gets none.
 
 Depends on: the IR, ``ops``.
