@@ -33,15 +33,18 @@ prepared model):
   ``conv2d_add_int8``, the sum rounded once); the report says so on both nodes.
 
 An int8 operator whose input or output held inf or nan during calibration (an attention
-mask) is converted in float instead, and the report says why.
+mask), and an int8 sum (``table.SUMS``) with a varying operand that spans less than one int8
+step of the sum (scores plus a finite mask of -1e9 or float32's lowest value: the sum would
+lose the scores), are converted in float instead, and the report says why.
 
 No ``dequantize -> quantize`` pair is ever left: an int8 value flows as it is from one int8
 operator to the next (through dropout, pooling, reshapes, ReLU), and a float user of a value
 that was quantized from float reads the float value itself, never a dequantized copy.
 
 Layer schemes (dynamic, w8, w4) swap each planned Linear for ``linear_int8`` (activations
-quantized at run time, per tensor or per token as the scheme's ``activations`` says), ``linear_w8`` or ``linear_w4``; torch.ao: for its
-``table.DYNAMIC_MODULES`` twin (Linear, LSTM, GRU).
+quantized at run time, per tensor or per token as the scheme's ``activations`` says),
+``linear_w8`` or ``linear_w4``; torch.ao: for its ``table.DYNAMIC_MODULES`` twin (Linear,
+LSTM, GRU).
 
 node.meta: swapped nodes keep theirs (``tensor_meta`` still describes the float value);
 new quantize/dequantize nodes have none. ``converted.meta["quantize_report"]`` holds the

@@ -43,7 +43,8 @@ in-place change of the weight packs again, and the packed form is never saved, s
 written on one CPU runs on another. Which row a call gets, and its packed weight, is
 looked up once per layer (``PLANS``, by the weight's identity and version and what the rows'
 conditions read: dtypes, ranks, the last dimension, the non-tensor arguments), so a model's
-forward pays a dictionary lookup per layer, not the table's conditions. ``explain(op, ...)`` says which kernel a layer gets and
+forward pays a dictionary lookup per layer, not the table's conditions.
+``explain(op, ...)`` says which kernel a layer gets and
 why, for ``report()``::
 
     >>> from fxloom.quantize import kernels
@@ -631,7 +632,7 @@ WEIGHT_AT = {
 PLANS: dict[tuple, tuple[weakref.ref, Kernel | None, Any]] = {}
 # ops whose rows pack per input shape (``Kernel.shaped``): their plans key on the whole
 # input shape (the last element of the key), at most SHAPES_PER_LAYER kept per layer
-SHAPE_KEYED = frozenset({"conv2d_int8", "conv2d_add_int8"})
+SHAPE_KEYED = frozenset(name for name, rows in KERNELS.items() if any(r.shaped for r in rows))
 
 
 def _described(value: Any) -> Any:
