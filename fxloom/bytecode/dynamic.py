@@ -39,7 +39,9 @@ a ``torch.SymInt`` for an int, a ``torch.SymFloat`` for a float (a Python scalar
 tensor: type promotion stays eager's), bound to its source in the guard (``type(_s0 := L_n)
 is int``) and a graph input of its own (``GraphBuilder.number_input``). What needs the plain
 value (``range(n)``, a hash, ``str(n)``, native code) specialises it by a guard (``concrete``,
-and ``ShapeEnv.text_is_value`` while capture runs). ``bool`` stays static.
+and ``ShapeEnv.text_is_value`` while capture runs). ``bool`` stays static. An int or float
+attribute of an outside object that the call itself assigns another value (a step counter)
+is observed like a grown cache (``grew_state``): symbolic from the first compile.
 
 ``InputSymbols`` is one compilation's part (made by ``GuardSet``): the symbols of its inputs,
 the ShapeEnv, and the guard expressions over them, as Python code for the generated guard
@@ -240,6 +242,8 @@ def grew_state(recording: Any) -> bool:
       dim=-2)``): each such static dimension of the tensor read. The next call reads the
       grown tensor back, so a guard on the size read now would miss at once: the change is
       observed without the miss.
+    * it assigned an int or float attribute it read another value of the same type (a
+      counter: ``self.step += 1``): that number, which the next call brings changed.
     * it assigned a tensor to an attribute that held none, or an empty one (a cache it
       fills: the prefill of a ``DynamicCache``): each static dimension of the call's tensor
       arguments whose size the filled tensor took (``_filled_from``). The next fill (a new
@@ -251,10 +255,20 @@ def grew_state(recording: Any) -> bool:
     if policy.mode is not None:  # True: symbolic already; False: static by request
         return False
     read = {source.expr: (source, sizes) for source, sizes in recording.guards.tensor_sizes.items()}
-    grown, filled = [], []
+    numbers = {source.expr: (source, old) for source, old in recording.guards.numbers.items()}
+    grown, filled, counted = [], [], []
     for owner, name, value in recording.writes.values():
         owner_source = recording.source_of(owner)
-        if not isinstance(value, torch.Tensor) or owner_source is None:
+        if owner_source is None:
+            continue
+        if type(value) in SCALAR_TYPES:  # a counter: ``self.step += 1``
+            found_number = numbers.get(Attr(owner_source, name).expr)
+            if found_number is not None:
+                source, old = found_number
+                if type(old) is type(value) and old != value:
+                    counted.append((source.expr, source.text, None, old, value))
+            continue
+        if not isinstance(value, torch.Tensor):
             continue
         found = read.get(Attr(owner_source, name).expr)
         if found is None:
@@ -268,6 +282,7 @@ def grew_state(recording: Any) -> bool:
             if dim not in dims and _differs(old, new):
                 grown.append((source.expr, source.text, dim, old, _example(new)))
     promoted = policy.observe(place, grown, because="the program grows it")
+    promoted = policy.observe(place, counted, because="the program changes it") or promoted
     filling = _filled_from(filled, read.values())
     return policy.observe(place, filling, because="state the program fills takes it") or promoted
 
@@ -535,6 +550,10 @@ class InputSymbols:
             return {}
         return {"FLOOR": _floor, "CEIL": _ceil, "FRACTION": _fraction, "DENSE": _dense_in,
                 "HOLDS": _holds, "EXPRS": self._unprintable}  # fmt: skip
+
+    def shape_env(self) -> Any:
+        """The compilation's ShapeEnv (made now if no symbol needed it yet)."""
+        return self._env()
 
     def _env(self) -> Any:
         if self.env is None:

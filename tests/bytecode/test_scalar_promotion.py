@@ -212,7 +212,9 @@ class Counter(nn.Module):
         return x * self.step
 
 
-def test_a_counter_attribute_incremented_per_call_compiles_two_entries():
+def test_a_counter_attribute_the_program_increments_is_symbolic_from_its_first_compile():
+    # The first call changes self.step itself: the next call brings another value, so the
+    # entry takes it as a symbol at once rather than compiling a static entry first.
     torch.manual_seed(0)
     module, eager = Counter(), Counter()
     compiled = fxloom.compile(module)
@@ -220,8 +222,51 @@ def test_a_counter_attribute_incremented_per_call_compiles_two_entries():
         x = torch.randn(3)
         assert_same(compiled(x), eager(x))
         assert module.step == eager.step and type(module.step) is int
+    assert graphs(compiled) == 1
+    assert compiled.explain().dynamic_sizes == [
+        "self.step: 0 -> 1 (now symbolic: the program changes it)"
+    ]
+
+
+class Reset(nn.Module):
+    """Sets an int attribute to the same value at every call: no change to observe."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode = 3
+
+    def forward(self, x):
+        self.mode = 3
+        return x * self.mode
+
+
+def test_an_attribute_written_back_unchanged_stays_static():
+    compiled = run_calls(Reset(), [(torch.randn(3),) for _ in range(3)])
+    assert graphs(compiled) == 1
+    assert compiled.explain().dynamic_sizes == []
+
+
+class Toggle(nn.Module):
+    """Flips a bool attribute at every call: a bool is structure, never a symbol."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flag = False
+
+    def forward(self, x):
+        self.flag = not self.flag
+        return x * 2 if self.flag else x - 1
+
+
+def test_a_bool_attribute_the_program_flips_stays_static():
+    torch.manual_seed(0)
+    module, eager = Toggle(), Toggle()
+    compiled = fxloom.compile(module)
+    for _ in range(4):
+        x = torch.randn(3)
+        assert_same(compiled(x), eager(x))
+        assert module.flag == eager.flag
     assert graphs(compiled) == 2
-    assert compiled.explain().dynamic_sizes == ["self.step: 0 -> 1 (now symbolic)"]
 
 
 # ------------------------------------------------------------------ floats
