@@ -138,6 +138,13 @@ BREAKS: dict[str, BreakKind] = {
         "nothing to do: its enter and exit run as Python at every call and the block's body is "
         "still captured; a manager class of your own is captured whole",
     ),
+    "raises-inside-with": BreakKind(
+        "an op that may raise on its inputs' data (an index out of range, a singular matrix) "
+        "inside a with block whose manager's exit is Python code",
+        "nothing to do for a correct result: the op runs as Python, so that if it raises the "
+        "manager's __exit__ sees the exception, as in eager; to keep it in the graph, move it "
+        "out of the with block",
+    ),
     "global-state": BreakKind(
         "a call that switches torch's global state (default dtype, autocast, deterministic "
         "algorithms), which a graph does not record",

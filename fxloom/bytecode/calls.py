@@ -273,8 +273,46 @@ def _tensor_method(
     if row.kind == "record":
         return record(interp, "call_method", name, (tensor, *args), kwargs)
     if row.kind == "break":
+        if name == "item" and not args and not kwargs:
+            number = _data_number(interp, tensor)
+            if number is not None:
+                return number
         raise Break("tensor-data", f"Tensor.{name}() reads the data of a tensor")
     return getattr(tensor, name)(*args, **kwargs)  # answered from the stand-in's metadata
+
+
+# The dtypes whose ``.item()`` stays in the graph: real numbers. A bool is read to branch on
+# (the break would only move to the ``if``); a complex number has no symbol.
+_DATA_NUMBER_DTYPES = frozenset(
+    (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+     torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+)  # fmt: skip
+
+
+# Python's number types: called on a tensor, they read its data (``float(t)``).
+_NUMBER_TYPES = frozenset((float, int, bool, complex))
+
+
+def _data_number(interp: Interpreter, tensor: StandIn) -> Any:
+    """``tensor.item()`` kept in the graph as a symbol with no example (``GraphBuilder.
+    data_number``), so that a number read only to compute with tensors (``y / y.max().item()``)
+    costs no graph break; None where it breaks at once: no size policy is active, the capture
+    runs again because sizes came to depend on such a number (``entry._capture``), inside a
+    ``fxloom.cond`` branch, the tensor may hold other than one element, or its dtype is not a
+    real number."""
+    sizes, graph = interp.recording.guards.sizes, interp.recording.graph
+    if (
+        sizes is None
+        or not interp.recording.keeps_data
+        or not graph.takes_numbers  # a ``fxloom.cond`` branch: its graph takes tensors only
+        or tensor.dtype not in _DATA_NUMBER_DTYPES
+        or type(tensor.numel()) is not int
+        or tensor.numel() != 1
+    ):
+        return None
+    node = graph.node_of(tensor)
+    what = f"{node.name}.item()" if node is not None else "Tensor.item()"
+    return graph.data_number(tensor, sizes.shape_env(), what)
 
 
 def _torch_function(interp: Interpreter, fn: Any, args: tuple, kwargs: dict) -> Any:
@@ -299,11 +337,27 @@ def record(interp: Interpreter, op: str, target: Any, args: tuple, kwargs: dict)
     if recording.changes.log and _writes_printed(recording, op, target, args, kwargs):
         raise Break("changed-after-print", f"{_name(target)} changes a tensor printed before it")
     graph = recording.graph
+    if graph.raises_on_data(op, target, args) and inside_python_exit(interp):
+        raise Break("raises-inside-with", f"{_name(target)} inside a with block")
     graph.where = interp.where()
     try:
         return graph.call(op, target, args, kwargs)
     except DataDependentError as err:
         raise Break("data-dependent-op", f"{_name(target)}: {err}") from None
+
+
+def inside_python_exit(interp: Interpreter) -> bool:
+    """Whether capture stands inside a ``with`` block this piece entered whose manager's exit
+    is Python code (a class of the user's, a ``@contextmanager``): a graph op raising there
+    would skip that exit, which eager runs with the exception (``record`` breaks before an op
+    that may raise on data; an exit entered before the piece is ``driver._unwind``'s)."""
+    from fxloom.bytecode.handlers.calling import pending_exit  # (it imports this module)
+
+    return any(
+        pending_exit(value) and id(value) not in interp.pending_exits
+        for frame in interp.frames
+        for value in frame.stack
+    )
 
 
 def _writes_printed(recording: Any, op: str, target: Any, args: tuple, kwargs: dict) -> bool:
@@ -530,6 +584,9 @@ def _native(
             "unsupported-call", f"{_name(fn)} would call a Python function natively, unseen"
         )
     if not row.tensors and holds_stand_in(args, kwargs):
+        if fn in _NUMBER_TYPES and len(args) == 1 and isinstance(args[0], StandIn):
+            # ``float(t)``: the number is data, handed on as a symbol (``driver._promote``)
+            raise Break("tensor-data", f"{_name(fn)}() reads the data of a tensor")
         raise Break("opaque-call", f"{_name(fn)} received a tensor")
     target = _target(row, fn, args)
     reads = row.kind == "native_reads_outside"

@@ -91,6 +91,10 @@ def _frame(compiled: Any, pending: Next) -> Frame:
     frame = Frame(compiled.fn, pending.locals, cells)
     frame.stack = pending.stack
     frame.ip = pending.index
+    for instruction in reversed(frame.instructions[: frame.ip + 1]):  # the line it stands in
+        if instruction.line is not None:
+            frame.line = instruction.line
+            break
     return frame
 
 
@@ -123,7 +127,7 @@ def drive(compiled: Any, pending: Next, resumed: bool = False) -> Any:
     in a generator function, ``pending`` at its next ``yield`` (``generator`` yields it).
     ``resumed``: ``pending`` is the frame just after a yield, with the sent value on the
     stack, and its next piece starts right there."""
-    data: list = []  # the numbers this call read from tensors at its breaks (``_promote``)
+    data = list(pending.data)  # the numbers this call read from tensors (``_promote``)
     while True:
         frame = _frame(compiled, pending)
         if resumed:
@@ -150,6 +154,7 @@ def drive(compiled: Any, pending: Next, resumed: bool = False) -> Any:
         result = _run_piece(compiled, key, values, frame, bool(pending.cells), data)
         if type(result) is not Next:
             return result
+        data.extend(result.data)
         pending = result
 
 

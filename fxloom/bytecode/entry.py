@@ -86,17 +86,25 @@ class Next:
     (the break's own, which the driver runs as Python) with these locals and stack, and the
     frame's own cells (``types.CellType``, one per ``co_cellvars`` name, in that order): made
     once per call by the first piece and handed on, so that every piece, the instructions
-    run as Python between them and the closures the call makes share them, as in eager."""
+    run as Python between them and the closures the call makes share them, as in eager.
+    ``data``: the numbers among them that the piece read from tensor data (``.item()`` kept
+    in its graph), which the next piece takes as symbols (``driver._promote``)."""
 
-    __slots__ = ("index", "locals", "stack", "cells")
+    __slots__ = ("index", "locals", "stack", "cells", "data")
 
     def __init__(
-        self, index: int, local_values: dict[str, Any], stack: list[Any], cells: tuple = ()
+        self,
+        index: int,
+        local_values: dict[str, Any],
+        stack: list[Any],
+        cells: tuple = (),
+        data: tuple = (),
     ) -> None:
         self.index = index
         self.locals = local_values
         self.stack = stack
         self.cells = cells
+        self.data = data
 
 
 def compile_entry(
@@ -162,34 +170,55 @@ def _runs_graph_as_is(backend: Any) -> bool:
     return backend is eager_backend or getattr(owner, "runs_graph_code", False) is True
 
 
-def _capture(fn, parameters, values, root, start: Start, effects: bool):
+def _capture(fn, parameters, values, root, start: Start, effects: bool, keep_data: bool = True):
     """Interpret to the end, or to the graph break where no piece can be captured; then the
     recording, its outcome, the cells' sources and the break (None: it ran to the return).
-    ``effects``: autocast is recorded in the graph (``_runs_graph_as_is``)."""
+    ``effects``: autocast is recorded in the graph (``_runs_graph_as_is``). ``keep_data``:
+    ``.item()`` stays in the graph (``calls._data_number``); where the program's sizes came to
+    depend on such a number (``torch.zeros(n)``: the ShapeEnv took ``n >= 0``), which no guard
+    can check before the call, the capture runs again with every ``.item()`` a break."""
     stop: Break | None = None
     try:
         try:
             recording, outcome, cell_sources = _interpret(
-                fn, parameters, values, root, start, None, effects
+                fn, parameters, values, root, start, None, effects, keep_data
             )
         except Break as error:
             if error.top_index is None:
                 raise
             stop = error
             recording, outcome, cell_sources = _interpret(
-                fn, parameters, values, root, start, error.top_index, effects
+                fn, parameters, values, root, start, error.top_index, effects, keep_data
             )
     finally:
         # Inside an autocast region the program entered (a piece starting within one), the
         # casts capture made of stand-ins sit in autocast's weight cache, keyed by the
         # weights: the real run would find them there. Capture leaves the cache empty.
         torch.clear_autocast_cache()
+    if keep_data and _assumes_on_data(recording):
+        return _capture(fn, parameters, values, root, start, effects, keep_data=False)
     return recording, outcome, cell_sources, stop
 
 
-def _interpret(fn, parameters, values, root, start: Start, stop_at: int | None, effects: bool):
+def _assumes_on_data(recording: Recording) -> bool:
+    """Whether the ShapeEnv took a fact about a number the graph reads from data."""
+    graph, sizes = recording.graph, recording.guards.sizes
+    if not graph.data_symbols or sizes is None or sizes.env is None:
+        return False
+    env = sizes.env
+    return any(
+        not graph.data_symbols.isdisjoint(guard.expr.free_symbols)
+        for guard in (*env.guards, *env.deferred_assertions)
+    )
+
+
+def _interpret(
+    fn, parameters, values, root, start: Start, stop_at: int | None, effects: bool,
+    keep_data: bool = True,
+):  # fmt: skip
     recording = Recording(root, _self_name(fn) if root is not None else None)
     recording.state_in_graph = effects  # ``calls.records_autocast``
+    recording.keeps_data = keep_data  # ``calls._data_number``
     interp = Interpreter(recording)
     interp.read_handed_on = lambda value, source: _read_local(fn, interp, value, source)
     frame = _start_frame(fn, interp, parameters, values, start)
@@ -345,6 +374,7 @@ class _Emitter:
         self.cell_sources = cell_sources or {}
         self._cells: dict[int, tuple[str, Any]] = {}  # id(cell the program made) -> its name
         self.outputs: list[Any] = []  # stand-ins and symbolic sizes
+        self.data: list[str] = []  # the outputs computed from tensor data (``Next.data``)
         self._position: dict[int, int] = {}
         # With changes to replay, every value read again from outside is read once, before
         # them (``before``: expression -> name), as the program read it: ``return old`` after
@@ -384,6 +414,8 @@ class _Emitter:
             index = self._position.setdefault(id(value), len(self.outputs))
             if index == len(self.outputs):
                 self.outputs.append(value)
+                if self.recording.graph.is_data(value):
+                    self.data.append(f"out[{index}]")
             return f"out[{index}]"
         if kind is torch.Size and any(type(item) in SYMBOLIC_TYPES for item in value):
             items = "".join(f"{self.expr(item)}, " for item in value)
@@ -615,7 +647,8 @@ def _run_source(
             + "]"
         )
         cells = "".join(f"{emitter.cell(frame.cells[name])}, " for name in frame.code.co_cellvars)
-        result = f"NEXT({frame.ip}, {local_values}, {stack}, ({cells}))"
+        data = "".join(f"{item}, " for item in emitter.data)
+        result = f"NEXT({frame.ip}, {local_values}, {stack}, ({cells}), ({data}))"
     else:
         result = emitter.expr(outcome)
     make_cells, fill_cells = emitter.made_cells()

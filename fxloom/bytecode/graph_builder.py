@@ -101,6 +101,8 @@ class GraphBuilder:
         self.metadata = MetadataMode()
         self.module_stack = ModuleStack()  # the modules whose forward is being interpreted
         self.size_nodes: Any = None  # ``SizeNodes``, made with the first symbolic input
+        # symbols of numbers the graph reads from tensor data (``data_number``): no example
+        self.data_symbols: set[Any] = set()
 
     # ------------------------------------------------------------ values
     def node_of(self, value: Any) -> Node | None:
@@ -150,6 +152,32 @@ class GraphBuilder:
             self.inputs.append(source)
         return value
 
+    def data_number(self, tensor: StandIn, env: Any, what: str) -> Any:
+        """The number ``tensor.item()`` reads, kept in the graph: a ``call_method item`` node
+        whose value is a new symbol of ``env`` with no example (``torch.SymFloat`` for a
+        floating tensor, ``torch.SymInt`` for an integer one). The program may compute with
+        it and pass it to operators; where its Python needs the number itself (a branch,
+        ``int()``, a native function), the ShapeEnv cannot decide and capture breaks there,
+        with the number a graph output (``is_data``)."""
+        from fxloom.values.symbolic.data_dependent import unbacked_scalar
+
+        value = unbacked_scalar(env, tensor.dtype, what)
+        node = self._stamped(self.graph.call_method("item", (self.argument(tensor),)))
+        node.meta["val"] = value
+        if self.size_nodes is None:
+            from fxloom.values.symbolic.size_nodes import SizeNodes
+
+            self.size_nodes = SizeNodes(self.graph, env, self._size_stamp)
+        self.size_nodes.bind_scalar(value.node.expr, node)
+        self.data_symbols.add(value.node.expr)
+        return value
+
+    def is_data(self, value: Any) -> bool:
+        """Whether the symbolic number ``value`` is computed from numbers read from data."""
+        return bool(self.data_symbols) and not self.data_symbols.isdisjoint(
+            value.node.expr.free_symbols
+        )
+
     def constant(self, tensor: torch.Tensor) -> StandIn:
         """The stand-in of a tensor the graph holds as a constant (``get_attr``)."""
         stand_in = self._stand_in_of.get(id(tensor))
@@ -184,6 +212,10 @@ class GraphBuilder:
         if _raises_on_data(op, target, args, self.modules):
             node.meta["raises_on_data"] = True
         return self._result(node, result)
+
+    def raises_on_data(self, op: str, target: Any, args: tuple) -> bool:
+        """Whether the eager kernel of this call may raise on its inputs' data."""
+        return _raises_on_data(op, target, args, self.modules)
 
     def record_known(self, target: Any, args: tuple, result: Any, name: str, **meta: Any) -> Any:
         """Record ``target(*args)`` as a node called ``name``, whose stand-in ``result`` is

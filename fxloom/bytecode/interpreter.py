@@ -19,6 +19,7 @@ Depends on ``fxloom.bytecode.instructions`` (the decoded form), ``recording`` an
 
 from __future__ import annotations
 
+import sys
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,14 @@ def handles(*ops: str):
         return handler
 
     return register
+
+
+def _decides_on_data(error: BaseException) -> bool:
+    """Whether ``error`` is the ShapeEnv refusing to decide on a number read from tensor data
+    (a branch, ``int()``, native code on the symbol of a ``.item()`` kept in the graph). Its
+    module is only loaded once a symbol exists."""
+    errors = sys.modules.get("fxloom.values.symbolic.errors")
+    return errors is not None and isinstance(error, errors.DataDependentGuardError)
 
 
 class Frame:
@@ -172,6 +181,10 @@ class Interpreter:
                 return self.route(frame, instruction, err)
             if not isinstance(err, Exception):
                 raise
+            if _decides_on_data(err):  # a number read from data (``.item()``) asked for
+                # (the ShapeEnv's own "at file:line" is capture's frame: the break names the user's)
+                detail = str(err).split("\nFix:")[0].rsplit(", at ", 1)[0]
+                raise Break("tensor-data", detail) from None
             # The program itself raised (a failed lookup, a bad argument...): capture cannot
             # follow it; the function runs as Python, where it raises for the user.
             raise Break("exception", f"{type(err).__name__}: {err}") from err

@@ -120,6 +120,7 @@ class Recording:
     def __init__(self, root: torch.nn.Module | None = None, root_name: str | None = None) -> None:
         self.guards = GuardSet(root)
         self.graph = GraphBuilder()
+        self.keeps_data = True  # ``.item()`` stays in the graph (``calls._data_number``)
         self.created: set[int] = set()  # ids of objects the program built
         self._sources: dict[int, Source] = {}
         # (id(owner), name) -> (owner, name, value): attributes of outside objects assigned

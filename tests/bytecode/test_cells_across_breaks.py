@@ -39,7 +39,7 @@ def test_a_closure_made_before_the_break_sees_a_write_made_after_it():
     def f(x):
         scale = 2
         g = lambda t: t * scale  # noqa: E731
-        n = x.sum().item()
+        n = float(x.sum())
         scale = n
         return g(x)
 
@@ -57,7 +57,7 @@ def test_nonlocal_writes_before_and_after_the_break_add_up():
             total = total + v
 
         add(1)
-        n = x.sum().item()
+        n = float(x.sum())
         add(2)
         return x * total + n
 
@@ -69,7 +69,7 @@ def test_nonlocal_writes_before_and_after_the_break_add_up():
 def test_the_break_run_as_python_reads_the_cell_the_piece_before_wrote():
     def f(x):
         scale = 1
-        h = lambda t: t.sum().item() * scale  # noqa: E731 - the call breaks: runs as Python
+        h = lambda t: float(t.sum()) * scale  # noqa: E731 - the call breaks: runs as Python
         scale = 3
         n = h(x)
         return x * n
@@ -88,7 +88,7 @@ def test_a_returned_closure_keeps_its_own_cell_per_call():
             count += 1
             return count
 
-        n = x.sum().item()
+        n = float(x.sum())
         bump()
         return bump, x * n
 
@@ -104,7 +104,7 @@ def test_a_returned_closure_keeps_its_own_cell_per_call():
 def test_a_returned_closure_reads_a_tensor_the_graph_computed_after_the_break():
     def f(x):
         k = x * 2
-        n = x.sum().item()
+        n = float(x.sum())
         k = k + n
 
         def get():
@@ -129,7 +129,7 @@ def test_a_closure_called_in_a_loop_across_breaks():
 
         for i in range(3):
             step(x * i)
-            if x.sum().item() > 100:  # a break at every step
+            if float(x.sum()) > 100:  # a break at every step
                 break
         return acc
 
@@ -141,7 +141,7 @@ def test_a_closure_called_in_a_loop_across_breaks():
 def test_an_argument_captured_by_a_closure_crosses_the_break():
     def f(x, w):
         g = lambda t: t @ w  # noqa: E731 - ``w`` is a parameter in a cell
-        n = x.sum().item()
+        n = float(x.sum())
         w = w * n
         return g(x)
 
@@ -156,7 +156,7 @@ def test_the_closure_of_the_compiled_function_and_its_own_cells_together():
     def f(x):
         scale = 2
         g = lambda t: t * scale + offset  # noqa: E731
-        n = x.sum().item()
+        n = float(x.sum())
         scale = n
         return g(x)
 
@@ -170,7 +170,7 @@ def test_a_recursive_nested_function_in_a_cell_compiles_once():
         def fact(n):
             return 1 if n <= 1 else n * fact(n - 1)
 
-        k = x.sum().item()
+        k = float(x.sum())
         return x * fact(3) + k
 
     compiled = compiled_agrees(f, (ones(3),), (ones(3),), (ones(3),))
@@ -188,7 +188,7 @@ def test_closures_calling_closures_across_the_break_compile_once():
         def outer(t):
             return helper(t) + 1
 
-        k = x.sum().item()
+        k = float(x.sum())
         scale = 3
         return outer(x) + k
 
@@ -199,7 +199,7 @@ def test_closures_calling_closures_across_the_break_compile_once():
 
 def test_a_closure_made_after_the_break_over_the_calls_cells():
     def f(x):
-        n = x.sum().item()
+        n = float(x.sum())
         scale = n
         fn = lambda t: t * scale  # noqa: E731
         scale = scale + 1
@@ -216,7 +216,7 @@ def test_a_list_in_a_cell_appended_to_on_both_sides_of_the_break_compiles_once()
         items = []
         add = lambda v: items.append(v)  # noqa: E731
         add(x * 2)
-        n = x.sum().item()
+        n = float(x.sum())
         add(x + n)
         return sum(items), len(items)
 

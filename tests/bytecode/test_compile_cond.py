@@ -309,6 +309,16 @@ def test_torch_cond_runs_as_python_with_a_break_that_names_fxloom_cond():
 
 def test_a_graph_break_inside_a_branch_runs_the_cond_as_python():
     def f(x):
+        return fxloom.cond(x.sum() > 0, lambda t: t * float(t.max()), lambda t: t - 1, (x,))
+
+    compiled = fxloom.compile(f)
+    both_outcomes(compiled, f, x3)
+    (detail,) = set(break_details(compiled))
+    assert "cond's true_fn" in detail and "float" in detail
+
+
+def test_an_item_inside_a_branch_is_a_break_too():
+    def f(x):
         return fxloom.cond(x.sum() > 0, lambda t: t * t.max().item(), lambda t: t - 1, (x,))
 
     compiled = fxloom.compile(f)

@@ -159,9 +159,19 @@ def test_fxloom_explain_reports_one_break_for_a_data_dependent_branch():
     assert report.breaks[0].where.split(":")[1].isdigit()
 
 
-def test_fullgraph_refuses_item_naming_the_line():
+def test_fullgraph_refuses_a_data_read_naming_the_line():
     with pytest.raises(CompileError, match=r"test_compile_differential.py:\d+"):
-        fxloom.compile(lambda x: x * x.sum().item(), fullgraph=True)(x3)
+        fxloom.compile(lambda x: x * float(x.sum()), fullgraph=True)(x3)
+
+
+def test_fullgraph_refuses_a_branch_on_an_item_naming_the_line():
+    with pytest.raises(CompileError, match=r"test_compile_differential.py:\d+"):
+        fxloom.compile(lambda x: x * 2 if x.sum().item() > 0 else x, fullgraph=True)(x3)
+
+
+def test_fullgraph_takes_an_item_only_computed_with():
+    fn = lambda x: x / (x.abs().max().item() + 1)  # noqa: E731
+    torch.testing.assert_close(fxloom.compile(fn, fullgraph=True)(x3), fn(x3))
 
 
 # ----------------------------------------------------------------------------- guards

@@ -233,8 +233,12 @@ def test_a_branch_on_data_is_split_and_runs_both_ways(capsys):
     assert stop.where.startswith("test_compile_semantics.py:") and "if y.sum() > 0" in stop.code
 
 
-def test_item_reads_data_between_graphs(capsys):
-    same(lambda x: x / (x.abs().max().item() + 1), x3, capsys=capsys, breaks=1)
+def test_float_reads_data_between_graphs(capsys):
+    same(lambda x: x / (float(x.abs().max()) + 1), x3, capsys=capsys, breaks=1)
+
+
+def test_item_only_computed_with_stays_in_the_graph(capsys):
+    same(lambda x: x / (x.abs().max().item() + 1), x3, capsys=capsys, breaks=0)
 
 
 def test_print_runs_after_the_graph_without_a_break(capsys):

@@ -55,11 +55,11 @@ def leaf(n: int = 3) -> torch.Tensor:
     return torch.arange(float(n)).requires_grad_()
 
 
-def test_an_item_break_inside_no_grad_splits_the_function():
+def test_a_float_break_inside_no_grad_splits_the_function():
     def f(x):
         with torch.no_grad():
             y = x * 2
-            n = y.sum().item()
+            n = float(y.sum())
             z = y + n
         return z, x * 3
 
@@ -67,11 +67,11 @@ def test_an_item_break_inside_no_grad_splits_the_function():
     assert compiled.explain().graph_count >= 2
 
 
-def test_an_item_break_inside_enable_grad_under_no_grad():
+def test_a_float_break_inside_enable_grad_under_no_grad():
     def f(x):
         with torch.enable_grad():
             y = x * 2
-            n = y.sum().item()
+            n = float(y.sum())
             z = y + n
         return z
 
@@ -84,7 +84,7 @@ def test_a_break_inside_set_grad_enabled():
     def f(x, mode):
         with torch.set_grad_enabled(mode):
             y = x * 2
-            n = y.sum().item()
+            n = float(y.sum())
             z = y + n
         return z
 
@@ -96,7 +96,7 @@ def test_autocast_on_cpu_with_a_break_gives_eagers_dtypes():
     def f(x):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = x @ x
-            n = y.float().sum().item()
+            n = float(y.float().sum())
             z = y @ x + n
         return z, y
 
@@ -118,7 +118,7 @@ def test_inference_mode_with_a_break_makes_inference_tensors():
     def f(x):
         with torch.inference_mode():
             y = x * 2
-            n = y.sum().item()
+            n = float(y.sum())
             z = y + n
         return z
 
@@ -131,7 +131,7 @@ def test_an_exception_after_the_break_inside_no_grad_restores_grad_mode():
     def f(x):
         with torch.no_grad():
             y = x * 2
-            n = y.sum().item()
+            n = float(y.sum())
             if n > 100:
                 raise ValueError(f"too big: {n}")
             z = y + n
@@ -149,7 +149,7 @@ def test_an_exception_after_the_break_inside_autocast_restores_autocast():
     def f(x):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = x @ x
-            if y.float().sum().item() > 100:
+            if float(y.float().sum()) > 100:
                 raise ValueError("too big")
             z = y @ x
         return z
@@ -165,7 +165,7 @@ def test_an_exception_caught_inside_the_function_after_a_break_inside_no_grad():
     def f(x):
         try:
             with torch.no_grad():
-                n = x.sum().item()
+                n = float(x.sum())
                 if n > 1:
                     raise KeyError("caught")
                 y = x * n
@@ -186,7 +186,7 @@ def test_nested_no_grad_and_enable_grad_with_a_break_in_the_inner_block():
             a = x * 2
             with torch.enable_grad():
                 b = x * 3
-                n = b.sum().item()
+                n = float(b.sum())
                 c = b + n
             d = a + c
         return a, b, c, d
@@ -216,7 +216,7 @@ def test_a_default_dtype_switch_holds_for_the_code_after_it(with_break):
         with DefaultDtype(torch.float64):
             y = x + torch.ones(3)
             if with_break:
-                y = y * y.sum().item()
+                y = y * float(y.sum())
         return y, torch.ones(2)
 
     compiled = compiled_agrees(f, (torch.ones(3),), (torch.ones(3),))
@@ -277,7 +277,7 @@ def test_a_user_manager_enters_and_exits_once_around_a_break():
     def f(x):
         with Tracker("a"):
             y = x * 2
-            n = y.sum().item()
+            n = float(y.sum())
             z = y + n
         return z
 
@@ -289,7 +289,7 @@ def test_a_contextmanager_generator_enters_and_exits_once_around_a_break():
     def f(x):
         with tracked("b") as name:
             y = x * len(name)
-            n = y.sum().item()
+            n = float(y.sum())
             z = y + n
         return z
 
@@ -302,7 +302,7 @@ def test_a_user_manager_that_suppresses_an_exception_raised_after_a_break():
         y = x
         with Suppress():
             y = x * 2
-            if y.sum().item() > 5:
+            if float(y.sum()) > 5:
                 raise ValueError("suppressed")
             y = y + 1
         return y
@@ -314,7 +314,7 @@ def test_a_user_manager_that_suppresses_an_exception_raised_after_a_break():
 def test_a_user_manager_sees_the_exception_raised_after_a_break():
     def f(x):
         with Tracker("c"):
-            if x.sum().item() > 5:
+            if float(x.sum()) > 5:
                 raise KeyError("seen")
             return x + 1
 
@@ -331,7 +331,7 @@ def test_a_user_manager_sees_the_exception_raised_after_a_break():
 def test_an_op_raising_in_the_graph_after_a_break_reaches_the_user_managers_exit():
     def f(x, index):
         with Tracker("d"):
-            n = x.sum().item()
+            n = float(x.sum())
             return torch.index_select(x, 0, index) + n
 
     compiled = fxloom.compile(f)
@@ -357,7 +357,7 @@ def test_an_op_raising_in_the_graph_inside_autocast_leaves_autocast_off():
 def test_an_op_raising_in_the_graph_inside_a_suppressing_manager_is_raised_with_a_note():
     def f(x, index):
         with Suppress():
-            n = x.sum().item()
+            n = float(x.sum())
             x = torch.index_select(x, 0, index) + n
         return x
 
@@ -393,7 +393,7 @@ def test_a_piece_starting_inside_autocast_runs_on_real_weights_not_capture_casts
     def f(x):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = linear(x)
-            largest = y.float().abs().max().item()  # a graph break inside the region
+            largest = float(y.float().abs().max())  # a graph break inside the region
             y = linear(y / largest)
         return y.float()
 

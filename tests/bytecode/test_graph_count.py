@@ -14,8 +14,8 @@ X = torch.randn(1)
 
 
 def two_breaks_with_nothing_between(x):
-    a = x.item()  # a break first: the entry before it holds no operation
-    b = x.item()  # a break right after: the piece between holds none either
+    a = float(x)  # a break first: the entry before it holds no operation
+    b = float(x)  # a break right after: the piece between holds none either
     return x * (a + b)
 
 

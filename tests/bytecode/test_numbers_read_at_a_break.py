@@ -1,5 +1,6 @@
-"""A number the program reads from a tensor at a graph break (``.item()``, ``int(t)``) is data,
-another value at every call: the piece after the break takes it as a symbol from its first
+"""A number the program reads from a tensor at a graph break (``float(t)``, ``int(t)``; an
+``.item()`` whose number Python needs, test_numbers_kept_in_the_graph.py) is data, another
+value at every call: the piece after the break takes it as a symbol from its first
 compile, so the second call does not recompile. What the program decides on the number (a
 branch, ``range``, a string) still specialises it by a guard: never a stale result.
 """
@@ -15,7 +16,7 @@ CALLS = [(torch.randn(4) + i,) for i in (0.0, 3.0, -3.0, 7.0)]
 
 
 def scaled_by_its_sum(x):
-    total = x.sum().item()  # a break: total is a Python float
+    total = float(x.sum())  # a break: total is a Python float
     return x * total + 1
 
 
@@ -28,7 +29,7 @@ def test_a_number_read_at_a_break_compiles_once():
 def under_no_grad(x):
     with torch.no_grad():
         y = x * 2
-        m = y.abs().max().item()
+        m = float(y.abs().max())
         y = y / m
     return y * 2
 
@@ -39,9 +40,9 @@ def test_a_number_read_inside_no_grad_compiles_once():
 
 
 def handed_on_through_pieces(x):
-    m = x.abs().max().item()
+    m = float(x.abs().max())
     y = x / m
-    n = y.sum().item()  # a second break: m reaches the third piece through the second
+    n = float(y.sum())  # a second break: m reaches the third piece through the second
     return y * m + n
 
 

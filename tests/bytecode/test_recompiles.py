@@ -253,10 +253,10 @@ class Slotted:
 
 
 def breaks_then_holds_a_slotted_object(x):
-    n = x.sum().item()
+    n = float(x.sum())
     box = Slotted()
     box.value = x * n
-    m = box.value.sum().item()
+    m = float(box.value.sum())
     return box.value + m
 
 
