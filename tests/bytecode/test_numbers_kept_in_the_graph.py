@@ -165,3 +165,18 @@ def test_an_item_in_a_user_manager_with_no_op_that_raises_is_one_graph():
     compiled = run_calls(f, CALLS)
     assert graphs(compiled) == 1
     assert LOG == ["enter", ("exit", None)] * (2 * len(CALLS))  # compiled and eager, once each
+
+
+def test_float_arithmetic_on_an_item_gives_eagers_bits():
+    # sympy would fold ``m * 0.1 * 3`` into ``0.3 * m`` (other bits): the chain breaks instead
+    def chained(x):
+        m = x.sum().item()
+        k = m * 0.1 * 3
+        return x * k, k
+
+    compiled = fxloom.compile(chained)
+    for shift in (0.0, 1.0, 2.0):
+        x = torch.randn(5, dtype=torch.float64) + shift
+        (got, k), (expected, eager_k) = compiled(x), chained(x)
+        assert torch.equal(got, expected) and k == eager_k
+    assert {stop.kind for stop in compiled.breaks} == {"tensor-data"}

@@ -32,6 +32,7 @@ from typing import Any
 import sympy
 import torch
 
+from fxloom.values.symbolic.errors import DataDependentGuardError
 from fxloom.values.symbolic.shape_env import ShapeEnv
 
 __all__ = ["SymNode", "size_symint", "unbacked_symint", "wrap_expr"]
@@ -317,9 +318,12 @@ def _specialised(pytype: PyType, hint: Any, *operands: SymNode) -> SymNode:
         {symbol for operand in operands for symbol in operand.expr.free_symbols}, key=str
     )
     if hint is None or any(env.symbols[symbol].hint is None for symbol in symbols):
-        raise RuntimeError(  # no example value: a float read from tensor data
+        # no example value: a float read from tensor data (fxloom.compile breaks here)
+        raise DataDependentGuardError(
             "a float computed from a value read from tensor data cannot be computed exactly "
-            "by the graph; read it with .item() outside the compiled function"
+            "by the graph\nFix: read it with .item() outside the compiled function",
+            condition=None,
+            location=None,
         )
     for symbol in symbols:
         env.evaluate(sympy.Eq(symbol, _number(env.symbols[symbol].hint)), True)
