@@ -328,10 +328,17 @@ def test_a_user_manager_sees_the_exception_raised_after_a_break():
 
 
 # ------------------------------------------------------------------ an op of a graph raises
-def test_an_op_raising_in_the_graph_after_a_break_reaches_the_user_managers_exit():
+@pytest.mark.parametrize(
+    "read",
+    [float, lambda t: t.item()],
+    ids=["after a float() break", "with no break (.item() stays in the graph)"],
+)
+def test_an_op_raising_in_the_graph_reaches_the_user_managers_exit(read):
+    # With no break in the block, an op that may raise on data (an index out of range) runs
+    # as Python (``raises-inside-with``): in the graph, its raising would skip the exit.
     def f(x, index):
         with Tracker("d"):
-            n = float(x.sum())
+            n = read(x.sum())
             return torch.index_select(x, 0, index) + n
 
     compiled = fxloom.compile(f)
@@ -340,6 +347,7 @@ def test_an_op_raising_in_the_graph_after_a_break_reaches_the_user_managers_exit
     with pytest.raises(IndexError):
         compiled(torch.ones(3), torch.tensor([7]))
     assert LOG == [("enter", "d"), ("exit", "d", IndexError)]
+    assert any(stop.kind == "raises-inside-with" for stop in compiled.breaks) == (read is not float)
 
 
 def test_an_op_raising_in_the_graph_inside_autocast_leaves_autocast_off():

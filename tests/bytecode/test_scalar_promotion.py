@@ -212,16 +212,24 @@ class Counter(nn.Module):
         return x * self.step
 
 
+def agrees_in_state(cls: type, attribute: str, calls: int):
+    """Compile a ``cls()``, call it and an eager ``cls()`` ``calls`` times: the results and the
+    ``attribute`` each keeps (value and type) agree after every call. Returns the compiled."""
+    torch.manual_seed(0)
+    module, eager = cls(), cls()
+    compiled = fxloom.compile(module)
+    for _ in range(calls):
+        x = torch.randn(3)
+        assert_same(compiled(x), eager(x))
+        ours, theirs = getattr(module, attribute), getattr(eager, attribute)
+        assert ours == theirs and type(ours) is type(theirs)
+    return compiled
+
+
 def test_a_counter_attribute_the_program_increments_is_symbolic_from_its_first_compile():
     # The first call changes self.step itself: the next call brings another value, so the
     # entry takes it as a symbol at once rather than compiling a static entry first.
-    torch.manual_seed(0)
-    module, eager = Counter(), Counter()
-    compiled = fxloom.compile(module)
-    for _ in range(8):
-        x = torch.randn(3)
-        assert_same(compiled(x), eager(x))
-        assert module.step == eager.step and type(module.step) is int
+    compiled = agrees_in_state(Counter, "step", 8)
     assert graphs(compiled) == 1
     assert compiled.explain().dynamic_sizes == [
         "self.step: 0 -> 1 (now symbolic: the program changes it)"
@@ -259,14 +267,7 @@ class Toggle(nn.Module):
 
 
 def test_a_bool_attribute_the_program_flips_stays_static():
-    torch.manual_seed(0)
-    module, eager = Toggle(), Toggle()
-    compiled = fxloom.compile(module)
-    for _ in range(4):
-        x = torch.randn(3)
-        assert_same(compiled(x), eager(x))
-        assert module.flag == eager.flag
-    assert graphs(compiled) == 2
+    assert graphs(agrees_in_state(Toggle, "flag", 4)) == 2
 
 
 # ------------------------------------------------------------------ floats
