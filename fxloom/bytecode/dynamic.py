@@ -40,8 +40,8 @@ tensor: type promotion stays eager's), bound to its source in the guard (``type(
 is int``) and a graph input of its own (``GraphBuilder.number_input``). What needs the plain
 value (``range(n)``, a hash, ``str(n)``, native code) specialises it by a guard (``concrete``,
 and ``ShapeEnv.text_is_value`` while capture runs). ``bool`` stays static. An int or float
-attribute of an outside object that the call itself assigns another value (a step counter)
-is observed like a grown cache (``grew_state``): symbolic from the first compile.
+attribute, global or outside cell that the call itself assigns another value (a step
+counter) is observed like a grown cache (``grew_state``): symbolic from the first compile.
 
 ``InputSymbols`` is one compilation's part (made by ``GuardSet``): the symbols of its inputs,
 the ShapeEnv, and the guard expressions over them, as Python code for the generated guard
@@ -242,8 +242,9 @@ def grew_state(recording: Any) -> bool:
       dim=-2)``): each such static dimension of the tensor read. The next call reads the
       grown tensor back, so a guard on the size read now would miss at once: the change is
       observed without the miss.
-    * it assigned an int or float attribute it read another value of the same type (a
-      counter: ``self.step += 1``): that number, which the next call brings changed.
+    * it assigned an int or float attribute, global or outside cell it read another value of
+      the same type (a counter: ``self.step += 1``, ``global n; n += 1``): that number,
+      which the next call brings changed.
     * it assigned a tensor to an attribute that held none, or an empty one (a cache it
       fills: the prefill of a ``DynamicCache``): each static dimension of the call's tensor
       arguments whose size the filled tensor took (``_filled_from``). The next fill (a new
@@ -256,17 +257,15 @@ def grew_state(recording: Any) -> bool:
         return False
     read = {source.expr: (source, sizes) for source, sizes in recording.guards.tensor_sizes.items()}
     numbers = {source.expr: (source, old) for source, old in recording.guards.numbers.items()}
-    grown, filled, counted = [], [], []
+    grown, filled = [], []
+    # numbers assigned where they were read, with another value: counters
+    assigned = [(source.expr, value) for source, value in recording.changes.stored_at_sources()]
     for owner, name, value in recording.writes.values():
         owner_source = recording.source_of(owner)
         if owner_source is None:
             continue
-        if type(value) in SCALAR_TYPES:  # a counter: ``self.step += 1``
-            found_number = numbers.get(Attr(owner_source, name).expr)
-            if found_number is not None:
-                source, old = found_number
-                if type(old) is type(value) and old != value:
-                    counted.append((source.expr, source.text, None, old, value))
+        if type(value) in SCALAR_TYPES:  # ``self.step += 1``
+            assigned.append((Attr(owner_source, name).expr, value))
             continue
         if not isinstance(value, torch.Tensor):
             continue
@@ -281,6 +280,11 @@ def grew_state(recording: Any) -> bool:
         for dim, (old, new) in enumerate(zip(shape, value.shape)):
             if dim not in dims and _differs(old, new):
                 grown.append((source.expr, source.text, dim, old, _example(new)))
+    counted = []
+    for expr, value in assigned:
+        source, old = numbers.get(expr, (None, None))
+        if type(value) in SCALAR_TYPES and type(old) is type(value) and old != value:
+            counted.append((expr, source.text, None, old, value))
     promoted = policy.observe(place, grown, because="the program grows it")
     promoted = policy.observe(place, counted, because="the program changes it") or promoted
     filling = _filled_from(filled, read.values())

@@ -447,6 +447,15 @@ class Changes:
             self._step_before_change(key)
             self._step_changed(key, store)
 
+    def stored_at_sources(self) -> list[tuple[Source, Any]]:
+        """(source, the value last stored there) of each global and outside cell the
+        program assigned (``global n; n += 1``)."""
+        return [
+            (store.source, store.value)
+            for key, store in self._stores.items()
+            if key[0] in ("global", "cell") and store.source is not None
+        ]
+
     def stored(self, key: tuple) -> Any:
         """The value last stored at ``key`` during capture, or ``NOT_CHANGED``."""
         store = self._stores.get(key)

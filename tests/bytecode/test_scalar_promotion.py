@@ -339,3 +339,45 @@ def test_a_float_passed_to_math_is_specialised():
 
     compiled = run_calls(lambda x, s: x * math.sqrt(s), with_x([4.0, 9.0, 2.0, 9.0], 3))
     assert compiled.explain().why_static[0].startswith("s == 9.0: ")
+
+
+STEPS = 0
+
+
+def global_counter(x):
+    global STEPS
+    STEPS += 1
+    return x * STEPS
+
+
+def test_a_global_counter_the_program_increments_is_symbolic_from_its_first_compile():
+    global STEPS
+    STEPS = 0
+    compiled = fxloom.compile(global_counter)
+    for _ in range(5):
+        x = torch.randn(3)
+        got = compiled(x)
+        assert_same(got, x * STEPS)
+        assert type(STEPS) is int
+    assert graphs(compiled) == 1
+    assert compiled.explain().dynamic_sizes == [
+        "STEPS: 0 -> 1 (now symbolic: the program changes it)"
+    ]
+
+
+def test_a_nonlocal_counter_is_symbolic_from_its_first_compile():
+    def counting():
+        calls = 0
+
+        def step(x):
+            nonlocal calls
+            calls += 1
+            return x + calls
+
+        return step
+
+    compiled, eager = fxloom.compile(counting()), counting()
+    for _ in range(5):
+        x = torch.randn(3)
+        assert_same(compiled(x), eager(x))
+    assert graphs(compiled) == 1
