@@ -129,6 +129,13 @@ def test_int8_convolution_and_add_is_their_float_sum_rounded_once() -> None:
     assert (got.int() - ops.quantize(total, 0.04, 0, *U8).int()).abs().max() <= 1
 
 
+def conv_arguments(m):
+    """A uint8 input, its scale and zero point, int8 weights, their scales, no bias, and the
+    geometry (stride 2, padding 1, dilation 1, one group): conv2d_int8's first ten."""
+    x, w = m(1, 3, 8, 8, dtype=torch.uint8), m(4, 3, 3, 3, dtype=torch.int8)
+    return (x, 0.1, 0, w, m(4), None, [2, 2], [1, 1], [1, 1], 1)
+
+
 META_CALLS = {
     "quantize": lambda m: ops.quantize(m(2, 5), 0.1, 0, *U8),
     "dequantize": lambda m: ops.dequantize(m(2, 5, dtype=torch.uint8), 0.1, 0, *U8),
@@ -140,35 +147,10 @@ META_CALLS = {
     "linear_w4": lambda m: ops.linear_w4(
         m(2, 64), m(3, 32, dtype=torch.uint8), m(3, 2), m(3, 2, dtype=torch.uint8), 32
     ),
-    "conv2d_int8": lambda m: ops.conv2d_int8(
-        m(1, 3, 8, 8, dtype=torch.uint8),
-        0.1,
-        0,
-        m(4, 3, 3, 3, dtype=torch.int8),
-        m(4),
-        None,
-        [2, 2],
-        [1, 1],
-        [1, 1],
-        1,
-    ),  # fmt: skip
+    "conv2d_int8": lambda m: ops.conv2d_int8(*conv_arguments(m)),
     "conv2d_add_int8": lambda m: ops.conv2d_add_int8(
-        m(1, 3, 8, 8, dtype=torch.uint8),
-        0.1,
-        0,
-        m(4, 3, 3, 3, dtype=torch.int8),
-        m(4),
-        None,
-        [2, 2],
-        [1, 1],
-        [1, 1],
-        1,
-        m(1, 4, 4, 4, dtype=torch.uint8),
-        0.1,
-        0,
-        0.2,
-        0,
-    ),  # fmt: skip
+        *conv_arguments(m), m(1, 4, 4, 4, dtype=torch.uint8), 0.1, 0, 0.2, 0
+    ),
     "add_int8": lambda m: ops.add_int8(
         m(2, 5, dtype=torch.uint8), 0.1, 0, m(1, 5, dtype=torch.uint8), 0.1, 0, 0.2, 0
     ),
