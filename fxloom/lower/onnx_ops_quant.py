@@ -29,6 +29,7 @@ add_int8,       ``DequantizeLinear`` around ``Add``/``Mul``, (``Relu``),  ``QLin
 mul_int8        ``QuantizeLinear``                                      ``QLinearMul``
 conv2d_add_int8 conv2d_int8's form, its output quantized at a scale     ``QLinearConv``,
                 that clips nothing the sum keeps, then add_int8's       ``QLinearAdd``
+max_pool2d_int8 ``MaxPool`` of the uint8/int8 codes                       itself (uint8)
 =============== ======================================================= =====================
 
 Why these forms and not others:
@@ -78,6 +79,7 @@ from typing import Any
 import torch
 
 from fxloom.lower.onnx_ops import UnsupportedArgument, cast_to, onnx_dtype, register
+from fxloom.lower.onnx_ops_nn import pool_node
 from fxloom.node import Node
 from fxloom.quantize import ops
 
@@ -337,6 +339,15 @@ def translate_conv2d_add_int8(ctx, node, args, kwargs):
          _dequantized(ctx, a["other"], a["other_scale"], a["other_zero_point"])],
     )  # fmt: skip
     return _finish(ctx, value, None, a["relu"], a["out_scale"], a["out_zero_point"])
+
+
+@_rows("max_pool2d_int8")
+def translate_max_pool2d_int8(ctx, node, args, kwargs):
+    a = _bound("max_pool2d_int8", args, kwargs)
+    return pool_node(
+        ctx, "MaxPool", ctx.name(a["x"]), 2, kernel=a["kernel_size"], stride=a["stride"],
+        padding=a["padding"], ceil_mode=a["ceil_mode"], dilations=list(a["dilation"]),
+    )  # fmt: skip
 
 
 def _unclipped_sum_operand(a: dict) -> tuple[float, int]:

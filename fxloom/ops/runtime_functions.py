@@ -95,6 +95,7 @@ _QUANTIZED_OPERATORS = (
     "conv2d_add_int8",
     "add_int8",
     "mul_int8",
+    "max_pool2d_int8",
 )
 
 

@@ -13,10 +13,11 @@ do any of these with what it returns.
 (``MAKES_CHANNELS_LAST``) through the users that compute the same values on any layout and
 pass it on (``PASSES_LAYOUT``; ``ENDS_LAYOUT``: those that take any layout and return a
 contiguous tensor or none) and gives every other user, the graph's output included,
-``value.contiguous()`` instead (max pooling, ``POOLS_IN_FLOAT``: ``value.float()``, cast back
-after): a no-op on a value that is contiguous already (the reference kernels' outputs), one
-copy where it is not. A ResNet's graph (convolutions, residual adds, max pooling, the final dequantize,
-average pool and flatten) gets none.
+``value.contiguous()`` instead (2-d max pooling, ``POOLS_CODES``, becomes
+``ops.max_pool2d_int8`` of the codes, which takes any layout): a no-op on a value that is
+contiguous already (the reference kernels' outputs), one copy where it is not. A ResNet's
+graph (convolutions, residual adds, max pooling, the final dequantize, average pool and
+flatten) gets none.
 
 Depends on: the IR, ``ops``.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.modules.utils import _pair
 
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
@@ -34,7 +36,7 @@ __all__ = [
     "ENDS_LAYOUT",
     "MAKES_CHANNELS_LAST",
     "PASSES_LAYOUT",
-    "POOLS_IN_FLOAT",
+    "POOLS_CODES",
     "keep_channels_last",
 ]
 
@@ -54,6 +56,7 @@ PASSES_LAYOUT = {
             ops.mul_int8,
             ops.quantize,
             ops.dequantize,
+            ops.max_pool2d_int8,
             torch.clamp_min,
             torch.relu,
             torch.flatten,
@@ -75,12 +78,12 @@ PASSES_LAYOUT = {
         nn.Flatten,
     ),
 }
-# Max pooling is not: torch 2.13's max_pool2d raises on a channels-last uint8 tensor ("Expected
-# input_depth * input_height * input_width <= std::numeric_limits<integer_t>::max()") and runs
-# 10x slower on a contiguous one than on channels-last float (1x64x112x112, one thread: 6.8 ms,
-# 0.74 ms with both casts). So these read ``value.float()`` and their output is cast back
-# (``type_as(value)``): integers up to 255 are exact in float, and the maximum is one of them.
-POOLS_IN_FLOAT = {
+# Torch's max pooling is not: torch 2.13's max_pool2d raises on a channels-last uint8 tensor
+# ("Expected input_depth * input_height * input_width <= std::numeric_limits<integer_t>::max()")
+# and runs 10x slower on a contiguous one than on channels-last float (1x64x112x112, one
+# thread: 6.8 ms, 0.74 ms with casts to float and back). So these become
+# ``ops.max_pool2d_int8`` of the codes (0.17 ms there, the same values, channels-last kept).
+POOLS_CODES = {
     "call_module": (nn.MaxPool2d,),
     "call_function": frozenset({torch.nn.functional.max_pool2d, torch.max_pool2d}),
 }
@@ -106,8 +109,8 @@ def keep_channels_last(gm: GraphModule) -> int:
             continue
         elif _listed(PASSES_LAYOUT, gm, node):
             maybe.add(node)
-        elif _listed(POOLS_IN_FLOAT, gm, node) and _one_tensor_out(gm, node):
-            maybe.add(_pool_in_float(graph, node, node.args[0]))
+        elif _listed(POOLS_CODES, gm, node) and _one_tensor_out(gm, node):
+            maybe.add(_pool_codes(gm, node))
         else:
             for value in inputs:
                 node.replace_input_with(value, _contiguous(graph, value, made))
@@ -130,18 +133,39 @@ def _one_tensor_out(gm: GraphModule, node: Node) -> bool:
     return not node.kwargs.get("return_indices") and len(node.args) < 6
 
 
-def _pool_in_float(graph, node: Node, value: Node) -> Node:
-    """``node`` pools ``value.float()``; its users read the result cast back to ``value``'s
-    dtype: the node that now stands for ``node``."""
-    with graph.inserting_before(node):
-        as_float = graph.create_node(
-            "call_method", "float", (value,), name=f"{value.name}_as_float"
-        )
-    node.replace_input_with(value, as_float)
-    with graph.inserting_after(node):
-        cast = graph.create_node("call_method", "type_as", (node, value), name=f"{node.name}_cast")
-    node.replace_all_uses_with(cast, delete_user_cb=lambda user: user is not cast)
-    return cast
+def _pool_codes(gm: GraphModule, node: Node) -> Node:
+    """``node`` (a 2-d max pooling) replaced by ``ops.max_pool2d_int8`` with its geometry:
+    the node that now stands for it."""
+    if node.op == "call_module":
+        pool = gm.get_submodule(node.target)
+        value = node.args[0]
+        geometry = (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
+    else:
+        value, geometry = node.args[0], _pool_arguments(node)
+    kernel, stride, padding, dilation, ceil_mode = geometry
+    pairs = [list(_pair(v)) for v in (kernel, stride or kernel, padding, dilation)]
+    with gm.graph.inserting_after(node):
+        pooled = gm.graph.create_node(
+            "call_function", ops.max_pool2d_int8, (value, *pairs, bool(ceil_mode)),
+            name=f"{node.name}_codes",
+        )  # fmt: skip
+    pooled.meta.update(node.meta)
+    node.replace_all_uses_with(pooled)
+    gm.graph.erase_node(node)
+    if node.op == "call_module" and not gm.graph.find_nodes(op="call_module", target=node.target):
+        gm.delete_submodule(node.target)  # no other call of the same pooling module
+    return pooled
+
+
+_POOL_PARAMETERS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
+_POOL_DEFAULTS = {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False}
+
+
+def _pool_arguments(node: Node) -> tuple:
+    """``max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)``'s geometry as
+    the call passes it, by position or keyword, defaults filled."""
+    given = dict(zip(_POOL_PARAMETERS, node.args), **node.kwargs)
+    return tuple(given.get(name, _POOL_DEFAULTS.get(name)) for name in _POOL_PARAMETERS[1:])
 
 
 def _contiguous(graph, value: Node, made: dict[Node, Node]) -> Node:

@@ -17,9 +17,8 @@ Each operator has:
   call and this CPU, the reference being the fallback (``kernels`` documents the table);
 * a **Python function** of the same name here, which graphs call: one row each in
   ``fxloom.ops.runtime_functions`` (``fxloom.quantize.ops.<op>``), so the safe loader admits
-  a file calling it by construction, in a process that imported nothing before (the linear
-  ones call the CPU kernel themselves when nothing but the dispatcher would see the call:
-  ``_dispatch_only``).
+  a file calling it by construction, in a process that imported nothing before (each calls
+  the CPU kernel itself when nothing but the dispatcher would see the call: ``_entry``).
 
     >>> import torch
     >>> from fxloom.quantize import ops
@@ -54,6 +53,10 @@ Operators:
         (never rounded to 8 bits), plus ``other`` dequantized, ReLU'd if asked, quantized
         once with the output's parameters (``convert`` fuses conv2d_int8 -> add_int8 into it
         where the add is the convolution's only user: one rounding instead of two)
+    max_pool2d_int8(x, kernel_size, stride, padding, dilation, ceil_mode)
+        max pooling of integer codes (uint8 or int8), any memory format: the codes' own
+        maximum (``convert`` pools int8 activations with it; torch's ``max_pool2d`` refuses
+        a channels-last uint8 tensor)
 
 Depends on: torch (``torch.library``), ``kernels`` (imported when a CPU kernel first runs).
 """
@@ -73,6 +76,7 @@ __all__ = [
     "linear_int8",
     "linear_w4",
     "linear_w8",
+    "max_pool2d_int8",
     "mul_int8",
     "pack_int4",
     "quantize",
@@ -106,6 +110,8 @@ SCHEMAS = {
     "int b_zero_point, float out_scale, int out_zero_point, bool relu) -> Tensor",
     "mul_int8": "mul_int8(Tensor a, float a_scale, int a_zero_point, Tensor b, float b_scale, "
     "int b_zero_point, float out_scale, int out_zero_point, bool relu) -> Tensor",
+    "max_pool2d_int8": "max_pool2d_int8(Tensor x, int[2] kernel_size, int[2] stride, "
+    "int[2] padding, int[2] dilation, bool ceil_mode) -> Tensor",
 }
 OPERATORS = tuple(SCHEMAS)
 
@@ -275,6 +281,15 @@ def _elementwise(combine):
 reference_add_int8 = _elementwise(torch.add)
 reference_mul_int8 = _elementwise(torch.mul)
 
+
+def reference_max_pool2d_int8(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """Max pooling of codes on a float copy: codes are exact in float, and a window's maximum
+    is one of them (the layout follows ``x``'s, as torch's pooling keeps it)."""
+    pooled = torch.nn.functional.max_pool2d(
+        x.float(), kernel_size, stride, padding, dilation, ceil_mode
+    )
+    return pooled.to(x.dtype)
+
 REFERENCES = {name: globals()[f"reference_{name}"] for name in SCHEMAS}
 
 
@@ -349,6 +364,7 @@ METAS = {
     "conv2d_add_int8": _meta_conv2d_add_int8,
     "add_int8": _meta_elementwise,
     "mul_int8": _meta_elementwise,
+    "max_pool2d_int8": reference_max_pool2d_int8,  # shapes and layout: torch's own meta pooling
 }
 
 
@@ -382,62 +398,75 @@ _ops = getattr(torch.ops, NAMESPACE)
 
 
 # ------------------------------------------------------------------ what graphs call
-# One function per operator, by the name its runtime_functions row saves it under.
+# One function per operator, by the name its runtime_functions row saves it under. Each calls
+# the CPU kernel itself when the dispatcher could only route the call there (``_entry``): a
+# small layer's kernel takes 30-50 us and the dispatcher's trip through a Python kernel
+# (arguments to the schema's values and back) 10-30 us more, 1.5 ms of a ResNet-50 int8
+# forward. Anything that watches calls (tracing, export, a mode, vmap, autograd,
+# torch.compile) sees the operator as before.
+_OPERATOR = {name: getattr(_ops, name).default for name in SCHEMAS}
+
+
+def _plain_cpu(tensor) -> bool:
+    """Nothing but the CPU kernel would see ``tensor``: a plain CPU tensor (not a FakeTensor,
+    a stand-in, a subclass or a functorch wrapper) with no autograd to record."""
+    return tensor is None or (
+        type(tensor) is torch.Tensor
+        and tensor.is_cpu  # (``device.type`` costs 5x as much)
+        and not (tensor.requires_grad and torch.is_grad_enabled())
+        and not torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+    )
+
+
+def _entry(name: str, *tensors):
+    """What to call for ``name`` on ``tensors`` (every tensor argument of the call)."""
+    if (
+        torch._C._is_torch_function_mode_enabled()
+        or torch._C._len_torch_dispatch_stack()
+        or torch.compiler.is_compiling()
+        or not all(map(_plain_cpu, tensors))
+    ):
+        return _OPERATOR[name]
+    return _CPU_KERNELS[name]
+
+
 def quantize(x, scale, zero_point, quant_min, quant_max, dtype):
-    return _ops.quantize.default(x, scale, zero_point, quant_min, quant_max, dtype)
+    return _entry("quantize", x)(x, scale, zero_point, quant_min, quant_max, dtype)
 
 
 def dequantize(q, scale, zero_point, quant_min, quant_max, dtype):
-    return _ops.dequantize.default(q, scale, zero_point, quant_min, quant_max, dtype)
+    return _entry("dequantize", q)(q, scale, zero_point, quant_min, quant_max, dtype)
 
 
 def choose_qparams(x, quant_min, quant_max, eps, dtype):
-    return _ops.choose_qparams.default(x, quant_min, quant_max, eps, dtype)
-
-
-# The linear layers skip the dispatcher when it could only route the call to the CPU kernel
-# (``_dispatch_only``): at one row a layer's kernel takes 30-50 us and the dispatcher's trip
-# through a Python kernel (arguments to the schema's values and back) about 10-20 us more.
-# Anything that watches calls (tracing, export, a mode, vmap, autograd, torch.compile) sees
-# the operator as before.
-def _dispatch_only(x) -> bool:
-    return (
-        type(x) is torch.Tensor  # not a FakeTensor, a stand-in or a functional wrapper
-        and x.device.type == "cpu"
-        and not (x.requires_grad and torch.is_grad_enabled())
-        and not torch._C._is_torch_function_mode_enabled()
-        and torch._C._len_torch_dispatch_stack() == 0
-        and not torch._C._functorch.is_functorch_wrapped_tensor(x)
-        and not torch.compiler.is_compiling()
-    )
+    return _entry("choose_qparams", x)(x, quant_min, quant_max, eps, dtype)
 
 
 def linear_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, out_scale=0.0, out_zero_point=0, relu=False,
     dynamic=False, activations="per_token",
 ):  # fmt: skip
-    call = _CPU_KERNELS["linear_int8"] if _dispatch_only(x) else _ops.linear_int8.default
-    return call(
+    return _entry("linear_int8", x, w, w_scale, bias)(
         x, x_scale, x_zero_point, w, w_scale, bias, out_scale, out_zero_point, relu, dynamic,
         activations,
     )  # fmt: skip
 
 
 def linear_w8(x, w, w_scale, bias=None):
-    call = _CPU_KERNELS["linear_w8"] if _dispatch_only(x) else _ops.linear_w8.default
-    return call(x, w, w_scale, bias)
+    return _entry("linear_w8", x, w, w_scale, bias)(x, w, w_scale, bias)
 
 
 def linear_w4(x, w, w_scale, w_zero_point, group_size, bias=None):
-    call = _CPU_KERNELS["linear_w4"] if _dispatch_only(x) else _ops.linear_w4.default
-    return call(x, w, w_scale, w_zero_point, group_size, bias)
+    return _entry("linear_w4", x, w, w_scale, w_zero_point, bias)(
+        x, w, w_scale, w_zero_point, group_size, bias
+    )
 
 
 def conv2d_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
     out_scale=0.0, out_zero_point=0, relu=False,
 ):  # fmt: skip
-    return _ops.conv2d_int8.default(
+    return _entry("conv2d_int8", x, w, w_scale, bias)(
         x, x_scale, x_zero_point, w, w_scale, bias, list(stride), list(padding),
         list(dilation), groups, out_scale, out_zero_point, relu,
     )  # fmt: skip
@@ -447,7 +476,7 @@ def conv2d_add_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
     other, other_scale, other_zero_point, out_scale, out_zero_point, relu=False,
 ):  # fmt: skip
-    return _ops.conv2d_add_int8.default(
+    return _entry("conv2d_add_int8", x, w, w_scale, bias, other)(
         x, x_scale, x_zero_point, w, w_scale, bias, list(stride), list(padding),
         list(dilation), groups, other, other_scale, other_zero_point, out_scale,
         out_zero_point, relu,
@@ -457,7 +486,7 @@ def conv2d_add_int8(
 def add_int8(
     a, a_scale, a_zero_point, b, b_scale, b_zero_point, out_scale, out_zero_point, relu=False
 ):
-    return _ops.add_int8.default(
+    return _entry("add_int8", a, b)(
         a, a_scale, a_zero_point, b, b_scale, b_zero_point, out_scale, out_zero_point, relu
     )
 
@@ -465,6 +494,12 @@ def add_int8(
 def mul_int8(
     a, a_scale, a_zero_point, b, b_scale, b_zero_point, out_scale, out_zero_point, relu=False
 ):
-    return _ops.mul_int8.default(
+    return _entry("mul_int8", a, b)(
         a, a_scale, a_zero_point, b, b_scale, b_zero_point, out_scale, out_zero_point, relu
+    )
+
+
+def max_pool2d_int8(x, kernel_size, stride, padding, dilation, ceil_mode=False):
+    return _entry("max_pool2d_int8", x)(
+        x, list(kernel_size), list(stride), list(padding), list(dilation), ceil_mode
     )

@@ -40,16 +40,17 @@ QUANTIZED_TARGETS = {
 
 
 class Residual(nn.Module):
-    """Two convolutions and a skip connection: conv2d_int8, and the second fused with the add
-    and its ReLU (conv2d_add_int8)."""
+    """A ResNet's stem and skip connection: conv2d_int8, a max pool of its codes
+    (max_pool2d_int8), and a convolution fused with the add and its ReLU (conv2d_add_int8)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
         self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
 
     def forward(self, x):
-        y = torch.relu(self.conv1(x))
+        y = self.pool(torch.relu(self.conv1(x)))
         return torch.relu(self.conv2(y) + y)
 
 
@@ -95,7 +96,7 @@ FUSED_KERNELS = {
     "w8": [{"MatMulNBits"}],
     "w4_g32": [{"MatMulNBits"}],
     "static": [{"MatMulInteger", "MatMulIntegerToFloat", "QLinearMatMul"}],
-    "residual": [{"QLinearConv"}, {"QLinearAdd"}],
+    "residual": [{"QLinearConv"}, {"QLinearAdd"}, {"MaxPool", "NhwcMaxPool"}],
 }
 FLOAT_PRODUCTS = {"MatMul", "Gemm", "FusedGemm", "Conv", "FusedConv"}
 

@@ -118,6 +118,15 @@ def test_weight_only_int8_without_vector_code_runs_the_reference(monkeypatch) ->
     assert kernels.kernel_for("linear_w8", args) is None
 
 
+@pytest.mark.parametrize("k", [5, 8, 24])
+def test_weight_only_int8_of_a_k_the_kernel_cannot_take_runs_the_reference(k: int) -> None:
+    # torch 2.13's _weight_int8pack_mm crashed the process on each of these
+    w, scale, bias = _int8_weight(k=k)
+    args = (torch.randn(2, k), w, scale, bias)
+    assert kernels.kernel_for("linear_w8", args) is None
+    assert torch.equal(ops.linear_w8(*args), ops.reference_linear_w8(*args))
+
+
 def _int4_magnitude(packed, scale, zero_point, group) -> torch.Tensor:
     """|w| as the int4 kernel forms it: |q - 8| * scale + |8 - zp| * scale, per weight."""
     q = ops.unpack_int4(packed).float()
@@ -260,3 +269,57 @@ def test_one_weight_called_two_ways_gets_two_plans() -> None:
         kernels.run("linear_w8", ops.reference_linear_w8, args)
         plan = kernels.PLANS[kernels._plan_key("linear_w8", args)]
         assert plan[1] is kernels.kernel_for("linear_w8", args)
+
+
+QUANTIZE_CASES = {
+    "even zero point": (0.03, 128, 0, 255),
+    "odd zero point": (0.03, 7, 0, 255),
+    "negative zero point": (0.03, -3, 0, 255),
+    "narrowed range": (0.05, 130, 3, 200),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", QUANTIZE_CASES)
+def test_the_uint8_quantize_kernel_is_the_reference_bit_for_bit(case: str) -> None:
+    scale, zero_point, low, high = QUANTIZE_CASES[case]
+    ties = torch.arange(-600, 600) * (scale / 2)  # every half step: where rounding decides
+    x = torch.cat([torch.randn(5000) * 4, ties, torch.tensor([float("inf"), -float("inf")])])
+    args = (x, scale, zero_point, low, high, torch.uint8)
+    assert kernels.kernel_for("quantize", args).name == "uint8 codes in four passes"
+    assert torch.equal(ops.quantize(*args), ops.reference_quantize(*args))
+
+
+POOL_CASES = {
+    "resnet's stem: 3x3, stride 2, padding 1": ((1, 8, 15, 16), [3, 3], [2, 2], [1, 1], [1, 1]),
+    "2x2, stride 2": ((2, 4, 7, 7), [2, 2], [2, 2], [0, 0], [1, 1]),
+    "3x2, stride (2, 1), padding (1, 0)": ((2, 5, 9, 11), [3, 2], [2, 1], [1, 0], [1, 1]),
+    "dilated": ((1, 3, 10, 10), [3, 3], [1, 1], [1, 1], [2, 2]),
+    "1x1": ((1, 4, 5, 5), [1, 1], [1, 1], [0, 0], [1, 1]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_int8_max_pooling_kernel_is_the_reference(
+    case: str, channels_last: bool, dtype: torch.dtype
+) -> None:
+    shape, *geometry = POOL_CASES[case]
+    info = torch.iinfo(dtype)
+    x = torch.randint(info.min, info.max + 1, shape, dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    args = (x, *geometry, False)
+    assert kernels.kernel_for("max_pool2d_int8", args).name == "window maximum, rows then columns"
+    got = ops.max_pool2d_int8(*args)
+    assert torch.equal(got, ops.reference_max_pool2d_int8(*args))
+    assert got.data_ptr() != x.data_ptr()  # a new tensor, even for a 1x1 window
+    if channels_last:  # the layout passes through, as layouts.PASSES_LAYOUT says
+        assert got.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_int8_max_pooling_with_ceil_mode_runs_the_reference() -> None:
+    x = torch.randint(0, 256, (1, 4, 7, 7), dtype=torch.uint8)
+    args = (x, [2, 2], [2, 2], [0, 0], [1, 1], True)
+    assert kernels.kernel_for("max_pool2d_int8", args) is None
+    assert ops.max_pool2d_int8(*args).shape == (1, 4, 4, 4)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS, runtime_function
 from fxloom.quantize import kernels, ops
@@ -157,12 +158,15 @@ META_CALLS = {
     "mul_int8": lambda m: ops.mul_int8(
         m(2, 5, dtype=torch.uint8), 0.1, 0, m(2, 5, dtype=torch.uint8), 0.1, 0, 0.2, 0
     ),
+    "max_pool2d_int8": lambda m: ops.max_pool2d_int8(
+        m(1, 4, 9, 9, dtype=torch.uint8), [3, 3], [2, 2], [1, 1], [1, 1]
+    ),
 }
 META_SHAPES = {
     "quantize": (2, 5), "dequantize": (2, 5), "choose_qparams": (1,), "linear_int8": (2, 7, 3),
     "linear_w8": (2, 3), "linear_w4": (2, 3), "conv2d_int8": (1, 4, 4, 4), "add_int8": (2, 5),
     "conv2d_add_int8": (1, 4, 4, 4),
-    "mul_int8": (2, 5),
+    "mul_int8": (2, 5), "max_pool2d_int8": (1, 4, 5, 5),
 }  # fmt: skip
 
 
@@ -181,37 +185,35 @@ def test_every_operator_is_a_runtime_function_files_may_call(name: str) -> None:
     assert runtime_function(getattr(ops, name)) is row and row.effect == "pure"
 
 
-def _linear_calls() -> dict:
-    x, w, scale, bias = _linear_case()
-    return {
-        "linear_int8": (x, 0.0, 0, w, scale, bias, 0.0, 0, False, True, "per_tensor"),
-        "linear_w8": (x, w, scale, bias),
-    }
+def _cpu_values(seed: int = 0):
+    """META_CALLS's maker on the CPU: random codes for integer dtypes, normal floats else."""
+    g = torch.Generator().manual_seed(seed)
+
+    def make(*shape, dtype=torch.float32):
+        if dtype.is_floating_point:
+            return torch.randn(shape, generator=g, dtype=dtype)
+        info = torch.iinfo(dtype)
+        return torch.randint(info.min, info.max + 1, shape, generator=g, dtype=dtype)
+
+    return make
 
 
-@pytest.mark.parametrize("name", ["linear_int8", "linear_w8"])
-def test_an_eager_linear_call_skips_the_dispatcher_computing_what_the_operator_does(
-    name: str,
-) -> None:
-    args = _linear_calls()[name]
-    direct = getattr(ops, name)(*args)
-    through = getattr(torch.ops.fxloom_q, name).default(*args)
+class _SeenOperators(TorchDispatchMode):
+    """Passes every call on, noting which operators it saw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", ops.OPERATORS)
+def test_an_eager_call_skips_the_dispatcher_computing_what_the_operator_does(name: str) -> None:
+    with _SeenOperators() as mode:  # under a mode the call goes through the operator
+        through = META_CALLS[name](_cpu_values())
+    assert getattr(torch.ops.fxloom_q, name).default in mode.seen
+    direct = META_CALLS[name](_cpu_values())  # plain CPU tensors: the CPU kernel itself
     assert torch.equal(direct, through)
-
-
-@pytest.mark.parametrize("name", ["linear_int8", "linear_w8"])
-def test_a_linear_call_under_a_dispatch_mode_is_the_operator(name: str) -> None:
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Calls(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.seen: list = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.seen.append(func)
-            return func(*args, **(kwargs or {}))
-
-    with Calls() as calls:
-        getattr(ops, name)(*_linear_calls()[name])
-    assert getattr(torch.ops.fxloom_q, name).default in calls.seen
