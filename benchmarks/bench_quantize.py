@@ -42,10 +42,11 @@ repeats of runs timed next to each other), which a busy, shared machine disturbs
 ``--bert`` runs another workload, in its own process: a BERT-base config (random init,
 ``transformers``), batch 1, sequence 128, dynamic int8 - fxloom's dynamic scheme (per-token
 int8 activations, ``QuantConfig(scheme="dynamic")``) against torch.ao's ``quantize_dynamic``
-(fbgemm, deprecated) and fp32, interleaved (each round runs every variant, the order
+(fbgemm, deprecated), torchao's eager int8 (``Int8DynamicActivationInt8WeightConfig``, when
+torchao is installed) and fp32, interleaved (each round runs every variant, the order
 rotating; medians), at 1 and 2 threads; the error is the last hidden state's relative error
-against fp32 on held-out tokens. Target (issue 37): latency <= 0.95x torch.ao's, error <=
-0.6x torch.ao's.
+against fp32 on held-out tokens. Target (issue 37): latency <= 0.95x torch.ao's and <= 0.5x
+torchao's, error <= 0.6x torch.ao's.
 
 ``--deeprec-dynamic`` runs another workload, in its own process: the paper's DeepRecommender
 (the full model above), dynamic int8 - fxloom's dynamic scheme against torch.ao's
@@ -491,7 +492,15 @@ def bert_models() -> tuple[nn.Module, dict, dict]:
             prepare(traced, example, QuantConfig(scheme="dynamic_per_token"))
         ),
     }
+    if torchao_installed():  # torchao's eager int8 (dynamic int8 activations, int8 weights)
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        models[TORCHAO_BERT] = copy.deepcopy(model)
+        quantize_(models[TORCHAO_BERT], Int8DynamicActivationInt8WeightConfig())
     return model, models, tokens(100)
+
+
+TORCHAO_BERT = "torchao int8 (eager)"
 
 
 def lowered_at(lowered: nn.Module, threads: int) -> nn.Module:
@@ -551,8 +560,9 @@ def bert_main(record: bool) -> None:
         f"{load_average():.2f}.",
         "",
         "| threads | fp32 ms | torch.ao quantize_dynamic ms | fxloom dynamic ms "
-        "| fxloom / torch.ao | fxloom dynamic lowered to ONNX Runtime ms | lowered / fxloom |",
-        "|---|---|---|---|---|---|---|",
+        "| fxloom / torch.ao | fxloom dynamic lowered to ONNX Runtime ms | lowered / fxloom "
+        "| torchao int8 (eager) ms | fxloom / torchao |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     cpu_rows = {}
     for threads in (1, 2):
@@ -560,18 +570,22 @@ def bert_main(record: bool) -> None:
         cpu_rows[threads] = {}
         row = bert_rows(threads, at, held_out, cpu_rows[threads])
         ratio = row["fxloom"] / row["torch.ao"]
+        torchao = row.get(TORCHAO_BERT)
         lines.append(
             f"| {threads} | {row['fp32'] * 1e3:.1f} | {row['torch.ao'] * 1e3:.1f} | "
             f"{row['fxloom'] * 1e3:.1f} | {ratio:.2f} | {row['fxloom ORT'] * 1e3:.1f} | "
-            f"{row['fxloom ORT'] / row['fxloom']:.2f} |"
-        )
+            f"{row['fxloom ORT'] / row['fxloom']:.2f} | "
+            + ("not installed | - |" if torchao is None else
+               f"{torchao * 1e3:.1f} | {row['fxloom'] / torchao:.2f} |")
+        )  # fmt: skip
     lines += [
         "",
         f"Relative error of the last hidden state against fp32: fxloom {errors['fxloom']:.4f}, "
         f"lowered to ONNX Runtime {errors['fxloom ORT']:.4f}, "
         f"torch.ao {errors['torch.ao']:.4f} (fxloom / torch.ao "
-        f"{errors['fxloom'] / errors['torch.ao']:.2f}; target <= 0.6). Latency target: "
-        "fxloom / torch.ao <= 0.95.",
+        f"{errors['fxloom'] / errors['torch.ao']:.2f}; target <= 0.6)"
+        + (f", torchao {errors[TORCHAO_BERT]:.4f}" if TORCHAO_BERT in errors else "")
+        + ". Latency targets: fxloom / torch.ao <= 0.95, fxloom / torchao's eager int8 <= 0.5.",
         "",
         "CPU time (the process's, per forward; medians of the same rounds) and the per-token "
         'form (`scheme="dynamic_per_token"`, aten._int_mm) beside the default per-tensor '
