@@ -21,6 +21,11 @@ What the source looks like::
   freed as early as in a hand-written forward; where that is comes from
   ``liveness.last_uses``, which the Interpreter follows too. A call whose
   value nothing reads is not bound at all (``print(x)``);
+* a function with a form that may write its result into an argument
+  (``runtime_functions``, ``reuses``: the fused residual add of int8
+  convolutions) is called in that form where ``liveness.reused_argument`` finds
+  the argument dies at the call and nothing else holds its storage: decided on
+  the graph the code is generated from, every time it is generated;
 * node names never collide with globals: globals get names the graph does not use;
 * every identifier in the code is plain ASCII (``_namespace.is_plain_identifier``): an
   attribute path part, method or keyword that is not is written as a string
@@ -58,9 +63,10 @@ import torch
 from fxloom import attr_path
 from fxloom._namespace import Namespace, is_plain_identifier, sanitize
 from fxloom.lint import TORCH_VALUE_TYPES
-from fxloom.liveness import last_uses
+from fxloom.liveness import last_uses, reused_argument
 from fxloom.node import Node
 from fxloom.ops.python_operators import PYTHON_OPERATORS
+from fxloom.ops.runtime_functions import reusing_functions
 from fxloom.pytree import ContainerType, container_type
 from fxloom.source_location import source_location
 
@@ -240,6 +246,7 @@ class _Emitter:
         self._bind_additional_globals()
         params, rebinds = self._signature(graph.find_nodes(op="placeholder"))
         dead_after = last_uses(graph)
+        reusing = reusing_functions()  # usually empty: nothing to ask per node
         body = [_line(rebind, None) for rebind in rebinds]
         # node_of_line[i] names the node emitted on line i + 1 (the header's lines come first).
         node_of_line: list[str | None] = [None] * len(body)
@@ -265,6 +272,11 @@ class _Emitter:
                 dead = dead_after_node(node)
                 if dead is None:
                     append(_line(statement_of(node, True), None))
+                elif reusing and op == "call_function" and (
+                    instead := reused_argument(node, dead, reusing)
+                ):
+                    used = dead[0] is not node
+                    append(_line(statement_of(node, used, instead), dead if used else dead[1:]))
                 elif dead[0] is node:  # nothing reads this value
                     append(_line(statement_of(node, False), dead[1:]))
                 else:
@@ -371,8 +383,9 @@ class _Emitter:
         return param
 
     # ------------------------------------------------------------ statements
-    def _statement(self, node: Node, used: bool) -> _Statement:
-        """What ``node``'s line says; ``used``: whether a later node reads its value."""
+    def _statement(self, node: Node, used: bool, instead: Any = None) -> _Statement:
+        """What ``node``'s line says; ``used``: whether a later node reads its value;
+        ``instead``: the function to call in place of a call_function's target."""
         op = node._op
         # The annotation is printed first, so the globals it needs are named first.
         annotation = node._type
@@ -398,7 +411,7 @@ class _Emitter:
                     return (binding, value, f"{node._name} {form[2]} {self._operand(right)}")
                 if kind == "setitem":  # a store; the node's own value is None
                     return self._setitem(node, used)
-            value = self._call_function(node, form)
+            value = self._call_function(node, form, instead)
         elif op == "get_attr":  # bound even when unused: a bare ``self.p`` would do nothing
             return (binding, self._attr_path(node._target), None)
         elif op == "call_method":
@@ -426,8 +439,11 @@ class _Emitter:
             method = f"{self._builtin('getattr')}({receiver}, {target!r})"
         return f"{method}({self._call_args(args[1:], node._kwargs)})"
 
-    def _call_function(self, node: Node, form: tuple[int, str, str] | None) -> str:
-        """The expression calling ``node``'s function, as an operator where ``form`` gives one."""
+    def _call_function(
+        self, node: Node, form: tuple[int, str, str] | None, instead: Any = None
+    ) -> str:
+        """The expression calling ``node``'s function (or ``instead``), as an operator where
+        ``form`` gives one."""
         fn, args = node._target, node._args
         if form is not None:
             kind, token = form[1], form[2]
@@ -441,7 +457,7 @@ class _Emitter:
                 return f"{self._operand(args[1])} in {self._operand(args[0])}"
             if kind == "getattr" and _is_attr_name(args[1]):
                 return f"{self._receiver(args[0])}.{args[1]}"
-        return f"{self._global(fn)}({self._call_args(args, node._kwargs)})"
+        return f"{self._global(instead or fn)}({self._call_args(args, node._kwargs)})"
 
     def _attr_path(self, qualified_name: str) -> str:
         return _attr_path(self.root_module, qualified_name, self._builtin("getattr"))

@@ -5,18 +5,23 @@ soon as no later node needs it, so a long chain of operations holds no more
 tensors at once than eager execution does. Both ask ``last_uses`` which values
 die after each node; neither works it out on its own.
 
-Depends on ``node`` only (``Graph`` for type hints).
+``reused_argument`` builds on it: where a call may write its result into an
+argument that dies at it (``runtime_functions``, ``reuses``).
+
+Depends on ``node`` and ``ops.runtime_functions`` (``Graph`` for type hints).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from fxloom.node import Node
+from fxloom.ops.runtime_functions import returns_fresh
 
 if TYPE_CHECKING:
     from fxloom.graph import Graph
-    from fxloom.node import Node
 
-__all__ = ["last_uses"]
+__all__ = ["last_uses", "reused_argument"]
 
 
 def last_uses(graph: Graph) -> dict[Node, list[Node]]:
@@ -63,3 +68,49 @@ def last_uses(graph: Graph) -> dict[Node, list[Node]]:
             dead_after[node] = dead
         node = node._prev
     return dead_after
+
+
+def reused_argument(node: Node, dead: list[Node], reusing: dict[Any, tuple[int, Any]]) -> Any:
+    """The function to call for ``node`` instead of its target, one that may write its
+    result into the argument at the row's position (``reusing``:
+    ``runtime_functions.reusing_functions()``), or None. Only where no one could see that
+    storage afterwards, which the graph alone decides:
+
+    * the argument is a value that dies at ``node`` (in ``dead``, ``last_uses[node]``) and
+      ``node`` reads it once (it is no other argument of the same call);
+    * it was made by a function whose result is new storage (``returns_fresh``), not a
+      placeholder, an attribute or a view, and every other node that reads it is such a
+      function too (each keeps nothing of it and makes no alias of it).
+    """
+    try:
+        found = reusing.get(node._target)
+    except TypeError:  # an unhashable callable
+        return None
+    if found is None:
+        return None
+    position, instead = found
+    args = node._args
+    if position >= len(args):
+        return None
+    value = args[position]
+    if type(value) is not Node or not any(d is value for d in dead):
+        return None
+    if _mentions(args, value) != 1 or _mentions(tuple(node._kwargs.values()), value):
+        return None
+    if value._op != "call_function" or not returns_fresh(value._target):
+        return None
+    for user in value.users:
+        if user is not node and (user._op != "call_function" or not returns_fresh(user._target)):
+            return None
+    return instead
+
+
+def _mentions(values: tuple | list, value: Node) -> int:
+    """How many times ``value`` appears in ``values``, nested lists and tuples included."""
+    count = 0
+    for item in values:
+        if item is value:
+            count += 1
+        elif isinstance(item, (list, tuple)):
+            count += _mentions(item, value)
+    return count

@@ -76,3 +76,17 @@ def test_a_check_traced_again_records_itself_instead_of_running():
     outer = fxloom.symbolic_trace(lambda x: gm(x))
     targets = [n.target for n in outer.graph.nodes if n.op == "call_function"]
     assert runtime_checks.check_tensor_input in targets
+
+
+def test_each_reusing_form_is_a_function_of_the_row_s_own_module():
+    from fxloom.ops.runtime_functions import returns_fresh, reusing_functions
+    from fxloom.quantize import ops
+
+    rows = {name: row for name, row in RUNTIME_FUNCTIONS.items() if row.reuses is not None}
+    assert rows  # the fused residual add
+    found = reusing_functions()
+    for name, row in rows.items():
+        module, _, qualname = name.rpartition(".")
+        target = getattr(__import__(module, fromlist=[qualname]), qualname)
+        assert row.fresh and returns_fresh(target)
+        assert found[target] == (row.reuses[0], getattr(ops, row.reuses[1].rpartition(".")[2]))

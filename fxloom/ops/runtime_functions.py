@@ -19,7 +19,13 @@ check of dynamic shapes, ``cond``'s operator. Each has one row in
   (``FixedArgument``); those hold Python objects, are never saved, and are
   found by their type;
 * ``alias_of``: a name files saved before the function moved; loading resolves
-  it to the row it names.
+  it to the row it names;
+* ``fresh``: its result shares no storage with its arguments, and it keeps none
+  of them (so a value read only by such functions has no other alias);
+* ``reuses``: ``(position, name)``: the function (``name``) generated code calls
+  instead where the argument at ``position`` dies at this call and nothing else
+  can see its storage, which may write its result there (``reused_argument``
+  says when; ``codegen`` asks).
 
 The table is written out here, not collected by registration, so nothing
 imported earlier or later changes what a graph may call or what a pass
@@ -50,6 +56,8 @@ __all__ = [
     "RuntimeFunction",
     "exported_graph_may_call",
     "is_runtime_check",
+    "returns_fresh",
+    "reusing_functions",
     "runtime_function",
     "runtime_function_named",
     "saved_names",
@@ -73,6 +81,8 @@ class RuntimeFunction:
     graph_arguments: tuple[int, ...] = ()
     instances: bool = False
     alias_of: str | None = None
+    fresh: bool = False
+    reuses: tuple[int, str] | None = None
 
 
 _TWINS = "fxloom._guards_torchscript"
@@ -83,7 +93,8 @@ _NOT_SCRIPTED_STAGE = "pipeline stages run under torch.distributed.pipelining, n
 _NOT_SCRIPTED_QUANT = (
     "a torch.library operator (torch.ops.fxloom_q): TorchScript calls it there, not here"
 )
-# fxloom.quantize.ops: its functions (this module imports nothing, so the names are written here)
+# fxloom.quantize.ops: its functions (this module imports nothing, so the names are written here);
+# each returns new tensors and keeps none of its arguments (``fresh``)
 _QUANTIZED_OPERATORS = (
     "quantize",
     "dequantize",
@@ -97,6 +108,9 @@ _QUANTIZED_OPERATORS = (
     "mul_int8",
     "max_pool2d_int8",
 )
+# the fused residual add may write its sum into ``other`` (argument 10: oneDNN's "sum" post-op
+# accumulates there), saving a copy of it per call, where generated code never reads it again
+_REUSES = {"conv2d_add_int8": (10, "fxloom.quantize.ops.conv2d_add_int8_into_other")}
 
 
 def _rows(*rows: RuntimeFunction) -> dict[str, RuntimeFunction]:
@@ -152,6 +166,7 @@ RUNTIME_FUNCTIONS: dict[str, RuntimeFunction] = _rows(
         RuntimeFunction(
             f"fxloom.quantize.ops.{name}", "a quantized operator on plain integer tensors",
             effect="pure", exported=True, on_host=False, no_twin=_NOT_SCRIPTED_QUANT,
+            fresh=True, reuses=_REUSES.get(name),
         )
         for name in _QUANTIZED_OPERATORS
     ),
@@ -221,6 +236,29 @@ def _genuine_row(obj: Any, module: str, instances: bool) -> RuntimeFunction | No
         return None
     owner = sys.modules.get(module)
     return row if owner is not None and vars(owner).get(qualname) is obj else None
+
+
+def reusing_functions() -> dict[Any, tuple[int, Any]]:
+    """target -> (position, the function to call instead) for each row with ``reuses`` whose
+    module is imported already (a target of an unimported module is in no graph)."""
+    found = {}
+    for name, row in RUNTIME_FUNCTIONS.items():
+        if row.reuses is None:
+            continue
+        module, _, qualname = name.rpartition(".")
+        owner = sys.modules.get(module)
+        position, instead = row.reuses
+        instead_module, _, instead_name = instead.rpartition(".")
+        if owner is None or instead_module != module or instead_name not in vars(owner):
+            continue
+        found[vars(owner)[qualname]] = (position, vars(owner)[instead_name])
+    return found
+
+
+def returns_fresh(target: Any) -> bool:
+    """Whether ``target``'s result shares no storage with its arguments and it keeps none."""
+    row = runtime_function(target)
+    return row is not None and row.fresh
 
 
 def is_runtime_check(target: Any) -> bool:

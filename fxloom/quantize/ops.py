@@ -483,6 +483,28 @@ def conv2d_add_int8(
     )  # fmt: skip
 
 
+def conv2d_add_int8_into_other(
+    x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
+    other, other_scale, other_zero_point, out_scale, out_zero_point, relu=False,
+):  # fmt: skip
+    """``conv2d_add_int8``, free to write its result into ``other``'s storage: generated code
+    calls it instead where ``other`` dies at the call and nothing else holds its storage
+    (``fxloom.liveness.reused_argument``), which saves oneDNN's "sum" post-op a copy of
+    ``other`` to accumulate into. Anything that watches calls gets the operator itself, which
+    never writes ``other``."""
+    args = (
+        x, x_scale, x_zero_point, w, w_scale, bias, list(stride), list(padding),
+        list(dilation), groups, other, other_scale, other_zero_point, out_scale,
+        out_zero_point, relu,
+    )  # fmt: skip
+    entry = _entry("conv2d_add_int8", x, w, w_scale, bias, other)
+    if entry is not _CPU_KERNELS["conv2d_add_int8"]:
+        return entry(*args)
+    from fxloom.quantize import kernels
+
+    return kernels.run("conv2d_add_int8", reference_conv2d_add_int8, args, reuse=True)
+
+
 def add_int8(
     a, a_scale, a_zero_point, b, b_scale, b_zero_point, out_scale, out_zero_point, relu=False
 ):
