@@ -63,6 +63,9 @@ Depends on: torch (``torch.library``), ``kernels`` (imported when a CPU kernel f
 
 from __future__ import annotations
 
+import functools
+import importlib
+
 import torch
 
 __all__ = [
@@ -369,13 +372,18 @@ METAS = {
 
 
 # ------------------------------------------------------------------ registration
+@functools.cache
+def _kernels():
+    """The kernel table's module (it imports this one: imported at the first call, once;
+    an import statement per call cost about 1 us)."""
+    return importlib.import_module("fxloom.quantize.kernels")
+
+
 def _cpu_kernel(name: str):
     reference = REFERENCES[name]
 
     def run(*args):
-        from fxloom.quantize import kernels  # the table imports this module
-
-        return kernels.run(name, reference, args)
+        return _kernels().run(name, reference, args)
 
     run.__name__ = f"cpu_{name}"
     return run
@@ -407,26 +415,29 @@ _ops = getattr(torch.ops, NAMESPACE)
 _OPERATOR = {name: getattr(_ops, name).default for name in SCHEMAS}
 
 
-def _plain_cpu(tensor) -> bool:
-    """Nothing but the CPU kernel would see ``tensor``: a plain CPU tensor (not a FakeTensor,
-    a stand-in, a subclass or a functorch wrapper) with no autograd to record."""
-    return tensor is None or (
-        type(tensor) is torch.Tensor
-        and tensor.is_cpu  # (``device.type`` costs 5x as much)
-        and not (tensor.requires_grad and torch.is_grad_enabled())
-        and not torch._C._functorch.is_functorch_wrapped_tensor(tensor)
-    )
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _entry(name: str, *tensors):
-    """What to call for ``name`` on ``tensors`` (every tensor argument of the call)."""
+    """What to call for ``name`` on ``tensors`` (every tensor argument of the call): its CPU
+    kernel where nothing but the CPU kernel would see them, plain CPU tensors (not a
+    FakeTensor, a stand-in, a subclass or a functorch wrapper) with no autograd to record,
+    no mode active and nothing compiling; else the operator."""
     if (
         torch._C._is_torch_function_mode_enabled()
         or torch._C._len_torch_dispatch_stack()
         or torch.compiler.is_compiling()
-        or not all(map(_plain_cpu, tensors))
     ):
         return _OPERATOR[name]
+    grad = torch.is_grad_enabled()
+    for tensor in tensors:
+        if tensor is not None and (
+            type(tensor) is not torch.Tensor
+            or not tensor.is_cpu  # (``device.type`` costs 5x as much)
+            or (grad and tensor.requires_grad)
+            or _is_wrapped(tensor)
+        ):
+            return _OPERATOR[name]
     return _CPU_KERNELS[name]
 
 
@@ -500,9 +511,7 @@ def conv2d_add_int8_into_other(
     entry = _entry("conv2d_add_int8", x, w, w_scale, bias, other)
     if entry is not _CPU_KERNELS["conv2d_add_int8"]:
         return entry(*args)
-    from fxloom.quantize import kernels
-
-    return kernels.run("conv2d_add_int8", reference_conv2d_add_int8, args, reuse=True)
+    return _kernels().run("conv2d_add_int8", reference_conv2d_add_int8, args, reuse=True)
 
 
 def add_int8(
