@@ -272,8 +272,10 @@ class _Emitter:
                 dead = dead_after_node(node)
                 if dead is None:
                     append(_line(statement_of(node, True), None))
-                elif reusing and op == "call_function" and (
-                    instead := reused_argument(node, dead, reusing)
+                elif (
+                    reusing
+                    and op == "call_function"
+                    and (instead := reused_argument(node, dead, reusing))
                 ):
                     used = dead[0] is not node
                     append(_line(statement_of(node, used, instead), dead if used else dead[1:]))

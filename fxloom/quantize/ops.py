@@ -293,6 +293,7 @@ def reference_max_pool2d_int8(x, kernel_size, stride, padding, dilation, ceil_mo
     )
     return pooled.to(x.dtype)
 
+
 REFERENCES = {name: globals()[f"reference_{name}"] for name in SCHEMAS}
 
 
