@@ -55,6 +55,7 @@ from fxloom.quantize.observers import (
     PerChannelMinMaxObserver,
 )
 from fxloom.quantize.schemes import QuantScheme, scheme_named
+from fxloom.quantize.table import is_table_key
 
 __all__ = [
     "ACTIVATION_OBSERVERS",
@@ -229,7 +230,7 @@ class QuantConfig:
         for module_type in reversed(types):
             if module_type in self.module_types:
                 return self.module_types[module_type], f"module type {module_type.__name__}"
-        if operator is not None and _hashable(operator) and operator in self.operators:
+        if operator is not None and is_table_key(operator) and operator in self.operators:
             return self.operators[operator], f"operator {_name(operator)}"
         return self.global_spec, "global"
 
@@ -242,14 +243,6 @@ def _longest_matching_path(settings: dict[str, Any], paths: list[str]) -> str | 
         if path == setting or path.startswith(setting + ".") or setting == ""
     ]
     return max(matches, key=len) if matches else None
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _name(operator: Any) -> str:

@@ -70,7 +70,7 @@ from fxloom.graph_module import GraphModule
 from fxloom.node import Node
 from fxloom.quantize import kernels, layouts, ops, weights
 from fxloom.quantize.errors import QuantizeError
-from fxloom.quantize.plan import QuantPlan, _hashable, table_key
+from fxloom.quantize.plan import QuantPlan, table_key
 from fxloom.quantize.report import QuantReport
 from fxloom.quantize.schemes import Kind
 from fxloom.quantize.table import (
@@ -82,6 +82,7 @@ from fxloom.quantize.table import (
     SUMS,
     FusedSum,
     QuantizedModule,
+    is_table_key,
     quantize_weight,
 )
 
@@ -247,7 +248,7 @@ def _lost_operands(prepared: GraphModule, plan: QuantPlan) -> dict[str, str]:
         if decision is None or decision.kind != Kind.INT8:
             continue
         key = table_key(node, prepared)
-        if not (_hashable(key) and key in SUMS):
+        if not (is_table_key(key) and key in SUMS):
             continue
         output = observer_of.get(plan.fused_relu.get(node.name, node.name))
         if output is None:

@@ -49,6 +49,7 @@ from fxloom.quantize.table import (
     STATIC_OPS,
     QuantizedFunction,
     QuantizedModule,
+    is_table_key,
 )
 
 __all__ = ["Decision", "Kind", "QuantPlan", "plan", "plan_layers", "plan_static", "table_key"]
@@ -170,7 +171,7 @@ def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision
     if isinstance(key, type) and key in IDENTITY_IN_EVAL:
         return Decision(node.name, calls, Kind.IDENTITY, "returns its input in eval mode")
     spec, source = _choose(node, gm, config)
-    entry = STATIC_OPS.get(key) if _hashable(key) else None
+    entry = STATIC_OPS.get(key) if is_table_key(key) else None
     if spec is None:
         return Decision(node.name, calls, Kind.FLOAT, _float_by(source))
     ao = config.kernels == "torch.ao"
@@ -189,11 +190,11 @@ def _decide_static(node: Node, gm: GraphModule, config: QuantConfig) -> Decision
         return Decision(
             node.name, calls, Kind.FLOAT, "its int8 kernel takes two tensors, no scalar"
         )
-    if _hashable(key) and key in KEPT_FLOAT:
+    if is_table_key(key) and key in KEPT_FLOAT:
         return Decision(node.name, calls, Kind.FLOAT, KEPT_FLOAT[key])
-    if not ao and _hashable(key) and key in SHARES_QPARAMS and key not in PLAIN_SHARES:
+    if not ao and is_table_key(key) and key in SHARES_QPARAMS and key not in PLAIN_SHARES:
         return Decision(node.name, calls, Kind.FLOAT, NOT_ON_PLAIN_INTEGERS)
-    if _hashable(key) and key in SHARES_QPARAMS:
+    if is_table_key(key) and key in SHARES_QPARAMS:
         return Decision(
             node.name, calls, Kind.SHARED, "computes on int8 with its input's scale", spec
         )
@@ -304,14 +305,6 @@ def _inplace(node: Node) -> bool:
 
 def _kernel_name(kernel: Any) -> str:
     return getattr(kernel, "_qualified_op_name", getattr(kernel, "__name__", repr(kernel)))
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 PLANNERS = {"graph": plan_static, "layers": plan_layers}  # QuantScheme.plans -> its planner

@@ -78,6 +78,7 @@ __all__ = [
     "FloatIO",
     "FusedSum",
     "IDENTITY_IN_EVAL",
+    "is_table_key",
     "KEPT_FLOAT",
     "LinearFloatIO",
     "LinearReLUFloatIO",
@@ -116,6 +117,16 @@ class QuantizedFunction:
     @property
     def fuses_relu(self) -> bool:
         return self.relu_kernel is not None
+
+
+def is_table_key(value: Any) -> bool:
+    """Whether ``value`` can be looked up in the tables (a node's target or module class may
+    be an unhashable callable, which no row names)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _linear(module: nn.Linear, weight: torch.Tensor, relu: bool) -> nn.Module:
