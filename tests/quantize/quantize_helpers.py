@@ -3,6 +3,8 @@
 - ``relative_error(out, ref)``: ``||out - ref|| / ||ref||``; ``cosine(out, ref)``.
 - ``batches(make, count)``: ``count`` batches ``make(seed)`` for seeds 1..count (calibration);
   held-out data uses seeds from 100 on, never seen in calibration.
+- ``SeenOperators``: a dispatch mode that passes every call on, noting which operators it
+  saw (what a tracer or an exporter would see of a call).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -22,3 +25,15 @@ def cosine(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def batches(make: Callable[[int], torch.Tensor], count: int, first: int = 1) -> list:
     return [make(seed) for seed in range(first, first + count)]
+
+
+class SeenOperators(TorchDispatchMode):
+    """Passes every call on, noting which operators it saw (``seen``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(func)
+        return func(*args, **(kwargs or {}))

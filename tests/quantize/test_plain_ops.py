@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from quantize_helpers import SeenOperators
 
 from fxloom.ops.runtime_functions import RUNTIME_FUNCTIONS, runtime_function
 from fxloom.quantize import kernels, ops
@@ -198,21 +198,9 @@ def _cpu_values(seed: int = 0):
     return make
 
 
-class _SeenOperators(TorchDispatchMode):
-    """Passes every call on, noting which operators it saw."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.seen.append(func)
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("name", ops.OPERATORS)
 def test_an_eager_call_skips_the_dispatcher_computing_what_the_operator_does(name: str) -> None:
-    with _SeenOperators() as mode:  # under a mode the call goes through the operator
+    with SeenOperators() as mode:  # under a mode the call goes through the operator
         through = META_CALLS[name](_cpu_values())
     assert getattr(torch.ops.fxloom_q, name).default in mode.seen
     direct = META_CALLS[name](_cpu_values())  # plain CPU tensors: the CPU kernel itself

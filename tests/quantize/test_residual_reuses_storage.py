@@ -17,6 +17,7 @@ import operator
 
 import pytest
 import torch
+from quantize_helpers import SeenOperators
 from torch import nn
 
 import fxloom
@@ -170,24 +171,13 @@ def test_a_shortcut_made_and_dropped_in_the_graph_is_reused() -> None:
 
 
 def test_under_a_dispatch_mode_the_reusing_form_is_the_operator_and_writes_nothing() -> None:
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Seen(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.seen: list = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.seen.append(func)
-            return func(*args, **(kwargs or {}))
-
     g = torch.Generator().manual_seed(5)
     w = torch.randint(-127, 128, (8, 8, 1, 1), generator=g, dtype=torch.int8)
     scale = torch.rand(8, generator=g) * 1e-2
     other = _codes(6).contiguous(memory_format=torch.channels_last)
     before = other.clone()
     args = (_codes(7), 0.02, 3, w, scale, None, [1, 1], [0, 0], [1, 1], 1, other, 0.05, 2, 0.06, 0)
-    with Seen() as mode:
+    with SeenOperators() as mode:
         out = ops.conv2d_add_int8_into_other(*args)
     assert torch.ops.fxloom_q.conv2d_add_int8.default in mode.seen
     assert torch.equal(other, before) and torch.equal(out, ops.conv2d_add_int8(*args))
