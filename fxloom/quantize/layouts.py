@@ -134,8 +134,8 @@ def _one_tensor_out(gm: GraphModule, node: Node) -> bool:
 
 
 def _pool_codes(gm: GraphModule, node: Node) -> Node:
-    """``node`` (a 2-d max pooling) replaced by ``ops.max_pool2d_int8`` with its geometry:
-    the node that now stands for it."""
+    """``node`` (a 2-d max pooling) turned into ``ops.max_pool2d_int8`` with its geometry, in
+    place: its name, users and the plan's decision about it stay."""
     if node.op == "call_module":
         pool = gm.get_submodule(node.target)
         value = node.args[0]
@@ -144,17 +144,12 @@ def _pool_codes(gm: GraphModule, node: Node) -> Node:
         value, geometry = node.args[0], _pool_arguments(node)
     kernel, stride, padding, dilation, ceil_mode = geometry
     pairs = [list(_pair(v)) for v in (kernel, stride or kernel, padding, dilation)]
-    with gm.graph.inserting_after(node):
-        pooled = gm.graph.create_node(
-            "call_function", ops.max_pool2d_int8, (value, *pairs, bool(ceil_mode)),
-            name=f"{node.name}_codes",
-        )  # fmt: skip
-    pooled.meta.update(node.meta)
-    node.replace_all_uses_with(pooled)
-    gm.graph.erase_node(node)
-    if node.op == "call_module" and not gm.graph.find_nodes(op="call_module", target=node.target):
-        gm.delete_submodule(node.target)  # no other call of the same pooling module
-    return pooled
+    module = node.target if node.op == "call_module" else None
+    node.op, node.target = "call_function", ops.max_pool2d_int8
+    node.args, node.kwargs = (value, *pairs, bool(ceil_mode)), {}
+    if module is not None and not gm.graph.find_nodes(op="call_module", target=module):
+        gm.delete_submodule(module)  # no other call of the same pooling module
+    return node
 
 
 _POOL_PARAMETERS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")

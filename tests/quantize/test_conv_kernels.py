@@ -4,7 +4,8 @@
   kept per layer), and every shape computes the reference;
 - its output stays channels-last (the same values); ``layouts.keep_channels_last`` gives the
   users that read the layout (``view``, the graph's output) a contiguous copy, and max pooling
-  a float copy, so a converted model computes what it did;
+  becomes ``max_pool2d_int8`` of the codes (its node's name and report line kept), so a
+  converted model computes what it did;
 - add_int8 runs on oneDNN (a depthwise identity convolution with the "sum" post-op) where its
   operands are 4-d uint8 of one shape, equal to the reference within one step, and leaves its
   operands as they were.
@@ -16,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from fxloom.quantize import calibrate, convert, kernels, layouts, ops, prepare
+from fxloom.quantize import calibrate, convert, kernels, layouts, ops, prepare, report
 
 pytestmark = pytest.mark.skipif(
     "onednn" not in kernels.cpu_features(), reason="torch is built without oneDNN"
@@ -148,7 +149,8 @@ def test_a_resnet_s_graph_keeps_int8_channels_last_without_copies() -> None:
     model = Bottleneck().eval()
     int8, x = _converted(model, (1, 3, 16, 16))
     assert "contiguous" not in int8.code
-    assert "max_pool2d_int8(" in int8.code  # the max pool takes the codes as they are
+    assert "pool = max_pool2d_int8(" in int8.code  # the codes as they are; the node's name kept
+    assert "kernel: window maximum" in str(report(int8))  # the report names its kernel
     with torch.no_grad():
         assert _relative_error(int8(x), model(x)) < 0.1
 
