@@ -618,7 +618,8 @@ def _zero_points(w_scale: torch.Tensor) -> torch.Tensor:
 
 
 def _float(bias: torch.Tensor | None) -> torch.Tensor | None:
-    return None if bias is None else bias.float()
+    # (``float()`` of a float32 tensor returns it, through the dispatcher: a microsecond a call)
+    return bias if bias is None or bias.dtype == torch.float32 else bias.float()
 
 
 KERNELS: dict[str, tuple[Kernel, ...]] = {
