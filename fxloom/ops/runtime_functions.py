@@ -20,8 +20,8 @@ check of dynamic shapes, ``cond``'s operator. Each has one row in
   found by their type;
 * ``alias_of``: a name files saved before the function moved; loading resolves
   it to the row it names;
-* ``fresh``: its result shares no storage with its arguments, and it keeps none
-  of them (so a value read only by such functions has no other alias);
+* ``fresh``: its result shares no storage with its arguments, and it writes and
+  keeps none of them (so a value read only by such functions has no other alias);
 * ``reuses``: ``(position, name)``: the function (``name``) generated code calls
   instead where the argument at ``position`` dies at this call and nothing else
   can see its storage, which may write its result there (``reused_argument``
@@ -256,7 +256,8 @@ def reusing_functions() -> dict[Any, tuple[int, Any]]:
 
 
 def returns_fresh(target: Any) -> bool:
-    """Whether ``target``'s result shares no storage with its arguments and it keeps none."""
+    """Whether ``target``'s result shares no storage with its arguments, and it writes and
+    keeps none of them."""
     row = runtime_function(target)
     return row is not None and row.fresh
 
