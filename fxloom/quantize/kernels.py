@@ -577,6 +577,9 @@ def _window_max_fits(args: tuple, features: frozenset[str]) -> str:
         return "ceil_mode"
     if any(2 * pad > size for pad, size in zip(padding, kernel)):
         return "padding over half the window (torch's pooling refuses it)"
+    geometry = zip(x.shape[2:], kernel, args[2], padding, args[4])
+    if any(size + 2 * p - d * (k - 1) - 1 < 0 for size, k, _, p, d in geometry):
+        return "a window larger than the padded input (torch's pooling refuses it)"
     return ""
 
 
@@ -627,7 +630,8 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
         Kernel(
             "uint8 codes in four passes", _codes_fit, _codes,
             "float32 to uint8: the reference's division, the clamp, a rounding add that leaves "
-            "the code in the float's low byte, an int32 -> uint8 narrowing (4x the reference)",
+            "the code in the float's low byte, an int32 -> uint8 narrowing (1.8x the "
+            "reference on a 224x224 image)",
         ),
     ),
     "linear_int8": (

@@ -318,6 +318,14 @@ def test_int8_max_pooling_kernel_is_the_reference(
         assert got.is_contiguous(memory_format=torch.channels_last)
 
 
+def test_int8_max_pooling_of_a_window_larger_than_its_input_raises_as_torch_does() -> None:
+    x = torch.randint(0, 256, (1, 4, 2, 2), dtype=torch.uint8)
+    args = (x, [3, 3], [1, 1], [0, 0], [1, 1], False)
+    assert kernels.kernel_for("max_pool2d_int8", args) is None
+    with pytest.raises(RuntimeError, match="too small"):
+        ops.max_pool2d_int8(*args)
+
+
 def test_int8_max_pooling_with_ceil_mode_runs_the_reference() -> None:
     x = torch.randint(0, 256, (1, 4, 7, 7), dtype=torch.uint8)
     args = (x, [2, 2], [2, 2], [0, 0], [1, 1], True)
