@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fxloom.node import Node
+from fxloom.node import Node, map_arg
 from fxloom.ops.runtime_functions import returns_fresh
 
 if TYPE_CHECKING:
@@ -95,7 +95,9 @@ def reused_argument(node: Node, dead: list[Node], reusing: dict[Any, tuple[int, 
     value = args[position]
     if type(value) is not Node or not any(d is value for d in dead):
         return None
-    if _mentions(args, value) != 1 or _mentions(tuple(node._kwargs.values()), value):
+    reads: list[bool] = []
+    map_arg((args, node._kwargs), lambda read: reads.append(read is value))
+    if sum(reads) != 1:  # also x, or inside a list: the kernel would read what it writes
         return None
     if value._op != "call_function" or not returns_fresh(value._target):
         return None
@@ -103,14 +105,3 @@ def reused_argument(node: Node, dead: list[Node], reusing: dict[Any, tuple[int, 
         if user is not node and (user._op != "call_function" or not returns_fresh(user._target)):
             return None
     return instead
-
-
-def _mentions(values: tuple | list, value: Node) -> int:
-    """How many times ``value`` appears in ``values``, nested lists and tuples included."""
-    count = 0
-    for item in values:
-        if item is value:
-            count += 1
-        elif isinstance(item, (list, tuple)):
-            count += _mentions(item, value)
-    return count
