@@ -246,7 +246,14 @@ class _Emitter:
         self._bind_additional_globals()
         params, rebinds = self._signature(graph.find_nodes(op="placeholder"))
         dead_after = last_uses(graph)
-        reusing = reusing_functions()  # usually empty: nothing to ask per node
+        # the calls that may run in a reusing form (found by the graph's target index: most
+        # graphs have none, and then no node is asked)
+        reusing = reusing_functions()
+        reusable = {
+            node
+            for target in reusing
+            for node in graph.find_nodes(op="call_function", target=target)
+        }
         body = [_line(rebind, None) for rebind in rebinds]
         # node_of_line[i] names the node emitted on line i + 1 (the header's lines come first).
         node_of_line: list[str | None] = [None] * len(body)
@@ -273,8 +280,8 @@ class _Emitter:
                 if dead is None:
                     append(_line(statement_of(node, True), None))
                 elif (
-                    reusing
-                    and op == "call_function"
+                    reusable
+                    and node in reusable
                     and (instead := reused_argument(node, dead, reusing))
                 ):
                     used = dead[0] is not node
