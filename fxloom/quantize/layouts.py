@@ -24,12 +24,15 @@ Depends on: the IR, ``ops``.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 from torch.nn.modules.utils import _pair
 
 from fxloom.graph_module import GraphModule
 from fxloom.node import Node
+from fxloom.ops.signatures import SIGNATURES
 from fxloom.quantize import ops
 
 __all__ = [
@@ -130,7 +133,8 @@ def _one_tensor_out(gm: GraphModule, node: Node) -> bool:
     """A pooling call that returns only the pooled tensor (no indices)."""
     if node.op == "call_module":
         return not gm.get_submodule(node.target).return_indices
-    return not node.kwargs.get("return_indices") and len(node.args) < 6
+    bound = _pool_arguments(node)
+    return bound is not None and not bound["return_indices"]
 
 
 def _pool_codes(gm: GraphModule, node: Node) -> Node:
@@ -141,7 +145,9 @@ def _pool_codes(gm: GraphModule, node: Node) -> Node:
         value = node.args[0]
         geometry = (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
     else:
-        value, geometry = node.args[0], _pool_arguments(node)
+        bound = _pool_arguments(node)
+        value = bound["input"]
+        geometry = tuple(bound[name] for name in _GEOMETRY)
     kernel, stride, padding, dilation, ceil_mode = geometry
     pairs = [list(_pair(v)) for v in (kernel, stride or kernel, padding, dilation)]
     module = node.target if node.op == "call_module" else None
@@ -152,15 +158,20 @@ def _pool_codes(gm: GraphModule, node: Node) -> Node:
     return node
 
 
-_POOL_PARAMETERS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
-_POOL_DEFAULTS = {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False}
+_GEOMETRY = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+# ``F.max_pool2d`` and ``torch.max_pool2d`` take max_pool2d_with_indices's parameters (the
+# signature table ``normalize`` reads; torch's C++ function spells the default stride [])
+_POOL_SIGNATURE = inspect.signature(SIGNATURES[torch.nn.functional.max_pool2d])
 
 
-def _pool_arguments(node: Node) -> tuple:
-    """``max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)``'s geometry as
-    the call passes it, by position or keyword, defaults filled."""
-    given = dict(zip(_POOL_PARAMETERS, node.args), **node.kwargs)
-    return tuple(given.get(name, _POOL_DEFAULTS.get(name)) for name in _POOL_PARAMETERS[1:])
+def _pool_arguments(node: Node) -> dict | None:
+    """A max_pool2d call's arguments by name, defaults filled (None: they do not bind)."""
+    try:
+        bound = _POOL_SIGNATURE.bind(*node.args, **node.kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    return bound.arguments
 
 
 def _contiguous(graph, value: Node, made: dict[Node, Node]) -> Node:

@@ -155,6 +155,34 @@ def test_a_resnet_s_graph_keeps_int8_channels_last_without_copies() -> None:
         assert _relative_error(int8(x), model(x)) < 0.1
 
 
+class FunctionalPool(nn.Module):
+    """Max pooling called as a function, its arguments spelled as users spell them."""
+
+    def __init__(self, pool) -> None:
+        super().__init__()
+        self.conv, self.pool = nn.Conv2d(3, 8, 3, padding=1), pool
+
+    def forward(self, x):
+        return self.pool(torch.relu(self.conv(x)))
+
+
+FUNCTIONAL_POOLS = {
+    "F.max_pool2d, keywords": lambda y: nn.functional.max_pool2d(y, 3, stride=2, padding=1),
+    "torch.max_pool2d, ceil_mode by position": lambda y: torch.max_pool2d(y, 2, 2, 0, 1, True),
+    "F.max_pool2d, no stride": lambda y: nn.functional.max_pool2d(y, kernel_size=2),
+}
+
+
+@pytest.mark.parametrize("case", FUNCTIONAL_POOLS)
+def test_a_functional_max_pool_of_int8_activations_pools_the_codes(case: str) -> None:
+    model = FunctionalPool(FUNCTIONAL_POOLS[case]).eval()
+    int8, x = _converted(model, (1, 3, 9, 9))
+    assert "max_pool2d_int8(" in int8.code
+    with torch.no_grad():
+        assert int8(x).shape == model(x).shape
+        assert _relative_error(int8(x), model(x)) < 0.1
+
+
 def test_a_view_of_an_int8_convolution_reads_a_contiguous_copy() -> None:
     model = ViewAfterConv().eval()
     int8, x = _converted(model, (2, 3, 6, 6))

@@ -180,6 +180,27 @@ def test_every_operator_has_a_meta_kernel(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ops.OPERATORS)
+def test_every_operator_returns_new_storage_and_leaves_its_arguments_as_they_were(
+    name: str,
+) -> None:
+    # what runtime_functions claims of them (``fresh``), on which generated code hands a dead
+    # shortcut to the fused add: checked on what the CPU kernels return
+    make, made = _cpu_values(), []
+
+    def recorded(*shape, dtype=torch.float32):
+        tensor = make(*shape, dtype=dtype)
+        made.append((tensor, tensor.clone()))
+        return tensor
+
+    out = META_CALLS[name](recorded)
+    storage = out.untyped_storage().data_ptr()
+    for tensor, copy in made:
+        assert tensor.untyped_storage().data_ptr() != storage
+        assert torch.equal(tensor, copy)
+    assert RUNTIME_FUNCTIONS[f"fxloom.quantize.ops.{name}"].fresh
+
+
+@pytest.mark.parametrize("name", ops.OPERATORS)
 def test_every_operator_is_a_runtime_function_files_may_call(name: str) -> None:
     row = RUNTIME_FUNCTIONS[f"fxloom.quantize.ops.{name}"]
     assert runtime_function(getattr(ops, name)) is row and row.effect == "pure"
