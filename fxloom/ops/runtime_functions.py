@@ -240,7 +240,8 @@ def _genuine_row(obj: Any, module: str, instances: bool) -> RuntimeFunction | No
 
 def reusing_functions() -> dict[Any, tuple[int, Any]]:
     """target -> (position, the function to call instead) for each row with ``reuses`` whose
-    module is imported already (a target of an unimported module is in no graph)."""
+    module is imported already (a target of an unimported module is in no graph); the
+    reusing form must live in its operator's module, or the row is skipped."""
     found = {}
     for name, row in RUNTIME_FUNCTIONS.items():
         if row.reuses is None:
