@@ -40,7 +40,9 @@ Why these forms and not others:
   ``DynamicQuantizeMatMul`` is a ``com.microsoft`` operator, which a saved region may not
   use: ``runtime_saving``). The per-token steps are written out; ``x / scale`` rounded and
   shifted by 128 is the uint8 form of the int8 value, so ``MatMulInteger`` with zero point
-  128 computes the reference's integer product exactly;
+  128 computes the reference's integer product exactly. On a CPU without VNNI the weight
+  goes in as uint8 (plus 128, weight zero point 128): ONNX Runtime's uint8 x int8 kernel
+  there saturates int16 pair sums, its uint8 x uint8 kernel does not (``_integer_weight``);
 * a static linear layer with a bias does not fuse as QDQ in ONNX Runtime 1.30: it rewrites
   ``MatMul`` + ``Add`` into a float ``Gemm`` and never forms ``QGemm`` (tried with per-tensor
   and per-channel weights, transposed or not). ``MatMulInteger`` with the reference's float
@@ -81,7 +83,7 @@ import torch
 from fxloom.lower.onnx_ops import UnsupportedArgument, cast_to, onnx_dtype, register
 from fxloom.lower.onnx_ops_nn import pool_node
 from fxloom.node import Node
-from fxloom.quantize import ops
+from fxloom.quantize import kernels, ops
 
 __all__ = ["QUANTIZED_OPERATORS"]
 
@@ -243,15 +245,31 @@ def translate_linear_int8(ctx, node, args, kwargs):
     a = _bound("linear_int8", args, kwargs)
     w = _constant(a["w"], "weight", "linear_int8")
     w_scale = _constant(a["w_scale"], "weight scale", "linear_int8").float()
-    weight = ctx.constant(w.t().contiguous())  # int8 [K, N]
     product = _DYNAMIC_PRODUCTS[a["activations"]] if a["dynamic"] else _static_product
-    value = product(ctx, a, weight, w_scale)
+    value = product(ctx, a, _integer_weight(ctx, w), w_scale)
     return _finish(ctx, value, a["bias"], a["relu"], a["out_scale"], a["out_zero_point"])
 
 
-def _per_token_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:
+def _integer_weight(ctx, w: torch.Tensor) -> list[str]:
+    """``MatMulInteger``'s weight inputs: ``[K, N]`` int8 where the CPU has VNNI; elsewhere
+    uint8 (the codes plus 128) with weight zero point 128, the same products. ONNX Runtime's
+    uint8 x int8 kernel on AVX2 without VNNI sums pairs of products in int16, which saturates
+    (ONNX Runtime's documentation says so; measured on an AMD EPYC, onnxruntime 1.32: 0.19
+    off on outputs of 0.64); its uint8 x uint8 kernel widens first and is exact. The lowered
+    model runs where it is lowered, so the form follows this CPU."""
+    if kernels.vnni():
+        return [ctx.constant(w.t().contiguous())]
+    shifted = (w.t().to(torch.int16) + 128).to(torch.uint8).contiguous()
+    return [ctx.constant(shifted), _scalar(ctx, 128, torch.uint8)]
+
+
+def _matmul_integer(ctx, x: str, weight: list[str], x_zero_point: str) -> str:
+    return ctx.node("MatMulInteger", [x, weight[0], x_zero_point, *weight[1:]])
+
+
+def _per_token_product(ctx, a: dict, weight: list[str], w_scale: torch.Tensor) -> str:
     x, row_scale = _per_token_uint8(ctx, _float_input(ctx, a["x"], "linear_int8"))
-    accumulated = ctx.node("MatMulInteger", [x, weight, _scalar(ctx, 128, torch.uint8)])
+    accumulated = _matmul_integer(ctx, x, weight, _scalar(ctx, 128, torch.uint8))
     # Scaled by the weight's scales first, the rows' after: ONNX Runtime 1.30 fuses
     # MatMulInteger -> Cast -> Mul(row scales * weight scales) into MatMulIntegerToFloat,
     # taking the row scales [..., 1] for a per-tensor scale, and computes wrong results (the
@@ -260,12 +278,12 @@ def _per_token_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:
     return ctx.node("Mul", [value, row_scale])
 
 
-def _per_tensor_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:
+def _per_tensor_product(ctx, a: dict, weight: list[str], w_scale: torch.Tensor) -> str:
     """``DynamicQuantizeLinear`` quantizes as ``ops.per_tensor_affine`` does (uint8, the range
     widened to hold 0, round half to even), then ``MatMulInteger`` with its zero point."""
     x = _float_input(ctx, a["x"], "linear_int8")
     codes, scale, zero_point = ctx.node("DynamicQuantizeLinear", [x], outputs=3)
-    accumulated = ctx.node("MatMulInteger", [codes, weight, zero_point])
+    accumulated = _matmul_integer(ctx, codes, weight, zero_point)
     value = ctx.node("Mul", [ctx.node("Cast", [accumulated], to=_FLOAT), ctx.constant(w_scale)])
     return ctx.node("Mul", [value, scale])
 
@@ -274,14 +292,14 @@ def _per_tensor_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str
 _DYNAMIC_PRODUCTS = {"per_token": _per_token_product, "per_tensor": _per_tensor_product}
 
 
-def _static_product(ctx, a: dict, weight: str, w_scale: torch.Tensor) -> str:
+def _static_product(ctx, a: dict, weight: list[str], w_scale: torch.Tensor) -> str:
     x, x_zero_point = a["x"], _scalar(ctx, a["x_zero_point"], torch.uint8)
     if isinstance(x, Node) and ctx.dtype_of(x).is_floating_point:  # float in: quantized here
         x_scale = _scalar(ctx, a["x_scale"], torch.float32)
         x = ctx.node("QuantizeLinear", [_float_input(ctx, x, "linear_int8"), x_scale, x_zero_point])
     else:
         x = ctx.name(x)
-    accumulated = ctx.node("MatMulInteger", [x, weight, x_zero_point])
+    accumulated = _matmul_integer(ctx, x, weight, x_zero_point)
     scale = ctx.constant(a["x_scale"] * w_scale)  # as the reference computes it
     return ctx.node("Mul", [ctx.node("Cast", [accumulated], to=_FLOAT), scale])
 

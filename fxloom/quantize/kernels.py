@@ -14,6 +14,9 @@ thread, AVX512-VNNI without AMX):
     linear_int8  onednn.qlinear_pointwise            static activations (uint8, per tensor)
     linear_int8  onednn.qlinear_pointwise            dynamic per-tensor activations (uint8,
                  (dynamic per tensor)                affine, choose_qparams in the call)
+    linear_int8  onednn.qconv_pointwise              without VNNI, any activation form: each
+                 (codes split in halves)             code as two halves of at most 128, the
+                                                     rows as pixels of a 1x1 convolution
     linear_int8  aten._int_mm (per-token int8)       dynamic per-token activations, K and N
                                                      multiples of 8 (else the reference)
     linear_w8    aten._weight_int8pack_mm            bf16 activations, AVX2 or AVX512
@@ -28,6 +31,9 @@ thread, AVX512-VNNI without AMX):
     conv2d_int8  onednn.qconv_pointwise              2-d, zero padding (the weight packed
                                                      for the input shape; the output left
                                                      channels-last, ``layouts``)
+    conv2d_int8  float32 convolution of the          without VNNI: the codes less their zero
+                 centred codes                       point summed in float32 (also the
+                                                     fused add's row)
     add_int8     onednn.qconv2d_pointwise.binary     4-d uint8 operands of one shape, uint8
                  (identity, sum)                     out: a depthwise identity convolution
                                                      of a, b added by the "sum" post-op
@@ -36,6 +42,10 @@ thread, AVX512-VNNI without AMX):
                                                      convolution with the "sum" post-op
                                                      adding ``other`` (packed as conv2d_int8)
     anything else: the reference
+
+The oneDNN rows that take whole uint8 codes require VNNI (or AMX): without it oneDNN sums
+pairs of uint8 x int8 products in int16, which saturates (``_vnni_fits``), and those CPUs
+get the split or float32 rows instead, the same numbers within float rounding.
 
 Kernels that want the weight in their own layout (onednn's prepacked weights, int4 tiles)
 get it on first use, cached by the weight tensor's identity and version (``PACKED``): an
@@ -48,8 +58,8 @@ forward pays a dictionary lookup per layer, not the table's conditions.
 why, for ``report()``::
 
     >>> from fxloom.quantize import kernels
-    >>> kernels.explain("linear_int8", dynamic=False).split(" (")[0]
-    'onednn.qlinear_pointwise'
+    >>> kernels.explain("max_pool2d_int8").split(" (")[0]
+    'window maximum, rows then columns'
 
 Depends on: torch, ``ops`` (the references).
 """
@@ -68,7 +78,9 @@ import torch
 
 from fxloom.quantize import ops
 
-__all__ = ["KERNELS", "PACKED", "PLANS", "Kernel", "cpu_features", "explain", "kernel_for", "run"]
+__all__ = [
+    "KERNELS", "PACKED", "PLANS", "Kernel", "cpu_features", "explain", "kernel_for", "run", "vnni",
+]  # fmt: skip
 
 
 @functools.cache
@@ -143,16 +155,41 @@ def _keep_newest(cache: dict, layer: tuple, length: int) -> None:
         cache.pop(key, None)
 
 
+# ---------------------------------------------------------------- oneDNN's int8 and VNNI
+# Without VNNI (AVX512-VNNI or AMX), oneDNN's x86 int8 kernels multiply uint8 activations by
+# int8 weights with AVX2's pairwise multiply-add, which sums each two neighbouring products
+# in int16 and saturates: 255 * 127 * 2 > 32767. Measured on an AMD EPYC (AVX2, no VNNI),
+# torch 2.13: a 256-wide row of codes up to 255 against weights up to 127 came out 508 off
+# (scaled by 0.01); codes up to 128, or weights up to 64, came out exact; convolutions and
+# linear layers alike (fbgemm avoids it by quantizing activations to 7 bits on such CPUs,
+# torch.ao's ``reduce_range``, which changes the numbers). So the rows that feed oneDNN
+# whole uint8 codes require VNNI; other CPUs get the split rows (each code as two halves of
+# at most 128, exact) or the reference.
+WHOLE_CODES = frozenset({"vnni", "amx"})  # either multiplies uint8 by int8 into int32
+
+
+def vnni() -> bool:
+    """Whether this CPU's int8 kernels take whole uint8 codes (``WHOLE_CODES``: AVX512-VNNI
+    or AMX) rather than summing product pairs in int16."""
+    return bool(WHOLE_CODES & cpu_features())
+
+
+def _vnni_fits(features: frozenset[str]) -> str:
+    if "onednn" not in features:
+        return "torch is built without oneDNN"
+    if not WHOLE_CODES & features:
+        return "no VNNI: oneDNN's int8 would saturate int16 pair sums"
+    return ""
+
+
 # ---------------------------------------------------------------- linear_int8
 def _static_onednn_fits(args: tuple, features: frozenset[str]) -> str:
     x, dynamic = args[0], args[9]
     if dynamic:
         return "dynamic activations"
-    if "onednn" not in features:
-        return "torch is built without oneDNN"
     if x.dtype not in (torch.uint8, torch.float32):
         return f"activations of {x.dtype}"
-    return ""
+    return _vnni_fits(features)
 
 
 def _static_onednn(args: tuple, packed: Any) -> torch.Tensor:
@@ -184,11 +221,9 @@ def _per_tensor_onednn_fits(args: tuple, features: frozenset[str]) -> str:
     x, form = args[0], _activations(args)
     if form != "per_tensor":
         return f"{form} activations"
-    if "onednn" not in features:
-        return "torch is built without oneDNN"
     if x.dtype != torch.float32:
         return f"activations of {x.dtype}"
-    return ""
+    return _vnni_fits(features)
 
 
 def _float32(value: float) -> float:
@@ -293,6 +328,86 @@ def _per_token_int_mm(args: tuple, packed: Any) -> torch.Tensor:
 
 def _transposed(args: tuple) -> torch.Tensor:
     return args[3].t().contiguous()  # [K, N], as _int_mm takes it
+
+
+# ---------------------------------------------------------------- linear_int8 without VNNI
+# Each uint8 code as two halves of at most 128 (``min(code, 128)`` and the rest), stacked as
+# twice the rows: no pair of products can leave int16 (128 * 127 * 2 < 32767), so oneDNN's
+# AVX2 int8 kernel is exact, and the two halves' results add up to the whole. The rows run
+# as the pixels of a 1x1 convolution (oneDNN's int8 matmul took 2.0 ms for one row of
+# 2048 -> 5632 here, the convolution 0.37 ms; fbgemm's dynamic linear 0.38). With zero point
+# 0 in the kernel, the zero point comes off after: ``zp * sum_k w`` per output channel.
+# Measured on an AMD EPYC (AVX2, no VNNI), one thread, us per call, against the reference
+# and fbgemm's dynamic linear (which quantizes to 7 bits here): see RESULTS.md.
+def _split_fits(args: tuple, features: frozenset[str]) -> str:
+    x, form = args[0], _activations(args)
+    if "onednn" not in features:
+        return "torch is built without oneDNN"
+    if WHOLE_CODES & features:
+        return "VNNI: the whole-code rows run"
+    if x.dtype != torch.float32 and not (form == "static" and x.dtype == torch.uint8):
+        return f"activations of {x.dtype}"
+    return ""
+
+
+def _split_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The weight as a packed 1x1 convolution kernel (scale per channel, input scale 1 and
+    zero point 0), its zero points, and ``w_scale * sum_k w`` (the zero point's share)."""
+    w, w_scale = args[3], args[4]
+    packed = torch.ops.onednn.qconv_prepack(
+        w.reshape(*w.shape, 1, 1), w_scale, 1.0, 0, [1, 1], [0, 0], [1, 1], 1, None
+    )
+    column_sums = w.sum(dim=1, dtype=torch.int32).float() * w_scale.float()
+    return packed, _zero_points(w_scale), column_sums
+
+
+def _split_codes(args: tuple, rows: torch.Tensor) -> tuple:
+    """The call's uint8 codes ``[M, K]``, their zero point and scale (a number, or one per
+    row), as its activation form makes them, bit for bit the reference's."""
+    form = _activations(args)
+    if form == "static":
+        x_scale, x_zp = args[1], args[2]
+        codes = rows if rows.dtype == torch.uint8 else _uint8_codes(rows, x_scale, x_zp)
+        return codes, x_zp, x_scale
+    if form == "per_tensor":
+        qparams = _per_tensor_qparams(rows)
+        if qparams is None:
+            return None
+        scale, zero_point = qparams
+        return _uint8_codes(rows, scale, zero_point), zero_point, scale
+    row_scale = ops.per_token_scale(rows)
+    low, high = (code + _SIGNED_AS_UINT8 for code in ops.TOKEN_RANGE)
+    return _uint8_codes(rows, row_scale, _SIGNED_AS_UINT8, low, high), _SIGNED_AS_UINT8, row_scale
+
+
+# per-token int8 codes -128..127 ride in uint8 shifted by this zero point
+_SIGNED_AS_UINT8 = 128
+
+
+def _split(args: tuple, packed: Any) -> torch.Tensor:
+    x, _, _, w, _, bias, out_scale, out_zp, relu = args[:9]
+    rows = x.reshape(-1, x.shape[-1])
+    found = _split_codes(args, rows)
+    if found is None:  # NaN or infinity in a dynamic input: the reference says what it gives
+        return ops.reference_linear_int8(*args)
+    codes, zero_point, scale = found
+    weight, zero_points, column_sums = packed
+    low = codes.clamp(max=128)
+    halves = torch.cat((low, codes - low))
+    count = rows.shape[0]
+    image = halves.reshape(1, 1, 2 * count, -1).permute(0, 3, 1, 2)  # [1, K, 1, 2M]: a view
+    out = torch.ops.onednn.qconv_pointwise(
+        image, 1.0, 0, weight, args[4], zero_points, None, [1, 1], [0, 0], [1, 1], 1, 1.0, 0,
+        torch.float32, "none", [], None,
+    ).permute(0, 2, 3, 1).reshape(2 * count, -1)  # fmt: skip
+    accumulated = out[:count].add_(out[count:])
+    if zero_point:
+        accumulated = accumulated.sub_(column_sums, alpha=zero_point)
+    accumulated = accumulated.mul_(scale)
+    if bias is not None:
+        accumulated = accumulated.add_(bias)
+    out = ops._requantize(accumulated, out_scale, out_zp, relu)
+    return out.reshape(*x.shape[:-1], w.shape[0])
 
 
 # ---------------------------------------------------------------- linear_w8 / linear_w4
@@ -430,11 +545,9 @@ def _int4pack_cast(args: tuple, packed: Any) -> torch.Tensor:
 # ---------------------------------------------------------------- conv2d_int8
 def _onednn_conv_fits(args: tuple, features: frozenset[str]) -> str:
     x = args[0]
-    if "onednn" not in features:
-        return "torch is built without oneDNN"
     if x.dim() != 4 or x.dtype != torch.uint8:
         return "not a 2-d convolution of uint8 activations"
-    return ""
+    return _vnni_fits(features)
 
 
 def _onednn_conv_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor]:
@@ -461,6 +574,37 @@ def _onednn_conv(args: tuple, packed: Any) -> torch.Tensor:
         1.0 if float_out else out_scale, 0 if float_out else out_zp,
         torch.float32 if float_out else None, "relu" if relu else "none", [], None,
     )  # fmt: skip
+
+
+# Without VNNI (``_vnni_fits``) the int8 convolutions sum the centred codes in float32 on
+# oneDNN's float convolution: within float rounding of the reference's exact float64 sum,
+# which ATen computes with its slow generic code. Splitting each code in halves, as the
+# linear rows do, would double the int8 work: on AVX2 that is no faster than float32.
+FLOAT_CONV = "float32 convolution of the centred codes"
+
+
+def _float_conv_fits(args: tuple, features: frozenset[str]) -> str:
+    x = args[0]
+    if x.dim() != 4 or x.dtype != torch.uint8:
+        return "not a 2-d convolution of uint8 activations"
+    return ""
+
+
+def _float_conv_value(args: tuple) -> torch.Tensor:
+    x = args[0].contiguous(memory_format=torch.channels_last)
+    return ops._conv_value(x, *args[1:10], accumulate=torch.float32)
+
+
+def _float_conv(args: tuple, packed: Any) -> torch.Tensor:
+    return ops._requantize(_float_conv_value(args), *args[10:13])
+
+
+def _float_conv_add(args: tuple, packed: Any) -> torch.Tensor:
+    other, other_scale, other_zp, out_scale, out_zp, relu = args[10:]
+    value = _float_conv_value(args) + ops.reference_dequantize(
+        other, other_scale, other_zp, *ops.ACTIVATION_RANGE, torch.uint8
+    )
+    return ops._requantize(value, out_scale, out_zp, relu)
 
 
 # ---------------------------------------------------------------- add_int8
@@ -649,6 +793,13 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
             pack=_onednn_dynamic_pack,
         ),
         Kernel(
+            "onednn.qconv_pointwise (codes split in halves)", _split_fits, _split,
+            "without VNNI: each uint8 code as two halves of at most 128, so no int16 pair sum "
+            "saturates; the rows as pixels of oneDNN's 1x1 convolution, zero point taken "
+            "off after (exact)",
+            pack=_split_pack,
+        ),
+        Kernel(
             "aten._int_mm", _per_token_int_mm_fits, _per_token_int_mm,
             "per-token int8 activations: int8 x int8 -> int32 matmul, scaled after",
             pack=_transposed,
@@ -686,6 +837,11 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
             "for the input shape",
             pack=_onednn_conv_pack, shaped=True,
         ),
+        Kernel(
+            FLOAT_CONV, _float_conv_fits, _float_conv,
+            "without VNNI: the codes less their zero point summed in float32 on oneDNN's "
+            "float convolution (within float rounding of the reference's float64 sum)",
+        ),
     ),
     "conv2d_add_int8": (
         Kernel(
@@ -693,6 +849,11 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
             "oneDNN int8 convolution with the residual added by its 'sum' post-op, ReLU and "
             "one requantization fused: the block's add costs no pass of its own",
             pack=_onednn_conv_pack, shaped=True, reusing=_onednn_conv_add_reusing,
+        ),
+        Kernel(
+            FLOAT_CONV, _float_conv_fits, _float_conv_add,
+            "without VNNI: conv2d_int8's float32 row, ``other`` added before the one "
+            "requantization",
         ),
     ),
     "max_pool2d_int8": (

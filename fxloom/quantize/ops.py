@@ -143,9 +143,14 @@ def reference_choose_qparams(x, quant_min, quant_max, eps, dtype):
     return scale.reshape(1), zero_point.to(torch.int64).reshape(1)
 
 
+def per_token_scale(x: torch.Tensor) -> torch.Tensor:
+    """One scale per row of ``x`` (float, ``[..., K]``): ``absmax / 127``, ``[..., 1]``."""
+    return x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-8) / 127.0
+
+
 def per_token_symmetric(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` (float, ``[..., K]``) as int8 with one scale per row: ``absmax / 127``."""
-    scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-8) / 127.0
+    """``x`` (float, ``[..., K]``) as int8 with one scale per row (``per_token_scale``)."""
+    scale = per_token_scale(x)
     q = torch.clamp(torch.round(x.float() / scale), *TOKEN_RANGE).to(torch.int8)
     return q, scale
 
@@ -233,13 +238,19 @@ def reference_linear_w4(x, w, w_scale, w_zero_point, group_size, bias):
     return out if bias is None else out + bias.to(x.dtype)
 
 
-def _conv_value(x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups):
-    """The int8 convolution's result in float: the integer accumulator scaled, plus bias."""
+def _conv_value(
+    x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
+    accumulate=torch.float64,
+):  # fmt: skip
+    """The int8 convolution's result in float: the integer accumulator scaled, plus bias.
+    ``accumulate``: the dtype the integers are summed in (the kernel table's float row
+    passes float32: within float rounding, on oneDNN's fast float convolution)."""
     # torch has no integer convolution on CPU: integers in float64 sum exactly (< 2**53)
-    centred = (x.to(torch.int32) - x_zero_point).double()
+    centred = (x.to(torch.int32) - x_zero_point).to(accumulate)
     accumulated = torch.convolution(
-        centred, w.double(), None, stride, padding, dilation, False, [0] * len(stride), groups
-    )
+        centred, w.to(accumulate), None, stride, padding, dilation, False,
+        [0] * len(stride), groups,
+    )  # fmt: skip
     shape = [1, -1] + [1] * (accumulated.dim() - 2)
     value = accumulated.float() * (x_scale * w_scale.float().reshape(shape))
     return value if bias is None else value + bias.float().reshape(shape)

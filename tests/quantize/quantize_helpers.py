@@ -3,6 +3,8 @@
 - ``relative_error(out, ref)``: ``||out - ref|| / ||ref||``; ``cosine(out, ref)``.
 - ``batches(make, count)``: ``count`` batches ``make(seed)`` for seeds 1..count (calibration);
   held-out data uses seeds from 100 on, never seen in calibration.
+- ``WHOLE_CODES``: marks a test of oneDNN's whole-code int8 rows, which run on VNNI CPUs
+  only (elsewhere the table runs the split rows or the reference: ``kernels.vnni``);
 - ``SeenOperators``: a dispatch mode that passes every call on, noting which operators it
   saw (what a tracer or an exporter would see of a call).
 """
@@ -11,8 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from fxloom.quantize import kernels
+
+WHOLE_CODES = pytest.mark.skipif(
+    not kernels.vnni() or "onednn" not in kernels.cpu_features(),
+    reason="oneDNN's whole-code int8 rows run on VNNI CPUs only (without, int16 pair sums "
+    "saturate: the split rows or the reference run)",
+)
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from quantize_helpers import WHOLE_CODES
 from torch import nn
 
 from fxloom.quantize import calibrate, convert, kernels, layouts, ops, prepare, report
@@ -45,6 +46,7 @@ def _packs_of(w: torch.Tensor) -> list:
     return [key for key in kernels.PACKED if key[1] == id(w) and len(key) == 4]
 
 
+@WHOLE_CODES
 def test_a_convolution_is_packed_for_each_input_shape_and_computes_the_reference() -> None:
     args = _conv_args(_images(1, 8, 6, 6))
     w = args[3]
@@ -55,6 +57,7 @@ def test_a_convolution_is_packed_for_each_input_shape_and_computes_the_reference
     assert sorted(key[3] for key in _packs_of(w)) == [(1, 8, 6, 6), (1, 8, 9, 7), (2, 8, 6, 6)]
 
 
+@WHOLE_CODES
 def test_a_layer_keeps_at_most_shapes_per_layer_packs() -> None:
     args = _conv_args(_images(1, 8, 4, 4), seed=2)
     w = args[3]
@@ -67,6 +70,7 @@ def test_a_layer_keeps_at_most_shapes_per_layer_packs() -> None:
     assert len(plans) == kernels.SHAPES_PER_LAYER
 
 
+@WHOLE_CODES
 def test_the_convolution_s_output_stays_channels_last_with_the_reference_s_values() -> None:
     args = _conv_args(_images(1, 8, 6, 6), seed=3)
     got = kernels.run("conv2d_int8", ops.reference_conv2d_int8, args)

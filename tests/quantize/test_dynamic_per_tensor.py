@@ -3,7 +3,8 @@
 - the reference quantizes the whole input as uint8 with ``choose_qparams`` of its own range
   (affine, the range widened to hold 0), then multiplies integers, as ONNX's
   ``DynamicQuantizeLinear`` + ``MatMulInteger`` do;
-- the kernel table runs it on ``onednn.qlinear_pointwise``, within one quantum of the
+- the kernel table runs it on ``onednn.qlinear_pointwise`` (without VNNI: the split row),
+  within one quantum of the
   reference (float output: float rounding; uint8 output: one step), at two shapes;
 - the meta kernel gives the reference's shape and dtype;
 - the default ``dynamic`` scheme writes it, ``dynamic_per_token`` keeps per-token activations,
@@ -22,7 +23,10 @@ from torch import nn
 
 from fxloom.quantize import QuantConfig, calibrate, convert, kernels, ops, prepare, report
 
-PER_TENSOR = "onednn.qlinear_pointwise (dynamic per tensor)"
+# what runs each dynamic form on this CPU (without VNNI: each code split in halves)
+SPLIT = "onednn.qconv_pointwise (codes split in halves)"
+PER_TENSOR = "onednn.qlinear_pointwise (dynamic per tensor)" if kernels.vnni() else SPLIT
+PER_TOKEN = "aten._int_mm" if kernels.vnni() else SPLIT
 
 
 def _int8_weight(n: int, k: int, seed: int = 0):
@@ -97,7 +101,7 @@ def test_the_table_picks_by_the_activation_form() -> None:
     per_tensor = _call(torch.randn(4, 64), 32)
     per_token = (*per_tensor[:10], "per_token")
     assert kernels.kernel_for("linear_int8", per_tensor).name == PER_TENSOR
-    assert kernels.kernel_for("linear_int8", per_token).name == "aten._int_mm"
+    assert kernels.kernel_for("linear_int8", per_token).name == PER_TOKEN
     assert kernels.explain("linear_int8", dynamic=True, activations="per_tensor").startswith(
         PER_TENSOR + " ("
     )
@@ -125,7 +129,7 @@ def _converted(scheme: str) -> nn.Module:
 
 @pytest.mark.parametrize(
     ("scheme", "kernel"),
-    [("dynamic", PER_TENSOR + " (uint8 activations"), ("dynamic_per_token", "aten._int_mm (")],
+    [("dynamic", PER_TENSOR + " ("), ("dynamic_per_token", PER_TOKEN + " (")],
 )
 def test_the_report_names_the_kernel_of_each_scheme_s_layers(scheme: str, kernel: str) -> None:
     rows = report(_converted(scheme)).rows

@@ -2,7 +2,9 @@
 
 - each row of ``KERNELS`` that runs on this CPU equals its operator's reference within float
   rounding (integer outputs: exactly, or one step where float rounding ties);
-- the table picks by the call: static int8 linear -> oneDNN, per-token dynamic -> ``_int_mm``,
+- the table picks by the call: static int8 linear -> oneDNN, per-token dynamic -> ``_int_mm``
+  (on VNNI CPUs; without VNNI every int8 linear runs the split row, each code as two halves,
+  exact on the worst-case codes and weights, and convolutions run the reference),
   w8 -> ``_weight_int8pack_mm`` and w4 -> the int4 CPU tiles on AVX2/AVX512, fp32 activations cast
   to bf16 around the call (fed fp32 both are 10-30x slower): within the documented bf16
   bound, not float rounding; past the rows where the cast pays, and without AVX2, the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from quantize_helpers import WHOLE_CODES
 
 from fxloom.quantize import kernels, ops
 from fxloom.quantize.weights import int4_grouped
@@ -66,6 +69,7 @@ def test_int8_linear_kernels_compute_the_reference(case: str) -> None:
     )
 
 
+@WHOLE_CODES
 def test_static_int8_linear_runs_on_onednn_and_dynamic_on_int_mm() -> None:
     w, scale, bias = _int8_weight()
     x = torch.randn(4, 64)
@@ -73,6 +77,59 @@ def test_static_int8_linear_runs_on_onednn_and_dynamic_on_int_mm() -> None:
     dynamic = LINEAR_CALLS["dynamic per token"](x, w, scale, bias)
     assert kernels.kernel_for("linear_int8", static).name == "onednn.qlinear_pointwise"
     assert kernels.kernel_for("linear_int8", dynamic).name == "aten._int_mm"
+
+
+SPLIT = "onednn.qconv_pointwise (codes split in halves)"
+NO_VNNI = frozenset({"onednn", "avx2"})
+
+
+def _worst_case_linear_calls() -> dict[str, tuple]:
+    """Codes at 255 (or far beyond every range) against weights at +-127 and -128: the
+    products whose pair sums leave int16 (255 * 127 * 2 > 32767)."""
+    n, k = 24, 96
+    w = torch.full((n, k), 127, dtype=torch.int8)
+    w[::2] = -128
+    w[1::3, ::5] = -7
+    scale, bias = torch.rand(n) * 1e-3 + 1e-4, torch.randn(n)
+    x = torch.full((3, k), 50.0)
+    x[1] = -50.0
+    return {
+        "static, uint8 codes at 255": (
+            torch.full((3, k), 255, dtype=torch.uint8), 0.03, 0, w, scale, bias, 0.0, 0, False,
+            False,
+        ),
+        "static, float in, uint8 out": (x, 0.03, 3, w, scale, bias, 0.2, 9, True, False),
+        "dynamic per tensor": (x, 0.0, 0, w, scale, bias, 0.0, 0, False, True, "per_tensor"),
+        "dynamic per token": (x, 0.0, 0, w, scale, bias, 0.0, 0, False, True, "per_token"),
+    }  # fmt: skip
+
+
+@pytest.mark.skipif("onednn" not in kernels.cpu_features(), reason="torch without oneDNN")
+@pytest.mark.parametrize("case", list(_worst_case_linear_calls()))
+def test_without_vnni_int8_linears_split_each_code_and_stay_exact(monkeypatch, case) -> None:
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    args = _worst_case_linear_calls()[case]
+    assert kernels.kernel_for("linear_int8", args).name == SPLIT
+    _same(
+        kernels.run("linear_int8", ops.reference_linear_int8, args),
+        ops.reference_linear_int8(*args),
+    )
+
+
+@pytest.mark.parametrize("case", list(_worst_case_linear_calls()))
+def test_the_table_s_int8_linear_is_exact_on_the_worst_case_codes_on_this_cpu(case) -> None:
+    args = _worst_case_linear_calls()[case]
+    _same(
+        kernels.run("linear_int8", ops.reference_linear_int8, args),
+        ops.reference_linear_int8(*args),
+    )
+
+
+def test_without_vnni_int8_convolutions_sum_in_float32(monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    assert kernels.explain("conv2d_int8").startswith(kernels.FLOAT_CONV)
+    assert kernels.explain("conv2d_add_int8").startswith(kernels.FLOAT_CONV)
+    assert kernels.explain("linear_int8", dynamic=True).startswith(SPLIT)
 
 
 VECTOR = pytest.mark.skipif(
@@ -153,15 +210,28 @@ def test_int4_kernel_is_within_bf16_rounding_of_the_reference(
     _within_bf16_rounding(got, ops.reference_linear_w4(*args), x, magnitude)
 
 
+def _as_if(monkeypatch, cpu: str) -> str:
+    """Runs the rest of the test with the table's rows for ``cpu`` ("vnni": this CPU's own,
+    skipped where it lacks VNNI; "no vnni": as on AVX2 without it); their kernel names."""
+    if cpu == "vnni":
+        if not kernels.vnni() or "onednn" not in kernels.cpu_features():
+            pytest.skip("oneDNN's whole-code int8 rows run on VNNI CPUs only")
+        return "onednn."
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    return kernels.FLOAT_CONV
+
+
+@pytest.mark.parametrize("cpu", ["vnni", "no vnni"])
 @pytest.mark.parametrize("float_out", [False, True])
-def test_int8_convolution_kernel_computes_the_reference(float_out: bool) -> None:
+def test_int8_convolution_kernel_computes_the_reference(monkeypatch, float_out, cpu) -> None:
+    expected_kernel = _as_if(monkeypatch, cpu)
     g = torch.Generator().manual_seed(4)
     x = torch.randint(0, 256, (2, 8, 10, 10), generator=g, dtype=torch.uint8)
     w = torch.randint(-127, 128, (16, 8, 3, 3), generator=g, dtype=torch.int8)
     scale, bias = torch.rand(16, generator=g) * 1e-3, torch.randn(16, generator=g)
     out = (0.0, 0) if float_out else (0.05, 3)
     args = (x, 0.02, 5, w, scale, bias, [1, 1], [1, 1], [1, 1], 1, *out, True)
-    assert kernels.kernel_for("conv2d_int8", args).name == "onednn.qconv_pointwise"
+    assert kernels.kernel_for("conv2d_int8", args).name.startswith(expected_kernel)
     _same(
         kernels.run("conv2d_int8", ops.reference_conv2d_int8, args),
         ops.reference_conv2d_int8(*args),
@@ -188,13 +258,13 @@ def _conv_add_args(case: str) -> tuple:
     return (*head, other, other_scale, other_zp, out_scale, out_zp, relu)
 
 
+@pytest.mark.parametrize("cpu", ["vnni", "no vnni"])
 @pytest.mark.parametrize("case", CONV_ADD_CASES)
-def test_int8_convolution_and_add_kernel_computes_the_reference(case: str) -> None:
+def test_int8_convolution_and_add_kernel_computes_the_reference(monkeypatch, case, cpu) -> None:
+    expected_kernel = _as_if(monkeypatch, cpu)
     args = _conv_add_args(case)
     other = args[10].clone()
-    assert (
-        kernels.kernel_for("conv2d_add_int8", args).name == "onednn.qconv2d_pointwise.binary (sum)"
-    )
+    assert kernels.kernel_for("conv2d_add_int8", args).name.startswith(expected_kernel)
     got = kernels.run("conv2d_add_int8", ops.reference_conv2d_add_int8, args)
     _same(got, ops.reference_conv2d_add_int8(*args))
     assert torch.equal(args[10], other)  # the post-op's accumulator is a copy
@@ -204,9 +274,10 @@ def test_int8_convolution_and_add_runs_the_reference_where_other_broadcasts() ->
     args = _conv_add_args("3x3, relu")
     broadcast = args[10][:, :, :1]
     call = (*args[:10], broadcast, *args[11:])
-    assert kernels.kernel_for("conv2d_add_int8", call) is None
+    kernel = kernels.kernel_for("conv2d_add_int8", call)
+    assert kernel is None or kernel.name == kernels.FLOAT_CONV  # not oneDNN's sum post-op
     got = kernels.run("conv2d_add_int8", ops.reference_conv2d_add_int8, call)
-    assert torch.equal(got, ops.reference_conv2d_add_int8(*call))
+    _same(got, ops.reference_conv2d_add_int8(*call))
 
 
 def test_a_weight_is_packed_once_per_version() -> None:
@@ -225,14 +296,16 @@ def test_a_weight_is_packed_once_per_version() -> None:
 
 
 def test_explain_names_the_kernel_and_why() -> None:
-    assert kernels.explain("linear_int8", dynamic=False).startswith("onednn.qlinear_pointwise (")
+    static = "onednn.qlinear_pointwise (" if kernels.vnni() else SPLIT + " ("
+    assert kernels.explain("linear_int8", dynamic=False).startswith(static)
     assert kernels.explain("linear_w8", dtype=torch.int32).startswith(
         "reference (aten._weight_int8pack_mm: torch.int32 activations"
     )
     assert kernels.explain("add_int8").startswith(
         "onednn.qconv2d_pointwise.binary (identity, sum) ("
     )
-    assert kernels.explain("conv2d_add_int8").startswith("onednn.qconv2d_pointwise.binary (sum) (")
+    conv_add = "onednn.qconv2d_pointwise.binary (sum) (" if kernels.vnni() else kernels.FLOAT_CONV
+    assert kernels.explain("conv2d_add_int8").startswith(conv_add)
 
 
 def test_the_report_names_each_layer_s_kernel_and_why() -> None:
@@ -241,7 +314,8 @@ def test_the_report_names_each_layer_s_kernel_and_why() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 32)).eval()
     prepared = prepare(model, (torch.randn(4, 64),), QuantConfig(scheme="dynamic_per_token"))
     (row,) = report(convert(calibrate(prepared, [torch.randn(4, 64)], progress=False))).rows
-    assert "kernel: aten._int_mm (per-token int8 activations" in row.reason
+    per_token = "aten._int_mm (per-token int8 activations" if kernels.vnni() else SPLIT
+    assert f"kernel: {per_token}" in row.reason
 
 
 def test_the_rows_where_the_cast_pays_follow_aten_s_vector_level(monkeypatch) -> None:
@@ -262,8 +336,11 @@ def test_one_weight_called_two_ways_gets_two_plans() -> None:
     }
     for args in calls.values():
         kernels.run("linear_int8", ops.reference_linear_int8, args)
-    planned = {kernels.PLANS[kernels._plan_key("linear_int8", a)][1].name for a in calls.values()}
-    assert planned == {"onednn.qlinear_pointwise (dynamic per tensor)", "aten._int_mm"}
+    keys = [kernels._plan_key("linear_int8", a) for a in calls.values()]
+    assert keys[0] != keys[1]
+    planned = {kernels.PLANS[key][1].name for key in keys}
+    both = {"onednn.qlinear_pointwise (dynamic per tensor)", "aten._int_mm"}
+    assert planned == (both if kernels.vnni() else {SPLIT})
     for dtype in (torch.float32, torch.bfloat16):
         args = (x.to(dtype), w, scale, bias)
         kernels.run("linear_w8", ops.reference_linear_w8, args)
