@@ -160,13 +160,29 @@ def commit() -> str:
     return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
+def cpu_model() -> str:
+    """The CPU's model name and the vector features the kernels key on, e.g. ``AMD EPYC
+    (AVX2, no VNNI)``: figures from CPUs with and without VNNI differ in kind."""
+    name = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    capability = torch.backends.cpu.get_cpu_capability()
+    vnni = "VNNI" if torch.cpu._is_vnni_supported() else "no VNNI"
+    return f"{name} ({capability}, {vnni})"
+
+
 def machine_line() -> str:
     """What a recorded table was measured on and with, for the line under its heading.
 
     ``Machine: x86_64, cpu, 2 cores; Python 3.11.7; torch 2.13.0+cpu; fxloom 0.1.0
     (commit ec9677f)`` (on one line); the caller adds its command and method.
     """
-    machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, {cpu_count()} cores"
+    machine = f"{platform.machine()}, {cpu_model()}, {cpu_count()} cores"
     return (
         f"Machine: {machine}; Python {platform.python_version()}; torch {torch.__version__}; "
         f"fxloom {fxloom.__version__} (commit {commit()})"

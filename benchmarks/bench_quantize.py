@@ -123,7 +123,7 @@ from benchmarks._common import (
 )
 from fxloom import zoo  # noqa: E402
 from fxloom.export import export  # noqa: E402
-from fxloom.quantize import QuantConfig, calibrate, convert, prepare  # noqa: E402
+from fxloom.quantize import QuantConfig, calibrate, convert, kernels, prepare  # noqa: E402
 from fxloom.quantize.config import saturates_8_bit_activations  # noqa: E402
 from fxloom.quantize.convert import quantized_engine  # noqa: E402
 from fxloom.zoo.deeprec import PAPER_SIZES, ratings  # noqa: E402
@@ -143,6 +143,11 @@ class Settings:
     phase_repeats: int
     calibration_batches: int
     engine: str
+
+
+def _kernel(activations: str) -> str:
+    """The kernel dynamic int8 linears of ``activations`` get on this CPU (its name)."""
+    return kernels.kernel_name("linear_int8", dynamic=True, activations=activations)
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -487,7 +492,7 @@ def bert_models() -> tuple[nn.Module, dict, dict]:
         "fp32": model,
         "fxloom": convert(prepare(traced, example, QuantConfig(scheme="dynamic"))),
         "torch.ao": quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8),
-        # the per-token form (aten._int_mm), beside the default per-tensor one (oneDNN)
+        # the per-token form, beside the default per-tensor one
         "fxloom per token": convert(
             prepare(traced, example, QuantConfig(scheme="dynamic_per_token"))
         ),
@@ -588,8 +593,8 @@ def bert_main(record: bool) -> None:
         + ". Latency targets: fxloom / torch.ao <= 0.95, fxloom / torchao's eager int8 <= 0.5.",
         "",
         "CPU time (the process's, per forward; medians of the same rounds) and the per-token "
-        'form (`scheme="dynamic_per_token"`, aten._int_mm) beside the default per-tensor '
-        "one (oneDNN):",
+        f'form (`scheme="dynamic_per_token"`, {_kernel("per_token")}) beside the default '
+        f"per-tensor one ({_kernel('per_tensor')}):",
         "",
         "| threads | torch.ao CPU ms | fxloom dynamic (per tensor) CPU ms | / torch.ao "
         "| fxloom per token CPU ms | / torch.ao |",
@@ -708,7 +713,7 @@ def deeprec_dynamic_main(batch_sizes: list[int], threads: int, record: bool) -> 
         "",
         f"Relative error against fp32 on 64 held-out rows: fxloom {errors['fxloom']:.4f}, "
         f'torch.ao {errors["torch.ao"]:.4f}; the per-token form (`scheme="dynamic_per_token"`, '
-        f"aten._int_mm) {errors['fxloom per token']:.4f}, its CPU time / torch.ao's: "
+        f"{_kernel('per_token')}) {errors['fxloom per token']:.4f}, its CPU time / torch.ao's: "
         + ", ".join(
             f"{count} thread(s) batch {batch}: "
             f"{row['fxloom per token'][0] / row['torch.ao'][0]:.2f}"
@@ -863,11 +868,13 @@ def nchw_conv_rows() -> tuple:
     """conv2d_int8's rows copying their output back to NCHW, as before channels-last was kept."""
     from fxloom.quantize import kernels
 
-    def compute(args: tuple, packed) -> torch.Tensor:
-        return row.compute(args, packed).contiguous()
+    def copied_back(row):
+        def compute(args: tuple, packed) -> torch.Tensor:
+            return row.compute(args, packed).contiguous()
 
-    (row,) = kernels.KERNELS["conv2d_int8"]
-    return (dataclasses.replace(row, name=f"{row.name} (NCHW out)", compute=compute),)
+        return dataclasses.replace(row, name=f"{row.name} (NCHW out)", compute=compute)
+
+    return tuple(copied_back(row) for row in kernels.KERNELS["conv2d_int8"])
 
 
 NO_FAST_ADD = "fxloom unfused, add_int8 on the reference (ablation)"

@@ -31,9 +31,9 @@ thread, AVX512-VNNI without AMX):
     conv2d_int8  onednn.qconv_pointwise              2-d, zero padding (the weight packed
                                                      for the input shape; the output left
                                                      channels-last, ``layouts``)
-    conv2d_int8  float32 convolution of the          without VNNI: the codes less their zero
-                 centred codes                       point summed in float32 (also the
-                                                     fused add's row)
+    conv2d_int8  float32 convolution of the codes    without VNNI: the codes summed in
+                                                     float32, the weight scaled once (also
+                                                     the fused add's row)
     add_int8     onednn.qconv2d_pointwise.binary     4-d uint8 operands of one shape, uint8
                  (identity, sum)                     out: a depthwise identity convolution
                                                      of a, b added by the "sum" post-op
@@ -79,7 +79,8 @@ import torch
 from fxloom.quantize import ops
 
 __all__ = [
-    "KERNELS", "PACKED", "PLANS", "Kernel", "cpu_features", "explain", "kernel_for", "run", "vnni",
+    "KERNELS", "PACKED", "PLANS", "Kernel", "cpu_features", "explain", "kernel_for", "kernel_name",
+    "run", "vnni",
 ]  # fmt: skip
 
 
@@ -576,11 +577,15 @@ def _onednn_conv(args: tuple, packed: Any) -> torch.Tensor:
     )  # fmt: skip
 
 
-# Without VNNI (``_vnni_fits``) the int8 convolutions sum the centred codes in float32 on
-# oneDNN's float convolution: within float rounding of the reference's exact float64 sum,
-# which ATen computes with its slow generic code. Splitting each code in halves, as the
-# linear rows do, would double the int8 work: on AVX2 that is no faster than float32.
-FLOAT_CONV = "float32 convolution of the centred codes"
+# Without VNNI (``_vnni_fits``) the int8 convolutions sum the codes in float32, the weight's
+# channel scales folded in once (``_float_conv_pack``): within float rounding of the
+# reference's exact float64 sum, which ATen computes with its slow generic code. A 1x1
+# convolution over channels-last codes is one matrix product of its pixels (ATen sends small
+# 1x1 convolutions to a slow path); without padding the input's zero point comes off in
+# the bias (``zp * sum(w)`` per channel), with padding from the input (padding reads code 0
+# as the value ``-zp``). Splitting each code in halves, as the linear rows do, would double
+# the int8 work: on AVX2 no faster than float32.
+FLOAT_CONV = "float32 convolution of the codes"
 
 
 def _float_conv_fits(args: tuple, features: frozenset[str]) -> str:
@@ -590,21 +595,60 @@ def _float_conv_fits(args: tuple, features: frozenset[str]) -> str:
     return ""
 
 
-def _float_conv_value(args: tuple) -> torch.Tensor:
-    x = args[0].contiguous(memory_format=torch.channels_last)
-    return ops._conv_value(x, *args[1:10], accumulate=torch.float32)
+def _float_conv_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight in float32 times its channel scales, channels-last, and each output
+    channel's sum of it."""
+    w, w_scale = args[3], args[4]
+    weight = w.float() * w_scale.float().reshape(-1, 1, 1, 1)
+    weight = weight.contiguous(memory_format=torch.channels_last)
+    return weight, weight.sum(dim=(1, 2, 3))
+
+
+def _float_conv_sum(args: tuple, packed: Any) -> torch.Tensor:
+    """The convolution's float result divided by the input scale: ``(value - 0) / x_scale``
+    with ``value`` the reference's (bias in), channels-last."""
+    x, x_scale, x_zp, _, _, bias, stride, padding, dilation, groups = args[:10]
+    weight, sums = packed
+    images = x.contiguous(memory_format=torch.channels_last).to(torch.float32)
+    shift = None if bias is None else bias.float() / x_scale
+    if any(padding):
+        if x_zp:
+            images = images.sub_(x_zp)
+    elif x_zp:
+        shift = sums * -x_zp if shift is None else shift - sums * x_zp
+    if weight.shape[2:] == (1, 1) and groups == 1 and not any(padding):
+        if any(step != 1 for step in stride):
+            images = images[:, :, :: stride[0], :: stride[1]]
+        batch, _, height, width = images.shape
+        pixels = images.permute(0, 2, 3, 1).reshape(-1, images.shape[1])
+        matrix = weight.reshape(weight.shape[0], -1).t()
+        out = torch.mm(pixels, matrix) if shift is None else torch.addmm(shift, pixels, matrix)
+        return out.reshape(batch, height, width, -1).permute(0, 3, 1, 2)
+    return torch.convolution(
+        images, weight, shift, stride, padding, dilation, False, [0, 0], groups
+    )
+
+
+def _float_requantized(total: torch.Tensor, x_scale: float, out_scale: float, out_zp: int,
+                       relu: bool) -> torch.Tensor:  # fmt: skip
+    if out_scale == 0.0:
+        value = total.mul_(x_scale)
+        return value.relu_() if relu else value
+    # ReLU then rounding is rounding with the zero point as the least code
+    return _uint8_codes(total, out_scale / x_scale, out_zp, out_zp if relu else 0, 255)
 
 
 def _float_conv(args: tuple, packed: Any) -> torch.Tensor:
-    return ops._requantize(_float_conv_value(args), *args[10:13])
+    return _float_requantized(_float_conv_sum(args, packed), args[1], *args[10:13])
 
 
 def _float_conv_add(args: tuple, packed: Any) -> torch.Tensor:
     other, other_scale, other_zp, out_scale, out_zp, relu = args[10:]
-    value = _float_conv_value(args) + ops.reference_dequantize(
-        other, other_scale, other_zp, *ops.ACTIVATION_RANGE, torch.uint8
-    )
-    return ops._requantize(value, out_scale, out_zp, relu)
+    x_scale = args[1]
+    total = _float_conv_sum(args, packed)
+    dequantized = other.to(torch.float32).sub_(other_zp)
+    total = total.add_(dequantized, alpha=other_scale / x_scale)
+    return _float_requantized(total, x_scale, out_scale, out_zp, relu)
 
 
 # ---------------------------------------------------------------- add_int8
@@ -839,8 +883,9 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
         ),
         Kernel(
             FLOAT_CONV, _float_conv_fits, _float_conv,
-            "without VNNI: the codes less their zero point summed in float32 on oneDNN's "
-            "float convolution (within float rounding of the reference's float64 sum)",
+            "without VNNI: the codes summed in float32, the weight scaled once, 1x1 as a "
+            "matrix product (within float rounding of the reference's float64 sum)",
+            pack=_float_conv_pack,
         ),
     ),
     "conv2d_add_int8": (
@@ -854,6 +899,7 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
             FLOAT_CONV, _float_conv_fits, _float_conv_add,
             "without VNNI: conv2d_int8's float32 row, ``other`` added before the one "
             "requantization",
+            pack=_float_conv_pack,
         ),
     ),
     "max_pool2d_int8": (
@@ -1029,6 +1075,13 @@ _EXAMPLES: dict[str, Callable[..., tuple]] = {
         torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, 0.1, 0, False,
     ),
 }  # fmt: skip
+
+
+def kernel_name(name: str, **call: Any) -> str:
+    """The name of the kernel a call of ``name`` like ``call`` gets here ("reference": none)."""
+    example = _EXAMPLES.get(name)
+    kernel = kernel_for(name, example(**call)) if example is not None else None
+    return "reference" if kernel is None else kernel.name
 
 
 def explain(name: str, **call: Any) -> str:

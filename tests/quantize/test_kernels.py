@@ -221,16 +221,27 @@ def _as_if(monkeypatch, cpu: str) -> str:
     return kernels.FLOAT_CONV
 
 
+# kernel size, stride, padding, bias: the shapes the float32 row computes each its own way
+CONV_SHAPES = {
+    "3x3 padded": (3, [1, 1], [1, 1], True),
+    "1x1 (a matrix product)": (1, [1, 1], [0, 0], True),
+    "1x1 stride 2, no bias": (1, [2, 2], [0, 0], False),
+}
+
+
 @pytest.mark.parametrize("cpu", ["vnni", "no vnni"])
+@pytest.mark.parametrize("shape", CONV_SHAPES)
 @pytest.mark.parametrize("float_out", [False, True])
-def test_int8_convolution_kernel_computes_the_reference(monkeypatch, float_out, cpu) -> None:
+def test_int8_convolution_kernel_computes_the_reference(monkeypatch, float_out, shape, cpu):
     expected_kernel = _as_if(monkeypatch, cpu)
+    k, stride, padding, with_bias = CONV_SHAPES[shape]
     g = torch.Generator().manual_seed(4)
     x = torch.randint(0, 256, (2, 8, 10, 10), generator=g, dtype=torch.uint8)
-    w = torch.randint(-127, 128, (16, 8, 3, 3), generator=g, dtype=torch.int8)
+    w = torch.randint(-127, 128, (16, 8, k, k), generator=g, dtype=torch.int8)
     scale, bias = torch.rand(16, generator=g) * 1e-3, torch.randn(16, generator=g)
     out = (0.0, 0) if float_out else (0.05, 3)
-    args = (x, 0.02, 5, w, scale, bias, [1, 1], [1, 1], [1, 1], 1, *out, True)
+    bias = bias if with_bias else None
+    args = (x, 0.02, 5, w, scale, bias, stride, padding, [1, 1], 1, *out, True)
     assert kernels.kernel_for("conv2d_int8", args).name.startswith(expected_kernel)
     _same(
         kernels.run("conv2d_int8", ops.reference_conv2d_int8, args),
