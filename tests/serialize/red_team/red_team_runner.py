@@ -38,9 +38,11 @@ import child_limits  # noqa: E402
 import numpy  # noqa: E402, F401
 import sympy  # noqa: E402, F401
 import torch  # noqa: E402
-import torch._dynamo  # noqa: E402, F401 - torch's meta kernels import it lazily on first use; fxloom's
-# common operators no longer reach them (values/known_meta.py), so the first such use could fall
-# inside a watched file's run, where the runner's guards break the import itself
+
+# torch's meta kernels import torch._dynamo lazily on first use; fxloom's common operators no
+# longer reach them (values/known_meta.py), so the first such use could fall inside a watched
+# file's run, where the runner's guards break the import itself
+import torch._dynamo  # noqa: E402, F401
 from child_limits import lift_limits  # noqa: E402
 from torch import nn  # noqa: E402
 
