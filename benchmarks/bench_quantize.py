@@ -860,6 +860,8 @@ def unshaped_conv_rows() -> tuple:
 
     return tuple(
         dataclasses.replace(row, name=f"{row.name} (unshaped)", pack=pack, shaped=False)
+        if row.shaped  # oneDNN's rows (the float32 row's pack knows no shape)
+        else row
         for row in kernels.KERNELS["conv2d_int8"]
     )
 
