@@ -439,6 +439,10 @@ ROWS_CAST_PAYS = {
 }  # fmt: skip
 
 
+# the levels row's rows (measured: see RESULTS.md; above them the reference)
+ROWS_LEVELS_PAY = 128
+
+
 def _rows_cast_pays(op: str) -> int:
     return ROWS_CAST_PAYS[op, "avx512" if "avx512" in cpu_features() else "avx2"]
 
@@ -491,6 +495,70 @@ def _int8pack_cast(args: tuple, packed: Any) -> torch.Tensor:
         return ops.reference_linear_w8(*args)
     out = torch.ops.aten._weight_int8pack_mm(rows.bfloat16(), w, packed).float()
     return _with_bias(out.reshape(*x.shape[:-1], w.shape[0]), bias)
+
+
+# Without VNNI, fp32 activations of a w8 layer as two int8 levels on oneDNN's 1x1
+# convolution: each row ``x = s1 * (q1 - 64) + s2 * (q2 - 64) + e``, ``s1 = max|x| / 64``,
+# ``q1`` its codes, ``s2 = s1 / 128`` the residual's step, codes 0..128 (no int16 pair sum
+# saturates: 128 * 127 * 2 < 32767), so |e| <= s2 / 2 = max|x| / 16384 per element, and
+# per output |kernel - fp32 reference| <= LEVELS_BOUND * max|x| * sum_k |w_k| (plus float
+# rounding). Both levels are rows of one convolution: the weight is read once for them.
+# Measured on an AMD EPYC (AVX2), one thread, K 2048 -> N 5632, us: 1 / 8 / 32 rows: levels
+# 1083 / 4384 / 12731, the bf16 cast row 2080 / 7964 / 31190 (fbgemm's dynamic int8 702 /
+# 1927 / 7171, fp32 dense 3660 / 16896 / 28950); RESULTS.md. Not measured with VNNI (there
+# the cast row, measured, runs).
+LEVEL_HALF = 64  # codes -64..64, shifted into 0..128
+LEVELS_BOUND = 1 / (2 * LEVEL_HALF * 2 * LEVEL_HALF)
+_LEVELS_WHY = (
+    "fp32 activations as two int8 levels (|error| <= max|x| / 16384 per element, 2**-14 * "
+    "max|x| * sum |w| per output against the fp32 reference), one oneDNN 1x1 convolution for "
+    "both (no int16 pair sum saturates); above {rows} rows the reference"
+)
+
+
+def _levels_fits(args: tuple, features: frozenset[str]) -> str:
+    x = args[0]
+    if x.dtype != torch.float32:
+        return f"{x.dtype} activations"
+    if "onednn" not in features:
+        return "torch is built without oneDNN"
+    if WHOLE_CODES & features:
+        return "VNNI: the bf16 cast row (measured there) runs"
+    return ""
+
+
+def _levels_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """linear_w8's weight as ``_split_pack`` makes linear_int8's."""
+    _, w, w_scale, _ = args
+    return _split_pack((None, None, None, w, w_scale))
+
+
+def _levels(args: tuple, packed: Any) -> torch.Tensor:
+    x, w, w_scale, bias = args
+    rows = x.reshape(-1, x.shape[-1])
+    count = rows.shape[0]
+    if count > ROWS_LEVELS_PAY:
+        return ops.reference_linear_w8(*args)
+    coarse = rows.abs().amax(dim=-1, keepdim=True).div_(LEVEL_HALF)
+    if not bool(torch.isfinite(coarse).all()):  # NaN or infinity: the reference's result
+        return ops.reference_linear_w8(*args)
+    coarse = coarse.clamp_(min=torch.finfo(torch.float32).tiny)
+    fine = coarse / (2 * LEVEL_HALF)
+    codes = torch.empty((2 * count, rows.shape[1]), dtype=torch.uint8)
+    top = LEVEL_HALF * 2
+    codes[:count] = _uint8_codes(rows, coarse, LEVEL_HALF, 0, top)
+    residual = rows - (codes[:count].float() - LEVEL_HALF) * coarse
+    codes[count:] = _uint8_codes(residual, fine, LEVEL_HALF, 0, top)
+    weight, zero_points, column_sums = packed
+    image = codes.reshape(1, 1, 2 * count, -1).permute(0, 3, 1, 2)  # [1, K, 1, 2M]: a view
+    out = torch.ops.onednn.qconv_pointwise(
+        image, 1.0, 0, weight, w_scale, zero_points, None, [1, 1], [0, 0], [1, 1], 1, 1.0, 0,
+        torch.float32, "none", [], None,
+    ).permute(0, 2, 3, 1).reshape(2 * count, -1)  # fmt: skip
+    total = out[:count].mul_(coarse).add_(out[count:].mul_(fine))
+    # the codes' offset: LEVEL_HALF * sum_k w_k * w_scale, times each level's step
+    total = total.sub_(torch.outer((coarse + fine).squeeze(1) * LEVEL_HALF, column_sums))
+    return _with_bias(total.reshape(*x.shape[:-1], w.shape[0]), bias)
 
 
 def _bf16_scales(args: tuple) -> torch.Tensor:
@@ -851,6 +919,11 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
     ),
     "linear_w8": (
         Kernel(
+            "onednn.qconv_pointwise (activations in two int8 levels)", _levels_fits, _levels,
+            "int8 weights read once, " + _LEVELS_WHY.format(rows=128),
+            pack=_levels_pack, weight=1,
+        ),
+        Kernel(
             "aten._weight_int8pack_mm", _bf16_fits, _int8pack,
             "bf16 activations: int8 weights read once (15x the bf16 reference at one row)",
             pack=_bf16_scales, weight=1,
@@ -1037,7 +1110,7 @@ def run(name: str, reference: Callable[..., Any], args: tuple, reuse: bool = Fal
             PLANS[key] = (weakref.ref(weight, lambda _: drop()), kernel, packed)
             if name in SHAPE_KEYED:
                 _keep_newest(PLANS, key[:3], len(key))
-    if kernel is None:
+    if kernel is None or not args[0].numel():  # oneDNN and the views here want one element
         return reference(*args)
     if reuse and kernel.reusing is not None:
         return kernel.reusing(args, packed)

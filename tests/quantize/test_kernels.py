@@ -149,9 +149,23 @@ def _w8_case(rows: int, dtype: torch.dtype):
     return (x, w, scale, bias), (w.float() * scale[:, None]).abs()
 
 
+LEVELS = "onednn.qconv_pointwise (activations in two int8 levels)"
+
+
+def _within_levels_bound(got, expected, x, weight_magnitude) -> None:
+    """The levels row's documented bound: ``LEVELS_BOUND * max|x| * sum_k |w_k|`` per
+    output, plus float rounding of both sides' sums."""
+    row_max = x.float().abs().amax(dim=-1, keepdim=True)
+    bound = kernels.LEVELS_BOUND * row_max * weight_magnitude.sum(1)
+    bound = bound + 2**-20 * (x.float().abs() @ weight_magnitude.t())
+    assert ((got.float() - expected.float()).abs() <= bound).all()
+
+
 @VECTOR
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_weight_only_int8_runs_int8pack_mm_within_bf16_rounding(dtype: torch.dtype) -> None:
+def test_weight_only_int8_runs_int8pack_mm_within_bf16_rounding(monkeypatch, dtype) -> None:
+    with_vnni = kernels.cpu_features() | {"vnni"}  # where the cast rows were measured
+    monkeypatch.setattr(kernels, "cpu_features", lambda: with_vnni)
     args, magnitude = _w8_case(4, dtype)
     expected_name = {torch.float32: "aten._weight_int8pack_mm (fp32 cast to bf16)"}
     assert kernels.kernel_for("linear_w8", args).name == expected_name.get(
@@ -162,9 +176,42 @@ def test_weight_only_int8_runs_int8pack_mm_within_bf16_rounding(dtype: torch.dty
     _within_bf16_rounding(got, ops.reference_linear_w8(*args), args[0], magnitude)
 
 
+W8_ACTIVATIONS = {
+    "normal": lambda x: x,
+    "one outlier feature": lambda x: x.index_fill(1, torch.tensor([3]), 80.0),
+    "zeros": torch.zeros_like,
+    "tiny": lambda x: x * 1e-30,
+    "huge": lambda x: x * 1e30,
+}
+
+
+@pytest.mark.skipif("onednn" not in kernels.cpu_features(), reason="torch without oneDNN")
+@pytest.mark.parametrize("case", W8_ACTIVATIONS)
+def test_without_vnni_fp32_weight_only_int8_runs_in_two_levels_within_its_bound(
+    monkeypatch, case
+) -> None:
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    (x, w, scale, bias), magnitude = _w8_case(5, torch.float32)
+    args = (W8_ACTIVATIONS[case](x), w, scale, bias)
+    assert kernels.kernel_for("linear_w8", args).name == LEVELS
+    got = kernels.run("linear_w8", ops.reference_linear_w8, args)
+    _within_levels_bound(got, ops.reference_linear_w8(*args), args[0], magnitude)
+
+
+def test_without_vnni_a_non_finite_activation_gives_the_reference_s_result(monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    (x, w, scale, bias), _ = _w8_case(3, torch.float32)
+    x[1, 2], x[2, 0] = float("nan"), float("inf")
+    got = kernels.run("linear_w8", ops.reference_linear_w8, (x, w, scale, bias))
+    torch.testing.assert_close(got, ops.reference_linear_w8(x, w, scale, bias), equal_nan=True)
+
+
 @VECTOR
 def test_fp32_activations_past_the_measured_rows_run_the_reference() -> None:
-    args, _ = _w8_case(kernels._rows_cast_pays("linear_w8") + 1, torch.float32)
+    probe, _ = _w8_case(1, torch.float32)
+    levels = kernels.kernel_for("linear_w8", probe).name == LEVELS
+    limit = kernels.ROWS_LEVELS_PAY if levels else kernels._rows_cast_pays("linear_w8")
+    args, _ = _w8_case(limit + 1, torch.float32)
     got = kernels.run("linear_w8", ops.reference_linear_w8, args)
     assert torch.equal(got, ops.reference_linear_w8(*args))
 
@@ -176,12 +223,20 @@ def test_weight_only_int8_without_vector_code_runs_the_reference(monkeypatch) ->
 
 
 @pytest.mark.parametrize("k", [5, 8, 24])
-def test_weight_only_int8_of_a_k_the_kernel_cannot_take_runs_the_reference(k: int) -> None:
-    # torch 2.13's _weight_int8pack_mm crashed the process on each of these
+def test_weight_only_int8_of_a_k_int8pack_cannot_take_never_reaches_it(k: int) -> None:
+    # torch 2.13's _weight_int8pack_mm crashed the process on each of these; the levels row
+    # (without VNNI) takes any K
     w, scale, bias = _int8_weight(k=k)
     args = (torch.randn(2, k), w, scale, bias)
-    assert kernels.kernel_for("linear_w8", args) is None
-    assert torch.equal(ops.linear_w8(*args), ops.reference_linear_w8(*args))
+    kernel = kernels.kernel_for("linear_w8", args)
+    assert kernel is None or kernel.name == LEVELS
+    expected = ops.reference_linear_w8(*args)
+    if kernel is None:
+        assert torch.equal(ops.linear_w8(*args), expected)
+    else:
+        _within_levels_bound(
+            ops.linear_w8(*args), expected, args[0], (w.float() * scale[:, None]).abs()
+        )
 
 
 def _int4_magnitude(packed, scale, zero_point, group) -> torch.Tensor:
@@ -310,7 +365,7 @@ def test_explain_names_the_kernel_and_why() -> None:
     static = "onednn.qlinear_pointwise (" if kernels.vnni() else SPLIT + " ("
     assert kernels.explain("linear_int8", dynamic=False).startswith(static)
     assert kernels.explain("linear_w8", dtype=torch.int32).startswith(
-        "reference (aten._weight_int8pack_mm: torch.int32 activations"
+        f"reference ({LEVELS}: torch.int32 activations; aten._weight_int8pack_mm: torch.int32"
     )
     assert kernels.explain("add_int8").startswith(
         "onednn.qconv2d_pointwise.binary (identity, sum) ("
@@ -419,3 +474,16 @@ def test_int8_max_pooling_with_ceil_mode_runs_the_reference() -> None:
     args = (x, [2, 2], [2, 2], [0, 0], [1, 1], True)
     assert kernels.kernel_for("max_pool2d_int8", args) is None
     assert ops.max_pool2d_int8(*args).shape == (1, 4, 4, 4)
+
+
+def test_an_empty_input_runs_the_reference_whatever_the_layer_s_plan() -> None:
+    w, scale, bias = _int8_weight(seed=8)
+    full = (torch.randn(3, 64), 0.03, 3, w, scale, bias, 0.0, 0, False, False)
+    kernels.run("linear_int8", ops.reference_linear_int8, full)  # the layer's plan is made
+    empty = (torch.randn(0, 64), *full[1:])
+    got = kernels.run("linear_int8", ops.reference_linear_int8, empty)
+    assert got.shape == (0, 32)
+    images = torch.randint(0, 256, (0, 8, 5, 5), dtype=torch.uint8)
+    conv = (images, 0.02, 5, w.reshape(32, 8, 2, 4)[:, :, :1, :1].contiguous(), scale, None,
+            [1, 1], [0, 0], [1, 1], 1, 0.05, 3, True)  # fmt: skip
+    assert kernels.run("conv2d_int8", ops.reference_conv2d_int8, conv).shape == (0, 32, 5, 5)
