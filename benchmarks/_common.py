@@ -176,6 +176,11 @@ def cpu_model() -> str:
     return f"{name} ({capability}, {vnni})"
 
 
+# the code a benchmark measures is the code it imported: read at import, not when printing
+# (a commit made while a long run goes on would otherwise name code that never ran)
+COMMIT_AT_START = commit()
+
+
 def machine_line() -> str:
     """What a recorded table was measured on and with, for the line under its heading.
 
@@ -185,7 +190,7 @@ def machine_line() -> str:
     machine = f"{platform.machine()}, {cpu_model()}, {cpu_count()} cores"
     return (
         f"Machine: {machine}; Python {platform.python_version()}; torch {torch.__version__}; "
-        f"fxloom {fxloom.__version__} (commit {commit()})"
+        f"fxloom {fxloom.__version__} (commit {COMMIT_AT_START})"
     )
 
 
