@@ -1201,14 +1201,19 @@ def llm_table(models, tokens, samples, outputs, sequence, forced_ref, quick, lay
 
 
 def llm_targets(rate: dict[str, float]) -> list[str]:
-    w8, w4 = rate["fxloom w8 (bf16 act.)"], rate["fxloom w4_g128 (bf16 act.)"]
+    """Each target for both activation dtypes a user's model may have (bf16 or fp32)."""
     fbgemm, eager = rate["torch.ao quantize_dynamic"], rate.get("torchao int8 weight-only (eager)")
-    checks = [
-        ("fxloom w8 / torch.ao quantize_dynamic >= 1", w8 / fbgemm, 1.0),
-        ("fxloom w4_g128 / bf16 >= 1.8", w4 / rate["bf16"], 1.8),
-    ]
-    if eager is not None:
-        checks.insert(1, ("fxloom w8 / torchao eager >= 5", w8 / eager, 5.0))
+    checks = []
+    for act in ("bf16", "fp32"):
+        w8 = rate[f"fxloom w8 ({act} act.)"]
+        checks.append(
+            (f"fxloom w8 ({act} act.) / torch.ao quantize_dynamic >= 1", w8 / fbgemm, 1.0)
+        )
+        if eager is not None:
+            checks.append((f"fxloom w8 ({act} act.) / torchao eager >= 5", w8 / eager, 5.0))
+    for act in ("bf16", "fp32"):
+        w4 = rate[f"fxloom w4_g128 ({act} act.)"]
+        checks.append((f"fxloom w4_g128 ({act} act.) / bf16 >= 1.8", w4 / rate["bf16"], 1.8))
     return [
         "Targets (tokens/s, default kernels): "
         + "; ".join(

@@ -439,8 +439,9 @@ ROWS_CAST_PAYS = {
 }  # fmt: skip
 
 
-# the levels row's rows (measured: see RESULTS.md; above them the reference)
-ROWS_LEVELS_PAY = 128
+# the levels row's rows (measured up to 256, still 2.2x the reference there; above them the
+# reference)
+ROWS_LEVELS_PAY = 256
 
 
 def _rows_cast_pays(op: str) -> int:
@@ -503,10 +504,12 @@ def _int8pack_cast(args: tuple, packed: Any) -> torch.Tensor:
 # saturates: 128 * 127 * 2 < 32767), so |e| <= s2 / 2 = max|x| / 16384 per element, and
 # per output |kernel - fp32 reference| <= LEVELS_BOUND * max|x| * sum_k |w_k| (plus float
 # rounding). Both levels are rows of one convolution: the weight is read once for them.
-# Measured on an AMD EPYC (AVX2), one thread, K 2048 -> N 5632, us: 1 / 8 / 32 rows: levels
-# 1083 / 4384 / 12731, the bf16 cast row 2080 / 7964 / 31190 (fbgemm's dynamic int8 702 /
-# 1927 / 7171, fp32 dense 3660 / 16896 / 28950); RESULTS.md. Not measured with VNNI (there
-# the cast row, measured, runs).
+# Measured on an AMD EPYC (AVX2), one thread, K 2048 -> N 5632, ms at 1 / 8 / 32 / 128 / 256
+# rows: levels 1.43 / 4.4 / 11.6 / 46 / 92, the bf16 cast row 2.23 / 6.2 / 30 / 118 / 232,
+# the fp32 reference 106 / 119 / 126 / 165 / 199 (fbgemm's dynamic int8 0.95 / 2.0 / 7.0 /
+# 28 / 50, fp32 dense 3.8 / 15 / 26 / 66 / 91); RESULTS.md. bf16 activations go in as
+# float32 (exact) and the result is rounded back. Not measured with VNNI (there the bf16
+# rows, measured, run).
 LEVEL_HALF = 64  # codes -64..64, shifted into 0..128
 LEVELS_BOUND = 1 / (2 * LEVEL_HALF * 2 * LEVEL_HALF)
 _LEVELS_WHY = (
@@ -518,12 +521,12 @@ _LEVELS_WHY = (
 
 def _levels_fits(args: tuple, features: frozenset[str]) -> str:
     x = args[0]
-    if x.dtype != torch.float32:
+    if x.dtype not in (torch.float32, torch.bfloat16):
         return f"{x.dtype} activations"
     if "onednn" not in features:
         return "torch is built without oneDNN"
     if WHOLE_CODES & features:
-        return "VNNI: the bf16 cast row (measured there) runs"
+        return "VNNI: the int8pack rows (measured there) run"
     return ""
 
 
@@ -535,6 +538,9 @@ def _levels_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 def _levels(args: tuple, packed: Any) -> torch.Tensor:
     x, w, w_scale, bias = args
+    if x.dtype != torch.float32:  # bf16: exact in float32, the result rounded back
+        out = _levels((x.float(), w, w_scale, None), packed).to(x.dtype)
+        return _with_bias(out, bias)
     rows = x.reshape(-1, x.shape[-1])
     count = rows.shape[0]
     if count > ROWS_LEVELS_PAY:
@@ -920,7 +926,7 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
     "linear_w8": (
         Kernel(
             "onednn.qconv_pointwise (activations in two int8 levels)", _levels_fits, _levels,
-            "int8 weights read once, " + _LEVELS_WHY.format(rows=128),
+            "int8 weights read once, " + _LEVELS_WHY.format(rows=ROWS_LEVELS_PAY),
             pack=_levels_pack, weight=1,
         ),
         Kernel(

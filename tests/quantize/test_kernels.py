@@ -198,6 +198,17 @@ def test_without_vnni_fp32_weight_only_int8_runs_in_two_levels_within_its_bound(
     _within_levels_bound(got, ops.reference_linear_w8(*args), args[0], magnitude)
 
 
+def test_without_vnni_bf16_weight_only_int8_runs_in_two_levels_within_bf16_rounding(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    args, magnitude = _w8_case(4, torch.bfloat16)
+    assert kernels.kernel_for("linear_w8", args).name == LEVELS
+    got = kernels.run("linear_w8", ops.reference_linear_w8, args)
+    assert got.dtype == torch.bfloat16
+    _within_bf16_rounding(got, ops.reference_linear_w8(*args), args[0], magnitude)
+
+
 def test_without_vnni_a_non_finite_activation_gives_the_reference_s_result(monkeypatch) -> None:
     monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
     (x, w, scale, bias), _ = _w8_case(3, torch.float32)
