@@ -351,15 +351,33 @@ def _split_fits(args: tuple, features: frozenset[str]) -> str:
     return ""
 
 
-def _split_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The weight as a packed 1x1 convolution kernel (scale per channel, input scale 1 and
-    zero point 0), its zero points, and ``w_scale * sum_k w`` (the zero point's share)."""
-    w, w_scale = args[3], args[4]
+def _one_by_one(w: torch.Tensor, w_scale: torch.Tensor) -> tuple:
+    """An int8 weight ``[N, K]`` as a packed 1x1 convolution kernel (scale per channel, input
+    scale 1 and zero point 0: run with another, oneDNN reorders the weight on every call,
+    8.9 ms against 0.36 ms), its zero points, and ``w_scale * sum_k w`` (an input zero
+    point's share of each output)."""
     packed = torch.ops.onednn.qconv_prepack(
         w.reshape(*w.shape, 1, 1), w_scale, 1.0, 0, [1, 1], [0, 0], [1, 1], 1, None
     )
     column_sums = w.sum(dim=1, dtype=torch.int32).float() * w_scale.float()
     return packed, _zero_points(w_scale), column_sums
+
+
+def _through_one_by_one(codes: torch.Tensor, w_scale: torch.Tensor, packed: tuple) -> torch.Tensor:
+    """``w_scale * (codes @ w.T)`` in float32 for uint8 ``codes [R, K]`` (each at most 128
+    where the CPU lacks VNNI): the rows as the pixels of one 1 x R image, channels-last, so
+    both the codes and the result are views."""
+    weight, zero_points, _ = packed
+    image = codes.reshape(1, 1, *codes.shape).permute(0, 3, 1, 2)  # [1, K, 1, R]
+    out = torch.ops.onednn.qconv_pointwise(
+        image, 1.0, 0, weight, w_scale, zero_points, None, [1, 1], [0, 0], [1, 1], 1, 1.0, 0,
+        torch.float32, "none", [], None,
+    )  # fmt: skip
+    return out.permute(0, 2, 3, 1).reshape(codes.shape[0], -1)
+
+
+def _split_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _one_by_one(args[3], args[4])
 
 
 def _split_codes(args: tuple, rows: torch.Tensor) -> tuple:
@@ -392,18 +410,12 @@ def _split(args: tuple, packed: Any) -> torch.Tensor:
     if found is None:  # NaN or infinity in a dynamic input: the reference says what it gives
         return ops.reference_linear_int8(*args)
     codes, zero_point, scale = found
-    weight, zero_points, column_sums = packed
     low = codes.clamp(max=128)
-    halves = torch.cat((low, codes - low))
+    out = _through_one_by_one(torch.cat((low, codes - low)), args[4], packed)
     count = rows.shape[0]
-    image = halves.reshape(1, 1, 2 * count, -1).permute(0, 3, 1, 2)  # [1, K, 1, 2M]: a view
-    out = torch.ops.onednn.qconv_pointwise(
-        image, 1.0, 0, weight, args[4], zero_points, None, [1, 1], [0, 0], [1, 1], 1, 1.0, 0,
-        torch.float32, "none", [], None,
-    ).permute(0, 2, 3, 1).reshape(2 * count, -1)  # fmt: skip
     accumulated = out[:count].add_(out[count:])
     if zero_point:
-        accumulated = accumulated.sub_(column_sums, alpha=zero_point)
+        accumulated = accumulated.sub_(packed[2], alpha=zero_point)
     accumulated = accumulated.mul_(scale)
     if bias is not None:
         accumulated = accumulated.add_(bias)
@@ -531,9 +543,7 @@ def _levels_fits(args: tuple, features: frozenset[str]) -> str:
 
 
 def _levels_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """linear_w8's weight as ``_split_pack`` makes linear_int8's."""
-    _, w, w_scale, _ = args
-    return _split_pack((None, None, None, w, w_scale))
+    return _one_by_one(args[1], args[2])
 
 
 def _levels(args: tuple, packed: Any) -> torch.Tensor:
@@ -555,15 +565,10 @@ def _levels(args: tuple, packed: Any) -> torch.Tensor:
     codes[:count] = _uint8_codes(rows, coarse, LEVEL_HALF, 0, top)
     residual = rows - (codes[:count].float() - LEVEL_HALF) * coarse
     codes[count:] = _uint8_codes(residual, fine, LEVEL_HALF, 0, top)
-    weight, zero_points, column_sums = packed
-    image = codes.reshape(1, 1, 2 * count, -1).permute(0, 3, 1, 2)  # [1, K, 1, 2M]: a view
-    out = torch.ops.onednn.qconv_pointwise(
-        image, 1.0, 0, weight, w_scale, zero_points, None, [1, 1], [0, 0], [1, 1], 1, 1.0, 0,
-        torch.float32, "none", [], None,
-    ).permute(0, 2, 3, 1).reshape(2 * count, -1)  # fmt: skip
+    out = _through_one_by_one(codes, w_scale, packed)
     total = out[:count].mul_(coarse).add_(out[count:].mul_(fine))
     # the codes' offset: LEVEL_HALF * sum_k w_k * w_scale, times each level's step
-    total = total.sub_(torch.outer((coarse + fine).squeeze(1) * LEVEL_HALF, column_sums))
+    total = total.sub_(torch.outer((coarse + fine).squeeze(1) * LEVEL_HALF, packed[2]))
     return _with_bias(total.reshape(*x.shape[:-1], w.shape[0]), bias)
 
 
@@ -679,8 +684,8 @@ def _float_conv_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _float_conv_sum(args: tuple, packed: Any) -> torch.Tensor:
-    """The convolution's float result divided by the input scale: ``(value - 0) / x_scale``
-    with ``value`` the reference's (bias in), channels-last."""
+    """The convolution's float result (the reference's ``value``, bias in) divided by the
+    input scale, channels-last."""
     x, x_scale, x_zp, _, _, bias, stride, padding, dilation, groups = args[:10]
     weight, sums = packed
     images = x.contiguous(memory_format=torch.channels_last).to(torch.float32)
@@ -1156,17 +1161,21 @@ _EXAMPLES: dict[str, Callable[..., tuple]] = {
 }  # fmt: skip
 
 
+def _example_kernel(name: str, call: dict) -> Kernel | None:
+    example = _EXAMPLES.get(name)
+    return kernel_for(name, example(**call)) if example is not None else None
+
+
 def kernel_name(name: str, **call: Any) -> str:
     """The name of the kernel a call of ``name`` like ``call`` gets here ("reference": none)."""
-    example = _EXAMPLES.get(name)
-    kernel = kernel_for(name, example(**call)) if example is not None else None
+    kernel = _example_kernel(name, call)
     return "reference" if kernel is None else kernel.name
 
 
 def explain(name: str, **call: Any) -> str:
     """Which kernel a call of ``name`` like ``call`` gets on this CPU, and why."""
     example = _EXAMPLES.get(name)
-    kernel = kernel_for(name, example(**call)) if example is not None else None
+    kernel = _example_kernel(name, call)
     if kernel is None:
         reasons = [
             f"{row.name}: {row.fits(example(**call), cpu_features())}"
