@@ -52,7 +52,8 @@ def quantize_model(state: DemoState) -> None:
     _say(
         state,
         f"prepare(model, x) folds, plans and inserts observers; {CALIBRATION_BATCHES} batches of "
-        "ratings calibrate them; convert(prepared) swaps in torch's int8 kernels:",
+        "ratings calibrate them; convert(prepared) swaps in fxloom's int8 operators (plain int8 "
+        "tensors; the kernel table picks each layer's kernel for this CPU):",
     )
     with warnings.catch_warnings():  # torch's notice that its int8 dtypes move to torchao
         warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
