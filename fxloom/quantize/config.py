@@ -24,13 +24,16 @@ node calls (``torch.add``, ``operator.add``, ``F.relu``) or a method name (``"re
 calibration): Linear, LSTM and GRU layers only, for models whose time goes there.
 
 Engines: ``"x86"`` and ``"fbgemm"`` (server CPUs: per-channel weights) and ``"qnnpack"``
-(ARM/mobile: per-tensor weights). Activations use all 8 bits unless the engine's kernels
-could overflow with them on this CPU (``saturates_8_bit_activations``): FBGEMM without AVX-512
-VNNI sums pairs of products in 16 bits, so there activations get 7 bits (``reduce_range``,
-torch.ao's x86 default everywhere). A model converted on a VNNI CPU keeps its 8-bit scales:
-to deploy it on an older x86 CPU, set ``reduce_range=True``. ``reduce_range=False`` on a CPU
-without VNNI is obeyed (for a model to deploy on VNNI CPUs) with a ``SaturationWarning``: run
-there, its int8 layers saturate (cnn_small: relative error 0.27, against 0.009 with 7 bits).
+(ARM/mobile: per-tensor weights). Activations use all 8 bits. fxloom's plain kernels (the
+default) compute the same 8-bit numbers on every CPU (``kernels``: without VNNI they split
+codes rather than saturate). With ``kernels="torch.ao"`` they use 7 where FBGEMM's kernels
+could overflow on this CPU (``saturates_8_bit_activations``): FBGEMM without AVX-512 VNNI
+sums pairs of products in 16 bits, so there activations get 7 bits (``reduce_range``,
+torch.ao's x86 default everywhere). A torch.ao model converted on a VNNI CPU keeps its 8-bit
+scales: to deploy it on an older x86 CPU, set ``reduce_range=True``. ``reduce_range=False``
+with torch.ao's kernels on a CPU without VNNI is obeyed (for a model to deploy on VNNI CPUs)
+with a ``SaturationWarning``: run there, its int8 layers saturate (cnn_small: relative error
+0.27, against 0.009 with 7 bits).
 
 Depends on: torch, ``observers``, ``errors``.
 """
@@ -111,11 +114,14 @@ class QuantSpec:
         """A copy with ``changes`` (``spec.with_(per_channel=False)``)."""
         return dataclasses.replace(self, **changes)
 
-    def activation_observer(self, engine: str) -> Observer:
+    def activation_observer(self, engine: str, kernels: str = "plain") -> Observer:
+        """The observer of an activation for ``engine`` and ``kernels``: 7 bits by default
+        only where torch.ao's kernels would saturate 8 (fxloom's plain kernels never do)."""
+        saturates = kernels == "torch.ao" and saturates_8_bit_activations(engine)
         reduce_range = self.reduce_range
         if reduce_range is None:
-            reduce_range = saturates_8_bit_activations(engine)
-        elif not reduce_range and saturates_8_bit_activations(engine):
+            reduce_range = saturates
+        elif not reduce_range and saturates:
             _warn_8_bits_saturate(engine)
         return ACTIVATION_OBSERVERS[self.activation](
             dtype=torch.quint8, symmetric=self.symmetric, reduce_range=reduce_range

@@ -141,13 +141,13 @@ def _insert_observers(
 ) -> None:
     """An observer after every observed value (``wrap(observer)`` in its place if given)."""
     graph = gm.graph
-    engine = plan.config.engine
+    engine, kernels = plan.config.engine, plan.config.kernels
     for node in list(graph.nodes):
         spec = plan.observed.get(node.name)
         if spec is None:
             continue
         name = attr_path.free_name(gm, f"{node.name}_observer")
-        observer = spec.activation_observer(engine)
+        observer = spec.activation_observer(engine, kernels)
         gm.add_submodule(name, observer if wrap is None else wrap(observer))
         with graph.inserting_after(_after_its_guards(node)):
             observing = graph.call_module(name, (node,))

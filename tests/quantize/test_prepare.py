@@ -88,11 +88,24 @@ def test_fbgemm_s_own_instruction_setting_wins_over_the_cpu(monkeypatch) -> None
     assert not saturates_8_bit_activations("x86")
 
 
+def test_plain_kernels_keep_8_bit_activations_where_fbgemm_would_saturate(monkeypatch) -> None:
+    # the kernel table splits codes where oneDNN would saturate: the numbers are the
+    # reference's on every CPU, so the scales need not change with the CPU
+    model, inputs = zoo.build("mlp_tiny")
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")  # sums pairs in 16 bits
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturationWarning)
+        prepared = prepare(model, inputs)
+    assert not any(obs.reduce_range for obs in observers(prepared).values())
+    seven = prepare(model, inputs, QuantConfig(kernels="torch.ao"))
+    assert all(obs.reduce_range for obs in observers(seven).values())
+
+
 def test_8_bit_activations_asked_for_where_they_saturate_are_kept_with_a_warning(
     monkeypatch,
 ) -> None:
     model, inputs = zoo.build("mlp_tiny")
-    eight_bits = QuantConfig(global_spec=QuantSpec(reduce_range=False))
+    eight_bits = QuantConfig(kernels="torch.ao", global_spec=QuantSpec(reduce_range=False))
     monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")  # sums pairs in 16 bits
     with pytest.warns(SaturationWarning, match="reduce_range=None"):
         prepared = prepare(model, inputs, eight_bits)
@@ -145,7 +158,9 @@ def test_the_config_chooses_the_activation_observer() -> None:
     model, inputs = zoo.build("deeprec_tiny")
     default = observers(prepare(model, inputs))
     assert isinstance(default["x"], HistogramObserver)
-    assert default["x"].reduce_range == saturates_8_bit_activations("x86")  # 7 bits without VNNI
+    assert not default["x"].reduce_range  # the plain kernels: 8 bits on every CPU
+    ao = observers(prepare(model, inputs, QuantConfig(kernels="torch.ao")))
+    assert ao["x"].reduce_range == saturates_8_bit_activations("x86")  # FBGEMM: 7 without VNNI
     minmax = QuantConfig(global_spec=QuantSpec(activation="minmax"))
     assert isinstance(observers(prepare(model, inputs, minmax))["x"], MinMaxObserver)
     qnnpack = observers(prepare(model, inputs, QuantConfig(engine="qnnpack")))
