@@ -255,7 +255,7 @@ def _integer_weight(ctx, w: torch.Tensor) -> list[str]:
     """``MatMulInteger``'s weight inputs: ``[K, N]`` int8 where the CPU has VNNI; elsewhere
     uint8 (the codes plus 128) with weight zero point 128, the same products. ONNX Runtime's
     uint8 x int8 kernel on AVX2 without VNNI sums pairs of products in int16, which saturates
-    (ONNX Runtime's documentation says so; measured on an AMD EPYC, onnxruntime 1.32: 0.19
+    (ONNX Runtime's documentation says so; measured on an AMD EPYC, onnxruntime 1.30: 0.19
     off on outputs of 0.64); its uint8 x uint8 kernel widens first and is exact. The lowered
     model runs where it is lowered, so the form follows this CPU."""
     if kernels.vnni():
