@@ -3,17 +3,15 @@
 programs): same calibration batches (seeds 1-8), error against fp32 over 32 held-out batches
 (seeds 100-131).
 
-fxloom rounds where PT2E does: activations in the bits this CPU's int8 kernels can sum (8 where
-FBGEMM sums in 32 bits: AVX-512 VNNI; else 7, ``reduce_range``, and PT2E is given 7 bits too,
-as X86InductorQuantizer's docstring says to on CPUs without VNNI), an int8 layer read only in
-float returns float from one kernel (``table.FLOAT_IO``), and global averages are computed in
-float (``table.KEPT_FLOAT``). PT2E's converted module is a reference graph (quantize/dequantize
-around float operators, for torch.compile to lower); fxloom's runs torch's int8 kernels. So
-8-bit activations on a CPU without VNNI are no comparison: fxloom's kernels saturate there
-(cnn_small: 40 times PT2E's error), PT2E's float reference does not.
+fxloom rounds where PT2E does: activations in 8 bits (fxloom's plain kernels sum them exactly
+on every CPU; PT2E is given 8 too), an int8 layer read only in float returns float from one
+kernel (``table.FLOAT_IO``), and global averages are computed in float
+(``table.KEPT_FLOAT``). PT2E's converted module is a reference graph (quantize/dequantize
+around float operators, for torch.compile to lower); fxloom's runs its kernel table's int8
+kernels, which split codes where oneDNN would saturate them (CPUs without VNNI).
 
-Bounds (seen in brackets, fxloom / PT2E of the relative error and of 1 - cosine; with VNNI,
-8 bits / without, 7 bits):
+Bounds (seen in brackets, fxloom / PT2E of the relative error and of 1 - cosine; on a VNNI
+CPU / on one without, where both had 7 bits before the plain kernels kept 8 everywhere):
 
 - default config: deeprec_tiny error <= 1.1x (1.04 / 0.97), 1 - cosine <= 1.15x (1.09 /
   0.95); cnn_small error <= 1.05x (1.01 / 0.99), 1 - cosine <= 1.1x (1.03 / 1.01). cnn_small
