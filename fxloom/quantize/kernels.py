@@ -380,6 +380,10 @@ def _split_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _one_by_one(args[3], args[4])
 
 
+# per-token int8 codes -128..127 ride in uint8 shifted by this zero point
+_SIGNED_AS_UINT8 = 128
+
+
 def _split_codes(args: tuple, rows: torch.Tensor) -> tuple:
     """The call's uint8 codes ``[M, K]``, their zero point and scale (a number, or one per
     row), as its activation form makes them, bit for bit the reference's."""
@@ -397,10 +401,6 @@ def _split_codes(args: tuple, rows: torch.Tensor) -> tuple:
     row_scale = ops.per_token_scale(rows)
     low, high = (code + _SIGNED_AS_UINT8 for code in ops.TOKEN_RANGE)
     return _uint8_codes(rows, row_scale, _SIGNED_AS_UINT8, low, high), _SIGNED_AS_UINT8, row_scale
-
-
-# per-token int8 codes -128..127 ride in uint8 shifted by this zero point
-_SIGNED_AS_UINT8 = 128
 
 
 def _split(args: tuple, packed: Any) -> torch.Tensor:
