@@ -251,14 +251,21 @@ def translate_linear_int8(ctx, node, args, kwargs):
     return _finish(ctx, value, a["bias"], a["relu"], a["out_scale"], a["out_zero_point"])
 
 
+def _int8_exact(w: torch.Tensor) -> bool:
+    """Whether ONNX Runtime's uint8 x int8 kernels are exact on ``w`` here: with VNNI, or
+    narrow weights (``kernels.NARROW_WEIGHT``: no int16 pair sum saturates)."""
+    return kernels.vnni() or kernels.narrow(w)
+
+
 def _integer_weight(ctx, w: torch.Tensor) -> list[str]:
-    """``MatMulInteger``'s weight inputs: ``[K, N]`` int8 where the CPU has VNNI; elsewhere
-    uint8 (the codes plus 128) with weight zero point 128, the same products. ONNX Runtime's
-    uint8 x int8 kernel on AVX2 without VNNI sums pairs of products in int16, which saturates
-    (ONNX Runtime's documentation says so; measured on an AMD EPYC, onnxruntime 1.30: 0.19
-    off on outputs of 0.64); its uint8 x uint8 kernel widens first and is exact. The lowered
-    model runs where it is lowered, so the form follows this CPU."""
-    if kernels.vnni():
+    """``MatMulInteger``'s weight inputs: ``[K, N]`` int8 where the CPU has VNNI or the
+    weight is narrow; elsewhere uint8 (the codes plus 128) with weight zero point 128, the
+    same products. ONNX Runtime's uint8 x int8 kernel on AVX2 without VNNI sums pairs of
+    products in int16, which saturates on 8-bit weights (ONNX Runtime's documentation says
+    so; measured on an AMD EPYC, onnxruntime 1.30: 0.19 off on outputs of 0.64); its uint8 x
+    uint8 kernel widens first and is exact, but slower. The lowered model runs where it is
+    lowered, so the form follows this CPU."""
+    if _int8_exact(w):
         return [ctx.constant(w.t().contiguous())]
     shifted = (w.t().to(torch.int16) + 128).to(torch.uint8).contiguous()
     return [ctx.constant(shifted), _scalar(ctx, 128, torch.uint8)]
@@ -394,11 +401,12 @@ def _dequantized(ctx, value: Any, scale: float, zero_point: int) -> str:
 
 
 def _conv_weight(ctx, w: torch.Tensor, w_scale: torch.Tensor) -> str:
-    """The convolution's weight dequantized per output channel: int8 where the CPU has VNNI;
-    elsewhere uint8, the codes plus 128, with zero points 128 (ONNX Runtime's uint8 x int8
-    convolution saturates there on 8-bit activations, as ``_integer_weight`` says of its
-    matmul: a residual block lowered with int8 weights came out 0.085 off, relatively)."""
-    if kernels.vnni():
+    """The convolution's weight dequantized per output channel: int8 where the CPU has VNNI
+    or the weight is narrow; elsewhere uint8, the codes plus 128, with zero points 128 (ONNX
+    Runtime's uint8 x int8 convolution saturates there on 8-bit weights, as
+    ``_integer_weight`` says of its matmul: a residual block lowered with 8-bit int8 weights
+    came out 0.085 off, relatively)."""
+    if _int8_exact(w):
         inputs = [ctx.constant(w), ctx.constant(w_scale)]
     else:
         shifted = (w.to(torch.int16) + 128).to(torch.uint8)

@@ -35,7 +35,7 @@ with torch.ao's kernels on a CPU without VNNI is obeyed (for a model to deploy o
 with a ``SaturationWarning``: run there, its int8 layers saturate (cnn_small: relative error
 0.27, against 0.009 with 7 bits).
 
-Depends on: torch, ``observers``, ``errors``.
+Depends on: torch, ``observers``, ``errors``, ``kernels`` (whether this CPU has VNNI).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from fxloom.quantize.errors import SaturationWarning
+from fxloom.quantize.kernels import vnni
 from fxloom.quantize.observers import (
     HistogramObserver,
     MinMaxObserver,
@@ -96,12 +97,18 @@ class QuantSpec:
     reduce_range: activations in 7 bits; ``None``: where the engine needs it on this CPU
         (``saturates_8_bit_activations``). ``False`` where it needs them warns
         (``SaturationWarning``).
+    narrow_weights: int8 weights in 7 bits (-64..63) for layers with int8 activations, so
+        that oneDNN's int8 kernels run exact on whole 8-bit activation codes on CPUs
+        without VNNI (``kernels.NARROW_WEIGHT``; ONNX Runtime's ``reduce_range`` does the
+        same); ``None``: where this CPU lacks VNNI, with the plain kernels. Weight-only
+        schemes keep 8 bits (their kernels sum in float).
     """
 
     activation: str = "histogram_mse"
     symmetric: bool = False
     per_channel: bool | None = None
     reduce_range: bool | None = None
+    narrow_weights: bool | None = None
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATION_OBSERVERS:
@@ -127,13 +134,21 @@ class QuantSpec:
             dtype=torch.quint8, symmetric=self.symmetric, reduce_range=reduce_range
         )
 
-    def weight_observer(self, engine: str, ch_axis: int = 0) -> Observer:
+    def weight_observer(
+        self, engine: str, ch_axis: int = 0, kernels: str = "plain", int8_activations: bool = True
+    ) -> Observer:
+        """The observer of a weight for ``engine`` and ``kernels``, for a layer whose
+        activations are int8 (``int8_activations``) or stay float (weight-only): 7 bits by
+        default only where the plain int8 kernels need them to run fast on this CPU."""
+        narrow = self.narrow_weights
+        if narrow is None:
+            narrow = int8_activations and kernels == "plain" and not vnni()
         per_channel = self.per_channel
         if per_channel is None:
             per_channel = engine != "qnnpack"
         if per_channel:
-            return PerChannelMinMaxObserver(ch_axis=ch_axis)
-        return MinMaxObserver(dtype=torch.qint8, symmetric=True)
+            return PerChannelMinMaxObserver(ch_axis=ch_axis, reduce_range=narrow)
+        return MinMaxObserver(dtype=torch.qint8, symmetric=True, reduce_range=narrow)
 
 
 # FBGEMM's own setting FBGEMM_ENABLE_INSTRUCTIONS, which it obeys over what the CPU has:

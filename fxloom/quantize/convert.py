@@ -365,7 +365,7 @@ class _StaticConversion:
     def _int8_module(self, node: Node, entry: QuantizedModule, relu: bool) -> torch.nn.Module:
         module = self.gm.get_submodule(node.target)
         spec = self.plan.decisions[node.name].spec
-        observer = spec.weight_observer(self.engine, entry.weight_axis)
+        observer = spec.weight_observer(self.engine, entry.weight_axis, kernels="torch.ao")
         return entry.make(module, quantize_weight(module.weight, observer), relu)
 
     def _swap_float_io(self, node: Node, entry: QuantizedModule, relu: bool) -> None:
@@ -422,7 +422,9 @@ def _convert_dynamic(gm: GraphModule, plan: QuantPlan) -> None:
             continue
         module = gm.get_submodule(node.target)
         make = DYNAMIC_MODULES[type(module)]
-        weight_observer = functools.partial(decision.spec.weight_observer, engine)
+        weight_observer = functools.partial(
+            decision.spec.weight_observer, engine, kernels=plan.config.kernels
+        )
         gm.add_submodule(node.target, make(module, weight_observer))
 
 
@@ -550,7 +552,9 @@ def _convert_layers(gm: GraphModule, plan: QuantPlan) -> None:
         if decision is None or not Kind(decision.kind).quantized:
             continue
         module = gm.get_submodule(node.target)
-        observer = decision.spec.weight_observer(plan.config.engine)
+        observer = decision.spec.weight_observer(
+            plan.config.engine, int8_activations=scheme.activations is not None
+        )
         with gm.graph.inserting_before(node):
             target, args = LAYER_OPERATORS[scheme.weight_bits](gm, node, module, scheme, observer)
         node.op, node.target, node.args, node.kwargs = "call_function", target, args, {}
@@ -649,7 +653,10 @@ def _call_shape(gm: GraphModule, node: Node, name: str) -> dict:
     if name == "linear_int8":
         w = gm.get_buffer(node.args[3].target)
         form = {"activations": node.args[10]} if len(node.args) > 10 else {}
-        return {"dynamic": node.args[9], "n": w.shape[0], "k": w.shape[1], **form}
+        shape = {"n": w.shape[0], "k": w.shape[1], "reach": kernels.reach(w)}
+        return {"dynamic": node.args[9], **shape, **form}
+    if name in ("conv2d_int8", "conv2d_add_int8"):
+        return {"reach": kernels.reach(gm.get_buffer(node.args[3].target))}
     if name in ("linear_w8", "linear_w4"):
         w = gm.get_buffer(node.args[1].target)
         k = w.shape[1] * (2 if name == "linear_w4" else 1)

@@ -11,7 +11,7 @@ so training learns weights that survive int8. In eval mode the parameters are fr
 observer no longer updates), which is what ``convert`` will use.
 
 ``fake_quantize_weight(weight, observer)`` does the same to a weight, with the very scales
-``convert`` will compute from it (``table.quantize_weight``), so the QAT model in eval mode and
+``convert`` will compute from it (``weights.int8_per_channel``), so the QAT model in eval mode and
 the converted model round weights identically::
 
     >>> import torch
@@ -28,7 +28,7 @@ the converted model round weights identically::
 ``FakeQuantize`` answers ``seen``, ``nonfinite`` and ``qparams()`` as an observer does, so
 ``convert`` treats it as one.
 
-Depends on: torch, ``observers``, ``table`` (``quantize_weight``).
+Depends on: torch, ``observers``, ``weights`` (``int8_per_channel``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from fxloom.quantize.observers import Observer, quantized_range
-from fxloom.quantize.table import quantize_weight
+from fxloom.quantize.weights import int8_per_channel
 
 __all__ = ["FakeQuantize", "fake_quantize_weight"]
 
@@ -77,6 +77,9 @@ class FakeQuantize(nn.Module):
 
 
 def fake_quantize_weight(weight: torch.Tensor, observer: Observer) -> torch.Tensor:
-    """``weight`` rounded as ``convert`` will round it; the gradient passes straight through."""
-    rounded = quantize_weight(weight, observer).dequantize()
+    """``weight`` rounded as ``convert`` will round it (``weights.int8_per_channel``: in the
+    observer's range, 7 bits for narrow weights); the gradient passes straight through."""
+    codes, scale = int8_per_channel(weight, observer)
+    shape = [-1] + [1] * (weight.dim() - 1)
+    rounded = (codes.float() * scale.reshape(shape)).to(weight.dtype)
     return weight + (rounded - weight).detach()

@@ -79,8 +79,8 @@ import torch
 from fxloom.quantize import ops
 
 __all__ = [
-    "KERNELS", "PACKED", "PLANS", "Kernel", "cpu_features", "explain", "kernel_for", "kernel_name",
-    "run", "vnni",
+    "KERNELS", "NARROW_WEIGHT", "PACKED", "PLANS", "Kernel", "cpu_features", "explain",
+    "kernel_for", "kernel_name", "narrow", "reach", "run", "vnni",
 ]  # fmt: skip
 
 
@@ -108,8 +108,9 @@ class Kernel:
     layout once per weight version; ``why``: for the report."""
 
     name: str
-    # reads only what ``_plan_key`` keys on (dtypes, ranks, last dims, non-tensor arguments):
-    # the decision is reused for every call of a layer that agrees on those
+    # reads only what ``_plan_key`` keys on (dtypes, ranks, last dims, non-tensor arguments,
+    # the weight's values: the key holds its identity and version): the decision is reused
+    # for every call of a layer that agrees on those
     fits: Callable[[tuple, frozenset[str]], str]
     compute: Callable[[tuple, Any], torch.Tensor]
     why: str
@@ -175,11 +176,40 @@ def vnni() -> bool:
     return bool(WHOLE_CODES & cpu_features())
 
 
+# Weights within this bound keep every pair sum in int16 for any uint8 codes (255 * 64 * 2
+# = 32640 <= 32767): oneDNN's int8 kernels are exact on them without VNNI too. 7-bit weights
+# (-64..63, ``QuantSpec.narrow_weights``, the default where this CPU lacks VNNI) fit.
+NARROW_WEIGHT = 64
+
+
+def reach(weight: torch.Tensor) -> int:
+    """The largest magnitude among int8 ``weight``'s codes (0 for an empty weight)."""
+    if not weight.numel():
+        return 0
+    low, high = torch.aminmax(weight)
+    return max(-int(low), int(high))
+
+
+def narrow(weight: torch.Tensor) -> bool:
+    """Whether int8 ``weight``'s codes all lie within +-``NARROW_WEIGHT``."""
+    return reach(weight) <= NARROW_WEIGHT
+
+
 def _vnni_fits(features: frozenset[str]) -> str:
     if "onednn" not in features:
         return "torch is built without oneDNN"
     if not WHOLE_CODES & features:
         return "no VNNI: oneDNN's int8 would saturate int16 pair sums"
+    return ""
+
+
+def _whole_codes_fit(weight: torch.Tensor, features: frozenset[str]) -> str:
+    """Whether oneDNN can take whole uint8 codes against ``weight``: with VNNI, or narrow
+    weights (read once per weight version: the plans key on its identity and version)."""
+    if "onednn" not in features:
+        return "torch is built without oneDNN"
+    if not WHOLE_CODES & features and not narrow(weight):
+        return "no VNNI and 8-bit weights: oneDNN's int8 would saturate int16 pair sums"
     return ""
 
 
@@ -351,6 +381,14 @@ def _split_fits(args: tuple, features: frozenset[str]) -> str:
     return ""
 
 
+def _rows_fit(args: tuple, features: frozenset[str]) -> str:
+    """The split row's condition, for narrow weights (each code goes in whole)."""
+    why = _split_fits(args, features)
+    if not why and not narrow(args[3]):
+        return "8-bit weights: the codes are split"
+    return why
+
+
 def _one_by_one(w: torch.Tensor, w_scale: torch.Tensor) -> tuple:
     """An int8 weight ``[N, K]`` as a packed 1x1 convolution kernel (scale per channel, input
     scale 1 and zero point 0: run with another, oneDNN reorders the weight on every call,
@@ -404,16 +442,29 @@ def _split_codes(args: tuple, rows: torch.Tensor) -> tuple:
 
 
 def _split(args: tuple, packed: Any) -> torch.Tensor:
+    return _as_pixels(args, packed, halves=True)
+
+
+def _whole_rows(args: tuple, packed: Any) -> torch.Tensor:
+    return _as_pixels(args, packed, halves=False)
+
+
+def _as_pixels(args: tuple, packed: Any, halves: bool) -> torch.Tensor:
+    """linear_int8 through oneDNN's 1x1 convolution, the rows as pixels: each code split in
+    ``halves`` (8-bit weights), or whole (narrow weights)."""
     x, _, _, w, _, bias, out_scale, out_zp, relu = args[:9]
     rows = x.reshape(-1, x.shape[-1])
     found = _split_codes(args, rows)
     if found is None:  # NaN or infinity in a dynamic input: the reference says what it gives
         return ops.reference_linear_int8(*args)
     codes, zero_point, scale = found
-    low = codes.clamp(max=128)
-    out = _through_one_by_one(torch.cat((low, codes - low)), args[4], packed)
-    count = rows.shape[0]
-    accumulated = out[:count].add_(out[count:])
+    if halves:
+        low = codes.clamp(max=128)
+        out = _through_one_by_one(torch.cat((low, codes - low)), args[4], packed)
+        count = rows.shape[0]
+        accumulated = out[:count].add_(out[count:])
+    else:
+        accumulated = _through_one_by_one(codes, args[4], packed)
     if zero_point:
         accumulated = accumulated.sub_(packed[2], alpha=zero_point)
     accumulated = accumulated.mul_(scale)
@@ -627,7 +678,7 @@ def _onednn_conv_fits(args: tuple, features: frozenset[str]) -> str:
     x = args[0]
     if x.dim() != 4 or x.dtype != torch.uint8:
         return "not a 2-d convolution of uint8 activations"
-    return _vnni_fits(features)
+    return _whole_codes_fit(args[3], features)
 
 
 def _onednn_conv_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor]:
@@ -916,6 +967,13 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
             pack=_onednn_dynamic_pack,
         ),
         Kernel(
+            "onednn.qconv_pointwise (rows as pixels)", _rows_fit, _whole_rows,
+            "without VNNI, narrow weights (at most 64): whole uint8 codes, no int16 pair sum "
+            "saturates; the rows as pixels of oneDNN's 1x1 convolution, zero point taken off "
+            "after (exact)",
+            pack=_split_pack,
+        ),
+        Kernel(
             "onednn.qconv_pointwise (codes split in halves)", _split_fits, _split,
             "without VNNI: each uint8 code as two halves of at most 128, so no int16 pair sum "
             "saturates; the rows as pixels of oneDNN's 1x1 convolution, zero point taken "
@@ -962,13 +1020,13 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
         Kernel(
             "onednn.qconv_pointwise", _onednn_conv_fits, _onednn_conv,
             "oneDNN int8 convolution, ReLU and output requantization fused, the weight packed "
-            "for the input shape",
+            "for the input shape (without VNNI: narrow weights)",
             pack=_onednn_conv_pack, shaped=True,
         ),
         Kernel(
             FLOAT_CONV, _float_conv_fits, _float_conv,
-            "without VNNI: the codes summed in float32, the weight scaled once, 1x1 as a "
-            "matrix product (within float rounding of the reference's float64 sum)",
+            "without VNNI, 8-bit weights: the codes summed in float32, the weight scaled once, "
+            "1x1 as a matrix product (within float rounding of the reference's float64 sum)",
             pack=_float_conv_pack,
         ),
     ),
@@ -1130,9 +1188,11 @@ def run(name: str, reference: Callable[..., Any], args: tuple, reuse: bool = Fal
 
 # ---------------------------------------------------------------- for the report
 # op -> the arguments that decide a row, as the converted graph knows them
+# (``reach``: the weight's largest code magnitude, which decides some rows without VNNI)
 _EXAMPLES: dict[str, Callable[..., tuple]] = {
-    "linear_int8": lambda dynamic=False, k=64, n=64, dtype=torch.float32, activations="per_token": (
-        torch.empty(1, k, dtype=dtype), 0.1, 0, torch.empty(n, k, dtype=torch.int8),
+    "linear_int8": lambda dynamic=False, k=64, n=64, dtype=torch.float32, activations="per_token",
+    reach=127: (
+        torch.empty(1, k, dtype=dtype), 0.1, 0, torch.full((n, k), -reach, dtype=torch.int8),
         torch.empty(n), None, 0.0, 0, False, dynamic, activations,
     ),
     "linear_w8": lambda k=64, n=64, dtype=torch.float32, **_: (
@@ -1146,16 +1206,18 @@ _EXAMPLES: dict[str, Callable[..., tuple]] = {
         torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, torch.empty(1, 1, 1, 1, dtype=torch.uint8),
         0.1, 0, 0.1, 0, False,
     ),
-    "conv2d_int8": lambda **_: (
-        torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, torch.empty(1, 1, 1, 1),
-        torch.empty(1), None, [1, 1], [0, 0], [1, 1], 1, 0.0, 0, False,
+    "conv2d_int8": lambda reach=127, **_: (
+        torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0,
+        torch.full((1, 1, 1, 1), -reach, dtype=torch.int8), torch.empty(1), None, [1, 1],
+        [0, 0], [1, 1], 1, 0.0, 0, False,
     ),
     "max_pool2d_int8": lambda **_: (
         torch.empty(1, 1, 1, 1, dtype=torch.uint8), [1, 1], [1, 1], [0, 0], [1, 1], False,
     ),
-    "conv2d_add_int8": lambda **_: (
-        torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, torch.empty(1, 1, 1, 1),
-        torch.empty(1), None, [1, 1], [0, 0], [1, 1], 1,
+    "conv2d_add_int8": lambda reach=127, **_: (
+        torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0,
+        torch.full((1, 1, 1, 1), -reach, dtype=torch.int8), torch.empty(1), None, [1, 1],
+        [0, 0], [1, 1], 1,
         torch.empty(1, 1, 1, 1, dtype=torch.uint8), 0.1, 0, 0.1, 0, False,
     ),
 }  # fmt: skip

@@ -116,6 +116,6 @@ def _swap_in_qat_layers(gm: GraphModule, plan: QuantPlan) -> None:
         if twin is None or not isinstance(entry, QuantizedModule):
             continue
         weight_observer = functools.partial(
-            decision.spec.weight_observer, engine, entry.weight_axis
+            decision.spec.weight_observer, engine, entry.weight_axis, plan.config.kernels
         )
         gm.add_submodule(node.target, twin.from_float(module, weight_observer))

@@ -23,9 +23,10 @@ INT4_RANGE = (0, 15)  # unsigned, with an integer zero point per group
 
 
 def int8_per_channel(weight: torch.Tensor, observer: Observer) -> tuple[torch.Tensor, torch.Tensor]:
-    """``weight`` as int8 with the (symmetric) observer's scales, and the scales as float32
-    ``[out_channels]`` (a per-tensor observer's one scale repeated: every kernel takes a
-    scale per channel)."""
+    """``weight`` as int8 with the (symmetric) observer's scales, in the observer's range
+    (-128..127, or -64..63 for narrow weights, ``QuantSpec.narrow_weights``), and the scales
+    as float32 ``[out_channels]`` (a per-tensor observer's one scale repeated: every kernel
+    takes a scale per channel)."""
     weight = weight.detach().float()
     with torch.no_grad():
         observer.observe(weight)
@@ -37,7 +38,8 @@ def int8_per_channel(weight: torch.Tensor, observer: Observer) -> tuple[torch.Te
     if bool((zero_point != 0).any()):
         raise ValueError("int8 weights are symmetric (zero point 0): use a symmetric observer")
     shape = [-1] + [1] * (weight.dim() - 1)
-    q = torch.clamp(torch.round(weight / scale.reshape(shape)), -128, 127).to(torch.int8)
+    q = torch.round(weight / scale.reshape(shape))
+    q = torch.clamp(q, observer.quant_min, observer.quant_max).to(torch.int8)
     return q.contiguous(), scale.float().contiguous()
 
 

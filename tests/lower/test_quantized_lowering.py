@@ -20,7 +20,7 @@ import onnx  # noqa: E402
 from fxloom.lower import lower, translate  # noqa: E402
 from fxloom.lower.onnx_ops_quant import QUANTIZED_OPERATORS, _unclipped_sum_operand  # noqa: E402
 from fxloom.lower.runtime import OrtModule  # noqa: E402
-from fxloom.quantize import QuantConfig, convert, ops, prepare  # noqa: E402
+from fxloom.quantize import QuantConfig, QuantSpec, convert, kernels, ops, prepare  # noqa: E402
 
 # onnxruntime 1.23 (the matrix's Python 3.10 cell) fuses a 3-D MatMul and its bias Add into
 # Reshape + Gemm before its DequantizeLinear + MatMul -> MatMulNBits fusion can see the MatMul,
@@ -136,8 +136,8 @@ def test_every_quantized_operator_is_lowered(scheme):
 def test_onnx_runtime_runs_the_quantized_layers_on_its_integer_kernels(scheme, tmp_path):
     model, x, _ = case(scheme)
     ops = {node.op_type for node in optimized_ops(translate(model, (x,)), tmp_path)}
-    for kernels in FUSED_KERNELS[scheme]:
-        assert ops & kernels, f"{scheme}: none of {sorted(kernels)} in {sorted(ops)}"
+    for fused in FUSED_KERNELS[scheme]:
+        assert ops & fused, f"{scheme}: none of {sorted(fused)} in {sorted(ops)}"
     assert not ops & FLOAT_PRODUCTS, f"{scheme}: float products left: {sorted(ops)}"
 
 
@@ -225,3 +225,35 @@ def test_the_fused_sum_s_extra_onnx_step_only_rounds(relu: bool, out_zero_point:
         return ops.quantize(torch.relu(value) if relu else value, 0.04, out_zero_point, *u8)
 
     assert (finished(in_between).int() - finished(convolution).int()).abs().max() <= 1
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+@pytest.mark.parametrize("name", ["residual", "dynamic"])
+def test_lowered_weights_take_the_form_onnx_runtime_computes_exactly_here(name, narrow):
+    """ONNX Runtime's uint8 x int8 kernels sum pairs of products in int16 without VNNI and
+    saturate on 8-bit weights: those go in as uint8 (the codes plus 128) there; narrow
+    weights (``QuantSpec.narrow_weights``, at most 64) and any weight on a VNNI CPU go in as
+    int8. Either way the lowered model computes the quantized module's numbers."""
+    torch.manual_seed(0)
+    spec = QuantSpec(narrow_weights=narrow)
+    if name == "residual":
+        images = [torch.randn(1, 3, 12, 12) * 3 for _ in range(4)]
+        model, x = Residual().eval(), images[0]
+        prepared = prepare(model, (x,), QuantConfig(global_spec=spec))
+        for batch in images:
+            prepared(batch)
+        tolerance = 0.02
+    else:
+        model, x = mlp(), tokens()
+        prepared = prepare(model, (x,), QuantConfig(scheme="dynamic", global_spec=spec))
+        tolerance = 1e-5
+    quantized_model = convert(prepared)
+    proto = translate(quantized_model, (x,))
+    weight_types = {
+        init.data_type for init in proto.graph.initializer if len(init.dims) in (2, 4)
+    } & {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}
+    int8_exact = kernels.vnni() or narrow
+    assert weight_types == {onnx.TensorProto.INT8 if int8_exact else onnx.TensorProto.UINT8}
+    expected = quantized_model(x)
+    error = (lower(quantized_model, (x,))(x) - expected).abs().max() / expected.abs().max()
+    assert error <= tolerance, f"{name}: relative error {error:.3g}"

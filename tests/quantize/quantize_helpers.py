@@ -3,8 +3,11 @@
 - ``relative_error(out, ref)``: ``||out - ref|| / ||ref||``; ``cosine(out, ref)``.
 - ``batches(make, count)``: ``count`` batches ``make(seed)`` for seeds 1..count (calibration);
   held-out data uses seeds from 100 on, never seen in calibration.
-- ``WHOLE_CODES``: marks a test of oneDNN's whole-code int8 rows, which run on VNNI CPUs
-  only (elsewhere the table runs the split rows or the reference: ``kernels.vnni``);
+- ``WHOLE_CODES``: marks a test of oneDNN's whole-code int8 rows against 8-bit weights, which
+  run on VNNI CPUs only (elsewhere the table runs the split rows or the reference:
+  ``kernels.vnni``); ``SPLIT`` and ``ROWS``: the names of the linear rows without VNNI, for
+  8-bit and narrow weights; ``LINEAR_HERE``: what a converted model's dynamic int8 linears
+  run here (narrow weights by default without VNNI: ``QuantSpec.narrow_weights``);
 - ``SeenOperators``: a dispatch mode that passes every call on, noting which operators it
   saw (what a tracer or an exporter would see of a call).
 """
@@ -24,6 +27,14 @@ WHOLE_CODES = pytest.mark.skipif(
     reason="oneDNN's whole-code int8 rows run on VNNI CPUs only (without, int16 pair sums "
     "saturate: the split rows or the reference run)",
 )
+
+
+SPLIT = "onednn.qconv_pointwise (codes split in halves)"
+ROWS = "onednn.qconv_pointwise (rows as pixels)"
+LINEAR_HERE = {
+    "per_tensor": "onednn.qlinear_pointwise (dynamic per tensor)" if kernels.vnni() else ROWS,
+    "per_token": "aten._int_mm" if kernels.vnni() else ROWS,
+}
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:

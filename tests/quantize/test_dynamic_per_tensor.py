@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from quantize_helpers import LINEAR_HERE, SPLIT
 from torch import nn
 
 from fxloom.quantize import QuantConfig, calibrate, convert, kernels, ops, prepare, report
 
-# what runs each dynamic form on this CPU (without VNNI: each code split in halves)
-SPLIT = "onednn.qconv_pointwise (codes split in halves)"
+# what runs each dynamic form of 8-bit weights on this CPU (without VNNI: each code split
+# in halves)
 PER_TENSOR = "onednn.qlinear_pointwise (dynamic per tensor)" if kernels.vnni() else SPLIT
 PER_TOKEN = "aten._int_mm" if kernels.vnni() else SPLIT
 
@@ -129,7 +130,10 @@ def _converted(scheme: str) -> nn.Module:
 
 @pytest.mark.parametrize(
     ("scheme", "kernel"),
-    [("dynamic", PER_TENSOR + " ("), ("dynamic_per_token", PER_TOKEN + " (")],
+    [
+        ("dynamic", LINEAR_HERE["per_tensor"] + " ("),
+        ("dynamic_per_token", LINEAR_HERE["per_token"] + " ("),
+    ],
 )
 def test_the_report_names_the_kernel_of_each_scheme_s_layers(scheme: str, kernel: str) -> None:
     rows = report(_converted(scheme)).rows

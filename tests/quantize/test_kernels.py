@@ -3,8 +3,10 @@
 - each row of ``KERNELS`` that runs on this CPU equals its operator's reference within float
   rounding (integer outputs: exactly, or one step where float rounding ties);
 - the table picks by the call: static int8 linear -> oneDNN, per-token dynamic -> ``_int_mm``
-  (on VNNI CPUs; without VNNI every int8 linear runs the split row, each code as two halves,
-  exact on the worst-case codes and weights, and convolutions run the reference),
+  (on VNNI CPUs; without VNNI every int8 linear runs oneDNN's 1x1 convolution with the rows
+  as pixels, each code whole against narrow weights (at most 64) or as two halves against
+  8-bit ones, exact on the worst-case codes and weights, and convolutions run oneDNN against
+  narrow weights, else sum in float32),
   w8 -> ``_weight_int8pack_mm`` and w4 -> the int4 CPU tiles on AVX2/AVX512, fp32 activations cast
   to bf16 around the call (fed fp32 both are 10-30x slower): within the documented bf16
   bound, not float rounding; past the rows where the cast pays, and without AVX2, the
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from quantize_helpers import WHOLE_CODES
+from quantize_helpers import LINEAR_HERE, ROWS, SPLIT, WHOLE_CODES
 
 from fxloom.quantize import kernels, ops
 from fxloom.quantize.weights import int4_grouped
@@ -79,16 +81,16 @@ def test_static_int8_linear_runs_on_onednn_and_dynamic_on_int_mm() -> None:
     assert kernels.kernel_for("linear_int8", dynamic).name == "aten._int_mm"
 
 
-SPLIT = "onednn.qconv_pointwise (codes split in halves)"
 NO_VNNI = frozenset({"onednn", "avx2"})
 
 
-def _worst_case_linear_calls() -> dict[str, tuple]:
+def _worst_case_linear_calls(reach: int = 127) -> dict[str, tuple]:
     """Codes at 255 (or far beyond every range) against weights at +-127 and -128: the
-    products whose pair sums leave int16 (255 * 127 * 2 > 32767)."""
+    products whose pair sums leave int16 (255 * 127 * 2 > 32767); ``reach``: the weights'
+    largest magnitude (at +-reach instead)."""
     n, k = 24, 96
-    w = torch.full((n, k), 127, dtype=torch.int8)
-    w[::2] = -128
+    w = torch.full((n, k), reach, dtype=torch.int8)
+    w[::2] = -reach - (reach == 127)
     w[1::3, ::5] = -7
     scale, bias = torch.rand(n) * 1e-3 + 1e-4, torch.randn(n)
     x = torch.full((3, k), 50.0)
@@ -116,6 +118,28 @@ def test_without_vnni_int8_linears_split_each_code_and_stay_exact(monkeypatch, c
     )
 
 
+@pytest.mark.skipif("onednn" not in kernels.cpu_features(), reason="torch without oneDNN")
+@pytest.mark.parametrize("case", list(_worst_case_linear_calls()))
+def test_without_vnni_narrow_weights_take_whole_codes_and_stay_exact(monkeypatch, case) -> None:
+    # 255 * 64 * 2 = 32640: no pair sum leaves int16, so each code goes in whole, once
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    args = _worst_case_linear_calls(reach=kernels.NARROW_WEIGHT)[case]
+    assert kernels.kernel_for("linear_int8", args).name == ROWS
+    _same(
+        kernels.run("linear_int8", ops.reference_linear_int8, args),
+        ops.reference_linear_int8(*args),
+    )
+
+
+def test_without_vnni_one_code_past_the_narrow_bound_splits_again(monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    args = _worst_case_linear_calls(reach=kernels.NARROW_WEIGHT)["dynamic per tensor"]
+    args[3][5, 7] = kernels.NARROW_WEIGHT + 1
+    assert kernels.kernel_for("linear_int8", args).name == SPLIT
+    assert kernels.explain("linear_int8", dynamic=True, reach=65).startswith(SPLIT)
+    assert kernels.explain("linear_int8", dynamic=True, reach=64).startswith(ROWS)
+
+
 @pytest.mark.parametrize("case", list(_worst_case_linear_calls()))
 def test_the_table_s_int8_linear_is_exact_on_the_worst_case_codes_on_this_cpu(case) -> None:
     args = _worst_case_linear_calls()[case]
@@ -125,11 +149,14 @@ def test_the_table_s_int8_linear_is_exact_on_the_worst_case_codes_on_this_cpu(ca
     )
 
 
-def test_without_vnni_int8_convolutions_sum_in_float32(monkeypatch) -> None:
+def test_without_vnni_int8_convolutions_of_8_bit_weights_sum_in_float32(monkeypatch) -> None:
     monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
     assert kernels.explain("conv2d_int8").startswith(kernels.FLOAT_CONV)
     assert kernels.explain("conv2d_add_int8").startswith(kernels.FLOAT_CONV)
     assert kernels.explain("linear_int8", dynamic=True).startswith(SPLIT)
+    narrow = kernels.NARROW_WEIGHT
+    assert kernels.explain("conv2d_int8", reach=narrow).startswith("onednn.qconv_pointwise (")
+    assert kernels.explain("conv2d_add_int8", reach=narrow).startswith("onednn.qconv2d_pointwise")
 
 
 VECTOR = pytest.mark.skipif(
@@ -276,6 +303,10 @@ def test_int4_kernel_is_within_bf16_rounding_of_the_reference(
     _within_bf16_rounding(got, ops.reference_linear_w4(*args), x, magnitude)
 
 
+# the CPUs (and weights) the convolution rows are tested as: the weights' largest magnitude
+CPUS = {"vnni": 127, "no vnni": 127, "no vnni, narrow weights": kernels.NARROW_WEIGHT}
+
+
 def _as_if(monkeypatch, cpu: str) -> str:
     """Runs the rest of the test with the table's rows for ``cpu`` ("vnni": this CPU's own,
     skipped where it lacks VNNI; "no vnni": as on AVX2 without it); their kernel names."""
@@ -283,8 +314,18 @@ def _as_if(monkeypatch, cpu: str) -> str:
         if not kernels.vnni() or "onednn" not in kernels.cpu_features():
             pytest.skip("oneDNN's whole-code int8 rows run on VNNI CPUs only")
         return "onednn."
+    if "onednn" not in kernels.cpu_features():
+        pytest.skip("torch without oneDNN")
     monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
-    return kernels.FLOAT_CONV
+    return "onednn." if CPUS[cpu] <= kernels.NARROW_WEIGHT else kernels.FLOAT_CONV
+
+
+def _weight(shape: tuple, reach: int, g: torch.Generator) -> torch.Tensor:
+    """Random int8 codes within +-``reach``, a quarter of them at the extremes (the pair
+    sums that could saturate)."""
+    w = torch.randint(-reach, reach + 1, shape, generator=g, dtype=torch.int8)
+    extremes = torch.randint(0, 4, shape, generator=g) == 0
+    return torch.where(extremes, torch.where(w < 0, -reach, reach).to(torch.int8), w)
 
 
 # kernel size, stride, padding, bias: the shapes the float32 row computes each its own way
@@ -295,7 +336,7 @@ CONV_SHAPES = {
 }
 
 
-@pytest.mark.parametrize("cpu", ["vnni", "no vnni"])
+@pytest.mark.parametrize("cpu", CPUS)
 @pytest.mark.parametrize("shape", CONV_SHAPES)
 @pytest.mark.parametrize("float_out", [False, True])
 def test_int8_convolution_kernel_computes_the_reference(monkeypatch, float_out, shape, cpu):
@@ -303,7 +344,8 @@ def test_int8_convolution_kernel_computes_the_reference(monkeypatch, float_out, 
     k, stride, padding, with_bias = CONV_SHAPES[shape]
     g = torch.Generator().manual_seed(4)
     x = torch.randint(0, 256, (2, 8, 10, 10), generator=g, dtype=torch.uint8)
-    w = torch.randint(-127, 128, (16, 8, k, k), generator=g, dtype=torch.int8)
+    x[0] = 255  # a whole image of the largest code
+    w = _weight((16, 8, k, k), CPUS[cpu], g)
     scale, bias = torch.rand(16, generator=g) * 1e-3, torch.randn(16, generator=g)
     out = (0.0, 0) if float_out else (0.05, 3)
     bias = bias if with_bias else None
@@ -322,11 +364,12 @@ CONV_ADD_CASES = {
 }  # fmt: skip
 
 
-def _conv_add_args(case: str) -> tuple:
+def _conv_add_args(case: str, reach: int = 127) -> tuple:
     batch, channels, k, stride, padding, groups, params, relu = CONV_ADD_CASES[case]
     g = torch.Generator().manual_seed(6)
     x = torch.randint(0, 256, (batch, 8, 10, 10), generator=g, dtype=torch.uint8)
-    w = torch.randint(-127, 128, (channels, 8 // groups, k, k), generator=g, dtype=torch.int8)
+    x[:, :, :4] = 255
+    w = _weight((channels, 8 // groups, k, k), reach, g)
     scale, bias = torch.rand(channels, generator=g) * 1e-3, torch.randn(channels, generator=g)
     head = (x, 0.02, 5, w, scale, bias, stride, padding, [1, 1], groups)
     size = ops.reference_conv2d_int8(*head, 0.0, 0, False).shape
@@ -335,11 +378,11 @@ def _conv_add_args(case: str) -> tuple:
     return (*head, other, other_scale, other_zp, out_scale, out_zp, relu)
 
 
-@pytest.mark.parametrize("cpu", ["vnni", "no vnni"])
+@pytest.mark.parametrize("cpu", CPUS)
 @pytest.mark.parametrize("case", CONV_ADD_CASES)
 def test_int8_convolution_and_add_kernel_computes_the_reference(monkeypatch, case, cpu) -> None:
     expected_kernel = _as_if(monkeypatch, cpu)
-    args = _conv_add_args(case)
+    args = _conv_add_args(case, CPUS[cpu])
     other = args[10].clone()
     assert kernels.kernel_for("conv2d_add_int8", args).name.startswith(expected_kernel)
     got = kernels.run("conv2d_add_int8", ops.reference_conv2d_add_int8, args)
@@ -391,8 +434,7 @@ def test_the_report_names_each_layer_s_kernel_and_why() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 32)).eval()
     prepared = prepare(model, (torch.randn(4, 64),), QuantConfig(scheme="dynamic_per_token"))
     (row,) = report(convert(calibrate(prepared, [torch.randn(4, 64)], progress=False))).rows
-    per_token = "aten._int_mm (per-token int8 activations" if kernels.vnni() else SPLIT
-    assert f"kernel: {per_token}" in row.reason
+    assert f"kernel: {LINEAR_HERE['per_token']} (" in row.reason
 
 
 def test_the_rows_where_the_cast_pays_follow_aten_s_vector_level(monkeypatch) -> None:
