@@ -123,7 +123,7 @@ from benchmarks._common import (
 )
 from fxloom import zoo  # noqa: E402
 from fxloom.export import export  # noqa: E402
-from fxloom.quantize import QuantConfig, calibrate, convert, kernels, prepare  # noqa: E402
+from fxloom.quantize import QuantConfig, QuantSpec, calibrate, convert, kernels, prepare  # noqa: E402
 from fxloom.quantize.config import saturates_8_bit_activations  # noqa: E402
 from fxloom.quantize.convert import quantized_engine  # noqa: E402
 from fxloom.zoo.deeprec import PAPER_SIZES, ratings  # noqa: E402
@@ -145,9 +145,37 @@ class Settings:
     engine: str
 
 
-def _kernel(activations: str) -> str:
-    """The kernel dynamic int8 linears of ``activations`` get on this CPU (its name)."""
-    return kernels.kernel_name("linear_int8", dynamic=True, activations=activations)
+def _kernel(activations: str, model: nn.Module) -> str:
+    """The kernel ``model``'s dynamic int8 linears of ``activations`` get on this CPU."""
+    reach = max(kernels.reach(b) for b in model.buffers() if b.dtype == torch.int8)
+    return kernels.kernel_name("linear_int8", dynamic=True, activations=activations, reach=reach)
+
+
+# fxloom's dynamic models with 8-bit weights, beside the default, where the default narrows
+# them to 7 bits (a CPU without VNNI: QuantSpec.narrow_weights)
+EIGHT_BIT_DYNAMIC = "fxloom, 8-bit weights"
+
+
+def with_8_bit_weights(models: dict, model: nn.Module, example) -> dict:
+    if not kernels.vnni():
+        spec = QuantSpec(narrow_weights=False)
+        config = QuantConfig(scheme="dynamic", global_spec=spec)
+        models[EIGHT_BIT_DYNAMIC] = convert(prepare(model, example, config))
+    return models
+
+
+def eight_bit_line(times: dict, errors: dict, base: str = "torch.ao") -> str:
+    """The 8-bit-weight variant's time and error against ``base``'s (empty where it is not
+    run: with VNNI the default keeps 8 bits)."""
+    if EIGHT_BIT_DYNAMIC not in errors:
+        return ""
+    return (
+        f" With 8-bit weights (`QuantSpec(narrow_weights=False)`, "
+        f"{_kernel('per_tensor', times['model'])}): time / {base} "
+        + ", ".join(f"{label}: {ratio:.2f}" for label, ratio in times["ratios"])
+        + f", error {errors[EIGHT_BIT_DYNAMIC]:.4f} (/ {base} "
+        f"{errors[EIGHT_BIT_DYNAMIC] / errors[base]:.2f})."
+    )
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -497,6 +525,7 @@ def bert_models() -> tuple[nn.Module, dict, dict]:
             prepare(traced, example, QuantConfig(scheme="dynamic_per_token"))
         ),
     }
+    with_8_bit_weights(models, traced, example)
     if torchao_installed():  # torchao's eager int8 (dynamic int8 activations, int8 weights)
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
@@ -583,6 +612,13 @@ def bert_main(record: bool) -> None:
             + ("not installed | - |" if torchao is None else
                f"{torchao * 1e3:.1f} | {row['fxloom'] / torchao:.2f} |")
         )  # fmt: skip
+    eight_bit = {
+        "model": models.get(EIGHT_BIT_DYNAMIC),
+        "ratios": [
+            (f"{threads} thread(s)", cpu.get(EIGHT_BIT_DYNAMIC, 0.0) / cpu["torch.ao"])
+            for threads, cpu in cpu_rows.items()
+        ],
+    }
     lines += [
         "",
         f"Relative error of the last hidden state against fp32: fxloom {errors['fxloom']:.4f}, "
@@ -593,8 +629,8 @@ def bert_main(record: bool) -> None:
         + ". Latency targets: fxloom / torch.ao <= 0.95, fxloom / torchao's eager int8 <= 0.5.",
         "",
         "CPU time (the process's, per forward; medians of the same rounds) and the per-token "
-        f'form (`scheme="dynamic_per_token"`, {_kernel("per_token")}) beside the default '
-        f"per-tensor one ({_kernel('per_tensor')}):",
+        f'form (`scheme="dynamic_per_token"`, {_kernel("per_token", models["fxloom per token"])})'
+        f" beside the default per-tensor one ({_kernel('per_tensor', models['fxloom'])}):",
         "",
         "| threads | torch.ao CPU ms | fxloom dynamic (per tensor) CPU ms | / torch.ao "
         "| fxloom per token CPU ms | / torch.ao |",
@@ -607,7 +643,8 @@ def bert_main(record: bool) -> None:
         ),
         "",
         f"Relative error, per token: {errors['fxloom per token']:.4f} (/ torch.ao "
-        f"{errors['fxloom per token'] / errors['torch.ao']:.2f}). Load average after the run {load_average():.2f}.",
+        f"{errors['fxloom per token'] / errors['torch.ao']:.2f}).{eight_bit_line(eight_bit, errors)}"
+        f" Load average after the run {load_average():.2f}.",
         "",
     ]
     publish("\n".join(lines), record)
@@ -630,7 +667,7 @@ def deeprec_dynamic_models() -> tuple[nn.Module, dict]:
             prepare(model, example, QuantConfig(scheme="dynamic_per_token"))
         ),
     }
-    return model, models
+    return model, with_8_bit_weights(models, model, example)
 
 
 def cpu_and_wall(fn: Callable[[], object]) -> tuple[float, float]:
@@ -713,13 +750,27 @@ def deeprec_dynamic_main(batch_sizes: list[int], threads: int, record: bool) -> 
         "",
         f"Relative error against fp32 on 64 held-out rows: fxloom {errors['fxloom']:.4f}, "
         f'torch.ao {errors["torch.ao"]:.4f}; the per-token form (`scheme="dynamic_per_token"`, '
-        f"{_kernel('per_token')}) {errors['fxloom per token']:.4f}, its CPU time / torch.ao's: "
+        f"{_kernel('per_token', models['fxloom per token'])}) "
+        f"{errors['fxloom per token']:.4f}, its CPU time / torch.ao's: "
         + ", ".join(
             f"{count} thread(s) batch {batch}: "
             f"{row['fxloom per token'][0] / row['torch.ao'][0]:.2f}"
             for count, batch, row in table
         )
-        + ".",
+        + "."
+        + eight_bit_line(
+            {
+                "model": models.get(EIGHT_BIT_DYNAMIC),
+                "ratios": [
+                    (
+                        f"{count} thread(s) batch {batch}",
+                        row.get(EIGHT_BIT_DYNAMIC, (0.0,))[0] / row["torch.ao"][0],
+                    )
+                    for count, batch, row in table
+                ],
+            },
+            errors,
+        ),
         noise_line((load_before, load_average()), "."),
         "",
     ]
@@ -879,6 +930,7 @@ def nchw_conv_rows() -> tuple:
     return tuple(copied_back(row) for row in kernels.KERNELS["conv2d_int8"])
 
 
+EIGHT_BIT_WEIGHTS = "fxloom, 8-bit weights (narrow_weights=False)"
 NO_FAST_ADD = "fxloom unfused, add_int8 on the reference (ablation)"
 UNFUSED = "fxloom, conv + add not fused (ablation)"
 NCHW = "fxloom, conv output copied back to NCHW (ablation)"
@@ -912,6 +964,9 @@ def resnet50_models(quick: bool, folder: str, threads: int = 1) -> tuple[dict, l
     prepared = prepare(model, (x,))
     calibrate(prepared, data, progress=False)
     ours = convert(prepared)
+    # 8-bit weights on every CPU (on one without VNNI the default narrows them to 7 bits)
+    eight_bits = prepare(model, (x,), QuantConfig(global_spec=QuantSpec(narrow_weights=False)))
+    calibrate(eight_bits, data, progress=False)
     _, torch_ao = torch_phases(model, (x,), data, "x86")
     lowered = lower(ours, (x,), threads=threads)
     assert lowered.lowering_report.nodes_in_pytorch == 0, str(lowered.lowering_report)
@@ -921,6 +976,7 @@ def resnet50_models(quick: bool, folder: str, threads: int = 1) -> tuple[dict, l
         "fp32": model,
         "torch.ao FX": torch_ao,
         "fxloom": ours,
+        EIGHT_BIT_WEIGHTS: convert(eight_bits),
         UNFUSED: unfused,
         NO_FAST_ADD: WithKernels(unfused, add_int8=()),
         # its own weights: a layer's kernel and pack are looked up once per weight (PLANS)
@@ -931,6 +987,12 @@ def resnet50_models(quick: bool, folder: str, threads: int = 1) -> tuple[dict, l
         "ORT fp32": lambda x: torch.from_numpy(ort_fp32.run(None, {"x": x.numpy()})[0]),
     }
     return models, held_out, x
+
+
+def _weight_bits(model: nn.Module) -> int:
+    """7 where every int8 weight of ``model`` is narrow (``QuantSpec.narrow_weights``), else 8."""
+    held = [b for b in model.buffers() if b.dtype == torch.int8]
+    return 7 if all(kernels.narrow(w) for w in held) else 8
 
 
 def resnet50_main(quick: bool, record: bool, threads: int = 1) -> None:
@@ -992,7 +1054,10 @@ def resnet50_main(quick: bool, record: bool, threads: int = 1) -> None:
         f"{quality['fxloom']:.1f} vs {quality['torch.ao FX']:.1f} dB "
         f"({'meets' if quality['fxloom'] >= quality['torch.ao FX'] else '**misses**'}); "
         f"fxloom QDQ on ORT / ORT quantize_static <= 1.1: {lowered:.2f} "
-        f"({'meets' if lowered <= 1.1 else '**misses**'}). Ablations / torch.ao FX: "
+        f"({'meets' if lowered <= 1.1 else '**misses**'}). Weights: fxloom's default "
+        f"{_weight_bits(models['fxloom'])}-bit here; with 8-bit weights "
+        f"{cpu[EIGHT_BIT_WEIGHTS] / cpu['torch.ao FX']:.2f} at {quality[EIGHT_BIT_WEIGHTS]:.1f} "
+        "dB. Ablations / torch.ao FX: "
         f"conv + add not fused {cpu[UNFUSED] / cpu['torch.ao FX']:.2f}, and its add_int8 on "
         f"the reference {cpu[NO_FAST_ADD] / cpu['torch.ao FX']:.2f}, conv "
         f"packed without the input shape {cpu[UNSHAPED] / cpu['torch.ao FX']:.2f}, conv "

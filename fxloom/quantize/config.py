@@ -25,15 +25,18 @@ calibration): Linear, LSTM and GRU layers only, for models whose time goes there
 
 Engines: ``"x86"`` and ``"fbgemm"`` (server CPUs: per-channel weights) and ``"qnnpack"``
 (ARM/mobile: per-tensor weights). Activations use all 8 bits. fxloom's plain kernels (the
-default) compute the same 8-bit numbers on every CPU (``kernels``: without VNNI they split
-codes rather than saturate). With ``kernels="torch.ao"`` they use 7 where FBGEMM's kernels
-could overflow on this CPU (``saturates_8_bit_activations``): FBGEMM without AVX-512 VNNI
-sums pairs of products in 16 bits, so there activations get 7 bits (``reduce_range``,
-torch.ao's x86 default everywhere). A torch.ao model converted on a VNNI CPU keeps its 8-bit
-scales: to deploy it on an older x86 CPU, set ``reduce_range=True``. ``reduce_range=False``
-with torch.ao's kernels on a CPU without VNNI is obeyed (for a model to deploy on VNNI CPUs)
-with a ``SaturationWarning``: run there, its int8 layers saturate (cnn_small: relative error
-0.27, against 0.009 with 7 bits).
+default) compute a file's numbers exactly on every CPU (``kernels``). On a CPU without VNNI,
+layers of int8 activations get 7-bit weights (-64..63, ``narrow_weights``) by default, so
+that oneDNN's int8 kernels take whole 8-bit activation codes there without saturating (a
+file with 8-bit weights still runs exact there, on slower rows); set ``narrow_weights`` to
+convert the same weights on every CPU. With ``kernels="torch.ao"`` activations use 7 bits
+where FBGEMM's kernels could overflow on this CPU (``saturates_8_bit_activations``): FBGEMM
+without AVX-512 VNNI sums pairs of products in 16 bits, so there activations get 7 bits
+(``reduce_range``, torch.ao's x86 default everywhere). A torch.ao model converted on a VNNI
+CPU keeps its 8-bit scales: to deploy it on an older x86 CPU, set ``reduce_range=True``.
+``reduce_range=False`` with torch.ao's kernels on a CPU without VNNI is obeyed (for a model
+to deploy on VNNI CPUs) with a ``SaturationWarning``: run there, its int8 layers saturate
+(cnn_small: relative error 0.27, against 0.009 with 7 bits).
 
 Depends on: torch, ``observers``, ``errors``, ``kernels`` (whether this CPU has VNNI).
 """

@@ -14,9 +14,12 @@ thread, AVX512-VNNI without AMX):
     linear_int8  onednn.qlinear_pointwise            static activations (uint8, per tensor)
     linear_int8  onednn.qlinear_pointwise            dynamic per-tensor activations (uint8,
                  (dynamic per tensor)                affine, choose_qparams in the call)
-    linear_int8  onednn.qconv_pointwise              without VNNI, any activation form: each
-                 (codes split in halves)             code as two halves of at most 128, the
-                                                     rows as pixels of a 1x1 convolution
+    linear_int8  onednn.qconv_pointwise              without VNNI, narrow weights (at most
+                 (rows as pixels)                    64), any activation form: the rows as
+                                                     pixels of a 1x1 convolution
+    linear_int8  onednn.qconv_pointwise              without VNNI, 8-bit weights: each code
+                 (codes split in halves)             as two halves of at most 128, the rows
+                                                     as pixels of a 1x1 convolution
     linear_int8  aten._int_mm (per-token int8)       dynamic per-token activations, K and N
                                                      multiples of 8 (else the reference)
     linear_w8    aten._weight_int8pack_mm            bf16 activations, AVX2 or AVX512
@@ -30,21 +33,25 @@ thread, AVX512-VNNI without AMX):
                                                      (AVX2: 128)
     conv2d_int8  onednn.qconv_pointwise              2-d, zero padding (the weight packed
                                                      for the input shape; the output left
-                                                     channels-last, ``layouts``)
-    conv2d_int8  float32 convolution of the codes    without VNNI: the codes summed in
-                                                     float32, the weight scaled once (also
-                                                     the fused add's row)
+                                                     channels-last, ``layouts``); without
+                                                     VNNI, narrow weights only
+    conv2d_int8  float32 convolution of the codes    without VNNI, 8-bit weights: the codes
+                                                     summed in float32, the weight scaled
+                                                     once (also the fused add's row)
     add_int8     onednn.qconv2d_pointwise.binary     4-d uint8 operands of one shape, uint8
                  (identity, sum)                     out: a depthwise identity convolution
                                                      of a, b added by the "sum" post-op
     conv2d_add_  onednn.qconv2d_pointwise.binary     2-d, uint8 activations and ``other`` of
     int8         (sum)                               the output's shape, uint8 out: the
                                                      convolution with the "sum" post-op
-                                                     adding ``other`` (packed as conv2d_int8)
+                                                     adding ``other`` (packed as conv2d_int8;
+                                                     without VNNI, narrow weights only)
     anything else: the reference
 
-The oneDNN rows that take whole uint8 codes require VNNI (or AMX): without it oneDNN sums
-pairs of uint8 x int8 products in int16, which saturates (``_vnni_fits``), and those CPUs
+The oneDNN rows that take whole uint8 codes require VNNI (or AMX) or narrow weights: without
+VNNI oneDNN sums pairs of uint8 x int8 products in int16, which saturates on 8-bit weights
+(``_whole_codes_fit``; weights within +-``NARROW_WEIGHT`` never do, and
+``QuantSpec.narrow_weights`` gives them by default on such CPUs), and 8-bit weights there
 get the split or float32 rows instead, the same numbers within float rounding.
 
 Kernels that want the weight in their own layout (onednn's prepacked weights, int4 tiles)
