@@ -643,8 +643,8 @@ def bert_main(record: bool) -> None:
         ),
         "",
         f"Relative error, per token: {errors['fxloom per token']:.4f} (/ torch.ao "
-        f"{errors['fxloom per token'] / errors['torch.ao']:.2f}).{eight_bit_line(eight_bit, errors)}"
-        f" Load average after the run {load_average():.2f}.",
+        f"{errors['fxloom per token'] / errors['torch.ao']:.2f})."
+        f"{eight_bit_line(eight_bit, errors)} Load average after the run {load_average():.2f}.",
         "",
     ]
     publish("\n".join(lines), record)
