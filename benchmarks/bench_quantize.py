@@ -145,9 +145,14 @@ class Settings:
     engine: str
 
 
+def _reach(model: nn.Module) -> int:
+    """The largest code magnitude among ``model``'s int8 weights (``kernels.reach``)."""
+    return max(kernels.reach(b) for b in model.buffers() if b.dtype == torch.int8)
+
+
 def _kernel(activations: str, model: nn.Module) -> str:
     """The kernel ``model``'s dynamic int8 linears of ``activations`` get on this CPU."""
-    reach = max(kernels.reach(b) for b in model.buffers() if b.dtype == torch.int8)
+    reach = _reach(model)
     return kernels.kernel_name("linear_int8", dynamic=True, activations=activations, reach=reach)
 
 
@@ -991,8 +996,7 @@ def resnet50_models(quick: bool, folder: str, threads: int = 1) -> tuple[dict, l
 
 def _weight_bits(model: nn.Module) -> int:
     """7 where every int8 weight of ``model`` is narrow (``QuantSpec.narrow_weights``), else 8."""
-    held = [b for b in model.buffers() if b.dtype == torch.int8]
-    return 7 if all(kernels.narrow(w) for w in held) else 8
+    return 7 if _reach(model) <= kernels.NARROW_WEIGHT else 8
 
 
 def resnet50_main(quick: bool, record: bool, threads: int = 1) -> None:

@@ -421,7 +421,7 @@ def _through_one_by_one(codes: torch.Tensor, w_scale: torch.Tensor, packed: tupl
     return out.permute(0, 2, 3, 1).reshape(codes.shape[0], -1)
 
 
-def _split_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _pixels_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _one_by_one(args[3], args[4])
 
 
@@ -978,14 +978,14 @@ KERNELS: dict[str, tuple[Kernel, ...]] = {
             "without VNNI, narrow weights (at most 64): whole uint8 codes, no int16 pair sum "
             "saturates; the rows as pixels of oneDNN's 1x1 convolution, zero point taken off "
             "after (exact)",
-            pack=_split_pack,
+            pack=_pixels_pack,
         ),
         Kernel(
             "onednn.qconv_pointwise (codes split in halves)", _split_fits, _split,
             "without VNNI: each uint8 code as two halves of at most 128, so no int16 pair sum "
             "saturates; the rows as pixels of oneDNN's 1x1 convolution, zero point taken "
             "off after (exact)",
-            pack=_split_pack,
+            pack=_pixels_pack,
         ),
         Kernel(
             "aten._int_mm", _per_token_int_mm_fits, _per_token_int_mm,

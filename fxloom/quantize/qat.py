@@ -115,7 +115,8 @@ def _swap_in_qat_layers(gm: GraphModule, plan: QuantPlan) -> None:
         twin = QAT_MODULES.get(type(module))
         if twin is None or not isinstance(entry, QuantizedModule):
             continue
+        kernels = plan.config.kernels
         weight_observer = functools.partial(
-            decision.spec.weight_observer, engine, entry.weight_axis, plan.config.kernels
+            decision.spec.weight_observer, engine, entry.weight_axis, kernels
         )
-        gm.add_submodule(node.target, twin.from_float(module, weight_observer))
+        gm.add_submodule(node.target, twin.from_float(module, weight_observer, kernels))

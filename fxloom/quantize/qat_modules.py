@@ -38,24 +38,31 @@ class QATModule:
 
     float_class: type[nn.Module]
     weight_observer: Callable[[], Observer]
+    kernels: str  # QuantConfig.kernels: the convert whose weight rounding training sees
 
     @classmethod
-    def from_float(cls, module: nn.Module, weight_observer: Callable[[], Observer]) -> nn.Module:
+    def from_float(
+        cls, module: nn.Module, weight_observer: Callable[[], Observer], kernels: str = "plain"
+    ) -> nn.Module:
         qat = cls.__new__(cls)
         qat.__dict__ = dict(module.__dict__)  # the same parameters, buffers and settings
         qat._parameters = dict(module._parameters)
         qat._buffers = dict(module._buffers)
         qat._modules = dict(module._modules)
         qat.weight_observer = weight_observer
+        qat.kernels = kernels
         return qat
 
     def fake_quantized_weight(self) -> torch.Tensor:
-        return fake_quantize_weight(self.weight, self.weight_observer())
+        return fake_quantize_weight(self.weight, self.weight_observer(), self.kernels)
 
     def to_float(self) -> nn.Module:
         module = self.float_class.__new__(self.float_class)
-        module.__dict__ = {k: v for k, v in self.__dict__.items() if k != "weight_observer"}
+        module.__dict__ = {k: v for k, v in self.__dict__.items() if k not in _QAT_ONLY}
         return module
+
+
+_QAT_ONLY = ("weight_observer", "kernels")  # what a QAT twin holds that its float layer lacks
 
 
 class QATLinear(QATModule, nn.Linear):

@@ -140,6 +140,22 @@ def test_without_vnni_one_code_past_the_narrow_bound_splits_again(monkeypatch) -
     assert kernels.explain("linear_int8", dynamic=True, reach=64).startswith(ROWS)
 
 
+@pytest.mark.skipif("onednn" not in kernels.cpu_features(), reason="torch without oneDNN")
+def test_without_vnni_a_weight_widened_in_place_after_a_call_is_planned_again(monkeypatch):
+    # the plan read the weight narrow; a second call after it grows past +-64 must not reuse
+    # the whole-code row (it would saturate): the plan keys on the weight's version
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    args = _worst_case_linear_calls(reach=kernels.NARROW_WEIGHT)["static, uint8 codes at 255"]
+    kernels.run("linear_int8", ops.reference_linear_int8, args)
+    args[3][::2] = -128
+    args[3][1::2] = 127
+    _same(
+        kernels.run("linear_int8", ops.reference_linear_int8, args),
+        ops.reference_linear_int8(*args),
+    )
+    assert kernels.kernel_for("linear_int8", args).name == SPLIT
+
+
 @pytest.mark.parametrize("case", list(_worst_case_linear_calls()))
 def test_the_table_s_int8_linear_is_exact_on_the_worst_case_codes_on_this_cpu(case) -> None:
     args = _worst_case_linear_calls()[case]

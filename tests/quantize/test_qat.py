@@ -25,7 +25,7 @@ from torch.ao.quantization import get_default_qat_qconfig_mapping
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_qat_fx
 
 from fxloom import zoo
-from fxloom.quantize import QuantConfig, QuantizeError, convert, prepare_qat, report
+from fxloom.quantize import QuantConfig, QuantizeError, QuantSpec, convert, prepare_qat, report
 from fxloom.quantize.convert import quantized_engine
 from fxloom.quantize.fake_quantize import FakeQuantize
 from fxloom.quantize.qat_modules import QATConv2d, QATLinear
@@ -96,6 +96,34 @@ def test_the_qat_model_trains_on_its_own_copy_of_the_weights() -> None:
     qat = prepare_qat(model, inputs)
     train("deeprec_tiny", qat)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def _converted_weight(converted: nn.Module, kernels: str) -> torch.Tensor:
+    """The float weight of ``converted``'s one int8 layer, as its kernels compute with it."""
+    if kernels == "torch.ao":
+        (packed,) = [m for n, m in converted.named_modules() if n.endswith("_packed_params")]
+        return packed._weight_bias()[0].dequantize()
+    (codes,) = [b for b in converted.buffers() if b.dtype == torch.int8]
+    (scale,) = [b for n, b in converted.named_buffers() if n.startswith("scale")]
+    return codes.float() * scale[:, None]
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+@pytest.mark.parametrize("kernels", ["plain", "torch.ao"])
+def test_training_sees_the_weights_convert_computes_with(kernels: str, narrow: bool) -> None:
+    # each convert rounds its own way (they differ on a few ties); QAT rounds as it will
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(512, 256)), torch.randn(4, 512)
+    config = QuantConfig(
+        scheme="qat", kernels=kernels, global_spec=QuantSpec(narrow_weights=narrow)
+    )
+    qat = prepare_qat(model, (x,), config)
+    qat(x)
+    (twin,) = [m for m in qat.modules() if isinstance(m, QATLinear)]
+    with torch.no_grad():
+        trained = twin.fake_quantized_weight()
+    converted = convert(qat.eval())
+    assert torch.equal(_converted_weight(converted, kernels), trained)
 
 
 def test_fake_quantize_passes_the_gradient_straight_through_inside_the_range() -> None:
