@@ -408,14 +408,19 @@ def _one_by_one(w: torch.Tensor, w_scale: torch.Tensor) -> tuple:
     return packed, _zero_points(w_scale), column_sums
 
 
-def _through_one_by_one(codes: torch.Tensor, w_scale: torch.Tensor, packed: tuple) -> torch.Tensor:
-    """``w_scale * (codes @ w.T)`` in float32 for uint8 ``codes [R, K]`` (each at most 128
-    where the CPU lacks VNNI): the rows as the pixels of one 1 x R image, channels-last, so
-    both the codes and the result are views."""
+def _through_one_by_one(
+    codes: torch.Tensor, w_scale: torch.Tensor, packed: tuple, scale: float = 1.0,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """``scale * w_scale * (codes @ w.T) + bias`` in float32 for uint8 ``codes [R, K]``
+    (each at most 128 where the CPU lacks VNNI): the rows as the pixels of one 1 x R image,
+    channels-last, so both the codes and the result are views. The input's ``scale`` costs
+    nothing at run time (another zero point than the packed one would: oneDNN reorders the
+    weight for it on every call)."""
     weight, zero_points, _ = packed
     image = codes.reshape(1, 1, *codes.shape).permute(0, 3, 1, 2)  # [1, K, 1, R]
     out = torch.ops.onednn.qconv_pointwise(
-        image, 1.0, 0, weight, w_scale, zero_points, None, [1, 1], [0, 0], [1, 1], 1, 1.0, 0,
+        image, scale, 0, weight, w_scale, zero_points, bias, [1, 1], [0, 0], [1, 1], 1, 1.0, 0,
         torch.float32, "none", [], None,
     )  # fmt: skip
     return out.permute(0, 2, 3, 1).reshape(codes.shape[0], -1)
@@ -465,20 +470,41 @@ def _as_pixels(args: tuple, packed: Any, halves: bool) -> torch.Tensor:
     if found is None:  # NaN or infinity in a dynamic input: the reference says what it gives
         return ops.reference_linear_int8(*args)
     codes, zero_point, scale = found
-    if halves:
-        low = codes.clamp(max=128)
-        out = _through_one_by_one(torch.cat((low, codes - low)), args[4], packed)
-        count = rows.shape[0]
-        accumulated = out[:count].add_(out[count:])
-    else:
-        accumulated = _through_one_by_one(codes, args[4], packed)
-    if zero_point:
-        accumulated = accumulated.sub_(packed[2], alpha=zero_point)
-    accumulated = accumulated.mul_(scale)
-    if bias is not None:
-        accumulated = accumulated.add_(bias)
+    count, w_scale = rows.shape[0], args[4]
+    if isinstance(scale, torch.Tensor):  # a scale per row (per token): applied after
+        if halves:
+            low = codes.clamp(max=128)
+            out = _through_one_by_one(torch.cat((low, codes - low)), w_scale, packed)
+            accumulated = out[:count].add_(out[count:])
+        else:
+            accumulated = _through_one_by_one(codes, w_scale, packed)
+        accumulated = accumulated.sub_(packed[2], alpha=zero_point).mul_(scale)
+        if bias is not None:
+            accumulated = accumulated.add_(bias)
+    else:  # one scale: it rides in the kernel, the zero point's share in the bias
+        shifted = _shifted_bias(_float(bias), packed[2], zero_point * scale)
+        if halves:
+            low = codes.clamp(max=128)
+            out = _through_one_by_one(torch.cat((low, codes - low)), w_scale, packed, scale)
+            accumulated = out[:count].add_(out[count:])
+            if shifted is not None:
+                accumulated = accumulated.add_(shifted)
+        else:
+            accumulated = _through_one_by_one(codes, w_scale, packed, scale, shifted)
     out = ops._requantize(accumulated, out_scale, out_zp, relu)
     return out.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _shifted_bias(
+    bias: torch.Tensor | None, column_sums: torch.Tensor, shift: float
+) -> torch.Tensor | None:
+    """``bias - shift * column_sums`` (``column_sums``: ``w_scale * sum_k w``): what an input
+    zero point of ``shift / scale`` takes off each output, with the bias (None: neither)."""
+    if not shift:
+        return bias
+    if bias is None:
+        return column_sums * -shift
+    return torch.add(bias, column_sums, alpha=-shift)
 
 
 # ---------------------------------------------------------------- linear_w8 / linear_w4
@@ -569,19 +595,29 @@ def _int8pack_cast(args: tuple, packed: Any) -> torch.Tensor:
 
 
 # Without VNNI, fp32 activations of a w8 layer as two int8 levels on oneDNN's 1x1
-# convolution: each row ``x = s1 * (q1 - 64) + s2 * (q2 - 64) + e``, ``s1 = max|x| / 64``,
-# ``q1`` its codes, ``s2 = s1 / 128`` the residual's step, codes 0..128 (no int16 pair sum
-# saturates: 128 * 127 * 2 < 32767), so |e| <= s2 / 2 = max|x| / 16384 per element, and
-# per output |kernel - fp32 reference| <= LEVELS_BOUND * max|x| * sum_k |w_k| (plus float
-# rounding). Both levels are rows of one convolution: the weight is read once for them.
-# Measured on an AMD EPYC (AVX2), one thread, K 2048 -> N 5632, ms at 1 / 8 / 32 / 128 / 256
-# rows: levels 1.43 / 4.4 / 11.6 / 46 / 92, the bf16 cast row 2.23 / 6.2 / 30 / 118 / 232,
-# the fp32 reference 106 / 119 / 126 / 165 / 199 (fbgemm's dynamic int8 0.95 / 2.0 / 7.0 /
-# 28 / 50, fp32 dense 3.8 / 15 / 26 / 66 / 91); RESULTS.md. bf16 activations go in as
-# float32 (exact) and the result is rounded back. Not measured with VNNI (there the bf16
-# rows, measured, run).
-LEVEL_HALF = 64  # codes -64..64, shifted into 0..128
-LEVELS_BOUND = 1 / (2 * LEVEL_HALF * 2 * LEVEL_HALF)
+# convolution: each row rounded to ``n = round(x / s)`` steps of ``s = max|x| / 8192``
+# (|n| <= 8192), written ``n = 128 * a + b`` with ``a`` and ``b`` in -64..64, so
+# ``x = 128 * s * a + s * b + e`` with |e| <= s / 2 = max|x| / 16384 per element, and per
+# output |kernel - fp32 reference| <= LEVELS_BOUND * max|x| * sum_k |w_k| (plus float
+# rounding). ``a + 64`` and ``b + 64`` are codes 0..128: no int16 pair sum saturates
+# (128 * 127 * 2 < 32767). Both levels are rows of one convolution: the weight is read once.
+# The levels come from the bits of one float (``n + 8256`` rides in the low mantissa bits,
+# as in ``_uint8_codes``): its bits shifted by 7 and masked by 127, a dozen tensor
+# operations a call where the first form of this row took three dozen (each costs 5-15 us
+# on a 2-core AMD EPYC, 0.35 ms a call, as much as the convolution at 2048 -> 2048).
+# Measured there (AVX2), one thread, K 2048 -> N 5632, ms at 1 / 8 / 32 / 128 / 256
+# rows (the first form): levels 1.43 / 4.4 / 11.6 / 46 / 92, the bf16 cast row 2.23 / 6.2 /
+# 30 / 118 / 232, the fp32 reference 106 / 119 / 126 / 165 / 199 (fbgemm's dynamic int8
+# 0.95 / 2.0 / 7.0 / 28 / 50, fp32 dense 3.8 / 15 / 26 / 66 / 91); RESULTS.md. bf16
+# activations go in as float32 (exact) and the result is rounded back. Not measured with
+# VNNI (there the bf16 rows, measured, run).
+LEVEL_HALF = 64  # each level's codes -64..64, shifted into 0..128
+_LEVEL_BITS = 7  # 128 = 2**7 fine steps make one coarse step
+LEVEL_STEPS = LEVEL_HALF << _LEVEL_BITS  # max|x| / s: 8192
+LEVELS_BOUND = 1 / (2 * LEVEL_STEPS)
+# n + _LEVELS_SHIFT lies in 64..16448, so both levels' codes come out non-negative (8192 is
+# a multiple of 128: the residue modulo 128 is b + 64)
+_LEVELS_SHIFT = LEVEL_STEPS + LEVEL_HALF
 _LEVELS_WHY = (
     "fp32 activations as two int8 levels (|error| <= max|x| / 16384 per element, 2**-14 * "
     "max|x| * sum |w| per output against the fp32 reference), one oneDNN 1x1 convolution for "
@@ -601,7 +637,15 @@ def _levels_fits(args: tuple, features: frozenset[str]) -> str:
 
 
 def _levels_pack(args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _one_by_one(args[1], args[2])
+    """The 1x1 kernel, its zero points, and the bias that takes each level's code offset
+    off: ``-64 * w_scale * sum_k w`` per output channel."""
+    weight, zero_points, column_sums = _one_by_one(args[1], args[2])
+    return weight, zero_points, column_sums * -LEVEL_HALF
+
+
+# the shift and the mask as int32 tensors: a Python number costs a tensor per call
+_COARSE_SHIFT = torch.tensor(_LEVEL_BITS, dtype=torch.int32)
+_FINE_MASK = torch.tensor((1 << _LEVEL_BITS) - 1, dtype=torch.int32)
 
 
 def _levels(args: tuple, packed: Any) -> torch.Tensor:
@@ -613,21 +657,19 @@ def _levels(args: tuple, packed: Any) -> torch.Tensor:
     count = rows.shape[0]
     if count > ROWS_LEVELS_PAY:
         return ops.reference_linear_w8(*args)
-    coarse = rows.abs().amax(dim=-1, keepdim=True).div_(LEVEL_HALF)
-    if not bool(torch.isfinite(coarse).all()):  # NaN or infinity: the reference's result
+    step = rows.abs().amax(dim=-1, keepdim=True)  # max|x| per row (NaN stays NaN)
+    if not math.isfinite(step.sum().item()):  # NaN or infinity: the reference's result
         return ops.reference_linear_w8(*args)
-    coarse = coarse.clamp_(min=torch.finfo(torch.float32).tiny)
-    fine = coarse / (2 * LEVEL_HALF)
-    codes = torch.empty((2 * count, rows.shape[1]), dtype=torch.uint8)
-    top = LEVEL_HALF * 2
-    codes[:count] = _uint8_codes(rows, coarse, LEVEL_HALF, 0, top)
-    residual = rows - (codes[:count].float() - LEVEL_HALF) * coarse
-    codes[count:] = _uint8_codes(residual, fine, LEVEL_HALF, 0, top)
-    out = _through_one_by_one(codes, w_scale, packed)
-    total = out[:count].mul_(coarse).add_(out[count:].mul_(fine))
-    # the codes' offset: LEVEL_HALF * sum_k w_k * w_scale, times each level's step
-    total = total.sub_(torch.outer((coarse + fine).squeeze(1) * LEVEL_HALF, packed[2]))
-    return _with_bias(total.reshape(*x.shape[:-1], w.shape[0]), bias)
+    step = step.div_(LEVEL_STEPS).clamp_(min=torch.finfo(torch.float32).tiny)
+    bits = torch.div(rows, step).add_(_ROUNDING_OFFSET + _LEVELS_SHIFT).view(torch.int32)
+    # int32 -> uint8 keeps the low byte: the coarse level's code, then the fine one's
+    coarse, fine = bits >> _COARSE_SHIFT, torch.bitwise_and(bits, _FINE_MASK)
+    codes = torch.cat((coarse, fine)).to(torch.uint8)
+    # each level's rows come with its code offset taken off (the bias): 128 * coarse + fine
+    out = _through_one_by_one(codes, w_scale, packed, bias=packed[2])
+    steps = torch.add(out[count:], out[:count], alpha=1 << _LEVEL_BITS)
+    total = steps.mul_(step) if bias is None else torch.addcmul(_float(bias), steps, step)
+    return total.reshape(*x.shape[:-1], w.shape[0])
 
 
 def _bf16_scales(args: tuple) -> torch.Tensor:

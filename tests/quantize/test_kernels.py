@@ -252,6 +252,29 @@ def test_without_vnni_bf16_weight_only_int8_runs_in_two_levels_within_bf16_round
     _within_bf16_rounding(got, ops.reference_linear_w8(*args), args[0], magnitude)
 
 
+@pytest.mark.skipif("onednn" not in kernels.cpu_features(), reason="torch without oneDNN")
+def test_without_vnni_the_levels_hold_on_their_worst_case_codes(monkeypatch) -> None:
+    # rows whose coarse codes sit at 0 and 128 and whose fine codes reach 127, against
+    # weights at 127 and -128 over 512 inputs: an int16 pair sum past 32767 would show here
+    monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
+    k, steps = 512, kernels.LEVEL_STEPS
+    signs = torch.tensor([1.0, -1.0]).repeat(k // 2)
+    fine_top = (128 * 10 + 63) / steps  # n = 128 * 10 + 63: the fine code is 63 + 64 = 127
+    x = torch.stack([
+        torch.ones(k), -torch.ones(k), signs, -signs,
+        torch.full((k,), fine_top).index_fill(0, torch.tensor([0]), 1.0),
+    ])  # fmt: skip
+    w = torch.where(signs > 0, 127, -128).to(torch.int8).repeat(8, 1)
+    w[4:] = torch.where(signs > 0, -128, 127).to(torch.int8)
+    scale = torch.full((8,), 0.01)
+    args = (x, w, scale, None)
+    assert kernels.kernel_for("linear_w8", args).name == LEVELS
+    _within_levels_bound(
+        kernels.run("linear_w8", ops.reference_linear_w8, args),
+        ops.reference_linear_w8(*args), x, (w.float() * scale[:, None]).abs(),
+    )  # fmt: skip
+
+
 def test_without_vnni_a_non_finite_activation_gives_the_reference_s_result(monkeypatch) -> None:
     monkeypatch.setattr(kernels, "cpu_features", lambda: NO_VNNI)
     (x, w, scale, bias), _ = _w8_case(3, torch.float32)
