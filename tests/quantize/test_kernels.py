@@ -102,6 +102,10 @@ def _worst_case_linear_calls(reach: int = 127) -> dict[str, tuple]:
         ),
         "static, float in, uint8 out": (x, 0.03, 3, w, scale, bias, 0.2, 9, True, False),
         "dynamic per tensor": (x, 0.0, 0, w, scale, bias, 0.0, 0, False, True, "per_tensor"),
+        # the zero point's share of each output is the kernel's bias: here the only bias
+        "dynamic per tensor, no bias": (
+            x, 0.0, 0, w, scale, None, 0.0, 0, False, True, "per_tensor",
+        ),
         "dynamic per token": (x, 0.0, 0, w, scale, bias, 0.0, 0, False, True, "per_token"),
     }  # fmt: skip
 
