@@ -22,6 +22,10 @@ thread, AVX512-VNNI without AMX):
                                                      as pixels of a 1x1 convolution
     linear_int8  aten._int_mm (per-token int8)       dynamic per-token activations, K and N
                                                      multiples of 8 (else the reference)
+    linear_w8    onednn.qconv_pointwise              without VNNI, fp32 or bf16 activations
+                 (activations in two int8 levels)    as two levels of int8 codes, one 1x1
+                                                     convolution for both (|error| <= max|x|
+                                                     / 16384 per element); up to 256 rows
     linear_w8    aten._weight_int8pack_mm            bf16 activations, AVX2 or AVX512
     linear_w8    aten._weight_int8pack_mm            fp32 activations likewise: cast to bf16
                  (fp32 cast to bf16)                 around the call (fed fp32 it is 10-30x
