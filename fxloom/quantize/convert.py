@@ -126,6 +126,14 @@ def convert(prepared: GraphModule) -> GraphModule:
     neighbours would read ``input_1`` and return float itself, with neither quantize nor
     dequantize around it. ``QuantConfig(kernels="torch.ao")`` gives torch's ``LinearReLU``.)
     """
+    # The int8 weights and scales are made as ordinary tensors even inside
+    # torch.inference_mode(): the kernel table keys their packed forms on tensor versions,
+    # which inference tensors do not have (running the result inside the mode is fine).
+    with torch.inference_mode(False):
+        return _converted(prepared)
+
+
+def _converted(prepared: GraphModule) -> GraphModule:
     plan = _plan_of(prepared)
     config = plan.config
     if config.scheme.calibrates:

@@ -59,9 +59,12 @@ VNNI oneDNN sums pairs of uint8 x int8 products in int16, which saturates on 8-b
 get the split or float32 rows instead, the same numbers within float rounding.
 
 Kernels that want the weight in their own layout (onednn's prepacked weights, int4 tiles)
-get it on first use, cached by the weight tensor's identity and version (``PACKED``): an
-in-place change of the weight packs again, and the packed form is never saved, so a file
-written on one CPU runs on another. Which row a call gets, and its packed weight, is
+get it on first use, cached by the identity and version of the weight and of the scales and
+zero points it was packed from (``PACKED``, ``PACK_READS``): an in-place change of any of
+them packs again, and the packed form is never saved, so a file written on one CPU runs on
+another. Inference tensors (made inside ``torch.inference_mode()``) have no version, so a
+layer whose weight or scales are ones runs the reference, with a warning; ``convert`` and
+``fxloom.load`` make ordinary tensors even inside the mode. Which row a call gets, and its packed weight, is
 looked up once per layer (``PLANS``, by the weight's identity and version and what the rows'
 conditions read: dtypes, ranks, the last dimension, the non-tensor arguments), so a model's
 forward pays a dictionary lookup per layer, not the table's conditions.
@@ -80,6 +83,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -138,26 +142,40 @@ class Kernel:
 
 # ---------------------------------------------------------------- packed weights
 # (kernel name, id(weight), weight._version[, input shape]) -> (weak reference to the
-# weight, packed form); the input shape only for ``Kernel.shaped`` rows
-PACKED: dict[tuple, tuple[weakref.ref, Any]] = {}
+# weight, packed form, the identities and versions of the other tensors it was packed from,
+# weak references to them); the input shape only for ``Kernel.shaped`` rows
+PACKED: dict[tuple, tuple] = {}
 # how many input shapes a layer keeps packed (and planned): a model fed ever new image sizes
 # packs again per size but holds at most this many packs per weight
 SHAPES_PER_LAYER = 8
 
 
-def _packed(kernel: Kernel, args: tuple) -> Any:
+def _packed(kernel: Kernel, args: tuple, reads: tuple[int, ...] = ()) -> Any:
+    """``kernel``'s packed form of the call's weight, made once per version of the weight
+    and of the tensors at ``reads`` (its scales, zero points: ``PACK_READS``)."""
     weight = args[kernel.weight]
     key = (kernel.name, id(weight), weight._version)
     if kernel.shaped:
         key = (*key, tuple(args[0].shape))
+    state = _states(args, reads)
     found = PACKED.get(key)
-    if found is not None and found[0]() is weight:
+    if found is not None and found[0]() is weight and found[2] == state:
         return found[1]
     packed = kernel.pack(args)
-    PACKED[key] = (weakref.ref(weight, lambda _, key=key: PACKED.pop(key, None)), packed)
+    drop = functools.partial(PACKED.pop, key, None)
+    PACKED[key] = (
+        weakref.ref(weight, lambda _: drop()), packed, state,
+        *(weakref.ref(args[at], lambda _: drop()) for at in reads),
+    )  # fmt: skip
     if kernel.shaped:
         _keep_newest(PACKED, key[:3], 4)
     return packed
+
+
+def _states(args: tuple, reads: tuple[int, ...]) -> tuple:
+    """The identity and version of each tensor at ``reads`` (an in-place change, or another
+    tensor in its place, makes another state)."""
+    return tuple((id(args[at]), args[at]._version) for at in reads)
 
 
 def _keep_newest(cache: dict, layer: tuple, length: int) -> None:
@@ -1129,8 +1147,16 @@ def kernel_for(name: str, args: tuple) -> Kernel | None:
 WEIGHT_AT = {
     "linear_int8": 3, "conv2d_int8": 3, "conv2d_add_int8": 3, "linear_w8": 1, "linear_w4": 1,
 }  # fmt: skip
-# plan key -> (weak reference to the weight, the row or None, the packed weight or None)
-PLANS: dict[tuple, tuple[weakref.ref, Kernel | None, Any]] = {}
+# op -> the positions of the layer's other tensors that packs read (scales, zero points):
+# the plan and the packed form key on their identities and versions too, so a scale changed
+# in place packs again
+PACK_READS = {
+    "linear_int8": (4,), "conv2d_int8": (4,), "conv2d_add_int8": (4,), "linear_w8": (2,),
+    "linear_w4": (2, 3),
+}  # fmt: skip
+# plan key -> (weak reference to the weight, the row or None, the packed weight or None,
+# weak references to the tensors at PACK_READS)
+PLANS: dict[tuple, tuple] = {}
 # ops whose rows pack per input shape (``Kernel.shaped``): their plans key on the whole
 # input shape (the last element of the key), at most SHAPES_PER_LAYER kept per layer
 SHAPE_KEYED = frozenset(name for name, rows in KERNELS.items() if any(r.shaped for r in rows))
@@ -1162,9 +1188,9 @@ def _conv_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
     x, x_scale, x_zp, _, w_scale, bias, stride, padding, dilation, *rest = args
     bias_dtype = None if bias is None else bias.dtype
     return (
-        name, id(w), w._version, x.dtype, x_scale, x_zp, w.dtype, w.dim(), w_scale.dtype,
-        w_scale.dim(), bias_dtype, tuple(stride), tuple(padding), tuple(dilation), *rest,
-        x.shape,
+        name, id(w), w._version, id(w_scale), w_scale._version, x.dtype, x_scale, x_zp, w.dtype,
+        w.dim(), w_scale.dtype, w_scale.dim(), bias_dtype, tuple(stride), tuple(padding),
+        tuple(dilation), *rest, x.shape,
     )  # fmt: skip
 
 
@@ -1187,21 +1213,24 @@ def _dtype(value: torch.Tensor | None) -> torch.dtype | None:
 def _linear_int8_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
     x, x_scale, x_zp, _, w_scale, bias, *rest = args
     return (
-        name, id(w), w._version, x.dtype, x.dim(), x.shape[-1], x_scale, x_zp, w_scale.dtype,
-        _dtype(bias), *rest,
+        name, id(w), w._version, id(w_scale), w_scale._version, x.dtype, x.dim(), x.shape[-1],
+        x_scale, x_zp, w_scale.dtype, _dtype(bias), *rest,
     )  # fmt: skip
 
 
 def _linear_w8_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
     x, _, w_scale, bias = args
-    return (name, id(w), w._version, x.dtype, x.dim(), x.shape[-1], w_scale.dtype, _dtype(bias))
+    return (
+        name, id(w), w._version, id(w_scale), w_scale._version, x.dtype, x.dim(), x.shape[-1],
+        w_scale.dtype, _dtype(bias),
+    )  # fmt: skip
 
 
 def _linear_w4_plan_key(name: str, w: torch.Tensor, args: tuple) -> tuple:
     x, _, w_scale, w_zp, group, bias = args
     return (
-        name, id(w), w._version, x.dtype, x.dim(), x.shape[-1], w_scale.dtype, w_zp.dtype,
-        group, _dtype(bias),
+        name, id(w), w._version, id(w_scale), w_scale._version, id(w_zp), w_zp._version,
+        x.dtype, x.dim(), x.shape[-1], w_scale.dtype, w_zp.dtype, group, _dtype(bias),
     )  # fmt: skip
 
 
@@ -1219,17 +1248,27 @@ def run(name: str, reference: Callable[..., Any], args: tuple, reuse: bool = Fal
     """``name`` on ``args`` with the table's kernel for them, or the reference; ``reuse``:
     the caller gives up the argument the op's ``reuses`` row names (a row's ``reusing``
     computation may write its result there)."""
-    key = _plan_key(name, args)
+    try:
+        key = _plan_key(name, args)
+    except RuntimeError:
+        if not _untracked(name, args):
+            raise
+        _warn_untracked(name)
+        return reference(*args)
     found = PLANS.get(key) if key is not None else None
     if found is not None and found[0]() is args[WEIGHT_AT[name]]:
-        _, kernel, packed = found
+        kernel, packed = found[1], found[2]
     else:
+        reads = PACK_READS.get(name, ())
         kernel = kernel_for(name, args)
-        packed = _packed(kernel, args) if kernel is not None and kernel.pack else None
+        packed = _packed(kernel, args, reads) if kernel is not None and kernel.pack else None
         if key is not None:
             weight = args[WEIGHT_AT[name]]
             drop = functools.partial(PLANS.pop, key, None)
-            PLANS[key] = (weakref.ref(weight, lambda _: drop()), kernel, packed)
+            PLANS[key] = (
+                weakref.ref(weight, lambda _: drop()), kernel, packed,
+                *(weakref.ref(args[at], lambda _: drop()) for at in reads),
+            )  # fmt: skip
             if name in SHAPE_KEYED:
                 _keep_newest(PLANS, key[:3], len(key))
     if kernel is None or not args[0].numel():  # oneDNN and the views here want one element
@@ -1237,6 +1276,34 @@ def run(name: str, reference: Callable[..., Any], args: tuple, reuse: bool = Fal
     if reuse and kernel.reusing is not None:
         return kernel.reusing(args, packed)
     return kernel.compute(args, packed)
+
+
+def _untracked(name: str, args: tuple) -> bool:
+    """Whether the layer's weight or a tensor its pack reads is an inference tensor (made
+    inside ``torch.inference_mode()``): torch keeps no version of it, so an in-place change
+    could not be seen and nothing packed from it can be kept."""
+    at = WEIGHT_AT.get(name)
+    positions = () if at is None else (at, *PACK_READS.get(name, ()))
+    return any(
+        isinstance(args[i], torch.Tensor) and args[i].is_inference() for i in positions
+    )  # fmt: skip
+
+
+_WARNED_UNTRACKED: set[str] = set()
+
+
+def _warn_untracked(name: str) -> None:
+    if name in _WARNED_UNTRACKED:
+        return
+    _WARNED_UNTRACKED.add(name)
+    warnings.warn(
+        f"fxloom_q.{name}: a layer's weight or scales are inference tensors (made inside "
+        "torch.inference_mode()), whose in-place changes torch does not track, so no packed "
+        "form of them can be kept: such layers run the reference, correct but slow. Convert "
+        "or load the model outside torch.inference_mode(), or assign those tensors "
+        "again there (running the model inside the mode is fine).",
+        stacklevel=3,
+    )
 
 
 # ---------------------------------------------------------------- for the report

@@ -98,9 +98,15 @@ def load(f: PathOrFile | bytes, map_location: MapLocation = None) -> GraphModule
 
 
 def guarded_load(source: Any, step: Any) -> Any:
-    """``step(source)``, with every failure but a missing file turned into ``SerializationError``."""
+    """``step(source)``, with every failure but a missing file turned into ``SerializationError``.
+
+    The tensors it makes are ordinary ones even inside ``torch.inference_mode()``: inference
+    tensors have no version counter, and the quantized kernels key their packed weights on
+    it (running the loaded module inside the mode is fine).
+    """
     try:
-        return step(source)
+        with torch.inference_mode(False):
+            return step(source)
     except (SerializationError, FileNotFoundError):
         raise
     except RecursionError:
