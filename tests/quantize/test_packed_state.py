@@ -129,3 +129,17 @@ def test_inference_tensor_weights_run_the_reference_and_say_what_to_do(monkeypat
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # once per operator
             kernels.run("linear_w8", ops.reference_linear_w8, args)
+
+
+def test_an_exported_int8_program_loaded_inside_inference_mode_runs_its_kernels() -> None:
+    from fxloom.export import export
+
+    mlp, x = _mlp(), torch.randn(4, 256)
+    int8 = convert(prepare(mlp, (x,), QuantConfig(scheme="w8")))
+    saved = io.BytesIO()
+    fxloom.export.save(export(int8, (x,)), saved)
+    with torch.inference_mode():
+        program = fxloom.export.load(saved.getvalue())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            torch.testing.assert_close(program.module()(x), int8(x))
