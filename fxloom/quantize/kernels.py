@@ -162,14 +162,18 @@ def _packed(kernel: Kernel, args: tuple, reads: tuple[int, ...] = ()) -> Any:
     if found is not None and found[0]() is weight and found[2] == state:
         return found[1]
     packed = kernel.pack(args)
-    drop = functools.partial(PACKED.pop, key, None)
-    PACKED[key] = (
-        weakref.ref(weight, lambda _: drop()), packed, state,
-        *(weakref.ref(args[at], lambda _: drop()) for at in reads),
-    )  # fmt: skip
+    weight_ref, *read_refs = _held(PACKED, key, args, (kernel.weight, *reads))
+    PACKED[key] = (weight_ref, packed, state, *read_refs)
     if kernel.shaped:
         _keep_newest(PACKED, key[:3], 4)
     return packed
+
+
+def _held(cache: dict, key: tuple, args: tuple, positions: tuple[int, ...]) -> list:
+    """Weak references to the tensors at ``positions``, each dropping ``cache[key]`` when its
+    tensor dies (a new tensor may take its identity)."""
+    drop = functools.partial(cache.pop, key, None)
+    return [weakref.ref(args[at], lambda _: drop()) for at in positions]
 
 
 def _states(args: tuple, reads: tuple[int, ...]) -> tuple:
@@ -1263,12 +1267,8 @@ def run(name: str, reference: Callable[..., Any], args: tuple, reuse: bool = Fal
         kernel = kernel_for(name, args)
         packed = _packed(kernel, args, reads) if kernel is not None and kernel.pack else None
         if key is not None:
-            weight = args[WEIGHT_AT[name]]
-            drop = functools.partial(PLANS.pop, key, None)
-            PLANS[key] = (
-                weakref.ref(weight, lambda _: drop()), kernel, packed,
-                *(weakref.ref(args[at], lambda _: drop()) for at in reads),
-            )  # fmt: skip
+            weight_ref, *read_refs = _held(PLANS, key, args, (WEIGHT_AT[name], *reads))
+            PLANS[key] = (weight_ref, kernel, packed, *read_refs)
             if name in SHAPE_KEYED:
                 _keep_newest(PLANS, key[:3], len(key))
     if kernel is None or not args[0].numel():  # oneDNN and the views here want one element
