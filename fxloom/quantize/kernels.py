@@ -604,9 +604,15 @@ def _with_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return out if bias is None else out + bias.to(out.dtype)
 
 
+def _dense_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as contiguous rows ``[M, K]``: the weight-only ATen kernels refuse any other
+    layout (a transposed or sliced input is a user's to pass)."""
+    return x.reshape(-1, x.shape[-1]).contiguous()
+
+
 def _int8pack(args: tuple, packed: Any) -> torch.Tensor:
     x, w, _, bias = args
-    rows = x.reshape(-1, x.shape[-1])
+    rows = _dense_rows(x)
     out = torch.ops.aten._weight_int8pack_mm(rows, w, packed)
     return _with_bias(out.reshape(*x.shape[:-1], w.shape[0]), bias)
 
@@ -616,7 +622,8 @@ def _int8pack_cast(args: tuple, packed: Any) -> torch.Tensor:
     rows = x.reshape(-1, x.shape[-1])
     if rows.shape[0] > _rows_cast_pays("linear_w8"):
         return ops.reference_linear_w8(*args)
-    out = torch.ops.aten._weight_int8pack_mm(rows.bfloat16(), w, packed).float()
+    rows = rows.to(torch.bfloat16, memory_format=torch.contiguous_format)
+    out = torch.ops.aten._weight_int8pack_mm(rows, w, packed).float()
     return _with_bias(out.reshape(*x.shape[:-1], w.shape[0]), bias)
 
 
@@ -736,8 +743,7 @@ def _int4pack_rows(rows: torch.Tensor, args: tuple, packed: Any) -> torch.Tensor
 
 
 def _int4pack(args: tuple, packed: Any) -> torch.Tensor:
-    x = args[0]
-    return _int4pack_rows(x.reshape(-1, x.shape[-1]), args, packed)
+    return _int4pack_rows(_dense_rows(args[0]), args, packed)
 
 
 def _int4pack_cast(args: tuple, packed: Any) -> torch.Tensor:
@@ -745,7 +751,8 @@ def _int4pack_cast(args: tuple, packed: Any) -> torch.Tensor:
     rows = x.reshape(-1, x.shape[-1])
     if rows.shape[0] > _rows_cast_pays("linear_w4"):
         return ops.reference_linear_w4(*args)
-    return _int4pack_rows(rows.bfloat16(), args, packed)
+    rows = rows.to(torch.bfloat16, memory_format=torch.contiguous_format)
+    return _int4pack_rows(rows, args, packed)
 
 
 # ---------------------------------------------------------------- conv2d_int8

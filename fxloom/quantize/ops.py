@@ -135,7 +135,10 @@ def reference_dequantize(q, scale, zero_point, quant_min, quant_max, dtype):
 
 
 def reference_choose_qparams(x, quant_min, quant_max, eps, dtype):
-    """Affine per-tensor parameters mapping ``[min(x, 0), max(x, 0)]`` onto the integers."""
+    """Affine per-tensor parameters mapping ``[min(x, 0), max(x, 0)]`` onto the integers (an
+    empty ``x``: the range ``[0, 0]``, as a dynamic layer on an empty batch needs)."""
+    if not x.numel():  # (min() of nothing raises; the range always holds 0)
+        x = x.new_zeros(())
     low = torch.clamp(x.min().float(), max=0.0)
     high = torch.clamp(x.max().float(), min=0.0)
     scale = torch.clamp((high - low) / float(quant_max - quant_min), min=eps)
@@ -238,6 +241,34 @@ def reference_linear_w4(x, w, w_scale, w_zero_point, group_size, bias):
     return out if bias is None else out + bias.to(x.dtype)
 
 
+# the operators that take an unbatched image, and where their image arguments are
+_IMAGES = {"conv2d_int8": (0,), "conv2d_add_int8": (0, 10)}
+
+
+def _unbatched_images(*positions: int):
+    """An int8 convolution's function (reference, meta or CPU kernel) taking an unbatched
+    image ``[C, H, W]`` at ``positions[0]`` as ``nn.Conv2d`` does: as a batch of one, the
+    batch dimension dropped from the result where no image argument (``positions``: the
+    input, and the residual an add broadcasts against it) had one."""
+
+    def wrap(function):
+        @functools.wraps(function)
+        def call(*args):
+            if args[positions[0]].dim() != 3:
+                return function(*args)
+            args = list(args)
+            batched = any(args[i].dim() > 3 for i in positions)  # a residual's batch stays
+            for i in positions:
+                if args[i].dim() == 3:
+                    args[i] = args[i].unsqueeze(0)
+            out = function(*args)
+            return out if batched else out.squeeze(0)
+
+        return call
+
+    return wrap
+
+
 def _conv_value(
     x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
     accumulate=torch.float64,
@@ -256,6 +287,7 @@ def _conv_value(
     return value if bias is None else value + bias.float().reshape(shape)
 
 
+@_unbatched_images(*_IMAGES["conv2d_int8"])
 def reference_conv2d_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
     out_scale, out_zero_point, relu,
@@ -266,6 +298,7 @@ def reference_conv2d_int8(
     return _requantize(value, out_scale, out_zero_point, relu)
 
 
+@_unbatched_images(*_IMAGES["conv2d_add_int8"])
 def reference_conv2d_add_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
     other, other_scale, other_zero_point, out_scale, out_zero_point, relu,
@@ -340,6 +373,7 @@ def _meta_linear_w4(x, w, w_scale, w_zero_point, group_size, bias):
     return x.new_empty((*x.shape[:-1], w.shape[0]))
 
 
+@_unbatched_images(*_IMAGES["conv2d_int8"])
 def _meta_conv2d_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
     out_scale, out_zero_point, relu,
@@ -351,6 +385,7 @@ def _meta_conv2d_int8(
     return x.new_empty((x.shape[0], w.shape[0], *sizes), dtype=_out_dtype(out_scale))
 
 
+@_unbatched_images(*_IMAGES["conv2d_add_int8"])
 def _meta_conv2d_add_int8(
     x, x_scale, x_zero_point, w, w_scale, bias, stride, padding, dilation, groups,
     other, other_scale, other_zero_point, out_scale, out_zero_point, relu,
@@ -398,7 +433,7 @@ def _cpu_kernel(name: str):
         return _kernels().run(name, reference, args)
 
     run.__name__ = f"cpu_{name}"
-    return run
+    return _unbatched_images(*_IMAGES[name])(run) if name in _IMAGES else run
 
 
 _CPU_KERNELS = {name: _cpu_kernel(name) for name in SCHEMAS}
@@ -523,6 +558,11 @@ def conv2d_add_int8_into_other(
     entry = _entry("conv2d_add_int8", x, w, w_scale, bias, other)
     if entry is not _CPU_KERNELS["conv2d_add_int8"]:
         return entry(*args)
+    return _run_reusing_other(*args)
+
+
+@_unbatched_images(*_IMAGES["conv2d_add_int8"])
+def _run_reusing_other(*args):
     return _kernels().run("conv2d_add_int8", reference_conv2d_add_int8, args, reuse=True)
 
 
