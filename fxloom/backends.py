@@ -209,6 +209,11 @@ class Backend:
         """Why a region of supported nodes is better left in PyTorch, or None to compile it."""
         return None
 
+    def differences(self, region: GraphModule) -> tuple[str, ...]:
+        """What the backend computes otherwise than PyTorch in ``region`` on purpose, a
+        sentence each (``lower``'s check names them when it fails)."""
+        return ()
+
     def lowering_settings(
         self, *, whole_model: bool, threads: int | None, spinning: bool | None
     ) -> tuple[dict[str, Any], str | None]:

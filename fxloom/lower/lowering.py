@@ -431,8 +431,9 @@ def _lower_region(
     # to the user's modules (fxloom.compile counts them: its entries would never hold).
     split._modules[name] = replacement
     report = RegionReport(
-        name, names, ops, lowered=True, translate_seconds=time.perf_counter() - start
-    )
+        name, names, ops, lowered=True, translate_seconds=time.perf_counter() - start,
+        differences=backend.differences(region),
+    )  # fmt: skip
     return report, []
 
 
@@ -472,11 +473,19 @@ def _checked(
         passed = passed and torch.allclose(value.double(), reference.double(), rtol, atol)
     report = dataclasses.replace(report, check=CheckResult(max_abs, max_rel, passed, rtol, atol))
     if not passed:
+        expected_differences = dict.fromkeys(d for r in report.lowered for d in r.differences)
+        why = "".join(f"\n  {difference}" for difference in expected_differences)
         raise LoweringError(
             f"the lowered {report.model} differs from eager PyTorch beyond rtol={rtol}, "
-            f"atol={atol} on the example inputs (max abs error {max_abs:.3g}); the regions "
-            f"below ran in {report.backend}: lower it again with check=False to inspect it, or "
-            f"report the operator at fault\n{report}"
+            f"atol={atol} on the example inputs (max abs error {max_abs:.3g}, relative "
+            f"{max_rel:.3g}); the regions below ran in {report.backend}: "
+            + (
+                f"it computes these operators otherwise, on purpose:{why}\n"
+                if why
+                else "lower it again with check=False to inspect it, or report the operator "
+                "at fault\n"
+            )
+            + str(report)
         )
     return report
 

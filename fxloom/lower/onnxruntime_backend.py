@@ -110,6 +110,13 @@ class OnnxRuntimeBackend(Backend):
             return "no arithmetic, cheaper in PyTorch than a call into ONNX Runtime"
         return None
 
+    def differences(self, region: GraphModule) -> tuple[str, ...]:
+        """The approximations ONNX Runtime makes of the region's quantized operators."""
+        from fxloom.lower.onnx_ops_quant import approximated
+
+        found = (approximated(node) for node in region.graph.nodes)
+        return tuple(dict.fromkeys(why for why in found if why is not None))
+
     def lowering_settings(
         self, *, whole_model: bool, threads: int | None, spinning: bool | None
     ) -> tuple[dict[str, Any], str | None]:

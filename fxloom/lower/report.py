@@ -29,6 +29,8 @@ class RegionReport:
         lowered: True when it runs in the backend (``LoweringReport.backend``).
         reason: why it stayed in PyTorch (None when lowered).
         translate_seconds: translating, checking and starting its session.
+        differences: what the backend computes otherwise than PyTorch there on purpose
+            (``Backend.differences``), a sentence each.
     """
 
     name: str
@@ -37,6 +39,7 @@ class RegionReport:
     lowered: bool
     reason: str | None = None
     translate_seconds: float = 0.0
+    differences: tuple[str, ...] = ()
 
     def ops_text(self, limit: int = 6) -> str:
         common = Counter(self.ops).most_common()

@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 
 import onnx  # noqa: E402
 
-from fxloom.lower import lower, translate  # noqa: E402
+from fxloom.lower import LoweringError, lower, translate  # noqa: E402
 from fxloom.lower.onnx_ops_quant import QUANTIZED_OPERATORS, _unclipped_sum_operand  # noqa: E402
 from fxloom.lower.runtime import OrtModule  # noqa: E402
 from fxloom.quantize import QuantConfig, QuantSpec, convert, kernels, ops, prepare  # noqa: E402
@@ -154,6 +154,33 @@ def test_weight_only_layers_run_matmulnbits_at_accuracy_level_4(scheme, tmp_path
         if attribute.name == "accuracy_level"
     ]
     assert levels == [4, 4]
+
+
+@NEEDS_WEIGHT_ONLY_FUSION
+@pytest.mark.parametrize("scheme", sorted(WEIGHT_ONLY))
+def test_lower_s_check_names_the_weight_only_approximation_and_the_tolerance_to_pass(scheme):
+    model, x, _ = case(scheme)
+    with pytest.raises(LoweringError, match=r"on purpose:\n  linear_w.*accuracy_level=4") as caught:
+        lower(model, (x,), check=True)  # the default tolerance is float rounding's
+    assert "atol of about 1% of it" in str(caught.value)
+    assert "report the operator at fault" not in str(caught.value)
+    report = lower(model, (x,), check=True, atol=0.01 * model(x).abs().max().item()).lowering_report
+    assert report.check.passed
+    operator = "linear_w8" if scheme == "w8" else "linear_w4"
+    assert [d.split(":")[0] for r in report.lowered for d in r.differences] == [operator]
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "static"])
+def test_regions_onnx_runtime_computes_exactly_report_no_differences(scheme):
+    model, x, _ = case(scheme)
+    report = lower(model, (x,), check=True, atol=1e-4).lowering_report
+    assert report.lowered and all(region.differences == () for region in report.lowered)
+
+
+def test_a_fused_residual_add_s_extra_rounding_is_named_when_the_check_fails():
+    model, x, _ = case("residual")
+    with pytest.raises(LoweringError, match=r"on purpose:\n  conv2d_add_int8: .* rounded"):
+        lower(model, (x,), check=True)
 
 
 def test_int4_weights_are_uint4_blocks_of_the_group_size_in_opset_21():
