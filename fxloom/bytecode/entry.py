@@ -136,7 +136,9 @@ def compile_entry(
         namespace["RAISED"] = Raised(
             graph_module, ordinals, namespace["replay"], recording.changes.steps
         )
-    graph_module.train(root.training if root is not None else False)  # as the program ran
+    # the graph's own flag as the program ran (inference passes read it); not .train(): its
+    # submodules are the program's own modules, each in the mode its owner left it in
+    graph_module.training = root.training if root is not None else False
     recording.guard_identities(_writes(graph_module))
     arguments = dict(zip(map(local_name, parameters), values))
     example_inputs = eval(f"[{read_inputs}]", {**namespace, **arguments})  # noqa: S307
