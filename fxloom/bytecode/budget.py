@@ -69,6 +69,7 @@ _KINDS: tuple[tuple[str, str, str], ...] = (
     ("keys", r"tuple\((?P<expr>.+)\) == K\d+", r"(?P<name>.+) has keys "),
     ("global state", r"STATE\(\) == K\d+", r"(?P<name>)"),
     ("module structure", r"TREE\.epoch == \d+", r"(?P<name>)"),
+    ("module structure", r"all\(map\(K\d+, map\(K\d+, K\d+, K\d+\), K\d+\)\)", r"(?P<name>)"),
 )
 
 # kind -> what to do when that reason keeps recompiling (``{source}``: its name)

@@ -40,8 +40,9 @@ registering anything (a slice of a ``ModuleList``, which builds a new one, a bac
 lowering, another model), and registering the object already registered under that name (a
 forward that re-registers its buffer on every call changes nothing). Replacing
 ``param.data`` with a tensor of another dtype or shape is seen by the one check over the held
-parameters and buffers (``Recording``); ``del model.fc`` and writing ``model._modules``
-directly are not seen; documented in docs/compile.md. A function compiled
+parameters and buffers (``Recording``); what registers nothing (``del model.fc``, writing
+``model._modules`` directly) by the check that each held object is still registered where it
+was (``Recording._guard_registered``); documented in docs/compile.md. A function compiled
 without a root module has no epoch guard: the modules it reads are reached through guarded
 sources (identity of each submodule, metadata of each tensor).
 

@@ -159,6 +159,64 @@ def test_a_submodule_added_after_a_change_is_part_of_the_tree():
     assert graphs(compiled) == 3
 
 
+class WithBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+        self.register_buffer("shift", torch.ones(4))
+
+    def forward(self, x):
+        return self.act(self.fc(x)) + self.shift
+
+
+# Changes that register nothing, so the module epoch does not count them: each replaces what
+# the entry held (``del``, writes into the module's own dicts, ``_apply`` as ``.to()`` uses
+# it). The entry ran the objects it held (silently the old values) until the guard that
+# each held object is still registered where it was.
+UNREGISTERED_CHANGES = {
+    "a buffer written into _buffers": lambda m: m._buffers.__setitem__(
+        "shift", torch.full((4,), 4.0)
+    ),
+    "a parameter written into _parameters": lambda m: m.fc._parameters.__setitem__(
+        "weight", nn.Parameter(torch.zeros(4, 4))
+    ),
+    "a submodule written into _modules": lambda m: m._modules.__setitem__("act", nn.Tanh()),
+    "a buffer deleted, an attribute in its place": lambda m: (
+        delattr(m, "shift"),
+        setattr(m, "shift", 5.0),
+    ),
+    "_apply changing values": lambda m: m._apply(lambda t: t * 2),
+    "a parent replaced through _modules (the child still registered in the old one)": lambda m: (
+        m._modules.__setitem__("fc", nn.Linear(4, 4))
+    ),
+}
+
+
+@pytest.mark.parametrize("change", UNREGISTERED_CHANGES)
+def test_a_change_the_epoch_does_not_count_recompiles(change):
+    torch.manual_seed(0)
+    model = WithBuffer()
+    compiled = call_twice(model, torch.randn(2, 4))
+    UNREGISTERED_CHANGES[change](model)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_same(compiled(x), model(x))
+        assert_same(compiled(x), model(x))
+    assert graphs(compiled) == 2
+    assert "still registered where they were" in compiled.explain().recompiles[0]
+
+
+def test_a_deleted_submodule_raises_as_in_eager():
+    model = WithBuffer()
+    compiled = call_twice(model, torch.randn(2, 4))
+    del model.act
+    with pytest.raises(AttributeError, match="act"):
+        model(torch.randn(2, 4))
+    with pytest.raises(AttributeError, match="act"):
+        compiled(torch.randn(2, 4))
+
+
 def test_two_compiled_models_do_not_invalidate_each_other():
     first, second = Small(), Small()
     compiled_first = call_twice(first, torch.randn(2, 4))
