@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -56,7 +56,13 @@ from fxloom.passes.cse import literal_key
 from fxloom.proxy import Proxy
 from fxloom.pytree import SEQUENCE_KINDS, container_type, tree_any
 
-__all__ = ["SIGNATURES", "NormalizeArgs", "normalize_args"]
+__all__ = [
+    "SIGNATURES",
+    "ArgsKwargsPair",
+    "NormalizeArgs",
+    "normalize_args",
+    "normalized_arguments",
+]
 
 Arguments = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -168,6 +174,27 @@ class _Layout:
     bound: frozenset[str]
 
 
+class ArgsKwargsPair(NamedTuple):
+    """A call's arguments matched to its target's signature (``Node.normalized_arguments``)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def normalized_arguments(
+    node: Node, root: nn.Module, normalize_to_only_use_kwargs: bool = False
+) -> ArgsKwargsPair | None:
+    """``node``'s arguments matched to its target's signature, defaults filled: see
+    ``Node.normalized_arguments``."""
+    if node.op not in ("call_function", "call_module"):
+        return None
+    normalizer = _ArgumentNormalizer(
+        root, fill_defaults=True, to_keywords=normalize_to_only_use_kwargs
+    )
+    bound = normalizer.bind(node, tuple(node.args), dict(node.kwargs))
+    return None if bound is None else ArgsKwargsPair(*bound)
+
+
 class _ArgumentNormalizer:
     """Works out the keyword form of calls of one module's graph; caches signatures by target.
 
@@ -186,6 +213,15 @@ class _ArgumentNormalizer:
     def normalize(
         self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Arguments | None:
+        """The call's new ``(args, kwargs)``, or None: not certain, or nothing changes."""
+        bound = self.bind(node, args, kwargs)
+        if bound is None or _same_call(*bound, args, kwargs):
+            return None
+        return bound
+
+    def bind(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Arguments | None:
+        """The call's arguments matched to its target's signature, as ``normalize`` writes
+        them (None: no signature is certain), whether or not that changes anything."""
         receiver: tuple[Any, ...] = ()
         if node.op == "call_function":
             found = self._function_candidates(node.target)
@@ -204,10 +240,7 @@ class _ArgumentNormalizer:
         new = self._normalize_call(candidates, probe, args, dict(kwargs))
         if new is None:
             return None
-        new_args, new_kwargs = (*receiver, *new[0]), new[1]
-        if _same_call(new_args, new_kwargs, (*receiver, *args), kwargs):
-            return None
-        return new_args, new_kwargs
+        return (*receiver, *new[0]), new[1]
 
     # ------------------------------------------------------------ candidates
     def _function_candidates(self, target: Any) -> Any:

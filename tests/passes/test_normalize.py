@@ -290,3 +290,55 @@ def test_a_keyword_form_torch_refuses_is_not_used():
     gm = normalize_args(fxloom.GraphModule(nn.Module(), g))
     assert "torch.zeros(3)" in gm.code
     assert_close(gm(), torch.zeros(3))
+
+
+# ---------------------------------------------------------------- Node.normalized_arguments
+class _Calls(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = torch.add(self.conv(x), 1, alpha=2)
+        w = self.linear(y.mean((2, 3)))
+        return F.relu(w, inplace=False) + torch.sum(w, 1)[:, None]
+
+
+def _printed(pair):
+    return (
+        None
+        if pair is None
+        else (tuple(map(str, pair.args)), {k: str(v) for k, v in pair.kwargs.items()})
+    )
+
+
+@pytest.mark.parametrize("only_kwargs", [False, True])
+def test_normalized_arguments_are_torch_fx_s_where_it_finds_them(only_kwargs):
+    """``Node.normalized_arguments`` as torch.fx's, node by node; where torch.fx gives up
+    (overloads it cannot tell apart) fxloom answers only when they agree on the layout."""
+    import torch.fx
+
+    ours, theirs = fxloom.symbolic_trace(_Calls()), torch.fx.symbolic_trace(_Calls())
+    compared = 0
+    for mine, other in zip(ours.graph.nodes, theirs.graph.nodes, strict=True):
+        assert mine.name == other.name
+        got = mine.normalized_arguments(ours, normalize_to_only_use_kwargs=only_kwargs)
+        try:
+            expected = other.normalized_arguments(theirs, normalize_to_only_use_kwargs=only_kwargs)
+        except RuntimeError:  # torch.fx: "the schema match was ambiguous"
+            continue
+        assert _printed(got) == _printed(expected), mine.name
+        compared += expected is not None
+    assert compared >= 4  # conv, linear, relu, sum
+
+
+def test_normalized_arguments_fill_defaults_and_keep_the_node_as_it_is():
+    gm = fxloom.symbolic_trace(_Calls())
+    (add,) = gm.graph.find_nodes(op="call_function", target=torch.add)
+    before = (add.args, dict(add.kwargs))
+    pair = add.normalized_arguments(gm, normalize_to_only_use_kwargs=True)
+    assert list(pair.kwargs) == ["input", "other", "alpha"] and pair.args == ()
+    assert (add.args, dict(add.kwargs)) == before
+    (output,) = gm.graph.find_nodes(op="output")
+    assert output.normalized_arguments(gm) is None  # not a call
