@@ -54,9 +54,20 @@ _LAZY_NAMES = {
     "maybe_mark_dynamic": "fxloom.bytecode.marks",
     "RecompileLimitError": "fxloom.bytecode.breaks",
 }
-# Subpackages read as `fxloom.export.export(...)` after a bare `import fxloom`.
+# Subpackages (and modules) read as `fxloom.export.export(...)` after a bare `import fxloom`;
+# `subgraph_rewriter` as torch.fx users reach it (`fx.subgraph_rewriter.replace_pattern_with_filters`).
 _LAZY_SUBPACKAGES = frozenset(
-    {"backends", "bytecode", "distributed", "export", "lower", "quantize", "serialize", "zoo"}
+    {
+        "backends",
+        "bytecode",
+        "distributed",
+        "export",
+        "lower",
+        "quantize",
+        "serialize",
+        "subgraph_rewriter",
+        "zoo",
+    }
 )
 
 

@@ -108,6 +108,21 @@ def test_every_public_name_resolves_in_a_fresh_process():
     assert found == {"missing": [], "not_listed": [], "same": True}
 
 
+def test_torch_fx_s_submodule_names_resolve_as_its_clients_read_them():
+    """Code written for torch.fx reads ``fx.subgraph_rewriter.replace_pattern_with_filters``
+    or ``fx.passes...`` after ``import torch.fx as fx``: the same names on fxloom."""
+    found = run_fresh(
+        """
+        import json
+        import fxloom as fx
+        names = ("graph", "graph_module", "immutable_collections", "interpreter", "node",
+                 "passes", "proxy", "subgraph_rewriter")
+        print(json.dumps([name for name in names if not hasattr(fx, name)]))
+        """
+    )
+    assert found == []
+
+
 def test_each_subpackage_loads_when_first_read():
     found = run_fresh(
         """
