@@ -16,7 +16,7 @@ no longer normalise per batch. The user's model is copied, never trained in plac
 
 Train as usual (``model.train()``, ``loss.backward()``, ``optimizer.step()``), call
 ``.eval()`` (activation parameters freeze), and ``convert``: the converted model computes
-what the QAT model computes in eval mode, with torch's int8 kernels::
+what the QAT model computes in eval mode, with fxloom's int8 operators::
 
     >>> import torch
     >>> from fxloom.quantize import prepare_qat, convert
