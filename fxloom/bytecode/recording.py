@@ -490,12 +490,17 @@ class Recording:
             )
 
     def _guard_held(self, tensors: tuple) -> None:
-        """The root's parameters and buffers the graph reads keep their dtype and shape: the
-        module epoch sees a parameter replaced, not ``param.data = other`` (same object, new
-        tensor), which could change a size the graph was specialised to. One check for all."""
+        """The root's parameters and buffers the graph reads keep what a tensor input's guard
+        checks: dtype, device, ``requires_grad``, shape and strides. The module epoch sees a
+        parameter replaced, not ``param.data = other`` (same object, new tensor: another
+        size, or the strides ``is_contiguous()`` reads) nor ``requires_grad_(False)`` (a
+        branch on it, a layer frozen). One check for all."""
         now = _metadata(tensors)
         check = f"{self.guards.constant(_metadata)}({self.guards.constant(tensors)}) == {self.guards.constant(now)}"
-        text = "the module's parameters and buffers the graph reads keep their dtypes and shapes"
+        text = (
+            "the module's parameters and buffers the graph reads keep their dtypes, devices, "
+            "requires_grad, shapes and strides"
+        )
         self.guards.add("held metadata", Guard(_STRUCTURE, check, text))
 
     def _guard_registered(self) -> None:
@@ -693,7 +698,8 @@ def _library_global(source: Global, value: Any) -> bool:
 _KEY_TYPES = frozenset((str, int, bool, type(None)))
 
 
-_SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
+# what a tensor input's guard checks, for the held parameters and buffers (strides apart)
+_TENSOR_METADATA = operator.attrgetter("dtype", "device", "requires_grad", "shape")
 
 
 # the dicts ``nn.Module.__getattr__`` looks a name up in, in its order
@@ -721,8 +727,9 @@ def _registrations(root: torch.nn.Module, paths) -> tuple[tuple, tuple, tuple]:
     return tuple(dicts), tuple(names), tuple(objects)
 
 
-def _metadata(tensors: tuple) -> list:
-    return list(map(_SHAPE_AND_DTYPE, tensors))  # (C loops: about 0.5 us a tensor)
+def _metadata(tensors: tuple) -> tuple[list, list]:
+    # (C loops: about 1 us a tensor)
+    return list(map(_TENSOR_METADATA, tensors)), list(map(torch.Tensor.stride, tensors))
 
 
 def _constant_keys(value: dict) -> bool:

@@ -207,6 +207,37 @@ def test_a_change_the_epoch_does_not_count_recompiles(change):
     assert "still registered where they were" in compiled.explain().recompiles[0]
 
 
+class BranchesOnItsWeight(nn.Module):
+    """A forward whose Python reads its own parameter's strides and ``requires_grad``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        scale = 2.0 if self.weight.is_contiguous() else 3.0
+        return x @ self.weight * scale if self.weight.requires_grad else x.sum(1, keepdim=True)
+
+
+# Changes to a held parameter that keep its dtype and shape: the graph took a branch on them.
+HELD_PARAMETER_CHANGES = {
+    "param.data transposed (its strides)": lambda m: setattr(m.weight, "data", m.weight.data.t()),
+    "requires_grad_(False) (a frozen layer)": lambda m: m.weight.requires_grad_(False),
+}
+
+
+@pytest.mark.parametrize("change", HELD_PARAMETER_CHANGES)
+def test_a_held_parameter_s_strides_and_requires_grad_are_guarded(change):
+    torch.manual_seed(0)
+    model = BranchesOnItsWeight()
+    compiled = call_twice(model, torch.randn(2, 4))
+    HELD_PARAMETER_CHANGES[change](model)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_same(compiled(x), model(x))
+    assert graphs(compiled) == 2
+
+
 def test_a_deleted_submodule_raises_as_in_eager():
     model = WithBuffer()
     compiled = call_twice(model, torch.randn(2, 4))
