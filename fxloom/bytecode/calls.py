@@ -933,7 +933,10 @@ def _type(interp: Interpreter, args: tuple, kwargs: dict) -> Any:
         return _eager_type(args[0])
     if len(args) == 1 and type(args[0]) in SYMBOLIC_TYPES:  # a symbolic size is an int
         return args[0].node.pytype
-    return type(*args, **kwargs)
+    result = type(*args, **kwargs)
+    if len(args) == 1 and not kwargs:  # ``type(x).flag`` is then read, and guarded, from there
+        interp.recording.remember_type(result, args[0])
+    return result
 
 
 def _isinstance(interp: Interpreter, args: tuple, kwargs: dict) -> bool:

@@ -74,7 +74,7 @@ from fxloom.bytecode.guards import (
     storage_key,
 )
 from fxloom.bytecode.side_effects import NOT_CHANGED, Changes, kind_of
-from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source
+from fxloom.bytecode.sources import Attr, Global, Held, Item, Local, Source, TypeOf
 from fxloom.values.symbolic_scalars import SYMBOLIC_TYPES
 
 __all__ = ["Recording", "CONSTANT_TYPES", "NOT_WRITTEN", "made_at_break"]
@@ -586,6 +586,13 @@ class Recording:
         if result is not value or type(value) is not tuple:
             self._outside_containers.add(id(result))
         return result
+
+    def remember_type(self, cls: type, of: Any) -> None:
+        """``cls`` is ``type(of)``: it is read from there (``TypeOf``), so what the program
+        reads off the class is guarded; a class already known by a source keeps it."""
+        source = self.source_of(of)
+        if source is not None:
+            self._remember(cls, TypeOf(source))
 
     def _remember(self, value: Any, source: Source) -> None:
         self._sources.setdefault(id(value), source)

@@ -111,6 +111,22 @@ class Cell(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class TypeOf(Source):
+    """The class of another source's value, as ``type(x)`` gives it: attributes the program
+    reads off it (``type(self).flag``) are guarded like any other."""
+
+    base: Source
+
+    @property
+    def expr(self) -> str:
+        return f"type({self.base.expr})"
+
+    @property
+    def text(self) -> str:
+        return f"type({self.base.text})"
+
+
+@dataclass(frozen=True, slots=True)
 class Attr(Source):
     """Attribute ``name`` of another source's value."""
 

@@ -432,3 +432,46 @@ def test_a_hook_added_later_recompiles():
         model.inner.register_forward_hook(lambda module, inputs, output: output * 10)
         assert torch.allclose(compiled(x3), model(x3))
     assert len(compiled.cache) == 2
+
+
+# ------------------------------------------------------------------ class attributes
+class _Configured:
+    scale = 2.0
+
+
+class _ConfiguredModule(torch.nn.Module):
+    scale = 2.0
+
+    def forward(self, x):
+        return x * type(self).scale
+
+
+def _scaled_by_its_class(obj, x):
+    return x * type(obj).scale
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (
+            fxloom.compile(_scaled_by_its_class),
+            _scaled_by_its_class,
+            _Configured,
+            (_Configured(),),
+        ),
+        lambda: (fxloom.compile(_ConfiguredModule()), _ConfiguredModule(), _ConfiguredModule, ()),
+    ],
+    ids=["an object passed in", "the compiled module itself"],
+)
+def test_a_class_attribute_read_through_type_of_is_guarded(make):
+    """``type(obj).scale`` reads the class the call's argument has: a class attribute changed
+    between calls is what the next call multiplies by (it was folded into the entry)."""
+    compiled, eager, cls, leading = make()
+    x = torch.ones(3)
+    try:
+        assert torch.equal(compiled(*leading, x), eager(*leading, x))
+        cls.scale = 5.0
+        assert torch.equal(compiled(*leading, x), torch.full((3,), 5.0))
+        assert torch.equal(compiled(*leading, x), eager(*leading, x))
+    finally:
+        cls.scale = 2.0
