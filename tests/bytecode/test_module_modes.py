@@ -72,12 +72,17 @@ SETUPS = {
 }
 
 
-@pytest.mark.parametrize("setup", SETUPS)
-def test_compiling_a_module_leaves_each_submodule_s_mode_as_the_user_set_it(setup):
+def set_up(setup: str) -> tuple[Net, Net]:
+    """A ``Net`` in the modes ``SETUPS[setup]`` gives it, and its eager twin."""
     torch.manual_seed(0)
     model = Net()
     SETUPS[setup](model)
-    twin = copy.deepcopy(model)
+    return model, copy.deepcopy(model)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_compiling_a_module_leaves_each_submodule_s_mode_as_the_user_set_it(setup):
+    model, twin = set_up(setup)
     compiled = fxloom.compile(model)
     for seed in range(3):
         call_both(compiled, twin, model, twin, torch.randn(8, 6), seed)
@@ -85,10 +90,7 @@ def test_compiling_a_module_leaves_each_submodule_s_mode_as_the_user_set_it(setu
 
 @pytest.mark.parametrize("setup", SETUPS)
 def test_a_function_runs_the_modules_it_finds_in_their_own_modes(setup):
-    torch.manual_seed(0)
-    model = Net()
-    SETUPS[setup](model)
-    twin = copy.deepcopy(model)
+    model, twin = set_up(setup)
 
     def step(x):  # the module comes from the closure, as from a global
         return model(x).relu()
