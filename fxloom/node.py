@@ -507,26 +507,6 @@ class Node:
             return self._repr_fn(self)
         return self._name
 
-    def normalized_arguments(
-        self,
-        root: torch.nn.Module,
-        arg_types: tuple[Any, ...] | None = None,
-        kwarg_types: dict[str, Any] | None = None,
-        normalize_to_only_use_kwargs: bool = False,
-    ) -> Any:
-        """The call's arguments matched to its target's signature, its defaults filled, as
-        ``ArgsKwargsPair(args, kwargs)``: positional arguments stay positional unless
-        ``normalize_to_only_use_kwargs`` (then all are keywords, in the signature's order).
-        ``call_function`` and ``call_module`` nodes (the module found under ``root``); None
-        for other nodes and where the signature is not certain (no signature known, a
-        ``*args`` parameter taking arguments, torch overloads that disagree: see
-        ``fxloom.passes.normalize``). ``arg_types``/``kwarg_types`` are accepted as torch.fx
-        takes them; fxloom decides from the signatures alone and returns None where
-        overloads disagree, rather than choosing one by the given types."""
-        from fxloom.passes.normalize import normalized_arguments
-
-        return normalized_arguments(self, root, normalize_to_only_use_kwargs)
-
     def format_node(
         self,
         placeholder_names: list[str] | None = None,

@@ -184,8 +184,14 @@ class ArgsKwargsPair(NamedTuple):
 def normalized_arguments(
     node: Node, root: nn.Module, normalize_to_only_use_kwargs: bool = False
 ) -> ArgsKwargsPair | None:
-    """``node``'s arguments matched to its target's signature, defaults filled: see
-    ``Node.normalized_arguments``."""
+    """What torch.fx's ``node.normalized_arguments(root, ...)`` gives: the call's arguments
+    matched to its target's signature, its defaults filled, as ``ArgsKwargsPair(args,
+    kwargs)``; positional arguments stay positional unless ``normalize_to_only_use_kwargs``
+    (then all are keywords, in the signature's order). ``call_function`` and
+    ``call_module`` nodes (the module found under ``root``); None for other nodes and where
+    the signature is not certain (see ``normalize_args``: fxloom decides from the signatures
+    alone and returns None where torch overloads disagree). A function of this pass, not a
+    method of ``Node``: the IR does not import the passes (tests/test_layers.py)."""
     if node.op not in ("call_function", "call_module"):
         return None
     normalizer = _ArgumentNormalizer(

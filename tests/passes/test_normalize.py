@@ -15,7 +15,7 @@ from torch.testing import assert_close
 import fxloom
 from fxloom import zoo
 from fxloom.ops import signatures
-from fxloom.passes.normalize import NormalizeArgs, normalize_args
+from fxloom.passes.normalize import NormalizeArgs, normalize_args, normalized_arguments
 
 
 def normalized_line(fn, *, fill_defaults: bool = False, inputs: int = 2) -> str:
@@ -292,7 +292,7 @@ def test_a_keyword_form_torch_refuses_is_not_used():
     assert_close(gm(), torch.zeros(3))
 
 
-# ---------------------------------------------------------------- Node.normalized_arguments
+# ---------------------------------------------------------------- normalized_arguments
 class _Calls(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -315,15 +315,16 @@ def _printed(pair):
 
 @pytest.mark.parametrize("only_kwargs", [False, True])
 def test_normalized_arguments_are_torch_fx_s_where_it_finds_them(only_kwargs):
-    """``Node.normalized_arguments`` as torch.fx's, node by node; where torch.fx gives up
-    (overloads it cannot tell apart) fxloom answers only when they agree on the layout."""
+    """``normalized_arguments(node, root)`` as torch.fx's ``node.normalized_arguments(root)``,
+    node by node; where torch.fx gives up (overloads it cannot tell apart) fxloom answers
+    only when they agree on the layout."""
     import torch.fx
 
     ours, theirs = fxloom.symbolic_trace(_Calls()), torch.fx.symbolic_trace(_Calls())
     compared = 0
     for mine, other in zip(ours.graph.nodes, theirs.graph.nodes, strict=True):
         assert mine.name == other.name
-        got = mine.normalized_arguments(ours, normalize_to_only_use_kwargs=only_kwargs)
+        got = normalized_arguments(mine, ours, normalize_to_only_use_kwargs=only_kwargs)
         try:
             expected = other.normalized_arguments(theirs, normalize_to_only_use_kwargs=only_kwargs)
         except RuntimeError:  # torch.fx: "the schema match was ambiguous"
@@ -337,8 +338,8 @@ def test_normalized_arguments_fill_defaults_and_keep_the_node_as_it_is():
     gm = fxloom.symbolic_trace(_Calls())
     (add,) = gm.graph.find_nodes(op="call_function", target=torch.add)
     before = (add.args, dict(add.kwargs))
-    pair = add.normalized_arguments(gm, normalize_to_only_use_kwargs=True)
+    pair = normalized_arguments(add, gm, normalize_to_only_use_kwargs=True)
     assert list(pair.kwargs) == ["input", "other", "alpha"] and pair.args == ()
     assert (add.args, dict(add.kwargs)) == before
     (output,) = gm.graph.find_nodes(op="output")
-    assert output.normalized_arguments(gm) is None  # not a call
+    assert normalized_arguments(output, gm) is None  # not a call
