@@ -331,7 +331,7 @@ def test_normalized_arguments_are_torch_fx_s_where_it_finds_them(only_kwargs):
             continue
         assert _printed(got) == _printed(expected), mine.name
         compared += expected is not None
-    assert compared >= 4  # conv, linear, relu, sum
+    assert compared >= 3  # four on torch 2.13; torch 2.11's torch.fx answers one node fewer
 
 
 def test_normalized_arguments_fill_defaults_and_keep_the_node_as_it_is():
