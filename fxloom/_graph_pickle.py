@@ -8,7 +8,9 @@ nodes by position instead.
 ``torch.library``) cannot be pickled themselves: they travel as their path
 under ``torch.ops`` — in targets, arguments and ``meta`` alike — and are looked
 up again on loading, so the library defining a custom operator must be loaded
-(imported) before the graph is.
+(imported) before the graph is. Memory formats (``torch.channels_last``, in a
+``.contiguous(memory_format=...)`` call or shape propagation's metadata) travel
+by name too: they pickle only at protocol 4 and above, and ``torch.save`` uses 2.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class _NodeRef:
 
 
 class _OperatorRef:
-    """Stands for the operator at ``torch.<path>`` (``path`` like ``"ops.aten.add.Tensor"``)."""
+    """Stands for the operator at ``torch.<path>`` (``path`` like ``"ops.aten.add.Tensor"``),
+    or another value of torch's found by name (``"channels_last"``)."""
 
     __slots__ = ("path",)
 
@@ -62,9 +65,12 @@ _OPERATOR_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
 
 
 def _portable(value: Any) -> Any:
-    """``value`` as a record holds it: operators by their path (``str(op)`` is ``ns.name[.overload]``)."""
+    """``value`` as a record holds it: operators by their path (``str(op)`` is
+    ``ns.name[.overload]``), memory formats by their name (``str`` is ``torch.<name>``)."""
     if isinstance(value, _OPERATOR_TYPES):
         return _OperatorRef(f"ops.{value}")
+    if isinstance(value, torch.memory_format):
+        return _OperatorRef(str(value).removeprefix("torch."))
     return value
 
 

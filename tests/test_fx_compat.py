@@ -21,6 +21,7 @@ import torch
 import torch.fx
 
 import fxloom
+from fxloom.passes.shape_prop import ShapeProp
 
 BOTH = pytest.mark.parametrize("fx", [torch.fx, fxloom], ids=["torch.fx", "fxloom"])
 
@@ -691,6 +692,46 @@ def test_a_graph_module_deep_copies_pickles_and_saves_after_a_run(fx: Any) -> No
         fx.GraphModule(graph_module_body(fx, gm), gm.graph),
     ):
         assert_same(copied(x), expected)
+
+
+class _ChannelsLast(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x.contiguous(memory_format=torch.channels_last))
+        return y.to(memory_format=torch.contiguous_format)
+
+
+def test_a_graph_module_naming_a_memory_format_saves_with_torch_save() -> None:
+    """torch.save pickles at protocol 2, where torch's memory formats cannot be pickled
+    themselves: a graph whose calls name one must still save. (torch.fx 2.13 raises
+    AttributeError on this module: its pickler looks the format's name up as a global.)"""
+    gm = fxloom.symbolic_trace(_ChannelsLast().eval())
+    x = torch.randn(2, 3, 8, 8)
+    expected = gm(x)
+    for copied in (torch_saved_and_loaded(gm), pickle.loads(pickle.dumps(gm, 2))):
+        assert_same(copied(x), expected)
+
+
+def test_shape_metadata_naming_memory_formats_saves_with_torch_save() -> None:
+    gm = fxloom.symbolic_trace(_ChannelsLast().eval())
+    x = torch.randn(2, 3, 8, 8)
+    ShapeProp(gm).propagate(x)
+    loaded = torch_saved_and_loaded(gm)
+    assert_same(loaded(x), gm(x))
+    formats = {n.meta["tensor_meta"].memory_format for n in loaded.graph.nodes if n.op != "output"}
+    assert formats == {torch.contiguous_format, torch.channels_last}
+
+
+def torch_saved_and_loaded(module: torch.nn.Module) -> torch.nn.Module:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
 
 
 def graph_module_body(fx: Any, gm: Any) -> torch.nn.Module:

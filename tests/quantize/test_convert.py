@@ -315,6 +315,7 @@ def test_the_report_prints_with_rich() -> None:
 
 
 def test_converted_models_pickle_and_deepcopy() -> None:
+    import io
     import pickle
 
     model, _, _, int8 = quantized("deeprec_tiny")
@@ -323,6 +324,10 @@ def test_converted_models_pickle_and_deepcopy() -> None:
         expected = int8(x)
         assert torch.equal(copy.deepcopy(int8)(x), expected)
         assert torch.equal(pickle.loads(pickle.dumps(int8))(x), expected)
+        buffer = io.BytesIO()  # torch.save pickles at protocol 2 (the shape metadata's formats)
+        torch.save(int8, buffer)
+        buffer.seek(0)
+        assert torch.equal(torch.load(buffer, weights_only=False)(x), expected)
 
 
 def test_an_operator_table_row_added_by_a_user_is_used() -> None:
