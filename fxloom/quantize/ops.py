@@ -243,23 +243,29 @@ def reference_linear_w4(x, w, w_scale, w_zero_point, group_size, bias):
 
 # the operators that take an unbatched image, and where their image arguments are
 _IMAGES = {"conv2d_int8": (0,), "conv2d_add_int8": (0, 10)}
+_CONV_WEIGHT = 3  # the weight's position in both
 
 
 def _unbatched_images(*positions: int):
     """An int8 convolution's function (reference, meta or CPU kernel) taking an unbatched
-    image ``[C, H, W]`` at ``positions[0]`` as ``nn.Conv2d`` does: as a batch of one, the
-    batch dimension dropped from the result where no image argument (``positions``: the
-    input, and the residual an add broadcasts against it) had one."""
+    input (``[C, H, W]`` for a 2-d convolution, ``[C, L]`` for 1-d, ``[C, D, H, W]`` for 3-d)
+    at ``positions[0]`` as ``nn.Conv2d`` and its kin do: as a batch of one, the batch
+    dimension dropped from the result where no image argument (``positions``: the input, and
+    the residual an add broadcasts against it) had one. Unbatched means one dimension fewer
+    than the weight (``[out, in, *kernel]``, at ``_CONV_WEIGHT``): the operators serve 1-d
+    and 3-d convolutions too, whose batched inputs have 3 and 5 dimensions."""
 
     def wrap(function):
         @functools.wraps(function)
         def call(*args):
-            if args[positions[0]].dim() != 3:
+            batched_rank = args[_CONV_WEIGHT].dim()
+            if args[positions[0]].dim() != batched_rank - 1:
                 return function(*args)
             args = list(args)
-            batched = any(args[i].dim() > 3 for i in positions)  # a residual's batch stays
+            # a residual's batch stays
+            batched = any(args[i].dim() >= batched_rank for i in positions)
             for i in positions:
-                if args[i].dim() == 3:
+                if args[i].dim() == batched_rank - 1:
                     args[i] = args[i].unsqueeze(0)
             out = function(*args)
             return out if batched else out.squeeze(0)

@@ -10,7 +10,11 @@ layer's range of an empty batch; the convolutions wanted a batch dimension):
 - every scheme's converted model gives eager's shape on an empty batch;
 - a converted convolutional network takes an unbatched image ``[C, H, W]``, as
   ``nn.Conv2d`` does, and gives the batched call's result for it; the operators themselves
-  and their meta kernels (what export runs) take it too.
+  and their meta kernels (what export runs) take it too;
+- the same operators serve ``nn.Conv1d`` and ``nn.Conv3d``, whose batched inputs have the
+  rank of an unbatched 2-d or a batched 2-d image: which one an input is follows from the
+  weight's rank (a batched ``Conv1d`` input was once taken for an unbatched image and
+  crashed in oneDNN).
 """
 
 from __future__ import annotations
@@ -226,3 +230,60 @@ def test_the_convolutions_meta_kernels_give_the_unbatched_shape() -> None:
     residual = torch.empty(N, 8, 6, dtype=torch.uint8, device="meta")
     add = (*conv[:10], residual, 0.04, 7, 0.05, 3, True)
     assert torch.ops.fxloom_q.conv2d_add_int8(*add).shape == (N, 8, 6)
+
+
+class _Residual(nn.Module):
+    """One convolution of any rank, its output added to itself (``conv2d_add_int8``)."""
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return torch.relu(y + torch.relu(y))
+
+
+CONVOLUTIONS = {
+    "Conv1d": (lambda: nn.Conv1d(8, 4, 3, padding=1), (8, 16)),
+    "Conv2d": (lambda: nn.Conv2d(8, 4, 3), (8, 10, 10)),
+    "Conv3d": (lambda: nn.Conv3d(8, 4, 3), (8, 6, 6, 6)),
+}
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "unbatched"])
+@pytest.mark.parametrize("kind", list(CONVOLUTIONS))
+def test_every_convolution_rank_runs_batched_and_unbatched_as_eager(
+    kind: str, batched: bool
+) -> None:
+    torch.manual_seed(0)
+    make, image = CONVOLUTIONS[kind]
+    shape = (2, *image) if batched else image
+    for model in (nn.Sequential(make(), nn.ReLU()).eval(), _Residual(make()).eval()):
+        quantized = _converted(model, "static", torch.randn(shape))
+        x = torch.randn(shape)
+        with torch.no_grad():
+            got, eager = quantized(x), model(x)
+        assert got.shape == eager.shape
+        assert (got - eager).norm() / eager.norm() < 0.1, kind
+        if batched:  # another batch size and length
+            longer = torch.randn(3, *image[:-1], image[-1] + 2)
+            with torch.no_grad():
+                got, eager = quantized(longer), model(longer)
+            assert (got - eager).norm() / eager.norm() < 0.1, kind
+
+
+@pytest.mark.parametrize("rank", [1, 3])
+def test_the_convolution_operators_tell_a_batch_from_an_image_by_the_weight(rank: int) -> None:
+    w, scale, bias = _int8_weight()
+    weight = w.reshape(N, 8, 8) if rank == 1 else w.reshape(N, 8, 2, 2, 2)
+    size = (12,) if rank == 1 else (5, 5, 5)
+    batch = torch.randint(0, 256, (2, 8, *size), dtype=torch.uint8)
+    conv = (0.02, 3, weight, scale, bias, [1] * rank, [0] * rank, [1] * rank, 1, 0.05, 3, True)
+    batched = torch.ops.fxloom_q.conv2d_int8(batch, *conv)
+    assert batched.shape[:2] == (2, N)
+    assert torch.equal(batched, ops.reference_conv2d_int8(batch, *conv))
+    assert torch.equal(torch.ops.fxloom_q.conv2d_int8(batch[1], *conv), batched[1])
+    meta = [value.to("meta") if isinstance(value, torch.Tensor) else value for value in conv]
+    assert torch.ops.fxloom_q.conv2d_int8(batch.to("meta"), *meta).shape == batched.shape
+    assert torch.ops.fxloom_q.conv2d_int8(batch[1].to("meta"), *meta).shape == batched.shape[1:]
