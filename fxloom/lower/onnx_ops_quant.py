@@ -111,6 +111,11 @@ _MATMULNBITS = (
 APPROXIMATED = {
     "linear_w8": _MATMULNBITS,
     "linear_w4": _MATMULNBITS,
+    "conv2d_int8": (
+        "the bias is rounded to int32 at the input scale times each channel's weight scale, "
+        "as QLinearConv takes it, and the result requantized with one float multiplier: one "
+        "output code off on about 1 element in 1000 (measured on random 1-, 2- and 3-d ones)"
+    ),
     "conv2d_add_int8": (
         "the convolution's result is rounded to uint8 before the add, for ONNX Runtime's "
         "QLinearConv + QLinearAdd (it has no integer kernel for the float sum): about one "

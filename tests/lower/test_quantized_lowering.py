@@ -179,8 +179,24 @@ def test_regions_onnx_runtime_computes_exactly_report_no_differences(scheme):
 
 def test_a_fused_residual_add_s_extra_rounding_is_named_when_the_check_fails():
     model, x, _ = case("residual")
-    with pytest.raises(LoweringError, match=r"on purpose:\n  conv2d_add_int8: .* rounded"):
+    with pytest.raises(LoweringError, match=r"on purpose:\n(  .*\n)*  conv2d_add_int8: .* rounded"):
         lower(model, (x,), check=True)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_a_static_convolution_s_int32_bias_is_named_and_its_codes_stay_within_one(rank):
+    torch.manual_seed(0)
+    conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[rank](8, 4, 3)
+    images = [torch.randn(2, 8, *(6,) * rank) for _ in range(4)]
+    model = quantized(nn.Sequential(conv, nn.ReLU()).eval(), images[0], "static", images)
+    lowered = lower(model, (images[0],))
+    differences = [d for r in lowered.lowering_report.lowered for d in r.differences]
+    assert [d.split(":")[0] for d in differences] == ["conv2d_int8"]
+    assert "int32" in differences[0]
+    step = next(n.args[1] for n in model.graph.nodes if n.target is ops.dequantize)  # the output's
+    for seed in range(8):
+        x = torch.randn(images[0].shape, generator=torch.Generator().manual_seed(seed))
+        assert (lowered(x) - model(x)).abs().max() <= step * 1.001
 
 
 def test_int4_weights_are_uint4_blocks_of_the_group_size_in_opset_21():
